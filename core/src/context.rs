@@ -1,0 +1,119 @@
+//! Which transcript entries the LLM sees, and in what shape.
+//!
+//! Until compaction exists the context is a sliding window: the host passes the newest entries
+//! it keeps hot (see [`crate::archive::HOT_TAIL_KEEP`]); the window starts at the first user
+//! message in them, so it never opens with an orphaned tool result. A tool call without a result
+//! (possible only after an interruption) gets a synthetic error result, because providers reject
+//! a call with no answer.
+
+use crate::llm::{LlmRequest, ToolSchema};
+use crate::wire::{Entry, EntryPayload, Header, Message, ToolResult};
+
+/// Builds the request for one step from `entries` (oldest first).
+pub fn build_request(header: &Header, entries: &[Entry], tools: Vec<ToolSchema>) -> LlmRequest {
+    let mut messages: Vec<Message> = entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Message { message } => Some(message.clone()),
+            EntryPayload::Header(_) | EntryPayload::Custom { .. } => None,
+        })
+        .skip_while(|m| !matches!(m, Message::User { .. } | Message::CustomMessage { .. }))
+        .collect();
+    repair_tool_results(&mut messages);
+    LlmRequest {
+        model: header.model.clone(),
+        system_prompt: header.system_prompt.clone(),
+        messages,
+        tools,
+    }
+}
+
+/// Gives every tool call a result right after its assistant message and drops results whose
+/// call is not in the context.
+fn repair_tool_results(messages: &mut Vec<Message>) {
+    let mut out: Vec<Message> = Vec::with_capacity(messages.len());
+    let mut open_calls: Vec<(String, String)> = Vec::new();
+    let close_open = |open: &mut Vec<(String, String)>, out: &mut Vec<Message>| {
+        for (id, name) in open.drain(..) {
+            out.push(Message::ToolResult(ToolResult {
+                tool_call_id: id,
+                tool_name: name,
+                content: "Tool result missing: the call was interrupted.".into(),
+                is_error: true,
+            }));
+        }
+    };
+    for message in messages.drain(..) {
+        match &message {
+            Message::ToolResult(result) => {
+                if let Some(pos) = open_calls.iter().position(|(id, _)| *id == result.tool_call_id) {
+                    open_calls.remove(pos);
+                    out.push(message);
+                }
+            }
+            Message::Assistant(assistant) => {
+                close_open(&mut open_calls, &mut out);
+                open_calls = assistant.tool_calls().map(|c| (c.id.clone(), c.name.clone())).collect();
+                out.push(message);
+            }
+            _ => {
+                close_open(&mut open_calls, &mut out);
+                out.push(message);
+            }
+        }
+    }
+    close_open(&mut open_calls, &mut out);
+    *messages = out;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{AssistantMessage, ContentBlock, StopReason, ToolCall};
+
+    fn entry(cursor: u64, message: Message) -> Entry {
+        Entry { cursor, id: format!("e{cursor}"), created_at: 0, payload: EntryPayload::Message { message } }
+    }
+    fn user(text: &str) -> Message {
+        Message::User { author: "ana".into(), content: text.into(), queue_item_id: None, lane: None }
+    }
+    fn call(id: &str) -> Message {
+        Message::Assistant(AssistantMessage {
+            content: vec![ContentBlock::ToolCall(ToolCall { id: id.into(), name: "list_sessions".into(), arguments: serde_json::json!({}) })],
+            stop_reason: StopReason::ToolUse,
+            ..Default::default()
+        })
+    }
+    fn result(id: &str) -> Message {
+        Message::ToolResult(ToolResult { tool_call_id: id.into(), tool_name: "list_sessions".into(), content: "ok".into(), is_error: false })
+    }
+    fn shape(messages: &[Message]) -> String {
+        messages
+            .iter()
+            .map(|m| match m {
+                Message::User { content, .. } => format!("user:{content}"),
+                Message::Assistant(a) => format!("assistant:{}", a.tool_calls().map(|c| c.id.as_str()).collect::<Vec<_>>().join("+")),
+                Message::ToolResult(r) => format!("result:{}{}", r.tool_call_id, if r.is_error { "!" } else { "" }),
+                Message::CustomMessage { content, .. } => format!("custom:{content}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn window_starts_at_a_user_message_and_repairs_calls() {
+        let header = Header { system_prompt: "s".into(), provider: "fake".into(), model: "m".into() };
+        let cases: Vec<(Vec<Message>, &str)> = vec![
+            (vec![user("a"), call("1"), result("1")], "user:a assistant:1 result:1"),
+            (vec![result("0"), call("1"), user("a")], "user:a"),
+            (vec![user("a"), call("1"), user("b")], "user:a assistant:1 result:1! user:b"),
+            (vec![user("a"), call("1")], "user:a assistant:1 result:1!"),
+            (vec![user("a"), result("9")], "user:a"),
+        ];
+        for (messages, want) in cases {
+            let entries: Vec<Entry> = messages.into_iter().enumerate().map(|(i, m)| entry(i as u64 + 1, m)).collect();
+            let request = build_request(&header, &entries, vec![]);
+            assert_eq!(shape(&request.messages), want);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! # wuhu-core
+//!
+//! Wire contracts and the sans-IO session logic of Wuhu. Nothing here performs I/O, reads a
+//! clock or spawns a task: hosts (the Cloudflare Worker, tests) feed inputs in and perform the
+//! effects that come out.
+//!
+//! * [`wire`]: every type that crosses a boundary: API bodies, transcript entries, SSE events.
+//! * [`session`]: the per-session state machine (lanes, agent loop, stop, retry, checkpoints).
+//! * [`context`]: which transcript entries the LLM sees.
+//! * [`llm`]: provider request building and stream decoding (`fake`, `openai-compatible`).
+//! * [`tools`]: the tool catalogue and output truncation.
+//! * [`archive`]: transcript segments in object storage and stitched reads.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod archive;
+pub mod context;
+pub mod llm;
+mod rng;
+pub mod session;
+pub mod tools;
+pub mod wire;
+
+pub use rng::SplitMix64;

@@ -1,0 +1,103 @@
+//! What a session persists between inputs.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use super::Millis;
+use crate::wire::{Lane, Status, ToolCall};
+
+/// The whole loop state. Small and bounded: the transcript lives elsewhere.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// Execution status.
+    pub status: Status,
+    /// Where the loop is.
+    pub phase: Phase,
+    /// Undelivered items, in enqueue order.
+    pub queue: Vec<QueueItem>,
+    /// Cursor the next entry gets.
+    pub next_cursor: u64,
+    /// Number of the latest LLM step.
+    pub step: u64,
+    /// Ids of recently delivered items.
+    pub delivered: VecDeque<String>,
+}
+
+impl Default for Checkpoint {
+    fn default() -> Self {
+        Checkpoint {
+            status: Status::Idle,
+            phase: Phase::Idle,
+            queue: Vec::new(),
+            next_cursor: 1,
+            step: 0,
+            delivered: VecDeque::new(),
+        }
+    }
+}
+
+/// Where the loop is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "phase", rename_all = "camelCase")]
+pub enum Phase {
+    /// Waiting for input.
+    Idle,
+    /// An LLM request is in flight.
+    Inference {
+        /// Step number.
+        step: u64,
+        /// 1-based attempt.
+        attempt: u32,
+    },
+    /// Waiting to retry a failed LLM request.
+    RetryWait {
+        /// Step number.
+        step: u64,
+        /// The attempt that will run.
+        attempt: u32,
+        /// When.
+        at: MillisRepr,
+    },
+    /// Tool calls of the last assistant message are running.
+    Tools {
+        /// Step number.
+        step: u64,
+        /// Calls started and not finished.
+        running: Vec<ToolCall>,
+        /// Batches not started yet.
+        remaining: Vec<Vec<ToolCall>>,
+    },
+}
+
+/// [`Millis`] as stored.
+pub type MillisRepr = Millis;
+
+impl Serialize for Millis {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        u64::deserialize(d).map(Millis)
+    }
+}
+
+/// A queued message.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueItem {
+    /// Item id.
+    pub id: String,
+    /// Lane.
+    pub lane: Lane,
+    /// Who enqueued it.
+    pub author: String,
+    /// Text.
+    pub content: String,
+    /// Unix seconds.
+    pub enqueued_at: i64,
+}

@@ -1,0 +1,486 @@
+//! The session state machine: lanes, the agent loop, stop, retries, checkpoints.
+//!
+//! [`Session`] is sans-IO. The host calls a `handle_*` method for each input, then drains
+//! [`Session::poll_effect`] until it returns `None` and performs each effect, then arms a timer
+//! for [`Session::poll_deadline`]. After every drain the host persists the appended entries and
+//! [`Session::checkpoint`] in **one** atomic write: a crash then loses nothing and writes nothing
+//! twice. `now` must never go backwards.
+//!
+//! ## The loop
+//!
+//! `drain lanes → infer → persist assistant message → run tool calls (batches) → drain → …`
+//!
+//! * `steer` and `system` items are delivered at every step boundary: before inference and
+//!   before each batch of tool calls. Delivering them skips the remaining tool calls of the
+//!   current assistant message (each gets a "skipped" result).
+//! * `followUp` items are delivered only when the agent would otherwise stop.
+//! * Queued items can be cancelled until delivered.
+//! * Stop ends the turn: in-flight inference is discarded, pending tool calls get a "stopped"
+//!   result, status becomes `stopped`. The next enqueue resumes.
+//! * A retryable LLM failure is retried with backoff (visible notices); after
+//!   [`MAX_LLM_ATTEMPTS`] the turn ends with the session idle.
+
+mod checkpoint;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+
+pub use checkpoint::{Checkpoint, Phase, QueueItem};
+
+use crate::llm::LlmFailure;
+use crate::rng::SplitMix64;
+use crate::tools;
+use crate::wire::{
+    AssistantMessage, Entry, EntryPayload, Header, Lane, Message, Status, ToolCall, ToolResult,
+    custom_types,
+};
+
+/// Milliseconds since the Unix epoch, supplied by the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// Whole seconds, for entry times.
+    pub fn unix_seconds(self) -> i64 {
+        (self.0 / 1000) as i64
+    }
+}
+
+/// How many LLM attempts a step gets before the turn gives up.
+pub const MAX_LLM_ATTEMPTS: u32 = 3;
+/// How many undelivered queue items a session holds.
+pub const MAX_QUEUE_ITEMS: usize = 1000;
+/// How many delivered item ids are remembered, to tell "already delivered" from "unknown".
+const REMEMBERED_DELIVERED: usize = 256;
+
+/// Something the host must do.
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub enum Effect {
+    /// Persist this entry and send it to followers.
+    AppendEntry(Entry),
+    /// Tell followers the status changed.
+    StatusChanged(Status),
+    /// Start an LLM request for `step`: build the context from the transcript and stream it.
+    /// Deliver the outcome with [`Session::handle_inference_done`].
+    Infer {
+        /// Step number; stale completions are ignored.
+        step: u64,
+    },
+    /// Abandon the in-flight LLM request of `step`.
+    CancelInference {
+        /// Step number.
+        step: u64,
+    },
+    /// Run these tool calls concurrently; report each with [`Session::handle_tool_done`].
+    RunTools {
+        /// Step number.
+        step: u64,
+        /// The calls.
+        calls: Vec<ToolCall>,
+    },
+    /// Abandon the running tool calls of `step`.
+    CancelTools {
+        /// Step number.
+        step: u64,
+    },
+    /// The session has nothing left to do: tell followers, flush the archive.
+    Idle,
+}
+
+/// Why a cancel was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CancelError {
+    /// No queued item has this id.
+    #[error("no queued item with this id")]
+    NotFound,
+    /// The item already reached the transcript.
+    #[error("the item was already delivered")]
+    AlreadyDelivered,
+}
+
+/// Why an enqueue was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnqueueError {
+    /// Too many undelivered items.
+    #[error("the queue is full ({MAX_QUEUE_ITEMS} undelivered items)")]
+    QueueFull,
+}
+
+/// One session's loop state. See the module docs for the call order.
+#[derive(Debug)]
+pub struct Session {
+    state: Checkpoint,
+    rng: SplitMix64,
+    effects: VecDeque<Effect>,
+}
+
+impl Session {
+    /// A new session. Emits its header entry.
+    pub fn create(now: Millis, seed: u64, header: Header) -> Session {
+        let mut session = Session::restore(Checkpoint::default(), seed);
+        session.append(now, EntryPayload::Header(header));
+        session
+    }
+
+    /// A session loaded from its last checkpoint. `seed` must be fresh randomness: it feeds
+    /// entry ids. Call [`Session::handle_resume`] to re-issue work that was in flight.
+    pub fn restore(state: Checkpoint, seed: u64) -> Session {
+        Session { state, rng: SplitMix64::new(seed), effects: VecDeque::new() }
+    }
+
+    /// What to persist after draining effects.
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.state
+    }
+
+    /// Execution status.
+    pub fn status(&self) -> Status {
+        self.state.status
+    }
+
+    /// Cursor of the newest entry (0 before the header).
+    pub fn last_cursor(&self) -> u64 {
+        self.state.next_cursor.saturating_sub(1)
+    }
+
+    /// Undelivered queue items, oldest first.
+    pub fn queue(&self) -> &[QueueItem] {
+        &self.state.queue
+    }
+
+    /// The next effect to perform.
+    #[must_use]
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// When [`Session::handle_timeout`] must be called, if ever.
+    #[must_use]
+    pub fn poll_deadline(&self) -> Option<Millis> {
+        match self.state.phase {
+            Phase::RetryWait { at, .. } => Some(at),
+            _ => None,
+        }
+    }
+
+    /// Queues a message. Starts a turn when the session is idle or stopped.
+    ///
+    /// # Errors
+    /// [`EnqueueError::QueueFull`] when too many items wait.
+    pub fn handle_enqueue(
+        &mut self,
+        now: Millis,
+        item_id: String,
+        lane: Lane,
+        author: String,
+        content: String,
+    ) -> Result<(), EnqueueError> {
+        if self.state.queue.len() >= MAX_QUEUE_ITEMS {
+            return Err(EnqueueError::QueueFull);
+        }
+        self.state.queue.push(QueueItem {
+            id: item_id,
+            lane,
+            author,
+            content,
+            enqueued_at: now.unix_seconds(),
+        });
+        if self.state.status == Status::Stopped {
+            self.set_status(Status::Idle);
+        }
+        if self.state.phase == Phase::Idle {
+            self.next_step(now, false);
+        }
+        Ok(())
+    }
+
+    /// Cancels a queued item.
+    ///
+    /// # Errors
+    /// [`CancelError`] when the item is unknown or already delivered.
+    pub fn handle_cancel(&mut self, item_id: &str) -> Result<(), CancelError> {
+        if let Some(pos) = self.state.queue.iter().position(|item| item.id == item_id) {
+            self.state.queue.remove(pos);
+            return Ok(());
+        }
+        if self.state.delivered.iter().any(|id| id == item_id) {
+            return Err(CancelError::AlreadyDelivered);
+        }
+        Err(CancelError::NotFound)
+    }
+
+    /// Stops the session. Returns how many tool calls were given a "stopped" result.
+    pub fn handle_stop(&mut self, now: Millis, by: &str) -> usize {
+        let phase = std::mem::replace(&mut self.state.phase, Phase::Idle);
+        let mut stopped_calls = 0;
+        match phase {
+            Phase::Idle => {}
+            Phase::Inference { step, .. } | Phase::RetryWait { step, .. } => {
+                self.effects.push_back(Effect::CancelInference { step });
+            }
+            Phase::Tools { step, running, remaining } => {
+                self.effects.push_back(Effect::CancelTools { step });
+                for call in running.iter().chain(remaining.iter().flatten()) {
+                    stopped_calls += 1;
+                    self.append_tool_result(now, call, "Tool call stopped: the session was stopped before it finished.".into(), true);
+                }
+            }
+        }
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::EXECUTION_STOPPED.into(),
+                data: serde_json::json!({ "by": by, "stoppedToolCalls": stopped_calls }),
+            },
+        );
+        self.set_status(Status::Stopped);
+        stopped_calls
+    }
+
+    /// Delivers the outcome of the LLM request of `step`. Stale steps are ignored.
+    pub fn handle_inference_done(
+        &mut self,
+        now: Millis,
+        step: u64,
+        outcome: Result<AssistantMessage, LlmFailure>,
+    ) {
+        let attempt = match self.state.phase {
+            Phase::Inference { step: current, attempt } if current == step => attempt,
+            _ => return,
+        };
+        match outcome {
+            Ok(message) => {
+                let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
+                self.append(now, EntryPayload::Message { message: Message::Assistant(message) });
+                if calls.is_empty() {
+                    self.state.phase = Phase::Idle;
+                    self.next_step(now, false);
+                } else {
+                    self.state.phase = Phase::Tools {
+                        step,
+                        running: Vec::new(),
+                        remaining: batches(calls),
+                    };
+                    self.next_batch(now);
+                }
+            }
+            Err(failure) => {
+                let will_retry = failure.retryable && attempt < MAX_LLM_ATTEMPTS;
+                self.append(
+                    now,
+                    EntryPayload::Custom {
+                        custom_type: custom_types::LLM_ERROR.into(),
+                        data: serde_json::json!({
+                            "message": failure.message,
+                            "status": failure.status,
+                            "attempt": attempt,
+                            "willRetry": will_retry,
+                        }),
+                    },
+                );
+                if will_retry {
+                    // 1 s, 2 s, 4 s ... between attempts.
+                    let delay = 1000u64 << (attempt - 1).min(5);
+                    self.state.phase =
+                        Phase::RetryWait { step, attempt: attempt + 1, at: Millis(now.0 + delay) };
+                } else {
+                    self.state.phase = Phase::Idle;
+                    self.go_idle();
+                }
+            }
+        }
+    }
+
+    /// Delivers one tool result. Stale or unknown calls are ignored.
+    pub fn handle_tool_done(&mut self, now: Millis, step: u64, call_id: &str, content: String, is_error: bool) {
+        let Phase::Tools { step: current, running, .. } = &mut self.state.phase else { return };
+        if *current != step {
+            return;
+        }
+        let Some(pos) = running.iter().position(|call| call.id == call_id) else { return };
+        let call = running.remove(pos);
+        let batch_done = running.is_empty();
+        self.append_tool_result(now, &call, content, is_error);
+        if batch_done {
+            self.next_batch(now);
+        }
+    }
+
+    /// Call when [`Session::poll_deadline`] has passed.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        if let Phase::RetryWait { step, attempt, at } = self.state.phase {
+            if now >= at {
+                self.state.phase = Phase::Inference { step, attempt };
+                self.effects.push_back(Effect::Infer { step });
+            }
+        }
+    }
+
+    /// Re-issues the work that was in flight when the checkpoint was taken (after a restart).
+    /// A half-streamed assistant message was never persisted, so inference simply runs again.
+    /// Interrupted tool calls run again when idempotent, otherwise get a "result lost" error.
+    pub fn handle_resume(&mut self, now: Millis) {
+        match &mut self.state.phase {
+            Phase::Idle => {
+                if self.state.status != Status::Stopped && !self.state.queue.is_empty() {
+                    self.next_step(now, false);
+                }
+            }
+            Phase::Inference { step, .. } => {
+                let step = *step;
+                self.effects.push_back(Effect::Infer { step });
+            }
+            Phase::RetryWait { .. } => self.handle_timeout(now),
+            Phase::Tools { step, running, .. } => {
+                let step = *step;
+                let (rerun, lost): (Vec<ToolCall>, Vec<ToolCall>) = running
+                    .iter()
+                    .cloned()
+                    .partition(|call| tools::traits(&call.name).is_some_and(|t| t.idempotent));
+                running.retain(|call| rerun.iter().any(|r| r.id == call.id));
+                for call in &lost {
+                    self.append_tool_result(now, call, "Tool result lost: the server restarted while the call was running.".into(), true);
+                }
+                if !rerun.is_empty() {
+                    self.effects.push_back(Effect::RunTools { step, calls: rerun });
+                } else {
+                    self.next_batch(now);
+                }
+            }
+        }
+    }
+
+    /// Delivers lanes at a step boundary and starts inference, or goes idle.
+    /// `after_tools`: tool results are pending for the model, so it must be asked again.
+    fn next_step(&mut self, now: Millis, after_tools: bool) {
+        debug_assert_eq!(self.state.phase, Phase::Idle);
+        if self.state.status == Status::Stopped {
+            return;
+        }
+        let mut delivered = self.deliver(now, |lane| matches!(lane, Lane::Steer | Lane::System));
+        if !after_tools && delivered == 0 {
+            delivered = self.deliver(now, |lane| lane == Lane::FollowUp);
+        }
+        if after_tools || delivered > 0 {
+            self.state.step += 1;
+            let step = self.state.step;
+            self.state.phase = Phase::Inference { step, attempt: 1 };
+            self.set_status(Status::Running);
+            self.effects.push_back(Effect::Infer { step });
+        } else {
+            self.go_idle();
+        }
+    }
+
+    /// Starts the next batch of tool calls, or skips the rest when steer is waiting.
+    fn next_batch(&mut self, now: Millis) {
+        let Phase::Tools { step, running, remaining } = &mut self.state.phase else { return };
+        debug_assert!(running.is_empty());
+        let step = *step;
+        let steer_waiting =
+            self.state.queue.iter().any(|item| matches!(item.lane, Lane::Steer | Lane::System));
+        if steer_waiting || remaining.is_empty() {
+            let skipped: Vec<ToolCall> = remaining.drain(..).flatten().collect();
+            self.state.phase = Phase::Idle;
+            for call in &skipped {
+                self.append_tool_result(now, call, "Tool call skipped: a new message arrived before it ran.".into(), true);
+            }
+            self.next_step(now, true);
+            return;
+        }
+        let batch = remaining.remove(0);
+        // Unknown tools fail at once; they never reach the host.
+        let (known, unknown): (Vec<ToolCall>, Vec<ToolCall>) =
+            batch.into_iter().partition(|call| tools::traits(&call.name).is_some());
+        running.extend(known.iter().cloned());
+        for call in &unknown {
+            let message = format!("Unknown tool {:?}. Available tools: {}.", call.name, tool_names());
+            self.append_tool_result(now, call, message, true);
+        }
+        if known.is_empty() {
+            self.next_batch(now);
+        } else {
+            self.effects.push_back(Effect::RunTools { step, calls: known });
+        }
+    }
+
+    fn deliver(&mut self, now: Millis, lanes: impl Fn(Lane) -> bool) -> usize {
+        let (take, keep): (Vec<QueueItem>, Vec<QueueItem>) =
+            std::mem::take(&mut self.state.queue).into_iter().partition(|item| lanes(item.lane));
+        self.state.queue = keep;
+        let n = take.len();
+        for item in take {
+            let message = match item.lane {
+                Lane::System => Message::CustomMessage {
+                    custom_type: custom_types::SYSTEM_INPUT.into(),
+                    content: item.content,
+                },
+                lane => Message::User {
+                    author: item.author,
+                    content: item.content,
+                    queue_item_id: Some(item.id.clone()),
+                    lane: Some(lane),
+                },
+            };
+            self.append(now, EntryPayload::Message { message });
+            self.state.delivered.push_back(item.id);
+            if self.state.delivered.len() > REMEMBERED_DELIVERED {
+                self.state.delivered.pop_front();
+            }
+        }
+        n
+    }
+
+    fn go_idle(&mut self) {
+        if self.state.status == Status::Running {
+            self.set_status(Status::Idle);
+        }
+        self.effects.push_back(Effect::Idle);
+    }
+
+    fn set_status(&mut self, status: Status) {
+        if self.state.status != status {
+            self.state.status = status;
+            self.effects.push_back(Effect::StatusChanged(status));
+        }
+    }
+
+    fn append_tool_result(&mut self, now: Millis, call: &ToolCall, content: String, is_error: bool) {
+        let result = ToolResult {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            content,
+            is_error,
+        };
+        self.append(now, EntryPayload::Message { message: Message::ToolResult(result) });
+    }
+
+    fn append(&mut self, now: Millis, payload: EntryPayload) {
+        let cursor = self.state.next_cursor.max(1);
+        self.state.next_cursor = cursor + 1;
+        let entry = Entry { cursor, id: self.rng.uuid(), created_at: now.unix_seconds(), payload };
+        self.effects.push_back(Effect::AppendEntry(entry));
+    }
+}
+
+/// Splits calls into batches: a run of parallel-safe calls is one batch; any other call is
+/// a batch of its own.
+fn batches(calls: Vec<ToolCall>) -> Vec<Vec<ToolCall>> {
+    let mut out: Vec<Vec<ToolCall>> = Vec::new();
+    let mut last_parallel = false;
+    for call in calls {
+        let parallel = tools::traits(&call.name).is_some_and(|t| t.parallel_safe);
+        match out.last_mut() {
+            Some(batch) if parallel && last_parallel => batch.push(call),
+            _ => out.push(vec![call]),
+        }
+        last_parallel = parallel;
+    }
+    out
+}
+
+fn tool_names() -> String {
+    tools::catalogue().iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,473 @@
+//! Table-driven tests of the loop: each case is a script of inputs; the expectation is the
+//! transcript and effects rendered one per line.
+
+use super::*;
+use crate::llm::LlmFailure;
+use crate::wire::{ContentBlock, StopReason};
+
+/// Drives a session from a compact script and renders what came out.
+struct Harness {
+    session: Session,
+    now: u64,
+    log: Vec<String>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let header = Header { system_prompt: "sys".into(), provider: "fake".into(), model: "m".into() };
+        let mut h = Harness { session: Session::create(Millis(1_000), 7, header), now: 1_000, log: vec![] };
+        h.drain();
+        h.log.clear();
+        h
+    }
+
+    fn drain(&mut self) {
+        while let Some(effect) = self.session.poll_effect() {
+            let line = match effect {
+                Effect::AppendEntry(entry) => format!("#{} {}", entry.cursor, render(&entry.payload)),
+                Effect::StatusChanged(s) => format!("status {}", s.as_str()),
+                Effect::Infer { step } => format!("infer {step}"),
+                Effect::CancelInference { step } => format!("cancel-infer {step}"),
+                Effect::RunTools { step, calls } => {
+                    format!("run {step} {}", calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(","))
+                }
+                Effect::CancelTools { step } => format!("cancel-tools {step}"),
+                Effect::Idle => "idle".into(),
+            };
+            self.log.push(line);
+        }
+    }
+
+    /// One script line: `steer TEXT`, `follow TEXT`, `cancel ID`, `stop`, `reply S TEXT`,
+    /// `calls S tool:id ...`, `fail S STATUS`, `done S ID`, `tick MS`, `resume`.
+    fn run(&mut self, script: &str) -> String {
+        for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            self.now += 10;
+            let now = Millis(self.now);
+            let (cmd, rest) = line.split_once(' ').unwrap_or((line, ""));
+            self.log.push(format!("> {line}"));
+            match cmd {
+                "steer" | "follow" | "system" => {
+                    let lane = match cmd {
+                        "steer" => Lane::Steer,
+                        "follow" => Lane::FollowUp,
+                        _ => Lane::System,
+                    };
+                    let id = format!("q-{rest}");
+                    self.session.handle_enqueue(now, id, lane, "ana".into(), rest.into()).unwrap();
+                }
+                "cancel" => {
+                    let r = self.session.handle_cancel(&format!("q-{rest}"));
+                    self.log.push(format!("cancel -> {r:?}"));
+                }
+                "stop" => {
+                    let n = self.session.handle_stop(now, "ana");
+                    self.log.push(format!("stopped {n}"));
+                }
+                "reply" => {
+                    let (step, text) = rest.split_once(' ').unwrap();
+                    let msg = AssistantMessage {
+                        content: vec![ContentBlock::Text { text: text.into() }],
+                        ..Default::default()
+                    };
+                    self.session.handle_inference_done(now, step.parse().unwrap(), Ok(msg));
+                }
+                "calls" => {
+                    let mut parts = rest.split(' ');
+                    let step = parts.next().unwrap().parse().unwrap();
+                    let content = parts
+                        .map(|p| {
+                            let (name, id) = p.split_once(':').unwrap();
+                            ContentBlock::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: serde_json::json!({}) })
+                        })
+                        .collect();
+                    let msg = AssistantMessage { content, stop_reason: StopReason::ToolUse, ..Default::default() };
+                    self.session.handle_inference_done(now, step, Ok(msg));
+                }
+                "fail" => {
+                    let (step, status) = rest.split_once(' ').unwrap();
+                    let status: u16 = status.parse().unwrap();
+                    let failure = LlmFailure::from_status(status, "{\"error\":{\"message\":\"nope\"}}");
+                    self.session.handle_inference_done(now, step.parse().unwrap(), Err(failure));
+                }
+                "done" => {
+                    let (step, id) = rest.split_once(' ').unwrap();
+                    self.session.handle_tool_done(now, step.parse().unwrap(), id, format!("out-{id}"), false);
+                }
+                "tick" => {
+                    self.now += rest.parse::<u64>().unwrap();
+                    self.session.handle_timeout(Millis(self.now));
+                }
+                "resume" => {
+                    let checkpoint = self.session.checkpoint().clone();
+                    let json = serde_json::to_string(&checkpoint).unwrap();
+                    self.session = Session::restore(serde_json::from_str(&json).unwrap(), 99);
+                    self.session.handle_resume(now);
+                }
+                other => panic!("unknown script command {other}"),
+            }
+            self.drain();
+        }
+        self.log.join("\n")
+    }
+}
+
+fn render(payload: &EntryPayload) -> String {
+    match payload {
+        EntryPayload::Header(h) => format!("header {}", h.model),
+        EntryPayload::Custom { custom_type, .. } => format!("custom {custom_type}"),
+        EntryPayload::Message { message } => match message {
+            Message::User { content, lane, .. } => format!("user({lane:?}) {content}"),
+            Message::Assistant(a) => {
+                let calls: Vec<&str> = a.tool_calls().map(|c| c.id.as_str()).collect();
+                if calls.is_empty() { format!("assistant {}", a.text()) } else { format!("assistant calls {}", calls.join(",")) }
+            }
+            Message::ToolResult(r) => format!("result {} err={} {}", r.tool_call_id, r.is_error, r.content),
+            Message::CustomMessage { content, .. } => format!("system {content}"),
+        },
+    }
+}
+
+fn check(script: &str, expect: expect_test::Expect) {
+    let mut h = Harness::new();
+    expect.assert_eq(&h.run(script));
+}
+
+use expect_test::expect;
+
+#[test]
+fn simple_turn_goes_idle() {
+    check(
+        "follow hi
+         reply 1 hello",
+        expect![[r#"
+            > follow hi
+            #2 user(Some(FollowUp)) hi
+            status running
+            infer 1
+            > reply 1 hello
+            #3 assistant hello
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn tool_calls_run_in_parallel_batches_then_infer_again() {
+    check(
+        "steer go
+         calls 1 list_sessions:a read_session:b
+         done 1 b
+         done 1 a
+         reply 2 done",
+        expect![[r#"
+            > steer go
+            #2 user(Some(Steer)) go
+            status running
+            infer 1
+            > calls 1 list_sessions:a read_session:b
+            #3 assistant calls a,b
+            run 1 a,b
+            > done 1 b
+            #4 result b err=false out-b
+            > done 1 a
+            #5 result a err=false out-a
+            infer 2
+            > reply 2 done
+            #6 assistant done
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn steer_mid_stream_skips_the_tool_calls_of_that_message() {
+    check(
+        "follow go
+         steer wait
+         calls 1 list_sessions:a
+         reply 2 ok",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > steer wait
+            > calls 1 list_sessions:a
+            #3 assistant calls a
+            #4 result a err=true Tool call skipped: a new message arrived before it ran.
+            #5 user(Some(Steer)) wait
+            infer 2
+            > reply 2 ok
+            #6 assistant ok
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn steer_while_tools_run_waits_for_the_running_batch() {
+    check(
+        "follow go
+         calls 1 list_sessions:a
+         steer more
+         done 1 a",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > calls 1 list_sessions:a
+            #3 assistant calls a
+            run 1 a
+            > steer more
+            > done 1 a
+            #4 result a err=false out-a
+            #5 user(Some(Steer)) more
+            infer 2"#]],
+    );
+}
+
+#[test]
+fn follow_up_waits_until_the_agent_would_stop() {
+    check(
+        "follow one
+         follow two
+         calls 1 list_sessions:a
+         done 1 a
+         reply 2 first
+         reply 3 second",
+        expect![[r#"
+            > follow one
+            #2 user(Some(FollowUp)) one
+            status running
+            infer 1
+            > follow two
+            > calls 1 list_sessions:a
+            #3 assistant calls a
+            run 1 a
+            > done 1 a
+            #4 result a err=false out-a
+            infer 2
+            > reply 2 first
+            #5 assistant first
+            #6 user(Some(FollowUp)) two
+            infer 3
+            > reply 3 second
+            #7 assistant second
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn cancel_until_delivered() {
+    check(
+        "follow one
+         follow two
+         follow three
+         cancel two
+         cancel two
+         cancel one
+         reply 1 a",
+        expect![[r#"
+            > follow one
+            #2 user(Some(FollowUp)) one
+            status running
+            infer 1
+            > follow two
+            > follow three
+            > cancel two
+            cancel -> Ok(())
+            > cancel two
+            cancel -> Err(NotFound)
+            > cancel one
+            cancel -> Err(AlreadyDelivered)
+            > reply 1 a
+            #3 assistant a
+            #4 user(Some(FollowUp)) three
+            infer 2"#]],
+    );
+}
+
+#[test]
+fn stop_mid_tools_then_enqueue_resumes() {
+    check(
+        "follow go
+         calls 1 list_sessions:a read_session:b
+         done 1 a
+         stop
+         done 1 b
+         follow again",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > calls 1 list_sessions:a read_session:b
+            #3 assistant calls a,b
+            run 1 a,b
+            > done 1 a
+            #4 result a err=false out-a
+            > stop
+            stopped 1
+            cancel-tools 1
+            #5 result b err=true Tool call stopped: the session was stopped before it finished.
+            #6 custom wuhu_execution_stopped_v1
+            status stopped
+            > done 1 b
+            > follow again
+            status idle
+            #7 user(Some(FollowUp)) again
+            status running
+            infer 2"#]],
+    );
+}
+
+#[test]
+fn stop_mid_inference_ignores_the_late_reply() {
+    check(
+        "follow go
+         stop
+         reply 1 late",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > stop
+            stopped 0
+            cancel-infer 1
+            #3 custom wuhu_execution_stopped_v1
+            status stopped
+            > reply 1 late"#]],
+    );
+}
+
+#[test]
+fn retryable_failures_retry_with_backoff_then_give_up() {
+    check(
+        "follow go
+         fail 1 429
+         tick 500
+         tick 600
+         fail 1 503
+         tick 2000
+         fail 1 500",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > fail 1 429
+            #3 custom wuhu_llm_error_v1
+            > tick 500
+            > tick 600
+            infer 1
+            > fail 1 503
+            #4 custom wuhu_llm_error_v1
+            > tick 2000
+            infer 1
+            > fail 1 500
+            #5 custom wuhu_llm_error_v1
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn client_errors_are_not_retried() {
+    check(
+        "follow go
+         fail 1 400",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > fail 1 400
+            #3 custom wuhu_llm_error_v1
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn unknown_tools_fail_without_reaching_the_host() {
+    check(
+        "follow go
+         calls 1 rm_rf:x",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > calls 1 rm_rf:x
+            #3 assistant calls x
+            #4 result x err=true Unknown tool "rm_rf". Available tools: list_sessions, read_session.
+            infer 2"#]],
+    );
+}
+
+#[test]
+fn resume_reissues_in_flight_work() {
+    check(
+        "follow go
+         resume
+         calls 1 list_sessions:a
+         resume
+         done 1 a",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > resume
+            infer 1
+            > calls 1 list_sessions:a
+            #3 assistant calls a
+            run 1 a
+            > resume
+            run 1 a
+            > done 1 a
+            #4 result a err=false out-a
+            infer 2"#]],
+    );
+}
+
+#[test]
+fn system_lane_is_delivered_like_steer() {
+    check(
+        "follow go
+         system runner back
+         reply 1 ok",
+        expect![[r#"
+            > follow go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > system runner back
+            > reply 1 ok
+            #3 assistant ok
+            #4 system runner back
+            infer 2"#]],
+    );
+}
+
+#[test]
+fn queue_is_bounded() {
+    let mut h = Harness::new();
+    h.session.handle_stop(Millis(2_000), "ana");
+    for i in 0..MAX_QUEUE_ITEMS {
+        // A stopped session resumes on enqueue, so stop again to keep items queued.
+        h.session.handle_stop(Millis(2_000), "ana");
+        let _ = h.session.handle_enqueue(Millis(2_000), format!("{i}"), Lane::Steer, "a".into(), "x".into());
+        if h.session.queue().is_empty() {
+            break;
+        }
+    }
+    let full = (0..MAX_QUEUE_ITEMS + 1)
+        .map(|i| h.session.handle_enqueue(Millis(2_000), format!("f{i}"), Lane::FollowUp, "a".into(), "x".into()))
+        .any(|r| r == Err(EnqueueError::QueueFull));
+    assert!(full);
+}

@@ -1,0 +1,147 @@
+//! The tool catalogue the LLM sees, and output truncation shared by every tool.
+//!
+//! Tools are executed by hosts; this module only says what exists, how calls may be
+//! scheduled, and how long output is cut.
+
+use serde_json::json;
+
+use crate::llm::ToolSchema;
+
+/// How a tool may be scheduled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolTraits {
+    /// May run concurrently with neighbouring parallel-safe calls of the same step.
+    pub parallel_safe: bool,
+    /// Running it twice is harmless, so a call interrupted by a restart is run again;
+    /// otherwise it gets a "result lost" error.
+    pub idempotent: bool,
+}
+
+/// Names of the built-in tools.
+pub mod names {
+    /// Lists the tenant's sessions.
+    pub const LIST_SESSIONS: &str = "list_sessions";
+    /// Reads another session's transcript.
+    pub const READ_SESSION: &str = "read_session";
+}
+
+/// The traits of a known tool, or `None` for a name the model made up.
+pub fn traits(name: &str) -> Option<ToolTraits> {
+    match name {
+        names::LIST_SESSIONS | names::READ_SESSION => {
+            Some(ToolTraits { parallel_safe: true, idempotent: true })
+        }
+        _ => None,
+    }
+}
+
+/// Every tool, in a stable order (a stable list keeps provider prompt caches warm).
+pub fn catalogue() -> Vec<ToolSchema> {
+    vec![
+        ToolSchema {
+            name: names::LIST_SESSIONS,
+            description: "List sessions of this workspace, newest first. Returns id, title, status and times.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "How many (default 20)"},
+                    "before": {"type": "string", "description": "Continue after this session id (from a previous page)"}
+                },
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::READ_SESSION,
+            description: "Read the transcript of another session of this workspace as text. Long transcripts are cut; the result says which sinceCursor continues.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "Session id"},
+                    "sinceCursor": {"type": "integer", "minimum": 0, "description": "Start after this cursor (default 0)"}
+                },
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+        },
+    ]
+}
+
+/// Output limits shared by tools: at most this many lines...
+pub const MAX_OUTPUT_LINES: usize = 2000;
+/// ...and at most this many bytes.
+pub const MAX_OUTPUT_BYTES: usize = 50 * 1024;
+
+/// Text cut to the output limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncated {
+    /// The kept head.
+    pub text: String,
+    /// Whether anything was cut.
+    pub truncated: bool,
+    /// Whole lines kept.
+    pub lines_kept: usize,
+    /// Lines in the input.
+    pub total_lines: usize,
+}
+
+/// Keeps the head of `text` within [`MAX_OUTPUT_LINES`] and [`MAX_OUTPUT_BYTES`], cutting at a
+/// line boundary (or at a char boundary when one line alone is too long).
+pub fn truncate_head(text: &str) -> Truncated {
+    truncate_head_with(text, MAX_OUTPUT_LINES, MAX_OUTPUT_BYTES)
+}
+
+/// [`truncate_head`] with explicit limits.
+pub fn truncate_head_with(text: &str, max_lines: usize, max_bytes: usize) -> Truncated {
+    let total_lines = text.lines().count();
+    let mut kept = 0usize;
+    let mut end = 0usize;
+    for line in text.split_inclusive('\n') {
+        if kept == max_lines || end + line.len() > max_bytes {
+            break;
+        }
+        end += line.len();
+        kept += 1;
+    }
+    if kept == 0 && !text.is_empty() {
+        // One huge first line: cut it at a char boundary.
+        let mut cut = max_bytes.min(text.len());
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        return Truncated { text: text[..cut].to_string(), truncated: true, lines_kept: 0, total_lines };
+    }
+    Truncated {
+        text: text[..end].to_string(),
+        truncated: end < text.len(),
+        lines_kept: kept,
+        total_lines,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_cuts_at_lines_and_bytes() {
+        let cases: &[(&str, usize, usize, &str, bool)] = &[
+            ("a\nb\nc\n", 2, 100, "a\nb\n", true),
+            ("a\nb\nc", 5, 100, "a\nb\nc", false),
+            ("aaaa\nbb\n", 5, 6, "aaaa\n", true),
+            ("ééé", 5, 3, "é", true),
+            ("", 5, 5, "", false),
+        ];
+        for (input, lines, bytes, want, cut) in cases {
+            let got = truncate_head_with(input, *lines, *bytes);
+            assert_eq!((got.text.as_str(), got.truncated), (*want, *cut), "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn every_catalogued_tool_has_traits() {
+        for tool in catalogue() {
+            assert!(traits(tool.name).is_some(), "{}", tool.name);
+        }
+        assert!(traits("made_up").is_none());
+    }
+}

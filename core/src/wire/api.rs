@@ -1,0 +1,166 @@
+//! HTTP API v1 request and response bodies. See `docs/api.md`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Entry, Status};
+
+/// `POST /v1/sessions`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSessionRequest {
+    /// `fake` (default) or `openai-compatible`.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Model name; each provider has a default.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// System prompt; a built-in default when absent.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// A human-readable title.
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+/// A session as the API shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    /// UUID.
+    pub id: String,
+    /// Title, if set.
+    pub title: Option<String>,
+    /// Provider name.
+    pub provider: String,
+    /// Model name.
+    pub model: String,
+    /// Execution status.
+    pub status: Status,
+    /// The `sub` of the creator.
+    pub created_by: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds of the last change.
+    pub updated_at: i64,
+    /// Cursor of the newest entry.
+    pub last_cursor: u64,
+}
+
+/// `GET /v1/sessions`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListSessionsResponse {
+    /// Newest first.
+    pub sessions: Vec<SessionInfo>,
+    /// Pass as `before` to get the next page; absent on the last page.
+    pub next_before: Option<String>,
+}
+
+/// `GET /v1/sessions/:id`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GetSessionResponse {
+    /// The session.
+    pub session: SessionInfo,
+    /// Entries after `sinceCursor` (and after `sinceTime`), oldest first, at most `limit`.
+    pub transcript: Vec<Entry>,
+    /// Pending queue items, oldest first.
+    pub queue: Vec<QueueItemInfo>,
+    /// When more entries follow: pass as `sinceCursor` for the next page.
+    pub next_cursor: Option<u64>,
+}
+
+/// A queued item not yet delivered.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueItemInfo {
+    /// Queue item id.
+    pub id: String,
+    /// Its lane.
+    pub lane: super::Lane,
+    /// Who enqueued it.
+    pub author: String,
+    /// The text.
+    pub content: String,
+    /// Unix seconds.
+    pub enqueued_at: i64,
+}
+
+/// `POST /v1/sessions/:id/enqueue?lane=`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnqueueRequest {
+    /// The message text.
+    pub content: String,
+}
+
+/// Reply to an enqueue.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EnqueueResponse {
+    /// Queue item id, for cancel.
+    pub id: String,
+}
+
+/// `POST /v1/sessions/:id/cancel`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelRequest {
+    /// Queue item id.
+    pub id: String,
+}
+
+/// `PATCH /v1/sessions/:id`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatchSessionRequest {
+    /// New title.
+    pub title: String,
+}
+
+/// `POST /v1/sessions/:id/stop`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StopResponse {
+    /// Status after the stop.
+    pub status: Status,
+    /// Tool calls that were given a "stopped" result.
+    pub stopped_tool_calls: usize,
+}
+
+/// Every API error: `{"error":{"code","message"}}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// Machine code and human message.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ErrorDetail {
+    /// Stable snake_case code such as `not_found`.
+    pub code: String,
+    /// Lowercase human message without a trailing period.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// Builds an error body.
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        ErrorBody { error: ErrorDetail { code: code.to_string(), message: message.into() } }
+    }
+}
+
+/// JWT claims of user and runner tokens.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Claims {
+    /// Username (users) or owner (runners).
+    pub sub: String,
+    /// Tenant namespace.
+    pub tenant: String,
+    /// Expiry, unix seconds.
+    pub exp: i64,
+    /// `runner` for runner tokens; absent for user tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub typ: Option<String>,
+}

@@ -1,0 +1,194 @@
+//! Transcript entries: the append-only record of a session.
+
+use serde::{Deserialize, Serialize};
+
+/// One transcript entry. `cursor` is monotonic per session and is the SSE event id.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// Position in the transcript, starting at 1, strictly increasing, never reused.
+    pub cursor: u64,
+    /// A UUID, unique across sessions.
+    pub id: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// What the entry records.
+    #[serde(flatten)]
+    pub payload: EntryPayload,
+}
+
+/// The kinds of entry.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EntryPayload {
+    /// The first entry: system prompt and model settings.
+    Header(Header),
+    /// A message that takes part in the LLM context.
+    Message {
+        /// The message.
+        message: Message,
+    },
+    /// A notice for people and tools; never sent to the LLM.
+    Custom {
+        /// A versioned type name such as `wuhu_execution_stopped_v1`.
+        custom_type: String,
+        /// Free-form details.
+        #[serde(default)]
+        data: serde_json::Value,
+    },
+}
+
+/// Session settings recorded at creation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Header {
+    /// The system prompt sent with every LLM request.
+    pub system_prompt: String,
+    /// Provider name (`fake`, `openai-compatible`).
+    pub provider: String,
+    /// Model name passed to the provider.
+    pub model: String,
+}
+
+/// A message in the LLM context.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// A person's message, delivered from a lane.
+    User {
+        /// The `sub` of the token that enqueued it.
+        author: String,
+        /// The text.
+        content: String,
+        /// The queue item this message was delivered from.
+        #[serde(default, skip_serializing_if = "Option::is_none", rename = "queueItemId")]
+        queue_item_id: Option<String>,
+        /// The lane it came from.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lane: Option<super::Lane>,
+    },
+    /// The model's reply.
+    Assistant(AssistantMessage),
+    /// The outcome of one tool call.
+    ToolResult(ToolResult),
+    /// A message from the system, sent to the LLM as a user message.
+    CustomMessage {
+        /// A versioned type name such as `wuhu_system_input_v1`.
+        #[serde(rename = "customType")]
+        custom_type: String,
+        /// The text the LLM sees.
+        content: String,
+    },
+}
+
+/// The model's reply for one step.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AssistantMessage {
+    /// Provider that produced it.
+    pub provider: String,
+    /// Model that produced it.
+    pub model: String,
+    /// Text and tool calls, in stream order.
+    pub content: Vec<ContentBlock>,
+    /// Token usage, when the provider reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Why generation ended.
+    pub stop_reason: StopReason,
+}
+
+impl AssistantMessage {
+    /// The tool calls in this message, in order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.content.iter().filter_map(|block| match block {
+            ContentBlock::ToolCall(call) => Some(call),
+            ContentBlock::Text { .. } => None,
+        })
+    }
+
+    /// All text blocks joined.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                ContentBlock::ToolCall(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// A piece of assistant content.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A tool call.
+    ToolCall(ToolCall),
+}
+
+/// A tool call requested by the model.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// Provider-assigned id; tool results refer to it.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as JSON. A model that sent unparseable arguments gets them as a string.
+    pub arguments: serde_json::Value,
+}
+
+/// Token usage of one LLM request.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Their sum, as the provider reported it.
+    pub total_tokens: u64,
+}
+
+/// Why the model stopped.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// Finished its reply.
+    #[default]
+    Stop,
+    /// Wants tool results.
+    ToolUse,
+    /// Hit the output token limit.
+    Length,
+}
+
+/// The outcome of one tool call.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    /// The call this answers.
+    pub tool_call_id: String,
+    /// The tool's name.
+    pub tool_name: String,
+    /// Text the LLM sees.
+    pub content: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+}
+
+/// Custom entry types this server writes.
+pub mod custom_types {
+    /// The session was stopped; `data.by` names who stopped it.
+    pub const EXECUTION_STOPPED: &str = "wuhu_execution_stopped_v1";
+    /// An LLM request failed; `data` has `message`, `status`, `attempt`, `willRetry`.
+    pub const LLM_ERROR: &str = "wuhu_llm_error_v1";
+    /// A system-lane item delivered to the LLM (a `custom_message`).
+    pub const SYSTEM_INPUT: &str = "wuhu_system_input_v1";
+}

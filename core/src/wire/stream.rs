@@ -1,0 +1,57 @@
+//! Follow-stream events and their SSE framing.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Entry, Status};
+
+/// One event of `GET /v1/sessions/:id/follow`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// A persisted entry. Its cursor is the SSE `id:`.
+    EntryAppended {
+        /// The entry.
+        entry: Entry,
+    },
+    /// Streaming assistant text not yet persisted.
+    AssistantTextDelta {
+        /// New text.
+        delta: String,
+    },
+    /// The session's status changed.
+    Status {
+        /// New status.
+        status: Status,
+    },
+    /// The session has nothing left to do.
+    Idle,
+    /// The stream ends after this.
+    Done,
+}
+
+impl StreamEvent {
+    /// The SSE `event:` name (also the `type` inside `data`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::EntryAppended { .. } => "entry_appended",
+            StreamEvent::AssistantTextDelta { .. } => "assistant_text_delta",
+            StreamEvent::Status { .. } => "status",
+            StreamEvent::Idle => "idle",
+            StreamEvent::Done => "done",
+        }
+    }
+
+    /// Encodes one SSE frame: `id:` (entries only), `event:`, `data:` and a blank line.
+    pub fn to_sse(&self) -> String {
+        let data = serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"));
+        match self {
+            StreamEvent::EntryAppended { entry } => {
+                format!("id: {}\nevent: {}\ndata: {}\n\n", entry.cursor, self.name(), data)
+            }
+            _ => format!("event: {}\ndata: {}\n\n", self.name(), data),
+        }
+    }
+}
+
+/// An SSE comment line that keeps proxies from closing an idle stream.
+pub const SSE_HEARTBEAT: &str = ": heartbeat\n\n";

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by scripts/dev, scripts/test and scripts/bench.
+# Installs what a brand-new machine lacks; skips what is already present at the
+# right version. Slow `cargo install`s are cached outside the clone, keyed by
+# version, under $WUHU_TOOL_CACHE (default ~/.cache/wuhu-tools).
+set -euo pipefail
+
+WUHU_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+WUHU_TOOL_CACHE="${WUHU_TOOL_CACHE:-$HOME/.cache/wuhu-tools}"
+WORKER_BUILD_VERSION="0.8.7"
+export WUHU_ROOT WUHU_TOOL_CACHE
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# The wasm-bindgen CLI must equal the wasm-bindgen crate in Cargo.lock.
+wasm_bindgen_version() {
+  awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$WUHU_ROOT/Cargo.lock" 2>/dev/null || true
+}
+
+ensure_wasm_target() {
+  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    log "adding rust target wasm32-unknown-unknown"
+    rustup target add wasm32-unknown-unknown >&2
+  fi
+}
+
+# cargo_install_cached NAME VERSION BIN [extra cargo install args...]
+cargo_install_cached() {
+  local name="$1" version="$2" bin="$3"; shift 3
+  local root="$WUHU_TOOL_CACHE/$name-$version"
+  if [ ! -x "$root/bin/$bin" ]; then
+    log "installing $name $version into $root (slow, once per machine)"
+    mkdir -p "$WUHU_TOOL_CACHE"
+    # Install into a temporary root, then rename, so an interrupted install is never mistaken for a finished one.
+    rm -rf "$root.partial"
+    cargo install "$name" --version "$version" --root "$root.partial" "$@" >&2
+    rm -rf "$root" && mv "$root.partial" "$root"
+  fi
+  printf '%s\n' "$root/bin/$bin"
+}
+
+ensure_worker_tools() {
+  ensure_wasm_target
+  local wbv; wbv="$(wasm_bindgen_version)"
+  if [ -z "$wbv" ]; then log "Cargo.lock has no wasm-bindgen entry"; exit 1; fi
+  # wasm-bindgen-cli installs only without --locked (its lock wants a crate the index lacks).
+  WASM_BINDGEN_BIN="$(cargo_install_cached wasm-bindgen-cli "$wbv" wasm-bindgen)"
+  WORKER_BUILD_BIN="$(cargo_install_cached worker-build "$WORKER_BUILD_VERSION" worker-build --locked)"
+  export WASM_BINDGEN_BIN WORKER_BUILD_BIN
+}
+
+ensure_npm_packages() {
+  local stamp="$WUHU_ROOT/node_modules/.wuhu-lock-hash"
+  local want; want="$(sha256sum "$WUHU_ROOT/package-lock.json" | cut -d' ' -f1)"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    log "installing npm packages (wrangler, binaryen)"
+    (cd "$WUHU_ROOT" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    printf '%s\n' "$want" > "$stamp"
+  fi
+  WASM_OPT_BIN="$WUHU_ROOT/node_modules/binaryen/bin/wasm-opt"
+  ESBUILD_BIN="$(ls "$WUHU_ROOT"/node_modules/@esbuild/linux-x64/bin/esbuild 2>/dev/null | head -1)"
+  WRANGLER_BIN="$WUHU_ROOT/node_modules/.bin/wrangler"
+  export WASM_OPT_BIN ESBUILD_BIN WRANGLER_BIN
+}
+
+# clang with the wasm32 target, for rquickjs (C) inside the Worker's wasm.
+ensure_clang() {
+  if ! command -v clang >/dev/null 2>&1; then
+    log "installing clang (apt)"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq clang >&2
+  fi
+}
+
+# Builds the Worker (release) into worker/build.
+build_worker() {
+  ensure_worker_tools
+  ensure_npm_packages
+  log "building the worker (release)"
+  (cd "$WUHU_ROOT/worker" && "$WORKER_BUILD_BIN" --release >&2)
+}
+
+export WRANGLER_SEND_METRICS=false
+export CLOUDFLARE_CF_FETCH_ENABLED=false
