@@ -19,7 +19,10 @@ pub const MAX_PAGE: usize = 1000;
 
 /// Object key of a segment.
 pub fn segment_key(tenant: &str, session_id: &str, first: u64, last: u64) -> String {
-    format!("{}{first:020}-{last:020}.jsonl", segment_prefix(tenant, session_id))
+    format!(
+        "{}{first:020}-{last:020}.jsonl",
+        segment_prefix(tenant, session_id)
+    )
 }
 
 /// Key prefix of a session's segments.
@@ -86,8 +89,16 @@ pub struct ReadPlan {
 /// `hot_first` is the oldest cursor still in SQLite (`None` when SQLite holds none).
 /// Segments are added until they cover `limit` entries; the hot tail is read only when the
 /// segments do not already fill the page.
-pub fn plan_read(since: u64, limit: usize, segments: &[SegmentRef], hot_first: Option<u64>) -> ReadPlan {
-    let mut plan = ReadPlan { segments: Vec::new(), read_hot: true };
+pub fn plan_read(
+    since: u64,
+    limit: usize,
+    segments: &[SegmentRef],
+    hot_first: Option<u64>,
+) -> ReadPlan {
+    let mut plan = ReadPlan {
+        segments: Vec::new(),
+        read_hot: true,
+    };
     let mut covered: u64 = 0;
     for segment in segments.iter().filter(|s| s.last > since) {
         if hot_first.is_some_and(|hot| segment.first >= hot) {
@@ -122,14 +133,30 @@ mod tests {
     #[test]
     fn keys_round_trip() {
         let key = segment_key("acme", "s1", 1, 512);
-        assert_eq!(key, "acme/sessions/s1/entries/00000000000000000001-00000000000000000512.jsonl");
+        assert_eq!(
+            key,
+            "acme/sessions/s1/entries/00000000000000000001-00000000000000000512.jsonl"
+        );
         assert_eq!(parse_segment_key(&key), Some((1, 512)));
         assert_eq!(parse_segment_key("acme/x.json"), None);
     }
 
     #[test]
     fn read_plans() {
-        let segs = [SegmentRef { first: 1, last: 100 }, SegmentRef { first: 101, last: 200 }, SegmentRef { first: 201, last: 300 }];
+        let segs = [
+            SegmentRef {
+                first: 1,
+                last: 100,
+            },
+            SegmentRef {
+                first: 101,
+                last: 200,
+            },
+            SegmentRef {
+                first: 201,
+                last: 300,
+            },
+        ];
         let cases: &[(u64, usize, Option<u64>, &[u64], bool)] = &[
             // since, limit, hot_first, segment firsts, read_hot
             (0, 1000, Some(301), &[1, 101, 201], true),
@@ -143,7 +170,11 @@ mod tests {
         for (since, limit, hot, want, want_hot) in cases {
             let plan = plan_read(*since, *limit, &segs, *hot);
             let firsts: Vec<u64> = plan.segments.iter().map(|s| s.first).collect();
-            assert_eq!((firsts.as_slice(), plan.read_hot), (*want, *want_hot), "since {since} limit {limit} hot {hot:?}");
+            assert_eq!(
+                (firsts.as_slice(), plan.read_hot),
+                (*want, *want_hot),
+                "since {since} limit {limit} hot {hot:?}"
+            );
         }
     }
 

@@ -46,14 +46,20 @@ fn repair_tool_results(messages: &mut Vec<Message>) {
     for message in messages.drain(..) {
         match &message {
             Message::ToolResult(result) => {
-                if let Some(pos) = open_calls.iter().position(|(id, _)| *id == result.tool_call_id) {
+                if let Some(pos) = open_calls
+                    .iter()
+                    .position(|(id, _)| *id == result.tool_call_id)
+                {
                     open_calls.remove(pos);
                     out.push(message);
                 }
             }
             Message::Assistant(assistant) => {
                 close_open(&mut open_calls, &mut out);
-                open_calls = assistant.tool_calls().map(|c| (c.id.clone(), c.name.clone())).collect();
+                open_calls = assistant
+                    .tool_calls()
+                    .map(|c| (c.id.clone(), c.name.clone()))
+                    .collect();
                 out.push(message);
             }
             _ => {
@@ -72,28 +78,57 @@ mod tests {
     use crate::wire::{AssistantMessage, ContentBlock, StopReason, ToolCall};
 
     fn entry(cursor: u64, message: Message) -> Entry {
-        Entry { cursor, id: format!("e{cursor}"), created_at: 0, payload: EntryPayload::Message { message } }
+        Entry {
+            cursor,
+            id: format!("e{cursor}"),
+            created_at: 0,
+            payload: EntryPayload::Message { message },
+        }
     }
     fn user(text: &str) -> Message {
-        Message::User { author: "ana".into(), content: text.into(), queue_item_id: None, lane: None }
+        Message::User {
+            author: "ana".into(),
+            content: text.into(),
+            queue_item_id: None,
+            lane: None,
+        }
     }
     fn call(id: &str) -> Message {
         Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::ToolCall(ToolCall { id: id.into(), name: "list_sessions".into(), arguments: serde_json::json!({}) })],
+            content: vec![ContentBlock::ToolCall(ToolCall {
+                id: id.into(),
+                name: "list_sessions".into(),
+                arguments: serde_json::json!({}),
+            })],
             stop_reason: StopReason::ToolUse,
             ..Default::default()
         })
     }
     fn result(id: &str) -> Message {
-        Message::ToolResult(ToolResult { tool_call_id: id.into(), tool_name: "list_sessions".into(), content: "ok".into(), is_error: false })
+        Message::ToolResult(ToolResult {
+            tool_call_id: id.into(),
+            tool_name: "list_sessions".into(),
+            content: "ok".into(),
+            is_error: false,
+        })
     }
     fn shape(messages: &[Message]) -> String {
         messages
             .iter()
             .map(|m| match m {
                 Message::User { content, .. } => format!("user:{content}"),
-                Message::Assistant(a) => format!("assistant:{}", a.tool_calls().map(|c| c.id.as_str()).collect::<Vec<_>>().join("+")),
-                Message::ToolResult(r) => format!("result:{}{}", r.tool_call_id, if r.is_error { "!" } else { "" }),
+                Message::Assistant(a) => format!(
+                    "assistant:{}",
+                    a.tool_calls()
+                        .map(|c| c.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+                Message::ToolResult(r) => format!(
+                    "result:{}{}",
+                    r.tool_call_id,
+                    if r.is_error { "!" } else { "" }
+                ),
                 Message::CustomMessage { content, .. } => format!("custom:{content}"),
             })
             .collect::<Vec<_>>()
@@ -102,16 +137,30 @@ mod tests {
 
     #[test]
     fn window_starts_at_a_user_message_and_repairs_calls() {
-        let header = Header { system_prompt: "s".into(), provider: "fake".into(), model: "m".into() };
+        let header = Header {
+            system_prompt: "s".into(),
+            provider: "fake".into(),
+            model: "m".into(),
+        };
         let cases: Vec<(Vec<Message>, &str)> = vec![
-            (vec![user("a"), call("1"), result("1")], "user:a assistant:1 result:1"),
+            (
+                vec![user("a"), call("1"), result("1")],
+                "user:a assistant:1 result:1",
+            ),
             (vec![result("0"), call("1"), user("a")], "user:a"),
-            (vec![user("a"), call("1"), user("b")], "user:a assistant:1 result:1! user:b"),
+            (
+                vec![user("a"), call("1"), user("b")],
+                "user:a assistant:1 result:1! user:b",
+            ),
             (vec![user("a"), call("1")], "user:a assistant:1 result:1!"),
             (vec![user("a"), result("9")], "user:a"),
         ];
         for (messages, want) in cases {
-            let entries: Vec<Entry> = messages.into_iter().enumerate().map(|(i, m)| entry(i as u64 + 1, m)).collect();
+            let entries: Vec<Entry> = messages
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| entry(i as u64 + 1, m))
+                .collect();
             let request = build_request(&header, &entries, vec![]);
             assert_eq!(shape(&request.messages), want);
         }

@@ -1,1 +1,219 @@
+//! # wuhu-worker
+//!
+//! The Cloudflare host of Wuhu. The fetch handler authenticates and routes; two Durable Object
+//! classes hold state: [`session_actor::SessionActor`] (one per session: transcript, lanes, the
+//! agent loop) and [`tenant_index::TenantIndex`] (one per tenant: the session list). Session
+//! meaning lives in `wuhu-core`; this crate turns its effects into I/O (SQLite, R2, `fetch`,
+//! alarms, SSE).
 
+mod archive_io;
+mod auth;
+mod builtin_tools;
+mod follow;
+mod http;
+mod inference;
+mod session_actor;
+mod session_client;
+mod store;
+mod tenant_index;
+
+use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};
+use wuhu_core::llm::{fake, openai};
+use wuhu_core::wire::{CreateSessionRequest, ListSessionsResponse};
+
+use crate::auth::{Identity, TokenKind, authenticate};
+use crate::http::{
+    ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
+};
+
+pub use session_actor::SessionActor;
+pub use tenant_index::TenantIndex;
+
+#[event(fetch)]
+async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+    Ok(match route(req, env).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    })
+}
+
+async fn route(mut req: Request, env: Env) -> ApiResult<Response> {
+    let path = req.path();
+    let method = req.method();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if segments.as_slice() == ["healthz"] {
+        return Ok(json_response(200, &serde_json::json!({"ok": true})));
+    }
+    if segments.first() != Some(&"v1") {
+        return Err(ApiError::not_found("no such route"));
+    }
+    // Every /v1 route authenticates before anything else is looked at.
+    let identity = authenticate(&req, &env, TokenKind::User)?;
+    match (segments.as_slice(), method) {
+        (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
+        (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
+        (["v1", "sessions"], _) => Err(method_not_allowed()),
+        (["v1", "sessions", id], Method::Get) => {
+            forward(&mut req, &env, &identity, id, "transcript", Method::Get).await
+        }
+        (["v1", "sessions", id], Method::Patch) => {
+            forward(&mut req, &env, &identity, id, "title", Method::Post).await
+        }
+        (
+            [
+                "v1",
+                "sessions",
+                id,
+                action @ ("enqueue" | "cancel" | "stop"),
+            ],
+            Method::Post,
+        ) => forward(&mut req, &env, &identity, id, action, Method::Post).await,
+        (["v1", "sessions", id, "follow"], Method::Get) => {
+            forward(&mut req, &env, &identity, id, "follow", Method::Get).await
+        }
+        (["v1", "sessions", _], _)
+        | (
+            [
+                "v1",
+                "sessions",
+                _,
+                "enqueue" | "cancel" | "stop" | "follow",
+            ],
+            _,
+        ) => Err(method_not_allowed()),
+        _ => Err(ApiError::not_found("no such route")),
+    }
+}
+
+fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        405,
+        "method_not_allowed",
+        "method not allowed on this route",
+    )
+}
+
+async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
+    let body = read_body(req).await?;
+    let request: CreateSessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateSessionRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let provider = request
+        .provider
+        .clone()
+        .unwrap_or_else(|| fake::PROVIDER.to_string());
+    if provider != fake::PROVIDER && provider != openai::PROVIDER {
+        return Err(ApiError::bad_request(format!(
+            "unknown provider {provider:?}: use \"fake\" or \"openai-compatible\""
+        )));
+    }
+    if request
+        .model
+        .as_deref()
+        .is_some_and(|m| m.trim().is_empty() || m.len() > 200)
+    {
+        return Err(ApiError::bad_request("model must be 1 to 200 characters"));
+    }
+    if request
+        .title
+        .as_deref()
+        .is_some_and(|t| t.chars().count() > 200)
+    {
+        return Err(ApiError::bad_request(
+            "title must be at most 200 characters",
+        ));
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let init = serde_json::json!({
+        "id": id,
+        "tenant": identity.tenant,
+        "createdBy": identity.sub,
+        "provider": provider,
+        "model": request.model,
+        "systemPrompt": request.system_prompt,
+        "title": request.title,
+    });
+    let stub = session_client::stub(env, &identity.tenant, &id)?;
+    let internal = internal_request(
+        "init",
+        "",
+        Method::Post,
+        Some(init.to_string()),
+        identity,
+        None,
+    )?;
+    Ok(stub.fetch_with_request(internal).await?)
+}
+
+async fn list_sessions(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
+    let pairs = query_pairs(req);
+    let limit = query_u64(&pairs, "limit")?.unwrap_or(50);
+    if limit == 0 || limit > 200 {
+        return Err(ApiError::bad_request("limit must be between 1 and 200"));
+    }
+    let before = query(&pairs, "before").filter(|b| !b.is_empty());
+    let page: ListSessionsResponse =
+        tenant_index::list(env, &identity.tenant, limit as u32, before.as_deref()).await?;
+    Ok(json_response(200, &page))
+}
+
+/// Forwards a request to the session's actor, with the verified identity in headers.
+async fn forward(
+    req: &mut Request,
+    env: &Env,
+    identity: &Identity,
+    id: &str,
+    action: &str,
+    method: Method,
+) -> ApiResult<Response> {
+    let stub = session_client::stub(env, &identity.tenant, id)?;
+    let body = if method == Method::Post {
+        Some(String::from_utf8_lossy(&read_body(req).await?).into_owned())
+    } else {
+        None
+    };
+    // Validate JSON at the edge so bad input never costs an actor wake-up... except an
+    // empty stop body, which is allowed.
+    if let Some(text) = &body {
+        if action != "stop" || !text.trim().is_empty() {
+            let _: serde_json::Value = parse_json(text.as_bytes())?;
+        }
+    }
+    let query = req
+        .url()
+        .ok()
+        .and_then(|u| u.query().map(str::to_string))
+        .unwrap_or_default();
+    let last_event_id = req.headers().get("last-event-id").ok().flatten();
+    let internal = internal_request(action, &query, method, body, identity, last_event_id)?;
+    Ok(stub.fetch_with_request(internal).await?)
+}
+
+fn internal_request(
+    action: &str,
+    query: &str,
+    method: Method,
+    body: Option<String>,
+    identity: &Identity,
+    last_event_id: Option<String>,
+) -> ApiResult<Request> {
+    let headers = Headers::new();
+    headers.set("x-wuhu-sub", &identity.sub)?;
+    headers.set("x-wuhu-tenant", &identity.tenant)?;
+    if let Some(id) = last_event_id {
+        headers.set("last-event-id", &id)?;
+    }
+    let mut init = RequestInit::new();
+    init.with_method(method).with_headers(headers);
+    if let Some(body) = body {
+        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
+    }
+    let url = if query.is_empty() {
+        format!("https://session/{action}")
+    } else {
+        format!("https://session/{action}?{query}")
+    };
+    Ok(Request::new_with_init(&url, &init)?)
+}

@@ -104,7 +104,11 @@ impl LlmFailure {
 
     /// A network-level failure.
     pub fn network(message: impl Into<String>) -> Self {
-        LlmFailure { status: None, message: message.into(), retryable: true }
+        LlmFailure {
+            status: None,
+            message: message.into(),
+            retryable: true,
+        }
     }
 }
 
@@ -161,13 +165,17 @@ impl AssistantBuilder {
                 };
             }
         }
-        let has_calls = self.content.iter().any(|b| matches!(b, ContentBlock::ToolCall(_)));
+        let has_calls = self
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolCall(_)));
         let stop_reason = match self.stop_reason {
             _ if has_calls => StopReason::ToolUse,
             Some(reason) => reason,
             None => StopReason::Stop,
         };
-        self.content.retain(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()));
+        self.content
+            .retain(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()));
         AssistantMessage {
             provider: provider.to_string(),
             model: model.to_string(),

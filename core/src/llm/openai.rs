@@ -1,1 +1,993 @@
-//! placeholder
+//! The `openai-compatible` provider: streaming Chat Completions (`POST {base}/chat/completions`
+//! with `stream: true`).
+//!
+//! [`build_http_request`] turns an [`LlmRequest`] into the HTTP request the host sends;
+//! [`StreamDecoder`] turns the Server-Sent Events of the response body, fed in arbitrary byte
+//! pieces, into [`LlmEvent`]s.
+
+use serde_json::{Map, Value, json};
+
+use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
+use crate::wire::{Message, StopReason, Usage};
+
+/// Provider id, as recorded in session headers and assistant messages.
+pub const PROVIDER: &str = "openai-compatible";
+/// Base URL used when none is configured.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// Model used when none is configured.
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+
+/// The longest SSE line (and the largest joined `data` payload) the decoder buffers.
+const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// Start of the message for a data line that is not JSON.
+const MALFORMED_JSON: &str = "provider stream has malformed json in a data line";
+/// How much of a provider's in-stream error message is kept.
+const MAX_ERROR_CHARS: usize = 500;
+
+/// Builds the streaming Chat Completions request.
+///
+/// `base_url` may end with `/`. The `authorization` header is only sent for a non-empty key.
+pub fn build_http_request(
+    base_url: &str,
+    api_key: Option<&str>,
+    request: &LlmRequest,
+) -> HttpRequest {
+    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+    let mut headers = vec![
+        ("content-type".to_string(), "application/json".to_string()),
+        ("accept".to_string(), "text/event-stream".to_string()),
+    ];
+    if let Some(key) = api_key.map(str::trim).filter(|key| !key.is_empty()) {
+        headers.push(("authorization".to_string(), format!("Bearer {key}")));
+    }
+
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system_prompt.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system_prompt}));
+    }
+    messages.extend(request.messages.iter().map(message_json));
+
+    let mut body = Map::new();
+    body.insert("model".to_string(), Value::String(request.model.clone()));
+    body.insert("stream".to_string(), Value::Bool(true));
+    body.insert("stream_options".to_string(), json!({"include_usage": true}));
+    body.insert("messages".to_string(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                })
+            })
+            .collect();
+        body.insert("tools".to_string(), Value::Array(tools));
+    }
+
+    HttpRequest {
+        url,
+        headers,
+        body: Value::Object(body).to_string(),
+    }
+}
+
+/// One context message in Chat Completions form.
+fn message_json(message: &Message) -> Value {
+    match message {
+        Message::User { content, .. } | Message::CustomMessage { content, .. } => {
+            json!({"role": "user", "content": content})
+        }
+        Message::Assistant(assistant) => {
+            let text = assistant.text();
+            let calls: Vec<Value> = assistant
+                .tool_calls()
+                .map(|call| {
+                    json!({
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.name,
+                            "arguments": arguments_text(&call.arguments),
+                        },
+                    })
+                })
+                .collect();
+            let mut object = Map::new();
+            object.insert("role".to_string(), Value::String("assistant".to_string()));
+            let content = match (text.is_empty(), calls.is_empty()) {
+                (false, _) => Value::String(text),
+                // Providers reject an assistant message with neither content nor tool calls.
+                (true, true) => Value::String(String::new()),
+                (true, false) => Value::Null,
+            };
+            object.insert("content".to_string(), content);
+            if !calls.is_empty() {
+                object.insert("tool_calls".to_string(), Value::Array(calls));
+            }
+            Value::Object(object)
+        }
+        Message::ToolResult(result) => json!({
+            "role": "tool",
+            "tool_call_id": result.tool_call_id,
+            "content": result.content,
+        }),
+    }
+}
+
+/// The JSON text of tool call arguments. A string holds arguments the model sent unparseable:
+/// they go back verbatim.
+fn arguments_text(arguments: &Value) -> String {
+    match arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool call seen in the stream.
+#[derive(Debug, Default)]
+struct CallState {
+    /// Provider index.
+    index: usize,
+    /// Id, once known (generated at the start if the provider sent none).
+    id: String,
+    /// Whether `ToolCallStart` was emitted (it needs the name).
+    started: bool,
+    /// Name, while not started.
+    name: String,
+    /// Argument text received before the start.
+    pending_arguments: String,
+}
+
+/// Decodes a streamed Chat Completions response (Server-Sent Events) into [`LlmEvent`]s.
+///
+/// Feed the body with [`push`](Self::push) in pieces of any size, then call
+/// [`finish`](Self::finish) when the body ends. After an error the decoder keeps returning it.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    /// Bytes of the current, unterminated line.
+    line: Vec<u8>,
+    /// The previous byte ended a line with `\r`: a following `\n` belongs to it.
+    after_cr: bool,
+    /// Whether a line was processed yet (a leading byte order mark is dropped).
+    seen_line: bool,
+    /// `data` of the current event, lines joined with `\n`.
+    data: String,
+    /// Whether the current event has a `data` field.
+    has_data: bool,
+    /// Tool calls, in order of first appearance.
+    calls: Vec<CallState>,
+    /// `data: [DONE]` was seen; everything after it is ignored.
+    done: bool,
+    /// A `finish_reason` was seen.
+    finished: bool,
+    /// The error returned, returned again by later calls.
+    failed: Option<LlmFailure>,
+}
+
+impl StreamDecoder {
+    /// A decoder at the start of a response body.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decodes the next piece of the body.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<LlmEvent>, LlmFailure> {
+        if let Some(failure) = &self.failed {
+            return Err(failure.clone());
+        }
+        let mut events = Vec::new();
+        match self.push_bytes(bytes, &mut events) {
+            Ok(()) => Ok(events),
+            Err(failure) => {
+                self.failed = Some(failure.clone());
+                Err(failure)
+            }
+        }
+    }
+
+    /// Ends the body: decodes a trailing event that lacks its blank line, and fails if the
+    /// stream never said it finished (neither `[DONE]` nor a `finish_reason`).
+    pub fn finish(mut self) -> Result<Vec<LlmEvent>, LlmFailure> {
+        if let Some(failure) = self.failed.take() {
+            return Err(failure);
+        }
+        let mut events = Vec::new();
+        if !self.done {
+            let trailing = self.finish_trailing(&mut events);
+            let complete = self.done || self.finished;
+            match trailing {
+                // A cut-off last event is an early end, not a provider bug.
+                Err(failure) if !complete && failure.message.starts_with(MALFORMED_JSON) => {
+                    return Err(ended_early());
+                }
+                Err(failure) => return Err(failure),
+                Ok(()) if !complete => return Err(ended_early()),
+                Ok(()) => self.flush_unstarted_calls(&mut events),
+            }
+        }
+        Ok(events)
+    }
+
+    fn finish_trailing(&mut self, events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.process_line(&line, events)?;
+        }
+        if !self.done {
+            self.dispatch(events)?;
+        }
+        Ok(())
+    }
+
+    fn push_bytes(
+        &mut self,
+        mut bytes: &[u8],
+        events: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmFailure> {
+        while !bytes.is_empty() && !self.done {
+            if self.after_cr {
+                self.after_cr = false;
+                if let Some(rest) = bytes.strip_prefix(b"\n") {
+                    bytes = rest;
+                    continue;
+                }
+            }
+            let end = bytes.iter().position(|&b| b == b'\n' || b == b'\r');
+            let Some((head, tail)) = end.and_then(|end| bytes.split_at_checked(end)) else {
+                self.extend_line(bytes)?;
+                break;
+            };
+            self.extend_line(head)?;
+            self.after_cr = tail.first() == Some(&b'\r');
+            bytes = tail.get(1..).unwrap_or_default();
+            let mut line = std::mem::take(&mut self.line);
+            let outcome = self.process_line(&line, events);
+            line.clear();
+            self.line = line;
+            outcome?;
+        }
+        Ok(())
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), LlmFailure> {
+        if self.line.len().saturating_add(bytes.len()) > MAX_LINE_BYTES {
+            return Err(too_large());
+        }
+        self.line.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Handles one complete line (without its terminator).
+    fn process_line(&mut self, line: &[u8], events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
+        let text = String::from_utf8_lossy(line);
+        let mut text: &str = &text;
+        if !self.seen_line {
+            self.seen_line = true;
+            text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        }
+        if text.is_empty() {
+            return self.dispatch(events);
+        }
+        if text.starts_with(':') {
+            return Ok(());
+        }
+        let (field, value) = match text.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (text, ""),
+        };
+        if field == "data" {
+            if self
+                .data
+                .len()
+                .saturating_add(value.len())
+                .saturating_add(1)
+                > MAX_LINE_BYTES
+            {
+                return Err(too_large());
+            }
+            if self.has_data {
+                self.data.push('\n');
+            }
+            self.data.push_str(value);
+            self.has_data = true;
+        }
+        // `event`, `id`, `retry` and unknown fields carry nothing we need.
+        Ok(())
+    }
+
+    /// Ends the current event.
+    fn dispatch(&mut self, events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
+        if !self.has_data {
+            return Ok(());
+        }
+        self.has_data = false;
+        let data = std::mem::take(&mut self.data);
+        self.handle_data(data.trim(), events)
+    }
+
+    /// Handles the data of one event: `[DONE]` or a `chat.completion.chunk`.
+    fn handle_data(&mut self, data: &str, events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
+        if data == "[DONE]" {
+            self.flush_unstarted_calls(events);
+            self.done = true;
+            return Ok(());
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|error| LlmFailure {
+            status: None,
+            message: format!("{MALFORMED_JSON}: {error}"),
+            retryable: true,
+        })?;
+        if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
+            return Err(stream_error(error));
+        }
+        if let Some(choice) = chunk.get("choices").and_then(|choices| choices.get(0)) {
+            if let Some(delta) = choice.get("delta") {
+                if let Some(text) = delta.get("content").and_then(Value::as_str)
+                    && !text.is_empty()
+                {
+                    events.push(LlmEvent::TextDelta(text.to_string()));
+                }
+                if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                    for (position, call) in calls.iter().enumerate() {
+                        self.tool_call_delta(position, call, events);
+                    }
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.flush_unstarted_calls(events);
+                self.finished = true;
+                events.push(LlmEvent::Finish(match reason {
+                    "tool_calls" => StopReason::ToolUse,
+                    "length" => StopReason::Length,
+                    _ => StopReason::Stop,
+                }));
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
+            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            let input_tokens = count("prompt_tokens");
+            let output_tokens = count("completion_tokens");
+            let total_tokens = usage
+                .get("total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(input_tokens.saturating_add(output_tokens));
+            events.push(LlmEvent::Usage(Usage {
+                input_tokens,
+                output_tokens,
+                total_tokens,
+            }));
+        }
+        Ok(())
+    }
+
+    /// One entry of `delta.tool_calls`. `ToolCallStart` waits for the name; arguments that
+    /// arrive before it are held back.
+    fn tool_call_delta(&mut self, position: usize, call: &Value, events: &mut Vec<LlmEvent>) {
+        let index = call
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|index| usize::try_from(index).ok())
+            .unwrap_or(position);
+        let function = call.get("function");
+        let name = function
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let arguments = function
+            .and_then(|f| f.get("arguments"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let id = call.get("id").and_then(Value::as_str).unwrap_or("");
+
+        let existing = self.calls.iter().rposition(|state| {
+            // Some providers send each whole call at the same index: a new id is a new call.
+            state.index == index && !(state.started && !id.is_empty() && state.id != id)
+        });
+        let state = match existing {
+            Some(found) => self.calls.get_mut(found),
+            None => {
+                self.calls.push(CallState {
+                    index,
+                    ..CallState::default()
+                });
+                self.calls.last_mut()
+            }
+        };
+        let Some(state) = state else { return };
+        if state.id.is_empty() && !id.is_empty() {
+            state.id = id.to_string();
+        }
+        if !state.started {
+            state.name.push_str(name);
+            state.pending_arguments.push_str(arguments);
+            if !state.name.is_empty() {
+                start_call(state, events);
+            }
+        } else if !arguments.is_empty() {
+            events.push(LlmEvent::ToolCallArgumentsDelta {
+                index,
+                delta: arguments.to_string(),
+            });
+        }
+    }
+
+    /// Starts calls that never got a name, so the tool executor can report them.
+    fn flush_unstarted_calls(&mut self, events: &mut Vec<LlmEvent>) {
+        for state in self.calls.iter_mut().filter(|state| !state.started) {
+            start_call(state, events);
+        }
+    }
+}
+
+fn start_call(state: &mut CallState, events: &mut Vec<LlmEvent>) {
+    state.started = true;
+    if state.id.is_empty() {
+        state.id = format!("call_{}", state.index);
+    }
+    events.push(LlmEvent::ToolCallStart {
+        index: state.index,
+        id: state.id.clone(),
+        name: std::mem::take(&mut state.name),
+    });
+    let arguments = std::mem::take(&mut state.pending_arguments);
+    if !arguments.is_empty() {
+        events.push(LlmEvent::ToolCallArgumentsDelta {
+            index: state.index,
+            delta: arguments,
+        });
+    }
+}
+
+fn stream_error(error: &Value) -> LlmFailure {
+    let detail = match error {
+        Value::String(message) => message.clone(),
+        other => match other.get("message").and_then(Value::as_str) {
+            Some(message) => message.to_string(),
+            None => other.to_string(),
+        },
+    };
+    LlmFailure {
+        status: None,
+        message: format!(
+            "provider stream error: {}",
+            detail.chars().take(MAX_ERROR_CHARS).collect::<String>()
+        ),
+        retryable: true,
+    }
+}
+
+fn ended_early() -> LlmFailure {
+    LlmFailure {
+        status: None,
+        message: "provider stream ended early".to_string(),
+        retryable: true,
+    }
+}
+
+fn too_large() -> LlmFailure {
+    LlmFailure {
+        status: None,
+        message: format!("provider stream line exceeds {MAX_LINE_BYTES} bytes"),
+        retryable: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{AssistantBuilder, ToolSchema};
+    use crate::wire::{AssistantMessage, ContentBlock, ToolCall, ToolResult};
+
+    fn request(messages: Vec<Message>, tools: Vec<ToolSchema>) -> LlmRequest {
+        LlmRequest {
+            model: "gpt-test".to_string(),
+            system_prompt: "be brief".to_string(),
+            messages,
+            tools,
+        }
+    }
+
+    fn user(content: &str) -> Message {
+        Message::User {
+            author: "alice".to_string(),
+            content: content.to_string(),
+            queue_item_id: None,
+            lane: None,
+        }
+    }
+
+    fn body(http: &HttpRequest) -> Value {
+        serde_json::from_str(&http.body).expect("body is json")
+    }
+
+    #[test]
+    fn request_for_a_conversation() {
+        let messages = vec![
+            user("list files"),
+            Message::Assistant(AssistantMessage {
+                provider: PROVIDER.to_string(),
+                model: "gpt-test".to_string(),
+                content: vec![
+                    ContentBlock::Text {
+                        text: "sure".to_string(),
+                    },
+                    ContentBlock::ToolCall(ToolCall {
+                        id: "call_1".to_string(),
+                        name: "bash".to_string(),
+                        arguments: json!({"command": "ls"}),
+                    }),
+                    ContentBlock::ToolCall(ToolCall {
+                        id: "call_2".to_string(),
+                        name: "bash".to_string(),
+                        arguments: Value::String("{not json".to_string()),
+                    }),
+                ],
+                usage: None,
+                stop_reason: StopReason::ToolUse,
+            }),
+            Message::ToolResult(ToolResult {
+                tool_call_id: "call_1".to_string(),
+                tool_name: "bash".to_string(),
+                content: "a.txt".to_string(),
+                is_error: false,
+            }),
+            Message::ToolResult(ToolResult {
+                tool_call_id: "call_2".to_string(),
+                tool_name: "bash".to_string(),
+                content: "invalid arguments".to_string(),
+                is_error: true,
+            }),
+            Message::Assistant(AssistantMessage {
+                content: vec![ContentBlock::ToolCall(ToolCall {
+                    id: "call_3".to_string(),
+                    name: "read".to_string(),
+                    arguments: json!({}),
+                })],
+                stop_reason: StopReason::ToolUse,
+                ..AssistantMessage::default()
+            }),
+            Message::ToolResult(ToolResult {
+                tool_call_id: "call_3".to_string(),
+                tool_name: "read".to_string(),
+                content: "x".to_string(),
+                is_error: false,
+            }),
+            Message::CustomMessage {
+                custom_type: "wuhu_system_input_v1".to_string(),
+                content: "build finished".to_string(),
+            },
+        ];
+        let tools = vec![ToolSchema {
+            name: "bash",
+            description: "runs a command",
+            parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+        }];
+        let http = build_http_request(
+            "https://example.test/v1/",
+            Some("sk-1"),
+            &request(messages, tools),
+        );
+
+        assert_eq!(http.url, "https://example.test/v1/chat/completions");
+        assert_eq!(
+            http.headers,
+            vec![
+                ("content-type".to_string(), "application/json".to_string()),
+                ("accept".to_string(), "text/event-stream".to_string()),
+                ("authorization".to_string(), "Bearer sk-1".to_string()),
+            ]
+        );
+        assert_eq!(
+            body(&http),
+            json!({
+                "model": "gpt-test",
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "list files"},
+                    {"role": "assistant", "content": "sure", "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}},
+                        {"id": "call_2", "type": "function",
+                         "function": {"name": "bash", "arguments": "{not json"}},
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
+                    {"role": "tool", "tool_call_id": "call_2", "content": "invalid arguments"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_3", "type": "function",
+                         "function": {"name": "read", "arguments": "{}"}},
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_3", "content": "x"},
+                    {"role": "user", "content": "build finished"},
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "bash",
+                    "description": "runs a command",
+                    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+                }}],
+            })
+        );
+    }
+
+    #[test]
+    fn request_without_key_tools_or_system_prompt() {
+        for key in [None, Some(""), Some("  ")] {
+            let mut req = request(
+                vec![
+                    user("hi"),
+                    Message::Assistant(AssistantMessage::default()),
+                    user("again"),
+                ],
+                vec![],
+            );
+            req.system_prompt = String::new();
+            let http = build_http_request("http://localhost:8080", key, &req);
+            assert_eq!(http.url, "http://localhost:8080/chat/completions");
+            assert!(
+                http.headers.iter().all(|(name, _)| name != "authorization"),
+                "{key:?}: {:?}",
+                http.headers
+            );
+            assert_eq!(
+                body(&http),
+                json!({
+                    "model": "gpt-test",
+                    "stream": true,
+                    "stream_options": {"include_usage": true},
+                    "messages": [
+                        {"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": ""},
+                        {"role": "user", "content": "again"},
+                    ],
+                })
+            );
+        }
+    }
+
+    /// Feeds `body` in pieces of `piece` bytes, then finishes.
+    fn decode_in_pieces(body: &[u8], piece: usize) -> Result<Vec<LlmEvent>, LlmFailure> {
+        let mut decoder = StreamDecoder::new();
+        let mut events = Vec::new();
+        for bytes in body.chunks(piece) {
+            events.extend(decoder.push(bytes)?);
+        }
+        events.extend(decoder.finish()?);
+        Ok(events)
+    }
+
+    fn decode(body: &str) -> Result<Vec<LlmEvent>, LlmFailure> {
+        decode_in_pieces(body.as_bytes(), body.len().max(1))
+    }
+
+    fn build(events: Vec<LlmEvent>) -> AssistantMessage {
+        let mut builder = AssistantBuilder::default();
+        for event in events {
+            builder.push(event);
+        }
+        builder.build(PROVIDER, "gpt-test")
+    }
+
+    fn text(text: &str) -> LlmEvent {
+        LlmEvent::TextDelta(text.to_string())
+    }
+
+    const REALISTIC: &str = concat!(
+        ": keep-alive\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Let me "},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"check ✓."},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_abc","type":"function","function":{"name":"bash","arguments":""}}]},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"comm"}}]},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"and\":\"ls\"}"}}]},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":12,"total_tokens":62}}"#,
+        "\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    fn realistic_events() -> Vec<LlmEvent> {
+        vec![
+            text("Let me "),
+            text("check ✓."),
+            LlmEvent::ToolCallStart {
+                index: 0,
+                id: "call_abc".to_string(),
+                name: "bash".to_string(),
+            },
+            LlmEvent::ToolCallArgumentsDelta {
+                index: 0,
+                delta: "{\"comm".to_string(),
+            },
+            LlmEvent::ToolCallArgumentsDelta {
+                index: 0,
+                delta: "and\":\"ls\"}".to_string(),
+            },
+            LlmEvent::Finish(StopReason::ToolUse),
+            LlmEvent::Usage(Usage {
+                input_tokens: 50,
+                output_tokens: 12,
+                total_tokens: 62,
+            }),
+        ]
+    }
+
+    #[test]
+    fn realistic_stream_in_any_pieces() {
+        let crlf = REALISTIC.replace('\n', "\r\n");
+        let cr = REALISTIC.replace('\n', "\r");
+        for (name, body) in [
+            ("lf", REALISTIC),
+            ("crlf", crlf.as_str()),
+            ("cr", cr.as_str()),
+        ] {
+            for piece in [body.len(), 1, 2, 3, 7, 64] {
+                let events = decode_in_pieces(body.as_bytes(), piece)
+                    .unwrap_or_else(|failure| panic!("{name}/{piece}: {failure:?}"));
+                assert_eq!(events, realistic_events(), "{name}/{piece}");
+            }
+        }
+
+        let message = build(decode(REALISTIC).expect("decodes"));
+        assert_eq!(
+            message,
+            AssistantMessage {
+                provider: PROVIDER.to_string(),
+                model: "gpt-test".to_string(),
+                content: vec![
+                    ContentBlock::Text {
+                        text: "Let me check ✓.".to_string()
+                    },
+                    ContentBlock::ToolCall(ToolCall {
+                        id: "call_abc".to_string(),
+                        name: "bash".to_string(),
+                        arguments: json!({"command": "ls"}),
+                    }),
+                ],
+                usage: Some(Usage {
+                    input_tokens: 50,
+                    output_tokens: 12,
+                    total_tokens: 62
+                }),
+                stop_reason: StopReason::ToolUse,
+            }
+        );
+    }
+
+    #[test]
+    fn framing_cases() {
+        let cases: Vec<(&str, String, Vec<LlmEvent>)> = vec![
+            (
+                "crlf split between cr and lf",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\n\r\ndata: [DONE]\r\n\r\n"
+                    .to_string(),
+                vec![text("a")],
+            ),
+            (
+                "comments and other fields",
+                ": hello\nevent: message\nid: 7\nretry: 100\n:another\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n: bye\n\ndata: [DONE]\n\n".to_string(),
+                vec![text("b")],
+            ),
+            (
+                "multi-line data joins with newline",
+                "data: {\"choices\":[{\"delta\":\ndata: {\"content\":\"c\"}}]}\n\ndata:[DONE]\n\n"
+                    .to_string(),
+                vec![text("c")],
+            ),
+            (
+                "multi-line data with crlf",
+                "data: {\"choices\":[{\"delta\":\r\ndata: {\"content\":\"g\"}}]}\r\n\r\ndata: [DONE]\r\n\r\n"
+                    .to_string(),
+                vec![text("g")],
+            ),
+            (
+                "byte order mark and data without space",
+                "\u{feff}data:{\"choices\":[{\"delta\":{\"content\":\"d\"},\"finish_reason\":\"stop\"}]}\n\n"
+                    .to_string(),
+                vec![text("d"), LlmEvent::Finish(StopReason::Stop)],
+            ),
+            (
+                "trailing event without blank line",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"e\"},\"finish_reason\":\"length\"}]}"
+                    .to_string(),
+                vec![text("e"), LlmEvent::Finish(StopReason::Length)],
+            ),
+            (
+                "trailing done without newline",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"f\"}}]}\n\ndata: [DONE]".to_string(),
+                vec![text("f")],
+            ),
+            (
+                "everything after done is ignored",
+                "data: [DONE]\n\ndata: {not json\n\n".to_string(),
+                vec![],
+            ),
+            (
+                "unknown finish reason is stop",
+                "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"content_filter\"}]}\n\n"
+                    .to_string(),
+                vec![LlmEvent::Finish(StopReason::Stop)],
+            ),
+            (
+                "first tool chunk carries name and arguments",
+                "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"x\",\"function\":{\"name\":\"read\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
+                vec![
+                    LlmEvent::ToolCallStart { index: 1, id: "x".to_string(), name: "read".to_string() },
+                    LlmEvent::ToolCallArgumentsDelta { index: 1, delta: "{}".to_string() },
+                    LlmEvent::Finish(StopReason::ToolUse),
+                ],
+            ),
+            (
+                "name after arguments waits; missing id is generated",
+                "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"a\\\"\"}}]}}]}\n\ndata: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"ls\",\"arguments\":\":1}\"}}]}}]}\n\ndata: [DONE]\n\n".to_string(),
+                vec![
+                    LlmEvent::ToolCallStart { index: 0, id: "call_0".to_string(), name: "ls".to_string() },
+                    LlmEvent::ToolCallArgumentsDelta { index: 0, delta: "{\"a\":1}".to_string() },
+                ],
+            ),
+            (
+                "whole calls repeated at one index with new ids are separate calls",
+                concat!(
+                    "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"ls\",\"arguments\":\"{}\"}}]}}]}\n\n",
+                    "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"b\",\"function\":{\"name\":\"cat\",\"arguments\":\"{\\\"p\\\":1}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+                ).to_string(),
+                vec![
+                    LlmEvent::ToolCallStart { index: 0, id: "a".to_string(), name: "ls".to_string() },
+                    LlmEvent::ToolCallArgumentsDelta { index: 0, delta: "{}".to_string() },
+                    LlmEvent::ToolCallStart { index: 0, id: "b".to_string(), name: "cat".to_string() },
+                    LlmEvent::ToolCallArgumentsDelta { index: 0, delta: "{\"p\":1}".to_string() },
+                    LlmEvent::Finish(StopReason::ToolUse),
+                ],
+            ),
+        ];
+        for (name, body, expected) in cases {
+            for piece in [body.len().max(1), 1] {
+                assert_eq!(
+                    decode_in_pieces(body.as_bytes(), piece).as_ref(),
+                    Ok(&expected),
+                    "{name} (pieces of {piece})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn failures() {
+        let cases: Vec<(&str, String, &str)> = vec![
+            (
+                "error payload",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n".to_string(),
+                "provider stream error: overloaded",
+            ),
+            (
+                "malformed json",
+                "data: {\"choices\":[{\"delta\":\n\n".to_string(),
+                "provider stream has malformed json in a data line: EOF while parsing a value at line 1 column 21",
+            ),
+            (
+                "truncated stream",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n".to_string(),
+                "provider stream ended early",
+            ),
+            (
+                "truncated inside an event",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choi".to_string(),
+                "provider stream ended early",
+            ),
+            ("empty body", String::new(), "provider stream ended early"),
+            (
+                "trailing error payload without blank line",
+                "data: {\"error\":{\"message\":\"rate limited\"}}".to_string(),
+                "provider stream error: rate limited",
+            ),
+            (
+                "malformed json after finish",
+                "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: {\"usa"
+                    .to_string(),
+                "provider stream has malformed json in a data line: EOF while parsing a string at line 1 column 5",
+            ),
+        ];
+        for (name, body, message) in cases {
+            for piece in [body.len().max(1), 1] {
+                assert_eq!(
+                    decode_in_pieces(body.as_bytes(), piece),
+                    Err(LlmFailure {
+                        status: None,
+                        message: message.to_string(),
+                        retryable: true
+                    }),
+                    "{name} (pieces of {piece})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn error_is_sticky_and_events_before_it_are_returned_by_earlier_pushes() {
+        let mut decoder = StreamDecoder::new();
+        assert_eq!(
+            decoder.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"),
+            Ok(vec![text("a")])
+        );
+        let failure = decoder
+            .push(b"data: {\"error\":\"boom\"}\n\n")
+            .expect_err("error payload");
+        assert_eq!(failure.message, "provider stream error: boom");
+        assert_eq!(decoder.push(b"data: [DONE]\n\n"), Err(failure.clone()));
+        assert_eq!(decoder.finish(), Err(failure));
+    }
+
+    #[test]
+    fn utf8_split_across_pushes() {
+        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"é🦀\"}}]}\n\ndata: [DONE]\n\n";
+        let bytes = body.as_bytes();
+        let crab = body.find('🦀').expect("crab");
+        for split in [crab + 1, crab + 2, crab + 3, crab - 1] {
+            let mut decoder = StreamDecoder::new();
+            let (head, tail) = bytes.split_at(split);
+            let mut events = decoder.push(head).expect("head");
+            events.extend(decoder.push(tail).expect("tail"));
+            events.extend(decoder.finish().expect("finish"));
+            assert_eq!(events, vec![text("é🦀")], "split at {split}");
+        }
+    }
+
+    #[test]
+    fn oversized_line_fails() {
+        let mut decoder = StreamDecoder::new();
+        let piece = vec![b'x'; 1024 * 1024];
+        let mut outcome = Ok(vec![]);
+        for _ in 0..17 {
+            outcome = decoder.push(&piece);
+            if outcome.is_err() {
+                break;
+            }
+        }
+        let failure = outcome.expect_err("line too long");
+        assert!(failure.retryable);
+        assert!(failure.message.contains("exceeds"), "{}", failure.message);
+
+        // Many data lines of one event are bounded too.
+        let mut decoder = StreamDecoder::new();
+        let mut line = b"data: ".to_vec();
+        line.extend(std::iter::repeat_n(b'y', 1024 * 1024));
+        line.push(b'\n');
+        let outcome = (0..17).try_for_each(|_| decoder.push(&line).map(drop));
+        assert!(outcome.is_err());
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let bodies: [&[u8]; 8] = [
+            b"\xff\xfe\r\r\n\n",
+            b"data: null\n\ndata: 5\n\ndata: []\n\n",
+            b"data: {\"choices\":5,\"usage\":7}\n\n",
+            b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[5,{\"index\":-1},{\"index\":1e40}]}}]}\n\n",
+            b"data: {\"choices\":[{\"delta\":{\"tool_calls\":{}}, \"finish_reason\": 3}]}\n\n",
+            b"data: {\"error\":null,\"choices\":[]}\n\n",
+            b"data: {\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":\"x\"}}\n\n",
+            b"data\ndata:\n\n:\n\n",
+        ];
+        for body in bodies {
+            for piece in [body.len(), 1] {
+                let _ = decode_in_pieces(body, piece);
+            }
+        }
+    }
+}

@@ -58,7 +58,7 @@ pub enum Phase {
         /// The attempt that will run.
         attempt: u32,
         /// When.
-        at: MillisRepr,
+        at: Millis,
     },
     /// Tool calls of the last assistant message are running.
     Tools {
@@ -70,9 +70,6 @@ pub enum Phase {
         remaining: Vec<Vec<ToolCall>>,
     },
 }
-
-/// [`Millis`] as stored.
-pub type MillisRepr = Millis;
 
 impl Serialize for Millis {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -127,7 +127,11 @@ impl Session {
     /// A session loaded from its last checkpoint. `seed` must be fresh randomness: it feeds
     /// entry ids. Call [`Session::handle_resume`] to re-issue work that was in flight.
     pub fn restore(state: Checkpoint, seed: u64) -> Session {
-        Session { state, rng: SplitMix64::new(seed), effects: VecDeque::new() }
+        Session {
+            state,
+            rng: SplitMix64::new(seed),
+            effects: VecDeque::new(),
+        }
     }
 
     /// What to persist after draining effects.
@@ -220,11 +224,20 @@ impl Session {
             Phase::Inference { step, .. } | Phase::RetryWait { step, .. } => {
                 self.effects.push_back(Effect::CancelInference { step });
             }
-            Phase::Tools { step, running, remaining } => {
+            Phase::Tools {
+                step,
+                running,
+                remaining,
+            } => {
                 self.effects.push_back(Effect::CancelTools { step });
                 for call in running.iter().chain(remaining.iter().flatten()) {
                     stopped_calls += 1;
-                    self.append_tool_result(now, call, "Tool call stopped: the session was stopped before it finished.".into(), true);
+                    self.append_tool_result(
+                        now,
+                        call,
+                        "Tool call stopped: the session was stopped before it finished.".into(),
+                        true,
+                    );
                 }
             }
         }
@@ -247,13 +260,21 @@ impl Session {
         outcome: Result<AssistantMessage, LlmFailure>,
     ) {
         let attempt = match self.state.phase {
-            Phase::Inference { step: current, attempt } if current == step => attempt,
+            Phase::Inference {
+                step: current,
+                attempt,
+            } if current == step => attempt,
             _ => return,
         };
         match outcome {
             Ok(message) => {
                 let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
-                self.append(now, EntryPayload::Message { message: Message::Assistant(message) });
+                self.append(
+                    now,
+                    EntryPayload::Message {
+                        message: Message::Assistant(message),
+                    },
+                );
                 if calls.is_empty() {
                     self.state.phase = Phase::Idle;
                     self.next_step(now, false);
@@ -283,8 +304,11 @@ impl Session {
                 if will_retry {
                     // 1 s, 2 s, 4 s ... between attempts.
                     let delay = 1000u64 << (attempt - 1).min(5);
-                    self.state.phase =
-                        Phase::RetryWait { step, attempt: attempt + 1, at: Millis(now.0 + delay) };
+                    self.state.phase = Phase::RetryWait {
+                        step,
+                        attempt: attempt + 1,
+                        at: Millis(now.0 + delay),
+                    };
                 } else {
                     self.state.phase = Phase::Idle;
                     self.go_idle();
@@ -294,12 +318,28 @@ impl Session {
     }
 
     /// Delivers one tool result. Stale or unknown calls are ignored.
-    pub fn handle_tool_done(&mut self, now: Millis, step: u64, call_id: &str, content: String, is_error: bool) {
-        let Phase::Tools { step: current, running, .. } = &mut self.state.phase else { return };
+    pub fn handle_tool_done(
+        &mut self,
+        now: Millis,
+        step: u64,
+        call_id: &str,
+        content: String,
+        is_error: bool,
+    ) {
+        let Phase::Tools {
+            step: current,
+            running,
+            ..
+        } = &mut self.state.phase
+        else {
+            return;
+        };
         if *current != step {
             return;
         }
-        let Some(pos) = running.iter().position(|call| call.id == call_id) else { return };
+        let Some(pos) = running.iter().position(|call| call.id == call_id) else {
+            return;
+        };
         let call = running.remove(pos);
         let batch_done = running.is_empty();
         self.append_tool_result(now, &call, content, is_error);
@@ -341,10 +381,16 @@ impl Session {
                     .partition(|call| tools::traits(&call.name).is_some_and(|t| t.idempotent));
                 running.retain(|call| rerun.iter().any(|r| r.id == call.id));
                 for call in &lost {
-                    self.append_tool_result(now, call, "Tool result lost: the server restarted while the call was running.".into(), true);
+                    self.append_tool_result(
+                        now,
+                        call,
+                        "Tool result lost: the server restarted while the call was running.".into(),
+                        true,
+                    );
                 }
                 if !rerun.is_empty() {
-                    self.effects.push_back(Effect::RunTools { step, calls: rerun });
+                    self.effects
+                        .push_back(Effect::RunTools { step, calls: rerun });
                 } else {
                     self.next_batch(now);
                 }
@@ -376,39 +422,61 @@ impl Session {
 
     /// Starts the next batch of tool calls, or skips the rest when steer is waiting.
     fn next_batch(&mut self, now: Millis) {
-        let Phase::Tools { step, running, remaining } = &mut self.state.phase else { return };
+        let Phase::Tools {
+            step,
+            running,
+            remaining,
+        } = &mut self.state.phase
+        else {
+            return;
+        };
         debug_assert!(running.is_empty());
         let step = *step;
-        let steer_waiting =
-            self.state.queue.iter().any(|item| matches!(item.lane, Lane::Steer | Lane::System));
+        let steer_waiting = self
+            .state
+            .queue
+            .iter()
+            .any(|item| matches!(item.lane, Lane::Steer | Lane::System));
         if steer_waiting || remaining.is_empty() {
             let skipped: Vec<ToolCall> = remaining.drain(..).flatten().collect();
             self.state.phase = Phase::Idle;
             for call in &skipped {
-                self.append_tool_result(now, call, "Tool call skipped: a new message arrived before it ran.".into(), true);
+                self.append_tool_result(
+                    now,
+                    call,
+                    "Tool call skipped: a new message arrived before it ran.".into(),
+                    true,
+                );
             }
             self.next_step(now, true);
             return;
         }
         let batch = remaining.remove(0);
         // Unknown tools fail at once; they never reach the host.
-        let (known, unknown): (Vec<ToolCall>, Vec<ToolCall>) =
-            batch.into_iter().partition(|call| tools::traits(&call.name).is_some());
+        let (known, unknown): (Vec<ToolCall>, Vec<ToolCall>) = batch
+            .into_iter()
+            .partition(|call| tools::traits(&call.name).is_some());
         running.extend(known.iter().cloned());
         for call in &unknown {
-            let message = format!("Unknown tool {:?}. Available tools: {}.", call.name, tool_names());
+            let message = format!(
+                "Unknown tool {:?}. Available tools: {}.",
+                call.name,
+                tool_names()
+            );
             self.append_tool_result(now, call, message, true);
         }
         if known.is_empty() {
             self.next_batch(now);
         } else {
-            self.effects.push_back(Effect::RunTools { step, calls: known });
+            self.effects
+                .push_back(Effect::RunTools { step, calls: known });
         }
     }
 
     fn deliver(&mut self, now: Millis, lanes: impl Fn(Lane) -> bool) -> usize {
-        let (take, keep): (Vec<QueueItem>, Vec<QueueItem>) =
-            std::mem::take(&mut self.state.queue).into_iter().partition(|item| lanes(item.lane));
+        let (take, keep): (Vec<QueueItem>, Vec<QueueItem>) = std::mem::take(&mut self.state.queue)
+            .into_iter()
+            .partition(|item| lanes(item.lane));
         self.state.queue = keep;
         let n = take.len();
         for item in take {
@@ -447,20 +515,36 @@ impl Session {
         }
     }
 
-    fn append_tool_result(&mut self, now: Millis, call: &ToolCall, content: String, is_error: bool) {
+    fn append_tool_result(
+        &mut self,
+        now: Millis,
+        call: &ToolCall,
+        content: String,
+        is_error: bool,
+    ) {
         let result = ToolResult {
             tool_call_id: call.id.clone(),
             tool_name: call.name.clone(),
             content,
             is_error,
         };
-        self.append(now, EntryPayload::Message { message: Message::ToolResult(result) });
+        self.append(
+            now,
+            EntryPayload::Message {
+                message: Message::ToolResult(result),
+            },
+        );
     }
 
     fn append(&mut self, now: Millis, payload: EntryPayload) {
         let cursor = self.state.next_cursor.max(1);
         self.state.next_cursor = cursor + 1;
-        let entry = Entry { cursor, id: self.rng.uuid(), created_at: now.unix_seconds(), payload };
+        let entry = Entry {
+            cursor,
+            id: self.rng.uuid(),
+            created_at: now.unix_seconds(),
+            payload,
+        };
         self.effects.push_back(Effect::AppendEntry(entry));
     }
 }
@@ -482,5 +566,9 @@ fn batches(calls: Vec<ToolCall>) -> Vec<Vec<ToolCall>> {
 }
 
 fn tool_names() -> String {
-    tools::catalogue().iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
+    tools::catalogue()
+        .iter()
+        .map(|t| t.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -14,8 +14,16 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
-        let header = Header { system_prompt: "sys".into(), provider: "fake".into(), model: "m".into() };
-        let mut h = Harness { session: Session::create(Millis(1_000), 7, header), now: 1_000, log: vec![] };
+        let header = Header {
+            system_prompt: "sys".into(),
+            provider: "fake".into(),
+            model: "m".into(),
+        };
+        let mut h = Harness {
+            session: Session::create(Millis(1_000), 7, header),
+            now: 1_000,
+            log: vec![],
+        };
         h.drain();
         h.log.clear();
         h
@@ -24,12 +32,21 @@ impl Harness {
     fn drain(&mut self) {
         while let Some(effect) = self.session.poll_effect() {
             let line = match effect {
-                Effect::AppendEntry(entry) => format!("#{} {}", entry.cursor, render(&entry.payload)),
+                Effect::AppendEntry(entry) => {
+                    format!("#{} {}", entry.cursor, render(&entry.payload))
+                }
                 Effect::StatusChanged(s) => format!("status {}", s.as_str()),
                 Effect::Infer { step } => format!("infer {step}"),
                 Effect::CancelInference { step } => format!("cancel-infer {step}"),
                 Effect::RunTools { step, calls } => {
-                    format!("run {step} {}", calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(","))
+                    format!(
+                        "run {step} {}",
+                        calls
+                            .iter()
+                            .map(|c| c.id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
                 }
                 Effect::CancelTools { step } => format!("cancel-tools {step}"),
                 Effect::Idle => "idle".into(),
@@ -54,7 +71,9 @@ impl Harness {
                         _ => Lane::System,
                     };
                     let id = format!("q-{rest}");
-                    self.session.handle_enqueue(now, id, lane, "ana".into(), rest.into()).unwrap();
+                    self.session
+                        .handle_enqueue(now, id, lane, "ana".into(), rest.into())
+                        .unwrap();
                 }
                 "cancel" => {
                     let r = self.session.handle_cancel(&format!("q-{rest}"));
@@ -70,7 +89,8 @@ impl Harness {
                         content: vec![ContentBlock::Text { text: text.into() }],
                         ..Default::default()
                     };
-                    self.session.handle_inference_done(now, step.parse().unwrap(), Ok(msg));
+                    self.session
+                        .handle_inference_done(now, step.parse().unwrap(), Ok(msg));
                 }
                 "calls" => {
                     let mut parts = rest.split(' ');
@@ -78,21 +98,37 @@ impl Harness {
                     let content = parts
                         .map(|p| {
                             let (name, id) = p.split_once(':').unwrap();
-                            ContentBlock::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: serde_json::json!({}) })
+                            ContentBlock::ToolCall(ToolCall {
+                                id: id.into(),
+                                name: name.into(),
+                                arguments: serde_json::json!({}),
+                            })
                         })
                         .collect();
-                    let msg = AssistantMessage { content, stop_reason: StopReason::ToolUse, ..Default::default() };
+                    let msg = AssistantMessage {
+                        content,
+                        stop_reason: StopReason::ToolUse,
+                        ..Default::default()
+                    };
                     self.session.handle_inference_done(now, step, Ok(msg));
                 }
                 "fail" => {
                     let (step, status) = rest.split_once(' ').unwrap();
                     let status: u16 = status.parse().unwrap();
-                    let failure = LlmFailure::from_status(status, "{\"error\":{\"message\":\"nope\"}}");
-                    self.session.handle_inference_done(now, step.parse().unwrap(), Err(failure));
+                    let failure =
+                        LlmFailure::from_status(status, "{\"error\":{\"message\":\"nope\"}}");
+                    self.session
+                        .handle_inference_done(now, step.parse().unwrap(), Err(failure));
                 }
                 "done" => {
                     let (step, id) = rest.split_once(' ').unwrap();
-                    self.session.handle_tool_done(now, step.parse().unwrap(), id, format!("out-{id}"), false);
+                    self.session.handle_tool_done(
+                        now,
+                        step.parse().unwrap(),
+                        id,
+                        format!("out-{id}"),
+                        false,
+                    );
                 }
                 "tick" => {
                     self.now += rest.parse::<u64>().unwrap();
@@ -120,9 +156,15 @@ fn render(payload: &EntryPayload) -> String {
             Message::User { content, lane, .. } => format!("user({lane:?}) {content}"),
             Message::Assistant(a) => {
                 let calls: Vec<&str> = a.tool_calls().map(|c| c.id.as_str()).collect();
-                if calls.is_empty() { format!("assistant {}", a.text()) } else { format!("assistant calls {}", calls.join(",")) }
+                if calls.is_empty() {
+                    format!("assistant {}", a.text())
+                } else {
+                    format!("assistant calls {}", calls.join(","))
+                }
             }
-            Message::ToolResult(r) => format!("result {} err={} {}", r.tool_call_id, r.is_error, r.content),
+            Message::ToolResult(r) => {
+                format!("result {} err={} {}", r.tool_call_id, r.is_error, r.content)
+            }
             Message::CustomMessage { content, .. } => format!("system {content}"),
         },
     }
@@ -461,13 +503,27 @@ fn queue_is_bounded() {
     for i in 0..MAX_QUEUE_ITEMS {
         // A stopped session resumes on enqueue, so stop again to keep items queued.
         h.session.handle_stop(Millis(2_000), "ana");
-        let _ = h.session.handle_enqueue(Millis(2_000), format!("{i}"), Lane::Steer, "a".into(), "x".into());
+        let _ = h.session.handle_enqueue(
+            Millis(2_000),
+            format!("{i}"),
+            Lane::Steer,
+            "a".into(),
+            "x".into(),
+        );
         if h.session.queue().is_empty() {
             break;
         }
     }
     let full = (0..MAX_QUEUE_ITEMS + 1)
-        .map(|i| h.session.handle_enqueue(Millis(2_000), format!("f{i}"), Lane::FollowUp, "a".into(), "x".into()))
+        .map(|i| {
+            h.session.handle_enqueue(
+                Millis(2_000),
+                format!("f{i}"),
+                Lane::FollowUp,
+                "a".into(),
+                "x".into(),
+            )
+        })
         .any(|r| r == Err(EnqueueError::QueueFull));
     assert!(full);
 }

@@ -28,9 +28,10 @@ pub mod names {
 /// The traits of a known tool, or `None` for a name the model made up.
 pub fn traits(name: &str) -> Option<ToolTraits> {
     match name {
-        names::LIST_SESSIONS | names::READ_SESSION => {
-            Some(ToolTraits { parallel_safe: true, idempotent: true })
-        }
+        names::LIST_SESSIONS | names::READ_SESSION => Some(ToolTraits {
+            parallel_safe: true,
+            idempotent: true,
+        }),
         _ => None,
     }
 }
@@ -108,7 +109,12 @@ pub fn truncate_head_with(text: &str, max_lines: usize, max_bytes: usize) -> Tru
         while !text.is_char_boundary(cut) {
             cut -= 1;
         }
-        return Truncated { text: text[..cut].to_string(), truncated: true, lines_kept: 0, total_lines };
+        return Truncated {
+            text: text[..cut].to_string(),
+            truncated: true,
+            lines_kept: 0,
+            total_lines,
+        };
     }
     Truncated {
         text: text[..end].to_string(),
@@ -133,7 +139,11 @@ mod tests {
         ];
         for (input, lines, bytes, want, cut) in cases {
             let got = truncate_head_with(input, *lines, *bytes);
-            assert_eq!((got.text.as_str(), got.truncated), (*want, *cut), "input {input:?}");
+            assert_eq!(
+                (got.text.as_str(), got.truncated),
+                (*want, *cut),
+                "input {input:?}"
+            );
         }
     }
 

@@ -147,7 +147,12 @@ pub struct ErrorDetail {
 impl ErrorBody {
     /// Builds an error body.
     pub fn new(code: &str, message: impl Into<String>) -> Self {
-        ErrorBody { error: ErrorDetail { code: code.to_string(), message: message.into() } }
+        ErrorBody {
+            error: ErrorDetail {
+                code: code.to_string(),
+                message: message.into(),
+            },
+        }
     }
 }
 

@@ -61,7 +61,11 @@ pub enum Message {
         /// The text.
         content: String,
         /// The queue item this message was delivered from.
-        #[serde(default, skip_serializing_if = "Option::is_none", rename = "queueItemId")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            rename = "queueItemId"
+        )]
         queue_item_id: Option<String>,
         /// The lane it came from.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -46,7 +46,12 @@ impl StreamEvent {
         let data = serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"));
         match self {
             StreamEvent::EntryAppended { entry } => {
-                format!("id: {}\nevent: {}\ndata: {}\n\n", entry.cursor, self.name(), data)
+                format!(
+                    "id: {}\nevent: {}\ndata: {}\n\n",
+                    entry.cursor,
+                    self.name(),
+                    data
+                )
             }
             _ => format!("event: {}\ndata: {}\n\n", self.name(), data),
         }

@@ -1,0 +1,122 @@
+//! Transcript archive I/O: flushing entries to R2 segments and stitched reads.
+//! The policy (names, thresholds, read plans) lives in `wuhu_core::archive`.
+
+use std::rc::Rc;
+
+use wuhu_core::archive::{self, HOT_TAIL_KEEP, SegmentRef};
+use wuhu_core::wire::Entry;
+
+use crate::http::{ApiError, ApiResult};
+use crate::session_actor::Actor;
+
+const BUCKET: &str = "ARCHIVE";
+
+/// Flushes unarchived entries while the policy says so. One flush at a time per actor.
+pub(crate) async fn flush(actor: Rc<Actor>) {
+    if actor.flushing.replace(true) {
+        return;
+    }
+    if let Err(e) = flush_all(&actor).await {
+        worker::console_error!(
+            "archive flush failed (will retry at the next idle): {}",
+            e.message
+        );
+    }
+    actor.flushing.set(false);
+}
+
+async fn flush_all(actor: &Rc<Actor>) -> ApiResult<()> {
+    let bucket = actor.env.bucket(BUCKET)?;
+    loop {
+        let idle = actor.status() != Some(wuhu_core::wire::Status::Running);
+        let store = actor.store()?;
+        let (n, bytes) = store.unarchived()?;
+        if !archive::should_flush(n, bytes, idle) {
+            return Ok(());
+        }
+        let through = store.archived_through()?;
+        let mut batch = store.entries_after(through, archive::FLUSH_ENTRIES as usize)?;
+        // Keep segments under the byte threshold too.
+        let mut size = 0u64;
+        let mut keep = 0;
+        for entry in &batch {
+            size += serde_json::to_string(entry)
+                .map(|s| s.len() as u64)
+                .unwrap_or(0);
+            keep += 1;
+            if size >= archive::FLUSH_BYTES {
+                break;
+            }
+        }
+        batch.truncate(keep);
+        let (Some(first), Some(last)) = (
+            batch.first().map(|e| e.cursor),
+            batch.last().map(|e| e.cursor),
+        ) else {
+            return Ok(());
+        };
+        let key = archive::segment_key(&actor.tenant(), &actor.session_id(), first, last);
+        bucket
+            .put(key, archive::encode_segment(&batch))
+            .execute()
+            .await?;
+        // Only after the segment is durable are entries trimmed from SQLite.
+        actor.store()?.record_segment(first, last, HOT_TAIL_KEEP)?;
+    }
+}
+
+/// Entries with cursor > `since`, oldest first, at most `limit`, stitched from archived segments
+/// and the hot tail. Returns the page and the cursor to continue from when more follow.
+pub(crate) async fn read_page(
+    actor: &Rc<Actor>,
+    since: u64,
+    limit: usize,
+) -> ApiResult<(Vec<Entry>, Option<u64>)> {
+    let (segments, hot_first) = {
+        let store = actor.store()?;
+        (store.segments()?, store.hot_first()?)
+    };
+    let plan = archive::plan_read(since, limit, &segments, hot_first);
+    let mut entries = Vec::new();
+    if !plan.segments.is_empty() {
+        let bucket = actor.env.bucket(BUCKET)?;
+        for segment in &plan.segments {
+            entries.extend(read_segment(&bucket, actor, *segment).await?);
+        }
+    }
+    if plan.read_hot {
+        entries.extend(actor.store()?.entries_after(since, limit + 1)?);
+    }
+    let (page, more) = archive::stitch(entries, since, limit);
+    let next = if more {
+        page.last().map(|e| e.cursor)
+    } else {
+        None
+    };
+    Ok((page, next))
+}
+
+async fn read_segment(
+    bucket: &worker::Bucket,
+    actor: &Actor,
+    segment: SegmentRef,
+) -> ApiResult<Vec<Entry>> {
+    let key = archive::segment_key(
+        &actor.tenant(),
+        &actor.session_id(),
+        segment.first,
+        segment.last,
+    );
+    let object = bucket
+        .get(&key)
+        .execute()
+        .await?
+        .ok_or_else(|| ApiError::internal(format!("archived segment {key} is missing")))?;
+    let text = object
+        .body()
+        .ok_or_else(|| ApiError::internal(format!("archived segment {key} has no body")))?
+        .text()
+        .await?;
+    archive::decode_segment(&text)
+        .map_err(|(line, e)| ApiError::internal(format!("archived segment {key} line {line}: {e}")))
+}

@@ -1,0 +1,169 @@
+//! The built-in tools, run inside the session actor. Each call gets a complete
+//! [`ToolContext`]; tools never reach back into the session (seed 003).
+
+use std::rc::Rc;
+
+use serde::Deserialize;
+use worker::Env;
+use wuhu_core::tools::{names, truncate_head};
+use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall};
+
+use crate::session_actor::{Actor, now};
+use crate::{session_client, tenant_index};
+
+/// Everything a tool may use.
+pub(crate) struct ToolContext {
+    pub(crate) env: Env,
+    pub(crate) tenant: String,
+    pub(crate) session_id: String,
+}
+
+pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
+    actor.in_flight.set(actor.in_flight.get() + 1);
+    let context = ToolContext {
+        env: actor.env.clone(),
+        tenant: actor.tenant(),
+        session_id: actor.session_id(),
+    };
+    let (content, is_error) = match execute(&context, &call).await {
+        Ok(text) => (text, false),
+        Err(message) => (message, true),
+    };
+    actor.in_flight.set(actor.in_flight.get() - 1);
+    actor.with_session(|s| s.handle_tool_done(now(), step, &call.id, content, is_error));
+    actor.pump();
+}
+
+fn parse_args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, String> {
+    serde_json::from_value(call.arguments.clone())
+        .map_err(|e| format!("Invalid arguments for {}: {e}", call.name))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    limit: Option<u32>,
+    before: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReadArgs {
+    id: String,
+    since_cursor: Option<u64>,
+}
+
+/// Runs one tool call. `Err` is a tool error the model sees.
+pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<String, String> {
+    match call.name.as_str() {
+        names::LIST_SESSIONS => {
+            let args: ListArgs = parse_args(call)?;
+            let limit = args.limit.unwrap_or(20).clamp(1, 100);
+            let page =
+                tenant_index::list(&context.env, &context.tenant, limit, args.before.as_deref())
+                    .await
+                    .map_err(|e| format!("Listing sessions failed: {}", e.message))?;
+            let mut out = String::new();
+            for s in &page.sessions {
+                let marker = if s.id == context.session_id {
+                    " (this session)"
+                } else {
+                    ""
+                };
+                out.push_str(&format!(
+                    "{} · {} · {} · updated {}{}\n",
+                    s.id,
+                    s.title.as_deref().unwrap_or("(untitled)"),
+                    s.status.as_str(),
+                    s.updated_at,
+                    marker
+                ));
+            }
+            if out.is_empty() {
+                out.push_str("No sessions.\n");
+            }
+            if let Some(next) = page.next_before {
+                out.push_str(&format!(
+                    "[more sessions: call list_sessions with before={next:?}]\n"
+                ));
+            }
+            Ok(out)
+        }
+        names::READ_SESSION => {
+            let args: ReadArgs = parse_args(call)?;
+            let since = args.since_cursor.unwrap_or(0);
+            let page: GetSessionResponse =
+                session_client::transcript(&context.env, &context.tenant, &args.id, since, 500)
+                    .await
+                    .map_err(|e| {
+                        if e.status == 404 {
+                            format!("No session {:?} in this workspace.", args.id)
+                        } else {
+                            format!("Reading the session failed: {}", e.message)
+                        }
+                    })?;
+            let mut text = String::new();
+            let mut last_cursor = since;
+            let mut cursors = Vec::new();
+            for entry in &page.transcript {
+                let line = render_entry(entry);
+                cursors.push((text.len(), entry.cursor));
+                text.push_str(&line);
+                last_cursor = entry.cursor;
+            }
+            let cut = truncate_head(&text);
+            let mut out = cut.text.clone();
+            let continue_at = if cut.truncated {
+                // Continue after the last entry that was shown whole.
+                cursors
+                    .iter()
+                    .take_while(|(offset, _)| *offset < cut.text.len())
+                    .last()
+                    .map(|(_, c)| c.saturating_sub(1))
+                    .or(Some(since))
+            } else {
+                page.next_cursor.map(|_| last_cursor)
+            };
+            if let Some(next) = continue_at {
+                out.push_str(&format!("\n[transcript continues: call read_session with id={:?} and sinceCursor={next}]\n", args.id));
+            }
+            if out.is_empty() {
+                out.push_str("No entries after that cursor.\n");
+            }
+            Ok(out)
+        }
+        other => Err(format!("Tool {other:?} is not available here.")),
+    }
+}
+
+fn render_entry(entry: &Entry) -> String {
+    let body = match &entry.payload {
+        EntryPayload::Header(h) => format!("[header] model {} ({})", h.model, h.provider),
+        EntryPayload::Custom { custom_type, data } => format!("[notice {custom_type}] {data}"),
+        EntryPayload::Message { message } => match message {
+            Message::User {
+                author, content, ..
+            } => format!("[user {author}] {content}"),
+            Message::CustomMessage { content, .. } => format!("[system] {content}"),
+            Message::ToolResult(r) => format!(
+                "[tool_result {}{}] {}",
+                r.tool_name,
+                if r.is_error { " error" } else { "" },
+                r.content
+            ),
+            Message::Assistant(a) => {
+                let mut parts = Vec::new();
+                for block in &a.content {
+                    match block {
+                        ContentBlock::Text { text } => parts.push(text.clone()),
+                        ContentBlock::ToolCall(c) => {
+                            parts.push(format!("<call {} {}>", c.name, c.arguments))
+                        }
+                    }
+                }
+                format!("[assistant] {}", parts.join(" "))
+            }
+        },
+    };
+    format!("#{} {}\n", entry.cursor, body)
+}

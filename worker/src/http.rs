@@ -1,0 +1,132 @@
+//! JSON responses, API errors and bounded body reading.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use worker::{Headers, Request, Response};
+use wuhu_core::wire::ErrorBody;
+
+/// Largest request body accepted.
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// An API error: becomes `{"error":{"code","message"}}` with `status`.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiError {
+    pub(crate) status: u16,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "bad_request", message)
+    }
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(404, "not_found", message)
+    }
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(401, "unauthorized", message)
+    }
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "internal", message)
+    }
+
+    pub(crate) fn into_response(self) -> Response {
+        json_response(self.status, &ErrorBody::new(self.code, self.message))
+    }
+}
+
+impl From<worker::Error> for ApiError {
+    fn from(error: worker::Error) -> Self {
+        ApiError::internal(format!("internal error: {error}"))
+    }
+}
+
+/// Result type of handlers.
+pub(crate) type ApiResult<T> = std::result::Result<T, ApiError>;
+
+/// A JSON response. Never fails: a serialisation problem becomes a 500 body.
+pub(crate) fn json_response<T: Serialize>(status: u16, value: &T) -> Response {
+    let body = serde_json::to_string(value).unwrap_or_else(|_| {
+        r#"{"error":{"code":"internal","message":"response serialisation failed"}}"#.to_string()
+    });
+    let headers = Headers::new();
+    let _ = headers.set("content-type", "application/json");
+    Response::builder()
+        .with_status(status)
+        .with_headers(headers)
+        .fixed(body.into_bytes())
+}
+
+/// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] with 413.
+pub(crate) async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
+    if let Ok(Some(length)) = req.headers().get("content-length") {
+        if length
+            .trim()
+            .parse::<usize>()
+            .is_ok_and(|n| n > MAX_BODY_BYTES)
+        {
+            return Err(too_large());
+        }
+    }
+    let bytes = req
+        .bytes()
+        .await
+        .map_err(|_| ApiError::bad_request("could not read the request body"))?;
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "payload_too_large",
+        format!("request body exceeds {MAX_BODY_BYTES} bytes"),
+    )
+}
+
+/// Decodes JSON bytes with a 400 that says what is wrong.
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid json body: {e}")))
+}
+
+/// Query parameters as pairs (decoded).
+pub(crate) fn query_pairs(req: &Request) -> Vec<(String, String)> {
+    req.url()
+        .map(|url| {
+            url.query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One query parameter.
+pub(crate) fn query(pairs: &[(String, String)], name: &str) -> Option<String> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+/// A numeric query parameter; a present but malformed value is 400.
+pub(crate) fn query_u64(pairs: &[(String, String)], name: &str) -> ApiResult<Option<u64>> {
+    match query(pairs, name) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
+            ApiError::bad_request(format!(
+                "query parameter {name} must be a non-negative integer"
+            ))
+        }),
+    }
+}

@@ -1,0 +1,172 @@
+//! Runs one LLM step: builds the context, streams the provider's reply, forwards text deltas to
+//! followers, and hands the finished message (or the failure) back to the session.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::{Either, select};
+use worker::{Delay, Fetch, Headers, Method, Request, RequestInit};
+use wuhu_core::context::build_request;
+use wuhu_core::llm::{AssistantBuilder, LlmEvent, LlmFailure, LlmRequest, fake, openai};
+use wuhu_core::tools::catalogue;
+use wuhu_core::wire::{AssistantMessage, StreamEvent};
+
+use crate::session_actor::{Actor, now};
+
+/// A provider that sends nothing for this long has failed.
+const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
+    actor.in_flight.set(actor.in_flight.get() + 1);
+    let outcome = infer(&actor, step).await;
+    actor.in_flight.set(actor.in_flight.get() - 1);
+    if let Some(outcome) = outcome {
+        actor.with_session(|s| s.handle_inference_done(now(), step, outcome));
+        actor.pump();
+    }
+}
+
+/// `None` when the step was cancelled (stop) while streaming.
+async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, LlmFailure>> {
+    let Some((header, entries)) = actor.context_inputs() else {
+        return Some(Err(LlmFailure {
+            status: None,
+            message: "could not read the transcript for the llm context".into(),
+            retryable: true,
+        }));
+    };
+    let request = build_request(&header, &entries, catalogue());
+    let mut builder = AssistantBuilder::default();
+    let result = match header.provider.as_str() {
+        fake::PROVIDER => run_fake(actor, step, &request, &mut builder).await,
+        openai::PROVIDER => run_openai(actor, step, &request, &mut builder).await,
+        other => Err(LlmFailure {
+            status: None,
+            message: format!("unknown provider {other:?}"),
+            retryable: false,
+        }),
+    };
+    match result {
+        Ok(true) => Some(Ok(builder.build(&header.provider, &header.model))),
+        Ok(false) => None,
+        Err(failure) => Some(Err(failure)),
+    }
+}
+
+/// Applies one event; returns false when the step is no longer current.
+fn apply(actor: &Actor, step: u64, builder: &mut AssistantBuilder, event: LlmEvent) -> bool {
+    if !actor.inference_current(step) {
+        return false;
+    }
+    if let LlmEvent::TextDelta(delta) = &event {
+        actor.broadcast(StreamEvent::AssistantTextDelta {
+            delta: delta.clone(),
+        });
+    }
+    builder.push(event);
+    true
+}
+
+async fn run_fake(
+    actor: &Rc<Actor>,
+    step: u64,
+    request: &LlmRequest,
+    builder: &mut AssistantBuilder,
+) -> Result<bool, LlmFailure> {
+    let reply = fake::respond(request);
+    let default_delay = actor
+        .env
+        .var("WUHU_FAKE_DELAY_MS")
+        .ok()
+        .and_then(|v| v.to_string().parse::<u64>().ok())
+        .unwrap_or(0);
+    let delay = if reply.chunk_delay_ms > 0 {
+        reply.chunk_delay_ms
+    } else {
+        default_delay
+    };
+    for event in reply.events {
+        if delay > 0 {
+            Delay::from(Duration::from_millis(delay)).await;
+        }
+        if !apply(actor, step, builder, event) {
+            return Ok(false);
+        }
+    }
+    match reply.failure {
+        Some(failure) => Err(failure),
+        None => Ok(actor.inference_current(step)),
+    }
+}
+
+async fn run_openai(
+    actor: &Rc<Actor>,
+    step: u64,
+    request: &LlmRequest,
+    builder: &mut AssistantBuilder,
+) -> Result<bool, LlmFailure> {
+    let base_url = actor
+        .env
+        .var("OPENAI_BASE_URL")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| openai::DEFAULT_BASE_URL.to_string());
+    let api_key = actor
+        .env
+        .secret("OPENAI_API_KEY")
+        .map(|v| v.to_string())
+        .or_else(|_| actor.env.var("OPENAI_API_KEY").map(|v| v.to_string()))
+        .ok();
+    let http = openai::build_http_request(&base_url, api_key.as_deref(), request);
+    let headers = Headers::new();
+    for (name, value) in &http.headers {
+        let _ = headers.set(name, value);
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(wasm_bindgen::JsValue::from_str(&http.body)));
+    let outgoing = Request::new_with_init(&http.url, &init)
+        .map_err(|e| LlmFailure::network(format!("could not build the provider request: {e}")))?;
+    let mut response = Fetch::Request(outgoing)
+        .send()
+        .await
+        .map_err(|e| LlmFailure::network(format!("provider unreachable: {e}")))?;
+    let status = response.status_code();
+    if !(200..300).contains(&status) {
+        let body = response.text().await.unwrap_or_default();
+        return Err(LlmFailure::from_status(status, &body));
+    }
+    let mut stream = response
+        .stream()
+        .map_err(|e| LlmFailure::network(format!("provider response has no body: {e}")))?;
+    let mut decoder = openai::StreamDecoder::new();
+    loop {
+        let timer = Delay::from(STREAM_IDLE_TIMEOUT);
+        let chunk = match select(stream.next(), timer).await {
+            Either::Left((chunk, _)) => chunk,
+            Either::Right(_) => {
+                return Err(LlmFailure::network(format!(
+                    "provider sent nothing for {} s",
+                    STREAM_IDLE_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        let events = match chunk {
+            Some(Ok(bytes)) => decoder.push(&bytes)?,
+            Some(Err(e)) => return Err(LlmFailure::network(format!("provider stream broke: {e}"))),
+            None => break,
+        };
+        for event in events {
+            if !apply(actor, step, builder, event) {
+                return Ok(false);
+            }
+        }
+    }
+    for event in decoder.finish()? {
+        if !apply(actor, step, builder, event) {
+            return Ok(false);
+        }
+    }
+    Ok(actor.inference_current(step))
+}

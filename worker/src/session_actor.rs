@@ -1,0 +1,554 @@
+//! `SessionActor`: one Durable Object per session.
+//!
+//! Each handler follows one pattern: decode → `session.handle_*` → [`Actor::pump`] (persist the
+//! new entries and the checkpoint in one synchronous write, then perform the other effects:
+//! start inference, run tools, notify followers, arm the alarm). Session meaning lives in
+//! `wuhu-core`; this file only moves bytes.
+//!
+//! Internal routes (reached only through the router, which has already authenticated; identity
+//! arrives in `x-wuhu-tenant` / `x-wuhu-sub`): `POST /init`, `GET /info`, `GET /transcript`,
+//! `POST /enqueue`, `POST /cancel`, `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use wasm_bindgen_futures::spawn_local;
+use worker::{Date, DurableObject, Env, Request, Response, State, durable_object};
+use wuhu_core::llm::{fake, openai};
+use wuhu_core::session::{CancelError, Effect, Millis, Phase, Session};
+use wuhu_core::wire::{
+    CancelRequest, EnqueueRequest, EnqueueResponse, Entry, GetSessionResponse, Header, Lane,
+    PatchSessionRequest, QueueItemInfo, SessionInfo, Status, StopResponse, StreamEvent,
+};
+
+use crate::http::{
+    ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
+};
+use crate::store::{SessionMeta, Store};
+use crate::{archive_io, builtin_tools, follow, inference, tenant_index};
+
+/// How long a running session may go without progress before the alarm checks on it.
+const WATCHDOG: Duration = Duration::from_secs(30);
+/// Default system prompt.
+const DEFAULT_SYSTEM_PROMPT: &str = "You are Wuhu, a helpful agent. You start without an environment; use your tools when they help.";
+
+/// Body of the internal `POST /init`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InitRequest {
+    pub(crate) id: String,
+    pub(crate) tenant: String,
+    pub(crate) created_by: String,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) title: Option<String>,
+}
+
+#[durable_object]
+pub struct SessionActor {
+    actor: Rc<Actor>,
+}
+
+/// The actor's shared state. Borrows of its `RefCell`s never cross an `.await`.
+pub(crate) struct Actor {
+    pub(crate) state: State,
+    pub(crate) env: Env,
+    store: Result<Store, String>,
+    loaded: RefCell<Option<Loaded>>,
+    pub(crate) followers: RefCell<follow::Followers>,
+    /// Inference and tool tasks running in this isolate. Zero after a restart.
+    pub(crate) in_flight: Cell<u32>,
+    pub(crate) flushing: Cell<bool>,
+    index_dirty: Cell<bool>,
+    index_sending: Cell<bool>,
+    alarm_armed_for: Cell<Option<u64>>,
+}
+
+pub(crate) struct Loaded {
+    pub(crate) session: Session,
+    pub(crate) meta: SessionMeta,
+}
+
+pub(crate) fn now() -> Millis {
+    Millis(Date::now().as_millis())
+}
+
+fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::getrandom(&mut bytes);
+    u64::from_le_bytes(bytes) ^ Date::now().as_millis()
+}
+
+impl DurableObject for SessionActor {
+    fn new(state: State, env: Env) -> Self {
+        let store = Store::open(state.storage().sql()).map_err(|e| e.to_string());
+        let actor = Actor {
+            state,
+            env,
+            store,
+            loaded: RefCell::new(None),
+            followers: RefCell::new(follow::Followers::default()),
+            in_flight: Cell::new(0),
+            flushing: Cell::new(false),
+            index_dirty: Cell::new(false),
+            index_sending: Cell::new(false),
+            alarm_armed_for: Cell::new(None),
+        };
+        SessionActor {
+            actor: Rc::new(actor),
+        }
+    }
+
+    async fn fetch(&self, req: Request) -> worker::Result<Response> {
+        Ok(match self.actor.clone().route(req).await {
+            Ok(response) => response,
+            Err(error) => error.into_response(),
+        })
+    }
+
+    async fn alarm(&self) -> worker::Result<Response> {
+        let actor = self.actor.clone();
+        actor.alarm_armed_for.set(None);
+        // Loading a session whose checkpoint shows work in flight resumes it.
+        if let Ok(true) = actor.ensure_loaded() {
+            if actor.in_flight.get() == 0 {
+                if let Some(()) = actor.with_session(|s| s.handle_timeout(now())) {
+                    actor.pump();
+                }
+            } else if actor.status() == Some(Status::Running) {
+                actor.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
+            }
+        }
+        Response::ok("ok")
+    }
+}
+
+impl Actor {
+    async fn route(self: Rc<Self>, mut req: Request) -> ApiResult<Response> {
+        let path = req.path();
+        let method = req.method();
+        let pairs = query_pairs(&req);
+        if path == "/init" {
+            let body = read_body(&mut req).await?;
+            let init: InitRequest = parse_json(&body)?;
+            return self.init(init).await;
+        }
+        if !self.ensure_loaded()? {
+            return Err(ApiError::not_found("session not found"));
+        }
+        let author = req
+            .headers()
+            .get("x-wuhu-sub")
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| "unknown_user".into());
+        match (method, path.as_str()) {
+            (worker::Method::Get, "/info") => Ok(json_response(200, &self.info()?)),
+            (worker::Method::Get, "/transcript") => {
+                let since = query_u64(&pairs, "sinceCursor")?.unwrap_or(0);
+                let since_time = query_u64(&pairs, "sinceTime")?;
+                let limit =
+                    query_u64(&pairs, "limit")?.unwrap_or(wuhu_core::archive::MAX_PAGE as u64);
+                if limit == 0 || limit > wuhu_core::archive::MAX_PAGE as u64 {
+                    return Err(ApiError::bad_request(format!(
+                        "limit must be between 1 and {}",
+                        wuhu_core::archive::MAX_PAGE
+                    )));
+                }
+                let (entries, next_cursor) =
+                    archive_io::read_page(&self, since, limit as usize).await?;
+                let transcript = match since_time {
+                    Some(t) => entries
+                        .into_iter()
+                        .filter(|e| e.created_at > t as i64)
+                        .collect(),
+                    None => entries,
+                };
+                let response = GetSessionResponse {
+                    session: self.info()?,
+                    transcript,
+                    queue: self.queue_info(),
+                    next_cursor,
+                };
+                Ok(json_response(200, &response))
+            }
+            (worker::Method::Post, "/enqueue") => {
+                let lane_name = query(&pairs, "lane").unwrap_or_else(|| "followUp".into());
+                let lane = Lane::parse_public(&lane_name).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "unknown lane {lane_name:?}: use steer or followUp"
+                    ))
+                })?;
+                let body = read_body(&mut req).await?;
+                let request: EnqueueRequest = parse_json(&body)?;
+                if request.content.trim().is_empty() {
+                    return Err(ApiError::bad_request("content must not be empty"));
+                }
+                let id = uuid::Uuid::new_v4().to_string();
+                self.with_session(|s| {
+                    s.handle_enqueue(now(), id.clone(), lane, author, request.content)
+                })
+                .ok_or_else(|| ApiError::internal("session not loaded"))?
+                .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
+                self.pump();
+                Ok(json_response(200, &EnqueueResponse { id }))
+            }
+            (worker::Method::Post, "/cancel") => {
+                let body = read_body(&mut req).await?;
+                let request: CancelRequest = parse_json(&body)?;
+                let result = self
+                    .with_session(|s| s.handle_cancel(&request.id))
+                    .ok_or_else(|| ApiError::internal("session not loaded"))?;
+                match result {
+                    Ok(()) => {
+                        self.persist_checkpoint();
+                        Ok(json_response(
+                            200,
+                            &serde_json::json!({ "id": request.id, "cancelled": true }),
+                        ))
+                    }
+                    Err(CancelError::NotFound) => {
+                        Err(ApiError::not_found("no queued item with this id"))
+                    }
+                    Err(CancelError::AlreadyDelivered) => Err(ApiError::new(
+                        409,
+                        "already_delivered",
+                        "the item was already delivered",
+                    )),
+                }
+            }
+            (worker::Method::Post, "/stop") => {
+                let stopped = self
+                    .with_session(|s| s.handle_stop(now(), &author))
+                    .unwrap_or(0);
+                self.pump();
+                let status = self.status().unwrap_or(Status::Stopped);
+                Ok(json_response(
+                    200,
+                    &StopResponse {
+                        status,
+                        stopped_tool_calls: stopped,
+                    },
+                ))
+            }
+            (worker::Method::Post, "/title") => {
+                let body = read_body(&mut req).await?;
+                let request: PatchSessionRequest = parse_json(&body)?;
+                let title = request.title.trim().to_string();
+                if title.is_empty() || title.chars().count() > 200 {
+                    return Err(ApiError::bad_request("title must be 1 to 200 characters"));
+                }
+                {
+                    let mut loaded = self.loaded.borrow_mut();
+                    if let Some(loaded) = loaded.as_mut() {
+                        loaded.meta.title = Some(title);
+                        loaded.meta.updated_at = now().unix_seconds();
+                        self.store()?.save_meta(&loaded.meta)?;
+                    }
+                }
+                self.schedule_index_update();
+                Ok(json_response(200, &self.info()?))
+            }
+            (worker::Method::Get, "/follow") => follow::handle(self.clone(), &req, &pairs).await,
+            (worker::Method::Get, "/stats") => {
+                let store = self.store()?;
+                let (unarchived, _) = store.unarchived()?;
+                Ok(json_response(
+                    200,
+                    &serde_json::json!({
+                        "databaseBytes": store.database_size(),
+                        "hotEntries": store.hot_count()?,
+                        "followers": self.followers.borrow().len(),
+                        "unarchived": unarchived,
+                        "segments": store.segments()?.len(),
+                    }),
+                ))
+            }
+            _ => Err(ApiError::new(404, "not_found", "no such route")),
+        }
+    }
+
+    async fn init(self: Rc<Self>, init: InitRequest) -> ApiResult<Response> {
+        if self.ensure_loaded()? {
+            return Err(ApiError::new(409, "conflict", "session already exists"));
+        }
+        let provider = init.provider.unwrap_or_else(|| fake::PROVIDER.to_string());
+        let model = match (&init.model, provider.as_str()) {
+            (Some(model), _) => model.clone(),
+            (None, fake::PROVIDER) => fake::DEFAULT_MODEL.to_string(),
+            (None, _) => openai::DEFAULT_MODEL.to_string(),
+        };
+        let header = Header {
+            system_prompt: init
+                .system_prompt
+                .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
+            provider,
+            model,
+        };
+        let t = now();
+        let meta = SessionMeta {
+            id: init.id,
+            tenant: init.tenant,
+            created_by: init.created_by,
+            created_at: t.unix_seconds(),
+            updated_at: t.unix_seconds(),
+            title: init.title,
+            header: header.clone(),
+        };
+        self.store()?.save_meta(&meta)?;
+        *self.loaded.borrow_mut() = Some(Loaded {
+            session: Session::create(t, seed(), header),
+            meta,
+        });
+        self.pump();
+        let info = self.info()?;
+        // The index learns of the session before the caller does, so a list right after
+        // creation shows it.
+        tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
+        Ok(json_response(201, &info))
+    }
+
+    pub(crate) fn store(&self) -> ApiResult<&Store> {
+        self.store
+            .as_ref()
+            .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))
+    }
+
+    /// Loads the session from SQLite if needed. Returns whether the session exists.
+    /// A freshly loaded session with work in flight is resumed: this isolate has no task
+    /// running for it, so the work was interrupted.
+    pub(crate) fn ensure_loaded(self: &Rc<Self>) -> ApiResult<bool> {
+        if self.loaded.borrow().is_some() {
+            return Ok(true);
+        }
+        let Some((meta, checkpoint)) = self.store()?.load()? else {
+            return Ok(false);
+        };
+        let in_flight = checkpoint.phase != Phase::Idle || !checkpoint.queue.is_empty();
+        let mut session = Session::restore(checkpoint, seed());
+        if in_flight {
+            session.handle_resume(now());
+        }
+        *self.loaded.borrow_mut() = Some(Loaded { session, meta });
+        if in_flight {
+            self.pump();
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn with_session<T>(&self, f: impl FnOnce(&mut Session) -> T) -> Option<T> {
+        self.loaded
+            .borrow_mut()
+            .as_mut()
+            .map(|loaded| f(&mut loaded.session))
+    }
+
+    pub(crate) fn with_loaded<T>(&self, f: impl FnOnce(&Loaded) -> T) -> Option<T> {
+        self.loaded.borrow().as_ref().map(f)
+    }
+
+    pub(crate) fn status(&self) -> Option<Status> {
+        self.with_loaded(|l| l.session.status())
+    }
+
+    /// Whether `step` is still the inference the session waits for.
+    pub(crate) fn inference_current(&self, step: u64) -> bool {
+        self.with_loaded(|l| matches!(l.session.checkpoint().phase, Phase::Inference { step: s, .. } if s == step))
+            .unwrap_or(false)
+    }
+
+    pub(crate) fn info(&self) -> ApiResult<SessionInfo> {
+        self.with_loaded(|l| SessionInfo {
+            id: l.meta.id.clone(),
+            title: l.meta.title.clone(),
+            provider: l.meta.header.provider.clone(),
+            model: l.meta.header.model.clone(),
+            status: l.session.status(),
+            created_by: l.meta.created_by.clone(),
+            created_at: l.meta.created_at,
+            updated_at: l.meta.updated_at,
+            last_cursor: l.session.last_cursor(),
+        })
+        .ok_or_else(|| ApiError::not_found("session not found"))
+    }
+
+    fn queue_info(&self) -> Vec<QueueItemInfo> {
+        self.with_loaded(|l| {
+            l.session
+                .queue()
+                .iter()
+                .map(|item| QueueItemInfo {
+                    id: item.id.clone(),
+                    lane: item.lane,
+                    author: item.author.clone(),
+                    content: item.content.clone(),
+                    enqueued_at: item.enqueued_at,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    fn persist_checkpoint(&self) {
+        if let (Ok(store), Some(checkpoint)) = (
+            self.store(),
+            self.with_loaded(|l| l.session.checkpoint().clone()),
+        ) {
+            if let Err(e) = store.save_checkpoint(&checkpoint) {
+                worker::console_error!("saving checkpoint failed: {e}");
+            }
+        }
+    }
+
+    /// Drains the session's effects and performs them. Storage writes come first and are all
+    /// synchronous, so the entries and the checkpoint commit together.
+    pub(crate) fn pump(self: &Rc<Self>) {
+        let mut effects = Vec::new();
+        let deadline;
+        let status;
+        {
+            let mut loaded = self.loaded.borrow_mut();
+            let Some(loaded) = loaded.as_mut() else {
+                return;
+            };
+            while let Some(effect) = loaded.session.poll_effect() {
+                effects.push(effect);
+            }
+            if effects.is_empty() {
+                return;
+            }
+            deadline = loaded.session.poll_deadline();
+            status = Some(loaded.session.status());
+            let Ok(store) = self.store.as_ref() else {
+                return;
+            };
+            let mut wrote = false;
+            for effect in &effects {
+                if let Effect::AppendEntry(entry) = effect {
+                    if let Err(e) = store.append(entry) {
+                        worker::console_error!("appending entry {} failed: {e}", entry.cursor);
+                    }
+                    wrote = true;
+                }
+            }
+            if wrote {
+                loaded.meta.updated_at = now().unix_seconds();
+                let _ = store.save_meta(&loaded.meta);
+            }
+            if let Err(e) = store.save_checkpoint(loaded.session.checkpoint()) {
+                worker::console_error!("saving checkpoint failed: {e}");
+            }
+        }
+        let mut flush = false;
+        let mut index = false;
+        for effect in effects {
+            match effect {
+                Effect::AppendEntry(entry) => self.broadcast(StreamEvent::EntryAppended { entry }),
+                Effect::StatusChanged(status) => {
+                    index = true;
+                    self.broadcast(StreamEvent::Status { status });
+                }
+                Effect::Infer { step } => spawn_local(inference::run(self.clone(), step)),
+                Effect::RunTools { step, calls } => {
+                    for call in calls {
+                        spawn_local(builtin_tools::run(self.clone(), step, call));
+                    }
+                }
+                // Running tasks notice on their own that their step is no longer current.
+                Effect::CancelInference { .. } | Effect::CancelTools { .. } => {}
+                Effect::Idle => {
+                    flush = true;
+                    self.broadcast(StreamEvent::Idle);
+                }
+            }
+        }
+        if let Some(deadline) = deadline {
+            self.arm_alarm(deadline);
+        } else if status == Some(Status::Running) && self.alarm_armed_for.get().is_none() {
+            self.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
+        }
+        if index {
+            self.schedule_index_update();
+        }
+        if flush || self.unarchived_over_threshold() {
+            spawn_local(archive_io::flush(self.clone()));
+        }
+    }
+
+    fn unarchived_over_threshold(&self) -> bool {
+        let Ok(store) = self.store() else {
+            return false;
+        };
+        let Ok((n, bytes)) = store.unarchived() else {
+            return false;
+        };
+        wuhu_core::archive::should_flush(n, bytes, false)
+    }
+
+    pub(crate) fn broadcast(&self, event: StreamEvent) {
+        self.followers.borrow_mut().send(&event);
+    }
+
+    fn arm_alarm(self: &Rc<Self>, at: Millis) {
+        if self.alarm_armed_for.get() == Some(at.0) {
+            return;
+        }
+        self.alarm_armed_for.set(Some(at.0));
+        let storage = self.state.storage();
+        spawn_local(async move {
+            // An offset from now: the alarm API takes either an offset or a chrono date.
+            let offset_ms = at.0.saturating_sub(now().0).max(1) as i64;
+            if let Err(e) = storage.set_alarm(offset_ms).await {
+                worker::console_error!("setting the alarm failed: {e}");
+            }
+        });
+    }
+
+    /// Sends the latest session info to the tenant index; one send at a time, coalesced.
+    pub(crate) fn schedule_index_update(self: &Rc<Self>) {
+        self.index_dirty.set(true);
+        if self.index_sending.get() {
+            return;
+        }
+        self.index_sending.set(true);
+        let actor = self.clone();
+        spawn_local(async move {
+            while actor.index_dirty.replace(false) {
+                let Ok(info) = actor.info() else { break };
+                if let Err(e) = tenant_index::upsert(&actor.env, &info_tenant(&actor), &info).await
+                {
+                    worker::console_error!("updating the session index failed: {}", e.message);
+                }
+            }
+            actor.index_sending.set(false);
+        });
+    }
+
+    /// Context entries for the LLM: the hot tail.
+    pub(crate) fn context_inputs(&self) -> Option<(Header, Vec<Entry>)> {
+        let header = self.with_loaded(|l| l.meta.header.clone())?;
+        let entries = self
+            .store()
+            .ok()?
+            .newest_entries(wuhu_core::archive::HOT_TAIL_KEEP as usize)
+            .ok()?;
+        Some((header, entries))
+    }
+
+    pub(crate) fn tenant(&self) -> String {
+        info_tenant(self)
+    }
+
+    pub(crate) fn session_id(&self) -> String {
+        self.with_loaded(|l| l.meta.id.clone()).unwrap_or_default()
+    }
+}
+
+fn info_tenant(actor: &Actor) -> String {
+    actor
+        .with_loaded(|l| l.meta.tenant.clone())
+        .unwrap_or_default()
+}
