@@ -68,8 +68,8 @@ async fn route(mut req: Request, env: Env) -> ApiResult<Response> {
             ],
             Method::Post,
         ) => forward(&mut req, &env, &identity, id, action, Method::Post).await,
-        (["v1", "sessions", id, "follow"], Method::Get) => {
-            forward(&mut req, &env, &identity, id, "follow", Method::Get).await
+        (["v1", "sessions", id, action @ ("follow" | "stats")], Method::Get) => {
+            forward(&mut req, &env, &identity, id, action, Method::Get).await
         }
         (["v1", "sessions", _], _)
         | (
@@ -77,7 +77,7 @@ async fn route(mut req: Request, env: Env) -> ApiResult<Response> {
                 "v1",
                 "sessions",
                 _,
-                "enqueue" | "cancel" | "stop" | "follow",
+                "enqueue" | "cancel" | "stop" | "follow" | "stats",
             ],
             _,
         ) => Err(method_not_allowed()),
