@@ -128,10 +128,19 @@ async fn run_openai(
         .with_body(Some(wasm_bindgen::JsValue::from_str(&http.body)));
     let outgoing = Request::new_with_init(&http.url, &init)
         .map_err(|e| LlmFailure::network(format!("could not build the provider request: {e}")))?;
-    let mut response = Fetch::Request(outgoing)
-        .send()
-        .await
-        .map_err(|e| LlmFailure::network(format!("provider unreachable: {e}")))?;
+    let fetch = Fetch::Request(outgoing);
+    let send = fetch.send();
+    let mut response = match select(Box::pin(send), Delay::from(STREAM_IDLE_TIMEOUT)).await {
+        Either::Left((result, _)) => {
+            result.map_err(|e| LlmFailure::network(format!("provider unreachable: {e}")))?
+        }
+        Either::Right(_) => {
+            return Err(LlmFailure::network(format!(
+                "provider did not answer within {} s",
+                STREAM_IDLE_TIMEOUT.as_secs()
+            )));
+        }
+    };
     let status = response.status_code();
     if !(200..300).contains(&status) {
         let body = response.text().await.unwrap_or_default();
