@@ -19,5 +19,6 @@ mod rng;
 pub mod session;
 pub mod tools;
 pub mod wire;
+pub mod workspace;
 
 pub use rng::SplitMix64;

@@ -5,11 +5,12 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use worker::Env;
-use wuhu_core::tools::{names, truncate_head};
+use wuhu_core::tools::{names, page_lines, truncate_head};
 use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall};
+use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
 use crate::session_actor::{Actor, now};
-use crate::{session_client, tenant_index};
+use crate::{session_client, tenant_index, workspace_io};
 
 /// Everything a tool may use.
 pub(crate) struct ToolContext {
@@ -45,6 +46,28 @@ struct ListArgs {
     limit: Option<u32>,
     before: Option<String>,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadFileArgs {
+    path: String,
+    offset: Option<usize>,
+    limit: Option<usize>,
+    #[allow(dead_code)]
+    environment: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteFileArgs {
+    path: String,
+    content: String,
+    #[allow(dead_code)]
+    environment: Option<String>,
+}
+
+/// What a plain path or `wuhu://env/` needs and this session lacks.
+const NO_ENVIRONMENT: &str = "No environment is attached to this session, so plain paths and wuhu://env/ URLs cannot be resolved. Use wuhu://workspace/<path> for the workspace knowledge base.";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -131,6 +154,66 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 out.push_str("No entries after that cursor.\n");
             }
             Ok(out)
+        }
+        names::READ => {
+            let args: ReadFileArgs = parse_args(call)?;
+            match parse_wuhu_url(&args.path) {
+                None | Some(Ok(WuhuUrl::Env { .. })) => Err(NO_ENVIRONMENT.to_string()),
+                Some(Err(e)) => Err(e.to_string()),
+                Some(Ok(WuhuUrl::Config(path))) => {
+                    let text = crate::config_doc(&context.env, &context.tenant, &path).ok_or_else(
+                        || {
+                            format!(
+                                "No config document {path:?}. Available: wuhu://config/server.json"
+                            )
+                        },
+                    )?;
+                    Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
+                }
+                Some(Ok(WuhuUrl::Workspace(path))) if path.is_empty() || path.ends_with('/') => {
+                    let page = workspace_io::list(&context.env, &context.tenant, &path, 1000, None)
+                        .await
+                        .map_err(|e| e.message)?;
+                    let mut text: String = page
+                        .docs
+                        .iter()
+                        .map(|d| format!("wuhu://workspace/{} ({} bytes)\n", d.path, d.size))
+                        .collect();
+                    if text.is_empty() {
+                        text = format!("No documents under wuhu://workspace/{path}\n");
+                    }
+                    Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
+                }
+                Some(Ok(WuhuUrl::Workspace(path))) => {
+                    let doc = workspace_io::read(&context.env, &context.tenant, &path)
+                        .await
+                        .map_err(|e| e.message)?
+                        .ok_or_else(|| format!("No document at wuhu://workspace/{path}"))?;
+                    Ok(page_lines(
+                        &doc.content,
+                        args.offset.unwrap_or(1),
+                        args.limit,
+                    ))
+                }
+            }
+        }
+        names::WRITE => {
+            let args: WriteFileArgs = parse_args(call)?;
+            match parse_wuhu_url(&args.path) {
+                None | Some(Ok(WuhuUrl::Env { .. })) => Err(NO_ENVIRONMENT.to_string()),
+                Some(Err(e)) => Err(e.to_string()),
+                Some(Ok(WuhuUrl::Config(_))) => Err("wuhu://config/ is read-only.".to_string()),
+                Some(Ok(WuhuUrl::Workspace(path))) => {
+                    let summary =
+                        workspace_io::write(&context.env, &context.tenant, &path, &args.content)
+                            .await
+                            .map_err(|e| e.message)?;
+                    Ok(format!(
+                        "Wrote wuhu://workspace/{} ({} bytes, version {}).",
+                        summary.path, summary.size, summary.version
+                    ))
+                }
+            }
         }
         other => Err(format!("Tool {other:?} is not available here.")),
     }

@@ -16,6 +16,7 @@ mod session_actor;
 mod session_client;
 mod store;
 mod tenant_index;
+mod workspace_io;
 
 use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};
 use wuhu_core::llm::{fake, openai};
@@ -81,8 +82,94 @@ async fn route(mut req: Request, env: Env) -> ApiResult<Response> {
             ],
             _,
         ) => Err(method_not_allowed()),
+        (["v1", "workspace", "docs"], Method::Get) => list_docs(&req, &env, &identity).await,
+        (["v1", "workspace", "docs", rest @ ..], method) if !rest.is_empty() => {
+            workspace_doc(&mut req, &env, &identity, rest, method).await
+        }
+        (["v1", "workspace", "docs"], _) => Err(method_not_allowed()),
         _ => Err(ApiError::not_found("no such route")),
     }
+}
+
+async fn list_docs(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
+    let pairs = query_pairs(req);
+    let prefix = query(&pairs, "prefix").unwrap_or_default();
+    let limit = query_u64(&pairs, "limit")?.unwrap_or(1000);
+    if limit == 0 || limit > 1000 {
+        return Err(ApiError::bad_request("limit must be between 1 and 1000"));
+    }
+    let cursor = query(&pairs, "cursor").filter(|c| !c.is_empty());
+    let page = workspace_io::list(env, &identity.tenant, &prefix, limit as u32, cursor).await?;
+    Ok(json_response(200, &page))
+}
+
+async fn workspace_doc(
+    req: &mut Request,
+    env: &Env,
+    identity: &Identity,
+    segments: &[&str],
+    method: Method,
+) -> ApiResult<Response> {
+    // Segments arrive percent-encoded; the decoded path is validated by the workspace rules.
+    let mut decoded = Vec::with_capacity(segments.len());
+    for segment in segments {
+        let text = js_sys::decode_uri_component(segment)
+            .ok()
+            .and_then(|v| v.as_string())
+            .ok_or_else(|| ApiError::bad_request("invalid percent-encoding in path"))?;
+        decoded.push(text);
+    }
+    let path = decoded.join("/");
+    match method {
+        Method::Get => match workspace_io::read(env, &identity.tenant, &path).await? {
+            Some(doc) => Ok(json_response(200, &doc)),
+            None => Err(ApiError::not_found(format!("no document at {path}"))),
+        },
+        Method::Put => {
+            let bytes = read_body(req).await?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| ApiError::bad_request("document must be utf-8 text"))?;
+            let summary = workspace_io::write(env, &identity.tenant, &path, &text).await?;
+            Ok(json_response(200, &summary))
+        }
+        Method::Delete => {
+            if workspace_io::remove(env, &identity.tenant, &path).await? {
+                Ok(Response::empty()?.with_status(204))
+            } else {
+                Err(ApiError::not_found(format!("no document at {path}")))
+            }
+        }
+        _ => Err(method_not_allowed()),
+    }
+}
+
+/// The read-only documents under `wuhu://config/`: server settings without secrets.
+pub(crate) fn config_doc(env: &Env, tenant: &str, path: &str) -> Option<String> {
+    if path != "server.json" {
+        return None;
+    }
+    let var = |name: &str| env.var(name).ok().map(|v| v.to_string());
+    let settings = serde_json::json!({
+        "tenant": tenant,
+        "providers": [fake::PROVIDER, openai::PROVIDER],
+        "defaultProvider": fake::PROVIDER,
+        "openaiBaseUrl": var("OPENAI_BASE_URL").unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
+        "openaiKeyConfigured": env.secret("OPENAI_API_KEY").is_ok() || env.var("OPENAI_API_KEY").is_ok(),
+        "workspace": "wuhu://workspace/",
+        "globalContext": "wuhu://workspace/users/<you>/context.md",
+    });
+    serde_json::to_string_pretty(&settings).ok()
+}
+
+/// The user's global context document, if they have one.
+async fn global_context(env: &Env, identity: &Identity) -> ApiResult<Option<serde_json::Value>> {
+    let path = format!("users/{}/context.md", identity.sub);
+    if wuhu_core::workspace::normalize_doc_path(&path).is_err() {
+        return Ok(None); // A sub that is not a valid path segment has no context document.
+    }
+    Ok(workspace_io::read(env, &identity.tenant, &path).await?.map(|doc| {
+        serde_json::json!({"path": doc.summary.path, "version": doc.summary.version, "content": doc.content})
+    }))
 }
 
 fn method_not_allowed() -> ApiError {
@@ -134,6 +221,7 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         "model": request.model,
         "systemPrompt": request.system_prompt,
         "title": request.title,
+        "globalContext": global_context(env, identity).await?,
     });
     let stub = session_client::stub(env, &identity.tenant, &id)?;
     let internal = internal_request(

@@ -20,7 +20,8 @@ use wuhu_core::llm::{fake, openai};
 use wuhu_core::session::{CancelError, Effect, Millis, Phase, Session};
 use wuhu_core::wire::{
     CancelRequest, EnqueueRequest, EnqueueResponse, Entry, GetSessionResponse, Header, Lane,
-    PatchSessionRequest, QueueItemInfo, SessionInfo, Status, StopResponse, StreamEvent,
+    Message, PatchSessionRequest, QueueItemInfo, SessionInfo, Status, StopResponse, StreamEvent,
+    custom_types,
 };
 
 use crate::http::{
@@ -45,6 +46,15 @@ pub(crate) struct InitRequest {
     pub(crate) model: Option<String>,
     pub(crate) system_prompt: Option<String>,
     pub(crate) title: Option<String>,
+    /// `{path, version, content}` of the user's global context document.
+    pub(crate) global_context: Option<GlobalContext>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct GlobalContext {
+    path: String,
+    version: String,
+    content: String,
 }
 
 #[durable_object]
@@ -288,6 +298,18 @@ impl Actor {
             provider,
             model,
         };
+        let context = init
+            .global_context
+            .map(|g| Message::CustomMessage {
+                custom_type: custom_types::GLOBAL_CONTEXT.into(),
+                content: format!(
+                    "Global context of the user (wuhu://workspace/{}, version {}):\n\n{}",
+                    g.path, g.version, g.content
+                ),
+                details: Some(serde_json::json!({"path": format!("wuhu://workspace/{}", g.path), "version": g.version})),
+            })
+            .into_iter()
+            .collect();
         let t = now();
         let meta = SessionMeta {
             id: init.id,
@@ -300,7 +322,7 @@ impl Actor {
         };
         self.store()?.save_meta(&meta)?;
         *self.loaded.borrow_mut() = Some(Loaded {
-            session: Session::create(t, seed(), header),
+            session: Session::create(t, seed(), header, context),
             meta,
         });
         self.pump();

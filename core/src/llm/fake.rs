@@ -411,6 +411,7 @@ mod tests {
                 vec![Message::CustomMessage {
                     custom_type: "wuhu_system_input_v1".to_string(),
                     content: "ping".to_string(),
+                    details: None,
                 }],
                 "echo: ping",
             ),

@@ -564,6 +564,7 @@ mod tests {
             Message::CustomMessage {
                 custom_type: "wuhu_system_input_v1".to_string(),
                 content: "build finished".to_string(),
+                details: None,
             },
         ];
         let tools = vec![ToolSchema {

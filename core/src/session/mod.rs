@@ -117,10 +117,14 @@ pub struct Session {
 }
 
 impl Session {
-    /// A new session. Emits its header entry.
-    pub fn create(now: Millis, seed: u64, header: Header) -> Session {
+    /// A new session. Emits its header entry, then one `custom_message` entry per context
+    /// message (such as the user's global context), which the LLM sees from then on.
+    pub fn create(now: Millis, seed: u64, header: Header, context: Vec<Message>) -> Session {
         let mut session = Session::restore(Checkpoint::default(), seed);
         session.append(now, EntryPayload::Header(header));
+        for message in context {
+            session.append(now, EntryPayload::Message { message });
+        }
         session
     }
 
@@ -484,6 +488,7 @@ impl Session {
                 Lane::System => Message::CustomMessage {
                     custom_type: custom_types::SYSTEM_INPUT.into(),
                     content: item.content,
+                    details: None,
                 },
                 lane => Message::User {
                     author: item.author,

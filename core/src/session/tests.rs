@@ -20,7 +20,7 @@ impl Harness {
             model: "m".into(),
         };
         let mut h = Harness {
-            session: Session::create(Millis(1_000), 7, header),
+            session: Session::create(Millis(1_000), 7, header, vec![]),
             now: 1_000,
             log: vec![],
         };
@@ -446,7 +446,7 @@ fn unknown_tools_fail_without_reaching_the_host() {
             infer 1
             > calls 1 rm_rf:x
             #3 assistant calls x
-            #4 result x err=true Unknown tool "rm_rf". Available tools: list_sessions, read_session.
+            #4 result x err=true Unknown tool "rm_rf". Available tools: list_sessions, read_session, read, write.
             infer 2"#]],
     );
 }

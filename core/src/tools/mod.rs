@@ -23,13 +23,22 @@ pub mod names {
     pub const LIST_SESSIONS: &str = "list_sessions";
     /// Reads another session's transcript.
     pub const READ_SESSION: &str = "read_session";
+    /// Reads a file or a `wuhu://` document.
+    pub const READ: &str = "read";
+    /// Writes a file or a `wuhu://` document.
+    pub const WRITE: &str = "write";
 }
 
 /// The traits of a known tool, or `None` for a name the model made up.
 pub fn traits(name: &str) -> Option<ToolTraits> {
     match name {
-        names::LIST_SESSIONS | names::READ_SESSION => Some(ToolTraits {
+        names::LIST_SESSIONS | names::READ_SESSION | names::READ => Some(ToolTraits {
             parallel_safe: true,
+            idempotent: true,
+        }),
+        // Writing the same content twice is harmless; writes to one place must not race.
+        names::WRITE => Some(ToolTraits {
+            parallel_safe: false,
             idempotent: true,
         }),
         _ => None,
@@ -64,7 +73,67 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 "additionalProperties": false
             }),
         },
+        ToolSchema {
+            name: names::READ,
+            description: "Read a text file or document. `wuhu://workspace/<path>` is the workspace knowledge base (always available; a path ending in `/` lists documents), `wuhu://config/<path>` the server settings (read-only), `wuhu://env/<name>/<path>` or a plain path a file in an attached environment. Output is cut at 2000 lines or 50 KB; the result says which offset continues.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "wuhu:// URL or a path in an environment"},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based, default 1)"},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Most lines to return"},
+                    "environment": {"type": "string", "description": "Environment for a plain path (needed when several are attached)"}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::WRITE,
+            description: "Write a text file or document, replacing it. `wuhu://workspace/<path>` writes the workspace knowledge base (Markdown may start with YAML frontmatter); `wuhu://env/<name>/<path>` or a plain path writes in an attached environment.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "wuhu:// URL or a path in an environment"},
+                    "content": {"type": "string", "description": "The whole new content"},
+                    "environment": {"type": "string", "description": "Environment for a plain path (needed when several are attached)"}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+        },
     ]
+}
+
+/// Cuts `text` to the lines `offset..offset+limit` (1-based) and the output limits, and says
+/// how to continue: the text plus a hint line when anything follows.
+pub fn page_lines(text: &str, offset: usize, limit: Option<usize>) -> String {
+    let offset = offset.max(1);
+    let total = text.lines().count();
+    if total > 0 && offset > total {
+        return format!("[offset {offset} is past the end: the text has {total} lines]\n");
+    }
+    let selected: String = text
+        .split_inclusive('\n')
+        .skip(offset - 1)
+        .take(limit.unwrap_or(usize::MAX))
+        .collect();
+    let cut = truncate_head(&selected);
+    let shown = cut
+        .lines_kept
+        .max(usize::from(cut.truncated && cut.lines_kept == 0));
+    let next = offset + shown;
+    let mut out = cut.text;
+    if next <= total {
+        if !out.ends_with('\n') && !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "[{} more lines: call read with offset={next}]\n",
+            total + 1 - next
+        ));
+    }
+    out
 }
 
 /// Output limits shared by tools: at most this many lines...
@@ -145,6 +214,22 @@ mod tests {
                 "input {input:?}"
             );
         }
+    }
+
+    #[test]
+    fn paging_hints_at_the_next_offset() {
+        let text: String = (1..=5).map(|i| format!("l{i}\n")).collect();
+        assert_eq!(page_lines(&text, 1, None), text);
+        assert_eq!(
+            page_lines(&text, 2, Some(2)),
+            "l2\nl3\n[2 more lines: call read with offset=4]\n"
+        );
+        assert_eq!(page_lines(&text, 5, Some(2)), "l5\n");
+        assert!(page_lines(&text, 9, None).contains("past the end"));
+        let long: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+        assert!(
+            page_lines(&long, 1, None).ends_with("[1000 more lines: call read with offset=2001]\n")
+        );
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub enum Message {
         custom_type: String,
         /// The text the LLM sees.
         content: String,
+        /// Where the content came from (for example `{path, version}` of a context document).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<serde_json::Value>,
     },
 }
 
@@ -195,4 +198,7 @@ pub mod custom_types {
     pub const LLM_ERROR: &str = "wuhu_llm_error_v1";
     /// A system-lane item delivered to the LLM (a `custom_message`).
     pub const SYSTEM_INPUT: &str = "wuhu_system_input_v1";
+    /// The user's global context document, injected at session start (a `custom_message`
+    /// whose `details` has `path` and `version`).
+    pub const GLOBAL_CONTEXT: &str = "wuhu_global_context_v1";
 }

@@ -3,6 +3,7 @@
 
 mod api;
 mod entry;
+pub mod runner;
 mod stream;
 
 pub use api::*;

@@ -1,0 +1,1040 @@
+//! The runner protocol: the frames a `wuhu-runner` and the runner hub exchange over one
+//! WebSocket. **API Boundary**: this module is the single source of truth for both sides;
+//! `docs/runner-protocol.md` shows one example of each message.
+//!
+//! # Brief overview
+//!
+//! * Transport: the runner dials `GET {server}`[`RUNNER_CONNECT_PATH`] (`http` → `ws`,
+//!   `https` → `wss`) with `Authorization: Bearer <runner token>`. A bad token is an HTTP 401
+//!   on the upgrade, not a frame.
+//! * Framing: one JSON object per WebSocket **text** frame, at most [`MAX_FRAME_BYTES`],
+//!   discriminated by `"type"` (snake_case); field names are camelCase. Binary frames are not
+//!   used.
+//! * Handshake: the runner sends [`RunnerMessage::Hello`] first; the server answers
+//!   [`ServerMessage::Welcome`] or [`ServerMessage::Refused`] (then closes).
+//! * Liveness: the runner sends [`RunnerMessage::Heartbeat`] every `heartbeatSeconds`; the server
+//!   answers each with [`ServerMessage::HeartbeatAck`]. Both frames are byte-exact constants
+//!   ([`HEARTBEAT_FRAME`], [`HEARTBEAT_ACK_FRAME`]) so a hibernating Durable Object can answer
+//!   with an auto-response without waking up.
+//! * Requests: the server sends `attach`, `detach`, `validate`, `tool_call` and `cancel`, each
+//!   with an `id` chosen by the server and unique per connection; the runner answers with the
+//!   matching `*_result` carrying the same `id`. Replies may arrive out of order.
+//! * Stateless runner: `tool_call`, `detach` and `validate` carry the [`EnvironmentContext`]
+//!   the session stored from `attach_result`, so a runner that restarts or reconnects needs no
+//!   re-registration of sessions; it only needs the files to still be there.
+//! * Errors: a frame that cannot be decoded (see [`decode_frame`]) is answered with an `error`
+//!   frame (carrying the request `id` when one could be read) and the connection stays open.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Version of this protocol, sent in `hello`. The server refuses other versions with code
+/// [`codes::UNSUPPORTED_VERSION`].
+pub const RUNNER_PROTOCOL_VERSION: u32 = 1;
+
+/// Path of the WebSocket endpoint, relative to the server's base URL.
+pub const RUNNER_CONNECT_PATH: &str = "/v1/runners/connect";
+
+/// Largest frame either side accepts, in bytes of UTF-8 text.
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest `agentsMd` the runner sends; a longer AGENTS.md is cut at a char boundary and
+/// `agentsMdTruncated` is set.
+pub const AGENTS_MD_MAX_BYTES: usize = 64 * 1024;
+
+/// Heartbeat period a server should offer in `welcome` unless it has a reason to differ.
+pub const DEFAULT_HEARTBEAT_SECONDS: u32 = 15;
+
+/// The exact text of every heartbeat frame the runner sends.
+pub const HEARTBEAT_FRAME: &str = r#"{"type":"heartbeat"}"#;
+
+/// The exact text of every heartbeat acknowledgement the server sends.
+pub const HEARTBEAT_ACK_FRAME: &str = r#"{"type":"heartbeat_ack"}"#;
+
+/// Capability strings a runner may list in `hello`: one per tool it executes, and one per
+/// environment kind it can materialise.
+pub mod capabilities {
+    /// The `bash` tool.
+    pub const BASH: &str = "bash";
+    /// The `read` tool.
+    pub const READ: &str = "read";
+    /// The `write` tool.
+    pub const WRITE: &str = "write";
+    /// The `edit` tool.
+    pub const EDIT: &str = "edit";
+    /// The `ls` tool.
+    pub const LS: &str = "ls";
+    /// The `find` tool.
+    pub const FIND: &str = "find";
+    /// The `grep` tool.
+    pub const GREP: &str = "grep";
+    /// Can attach `local` environments.
+    pub const ENV_LOCAL: &str = "environment:local";
+    /// Can attach `folder-template` environments.
+    pub const ENV_FOLDER_TEMPLATE: &str = "environment:folder-template";
+    /// Can attach `worktree` environments.
+    pub const ENV_WORKTREE: &str = "environment:worktree";
+    /// The environment tools, in the order the runner lists them.
+    pub const TOOLS: [&str; 7] = [BASH, READ, WRITE, EDIT, LS, FIND, GREP];
+}
+
+/// Error and refusal codes used in `error`, `refused` and failed results.
+pub mod codes {
+    /// The frame was not a JSON object with a string `type`.
+    pub const MALFORMED_FRAME: &str = "malformed_frame";
+    /// The frame's `type` is not one this side knows.
+    pub const UNKNOWN_TYPE: &str = "unknown_type";
+    /// The `type` is known but the fields do not fit it.
+    pub const INVALID_MESSAGE: &str = "invalid_message";
+    /// The frame is larger than [`super::MAX_FRAME_BYTES`].
+    pub const FRAME_TOO_LARGE: &str = "frame_too_large";
+    /// Binary frames are not part of the protocol.
+    pub const BINARY_FRAME: &str = "binary_frame";
+    /// Refusal: the `hello` version is not [`super::RUNNER_PROTOCOL_VERSION`]. Permanent.
+    pub const UNSUPPORTED_VERSION: &str = "unsupported_version";
+    /// Refusal: the token is not a runner token, or is expired. Permanent.
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// Refusal: another live connection uses this runner name. Transient (retry with backoff).
+    pub const NAME_IN_USE: &str = "name_in_use";
+    /// Refusal: the first frame was not `hello`. Permanent.
+    pub const HELLO_REQUIRED: &str = "hello_required";
+    /// Result error: the tool name is unknown to this runner.
+    pub const UNKNOWN_TOOL: &str = "unknown_tool";
+    /// Result error: the environment kind is not supported by this runner.
+    pub const UNSUPPORTED_ENVIRONMENT: &str = "unsupported_environment";
+    /// Result error: a path named by the spec does not exist or is not usable.
+    pub const NOT_FOUND: &str = "not_found";
+    /// Result error: the folder-template startup script failed; the message has its output.
+    pub const STARTUP_SCRIPT_FAILED: &str = "startup_script_failed";
+    /// Result error: a `git` command failed; the message has its output.
+    pub const GIT_FAILED: &str = "git_failed";
+    /// Result error: anything else that went wrong on the runner.
+    pub const INTERNAL: &str = "internal";
+
+    /// Whether a runner should stop (rather than reconnect) after a `refused` with `code`.
+    pub fn refusal_is_permanent(code: &str) -> bool {
+        code != NAME_IN_USE
+    }
+}
+
+/// Where a runner lives, as the owner declared it. Sessions choose runners by this
+/// (`preference: local|cloud|any`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerKind {
+    /// A person's own machine.
+    #[default]
+    Local,
+    /// A machine in the cloud.
+    Cloud,
+}
+
+impl RunnerKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerKind::Local => "local",
+            RunnerKind::Cloud => "cloud",
+        }
+    }
+}
+
+/// The kinds of environment.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnvironmentKind {
+    /// An existing directory, used in place.
+    Local,
+    /// A template directory copied per session.
+    FolderTemplate,
+    /// A git worktree on a new branch per session.
+    Worktree,
+}
+
+impl EnvironmentKind {
+    /// The wire name (`local`, `folder-template`, `worktree`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvironmentKind::Local => "local",
+            EnvironmentKind::FolderTemplate => "folder-template",
+            EnvironmentKind::Worktree => "worktree",
+        }
+    }
+}
+
+/// An environment a runner offers by itself (`--env NAME=PATH`), listed in `hello`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OfferedEnvironment {
+    /// Name chosen by the owner.
+    pub name: String,
+    /// Absolute path on the runner.
+    pub path: String,
+}
+
+/// What to materialise: the resolved environment definition the server sends in `attach`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentSpec {
+    /// The environment's name within the session (what the `environment` tool argument names).
+    pub name: String,
+    /// Kind and kind-specific fields, flattened (`"kind": "worktree", "repoPath": ...`).
+    #[serde(flatten)]
+    pub source: EnvironmentSource,
+    /// Variable names the definition adds to the snapshot whitelist. Secret-looking names are
+    /// never captured even when listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_env_vars: Vec<String>,
+}
+
+/// The kind-specific part of an [`EnvironmentSpec`], tagged by `kind`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+pub enum EnvironmentSource {
+    /// An existing directory on the runner, used in place.
+    Local {
+        /// Absolute path; it must exist.
+        path: String,
+    },
+    /// A template copied to `<workspaces root>/<sessionId>` (suffix `-N` when taken).
+    FolderTemplate {
+        /// Absolute path of the template directory on the runner.
+        template_path: String,
+        /// Run in the copy with `bash -c 'set -euo pipefail; <script>'`; failure fails the
+        /// attach with the script's output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        startup_script: Option<String>,
+    },
+    /// `git worktree add -b wuhu/<session short id> <workspaces root>/<...> <baseRef>`.
+    Worktree {
+        /// Absolute path of a git repository on the runner.
+        repo_path: String,
+        /// Commit-ish to branch from; `HEAD` when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_ref: Option<String>,
+    },
+}
+
+impl EnvironmentSource {
+    /// The kind of this source.
+    pub fn kind(&self) -> EnvironmentKind {
+        match self {
+            EnvironmentSource::Local { .. } => EnvironmentKind::Local,
+            EnvironmentSource::FolderTemplate { .. } => EnvironmentKind::FolderTemplate,
+            EnvironmentSource::Worktree { .. } => EnvironmentKind::Worktree,
+        }
+    }
+}
+
+/// The working context captured at attach (seed 004): tools run with this cwd and exactly
+/// these environment variables.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// Absolute working directory for tools.
+    pub cwd: String,
+    /// Whitelisted variables of the runner's environment; never a secret-looking name.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Unix seconds.
+    pub captured_at: i64,
+}
+
+/// Everything a runner needs to run a tool in an attached environment. The session stores it
+/// from `attach_result` and sends it back with every `tool_call`, `detach` and `validate`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentContext {
+    /// The environment's name within the session.
+    pub name: String,
+    /// Its kind; decides the path policy (absolute paths outside the root only for `local`).
+    pub kind: EnvironmentKind,
+    /// Absolute, canonical root directory on the runner.
+    pub root: String,
+    /// The captured working context.
+    pub snapshot: Snapshot,
+    /// `worktree` only: the repository the worktree belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_path: Option<String>,
+    /// `worktree` only: the branch created for the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// A materialised environment, as `attach_result` reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachedEnvironment {
+    /// The environment's name within the session.
+    pub name: String,
+    /// Its kind.
+    pub kind: EnvironmentKind,
+    /// Absolute, canonical root directory on the runner.
+    pub root: String,
+    /// Display name of the runner's OS (`macOS`, `Linux`, ...), for the transcript.
+    pub os: String,
+    /// `worktree` only: the repository the worktree belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_path: Option<String>,
+    /// `worktree` only: the branch created for the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The captured working context.
+    pub snapshot: Snapshot,
+    /// Content of `AGENTS.md` at the root, if present, at most [`AGENTS_MD_MAX_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents_md: Option<String>,
+    /// Whether `agentsMd` was cut to [`AGENTS_MD_MAX_BYTES`].
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub agents_md_truncated: bool,
+}
+
+impl AttachedEnvironment {
+    /// The part a session sends back with later requests.
+    pub fn context(&self) -> EnvironmentContext {
+        EnvironmentContext {
+            name: self.name.clone(),
+            kind: self.kind,
+            root: self.root.clone(),
+            snapshot: self.snapshot.clone(),
+            repo_path: self.repo_path.clone(),
+            branch: self.branch.clone(),
+        }
+    }
+}
+
+/// `{code, message}`: a failure inside a result, or the body of `refused`/`error`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// One of [`codes`] (open set: unknown codes are treated as [`codes::INTERNAL`]).
+    pub code: String,
+    /// Human-readable, lowercase, no trailing period; may span lines (script output).
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// Builds an error body.
+    pub fn new(code: &str, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Outcome of an `attach`: `"ok": {"environment": ...}` or `"error": {code, message}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachOutcome {
+    /// Materialised.
+    Ok {
+        /// The environment.
+        environment: AttachedEnvironment,
+    },
+    /// Not materialised; nothing is left behind on the runner.
+    Error(ErrorBody),
+}
+
+/// Outcome of a `detach`: `"ok": {...}` or `"error": {code, message}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DetachOutcome {
+    /// Detached.
+    Ok {
+        /// Whether the runner deleted the environment's directory (a worktree is removed; a
+        /// local directory or a folder-template copy is kept).
+        removed: bool,
+        /// `worktree` only: the branch, which is kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        branch: Option<String>,
+    },
+    /// Detaching failed (the session should still consider it detached).
+    Error(ErrorBody),
+}
+
+/// What became stale in a snapshot since it was captured.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum StaleKind {
+    /// The working directory no longer exists.
+    Cwd,
+    /// `VIRTUAL_ENV` points at a directory that no longer exists.
+    VirtualEnv,
+    /// An entry of `PATH` no longer exists.
+    PathEntry,
+}
+
+/// One stale item found by snapshot validation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StaleItem {
+    /// What is stale.
+    pub kind: StaleKind,
+    /// The path that no longer exists.
+    pub path: String,
+}
+
+impl StaleItem {
+    /// A one-line description for a transcript notice.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            StaleKind::Cwd => format!("working directory {} no longer exists", self.path),
+            StaleKind::VirtualEnv => format!("VIRTUAL_ENV {} no longer exists", self.path),
+            StaleKind::PathEntry => format!("PATH entry {} no longer exists", self.path),
+        }
+    }
+}
+
+/// Frames the runner sends.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum RunnerMessage {
+    /// First frame on every connection. The server answers `welcome` or `refused`.
+    Hello {
+        /// [`RUNNER_PROTOCOL_VERSION`].
+        version: u32,
+        /// The runner's name, unique per owner (`--name`).
+        name: String,
+        /// `local` or `cloud`.
+        kind: RunnerKind,
+        /// Display name of the OS (`macOS`, `Linux`).
+        os: String,
+        /// CPU architecture (`aarch64`, `x86_64`).
+        arch: String,
+        /// See [`capabilities`].
+        capabilities: Vec<String>,
+        /// Environments the owner offers on this runner (`--env NAME=PATH`).
+        environments: Vec<OfferedEnvironment>,
+        /// Software version of the runner, for diagnostics.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runner_version: Option<String>,
+    },
+    /// Sent every `heartbeatSeconds`; always exactly [`HEARTBEAT_FRAME`].
+    Heartbeat {},
+    /// Answer to `attach`.
+    AttachResult {
+        /// The `attach` id.
+        id: String,
+        /// Materialised environment or error.
+        #[serde(flatten)]
+        outcome: AttachOutcome,
+    },
+    /// Answer to `detach`.
+    DetachResult {
+        /// The `detach` id.
+        id: String,
+        /// Outcome.
+        #[serde(flatten)]
+        outcome: DetachOutcome,
+    },
+    /// Answer to `validate`: what is stale (empty when all is well).
+    ValidateResult {
+        /// The `validate` id.
+        id: String,
+        /// Stale items, in the order cwd, VIRTUAL_ENV, PATH entries.
+        stale: Vec<StaleItem>,
+    },
+    /// Answer to `tool_call` (also after `cancel`, with `isError` and `details.cancelled`).
+    ToolResult {
+        /// The `tool_call` id.
+        id: String,
+        /// Text for the model, already truncated with a continuation hint.
+        content: String,
+        /// Whether the call failed (bad arguments, refused path, non-zero exit, timeout, ...).
+        is_error: bool,
+        /// Structured extras (`exitCode`, `timedOut`, `truncated`, `fullOutputPath`, ...).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<serde_json::Value>,
+    },
+    /// An asynchronous notification not tied to a request (reserved for async completions).
+    Event {
+        /// A versioned event name such as `log_v1`.
+        name: String,
+        /// The session it concerns, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+        /// The environment it concerns, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        environment: Option<String>,
+        /// Free-form details.
+        #[serde(default)]
+        data: serde_json::Value,
+    },
+    /// A request or frame the runner could not handle (`id` when the frame carried one).
+    Error {
+        /// The offending request's id, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// See [`codes`].
+        code: String,
+        /// Human-readable.
+        message: String,
+    },
+}
+
+/// Frames the server (runner hub) sends.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum ServerMessage {
+    /// The `hello` was accepted.
+    Welcome {
+        /// Server-side id of this runner (stable across reconnects of the same name).
+        runner_id: String,
+        /// How often the runner sends `heartbeat`; the server may drop a runner silent for
+        /// three periods.
+        heartbeat_seconds: u32,
+    },
+    /// The `hello` was refused; the server closes the connection after this frame.
+    Refused {
+        /// See [`codes`] and [`codes::refusal_is_permanent`].
+        code: String,
+        /// Human-readable reason, shown to the person running the runner.
+        message: String,
+    },
+    /// Answer to every `heartbeat`; always exactly [`HEARTBEAT_ACK_FRAME`].
+    HeartbeatAck {},
+    /// Materialise an environment for a session; answered by `attach_result`.
+    Attach {
+        /// Request id.
+        id: String,
+        /// The session (a UUID); names the per-session workspace and branch.
+        session_id: String,
+        /// What to materialise.
+        spec: EnvironmentSpec,
+    },
+    /// Release a session's environment; answered by `detach_result`.
+    Detach {
+        /// Request id.
+        id: String,
+        /// The session.
+        session_id: String,
+        /// The context from `attach_result`.
+        environment: EnvironmentContext,
+    },
+    /// Check a stored snapshot (after a reconnect or resume); answered by `validate_result`.
+    Validate {
+        /// Request id.
+        id: String,
+        /// The session.
+        session_id: String,
+        /// The context from `attach_result`.
+        environment: EnvironmentContext,
+    },
+    /// Run a tool; answered by `tool_result`.
+    ToolCall {
+        /// Request id (may be the LLM's tool call id).
+        id: String,
+        /// The session.
+        session_id: String,
+        /// The context from `attach_result`; the tool runs with its cwd, env and root.
+        environment: EnvironmentContext,
+        /// `bash`, `read`, `write`, `edit`, `ls`, `find` or `grep`.
+        tool: String,
+        /// The tool's arguments as the model gave them (minus `environment`).
+        arguments: serde_json::Value,
+        /// Hard deadline for the whole call; the runner kills it and answers with an error.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
+    /// Stop the `tool_call` with this id; its `tool_result` follows (or already went).
+    Cancel {
+        /// The `tool_call` id.
+        id: String,
+    },
+    /// A frame the server could not handle.
+    Error {
+        /// The offending frame's id, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// See [`codes`].
+        code: String,
+        /// Human-readable.
+        message: String,
+    },
+}
+
+/// A message type of one direction of the protocol.
+pub trait Frame: Serialize + DeserializeOwned {
+    /// Every `type` value of this direction.
+    const TYPES: &'static [&'static str];
+}
+
+impl Frame for RunnerMessage {
+    const TYPES: &'static [&'static str] = &[
+        "hello",
+        "heartbeat",
+        "attach_result",
+        "detach_result",
+        "validate_result",
+        "tool_result",
+        "event",
+        "error",
+    ];
+}
+
+impl Frame for ServerMessage {
+    const TYPES: &'static [&'static str] = &[
+        "welcome",
+        "refused",
+        "heartbeat_ack",
+        "attach",
+        "detach",
+        "validate",
+        "tool_call",
+        "cancel",
+        "error",
+    ];
+}
+
+/// Why a frame could not be decoded.
+#[derive(thiserror::Error, Clone, Debug, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// The frame is larger than [`MAX_FRAME_BYTES`].
+    #[error("frame of {len} bytes exceeds the {max} byte limit")]
+    TooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Not JSON, not an object, or no string `type`.
+    #[error("malformed frame: {reason}")]
+    Malformed {
+        /// What was wrong.
+        reason: String,
+    },
+    /// A `type` this side does not know.
+    #[error("unknown message type {ty:?}")]
+    UnknownType {
+        /// The `type`.
+        ty: String,
+        /// The frame's `id`, if it had a string one.
+        id: Option<String>,
+    },
+    /// A known `type` whose fields do not fit.
+    #[error("invalid {ty} message: {reason}")]
+    Invalid {
+        /// The `type`.
+        ty: String,
+        /// The frame's `id`, if it had a string one.
+        id: Option<String>,
+        /// The decoder's complaint.
+        reason: String,
+    },
+}
+
+impl ProtocolError {
+    /// The code for the `error` frame that answers this.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProtocolError::TooLarge { .. } => codes::FRAME_TOO_LARGE,
+            ProtocolError::Malformed { .. } => codes::MALFORMED_FRAME,
+            ProtocolError::UnknownType { .. } => codes::UNKNOWN_TYPE,
+            ProtocolError::Invalid { .. } => codes::INVALID_MESSAGE,
+        }
+    }
+
+    /// The id of the request the bad frame carried, so the answer can be correlated.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            ProtocolError::UnknownType { id, .. } | ProtocolError::Invalid { id, .. } => {
+                id.as_deref()
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Decodes one text frame of either direction (`decode_frame::<ServerMessage>(text)`).
+///
+/// Never panics, whatever the input (serde_json bounds nesting depth).
+///
+/// # Errors
+///
+/// [`ProtocolError`] when the frame is too large, not a JSON object with a string `type`, of an
+/// unknown `type`, or of a known `type` with fields that do not fit.
+pub fn decode_frame<M: Frame>(text: &str) -> Result<M, ProtocolError> {
+    if text.len() > MAX_FRAME_BYTES {
+        return Err(ProtocolError::TooLarge {
+            len: text.len(),
+            max: MAX_FRAME_BYTES,
+        });
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| ProtocolError::Malformed {
+            reason: e.to_string(),
+        })?;
+    let serde_json::Value::Object(object) = &value else {
+        return Err(ProtocolError::Malformed {
+            reason: String::from("not a JSON object"),
+        });
+    };
+    let Some(ty) = object.get("type").and_then(|t| t.as_str()) else {
+        return Err(ProtocolError::Malformed {
+            reason: String::from("missing string field \"type\""),
+        });
+    };
+    let ty = ty.to_string();
+    let id = object
+        .get("id")
+        .and_then(|id| id.as_str())
+        .map(str::to_string);
+    if !M::TYPES.contains(&ty.as_str()) {
+        return Err(ProtocolError::UnknownType { ty, id });
+    }
+    serde_json::from_value(value).map_err(|e| ProtocolError::Invalid {
+        ty,
+        id,
+        reason: e.to_string(),
+    })
+}
+
+/// Encodes one frame as JSON text.
+pub fn encode_frame<M: Frame>(message: &M) -> String {
+    // Serialising these types cannot fail: every map key is a string.
+    serde_json::to_string(message).unwrap_or_else(|_| String::from("{}"))
+}
+
+/// Display name of an OS as Rust's `std::env::consts::OS` spells it (`macos` → `macOS`).
+pub fn os_display_name(os: &str) -> String {
+    match os {
+        "macos" => String::from("macOS"),
+        "linux" => String::from("Linux"),
+        "windows" => String::from("Windows"),
+        "freebsd" => String::from("FreeBSD"),
+        other => other.to_string(),
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            cwd: String::from("/Users/ana/src/api"),
+            env: BTreeMap::from([(String::from("PATH"), String::from("/usr/bin:/bin"))]),
+            captured_at: 1_767_225_600,
+        }
+    }
+
+    fn context() -> EnvironmentContext {
+        EnvironmentContext {
+            name: String::from("api"),
+            kind: EnvironmentKind::Worktree,
+            root: String::from("/Users/ana/.wuhu/workspaces/s1"),
+            snapshot: snapshot(),
+            repo_path: Some(String::from("/Users/ana/src/api")),
+            branch: Some(String::from("wuhu/0f3c2a1b")),
+        }
+    }
+
+    fn attached() -> AttachedEnvironment {
+        AttachedEnvironment {
+            name: String::from("api"),
+            kind: EnvironmentKind::Local,
+            root: String::from("/Users/ana/src/api"),
+            os: String::from("macOS"),
+            repo_path: None,
+            branch: None,
+            snapshot: snapshot(),
+            agents_md: Some(String::from("# Rules\n")),
+            agents_md_truncated: false,
+        }
+    }
+
+    fn runner_messages() -> Vec<RunnerMessage> {
+        vec![
+            RunnerMessage::Hello {
+                version: RUNNER_PROTOCOL_VERSION,
+                name: String::from("ana-mac"),
+                kind: RunnerKind::Local,
+                os: String::from("macOS"),
+                arch: String::from("aarch64"),
+                capabilities: vec![String::from("bash"), String::from("environment:local")],
+                environments: vec![OfferedEnvironment {
+                    name: String::from("api"),
+                    path: String::from("/Users/ana/src/api"),
+                }],
+                runner_version: Some(String::from("0.1.0")),
+            },
+            RunnerMessage::Heartbeat {},
+            RunnerMessage::AttachResult {
+                id: String::from("a1"),
+                outcome: AttachOutcome::Ok {
+                    environment: attached(),
+                },
+            },
+            RunnerMessage::AttachResult {
+                id: String::from("a2"),
+                outcome: AttachOutcome::Error(ErrorBody::new(
+                    codes::STARTUP_SCRIPT_FAILED,
+                    "startup script exited with code 1",
+                )),
+            },
+            RunnerMessage::DetachResult {
+                id: String::from("d1"),
+                outcome: DetachOutcome::Ok {
+                    removed: true,
+                    branch: Some(String::from("wuhu/0f3c2a1b")),
+                },
+            },
+            RunnerMessage::DetachResult {
+                id: String::from("d2"),
+                outcome: DetachOutcome::Error(ErrorBody::new(codes::GIT_FAILED, "boom")),
+            },
+            RunnerMessage::ValidateResult {
+                id: String::from("v1"),
+                stale: vec![StaleItem {
+                    kind: StaleKind::VirtualEnv,
+                    path: String::from("/x/.venv"),
+                }],
+            },
+            RunnerMessage::ToolResult {
+                id: String::from("t1"),
+                content: String::from("hi\n"),
+                is_error: false,
+                details: Some(json!({"exitCode": 0})),
+            },
+            RunnerMessage::ToolResult {
+                id: String::from("t2"),
+                content: String::from("no"),
+                is_error: true,
+                details: None,
+            },
+            RunnerMessage::Event {
+                name: String::from("log_v1"),
+                session_id: Some(String::from("s1")),
+                environment: None,
+                data: json!({"line": "x"}),
+            },
+            RunnerMessage::Error {
+                id: None,
+                code: String::from(codes::MALFORMED_FRAME),
+                message: String::from("bad"),
+            },
+        ]
+    }
+
+    fn server_messages() -> Vec<ServerMessage> {
+        vec![
+            ServerMessage::Welcome {
+                runner_id: String::from("r1"),
+                heartbeat_seconds: 15,
+            },
+            ServerMessage::Refused {
+                code: String::from(codes::UNSUPPORTED_VERSION),
+                message: String::from("protocol version 9 is not supported"),
+            },
+            ServerMessage::HeartbeatAck {},
+            ServerMessage::Attach {
+                id: String::from("a1"),
+                session_id: String::from("s1"),
+                spec: EnvironmentSpec {
+                    name: String::from("api"),
+                    source: EnvironmentSource::Local {
+                        path: String::from("/Users/ana/src/api"),
+                    },
+                    extra_env_vars: vec![],
+                },
+            },
+            ServerMessage::Attach {
+                id: String::from("a2"),
+                session_id: String::from("s1"),
+                spec: EnvironmentSpec {
+                    name: String::from("web"),
+                    source: EnvironmentSource::FolderTemplate {
+                        template_path: String::from("/srv/templates/web"),
+                        startup_script: Some(String::from("npm ci")),
+                    },
+                    extra_env_vars: vec![String::from("JAVA_HOME")],
+                },
+            },
+            ServerMessage::Attach {
+                id: String::from("a3"),
+                session_id: String::from("s1"),
+                spec: EnvironmentSpec {
+                    name: String::from("repo"),
+                    source: EnvironmentSource::Worktree {
+                        repo_path: String::from("/srv/repo"),
+                        base_ref: None,
+                    },
+                    extra_env_vars: vec![],
+                },
+            },
+            ServerMessage::Detach {
+                id: String::from("d1"),
+                session_id: String::from("s1"),
+                environment: context(),
+            },
+            ServerMessage::Validate {
+                id: String::from("v1"),
+                session_id: String::from("s1"),
+                environment: context(),
+            },
+            ServerMessage::ToolCall {
+                id: String::from("t1"),
+                session_id: String::from("s1"),
+                environment: context(),
+                tool: String::from("bash"),
+                arguments: json!({"command": "echo hi"}),
+                timeout_ms: Some(60_000),
+            },
+            ServerMessage::Cancel {
+                id: String::from("t1"),
+            },
+            ServerMessage::Error {
+                id: Some(String::from("x")),
+                code: String::from(codes::UNKNOWN_TYPE),
+                message: String::from("?"),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for message in runner_messages() {
+            let text = encode_frame(&message);
+            assert_eq!(decode_frame::<RunnerMessage>(&text), Ok(message), "{text}");
+        }
+        for message in server_messages() {
+            let text = encode_frame(&message);
+            assert_eq!(decode_frame::<ServerMessage>(&text), Ok(message), "{text}");
+        }
+    }
+
+    #[test]
+    fn every_type_is_listed() {
+        for message in runner_messages() {
+            let value = serde_json::to_value(&message).unwrap();
+            let ty = value["type"].as_str().unwrap().to_string();
+            assert!(RunnerMessage::TYPES.contains(&ty.as_str()), "{ty}");
+        }
+        for message in server_messages() {
+            let value = serde_json::to_value(&message).unwrap();
+            let ty = value["type"].as_str().unwrap().to_string();
+            assert!(ServerMessage::TYPES.contains(&ty.as_str()), "{ty}");
+        }
+    }
+
+    #[test]
+    fn wire_shapes_are_exact() {
+        assert_eq!(encode_frame(&RunnerMessage::Heartbeat {}), HEARTBEAT_FRAME);
+        assert_eq!(
+            encode_frame(&ServerMessage::HeartbeatAck {}),
+            HEARTBEAT_ACK_FRAME
+        );
+        let attach = serde_json::to_value(&server_messages()[4]).unwrap();
+        assert_eq!(
+            attach,
+            json!({"type": "attach", "id": "a2", "sessionId": "s1", "spec": {
+                "name": "web", "kind": "folder-template", "templatePath": "/srv/templates/web",
+                "startupScript": "npm ci", "extraEnvVars": ["JAVA_HOME"]}})
+        );
+        let result = serde_json::to_value(&runner_messages()[3]).unwrap();
+        assert_eq!(
+            result,
+            json!({"type": "attach_result", "id": "a2", "error": {
+                "code": "startup_script_failed", "message": "startup script exited with code 1"}})
+        );
+        let ok = serde_json::to_value(&runner_messages()[2]).unwrap();
+        assert_eq!(ok["ok"]["environment"]["agentsMd"], "# Rules\n");
+        assert_eq!(
+            ok["ok"]["environment"]["snapshot"]["capturedAt"],
+            1_767_225_600
+        );
+        let tool = serde_json::to_value(&runner_messages()[7]).unwrap();
+        assert_eq!(tool["isError"], false);
+    }
+
+    #[test]
+    fn garbage_is_an_error_never_a_panic() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            ("", codes::MALFORMED_FRAME, None),
+            ("not json", codes::MALFORMED_FRAME, None),
+            ("[1,2]", codes::MALFORMED_FRAME, None),
+            ("{}", codes::MALFORMED_FRAME, None),
+            (r#"{"type":3}"#, codes::MALFORMED_FRAME, None),
+            (
+                r#"{"type":"nope","id":"q"}"#,
+                codes::UNKNOWN_TYPE,
+                Some("q"),
+            ),
+            (r#"{"type":"hello"}"#, codes::UNKNOWN_TYPE, None),
+            (
+                r#"{"type":"tool_call","id":"t9"}"#,
+                codes::INVALID_MESSAGE,
+                Some("t9"),
+            ),
+            (r#"{"type":"cancel","id":5}"#, codes::INVALID_MESSAGE, None),
+            (
+                r#"{"type":"attach","id":"a","sessionId":"s","spec":{"name":"x","kind":"moon"}}"#,
+                codes::INVALID_MESSAGE,
+                Some("a"),
+            ),
+        ];
+        for (text, code, id) in cases {
+            let err = decode_frame::<ServerMessage>(text).unwrap_err();
+            assert_eq!((err.code(), err.id()), (*code, *id), "{text}");
+        }
+        let deep = "[".repeat(100_000);
+        assert_eq!(
+            decode_frame::<ServerMessage>(&deep).unwrap_err().code(),
+            codes::MALFORMED_FRAME
+        );
+        let big = format!(
+            r#"{{"type":"cancel","id":"{}"}}"#,
+            "x".repeat(MAX_FRAME_BYTES)
+        );
+        assert_eq!(
+            decode_frame::<ServerMessage>(&big).unwrap_err().code(),
+            codes::FRAME_TOO_LARGE
+        );
+        assert_eq!(
+            decode_frame::<RunnerMessage>(
+                r#"{"type":"welcome","runnerId":"r","heartbeatSeconds":1}"#
+            )
+            .unwrap_err()
+            .code(),
+            codes::UNKNOWN_TYPE
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_for_forward_compatibility() {
+        let text = r#"{"type":"cancel","id":"t1","reason":"user"}"#;
+        assert_eq!(
+            decode_frame::<ServerMessage>(text),
+            Ok(ServerMessage::Cancel {
+                id: String::from("t1")
+            })
+        );
+    }
+
+    #[test]
+    fn refusals_that_may_clear_up_are_retried() {
+        assert!(!codes::refusal_is_permanent(codes::NAME_IN_USE));
+        assert!(codes::refusal_is_permanent(codes::UNSUPPORTED_VERSION));
+        assert!(codes::refusal_is_permanent(codes::UNAUTHORIZED));
+    }
+}

@@ -1,0 +1,207 @@
+//! The workspace knowledge base in R2: `{tenant}/workspace/{path}`.
+//! Rules (paths, sizes, frontmatter) live in `wuhu_core::workspace`.
+//!
+//! A document's parsed frontmatter is kept in the object's custom metadata (when small enough),
+//! so a listing does not read every document.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use worker::{Bucket, Env, Include};
+use wuhu_core::workspace::{
+    MAX_DOC_BYTES, normalize_doc_path, normalize_prefix, split_frontmatter,
+};
+
+use crate::http::{ApiError, ApiResult};
+
+const BUCKET: &str = "ARCHIVE";
+/// R2 custom metadata is limited to 2 KiB in all; frontmatter above this is read from the body.
+const MAX_METADATA_FRONTMATTER: usize = 1500;
+
+/// A document as listed.
+#[derive(Serialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DocSummary {
+    pub(crate) path: String,
+    pub(crate) size: u64,
+    /// Unix seconds.
+    pub(crate) updated: i64,
+    /// Changes whenever the content does (the object's etag).
+    pub(crate) version: String,
+    pub(crate) frontmatter: Option<serde_json::Value>,
+}
+
+/// A whole document.
+#[derive(Serialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Doc {
+    #[serde(flatten)]
+    pub(crate) summary: DocSummary,
+    /// The whole text, frontmatter included.
+    pub(crate) content: String,
+    /// The text after the frontmatter.
+    pub(crate) body: String,
+}
+
+/// A listing page.
+#[derive(Serialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DocList {
+    pub(crate) docs: Vec<DocSummary>,
+    /// Pass as `cursor` for the next page.
+    pub(crate) cursor: Option<String>,
+}
+
+fn root(tenant: &str) -> String {
+    format!("{tenant}/workspace/")
+}
+
+fn bad_path(e: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!("invalid workspace path: {e}"))
+}
+
+fn bucket(env: &Env) -> ApiResult<Bucket> {
+    Ok(env.bucket(BUCKET)?)
+}
+
+/// Reads a document; `Ok(None)` when absent.
+pub(crate) async fn read(env: &Env, tenant: &str, path: &str) -> ApiResult<Option<Doc>> {
+    let path = normalize_doc_path(path).map_err(bad_path)?;
+    let Some(object) = bucket(env)?
+        .get(format!("{}{path}", root(tenant)))
+        .execute()
+        .await?
+    else {
+        return Ok(None);
+    };
+    let summary_base = (
+        object.size(),
+        object.uploaded().as_millis() / 1000,
+        object.etag(),
+    );
+    let body = object
+        .body()
+        .ok_or_else(|| ApiError::internal("workspace object has no body"))?;
+    let content = body.text().await?;
+    let (frontmatter, body) = split_frontmatter(&content);
+    let body = body.to_string();
+    Ok(Some(Doc {
+        summary: DocSummary {
+            path,
+            size: summary_base.0,
+            updated: summary_base.1 as i64,
+            version: summary_base.2,
+            frontmatter: frontmatter.ok().flatten(),
+        },
+        content,
+        body,
+    }))
+}
+
+/// Writes a document. Refuses more than 1 MiB (413) and invalid frontmatter (400).
+pub(crate) async fn write(
+    env: &Env,
+    tenant: &str,
+    path: &str,
+    content: &str,
+) -> ApiResult<DocSummary> {
+    let path = normalize_doc_path(path).map_err(bad_path)?;
+    if content.len() > MAX_DOC_BYTES {
+        return Err(ApiError::new(
+            413,
+            "payload_too_large",
+            format!("document exceeds {MAX_DOC_BYTES} bytes"),
+        ));
+    }
+    let (frontmatter, _) = split_frontmatter(content);
+    let frontmatter = frontmatter.map_err(ApiError::bad_request)?;
+    let mut metadata = HashMap::new();
+    if let Some(fm) = &frontmatter {
+        let json = fm.to_string();
+        if json.len() <= MAX_METADATA_FRONTMATTER {
+            metadata.insert("frontmatter".to_string(), json);
+        } else {
+            metadata.insert("frontmatter-in-body".to_string(), "1".to_string());
+        }
+    }
+    let object = bucket(env)?
+        .put(
+            format!("{}{path}", root(tenant)),
+            content.as_bytes().to_vec(),
+        )
+        .custom_metadata(metadata)
+        .execute()
+        .await?
+        .ok_or_else(|| ApiError::internal("workspace write was not stored"))?;
+    Ok(DocSummary {
+        path,
+        size: object.size(),
+        updated: (object.uploaded().as_millis() / 1000) as i64,
+        version: object.etag(),
+        frontmatter,
+    })
+}
+
+/// Deletes a document; returns whether it existed.
+pub(crate) async fn remove(env: &Env, tenant: &str, path: &str) -> ApiResult<bool> {
+    let path = normalize_doc_path(path).map_err(bad_path)?;
+    let key = format!("{}{path}", root(tenant));
+    let bucket = bucket(env)?;
+    if bucket.head(key.clone()).await?.is_none() {
+        return Ok(false);
+    }
+    bucket.delete(key).await?;
+    Ok(true)
+}
+
+/// Lists documents under `prefix` (up to `limit`, from `cursor`).
+pub(crate) async fn list(
+    env: &Env,
+    tenant: &str,
+    prefix: &str,
+    limit: u32,
+    cursor: Option<String>,
+) -> ApiResult<DocList> {
+    let prefix = normalize_prefix(prefix).map_err(bad_path)?;
+    let root = root(tenant);
+    let bucket = bucket(env)?;
+    let mut request = bucket
+        .list()
+        .prefix(format!("{root}{prefix}"))
+        .limit(limit)
+        .include(vec![Include::CustomMetadata]);
+    if let Some(cursor) = cursor {
+        request = request.cursor(cursor);
+    }
+    let page = request.execute().await?;
+    let mut docs = Vec::new();
+    for object in page.objects() {
+        let metadata = object.custom_metadata().unwrap_or_default();
+        let path = object
+            .key()
+            .strip_prefix(&root)
+            .unwrap_or_default()
+            .to_string();
+        let mut frontmatter = metadata
+            .get("frontmatter")
+            .and_then(|j| serde_json::from_str(j).ok());
+        if metadata.contains_key("frontmatter-in-body") {
+            frontmatter = read(env, tenant, &path)
+                .await?
+                .and_then(|d| d.summary.frontmatter);
+        }
+        docs.push(DocSummary {
+            path,
+            size: object.size(),
+            updated: (object.uploaded().as_millis() / 1000) as i64,
+            version: object.etag(),
+            frontmatter,
+        });
+    }
+    let cursor = if page.truncated() {
+        page.cursor()
+    } else {
+        None
+    };
+    Ok(DocList { docs, cursor })
+}
