@@ -1,1 +1,31 @@
-pub fn placeholder() {}
+//! # wuhu-e2e
+//!
+//! End-to-end tests of Wuhu on the real stack: the built Worker under `wrangler dev` on an
+//! ephemeral port with a temp state dir, real HTTP and SSE, and local fake LLM servers that
+//! speak the real wire formats. The tests live in `tests/`; this library is their harness.
+//!
+//! * [`Stack`]: starts wrangler (own process group, log captured, killed on drop or when the
+//!   test process exits), restarts it on the same state after a SIGKILL, mints tokens.
+//! * [`Api`]: a JSON client bound to one token; typed helpers for every route.
+//! * [`SseStream`]: reads a follow stream incrementally with read deadlines.
+//! * [`FakeOpenAi`]: an OpenAI Chat Completions server scripted per model, recording requests.
+//! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
+//!
+//! The harness needs `worker/build` (built by `scripts/test`) and wrangler from
+//! `node_modules` (or `$WRANGLER_BIN`). Set `WUHU_E2E_KEEP=1` to keep every temp dir.
+
+pub mod api;
+pub mod entries;
+pub mod fake_openai;
+pub mod http;
+pub mod jwt;
+pub mod sse;
+pub mod stack;
+pub mod util;
+
+pub use api::Api;
+pub use fake_openai::{FakeOpenAi, RecordedRequest, Reply};
+pub use http::{Request, Response};
+pub use sse::{FollowOpen, SseEvent, SseItem, SseStream};
+pub use stack::{Stack, StackOptions};
+pub use util::{wait_for, wait_until};

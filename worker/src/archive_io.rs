@@ -62,6 +62,7 @@ async fn flush_all(actor: &Rc<Actor>) -> ApiResult<()> {
             .await?;
         // Only after the segment is durable are entries trimmed from SQLite.
         actor.store()?.record_segment(first, last, HOT_TAIL_KEEP)?;
+        actor.invalidate_unarchived();
     }
 }
 

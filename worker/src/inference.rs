@@ -86,12 +86,20 @@ async fn run_fake(
     } else {
         default_delay
     };
+    let mut first_delta_sent = false;
     for event in reply.events {
         if delay > 0 {
             Delay::from(Duration::from_millis(delay)).await;
         }
+        let is_delta = matches!(event, LlmEvent::TextDelta(_));
         if !apply(actor, step, builder, event) {
             return Ok(false);
+        }
+        // Without a delay the whole reply is computed at once; yield to the event loop after the
+        // first delta so followers get it before the rest of the turn runs, as with a real provider.
+        if is_delta && !first_delta_sent && delay == 0 {
+            first_delta_sent = true;
+            Delay::from(Duration::ZERO).await;
         }
     }
     match reply.failure {

@@ -29,6 +29,7 @@ use crate::http::{
 };
 use crate::store::{SessionMeta, Store};
 use crate::{archive_io, builtin_tools, follow, inference, tenant_index};
+use wuhu_core::archive::HOT_TAIL_KEEP;
 
 /// How long a running session may go without progress before the alarm checks on it.
 const WATCHDOG: Duration = Duration::from_secs(30);
@@ -75,6 +76,35 @@ pub(crate) struct Actor {
     index_dirty: Cell<bool>,
     index_sending: Cell<bool>,
     alarm_armed_for: Cell<Option<u64>>,
+    /// The context window; `None` until first needed.
+    tail: RefCell<Option<HotTail>>,
+    /// Count and bytes of entries not archived yet; `None` when unknown.
+    unarchived: Cell<Option<(u64, u64)>>,
+}
+
+/// The newest entries in memory: at most [`HOT_TAIL_KEEP`] and [`TAIL_MAX_BYTES`] of JSON.
+/// This is the LLM context window (decision 0001).
+#[derive(Default)]
+struct HotTail {
+    entries: std::collections::VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+/// Most JSON bytes of entries the context window holds.
+const TAIL_MAX_BYTES: usize = 8 * 1024 * 1024;
+
+impl HotTail {
+    fn push(&mut self, entry: Entry, bytes: usize) {
+        self.entries.push_back((entry, bytes));
+        self.bytes += bytes;
+        while self.entries.len() > HOT_TAIL_KEEP as usize
+            || (self.bytes > TAIL_MAX_BYTES && self.entries.len() > 1)
+        {
+            if let Some((_, b)) = self.entries.pop_front() {
+                self.bytes -= b;
+            }
+        }
+    }
 }
 
 pub(crate) struct Loaded {
@@ -106,6 +136,8 @@ impl DurableObject for SessionActor {
             index_dirty: Cell::new(false),
             index_sending: Cell::new(false),
             alarm_armed_for: Cell::new(None),
+            tail: RefCell::new(None),
+            unarchived: Cell::new(None),
         };
         SessionActor {
             actor: Rc::new(actor),
@@ -448,16 +480,28 @@ impl Actor {
                 return;
             };
             let mut wrote = false;
+            let mut tail = self.tail.borrow_mut();
             for effect in &effects {
                 if let Effect::AppendEntry(entry) = effect {
-                    if let Err(e) = store.append(entry) {
-                        worker::console_error!("appending entry {} failed: {e}", entry.cursor);
+                    match store.append(entry) {
+                        Ok(bytes) => {
+                            if let Some(tail) = tail.as_mut() {
+                                tail.push(entry.clone(), bytes);
+                            }
+                            if let Some((n, total)) = self.unarchived.get() {
+                                self.unarchived.set(Some((n + 1, total + bytes as u64)));
+                            }
+                        }
+                        Err(e) => {
+                            worker::console_error!("appending entry {} failed: {e}", entry.cursor);
+                        }
                     }
                     wrote = true;
                 }
             }
-            if wrote {
-                loaded.meta.updated_at = now().unix_seconds();
+            let seconds = now().unix_seconds();
+            if wrote && loaded.meta.updated_at != seconds {
+                loaded.meta.updated_at = seconds;
                 let _ = store.save_meta(&loaded.meta);
             }
             if let Err(e) = store.save_checkpoint(loaded.session.checkpoint()) {
@@ -501,13 +545,22 @@ impl Actor {
     }
 
     fn unarchived_over_threshold(&self) -> bool {
-        let Ok(store) = self.store() else {
-            return false;
+        let counts = match self.unarchived.get() {
+            Some(counts) => counts,
+            None => {
+                let Ok(counts) = self.store().and_then(|s| Ok(s.unarchived()?)) else {
+                    return false;
+                };
+                self.unarchived.set(Some(counts));
+                counts
+            }
         };
-        let Ok((n, bytes)) = store.unarchived() else {
-            return false;
-        };
-        wuhu_core::archive::should_flush(n, bytes, false)
+        wuhu_core::archive::should_flush(counts.0, counts.1, false)
+    }
+
+    /// Forgets the unarchived counters (after a flush changed them).
+    pub(crate) fn invalidate_unarchived(&self) {
+        self.unarchived.set(None);
     }
 
     pub(crate) fn broadcast(&self, event: StreamEvent) {
@@ -549,14 +602,28 @@ impl Actor {
         });
     }
 
-    /// Context entries for the LLM: the hot tail.
+    /// Context entries for the LLM: the hot tail, from memory (read from SQLite once).
     pub(crate) fn context_inputs(&self) -> Option<(Header, Vec<Entry>)> {
         let header = self.with_loaded(|l| l.meta.header.clone())?;
-        let entries = self
-            .store()
-            .ok()?
-            .newest_entries(wuhu_core::archive::HOT_TAIL_KEEP as usize)
-            .ok()?;
+        let mut tail = self.tail.borrow_mut();
+        if tail.is_none() {
+            let rows = self
+                .store()
+                .ok()?
+                .newest_entries(HOT_TAIL_KEEP as usize)
+                .ok()?;
+            let mut loaded = HotTail::default();
+            for (entry, bytes) in rows {
+                loaded.push(entry, bytes);
+            }
+            *tail = Some(loaded);
+        }
+        let entries = tail
+            .as_ref()?
+            .entries
+            .iter()
+            .map(|(e, _)| e.clone())
+            .collect();
         Some((header, entries))
     }
 

@@ -111,16 +111,18 @@ impl Store {
         )
     }
 
-    pub(crate) fn append(&self, entry: &Entry) -> SqlResult<()> {
+    /// Inserts an entry; returns the size of its JSON.
+    pub(crate) fn append(&self, entry: &Entry) -> SqlResult<usize> {
         let body =
             serde_json::to_string(entry).map_err(|e| worker::Error::RustError(e.to_string()))?;
+        let bytes = body.len();
         let cursor = SqlStorageValue::try_from_i64(entry.cursor as i64)?;
         // OR IGNORE: an entry is never written twice, even if a driver bug replays one.
         self.sql.exec(
             "INSERT OR IGNORE INTO entries (cursor, created_at, body) VALUES (?, ?, ?)",
             vec![cursor, entry.created_at.into(), body.into()],
         )?;
-        Ok(())
+        Ok(bytes)
     }
 
     /// Entries with cursor > `since`, oldest first, at most `limit`.
@@ -135,8 +137,8 @@ impl Store {
         Ok(decode_rows(rows))
     }
 
-    /// The newest `limit` entries, oldest first.
-    pub(crate) fn newest_entries(&self, limit: usize) -> SqlResult<Vec<Entry>> {
+    /// The newest `limit` entries with the size of their JSON, oldest first.
+    pub(crate) fn newest_entries(&self, limit: usize) -> SqlResult<Vec<(Entry, usize)>> {
         let rows: Vec<BodyRow> = self
             .sql
             .exec(
@@ -144,7 +146,14 @@ impl Store {
                 vec![(limit as i64).into()],
             )?
             .to_array()?;
-        let mut entries = decode_rows(rows);
+        let mut entries: Vec<(Entry, usize)> = rows
+            .into_iter()
+            .filter_map(|r| {
+                serde_json::from_str(&r.body)
+                    .ok()
+                    .map(|e| (e, r.body.len()))
+            })
+            .collect();
         entries.reverse();
         Ok(entries)
     }

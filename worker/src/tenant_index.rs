@@ -22,19 +22,16 @@ struct InfoRow {
 }
 
 #[derive(Deserialize)]
-struct CreatedRow {
-    created_at: f64,
+struct SeqRow {
+    seq: f64,
 }
 
 impl DurableObject for TenantIndex {
     fn new(state: State, _env: Env) -> Self {
         let sql = state.storage().sql();
+        // `seq` orders sessions by creation: ids are random and times only have seconds.
         let _ = sql.exec(
-            "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, info TEXT NOT NULL)",
-            None,
-        );
-        let _ = sql.exec(
-            "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at DESC, id DESC)",
+            "CREATE TABLE IF NOT EXISTS session_list (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, info TEXT NOT NULL)",
             None,
         );
         TenantIndex { sql }
@@ -57,8 +54,8 @@ impl TenantIndex {
                 let json =
                     serde_json::to_string(&info).map_err(|e| ApiError::internal(e.to_string()))?;
                 self.sql.exec(
-                    "INSERT INTO sessions (id, created_at, info) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET info = excluded.info",
-                    vec![info.id.clone().into(), info.created_at.into(), json.into()],
+                    "INSERT INTO session_list (id, info) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET info = excluded.info",
+                    vec![info.id.clone().into(), json.into()],
                 )?;
                 Ok(json_response(200, &serde_json::json!({"ok": true})))
             }
@@ -72,15 +69,15 @@ impl TenantIndex {
                     None => self
                         .sql
                         .exec(
-                            "SELECT info FROM sessions ORDER BY created_at DESC, id DESC LIMIT ?",
+                            "SELECT info FROM session_list ORDER BY seq DESC LIMIT ?",
                             vec![(limit as i64 + 1).into()],
                         )?
                         .to_array()?,
                     Some(before) => {
-                        let anchor: Vec<CreatedRow> = self
+                        let anchor: Vec<SeqRow> = self
                             .sql
                             .exec(
-                                "SELECT created_at FROM sessions WHERE id = ?",
+                                "SELECT seq FROM session_list WHERE id = ?",
                                 vec![before.clone().into()],
                             )?
                             .to_array()?;
@@ -91,8 +88,8 @@ impl TenantIndex {
                         };
                         self.sql
                             .exec(
-                                "SELECT info FROM sessions WHERE (created_at < ?) OR (created_at = ? AND id < ?) ORDER BY created_at DESC, id DESC LIMIT ?",
-                                vec![(anchor.created_at as i64).into(), (anchor.created_at as i64).into(), before.into(), (limit as i64 + 1).into()],
+                                "SELECT info FROM session_list WHERE seq < ? ORDER BY seq DESC LIMIT ?",
+                                vec![(anchor.seq as i64).into(), (limit as i64 + 1).into()],
                             )?
                             .to_array()?
                     }

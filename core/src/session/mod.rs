@@ -354,11 +354,11 @@ impl Session {
 
     /// Call when [`Session::poll_deadline`] has passed.
     pub fn handle_timeout(&mut self, now: Millis) {
-        if let Phase::RetryWait { step, attempt, at } = self.state.phase {
-            if now >= at {
-                self.state.phase = Phase::Inference { step, attempt };
-                self.effects.push_back(Effect::Infer { step });
-            }
+        if let Phase::RetryWait { step, attempt, at } = self.state.phase
+            && now >= at
+        {
+            self.state.phase = Phase::Inference { step, attempt };
+            self.effects.push_back(Effect::Infer { step });
         }
     }
 

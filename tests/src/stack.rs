@@ -1,0 +1,558 @@
+//! The local stack: `wrangler dev` running the built Worker on an ephemeral port with a temp
+//! state dir, plus a [`FakeOpenAi`] server its `OPENAI_BASE_URL` points at.
+//!
+//! Wrangler runs in its own process group (workerd is its child), so stopping signals the
+//! group. A watchdog shell holding a pipe from this process kills the group when the test
+//! process exits for any reason, so a stack kept in a `static` never outlives its tests.
+//! The temp dir is removed when the stack goes away, unless a test failed
+//! ([`Stack::guard`] or a panic during drop marks it to be kept).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::api::Api;
+use crate::fake_openai::FakeOpenAi;
+use crate::http::Request;
+use crate::jwt;
+
+/// The marker file that keeps a temp dir after the stack goes away.
+const KEEP_MARKER: &str = "KEEP";
+/// The API key the Worker is given for the openai-compatible provider.
+pub const OPENAI_TEST_KEY: &str = "test-key";
+
+/// How to start a stack.
+#[derive(Clone, Debug)]
+pub struct StackOptions {
+    /// `WUHU_FAKE_DELAY_MS` (per-chunk delay of the fake provider); `None` leaves the Worker's default.
+    pub fake_delay_ms: Option<u64>,
+    /// More `--var NAME:VALUE` pairs.
+    pub vars: Vec<(String, String)>,
+    /// How long `/healthz` may take to answer 200.
+    pub start_timeout: Duration,
+    /// How long a SIGINT may take before SIGKILL.
+    pub stop_timeout: Duration,
+    /// Another program to run instead of wrangler (harness self-tests); skips the build check.
+    pub wrangler_bin: Option<PathBuf>,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        StackOptions {
+            fake_delay_ms: None,
+            vars: Vec::new(),
+            start_timeout: Duration::from_secs(60),
+            stop_timeout: Duration::from_secs(10),
+            wrangler_bin: None,
+        }
+    }
+}
+
+/// A running Worker under `wrangler dev`.
+pub struct Stack {
+    options: StackOptions,
+    root: PathBuf,
+    wrangler_bin: PathBuf,
+    dir: PathBuf,
+    persist_dir: PathBuf,
+    log_path: PathBuf,
+    secret: String,
+    port: u16,
+    child: Option<Child>,
+    watchdog: Option<Child>,
+    openai: FakeOpenAi,
+    starts: u32,
+}
+
+impl Stack {
+    /// Starts a stack with default options. Panics (with the wrangler log) when it cannot.
+    pub fn start() -> Stack {
+        Stack::start_with(StackOptions::default())
+    }
+
+    /// Starts a stack. Panics (with the wrangler log) when it cannot.
+    pub fn start_with(options: StackOptions) -> Stack {
+        let root = repo_root();
+        let custom_bin = options.wrangler_bin.is_some();
+        let missing: Vec<String> = ["wrangler.toml", "worker/build/worker/shim.mjs"]
+            .iter()
+            .filter(|p| !custom_bin && !root.join(p).exists())
+            .map(|p| root.join(p).display().to_string())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "the end-to-end tests need a built Worker; missing: {}.\n\
+             Run `scripts/test` (builds it first) or `bash -c 'source scripts/lib/setup.sh && build_worker'`.",
+            missing.join(", ")
+        );
+        let wrangler_bin = options.wrangler_bin.clone().unwrap_or_else(|| {
+            std::env::var_os("WRANGLER_BIN")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("node_modules/.bin/wrangler"))
+        });
+        assert!(
+            wrangler_bin.exists(),
+            "wrangler not found at {} (set WRANGLER_BIN, or run `bash -c 'source scripts/lib/setup.sh && ensure_npm_packages'`)",
+            wrangler_bin.display()
+        );
+        let dir = crate::util::make_temp_dir("wuhu-e2e");
+        let persist_dir = dir.join("state");
+        std::fs::create_dir_all(&persist_dir).expect("create state dir");
+        let mut stack = Stack {
+            options,
+            root,
+            wrangler_bin,
+            log_path: dir.join("wrangler.log"),
+            dir,
+            persist_dir,
+            secret: crate::util::random_hex(32),
+            port: 0,
+            child: None,
+            watchdog: None,
+            openai: FakeOpenAi::start(),
+            starts: 0,
+        };
+        stack.spawn_and_wait();
+        stack
+    }
+
+    /// SIGKILLs wrangler and workerd (no graceful shutdown), then starts again on the same
+    /// state dir, secret and fake OpenAI server. The port changes: use [`Stack::url`] afresh.
+    pub fn restart_killed(&mut self) {
+        self.kill_group(libc::SIGKILL, Duration::ZERO);
+        self.spawn_and_wait();
+    }
+
+    /// Stops gracefully (SIGINT, then SIGKILL after the stop timeout) and starts again on the
+    /// same state.
+    pub fn restart(&mut self) {
+        let timeout = self.options.stop_timeout;
+        self.kill_group(libc::SIGINT, timeout);
+        self.spawn_and_wait();
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// An absolute URL for `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url())
+    }
+
+    /// The fake OpenAI server behind `OPENAI_BASE_URL`.
+    pub fn openai(&self) -> &FakeOpenAi {
+        &self.openai
+    }
+
+    /// The JWT secret the Worker was given.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// The `--persist-to` dir (DO SQLite, R2 objects).
+    pub fn persist_dir(&self) -> &Path {
+        &self.persist_dir
+    }
+
+    /// The temp dir holding state and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The wrangler stdout+stderr log.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The last `lines` lines of the wrangler log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        tail(&self.log_path, lines)
+    }
+
+    /// The PID of the wrangler process (also its process group id).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// A valid user token (1 h).
+    pub fn user_token(&self, sub: &str, tenant: &str) -> String {
+        jwt::hs256(self.secret.as_bytes(), &jwt::user_claims(sub, tenant, 3600))
+    }
+
+    /// A valid runner token (`typ: "runner"`), which the user API must refuse.
+    pub fn runner_token(&self, sub: &str, tenant: &str) -> String {
+        jwt::hs256(
+            self.secret.as_bytes(),
+            &jwt::runner_claims(sub, tenant, 3600),
+        )
+    }
+
+    /// A correctly signed token that expired an hour ago.
+    pub fn expired_token(&self, sub: &str, tenant: &str) -> String {
+        jwt::hs256(
+            self.secret.as_bytes(),
+            &jwt::user_claims(sub, tenant, -3600),
+        )
+    }
+
+    /// A token signed with another secret.
+    pub fn bad_signature_token(&self, sub: &str, tenant: &str) -> String {
+        jwt::hs256(
+            b"not-the-worker-secret",
+            &jwt::user_claims(sub, tenant, 3600),
+        )
+    }
+
+    /// An unsigned `alg: none` token.
+    pub fn alg_none_token(&self, sub: &str, tenant: &str) -> String {
+        jwt::alg_none(&jwt::user_claims(sub, tenant, 3600))
+    }
+
+    /// An API client authenticated as `sub` in `tenant`.
+    pub fn client(&self, sub: &str, tenant: &str) -> Api {
+        Api::new(self.base_url(), Some(self.user_token(sub, tenant)))
+    }
+
+    /// An API client with this raw token (or none).
+    pub fn client_with_token(&self, token: Option<String>) -> Api {
+        Api::new(self.base_url(), token)
+    }
+
+    /// Whether `GET /healthz` answers 200 right now.
+    pub fn healthz_ok(&self) -> bool {
+        Request::new("GET", self.url("/healthz"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .is_ok_and(|r| r.status == 200)
+    }
+
+    /// A guard for one test on a shared stack: if the test panics, it prints the wrangler log
+    /// tail and keeps the temp dir.
+    pub fn guard(&self) -> FailureGuard<'_> {
+        FailureGuard { stack: self }
+    }
+
+    /// Marks the temp dir to be kept after the stack goes away.
+    pub fn keep_dir(&self) {
+        let _ = File::create(self.dir.join(KEEP_MARKER));
+    }
+
+    fn spawn_and_wait(&mut self) {
+        self.starts += 1;
+        self.port = free_port();
+        let inspector_port = free_port();
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("open wrangler log");
+        let _ = writeln!(
+            log,
+            "===== wuhu-e2e: start #{} on port {} =====",
+            self.starts, self.port
+        );
+        let mut vars = vec![
+            ("WUHU_JWT_SECRET".to_string(), self.secret.clone()),
+            ("OPENAI_BASE_URL".to_string(), self.openai.base_url()),
+            ("OPENAI_API_KEY".to_string(), OPENAI_TEST_KEY.to_string()),
+        ];
+        if let Some(ms) = self.options.fake_delay_ms {
+            vars.push(("WUHU_FAKE_DELAY_MS".to_string(), ms.to_string()));
+        }
+        vars.extend(self.options.vars.iter().cloned());
+        let env_file = self.dir.join("test.env");
+        std::fs::write(
+            &env_file,
+            "# wuhu-e2e: every variable is passed with --var\n",
+        )
+        .expect("write test.env");
+        let mut command = Command::new(&self.wrangler_bin);
+        command
+            .current_dir(&self.root)
+            .args(["dev", "--ip", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--inspector-port", &inspector_port.to_string()])
+            .arg("--persist-to")
+            .arg(&self.persist_dir)
+            .arg("--show-interactive-dev-session=false")
+            // An env file of our own keeps a developer's `.dev.vars` (or `.env`) out of the
+            // tests: wrangler reads neither when `--env-file` is given.
+            .arg("--env-file")
+            .arg(&env_file);
+        for (name, value) in &vars {
+            command.arg("--var").arg(format!("{name}:{value}"));
+        }
+        command
+            .env("WRANGLER_SEND_METRICS", "false")
+            .env("CLOUDFLARE_CF_FETCH_ENABLED", "false")
+            .env("WRANGLER_LOG_PATH", self.dir.join("wrangler-debug-logs"))
+            .env("NO_COLOR", "1")
+            .env("FORCE_COLOR", "0")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .process_group(0);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|err| panic!("spawn {}: {err}", self.wrangler_bin.display()));
+        let pgid = child.id();
+        self.child = Some(child);
+        self.watchdog = spawn_watchdog(pgid, &self.dir);
+
+        let deadline = Instant::now() + self.options.start_timeout;
+        loop {
+            if self.healthz_ok() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.keep_dir();
+                panic!(
+                    "wrangler exited ({status}) before /healthz answered; log {}:\n{}",
+                    self.log_path.display(),
+                    self.log_tail(80)
+                );
+            }
+            if Instant::now() >= deadline {
+                self.keep_dir();
+                let tail = self.log_tail(80);
+                self.kill_group(libc::SIGKILL, Duration::ZERO);
+                panic!(
+                    "/healthz did not answer 200 within {:?}; log {}:\n{tail}",
+                    self.options.start_timeout,
+                    self.log_path.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Signals the process group, waits up to `grace` for wrangler to exit, then SIGKILLs
+    /// whatever is left of the group and waits until it is gone.
+    fn kill_group(&mut self, signal: libc::c_int, grace: Duration) {
+        if let Some(mut watchdog) = self.watchdog.take() {
+            // The shell and its `cat` share their own group.
+            signal_group(watchdog.id() as libc::pid_t, libc::SIGKILL);
+            let _ = watchdog.wait();
+        }
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pgid = child.id() as libc::pid_t;
+        signal_group(pgid, signal);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        signal_group(pgid, libc::SIGKILL);
+        let _ = child.wait();
+        // workerd is not our child: wait until the group is empty.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while group_alive(pgid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let failed = std::thread::panicking();
+        if failed {
+            self.keep_dir();
+            eprintln!(
+                "wuhu-e2e: keeping {} ; wrangler log tail:\n{}",
+                self.dir.display(),
+                self.log_tail(60)
+            );
+        }
+        let timeout = self.options.stop_timeout;
+        self.kill_group(libc::SIGINT, timeout);
+        if !self.dir.join(KEEP_MARKER).exists() && std::env::var_os("WUHU_E2E_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// See [`Stack::guard`].
+pub struct FailureGuard<'a> {
+    stack: &'a Stack,
+}
+
+impl Drop for FailureGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.stack.keep_dir();
+            eprintln!(
+                "wuhu-e2e: test failed; keeping {} ; wrangler log tail:\n{}",
+                self.stack.dir.display(),
+                self.stack.log_tail(60)
+            );
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// An ephemeral port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
+    if pgid > 1 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+fn group_alive(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    pgid > 1 && unsafe { libc::kill(-pgid, 0) } == 0
+}
+
+/// A shell that waits for EOF on its stdin (our end of the pipe closes when this process
+/// exits), then stops the group and removes the temp dir unless it is marked to be kept.
+fn spawn_watchdog(pgid: u32, dir: &Path) -> Option<Child> {
+    let script = r#"
+cat >/dev/null
+kill -s INT -- "-$1" 2>/dev/null
+i=0
+while kill -s 0 -- "-$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+kill -s KILL -- "-$1" 2>/dev/null
+if [ ! -e "$2/KEEP" ] && [ -z "$WUHU_E2E_KEEP" ]; then rm -rf "$2"; fi
+"#;
+    Command::new("sh")
+        .args(["-c", script, "wuhu-e2e-watchdog", &pgid.to_string()])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let Ok(mut file) = File::open(path) else {
+        return format!("(no log at {})", path.display());
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(64 * 1024);
+    let _ = file.seek(SeekFrom::Start(start));
+    let mut text = String::new();
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    text.push_str(&String::from_utf8_lossy(&bytes));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for wrangler: serves `/healthz` on `--port` and has a child (like workerd).
+    const FAKE_WRANGLER: &str = r#"#!/usr/bin/env python3
+import http.server, subprocess, sys, os
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+child = subprocess.Popen(["sleep", "1000"])
+print(f"pids {os.getpid()} {child.pid}", flush=True)
+print("args " + " ".join(args), flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+    fn pids(stack: &Stack) -> Vec<libc::pid_t> {
+        let log = std::fs::read_to_string(stack.log_path()).unwrap();
+        let line = log
+            .lines()
+            .rfind(|l| l.starts_with("pids "))
+            .expect("pids line");
+        line.split(' ')
+            .skip(1)
+            .map(|p| p.parse().unwrap())
+            .collect()
+    }
+
+    fn alive(pid: libc::pid_t) -> bool {
+        // A zombie of ours would still count; these are all reaped or not our children.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+    }
+
+    #[test]
+    fn stack_kills_the_whole_group_on_restart_and_drop() {
+        let script_dir = crate::util::make_temp_dir("wuhu-e2e-fake-wrangler");
+        let script = script_dir.join("wrangler");
+        std::fs::write(&script, FAKE_WRANGLER).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let options = StackOptions {
+            wrangler_bin: Some(script),
+            fake_delay_ms: Some(0),
+            stop_timeout: Duration::from_secs(3),
+            ..StackOptions::default()
+        };
+        let mut stack = Stack::start_with(options);
+        assert!(stack.healthz_ok());
+        let log = std::fs::read_to_string(stack.log_path()).unwrap();
+        assert!(
+            log.contains(&format!("--var WUHU_JWT_SECRET:{}", stack.secret())),
+            "{log}"
+        );
+        assert!(log.contains("--var WUHU_FAKE_DELAY_MS:0"), "{log}");
+        assert!(
+            log.contains(&format!(
+                "--var OPENAI_BASE_URL:{}",
+                stack.openai().base_url()
+            )),
+            "{log}"
+        );
+        let first = pids(&stack);
+        let first_port = stack.base_url();
+        stack.restart_killed();
+        assert!(
+            first.iter().all(|&p| !alive(p)),
+            "old group survived: {first:?}"
+        );
+        assert!(stack.healthz_ok());
+        assert_ne!(stack.base_url(), first_port);
+        let second = pids(&stack);
+        assert_ne!(first, second);
+        let dir = stack.dir().to_path_buf();
+        drop(stack);
+        assert!(
+            second.iter().all(|&p| !alive(p)),
+            "group survived drop: {second:?}"
+        );
+        assert!(!dir.exists(), "temp dir kept after a clean drop");
+        let _ = std::fs::remove_dir_all(script_dir);
+    }
+}

@@ -1,0 +1,168 @@
+//! Small helpers: time, randomness, temp dirs, polling with deadlines.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often [`wait_until`] polls.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Unix seconds now.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `n` random bytes as lowercase hex, from `/dev/urandom` (with a time-based fallback).
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    let from_os = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !from_os {
+        let mut rng = wuhu_core::SplitMix64::new(unique_seed());
+        for chunk in bytes.chunks_mut(8) {
+            let word = rng.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&word[..chunk.len()]);
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A short unique name with a prefix, e.g. a tenant per test: `steer-3f9a1c`.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}", random_hex(4))
+}
+
+fn unique_seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Creates a fresh temp directory under `$WUHU_E2E_TMPDIR` or the system temp dir.
+pub fn make_temp_dir(prefix: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::var_os("WUHU_E2E_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let name = format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        random_hex(3)
+    );
+    let dir = base.join(name);
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|err| panic!("create temp dir {}: {err}", dir.display()));
+    dir
+}
+
+/// Polls `probe` every [`POLL_INTERVAL`] until it returns `Some`, or `timeout` passes.
+///
+/// # Errors
+/// [`TimedOut`] when the deadline passed.
+pub fn wait_until<T>(
+    timeout: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> Result<T, TimedOut> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            return Err(TimedOut(timeout));
+        }
+        std::thread::sleep(POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// [`wait_until`] that panics with `what` on timeout.
+#[track_caller]
+pub fn wait_for<T>(what: &str, timeout: Duration, probe: impl FnMut() -> Option<T>) -> T {
+    match wait_until(timeout, probe) {
+        Ok(value) => value,
+        Err(TimedOut(t)) => panic!("timed out after {t:?} waiting for {what}"),
+    }
+}
+
+/// A poll that never succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimedOut(pub Duration);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "timed out after {:?}", self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// RFC 3339 UTC timestamp (`2026-11-22T03:47:00Z`) without a date crate.
+pub fn rfc3339_utc(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_format() {
+        assert_eq!(rfc3339_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339_utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339_utc(UNIX_EPOCH + Duration::from_secs(1_795_319_999)),
+            "2026-11-22T03:59:59Z"
+        );
+    }
+
+    #[test]
+    fn wait_until_polls_and_times_out() {
+        let mut n = 0;
+        assert_eq!(
+            wait_until(Duration::from_secs(5), || {
+                n += 1;
+                (n == 3).then_some(n)
+            }),
+            Ok(3)
+        );
+        assert!(wait_until(Duration::from_millis(120), || None::<()>).is_err());
+    }
+
+    #[test]
+    fn random_names_differ() {
+        assert_ne!(random_hex(16), random_hex(16));
+        assert_eq!(random_hex(16).len(), 32);
+    }
+}
