@@ -1,0 +1,147 @@
+//! The QuickJS heap allocator: Rust's global allocator with a byte limit and a record of
+//! refusals.
+//!
+//! QuickJS's own limit (`JS_SetMemoryLimit`) refuses allocations silently inside
+//! `js_malloc_rt`, and when memory is so exhausted that it cannot build the `InternalError`,
+//! it throws `null` instead. Enforcing the limit here, with QuickJS's limit left unset, lets the
+//! sandbox tell that `null` apart from a script's own `throw null`.
+
+use std::{cell::Cell, ptr, rc::Rc};
+
+use rquickjs::allocator::{Allocator, RustAllocator};
+
+/// Heap accounting shared between the allocator (owned by the runtime) and the engine.
+#[derive(Debug)]
+pub(crate) struct MemoryState {
+    used: Cell<usize>,
+    limit: Cell<usize>,
+    refused: Cell<bool>,
+}
+
+impl MemoryState {
+    /// Accounting for a heap of at most `limit` bytes, everything included.
+    pub(crate) fn new(limit: usize) -> Self {
+        MemoryState {
+            used: Cell::new(0),
+            limit: Cell::new(limit),
+            refused: Cell::new(false),
+        }
+    }
+
+    /// Whether an allocation has been refused for lack of memory.
+    pub(crate) fn refused(&self) -> bool {
+        self.refused.get()
+    }
+
+    /// Whether `extra` more bytes fit; records a refusal if not.
+    fn admit(&self, extra: usize) -> bool {
+        let fits = self
+            .used
+            .get()
+            .checked_add(extra)
+            .is_some_and(|total| total <= self.limit.get());
+        if !fits {
+            self.refused.set(true);
+        }
+        fits
+    }
+}
+
+/// Rust's global allocator (via [`RustAllocator`]) under [`MemoryState`]'s limit.
+pub(crate) struct LimitedAllocator {
+    state: Rc<MemoryState>,
+}
+
+impl LimitedAllocator {
+    pub(crate) fn new(state: Rc<MemoryState>) -> Self {
+        LimitedAllocator { state }
+    }
+
+    fn allocated(&self, ptr: *mut u8) -> *mut u8 {
+        if ptr.is_null() {
+            self.state.refused.set(true);
+        } else {
+            // SAFETY: `ptr` was just returned by `RustAllocator`.
+            let size = unsafe { RustAllocator::usable_size(ptr) };
+            self.state
+                .used
+                .set(self.state.used.get().saturating_add(size));
+        }
+        ptr
+    }
+}
+
+// SAFETY: every pointer comes from `RustAllocator`, which upholds the trait's contract; this
+// wrapper only refuses requests (returning null) and counts.
+unsafe impl Allocator for LimitedAllocator {
+    fn alloc(&mut self, size: usize) -> *mut u8 {
+        if !self.state.admit(size) {
+            return ptr::null_mut();
+        }
+        let ptr = RustAllocator.alloc(size);
+        self.allocated(ptr)
+    }
+
+    fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
+        // `RustAllocator::calloc` panics on overflow; refuse it here instead.
+        let Some(total) = count.checked_mul(size) else {
+            self.state.refused.set(true);
+            return ptr::null_mut();
+        };
+        if total == 0 || !self.state.admit(total) {
+            return ptr::null_mut();
+        }
+        let ptr = RustAllocator.calloc(1, total);
+        self.allocated(ptr)
+    }
+
+    unsafe fn dealloc(&mut self, ptr: *mut u8) {
+        if ptr.is_null() {
+            return;
+        }
+        // SAFETY: the caller passes a pointer from this allocator, so from `RustAllocator`.
+        unsafe {
+            let size = RustAllocator::usable_size(ptr);
+            self.state
+                .used
+                .set(self.state.used.get().saturating_sub(size));
+            RustAllocator.dealloc(ptr);
+        }
+    }
+
+    unsafe fn realloc(&mut self, ptr: *mut u8, new_size: usize) -> *mut u8 {
+        if ptr.is_null() {
+            return self.alloc(new_size);
+        }
+        if new_size == 0 {
+            // Like libc: free and return null.
+            // SAFETY: as in `dealloc`.
+            unsafe { self.dealloc(ptr) };
+            return ptr::null_mut();
+        }
+        // SAFETY: the caller passes a pointer from this allocator, so from `RustAllocator`.
+        let old_size = unsafe { RustAllocator::usable_size(ptr) };
+        if new_size > old_size && !self.state.admit(new_size - old_size) {
+            return ptr::null_mut();
+        }
+        // SAFETY: as above; on failure the old block stays valid and counted.
+        let new_ptr = unsafe { RustAllocator.realloc(ptr, new_size) };
+        if new_ptr.is_null() {
+            self.state.refused.set(true);
+            return new_ptr;
+        }
+        // SAFETY: `new_ptr` was just returned by `RustAllocator`.
+        let new_usable = unsafe { RustAllocator::usable_size(new_ptr) };
+        let used = self.state.used.get().saturating_sub(old_size);
+        self.state.used.set(used.saturating_add(new_usable));
+        new_ptr
+    }
+
+    unsafe fn usable_size(ptr: *mut u8) -> usize
+    where
+        Self: Sized,
+    {
+        // SAFETY: the caller passes a pointer from this allocator, so from `RustAllocator`.
+        unsafe { RustAllocator::usable_size(ptr) }
+    }
+}
