@@ -14,6 +14,7 @@
 
 pub mod archive;
 pub mod context;
+pub mod egress;
 pub mod llm;
 mod rng;
 pub mod session;

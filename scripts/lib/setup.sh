@@ -74,6 +74,7 @@ ensure_clang() {
 
 # Builds the Worker (release) into worker/build.
 build_worker() {
+  ensure_clang
   ensure_worker_tools
   ensure_npm_packages
   log "building the worker (release)"

@@ -215,6 +215,7 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 }
             }
         }
+        names::JS => crate::js_tool::run(context, &call.arguments).await,
         other => Err(format!("Tool {other:?} is not available here.")),
     }
 }

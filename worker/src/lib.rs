@@ -12,6 +12,7 @@ mod builtin_tools;
 mod follow;
 mod http;
 mod inference;
+mod js_tool;
 mod session_actor;
 mod session_client;
 mod store;

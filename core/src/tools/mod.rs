@@ -27,6 +27,8 @@ pub mod names {
     pub const READ: &str = "read";
     /// Writes a file or a `wuhu://` document.
     pub const WRITE: &str = "write";
+    /// Runs JavaScript in the session's QuickJS sandbox.
+    pub const JS: &str = "js";
 }
 
 /// The traits of a known tool, or `None` for a name the model made up.
@@ -40,6 +42,11 @@ pub fn traits(name: &str) -> Option<ToolTraits> {
         names::WRITE => Some(ToolTraits {
             parallel_safe: false,
             idempotent: true,
+        }),
+        // A script may have side effects (fetch, writes): never run twice, never concurrently.
+        names::JS => Some(ToolTraits {
+            parallel_safe: false,
+            idempotent: false,
         }),
         _ => None,
     }
@@ -70,6 +77,18 @@ pub fn catalogue() -> Vec<ToolSchema> {
                     "sinceCursor": {"type": "integer", "minimum": 0, "description": "Start after this cursor (default 0)"}
                 },
                 "required": ["id"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::JS,
+            description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path). Limits: 5 s, 32 MiB.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "The script"}
+                },
+                "required": ["code"],
                 "additionalProperties": false
             }),
         },

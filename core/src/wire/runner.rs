@@ -104,6 +104,9 @@ pub mod codes {
     pub const UNKNOWN_TOOL: &str = "unknown_tool";
     /// Result error: the environment kind is not supported by this runner.
     pub const UNSUPPORTED_ENVIRONMENT: &str = "unsupported_environment";
+    /// Result error: the spec or context cannot work as given (a template containing the
+    /// workspaces root, a worktree context without `repoPath`).
+    pub const INVALID_SPEC: &str = "invalid_spec";
     /// Result error: a path named by the spec does not exist or is not usable.
     pub const NOT_FOUND: &str = "not_found";
     /// Result error: the folder-template startup script failed; the message has its output.

@@ -1,0 +1,317 @@
+//! The `js` tool: a script in the QuickJS sandbox, run inside the session actor.
+//!
+//! The sandbox crate knows nothing of Workers; this file supplies its host functions
+//! (`fetch` under the egress policy, `wuhu.sessions.*`, `wuhu.workspace.*`) and its clock.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use worker::{Delay, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
+use wuhu_core::egress::{EgressPolicy, MAX_REQUESTS_PER_CALL, MAX_RESPONSE_BYTES_PER_CALL};
+use wuhu_core::tools::truncate_head;
+use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
+use wuhu_sandbox::{Clock, FETCH_PRELUDE, Host, HostFuture, Limits, Outcome};
+
+use crate::builtin_tools::ToolContext;
+use crate::{session_client, tenant_index, workspace_io};
+
+/// QuickJS's wasm shim asks the host for the time through this import; defining it here keeps
+/// the Worker bundle free of extra imports.
+#[unsafe(no_mangle)]
+pub extern "C" fn __rquickjs_host_now_us() -> f64 {
+    js_sys::Date::now() * 1000.0
+}
+
+/// The script-facing Wuhu API, built on the sandbox's raw `__host.call`.
+const WUHU_PRELUDE: &str = r#"
+globalThis.wuhu = Object.freeze({
+  sessions: Object.freeze({
+    list: (options) => __host.call("sessions.list", options ?? {}),
+    get: (id) => __host.call("sessions.get", { id }),
+  }),
+  workspace: Object.freeze({
+    read: (path) => __host.call("workspace.read", { path }),
+    write: (path, text) => __host.call("workspace.write", { path, text }),
+    list: (prefix) => __host.call("workspace.list", { prefix: prefix ?? "" }),
+    remove: (path) => __host.call("workspace.remove", { path }),
+  }),
+});
+"#;
+
+struct WorkerClock;
+
+impl Clock for WorkerClock {
+    fn now_ms(&self) -> f64 {
+        js_sys::Date::now()
+    }
+    fn sleep(&self, duration: Duration) -> LocalBoxFuture<'static, ()> {
+        Box::pin(Delay::from(duration))
+    }
+}
+
+struct JsHost<'a> {
+    context: &'a ToolContext,
+    policy: EgressPolicy,
+    prelude: String,
+    requests: Cell<u32>,
+    response_bytes: Cell<usize>,
+}
+
+#[derive(Deserialize)]
+struct FetchArg {
+    url: String,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    headers: serde_json::Map<String, Value>,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+impl JsHost<'_> {
+    async fn fetch(&self, arg: Value) -> Result<Value, String> {
+        let arg: FetchArg =
+            serde_json::from_value(arg).map_err(|e| format!("fetch: bad request: {e}"))?;
+        let url = self.policy.check(&arg.url).map_err(|e| e.to_string())?;
+        let n = self.requests.get() + 1;
+        if n > MAX_REQUESTS_PER_CALL {
+            return Err(format!(
+                "egress refused: at most {MAX_REQUESTS_PER_CALL} requests per js call"
+            ));
+        }
+        self.requests.set(n);
+        let method = match arg
+            .method
+            .as_deref()
+            .unwrap_or("GET")
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "GET" => Method::Get,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "PATCH" => Method::Patch,
+            "DELETE" => Method::Delete,
+            "HEAD" => Method::Head,
+            "OPTIONS" => Method::Options,
+            other => return Err(format!("fetch: unsupported method {other}")),
+        };
+        let headers = Headers::new();
+        for (name, value) in &arg.headers {
+            let value = value
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            headers
+                .set(name, &value)
+                .map_err(|e| format!("fetch: bad header {name}: {e}"))?;
+        }
+        let mut init = RequestInit::new();
+        // Redirects are not followed: the script sees the 3xx and may follow it, and the policy
+        // applies again to the new location.
+        init.with_method(method)
+            .with_headers(headers)
+            .with_redirect(RequestRedirect::Manual);
+        if let Some(body) = arg.body {
+            init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
+        }
+        let request = Request::new_with_init(&url, &init).map_err(|e| format!("fetch: {e}"))?;
+        let mut response = Fetch::Request(request)
+            .send()
+            .await
+            .map_err(|e| format!("fetch failed: {e}"))?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| format!("fetch: reading the body failed: {e}"))?;
+        let total = self.response_bytes.get() + bytes.len();
+        if total > MAX_RESPONSE_BYTES_PER_CALL {
+            return Err(format!(
+                "egress refused: responses exceed {MAX_RESPONSE_BYTES_PER_CALL} bytes per js call"
+            ));
+        }
+        self.response_bytes.set(total);
+        let headers: serde_json::Map<String, Value> = response
+            .headers()
+            .entries()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        Ok(json!({
+            "status": response.status_code(),
+            "headers": headers,
+            "body": String::from_utf8_lossy(&bytes),
+            "url": url,
+        }))
+    }
+
+    async fn dispatch(&self, name: &str, arg: Value) -> Result<Value, String> {
+        let ctx = self.context;
+        let str_arg = |key: &str| {
+            arg.get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| format!("{name}: {key} must be a string"))
+        };
+        match name {
+            "fetch" => self.fetch(arg.clone()).await,
+            "sessions.list" => {
+                let limit = arg
+                    .get("limit")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(20)
+                    .clamp(1, 100) as u32;
+                let before = arg.get("before").and_then(Value::as_str);
+                let page = tenant_index::list(&ctx.env, &ctx.tenant, limit, before)
+                    .await
+                    .map_err(|e| e.message)?;
+                serde_json::to_value(page).map_err(|e| e.to_string())
+            }
+            "sessions.get" => {
+                let id = str_arg("id")?;
+                let page = session_client::transcript(&ctx.env, &ctx.tenant, &id, 0, 200)
+                    .await
+                    .map_err(|e| e.message)?;
+                serde_json::to_value(page).map_err(|e| e.to_string())
+            }
+            "workspace.read" => {
+                let path = workspace_path(&str_arg("path")?)?;
+                let doc = workspace_io::read(&ctx.env, &ctx.tenant, &path)
+                    .await
+                    .map_err(|e| e.message)?;
+                Ok(doc.map(|d| Value::String(d.content)).unwrap_or(Value::Null))
+            }
+            "workspace.write" => {
+                let path = workspace_path(&str_arg("path")?)?;
+                let text = str_arg("text")?;
+                let summary = workspace_io::write(&ctx.env, &ctx.tenant, &path, &text)
+                    .await
+                    .map_err(|e| e.message)?;
+                serde_json::to_value(summary).map_err(|e| e.to_string())
+            }
+            "workspace.list" => {
+                let prefix = workspace_path_or_prefix(&str_arg("prefix")?)?;
+                let page = workspace_io::list(&ctx.env, &ctx.tenant, &prefix, 1000, None)
+                    .await
+                    .map_err(|e| e.message)?;
+                serde_json::to_value(page.docs).map_err(|e| e.to_string())
+            }
+            "workspace.remove" => {
+                let path = workspace_path(&str_arg("path")?)?;
+                workspace_io::remove(&ctx.env, &ctx.tenant, &path)
+                    .await
+                    .map(Value::Bool)
+                    .map_err(|e| e.message)
+            }
+            other => Err(format!("unknown host function {other}")),
+        }
+    }
+}
+
+/// A workspace path given as `notes/a.md` or `wuhu://workspace/notes/a.md`.
+fn workspace_path(text: &str) -> Result<String, String> {
+    match parse_wuhu_url(text) {
+        None => Ok(text.to_string()),
+        Some(Ok(WuhuUrl::Workspace(path))) => Ok(path),
+        Some(Ok(_)) => Err(format!("{text} is not a workspace path")),
+        Some(Err(e)) => Err(e.to_string()),
+    }
+}
+
+fn workspace_path_or_prefix(text: &str) -> Result<String, String> {
+    workspace_path(text)
+}
+
+impl Host for JsHost<'_> {
+    fn call<'a>(&'a self, name: &str, arg: Value) -> HostFuture<'a> {
+        let name = name.to_string();
+        async move { self.dispatch(&name, arg).await }.boxed_local()
+    }
+    fn prelude(&self) -> &str {
+        &self.prelude
+    }
+}
+
+/// Default interrupt-check budget. Deployed Workers freeze `Date.now()` during CPU work, so the
+/// time limit alone cannot stop a busy loop there; the step budget can. 10 000 steps is about
+/// 0.2 s of an empty loop and 5 s of arithmetic (measured in workerd).
+const DEFAULT_MAX_STEPS: u64 = 10_000;
+
+fn limits(env: &worker::Env) -> Limits {
+    let max_steps = env
+        .var("WUHU_SANDBOX_MAX_STEPS")
+        .ok()
+        .and_then(|v| v.to_string().parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_MAX_STEPS);
+    Limits {
+        max_steps,
+        ..Limits::default()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsArgs {
+    code: String,
+}
+
+/// Runs the `js` tool. `Err` is a tool error the model sees (with console output).
+pub(crate) async fn run(context: &ToolContext, arguments: &Value) -> Result<String, String> {
+    let args: JsArgs = serde_json::from_value(arguments.clone())
+        .map_err(|e| format!("Invalid arguments for js: {e}"))?;
+    let allow = context
+        .env
+        .var("WUHU_SANDBOX_EGRESS_ALLOW")
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    let host = JsHost {
+        context,
+        policy: EgressPolicy::from_allowlist(&allow),
+        prelude: format!("{FETCH_PRELUDE}\n{WUHU_PRELUDE}"),
+        requests: Cell::new(0),
+        response_bytes: Cell::new(0),
+    };
+    let outcome = wuhu_sandbox::run(
+        &args.code,
+        &limits(&context.env),
+        &host,
+        Rc::new(WorkerClock),
+    )
+    .await;
+    format_outcome(&outcome)
+}
+
+fn format_outcome(outcome: &Outcome) -> Result<String, String> {
+    let mut console = outcome.console_text();
+    if outcome.console_truncated {
+        console.push_str("\n[console output truncated]");
+    }
+    let console_part = if console.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\n\nconsole:\n{console}")
+    };
+    match &outcome.result {
+        Ok(value) => {
+            let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into());
+            let cut = truncate_head(&format!("{text}{console_part}"));
+            let mut out = cut.text;
+            if cut.truncated {
+                out.push_str("\n[output truncated: return less, or write large results to wuhu://workspace/]");
+            }
+            Ok(out)
+        }
+        Err(error) => {
+            let mut text = format!("{} error: {}", error.kind.as_str(), error.message);
+            if let Some(stack) = &error.stack {
+                text.push_str(&format!("\n{stack}"));
+            }
+            Err(truncate_head(&format!("{text}{console_part}")).text)
+        }
+    }
+}
