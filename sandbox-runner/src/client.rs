@@ -1,0 +1,527 @@
+//! The connection loop: dial the hub, `hello`, serve requests, heartbeat, reconnect.
+//!
+//! One status line per state change goes to the [`StatusSink`]: `connected to URL as NAME`,
+//! `reconnecting in 4s (reason)`, `refused: <message>`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+use wuhu_core::wire::runner::{
+    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, MAX_FRAME_BYTES,
+    RUNNER_PROTOCOL_VERSION, RunnerMessage, ServerMessage, capabilities, codes, decode_frame,
+    encode_frame, os_display_name,
+};
+
+use crate::backoff::Backoff;
+use crate::config::{RunnerConfig, connect_url};
+use crate::environment::EnvironmentHost;
+use crate::executor::{ToolCall, execute};
+use crate::snapshot::validate_snapshot;
+use crate::tools::{CancelHandle, CancelSignal};
+
+/// Receives one-line status messages.
+pub type StatusSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How long to wait for the TCP/TLS/WebSocket handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long to wait for `welcome` after `hello`.
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(20);
+/// A connection that lasted this long after `welcome` resets the backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// Why the runner stopped for good.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum Fatal {
+    /// The server rejected the token (HTTP 401/403 on the upgrade).
+    #[error("refused: {0}")]
+    Unauthorized(String),
+    /// The server refused the `hello` with a permanent code.
+    #[error("refused: {message}")]
+    Refused {
+        /// The refusal code.
+        code: String,
+        /// The server's reason.
+        message: String,
+    },
+    /// The settings cannot work (bad URL).
+    #[error("{0}")]
+    Config(String),
+}
+
+impl Fatal {
+    /// The process exit code for this: 2 for refusals, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Fatal::Unauthorized(_) | Fatal::Refused { .. } => 2,
+            Fatal::Config(_) => 1,
+        }
+    }
+}
+
+/// Options of the connection loop besides the config.
+#[derive(Clone)]
+pub struct ClientOptions {
+    /// Where status lines go.
+    pub status: StatusSink,
+    /// Also report each request.
+    pub verbose: bool,
+    /// Seed for backoff jitter.
+    pub jitter_seed: u64,
+}
+
+/// Runs until a fatal refusal: connects, serves, and reconnects with backoff forever.
+pub async fn run(config: RunnerConfig, host: EnvironmentHost, options: ClientOptions) -> Fatal {
+    // The process-wide rustls provider; a second install (tests) is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = match connect_url(&config.server) {
+        Ok(url) => url,
+        Err(e) => return Fatal::Config(e.to_string()),
+    };
+    let host = Arc::new(host);
+    let mut backoff = Backoff::new(options.jitter_seed);
+    loop {
+        let ended = serve_once(&url, &config, &host, &options).await;
+        let reason = match ended {
+            Ended::Fatal(fatal) => {
+                (options.status)(&fatal.to_string());
+                return fatal;
+            }
+            Ended::Retry {
+                reason,
+                stable: true,
+            } => {
+                backoff.reset();
+                reason
+            }
+            Ended::Retry { reason, .. } => reason,
+        };
+        let delay = backoff.next_delay();
+        (options.status)(&format!(
+            "reconnecting in {} ({reason})",
+            format_delay(delay)
+        ));
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// `0.4s` below a second, else whole seconds (`4s`).
+pub fn format_delay(delay: Duration) -> String {
+    if delay < Duration::from_secs(1) {
+        format!("{:.1}s", delay.as_secs_f64())
+    } else {
+        format!("{}s", delay.as_secs_f64().round() as u64)
+    }
+}
+
+/// The `hello` this runner sends.
+pub fn hello(config: &RunnerConfig) -> RunnerMessage {
+    let mut caps: Vec<String> = capabilities::TOOLS.iter().map(|c| c.to_string()).collect();
+    caps.extend(
+        [
+            capabilities::ENV_LOCAL,
+            capabilities::ENV_FOLDER_TEMPLATE,
+            capabilities::ENV_WORKTREE,
+        ]
+        .map(String::from),
+    );
+    RunnerMessage::Hello {
+        version: RUNNER_PROTOCOL_VERSION,
+        name: config.name.clone(),
+        kind: config.kind,
+        os: os_display_name(std::env::consts::OS),
+        arch: std::env::consts::ARCH.to_string(),
+        capabilities: caps,
+        environments: config.environments.clone(),
+        runner_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+    }
+}
+
+enum Ended {
+    Fatal(Fatal),
+    Retry { reason: String, stable: bool },
+}
+
+fn retry(reason: impl Into<String>) -> Ended {
+    Ended::Retry {
+        reason: reason.into(),
+        stable: false,
+    }
+}
+
+type Calls = Arc<Mutex<HashMap<String, CancelHandle>>>;
+
+async fn serve_once(
+    url: &str,
+    config: &RunnerConfig,
+    host: &Arc<EnvironmentHost>,
+    options: &ClientOptions,
+) -> Ended {
+    let mut request = match url.into_client_request() {
+        Ok(r) => r,
+        Err(e) => return Ended::Fatal(Fatal::Config(format!("bad server URL {url}: {e}"))),
+    };
+    let Ok(auth) = HeaderValue::from_str(&format!("Bearer {}", config.token)) else {
+        return Ended::Fatal(Fatal::Config(String::from(
+            "the token contains characters not allowed in a header",
+        )));
+    };
+    request.headers_mut().insert("authorization", auth);
+    if let Ok(agent) = HeaderValue::from_str(concat!("wuhu-runner/", env!("CARGO_PKG_VERSION"))) {
+        request.headers_mut().insert("user-agent", agent);
+    }
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_FRAME_BYTES))
+        .max_frame_size(Some(MAX_FRAME_BYTES));
+    let connected = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_tungstenite::connect_async_with_config(request, Some(ws_config), true),
+    )
+    .await;
+    let mut ws = match connected {
+        Err(_) => return retry("connection timed out"),
+        Ok(Err(tungstenite::Error::Http(response))) => {
+            let status = response.status();
+            let message = http_error_message(status.as_u16(), response.body().as_deref());
+            return if status.as_u16() == 401 || status.as_u16() == 403 {
+                Ended::Fatal(Fatal::Unauthorized(message))
+            } else {
+                retry(message)
+            };
+        }
+        Ok(Err(e)) => return retry(e.to_string()),
+        Ok(Ok((ws, _response))) => ws,
+    };
+
+    // Handshake: hello → welcome | refused.
+    if let Err(e) = ws.send(Message::text(encode_frame(&hello(config)))).await {
+        return retry(format!("sending hello failed: {e}"));
+    }
+    let welcome_deadline = Instant::now() + WELCOME_TIMEOUT;
+    let heartbeat_seconds = loop {
+        let next = tokio::time::timeout_at(welcome_deadline, ws.next()).await;
+        let frame = match next {
+            Err(_) => return retry("no welcome from the server"),
+            Ok(None) => return retry("connection closed before welcome"),
+            Ok(Some(Err(e))) => return retry(e.to_string()),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Message::Text(text) = frame else {
+            if let Message::Close(close) = frame {
+                return retry(close_reason(close.as_ref()));
+            }
+            continue;
+        };
+        match decode_frame::<ServerMessage>(&text) {
+            Ok(ServerMessage::Welcome {
+                heartbeat_seconds, ..
+            }) => break heartbeat_seconds,
+            Ok(ServerMessage::Refused { code, message }) => {
+                return if codes::refusal_is_permanent(&code) {
+                    Ended::Fatal(Fatal::Refused { code, message })
+                } else {
+                    (options.status)(&format!("refused: {message}"));
+                    retry(format!("refused: {code}"))
+                };
+            }
+            Ok(other) => {
+                let _ = ws
+                    .send(Message::text(encode_frame(&RunnerMessage::Error {
+                        id: None,
+                        code: String::from(codes::INVALID_MESSAGE),
+                        message: format!("expected welcome, got {}", type_name(&other)),
+                    })))
+                    .await;
+            }
+            Err(e) => {
+                let _ = ws
+                    .send(Message::text(encode_frame(&protocol_error_frame(&e))))
+                    .await;
+            }
+        }
+    };
+    let heartbeat = Duration::from_secs(u64::from(match heartbeat_seconds {
+        0 => DEFAULT_HEARTBEAT_SECONDS,
+        s => s.min(300),
+    }));
+    (options.status)(&format!(
+        "connected to {} as {}",
+        config.server, config.name
+    ));
+    let welcomed_at = Instant::now();
+
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<RunnerMessage>();
+    let calls: Calls = Arc::new(Mutex::new(HashMap::new()));
+    let mut ticker = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_heard = Instant::now();
+    let mut server_acks = false;
+    let reason = loop {
+        tokio::select! {
+            incoming = ws.next() => {
+                let frame = match incoming {
+                    None => break String::from("connection lost"),
+                    Some(Err(e)) => break e.to_string(),
+                    Some(Ok(frame)) => frame,
+                };
+                last_heard = Instant::now();
+                match frame {
+                    Message::Text(text) => {
+                        match decode_frame::<ServerMessage>(&text) {
+                            Ok(ServerMessage::HeartbeatAck {}) => server_acks = true,
+                            Ok(ServerMessage::Refused { code, message }) => {
+                                if codes::refusal_is_permanent(&code) {
+                                    cancel_all(&calls);
+                                    return Ended::Fatal(Fatal::Refused { code, message });
+                                }
+                                break format!("refused: {message}");
+                            }
+                            Ok(message) => dispatch(message, host, &calls, &out_tx, options),
+                            Err(e) => {
+                                let _ = out_tx.send(protocol_error_frame(&e));
+                            }
+                        }
+                    }
+                    Message::Binary(_) => {
+                        let _ = out_tx.send(RunnerMessage::Error {
+                            id: None,
+                            code: String::from(codes::BINARY_FRAME),
+                            message: String::from("binary frames are not part of the protocol; send JSON text frames"),
+                        });
+                    }
+                    Message::Close(close) => break close_reason(close.as_ref()),
+                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                }
+            }
+            Some(message) = out_rx.recv() => {
+                if let Err(e) = ws.send(Message::text(encode_frame(&message))).await {
+                    break format!("send failed: {e}");
+                }
+            }
+            _ = ticker.tick() => {
+                if server_acks && last_heard.elapsed() > heartbeat * 3 {
+                    break format!("no answer from the server for {}s", last_heard.elapsed().as_secs());
+                }
+                if let Err(e) = ws.send(Message::text(encode_frame(&RunnerMessage::Heartbeat {}))).await {
+                    break format!("heartbeat failed: {e}");
+                }
+            }
+        }
+    };
+    // Results can no longer be delivered: stop everything still running.
+    cancel_all(&calls);
+    let _ = tokio::time::timeout(Duration::from_secs(1), ws.close(None)).await;
+    Ended::Retry {
+        reason,
+        stable: welcomed_at.elapsed() >= STABLE_AFTER,
+    }
+}
+
+fn dispatch(
+    message: ServerMessage,
+    host: &Arc<EnvironmentHost>,
+    calls: &Calls,
+    out: &mpsc::UnboundedSender<RunnerMessage>,
+    options: &ClientOptions,
+) {
+    let verbose = |line: String| {
+        if options.verbose {
+            (options.status)(&line);
+        }
+    };
+    match message {
+        ServerMessage::Welcome { .. } | ServerMessage::HeartbeatAck {} => {}
+        ServerMessage::Refused { .. } => {}
+        ServerMessage::Error { id, code, message } => {
+            (options.status)(&format!(
+                "server error{}: {code}: {message}",
+                id.map(|id| format!(" for {id}")).unwrap_or_default()
+            ));
+        }
+        ServerMessage::Attach {
+            id,
+            session_id,
+            spec,
+        } => {
+            verbose(format!(
+                "attach {} ({}) for session {session_id}",
+                spec.name,
+                spec.source.kind().as_str()
+            ));
+            let host = host.clone();
+            let out = out.clone();
+            tokio::spawn(async move {
+                let outcome = match host.attach(&session_id, &spec).await {
+                    Ok(environment) => AttachOutcome::Ok { environment },
+                    Err(error) => AttachOutcome::Error(error),
+                };
+                let _ = out.send(RunnerMessage::AttachResult { id, outcome });
+            });
+        }
+        ServerMessage::Detach {
+            id,
+            session_id,
+            environment,
+        } => {
+            verbose(format!(
+                "detach {} for session {session_id}",
+                environment.name
+            ));
+            let host = host.clone();
+            let out = out.clone();
+            tokio::spawn(async move {
+                let outcome = match host.detach(&environment).await {
+                    Ok(done) => DetachOutcome::Ok {
+                        removed: done.removed,
+                        branch: done.branch,
+                    },
+                    Err(error) => DetachOutcome::Error(error),
+                };
+                let _ = out.send(RunnerMessage::DetachResult { id, outcome });
+            });
+        }
+        ServerMessage::Validate {
+            id, environment, ..
+        } => {
+            let stale = validate_snapshot(&environment.snapshot);
+            let _ = out.send(RunnerMessage::ValidateResult { id, stale });
+        }
+        ServerMessage::ToolCall {
+            id,
+            session_id,
+            environment,
+            tool,
+            arguments,
+            timeout_ms,
+        } => {
+            let (handle, signal) = CancelSignal::new();
+            {
+                let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());
+                if calls.contains_key(&id) {
+                    let _ = out.send(RunnerMessage::Error {
+                        id: Some(id),
+                        code: String::from(codes::INVALID_MESSAGE),
+                        message: String::from("a tool call with this id is already running"),
+                    });
+                    return;
+                }
+                calls.insert(id.clone(), handle);
+            }
+            verbose(format!(
+                "{tool} in {} for session {session_id}",
+                environment.name
+            ));
+            let host = host.clone();
+            let out = out.clone();
+            let calls = calls.clone();
+            tokio::spawn(async move {
+                let output = execute(
+                    &host.dirs,
+                    ToolCall {
+                        id: &id,
+                        environment: &environment,
+                        tool: &tool,
+                        arguments,
+                        deadline: timeout_ms.map(Duration::from_millis),
+                    },
+                    signal,
+                )
+                .await;
+                calls.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                let _ = out.send(RunnerMessage::ToolResult {
+                    id,
+                    content: output.content,
+                    is_error: output.is_error,
+                    details: output.details,
+                });
+            });
+        }
+        ServerMessage::Cancel { id } => {
+            verbose(format!("cancel {id}"));
+            if let Some(handle) = calls.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+                handle.cancel();
+            }
+        }
+    }
+}
+
+fn cancel_all(calls: &Calls) {
+    for (_, handle) in calls.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+        handle.cancel();
+    }
+}
+
+fn protocol_error_frame(e: &wuhu_core::wire::runner::ProtocolError) -> RunnerMessage {
+    RunnerMessage::Error {
+        id: e.id().map(str::to_string),
+        code: e.code().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn type_name(message: &ServerMessage) -> String {
+    serde_json::to_value(message)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn close_reason(close: Option<&tungstenite::protocol::CloseFrame>) -> String {
+    match close {
+        Some(frame) if !frame.reason.is_empty() => {
+            format!("server closed the connection: {}", frame.reason)
+        }
+        Some(frame) => format!(
+            "server closed the connection (code {})",
+            u16::from(frame.code)
+        ),
+        None => String::from("server closed the connection"),
+    }
+}
+
+/// The message for an HTTP error on the upgrade: the API's `{error: {message}}`, else the body
+/// text, else the status.
+pub fn http_error_message(status: u16, body: Option<&[u8]>) -> String {
+    let text = body
+        .map(|b| String::from_utf8_lossy(b).trim().to_string())
+        .unwrap_or_default();
+    let from_json = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        });
+    match (from_json, text.is_empty()) {
+        (Some(message), _) => format!("HTTP {status}: {message}"),
+        (None, false) if text.len() <= 300 => format!("HTTP {status}: {text}"),
+        _ => format!("HTTP {status}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_and_http_messages() {
+        assert_eq!(format_delay(Duration::from_millis(430)), "0.4s");
+        assert_eq!(format_delay(Duration::from_millis(3600)), "4s");
+        assert_eq!(
+            http_error_message(
+                401,
+                Some(br#"{"error":{"code":"unauthorized","message":"not a runner token"}}"#)
+            ),
+            "HTTP 401: not a runner token"
+        );
+        assert_eq!(http_error_message(401, Some(b"nope")), "HTTP 401: nope");
+        assert_eq!(http_error_message(503, None), "HTTP 503");
+    }
+}

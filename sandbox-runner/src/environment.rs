@@ -1,0 +1,713 @@
+//! Materialising environments (`local`, `folder-template`, `worktree`), reading AGENTS.md,
+//! capturing the snapshot, and detaching.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use wuhu_core::wire::runner::{
+    AGENTS_MD_MAX_BYTES, AttachedEnvironment, EnvironmentContext, EnvironmentKind,
+    EnvironmentSource, EnvironmentSpec, ErrorBody, codes, os_display_name,
+};
+
+use crate::executor::RunnerDirs;
+use crate::snapshot::capture_snapshot;
+use crate::tools::text::truncate_tail_with;
+use crate::tools::{CancelSignal, ToolContext};
+
+/// What materialising needs from the runner.
+#[derive(Clone, Debug)]
+pub struct EnvironmentHost {
+    /// Where per-session copies and worktrees go.
+    pub workspaces_root: PathBuf,
+    /// The runner's own environment variables, the source of snapshots.
+    pub vars: Vec<(String, String)>,
+    /// Limit for a folder-template startup script.
+    pub startup_timeout: Duration,
+    /// Temp and log directories.
+    pub dirs: RunnerDirs,
+}
+
+/// Default limit for a startup script.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Lines of a failing script's or git's output kept in the error message.
+const ERROR_OUTPUT_LINES: usize = 60;
+/// Bytes of a failing script's or git's output kept in the error message.
+const ERROR_OUTPUT_BYTES: usize = 8 * 1024;
+
+/// What a detach did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detached {
+    /// Whether the directory was deleted.
+    pub removed: bool,
+    /// The kept branch of a worktree.
+    pub branch: Option<String>,
+}
+
+impl EnvironmentHost {
+    /// A host using the runner process's environment and the system temp dir.
+    pub fn for_process(workspaces_root: PathBuf) -> EnvironmentHost {
+        EnvironmentHost {
+            workspaces_root,
+            vars: std::env::vars().collect(),
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            dirs: RunnerDirs::in_system_temp(),
+        }
+    }
+
+    /// Materialises `spec` for `session_id`. On failure nothing is left behind.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorBody`] for the `attach_result`: [`codes::NOT_FOUND`],
+    /// [`codes::STARTUP_SCRIPT_FAILED`], [`codes::GIT_FAILED`] or [`codes::INTERNAL`].
+    pub async fn attach(
+        &self,
+        session_id: &str,
+        spec: &EnvironmentSpec,
+    ) -> Result<AttachedEnvironment, ErrorBody> {
+        let (root, repo_path, branch) = match &spec.source {
+            EnvironmentSource::Local { path } => (existing_dir(path, "path")?, None, None),
+            EnvironmentSource::FolderTemplate {
+                template_path,
+                startup_script,
+            } => {
+                let template = existing_dir(template_path, "template")?;
+                let root = self
+                    .folder_template(session_id, spec, &template, startup_script.as_deref())
+                    .await?;
+                (root, None, None)
+            }
+            EnvironmentSource::Worktree {
+                repo_path,
+                base_ref,
+            } => {
+                let (root, repo, branch) = self
+                    .worktree(session_id, repo_path, base_ref.as_deref())
+                    .await?;
+                (root, Some(repo), Some(branch))
+            }
+        };
+        let (agents_md, agents_md_truncated) = read_agents_md(&root);
+        let snapshot = capture_snapshot(
+            &root,
+            self.vars.iter().cloned(),
+            &spec.extra_env_vars,
+            crate::unix_now(),
+        );
+        Ok(AttachedEnvironment {
+            name: spec.name.clone(),
+            kind: spec.source.kind(),
+            root: root.to_string_lossy().into_owned(),
+            os: os_display_name(std::env::consts::OS),
+            repo_path: repo_path.map(|p: PathBuf| p.to_string_lossy().into_owned()),
+            branch,
+            snapshot,
+            agents_md,
+            agents_md_truncated,
+        })
+    }
+
+    /// Releases an environment: a worktree is removed (`git worktree remove --force`) and its
+    /// branch kept; local directories and folder-template copies are left in place.
+    ///
+    /// # Errors
+    ///
+    /// [`codes::GIT_FAILED`] when git refuses to remove the worktree.
+    pub async fn detach(&self, environment: &EnvironmentContext) -> Result<Detached, ErrorBody> {
+        match environment.kind {
+            EnvironmentKind::Local | EnvironmentKind::FolderTemplate => Ok(Detached {
+                removed: false,
+                branch: None,
+            }),
+            EnvironmentKind::Worktree => {
+                let repo = environment.repo_path.as_deref().ok_or_else(|| {
+                    ErrorBody::new(codes::INVALID_SPEC, "worktree context without repoPath")
+                })?;
+                if Path::new(&environment.root).exists() {
+                    git(
+                        Path::new(repo),
+                        &["worktree", "remove", "--force", &environment.root],
+                    )
+                    .await
+                    .map_err(|out| {
+                        ErrorBody::new(
+                            codes::GIT_FAILED,
+                            format!("git worktree remove failed:\n{out}"),
+                        )
+                    })?;
+                } else {
+                    let _ = git(Path::new(repo), &["worktree", "prune"]).await;
+                }
+                Ok(Detached {
+                    removed: true,
+                    branch: environment.branch.clone(),
+                })
+            }
+        }
+    }
+
+    async fn folder_template(
+        &self,
+        session_id: &str,
+        spec: &EnvironmentSpec,
+        template: &Path,
+        startup_script: Option<&str>,
+    ) -> Result<PathBuf, ErrorBody> {
+        let workspaces = self
+            .workspaces_root
+            .canonicalize()
+            .unwrap_or(self.workspaces_root.clone());
+        if workspaces.starts_with(template) {
+            return Err(ErrorBody::new(
+                codes::INVALID_SPEC,
+                format!(
+                    "template {} contains the workspaces root {}; it cannot be copied into itself",
+                    template.display(),
+                    workspaces.display()
+                ),
+            ));
+        }
+        let dest = claim_dir(&self.workspaces_root, session_id)?;
+        let (from, to) = (template.to_path_buf(), dest.clone());
+        let copied = tokio::task::spawn_blocking(move || copy_tree(&from, &to))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        if let Err(e) = copied {
+            let _ = std::fs::remove_dir_all(&dest);
+            return Err(ErrorBody::new(
+                codes::INTERNAL,
+                format!("copying {} failed: {e}", template.display()),
+            ));
+        }
+        let root = dest.canonicalize().unwrap_or(dest.clone());
+        if let Some(script) = startup_script.filter(|s| !s.trim().is_empty())
+            && let Err(e) = self.run_startup_script(&root, spec, script).await
+        {
+            let _ = std::fs::remove_dir_all(&dest);
+            return Err(e);
+        }
+        Ok(root)
+    }
+
+    async fn run_startup_script(
+        &self,
+        root: &Path,
+        spec: &EnvironmentSpec,
+        script: &str,
+    ) -> Result<(), ErrorBody> {
+        let snapshot = capture_snapshot(root, self.vars.iter().cloned(), &spec.extra_env_vars, 0);
+        let temp_dir = self.dirs.temp_root.join(format!(
+            "startup-{}",
+            root.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let _ = std::fs::create_dir_all(&temp_dir);
+        let ctx = ToolContext {
+            call_id: String::from("startup"),
+            root: root.to_path_buf(),
+            kind: EnvironmentKind::FolderTemplate,
+            cwd: root.to_path_buf(),
+            env: snapshot.env,
+            temp_dir: temp_dir.clone(),
+            log_dir: self.dirs.log_dir.clone(),
+            cancel: CancelSignal::never(),
+        };
+        let command = format!("set -euo pipefail\n{script}");
+        let run = crate::tools::bash::run_command(&ctx, &command, Some(self.startup_timeout)).await;
+        let _ = std::fs::remove_dir_all(&temp_dir);
+        let run = run.map_err(|e| ErrorBody::new(codes::INTERNAL, e))?;
+        let failure = if run.timed_out {
+            Some(format!(
+                "startup script timed out after {} s",
+                self.startup_timeout.as_secs()
+            ))
+        } else if let Some(signal) = run.signal {
+            Some(format!("startup script was killed by signal {signal}"))
+        } else {
+            match run.exit_code {
+                Some(0) => None,
+                Some(code) => Some(format!("startup script exited with code {code}")),
+                None => Some(String::from("startup script failed")),
+            }
+        };
+        match failure {
+            None => Ok(()),
+            Some(what) => Err(ErrorBody::new(
+                codes::STARTUP_SCRIPT_FAILED,
+                format!("{what}; output:\n{}", output_tail(&run.output)),
+            )),
+        }
+    }
+
+    async fn worktree(
+        &self,
+        session_id: &str,
+        repo_path: &str,
+        base_ref: Option<&str>,
+    ) -> Result<(PathBuf, PathBuf, String), ErrorBody> {
+        let repo = existing_dir(repo_path, "repository")?;
+        let top = git(&repo, &["rev-parse", "--show-toplevel"])
+            .await
+            .map_err(|_| {
+                ErrorBody::new(
+                    codes::NOT_FOUND,
+                    format!("{} is not a git repository", repo.display()),
+                )
+            })?;
+        let top = PathBuf::from(top.trim());
+        let top = top.canonicalize().unwrap_or(top);
+        let short = short_id(session_id);
+        let mut branch = format!("wuhu/{short}");
+        for n in 2.. {
+            let probe = format!("refs/heads/{branch}");
+            if git(&top, &["rev-parse", "--verify", "--quiet", &probe])
+                .await
+                .is_err()
+            {
+                break;
+            }
+            if n > 999 {
+                return Err(ErrorBody::new(
+                    codes::INTERNAL,
+                    format!("no free branch name for wuhu/{short}"),
+                ));
+            }
+            branch = format!("wuhu/{short}-{n}");
+        }
+        let dest = claim_dir(&self.workspaces_root, session_id)?;
+        let dest_text = dest.to_string_lossy().into_owned();
+        let base = base_ref.unwrap_or("HEAD");
+        if let Err(out) = git(&top, &["worktree", "add", "-b", &branch, &dest_text, base]).await {
+            let _ = std::fs::remove_dir_all(&dest);
+            return Err(ErrorBody::new(
+                codes::GIT_FAILED,
+                format!("git worktree add failed:\n{}", output_tail(&out)),
+            ));
+        }
+        let root = dest.canonicalize().unwrap_or(dest);
+        Ok((root, top, branch))
+    }
+}
+
+/// The first 8 letters or digits of a session id (`wuhu/<short>` branches).
+pub fn short_id(session_id: &str) -> String {
+    let short: String = session_id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    if short.is_empty() {
+        String::from("session")
+    } else {
+        short
+    }
+}
+
+/// A directory name safe on every OS for a session id.
+fn dir_name(session_id: &str) -> String {
+    let name: String = session_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect();
+    if name.is_empty() {
+        String::from("session")
+    } else {
+        name
+    }
+}
+
+/// Creates `<root>/<session>` or, when taken, `<root>/<session>-1` ... `-999`.
+fn claim_dir(root: &Path, session_id: &str) -> Result<PathBuf, ErrorBody> {
+    std::fs::create_dir_all(root).map_err(|e| {
+        ErrorBody::new(
+            codes::INTERNAL,
+            format!("cannot create workspaces root {}: {e}", root.display()),
+        )
+    })?;
+    let base = dir_name(session_id);
+    for n in 0..1000 {
+        let name = if n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        };
+        let path = root.join(name);
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(ErrorBody::new(
+                    codes::INTERNAL,
+                    format!("cannot create {}: {e}", path.display()),
+                ));
+            }
+        }
+    }
+    Err(ErrorBody::new(
+        codes::INTERNAL,
+        format!("no free workspace name for {base} in {}", root.display()),
+    ))
+}
+
+fn existing_dir(path: &str, what: &str) -> Result<PathBuf, ErrorBody> {
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(ErrorBody::new(
+            codes::NOT_FOUND,
+            format!("{what} {path} is not an absolute path"),
+        ));
+    }
+    match p.canonicalize() {
+        Ok(c) if c.is_dir() => Ok(c),
+        Ok(_) => Err(ErrorBody::new(
+            codes::NOT_FOUND,
+            format!("{what} {path} is not a directory"),
+        )),
+        Err(_) => Err(ErrorBody::new(
+            codes::NOT_FOUND,
+            format!("{what} {path} does not exist on this runner"),
+        )),
+    }
+}
+
+/// Copies a directory tree; symlinks are recreated as symlinks, permissions kept.
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// AGENTS.md at `root`, cut to [`AGENTS_MD_MAX_BYTES`] at a char boundary.
+pub fn read_agents_md(root: &Path) -> (Option<String>, bool) {
+    let path = root.join("AGENTS.md");
+    if !path.is_file() {
+        return (None, false);
+    }
+    let Ok(bytes) = std::fs::read(&path) else {
+        return (None, false);
+    };
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    if text.len() <= AGENTS_MD_MAX_BYTES {
+        return (Some(text), false);
+    }
+    let mut cut = AGENTS_MD_MAX_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (Some(text[..cut].to_string()), true)
+}
+
+fn output_tail(output: &str) -> String {
+    let tail = truncate_tail_with(output, ERROR_OUTPUT_LINES, ERROR_OUTPUT_BYTES);
+    if tail.truncated {
+        format!("[...]\n{}", tail.text)
+    } else {
+        tail.text
+    }
+}
+
+/// Runs `git -C dir args...`; stdout on success, combined output on failure.
+async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let output = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn host(base: &Path) -> EnvironmentHost {
+        EnvironmentHost {
+            workspaces_root: base.join("workspaces"),
+            vars: vec![
+                (String::from("PATH"), std::env::var("PATH").unwrap()),
+                (String::from("HOME"), base.to_string_lossy().into_owned()),
+                (String::from("MY_API_KEY"), String::from("s3cret")),
+                (String::from("EXTRA_ONE"), String::from("1")),
+            ],
+            startup_timeout: Duration::from_secs(20),
+            dirs: RunnerDirs {
+                temp_root: base.join("calls"),
+                log_dir: base.join("logs"),
+            },
+        }
+    }
+
+    fn spec(source: EnvironmentSource) -> EnvironmentSpec {
+        EnvironmentSpec {
+            name: String::from("env"),
+            source,
+            extra_env_vars: vec![String::from("EXTRA_ONE"), String::from("MY_API_KEY")],
+        }
+    }
+
+    #[tokio::test]
+    async fn local_needs_an_existing_directory_and_reads_agents_md() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let host = host(&base_path);
+        std::fs::write(base_path.join("AGENTS.md"), "# Be nice\n").unwrap();
+        let attached = host
+            .attach(
+                "s1",
+                &spec(EnvironmentSource::Local {
+                    path: base_path.to_string_lossy().into_owned(),
+                }),
+            )
+            .await
+            .unwrap();
+        assert_eq!(attached.kind, EnvironmentKind::Local);
+        assert_eq!(attached.root, base_path.to_string_lossy());
+        assert_eq!(attached.snapshot.cwd, attached.root);
+        assert_eq!(attached.agents_md.as_deref(), Some("# Be nice\n"));
+        assert!(!attached.agents_md_truncated);
+        let names: Vec<&str> = attached.snapshot.env.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["EXTRA_ONE", "HOME", "PATH"],
+            "secret never captured"
+        );
+        let missing = host
+            .attach(
+                "s1",
+                &spec(EnvironmentSource::Local {
+                    path: base_path.join("nope").to_string_lossy().into_owned(),
+                }),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(missing.code, codes::NOT_FOUND);
+        let detached = host.detach(&attached.context()).await.unwrap();
+        assert!(!detached.removed);
+        assert!(base_path.exists());
+    }
+
+    #[tokio::test]
+    async fn agents_md_is_capped() {
+        let base = tempfile::tempdir().unwrap();
+        std::fs::write(
+            base.path().join("AGENTS.md"),
+            "é".repeat(AGENTS_MD_MAX_BYTES),
+        )
+        .unwrap();
+        let (text, truncated) = read_agents_md(base.path());
+        let text = text.unwrap();
+        assert!(truncated);
+        assert!(text.len() <= AGENTS_MD_MAX_BYTES && text.len() > AGENTS_MD_MAX_BYTES - 4);
+    }
+
+    #[tokio::test]
+    async fn folder_template_copies_and_runs_the_startup_script() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let template = base_path.join("template");
+        std::fs::create_dir_all(template.join("src")).unwrap();
+        std::fs::write(template.join("src/app.txt"), "app").unwrap();
+        std::fs::write(template.join("AGENTS.md"), "template rules").unwrap();
+        std::os::unix::fs::symlink("src/app.txt", template.join("link")).unwrap();
+        let host = host(&base_path);
+        let source = EnvironmentSource::FolderTemplate {
+            template_path: template.to_string_lossy().into_owned(),
+            startup_script: Some(String::from("echo setup > marker\ntest \"$CI\" = 1")),
+        };
+        let first = host.attach("sess-1", &spec(source.clone())).await.unwrap();
+        let root = PathBuf::from(&first.root);
+        assert_eq!(root, base_path.join("workspaces/sess-1"));
+        assert_eq!(
+            std::fs::read_to_string(root.join("src/app.txt")).unwrap(),
+            "app"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("marker")).unwrap(),
+            "setup\n"
+        );
+        assert_eq!(
+            std::fs::read_link(root.join("link")).unwrap(),
+            PathBuf::from("src/app.txt")
+        );
+        assert_eq!(first.agents_md.as_deref(), Some("template rules"));
+        assert!(!template.join("marker").exists());
+        let second = host.attach("sess-1", &spec(source)).await.unwrap();
+        assert_eq!(
+            PathBuf::from(&second.root),
+            base_path.join("workspaces/sess-1-1")
+        );
+        let detached = host.detach(&second.context()).await.unwrap();
+        assert!(!detached.removed && Path::new(&second.root).exists());
+    }
+
+    #[tokio::test]
+    async fn folder_template_failing_script_reports_its_output_and_cleans_up() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let template = base_path.join("template");
+        std::fs::create_dir_all(&template).unwrap();
+        let host = host(&base_path);
+        let source = EnvironmentSource::FolderTemplate {
+            template_path: template.to_string_lossy().into_owned(),
+            startup_script: Some(String::from("echo installing\nfalse\necho never")),
+        };
+        let err = host.attach("s2", &spec(source)).await.unwrap_err();
+        let inside = EnvironmentSource::FolderTemplate {
+            template_path: base_path.to_string_lossy().into_owned(),
+            startup_script: None,
+        };
+        let refused = host.attach("s4", &spec(inside)).await.unwrap_err();
+        assert!(
+            refused.message.contains("cannot be copied into itself"),
+            "{}",
+            refused.message
+        );
+        assert_eq!(err.code, codes::STARTUP_SCRIPT_FAILED);
+        assert_eq!(
+            err.message,
+            "startup script exited with code 1; output:\ninstalling\n"
+        );
+        assert!(!base_path.join("workspaces/s2").exists());
+        let source = EnvironmentSource::FolderTemplate {
+            template_path: template.to_string_lossy().into_owned(),
+            startup_script: Some(String::from("echo $UNSET_VARIABLE_X")),
+        };
+        let err = host.attach("s3", &spec(source)).await.unwrap_err();
+        assert!(
+            err.message.contains("unbound variable"),
+            "set -u: {}",
+            err.message
+        );
+    }
+
+    fn git_cmd(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[tokio::test]
+    async fn worktree_creates_a_branch_and_detach_keeps_it() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let repo = base_path.join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        git_cmd(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README.md"), "hello\n").unwrap();
+        std::fs::write(repo.join("AGENTS.md"), "repo rules\n").unwrap();
+        git_cmd(&repo, &["add", "."]);
+        git_cmd(&repo, &["commit", "-q", "-m", "init"]);
+        let host = host(&base_path);
+        let source = EnvironmentSource::Worktree {
+            repo_path: repo.to_string_lossy().into_owned(),
+            base_ref: None,
+        };
+        let session = "0f3c2a1b-aaaa-bbbb-cccc-dddddddddddd";
+        let attached = host.attach(session, &spec(source.clone())).await.unwrap();
+        assert_eq!(attached.kind, EnvironmentKind::Worktree);
+        assert_eq!(attached.branch.as_deref(), Some("wuhu/0f3c2a1b"));
+        assert_eq!(
+            attached.repo_path.as_deref(),
+            Some(&*repo.to_string_lossy())
+        );
+        let root = PathBuf::from(&attached.root);
+        assert_eq!(
+            std::fs::read_to_string(root.join("README.md")).unwrap(),
+            "hello\n"
+        );
+        assert_eq!(attached.agents_md.as_deref(), Some("repo rules\n"));
+        let head = git_cmd(&root, &["rev-parse", "--abbrev-ref", "HEAD"]);
+        assert_eq!(head.trim(), "wuhu/0f3c2a1b");
+        // A second attach for the same session gets its own branch and directory.
+        let again = host.attach(session, &spec(source)).await.unwrap();
+        assert_eq!(again.branch.as_deref(), Some("wuhu/0f3c2a1b-2"));
+        assert_ne!(again.root, attached.root);
+
+        std::fs::write(root.join("work.txt"), "uncommitted").unwrap();
+        let detached = host.detach(&attached.context()).await.unwrap();
+        assert_eq!(
+            detached,
+            Detached {
+                removed: true,
+                branch: Some(String::from("wuhu/0f3c2a1b"))
+            }
+        );
+        assert!(!root.exists());
+        let branches = git_cmd(&repo, &["branch", "--list", "wuhu/*"]);
+        assert!(branches.contains("wuhu/0f3c2a1b\n"), "{branches}");
+
+        let bad = host
+            .attach(
+                session,
+                &spec(EnvironmentSource::Worktree {
+                    repo_path: repo.to_string_lossy().into_owned(),
+                    base_ref: Some(String::from("no-such-ref")),
+                }),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(bad.code, codes::GIT_FAILED);
+        let not_repo = host
+            .attach(
+                session,
+                &spec(EnvironmentSource::Worktree {
+                    repo_path: base_path.join("workspaces").to_string_lossy().into_owned(),
+                    base_ref: None,
+                }),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(not_repo.code, codes::NOT_FOUND);
+    }
+
+    #[test]
+    fn short_ids_and_dir_names() {
+        assert_eq!(short_id("0f3c2a1b-aaaa"), "0f3c2a1b");
+        assert_eq!(short_id("a-b"), "ab");
+        assert_eq!(short_id("---"), "session");
+        assert_eq!(dir_name("../x y"), "___x_y");
+    }
+}

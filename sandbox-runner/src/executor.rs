@@ -1,0 +1,262 @@
+//! Builds each tool call's context and runs it (seed 003's "context enrichment"): the cwd and
+//! env come from the environment's snapshot, a temp dir is made for the call and removed after
+//! it, and cancellation and the server's deadline are wired in. Tools get everything they need
+//! here and never reach back into a session.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use wuhu_core::wire::runner::EnvironmentContext;
+
+use crate::tools::{CancelSignal, ToolContext, ToolOutput, run_tool};
+
+/// Directories the runner uses for its own bookkeeping.
+#[derive(Clone, Debug)]
+pub struct RunnerDirs {
+    /// Per-call temp dirs are made below this.
+    pub temp_root: PathBuf,
+    /// Full outputs of truncated `bash` calls.
+    pub log_dir: PathBuf,
+}
+
+impl RunnerDirs {
+    /// Below the system temp dir: `wuhu-runner-<pid>/` for calls, `wuhu-runner-logs/` for logs.
+    pub fn in_system_temp() -> RunnerDirs {
+        let temp = std::env::temp_dir();
+        RunnerDirs {
+            temp_root: temp.join(format!("wuhu-runner-{}", std::process::id())),
+            log_dir: temp.join("wuhu-runner-logs"),
+        }
+    }
+}
+
+/// One tool call as the server sent it.
+#[derive(Clone, Debug)]
+pub struct ToolCall<'a> {
+    /// Request id.
+    pub id: &'a str,
+    /// The environment context from attach.
+    pub environment: &'a EnvironmentContext,
+    /// Tool name.
+    pub tool: &'a str,
+    /// Tool arguments.
+    pub arguments: Value,
+    /// The server's deadline for the whole call.
+    pub deadline: Option<Duration>,
+}
+
+/// Runs one tool call to its answer. Never fails: problems are error outputs.
+pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal) -> ToolOutput {
+    let env = call.environment;
+    let root = match Path::new(&env.root).canonicalize() {
+        Ok(root) if root.is_dir() => root,
+        _ => {
+            return ToolOutput::error(format!(
+                "environment {:?} is gone: its root {} no longer exists on this runner",
+                env.name, env.root
+            ));
+        }
+    };
+    let cwd = if env.snapshot.cwd.is_empty() {
+        root.clone()
+    } else {
+        let cwd = PathBuf::from(&env.snapshot.cwd);
+        cwd.canonicalize().unwrap_or(cwd)
+    };
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let temp_dir = dirs
+        .temp_root
+        .join(format!("call-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+    if let Err(e) = std::fs::create_dir_all(&temp_dir) {
+        return ToolOutput::error(format!(
+            "cannot create a temp dir {}: {e}",
+            temp_dir.display()
+        ));
+    }
+    let (inner_handle, inner_signal) = CancelSignal::new();
+    let ctx = ToolContext {
+        call_id: call.id.to_string(),
+        root,
+        kind: env.kind,
+        cwd,
+        env: env.snapshot.env.clone(),
+        temp_dir: temp_dir.clone(),
+        log_dir: dirs.log_dir.clone(),
+        cancel: inner_signal,
+    };
+    let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+    let deadline = call.deadline.map(|d| tokio::time::Instant::now() + d);
+    let mut outer = cancel;
+    let mut stopped_by_deadline = false;
+    let mut stopping = false;
+    let tool = run_tool(call.tool, call.arguments, &ctx);
+    tokio::pin!(tool);
+    let mut output = loop {
+        tokio::select! {
+            output = &mut tool => break output,
+            () = outer.cancelled(), if !stopping => {
+                stopping = true;
+                inner_handle.cancel();
+            },
+            () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() && !stopping => {
+                stopping = true;
+                stopped_by_deadline = true;
+                inner_handle.cancel();
+            },
+        }
+    };
+    let _ = std::fs::remove_dir_all(&temp_dir);
+    if stopped_by_deadline {
+        output.is_error = true;
+        let content = if output.content == crate::tools::cancelled_output().content {
+            String::new()
+        } else {
+            output.content
+        };
+        let mut content = content
+            .strip_suffix(crate::tools::bash::CANCELLED_NOTE)
+            .map(|c| c.trim_end_matches('\n').to_string() + "\n")
+            .unwrap_or(content);
+        crate::tools::push_note(
+            &mut content,
+            &format!(
+                "[Stopped: the call exceeded its deadline of {} ms]",
+                call.deadline.unwrap_or_default().as_millis()
+            ),
+        );
+        output.content = content;
+        if let Some(Value::Object(details)) = &mut output.details {
+            details.insert(String::from("deadlineExceeded"), Value::Bool(true));
+            details.insert(String::from("cancelled"), Value::Bool(false));
+        } else {
+            output.details = Some(serde_json::json!({"deadlineExceeded": true}));
+        }
+    }
+    output
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use wuhu_core::wire::runner::{EnvironmentKind, Snapshot};
+
+    fn env(root: &Path, vars: &[(&str, &str)]) -> EnvironmentContext {
+        let mut env: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.insert(String::from("PATH"), std::env::var("PATH").unwrap());
+        EnvironmentContext {
+            name: String::from("e"),
+            kind: EnvironmentKind::FolderTemplate,
+            root: root.to_string_lossy().into_owned(),
+            snapshot: Snapshot {
+                cwd: root.join("sub").to_string_lossy().into_owned(),
+                env,
+                captured_at: 0,
+            },
+            repo_path: None,
+            branch: None,
+        }
+    }
+
+    fn dirs(base: &Path) -> RunnerDirs {
+        RunnerDirs {
+            temp_root: base.join("calls"),
+            log_dir: base.join("logs"),
+        }
+    }
+
+    #[tokio::test]
+    async fn context_comes_from_the_snapshot_and_the_temp_dir_is_removed() {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().canonicalize().unwrap().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let environment = env(&root, &[("GREETING", "hola")]);
+        let dirs = dirs(base.path());
+        let out = execute(
+            &dirs,
+            ToolCall {
+                id: "c1",
+                environment: &environment,
+                tool: "bash",
+                arguments: json!({"command": "pwd; echo $GREETING; echo $TMPDIR; touch \"$TMPDIR/x\""}),
+                deadline: None,
+            },
+            CancelSignal::never(),
+        )
+        .await;
+        assert!(!out.is_error, "{}", out.content);
+        let lines: Vec<&str> = out.content.lines().collect();
+        assert_eq!(lines[0], root.join("sub").to_string_lossy());
+        assert_eq!(lines[1], "hola");
+        assert!(lines[2].starts_with(&*dirs.temp_root.to_string_lossy()));
+        assert!(!Path::new(lines[2]).exists(), "per-call temp dir removed");
+        // Relative paths of file tools resolve against the snapshot cwd.
+        let out = execute(
+            &dirs,
+            ToolCall {
+                id: "c2",
+                environment: &environment,
+                tool: "write",
+                arguments: json!({"path": "f.txt", "content": "x"}),
+                deadline: None,
+            },
+            CancelSignal::never(),
+        )
+        .await;
+        assert!(!out.is_error, "{}", out.content);
+        assert!(root.join("sub/f.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn deadline_and_missing_root() {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().canonicalize().unwrap().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let environment = env(&root, &[]);
+        let dirs = dirs(base.path());
+        let started = std::time::Instant::now();
+        let out = execute(
+            &dirs,
+            ToolCall {
+                id: "c1",
+                environment: &environment,
+                tool: "bash",
+                arguments: json!({"command": "echo before; sleep 30"}),
+                deadline: Some(Duration::from_millis(300)),
+            },
+            CancelSignal::never(),
+        )
+        .await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(out.is_error);
+        assert_eq!(
+            out.content,
+            "before\n\n[Stopped: the call exceeded its deadline of 300 ms]"
+        );
+        assert_eq!(out.details.unwrap()["deadlineExceeded"], true);
+        let gone = env(&base.path().join("gone"), &[]);
+        let out = execute(
+            &dirs,
+            ToolCall {
+                id: "c2",
+                environment: &gone,
+                tool: "ls",
+                arguments: json!({}),
+                deadline: None,
+            },
+            CancelSignal::never(),
+        )
+        .await;
+        assert!(
+            out.is_error && out.content.contains("is gone"),
+            "{}",
+            out.content
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! `wuhu-runner`: hosts Wuhu environments on this machine. See `wuhu-runner --help`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use wuhu_core::wire::runner::RunnerKind;
+use wuhu_runner::client::{ClientOptions, run};
+use wuhu_runner::config::{Settings, default_config_path, load_settings, parse_env_flag};
+use wuhu_runner::environment::EnvironmentHost;
+
+const AFTER_HELP: &str = "\
+Examples:
+  # Register this Mac with a hosted server, offering one project directory:
+  wuhu-runner register --server https://wuhu.example.com --token \"$WUHU_RUNNER_TOKEN\" \\
+      --name ana-mac --env api=~/src/api
+
+  # A cloud VM that hosts folder templates and worktrees for sessions:
+  wuhu-runner register --server https://wuhu.example.com --name build-1 --kind cloud \\
+      --workspaces-root /srv/wuhu/workspaces
+
+  # Everything from ~/.wuhu/runner.yml:
+  wuhu-runner register
+
+Config file (~/.wuhu/runner.yml, YAML; flags win, --env entries are merged by name):
+  server: https://wuhu.example.com
+  token: eyJhbGciOi...          # a runner token (typ: runner), or WUHU_RUNNER_TOKEN
+  name: ana-mac
+  kind: local                   # local | cloud
+  workspacesRoot: ~/.wuhu/workspaces
+  environments:
+    api: ~/src/api
+
+Status lines on stderr: 'connected to URL as NAME', 'reconnecting in 4s (reason)',
+'refused: <message>'. Exit codes: 2 when the server refuses the token or the runner
+(HTTP 401/403, or a permanent 'refused'), 1 for bad settings, 130/143 on SIGINT/SIGTERM.";
+
+/// Runs Wuhu environments and coding tools on this machine for sessions on a Wuhu server.
+///
+/// The runner connects out to the server over WebSocket (so it works behind NAT), keeps the
+/// connection alive with heartbeats, and reconnects with capped exponential backoff.
+#[derive(Parser, Debug)]
+#[command(name = "wuhu-runner", version, about, long_about, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Connect to a Wuhu server and serve its sessions until stopped.
+    #[command(after_help = AFTER_HELP)]
+    Register(RegisterArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RegisterArgs {
+    /// Base URL of the Wuhu server (http://, https://, ws:// or wss://).
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// Runner token (a JWT with typ: runner). Prefer the environment variable: flags show up in
+    /// `ps`.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "WUHU_RUNNER_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+    /// This runner's name, unique among your runners (letters, digits, '-', '_', '.').
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Offer a local environment: a directory sessions may attach by name. Repeatable.
+    #[arg(long = "env", value_name = "NAME=PATH")]
+    envs: Vec<String>,
+    /// Where per-session folder-template copies and git worktrees are created
+    /// [default: ~/.wuhu/workspaces].
+    #[arg(long, value_name = "DIR")]
+    workspaces_root: Option<String>,
+    /// Whether this is your own machine (local) or a cloud machine (cloud) [default: local].
+    #[arg(long, value_enum)]
+    kind: Option<KindArg>,
+    /// Config file [default: ~/.wuhu/runner.yml; a missing default file is fine].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Time limit for folder-template startup scripts, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    startup_timeout: u64,
+    /// Also print a line for every request from the server.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum KindArg {
+    Local,
+    Cloud,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Register(args) => match register(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("wuhu-runner: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+fn register(args: RegisterArgs) -> anyhow::Result<u8> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let (config_path, required) = match &args.config {
+        Some(path) => (Some(path.clone()), true),
+        None => (default_config_path(home.as_deref()), false),
+    };
+    let file = match &config_path {
+        Some(path) => load_settings(path, required)?,
+        None => Settings::default(),
+    };
+    let mut environments = BTreeMap::new();
+    for flag in &args.envs {
+        let (name, path) = parse_env_flag(flag)?;
+        environments.insert(name, path);
+    }
+    let flags = Settings {
+        server: args.server,
+        token: args.token,
+        name: args.name,
+        kind: args.kind.map(|k| match k {
+            KindArg::Local => RunnerKind::Local,
+            KindArg::Cloud => RunnerKind::Cloud,
+        }),
+        workspaces_root: args.workspaces_root,
+        environments,
+    };
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let config = file.overlay(flags).resolve(home.as_deref(), &cwd)?;
+    for env in &config.environments {
+        if !std::path::Path::new(&env.path).is_dir() {
+            eprintln!(
+                "wuhu-runner: warning: environment {} path {} is not a directory",
+                env.name, env.path
+            );
+        }
+    }
+
+    let mut host = EnvironmentHost::for_process(config.workspaces_root.clone());
+    host.startup_timeout = Duration::from_secs(args.startup_timeout.max(1));
+    let temp_root = host.dirs.temp_root.clone();
+    let options = ClientOptions {
+        status: Arc::new(|line: &str| eprintln!("wuhu-runner: {line}")),
+        verbose: args.verbose,
+        jitter_seed: jitter_seed(),
+    };
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let code = runtime.block_on(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(term) => {
+                    term.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            fatal = run(config, host, options) => fatal.exit_code() as u8,
+            _ = tokio::signal::ctrl_c() => 130,
+            () = terminated => 143,
+        }
+    });
+    // Dropping the runtime drops running calls, which kills their process groups.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let _ = std::fs::remove_dir_all(temp_root);
+    Ok(code)
+}
+
+fn jitter_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
