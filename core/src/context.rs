@@ -43,6 +43,10 @@ fn repair_tool_results(messages: &mut Vec<Message>) {
             }));
         }
     };
+    // Messages that arrived while tool calls were open (context a tool added, such as an
+    // environment's AGENTS.md) wait until the calls are answered: providers need the results
+    // right after the calls.
+    let mut deferred: Vec<Message> = Vec::new();
     for message in messages.drain(..) {
         match &message {
             Message::ToolResult(result) => {
@@ -52,23 +56,26 @@ fn repair_tool_results(messages: &mut Vec<Message>) {
                 {
                     open_calls.remove(pos);
                     out.push(message);
+                    if open_calls.is_empty() {
+                        out.append(&mut deferred);
+                    }
                 }
             }
             Message::Assistant(assistant) => {
                 close_open(&mut open_calls, &mut out);
+                out.append(&mut deferred);
                 open_calls = assistant
                     .tool_calls()
                     .map(|c| (c.id.clone(), c.name.clone()))
                     .collect();
                 out.push(message);
             }
-            _ => {
-                close_open(&mut open_calls, &mut out);
-                out.push(message);
-            }
+            _ if !open_calls.is_empty() => deferred.push(message),
+            _ => out.push(message),
         }
     }
     close_open(&mut open_calls, &mut out);
+    out.append(&mut deferred);
     *messages = out;
 }
 
@@ -153,6 +160,10 @@ mod tests {
                 "user:a assistant:1 result:1! user:b",
             ),
             (vec![user("a"), call("1")], "user:a assistant:1 result:1!"),
+            (
+                vec![user("a"), call("1"), user("ctx"), result("1"), user("b")],
+                "user:a assistant:1 result:1 user:ctx user:b",
+            ),
             (vec![user("a"), result("9")], "user:a"),
         ];
         for (messages, want) in cases {

@@ -352,6 +352,24 @@ impl Session {
         }
     }
 
+    /// Appends entries a running tool produced before its result (an environment attached, an
+    /// approval requested). Ignored when the call is no longer running.
+    pub fn handle_tool_progress(
+        &mut self,
+        now: Millis,
+        step: u64,
+        call_id: &str,
+        entries: Vec<EntryPayload>,
+    ) {
+        let running = matches!(&self.state.phase, Phase::Tools { step: current, running, .. }
+            if *current == step && running.iter().any(|call| call.id == call_id));
+        if running {
+            for payload in entries {
+                self.append(now, payload);
+            }
+        }
+    }
+
     /// Call when [`Session::poll_deadline`] has passed.
     pub fn handle_timeout(&mut self, now: Millis) {
         if let Phase::RetryWait { step, attempt, at } = self.state.phase

@@ -29,7 +29,25 @@ pub mod names {
     pub const WRITE: &str = "write";
     /// Runs JavaScript in the session's QuickJS sandbox.
     pub const JS: &str = "js";
+    /// Asks for an environment (a directory on a runner) to be attached.
+    pub const REQUEST_ENVIRONMENT: &str = "request_environment";
+    /// Detaches an environment.
+    pub const DETACH_ENVIRONMENT: &str = "detach_environment";
+    /// Runs a shell command in an environment.
+    pub const BASH: &str = "bash";
+    /// Replaces one exact text in a file of an environment.
+    pub const EDIT: &str = "edit";
+    /// Lists a directory of an environment.
+    pub const LS: &str = "ls";
+    /// Finds files by glob in an environment.
+    pub const FIND: &str = "find";
+    /// Searches file contents in an environment.
+    pub const GREP: &str = "grep";
 }
+
+/// Tools that run on a runner, in an attached environment (`read`/`write` too, for plain paths
+/// and `wuhu://env/` URLs).
+pub const ENVIRONMENT_TOOLS: [&str; 5] = [names::BASH, names::EDIT, names::LS, names::FIND, names::GREP];
 
 /// The traits of a known tool, or `None` for a name the model made up.
 pub fn traits(name: &str) -> Option<ToolTraits> {
@@ -43,6 +61,17 @@ pub fn traits(name: &str) -> Option<ToolTraits> {
             parallel_safe: false,
             idempotent: true,
         }),
+        names::LS | names::FIND | names::GREP => Some(ToolTraits {
+            parallel_safe: true,
+            idempotent: true,
+        }),
+        // Side effects: never run twice, never concurrently.
+        names::BASH | names::EDIT | names::REQUEST_ENVIRONMENT | names::DETACH_ENVIRONMENT => {
+            Some(ToolTraits {
+                parallel_safe: false,
+                idempotent: false,
+            })
+        }
         // A script may have side effects (fetch, writes): never run twice, never concurrently.
         names::JS => Some(ToolTraits {
             parallel_safe: false,
@@ -77,6 +106,106 @@ pub fn catalogue() -> Vec<ToolSchema> {
                     "sinceCursor": {"type": "integer", "minimum": 0, "description": "Start after this cursor (default 0)"}
                 },
                 "required": ["id"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::REQUEST_ENVIRONMENT,
+            description: "Attach an environment (a directory on a runner: a user's Mac or a cloud VM) to this session so that bash, read, write, edit, ls, find and grep can work there. `spec` names an environment definition or an environment a runner offers. The attachment appears in the transcript, with the environment's AGENTS.md if it has one. Some environments need a person's approval first.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "spec": {"type": "string", "description": "Environment definition or offered environment name"},
+                    "preference": {"type": "string", "enum": ["local", "cloud", "any"], "description": "Where to run (default any)"},
+                    "name": {"type": "string", "description": "Name for it in this session (default: spec)"}
+                },
+                "required": ["spec"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::DETACH_ENVIRONMENT,
+            description: "Detach an environment from this session. A worktree is removed (its branch is kept).",
+            parameters: json!({
+                "type": "object",
+                "properties": {"name": {"type": "string", "description": "Environment name in this session"}},
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::BASH,
+            description: "Run a shell command (bash -c, non-interactive, CI=1, no pager) in an attached environment's working directory. Returns the exit code and output (the tail when long).",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string"},
+                    "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds (default: none)"},
+                    "environment": {"type": "string", "description": "Environment name (needed when several are attached)"}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::EDIT,
+            description: "Replace one exact, unique occurrence of oldText with newText in a file of an attached environment. Returns a diff.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "oldText": {"type": "string"},
+                    "newText": {"type": "string"},
+                    "environment": {"type": "string", "description": "Environment name (needed when several are attached)"}
+                },
+                "required": ["path", "oldText", "newText"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::LS,
+            description: "List a directory of an attached environment.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Directory (default: the working directory)"},
+                    "limit": {"type": "integer", "minimum": 1},
+                    "environment": {"type": "string", "description": "Environment name (needed when several are attached)"}
+                },
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::FIND,
+            description: "Find files by glob in an attached environment (honours .gitignore).",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Glob, e.g. *.rs or src/**/*.ts"},
+                    "path": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1},
+                    "environment": {"type": "string", "description": "Environment name (needed when several are attached)"}
+                },
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::GREP,
+            description: "Search file contents by regex in an attached environment (honours .gitignore; long lines cut at 500 chars).",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string"},
+                    "path": {"type": "string"},
+                    "glob": {"type": "string"},
+                    "ignoreCase": {"type": "boolean"},
+                    "literal": {"type": "boolean"},
+                    "context": {"type": "integer", "minimum": 0},
+                    "limit": {"type": "integer", "minimum": 1},
+                    "environment": {"type": "string", "description": "Environment name (needed when several are attached)"}
+                },
+                "required": ["pattern"],
                 "additionalProperties": false
             }),
         },
