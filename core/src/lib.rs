@@ -15,6 +15,7 @@
 pub mod archive;
 pub mod context;
 pub mod egress;
+pub mod environments;
 pub mod llm;
 mod rng;
 pub mod session;

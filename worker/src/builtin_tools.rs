@@ -9,30 +9,35 @@ use wuhu_core::tools::{names, page_lines, truncate_head};
 use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
-use crate::session_actor::{Actor, now};
+use crate::environment_tools::{self, ApprovalGate, ToolOutput};
+use crate::session_actor::Actor;
 use crate::{session_client, tenant_index, workspace_io};
 
-/// Everything a tool may use.
+/// Everything a tool may use: handed over complete, so tools never reach back into the session.
 pub(crate) struct ToolContext {
     pub(crate) env: Env,
     pub(crate) tenant: String,
     pub(crate) session_id: String,
+    /// The session's owner (its creator): runners are chosen on their behalf.
+    pub(crate) owner: String,
+    /// Environments attached when the call started.
+    pub(crate) attachments: Vec<wuhu_core::environments::Attachment>,
+    /// Runner connection epochs on which each environment's snapshot was validated.
+    pub(crate) validated: std::collections::HashMap<String, u64>,
+    /// Where a tool asks a person for approval.
+    pub(crate) approvals: Rc<dyn ApprovalGate>,
 }
 
 pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     actor.in_flight.set(actor.in_flight.get() + 1);
-    let context = ToolContext {
-        env: actor.env.clone(),
-        tenant: actor.tenant(),
-        session_id: actor.session_id(),
-    };
-    let (content, is_error) = match execute(&context, &call).await {
-        Ok(text) => (text, false),
-        Err(message) => (message, true),
+    let context = actor.tool_context(step);
+    let output = if environment_tools::handles(&call) {
+        environment_tools::execute(&context, &call).await
+    } else {
+        ToolOutput::text(execute(&context, &call).await)
     };
     actor.in_flight.set(actor.in_flight.get() - 1);
-    actor.with_session(|s| s.handle_tool_done(now(), step, &call.id, content, is_error));
-    actor.pump();
+    actor.finish_tool(step, &call.id, output);
 }
 
 fn parse_args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, String> {

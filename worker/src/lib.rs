@@ -9,10 +9,12 @@
 mod archive_io;
 mod auth;
 mod builtin_tools;
+mod environment_tools;
 mod follow;
 mod http;
 mod inference;
 mod js_tool;
+mod runner_client;
 mod session_actor;
 mod session_client;
 mod store;
@@ -49,9 +51,41 @@ async fn route(mut req: Request, env: Env) -> ApiResult<Response> {
     if segments.first() != Some(&"v1") {
         return Err(ApiError::not_found("no such route"));
     }
-    // Every /v1 route authenticates before anything else is looked at.
+    // Every /v1 route authenticates before anything else is looked at. Runners connect with a
+    // runner token; every other route takes a user token.
+    if segments.as_slice() == ["v1", "runners", "connect"] {
+        let identity = authenticate(&req, &env, TokenKind::Runner)?;
+        return connect_runner(&req, &env, &identity).await;
+    }
     let identity = authenticate(&req, &env, TokenKind::User)?;
     match (segments.as_slice(), method) {
+        (["v1", "runners"], Method::Get) => {
+            to_hub(&mut req, &env, &identity, "/runners", Method::Get).await
+        }
+        (["v1", "environments"], method @ (Method::Get | Method::Post)) => {
+            to_hub(&mut req, &env, &identity, "/environments", method).await
+        }
+        (["v1", "environments", key], method @ (Method::Get | Method::Patch | Method::Delete)) => {
+            let path = format!("/environments/{key}");
+            to_hub(&mut req, &env, &identity, &path, method).await
+        }
+        (["v1", "runners"] | ["v1", "environments"] | ["v1", "environments", _], _) => {
+            Err(method_not_allowed())
+        }
+        (["v1", "sessions", id, "approvals", approval_id], Method::Post) => {
+            let query = format!("id={approval_id}");
+            let stub = session_client::stub(&env, &identity.tenant, id)?;
+            let body = String::from_utf8_lossy(&read_body(&mut req).await?).into_owned();
+            let internal = internal_request(
+                "approval",
+                &query,
+                Method::Post,
+                Some(body),
+                &identity,
+                None,
+            )?;
+            Ok(stub.fetch_with_request(internal).await?)
+        }
         (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
         (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
         (["v1", "sessions"], _) => Err(method_not_allowed()),
@@ -171,6 +205,78 @@ async fn global_context(env: &Env, identity: &Identity) -> ApiResult<Option<serd
     Ok(workspace_io::read(env, &identity.tenant, &path).await?.map(|doc| {
         serde_json::json!({"path": doc.summary.path, "version": doc.summary.version, "content": doc.content})
     }))
+}
+
+fn hub(env: &Env, tenant: &str) -> ApiResult<worker::Stub> {
+    Ok(env
+        .durable_object("RUNNERS")?
+        .id_from_name(tenant)?
+        .get_stub()?)
+}
+
+/// Hands a runner's WebSocket upgrade to its tenant's hub.
+async fn connect_runner(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
+    let upgrade = req
+        .headers()
+        .get("upgrade")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if !upgrade.eq_ignore_ascii_case("websocket") {
+        return Err(ApiError::new(
+            426,
+            "upgrade_required",
+            "connect with a WebSocket upgrade",
+        ));
+    }
+    let headers = Headers::new();
+    for (name, value) in req.headers().entries() {
+        if name != "authorization" {
+            headers.set(&name, &value)?;
+        }
+    }
+    headers.set("x-wuhu-sub", &identity.sub)?;
+    headers.set("x-wuhu-tenant", &identity.tenant)?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Get).with_headers(headers);
+    let internal = Request::new_with_init("https://hub/connect", &init)?;
+    Ok(hub(env, &identity.tenant)?
+        .fetch_with_request(internal)
+        .await?)
+}
+
+/// Forwards a user request to the tenant's hub (runners, environment definitions).
+async fn to_hub(
+    req: &mut Request,
+    env: &Env,
+    identity: &Identity,
+    path: &str,
+    method: Method,
+) -> ApiResult<Response> {
+    let body = match method {
+        Method::Post | Method::Patch => {
+            Some(String::from_utf8_lossy(&read_body(req).await?).into_owned())
+        }
+        _ => None,
+    };
+    let headers = Headers::new();
+    headers.set("x-wuhu-sub", &identity.sub)?;
+    headers.set("x-wuhu-tenant", &identity.tenant)?;
+    headers.set("content-type", "application/json")?;
+    let mut init = RequestInit::new();
+    init.with_method(method).with_headers(headers);
+    if let Some(body) = body {
+        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
+    }
+    let query = req.url().ok().and_then(|u| u.query().map(str::to_string));
+    let url = match query {
+        Some(q) => format!("https://hub{path}?{q}"),
+        None => format!("https://hub{path}"),
+    };
+    let internal = Request::new_with_init(&url, &init)?;
+    Ok(hub(env, &identity.tenant)?
+        .fetch_with_request(internal)
+        .await?)
 }
 
 fn method_not_allowed() -> ApiError {

@@ -24,17 +24,30 @@ use wuhu_core::wire::{
     custom_types,
 };
 
+use crate::builtin_tools::ToolContext;
+use crate::environment_tools::{ApprovalGate, AttachmentChange, Decision, ToolOutput};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
 use crate::store::{SessionMeta, Store};
 use crate::{archive_io, builtin_tools, follow, inference, tenant_index};
+use futures::future::LocalBoxFuture;
+use std::collections::{HashMap, HashSet};
 use wuhu_core::archive::HOT_TAIL_KEEP;
+use wuhu_core::environments::Attachment;
+use wuhu_core::wire::EntryPayload;
 
 /// How long a running session may go without progress before the alarm checks on it.
 const WATCHDOG: Duration = Duration::from_secs(30);
 /// Default system prompt.
 const DEFAULT_SYSTEM_PROMPT: &str = "You are Wuhu, a helpful agent. You start without an environment; use your tools when they help.";
+
+/// Body of `POST /v1/sessions/:id/approvals/:approvalId`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalRequest {
+    decision: String,
+}
 
 /// Body of the internal `POST /init`.
 #[derive(Deserialize)]
@@ -80,6 +93,63 @@ pub(crate) struct Actor {
     tail: RefCell<Option<HotTail>>,
     /// Count and bytes of entries not archived yet; `None` when unknown.
     unarchived: Cell<Option<(u64, u64)>>,
+    /// Attached environments (persisted in `meta`).
+    attachments: RefCell<Vec<Attachment>>,
+    /// Runner connection epoch on which each environment's snapshot was validated. Empty after a
+    /// restart, so the first call after a resume validates (seed 004).
+    validated: RefCell<HashMap<String, u64>>,
+    /// Approvals waiting for a person, by approval id.
+    approvals: RefCell<HashMap<String, PendingApproval>>,
+    /// Approval ids already answered.
+    decided: RefCell<HashSet<String>>,
+}
+
+struct PendingApproval {
+    step: u64,
+    call_id: String,
+    answer: futures::channel::oneshot::Sender<Decision>,
+}
+
+/// The approval gate tools get: it shows the request and waits for `POST .../approvals/:id`.
+struct ActorApprovals {
+    actor: Rc<Actor>,
+    step: u64,
+}
+
+impl ApprovalGate for ActorApprovals {
+    fn request(
+        &self,
+        call_id: String,
+        mut data: serde_json::Value,
+    ) -> LocalBoxFuture<'static, Decision> {
+        let (answer, decision) = futures::channel::oneshot::channel();
+        let approval_id = uuid::Uuid::new_v4().to_string();
+        let session_id = self.actor.session_id();
+        data["approvalId"] = serde_json::Value::String(approval_id.clone());
+        data["text"] = serde_json::Value::String(format!(
+            "Approval needed: attach environment {} ({}) on runner {}? Answer with POST /v1/sessions/{session_id}/approvals/{approval_id} {{\"decision\":\"approve\"|\"deny\"}}.",
+            data["environment"],
+            data["kind"].as_str().unwrap_or("?"),
+            data["runner"]
+        ));
+        self.actor.approvals.borrow_mut().insert(
+            approval_id,
+            PendingApproval {
+                step: self.step,
+                call_id: call_id.clone(),
+                answer,
+            },
+        );
+        let entry = EntryPayload::Custom {
+            custom_type: custom_types::APPROVAL_REQUESTED.into(),
+            data,
+        };
+        self.actor
+            .with_session(|s| s.handle_tool_progress(now(), self.step, &call_id, vec![entry]));
+        self.actor.pump();
+        // A dropped request (stop, restart) counts as a denial.
+        Box::pin(async move { decision.await.unwrap_or(Decision::Deny) })
+    }
 }
 
 /// The newest entries in memory: at most [`HOT_TAIL_KEEP`] and [`TAIL_MAX_BYTES`] of JSON.
@@ -138,6 +208,10 @@ impl DurableObject for SessionActor {
             alarm_armed_for: Cell::new(None),
             tail: RefCell::new(None),
             unarchived: Cell::new(None),
+            attachments: RefCell::new(Vec::new()),
+            validated: RefCell::new(HashMap::new()),
+            approvals: RefCell::new(HashMap::new()),
+            decided: RefCell::new(HashSet::new()),
         };
         SessionActor {
             actor: Rc::new(actor),
@@ -214,6 +288,7 @@ impl Actor {
                     transcript,
                     queue: self.queue_info(),
                     next_cursor,
+                    environments: self.attachments(),
                 };
                 Ok(json_response(200, &response))
             }
@@ -262,7 +337,47 @@ impl Actor {
                     )),
                 }
             }
+            (worker::Method::Post, "/approval") => {
+                let approval_id = query(&pairs, "id").unwrap_or_default();
+                let body = read_body(&mut req).await?;
+                let request: ApprovalRequest = parse_json(&body)?;
+                let decision = match request.decision.as_str() {
+                    "approve" => Decision::Approve,
+                    "deny" => Decision::Deny,
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "decision must be approve or deny, not {other:?}"
+                        )));
+                    }
+                };
+                let Some(pending) = self.approvals.borrow_mut().remove(&approval_id) else {
+                    if self.decided.borrow().contains(&approval_id) {
+                        return Err(ApiError::new(
+                            409,
+                            "already_decided",
+                            "this approval was already answered",
+                        ));
+                    }
+                    return Err(ApiError::not_found("no pending approval with this id"));
+                };
+                self.decided.borrow_mut().insert(approval_id.clone());
+                let entry = EntryPayload::Custom {
+                    custom_type: custom_types::APPROVAL_DECIDED.into(),
+                    data: serde_json::json!({"approvalId": approval_id, "decision": request.decision, "by": author}),
+                };
+                self.with_session(|s| {
+                    s.handle_tool_progress(now(), pending.step, &pending.call_id, vec![entry])
+                });
+                self.pump();
+                let _ = pending.answer.send(decision);
+                Ok(json_response(
+                    200,
+                    &serde_json::json!({"approvalId": approval_id, "decision": request.decision}),
+                ))
+            }
             (worker::Method::Post, "/stop") => {
+                // Pending approvals end as denials; their calls get a "stopped" result anyway.
+                self.approvals.borrow_mut().clear();
                 let stopped = self
                     .with_session(|s| s.handle_stop(now(), &author))
                     .unwrap_or(0);
@@ -381,6 +496,7 @@ impl Actor {
         let Some((meta, checkpoint)) = self.store()?.load()? else {
             return Ok(false);
         };
+        *self.attachments.borrow_mut() = self.store()?.load_attachments()?;
         let in_flight = checkpoint.phase != Phase::Idle || !checkpoint.queue.is_empty();
         let mut session = Session::restore(checkpoint, seed());
         if in_flight {
@@ -625,6 +741,62 @@ impl Actor {
             .map(|(e, _)| e.clone())
             .collect();
         Some((header, entries))
+    }
+
+    /// The complete context a tool call gets.
+    pub(crate) fn tool_context(self: &Rc<Self>, step: u64) -> ToolContext {
+        ToolContext {
+            env: self.env.clone(),
+            tenant: self.tenant(),
+            session_id: self.session_id(),
+            owner: self
+                .with_loaded(|l| l.meta.created_by.clone())
+                .unwrap_or_default(),
+            attachments: self.attachments.borrow().clone(),
+            validated: self.validated.borrow().clone(),
+            approvals: Rc::new(ActorApprovals {
+                actor: self.clone(),
+                step,
+            }),
+        }
+    }
+
+    /// Applies a finished tool's output: attachment changes, entries before the result, the
+    /// result. All synchronous, so it commits as one write. A call that no longer runs (stopped,
+    /// or from before a restart) changes nothing.
+    pub(crate) fn finish_tool(self: &Rc<Self>, step: u64, call_id: &str, output: ToolOutput) {
+        let running = self
+            .with_loaded(|l| l.session.is_tool_running(step, call_id))
+            .unwrap_or(false);
+        if !running {
+            return;
+        }
+        self.validated.borrow_mut().extend(output.validated);
+        if let Some(change) = output.change {
+            let mut attachments = self.attachments.borrow_mut();
+            match change {
+                AttachmentChange::Attach(attachment) => attachments.push(attachment),
+                AttachmentChange::Detach(name) => {
+                    attachments.retain(|a| a.name() != name);
+                    self.validated.borrow_mut().remove(&name);
+                }
+            }
+            if let Ok(store) = self.store() {
+                if let Err(e) = store.save_attachments(&attachments) {
+                    worker::console_error!("saving attachments failed: {e}");
+                }
+            }
+        }
+        self.with_session(|s| {
+            s.handle_tool_progress(now(), step, call_id, output.entries);
+            s.handle_tool_done(now(), step, call_id, output.content, output.is_error);
+        });
+        self.pump();
+    }
+
+    /// Attached environments, for the API.
+    pub(crate) fn attachments(&self) -> Vec<Attachment> {
+        self.attachments.borrow().clone()
     }
 
     pub(crate) fn tenant(&self) -> String {

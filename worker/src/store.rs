@@ -103,6 +103,25 @@ impl Store {
         )
     }
 
+    /// Attached environments (empty when none).
+    pub(crate) fn load_attachments(&self) -> SqlResult<Vec<wuhu_core::environments::Attachment>> {
+        Ok(self
+            .get_meta("environments")?
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    pub(crate) fn save_attachments(
+        &self,
+        attachments: &[wuhu_core::environments::Attachment],
+    ) -> SqlResult<()> {
+        self.put_meta(
+            "environments",
+            &serde_json::to_string(attachments)
+                .map_err(|e| worker::Error::RustError(e.to_string()))?,
+        )
+    }
+
     pub(crate) fn save_checkpoint(&self, checkpoint: &Checkpoint) -> SqlResult<()> {
         self.put_meta(
             "checkpoint",

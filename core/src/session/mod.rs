@@ -352,6 +352,12 @@ impl Session {
         }
     }
 
+    /// Whether the call `call_id` of `step` is running (its result is still awaited).
+    pub fn is_tool_running(&self, step: u64, call_id: &str) -> bool {
+        matches!(&self.state.phase, Phase::Tools { step: current, running, .. }
+            if *current == step && running.iter().any(|call| call.id == call_id))
+    }
+
     /// Appends entries a running tool produced before its result (an environment attached, an
     /// approval requested). Ignored when the call is no longer running.
     pub fn handle_tool_progress(
@@ -361,9 +367,7 @@ impl Session {
         call_id: &str,
         entries: Vec<EntryPayload>,
     ) {
-        let running = matches!(&self.state.phase, Phase::Tools { step: current, running, .. }
-            if *current == step && running.iter().any(|call| call.id == call_id));
-        if running {
+        if self.is_tool_running(step, call_id) {
             for payload in entries {
                 self.append(now, payload);
             }

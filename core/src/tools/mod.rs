@@ -47,7 +47,13 @@ pub mod names {
 
 /// Tools that run on a runner, in an attached environment (`read`/`write` too, for plain paths
 /// and `wuhu://env/` URLs).
-pub const ENVIRONMENT_TOOLS: [&str; 5] = [names::BASH, names::EDIT, names::LS, names::FIND, names::GREP];
+pub const ENVIRONMENT_TOOLS: [&str; 5] = [
+    names::BASH,
+    names::EDIT,
+    names::LS,
+    names::FIND,
+    names::GREP,
+];
 
 /// The traits of a known tool, or `None` for a name the model made up.
 pub fn traits(name: &str) -> Option<ToolTraits> {

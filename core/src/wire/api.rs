@@ -68,6 +68,9 @@ pub struct GetSessionResponse {
     pub queue: Vec<QueueItemInfo>,
     /// When more entries follow: pass as `sinceCursor` for the next page.
     pub next_cursor: Option<u64>,
+    /// Environments attached now.
+    #[serde(default)]
+    pub environments: Vec<crate::environments::Attachment>,
 }
 
 /// A queued item not yet delivered.

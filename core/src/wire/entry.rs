@@ -201,4 +201,18 @@ pub mod custom_types {
     /// The user's global context document, injected at session start (a `custom_message`
     /// whose `details` has `path` and `version`).
     pub const GLOBAL_CONTEXT: &str = "wuhu_global_context_v1";
+    /// An environment was attached (`custom`; `data.text` is the line people see).
+    pub const ENVIRONMENT_ATTACHED: &str = "wuhu_environment_attached_v1";
+    /// An environment was detached (`custom`).
+    pub const ENVIRONMENT_DETACHED: &str = "wuhu_environment_detached_v1";
+    /// An environment's AGENTS.md (`custom_message`: the LLM sees it from then on).
+    pub const AGENTS_MD: &str = "wuhu_agents_md_v1";
+    /// A person must approve attaching an environment (`custom`; `data.approvalId`).
+    pub const APPROVAL_REQUESTED: &str = "wuhu_approval_request_v1";
+    /// The answer to an approval request (`custom`; `data.decision`, `data.by`).
+    pub const APPROVAL_DECIDED: &str = "wuhu_approval_decision_v1";
+    /// A snapshot was found stale after a reconnect or resume (`custom`).
+    pub const ENVIRONMENT_STALE: &str = "wuhu_environment_stale_v1";
+    /// A note for the agent after a resume (`custom_message`).
+    pub const RESUME_NOTE: &str = "wuhu_resume_note_v1";
 }

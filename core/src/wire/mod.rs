@@ -3,11 +3,13 @@
 
 mod api;
 mod entry;
+mod environments;
 pub mod runner;
 mod stream;
 
 pub use api::*;
 pub use entry::*;
+pub use environments::*;
 pub use stream::*;
 
 use serde::{Deserialize, Serialize};

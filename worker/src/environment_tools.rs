@@ -1,0 +1,487 @@
+//! Tools that involve environments: `request_environment`, `detach_environment`, and the tools
+//! that run on a runner (`bash`, `edit`, `ls`, `find`, `grep`, and `read`/`write` for plain paths
+//! and `wuhu://env/` URLs).
+//!
+//! A tool returns a [`ToolOutput`]: its result, the entries to show before it, and the change to
+//! the session's attachments. The actor applies all three in one write; tools never reach back
+//! into the session. The one service a tool may use is the [`ApprovalGate`], to wait for a
+//! person's decision.
+
+use std::collections::HashMap;
+
+use futures::future::LocalBoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use wuhu_core::environments::{self, Attachment};
+use wuhu_core::tools::names;
+use wuhu_core::wire::runner::{
+    AttachOutcome, DetachOutcome, EnvironmentContext, RunnerMessage, ServerMessage,
+};
+use wuhu_core::wire::{EntryPayload, Message, ToolCall, custom_types};
+use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
+
+use crate::builtin_tools::ToolContext;
+use crate::http::ApiError;
+use crate::runner_client;
+
+/// How long a runner may take to materialise an environment (startup scripts, git).
+const ATTACH_TIMEOUT_MS: u64 = 10 * 60 * 1000;
+/// Tool calls without their own timeout.
+const DEFAULT_TOOL_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+
+/// A person's answer to an approval request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Approve,
+    Deny,
+}
+
+/// Shows an approval request in the transcript and waits for the answer.
+pub(crate) trait ApprovalGate {
+    fn request(&self, call_id: String, data: Value) -> LocalBoxFuture<'static, Decision>;
+}
+
+/// What a tool changes in the session's attachments.
+pub(crate) enum AttachmentChange {
+    Attach(Attachment),
+    Detach(String),
+}
+
+/// A tool's outcome.
+pub(crate) struct ToolOutput {
+    pub(crate) content: String,
+    pub(crate) is_error: bool,
+    /// Shown before the result (notices, AGENTS.md).
+    pub(crate) entries: Vec<EntryPayload>,
+    pub(crate) change: Option<AttachmentChange>,
+    /// Runner connection epochs whose snapshots were validated, by environment name.
+    pub(crate) validated: HashMap<String, u64>,
+}
+
+impl ToolOutput {
+    pub(crate) fn text(result: Result<String, String>) -> ToolOutput {
+        let (content, is_error) = match result {
+            Ok(text) => (text, false),
+            Err(text) => (text, true),
+        };
+        ToolOutput {
+            content,
+            is_error,
+            entries: Vec::new(),
+            change: None,
+            validated: HashMap::new(),
+        }
+    }
+}
+
+fn notice(custom_type: &str, data: Value) -> EntryPayload {
+    EntryPayload::Custom {
+        custom_type: custom_type.into(),
+        data,
+    }
+}
+
+fn runner_error(runner: &str, e: &ApiError) -> String {
+    match e.code {
+        "runner_disconnected" => format!(
+            "Runner {runner:?} disconnected while the call was running: {}",
+            e.message
+        ),
+        "runner_not_connected" => format!("Runner {runner:?} is not connected: {}", e.message),
+        "timeout" => format!("Runner {runner:?} did not answer in time: {}", e.message),
+        _ => format!("Runner {runner:?} could not be reached: {}", e.message),
+    }
+}
+
+/// Whether this call is handled here (rather than by the built-in tools).
+pub(crate) fn handles(call: &ToolCall) -> bool {
+    match call.name.as_str() {
+        names::REQUEST_ENVIRONMENT | names::DETACH_ENVIRONMENT => true,
+        names::READ | names::WRITE => {
+            let path = call
+                .arguments
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            matches!(parse_wuhu_url(path), None | Some(Ok(WuhuUrl::Env { .. })))
+        }
+        name => wuhu_core::tools::ENVIRONMENT_TOOLS.contains(&name),
+    }
+}
+
+pub(crate) async fn execute(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
+    match call.name.as_str() {
+        names::REQUEST_ENVIRONMENT => request_environment(ctx, call).await,
+        names::DETACH_ENVIRONMENT => detach_environment(ctx, call).await,
+        _ => run_on_runner(ctx, call).await,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestArgs {
+    spec: String,
+    preference: Option<String>,
+    name: Option<String>,
+}
+
+async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
+    let args: RequestArgs = match serde_json::from_value(call.arguments.clone()) {
+        Ok(args) => args,
+        Err(e) => {
+            return ToolOutput::text(Err(format!(
+                "Invalid arguments for request_environment: {e}"
+            )));
+        }
+    };
+    let preference = args.preference.as_deref().unwrap_or("any");
+    if !matches!(preference, "local" | "cloud" | "any") {
+        return ToolOutput::text(Err("preference must be local, cloud or any".into()));
+    }
+    let name = args.name.clone().unwrap_or_else(|| args.spec.clone());
+    if ctx.attachments.iter().any(|a| a.name() == name) {
+        return ToolOutput::text(Err(format!(
+            "An environment named {name:?} is already attached; pass another name."
+        )));
+    }
+    let resolved = match runner_client::resolve(
+        &ctx.env,
+        &ctx.tenant,
+        &ctx.owner,
+        &ctx.session_id,
+        &args.spec,
+        preference,
+        args.name.as_deref(),
+    )
+    .await
+    {
+        Ok(resolved) => resolved,
+        Err(e) => return ToolOutput::text(Err(e.message)),
+    };
+    let mut entries = Vec::new();
+    if resolved.approval == "ask" {
+        let data = json!({
+            "toolCallId": call.id,
+            "environment": name,
+            "spec": args.spec,
+            "kind": resolved.spec.source.kind().as_str(),
+            "runner": resolved.runner,
+            "runnerKind": resolved.runner_kind.as_str(),
+        });
+        // The gate appends the request entry itself, so people see it while the call waits.
+        if ctx.approvals.request(call.id.clone(), data).await == Decision::Deny {
+            return ToolOutput::text(Err(format!(
+                "A person denied attaching environment {name:?}. Do not retry unless they ask."
+            )));
+        }
+    }
+    let message = ServerMessage::Attach {
+        id: uuid::Uuid::new_v4().to_string(),
+        session_id: ctx.session_id.clone(),
+        spec: resolved.spec.clone(),
+    };
+    let reply = runner_client::call(
+        &ctx.env,
+        &ctx.tenant,
+        &ctx.owner,
+        &resolved.runner,
+        &resolved.runner_owner,
+        &message,
+        ATTACH_TIMEOUT_MS,
+    )
+    .await;
+    let (epoch, environment) = match reply {
+        Ok((
+            epoch,
+            Some(RunnerMessage::AttachResult {
+                outcome: AttachOutcome::Ok { environment },
+                ..
+            }),
+        )) => (epoch, environment),
+        Ok((
+            _,
+            Some(RunnerMessage::AttachResult {
+                outcome: AttachOutcome::Error(e),
+                ..
+            }),
+        )) => {
+            return ToolOutput::text(Err(format!(
+                "Attaching environment {name:?} on runner {:?} failed ({}):\n{}",
+                resolved.runner, e.code, e.message
+            )));
+        }
+        Ok((_, other)) => {
+            return ToolOutput::text(Err(format!(
+                "Runner {:?} answered attach unexpectedly: {other:?}",
+                resolved.runner
+            )));
+        }
+        Err(e) => return ToolOutput::text(Err(runner_error(&resolved.runner, &e))),
+    };
+    let attachment = Attachment {
+        environment,
+        runner: resolved.runner.clone(),
+        runner_owner: resolved.runner_owner.clone(),
+        runner_kind: resolved.runner_kind,
+        definition_id: resolved.definition_id.clone(),
+        attached_at: (js_sys::Date::now() / 1000.0) as i64,
+    };
+    let text = environments::attached_text(&attachment);
+    let env = &attachment.environment;
+    entries.push(notice(
+        custom_types::ENVIRONMENT_ATTACHED,
+        json!({
+            "text": text,
+            "environment": env.name,
+            "kind": env.kind.as_str(),
+            "os": env.os,
+            "root": env.root,
+            "runner": attachment.runner,
+            "branch": env.branch,
+            "snapshot": env.snapshot,
+        }),
+    ));
+    if let Some(agents_md) = &env.agents_md {
+        let truncated = if env.agents_md_truncated {
+            " (truncated)"
+        } else {
+            ""
+        };
+        entries.push(EntryPayload::Message {
+            message: Message::CustomMessage {
+                custom_type: custom_types::AGENTS_MD.into(),
+                content: format!(
+                    "AGENTS.md of environment {:?} ({}/AGENTS.md){truncated}:\n\n{agents_md}",
+                    env.name, env.root
+                ),
+                details: Some(
+                    json!({"environment": env.name, "path": format!("{}/AGENTS.md", env.root)}),
+                ),
+            },
+        });
+    }
+    let content = format!(
+        "{text}\nUse bash, read, write, edit, ls, find and grep there{}.",
+        if ctx.attachments.is_empty() {
+            String::new()
+        } else {
+            format!(" with environment={:?}", env.name)
+        }
+    );
+    let mut validated = HashMap::new();
+    validated.insert(env.name.clone(), epoch);
+    ToolOutput {
+        content,
+        is_error: false,
+        entries,
+        change: Some(AttachmentChange::Attach(attachment)),
+        validated,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DetachArgs {
+    name: String,
+}
+
+async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
+    let args: DetachArgs = match serde_json::from_value(call.arguments.clone()) {
+        Ok(args) => args,
+        Err(e) => {
+            return ToolOutput::text(Err(format!(
+                "Invalid arguments for detach_environment: {e}"
+            )));
+        }
+    };
+    let attachment = match environments::pick(&ctx.attachments, Some(&args.name)) {
+        Ok(a) => a.clone(),
+        Err(e) => return ToolOutput::text(Err(e)),
+    };
+    let message = ServerMessage::Detach {
+        id: uuid::Uuid::new_v4().to_string(),
+        session_id: ctx.session_id.clone(),
+        environment: attachment.environment.context(),
+    };
+    let reply = runner_client::call(
+        &ctx.env,
+        &ctx.tenant,
+        &ctx.owner,
+        &attachment.runner,
+        &attachment.runner_owner,
+        &message,
+        ATTACH_TIMEOUT_MS,
+    )
+    .await;
+    let (branch, problem) = match reply {
+        Ok((
+            _,
+            Some(RunnerMessage::DetachResult {
+                outcome: DetachOutcome::Ok { branch, .. },
+                ..
+            }),
+        )) => (branch, None),
+        Ok((
+            _,
+            Some(RunnerMessage::DetachResult {
+                outcome: DetachOutcome::Error(e),
+                ..
+            }),
+        )) => (attachment.environment.branch.clone(), Some(e.message)),
+        Ok((_, other)) => (None, Some(format!("unexpected answer {other:?}"))),
+        // Detaching still succeeds for the session: the environment is simply no longer used.
+        Err(e) => (
+            attachment.environment.branch.clone(),
+            Some(runner_error(&attachment.runner, &e)),
+        ),
+    };
+    let text = environments::detached_text(&args.name, branch.as_deref(), problem.as_deref());
+    ToolOutput {
+        content: text.clone(),
+        is_error: false,
+        entries: vec![notice(
+            custom_types::ENVIRONMENT_DETACHED,
+            json!({"text": text, "environment": args.name, "branch": branch}),
+        )],
+        change: Some(AttachmentChange::Detach(args.name)),
+        validated: HashMap::new(),
+    }
+}
+
+/// Runs `bash`/`edit`/`ls`/`find`/`grep`/`read`/`write` on the runner of the target environment.
+async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
+    let (requested, mut arguments) = environments::strip_environment_argument(&call.arguments);
+    let mut requested = requested;
+    // `wuhu://env/<name>/<path>` names the environment and a path below its root.
+    if let Some(path) = arguments
+        .get("path")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    {
+        match parse_wuhu_url(&path) {
+            Some(Ok(WuhuUrl::Env { name, path })) => {
+                requested = Some(name);
+                arguments["path"] = Value::String(if path.is_empty() { ".".into() } else { path });
+            }
+            Some(Err(e)) => return ToolOutput::text(Err(e.to_string())),
+            _ => {}
+        }
+    }
+    let attachment = match environments::pick(&ctx.attachments, requested.as_deref()) {
+        Ok(a) => a.clone(),
+        Err(e) => return ToolOutput::text(Err(e)),
+    };
+    let name = attachment.name().to_string();
+    let context = attachment.environment.context();
+    let mut output = ToolOutput::text(Ok(String::new()));
+    // A snapshot not yet validated on this runner connection (after a restart of the session
+    // or a reconnect of the runner) is checked first.
+    if !ctx.validated.contains_key(&name) {
+        validate(ctx, &attachment, &context, &mut output).await;
+    }
+    let timeout_ms = arguments
+        .get("timeout")
+        .and_then(Value::as_f64)
+        .map(|s| (s * 1000.0) as u64 + 5_000)
+        .unwrap_or(DEFAULT_TOOL_TIMEOUT_MS);
+    let message = ServerMessage::ToolCall {
+        id: uuid::Uuid::new_v4().to_string(),
+        session_id: ctx.session_id.clone(),
+        environment: context.clone(),
+        tool: call.name.clone(),
+        arguments,
+        timeout_ms: Some(timeout_ms),
+    };
+    let reply = runner_client::call(
+        &ctx.env,
+        &ctx.tenant,
+        &ctx.owner,
+        &attachment.runner,
+        &attachment.runner_owner,
+        &message,
+        timeout_ms + 5_000,
+    )
+    .await;
+    match reply {
+        Ok((
+            epoch,
+            Some(RunnerMessage::ToolResult {
+                content, is_error, ..
+            }),
+        )) => {
+            output.content = content;
+            output.is_error = is_error;
+            let known = output
+                .validated
+                .get(&name)
+                .or(ctx.validated.get(&name))
+                .copied();
+            if known.is_some_and(|k| k != epoch) {
+                // The runner reconnected since the last validation: check the snapshot again.
+                validate(ctx, &attachment, &context, &mut output).await;
+            }
+        }
+        Ok((_, Some(RunnerMessage::Error { code, message, .. }))) => {
+            output.content = format!(
+                "Runner {:?} refused the call ({code}): {message}",
+                attachment.runner
+            );
+            output.is_error = true;
+        }
+        Ok((_, other)) => {
+            output.content = format!(
+                "Runner {:?} answered unexpectedly: {other:?}",
+                attachment.runner
+            );
+            output.is_error = true;
+        }
+        Err(e) => {
+            output.content = runner_error(&attachment.runner, &e);
+            output.is_error = true;
+        }
+    }
+    output
+}
+
+/// Validates a stored snapshot on its runner; adds a stale notice and a resume note.
+async fn validate(
+    ctx: &ToolContext,
+    attachment: &Attachment,
+    context: &EnvironmentContext,
+    output: &mut ToolOutput,
+) {
+    let message = ServerMessage::Validate {
+        id: uuid::Uuid::new_v4().to_string(),
+        session_id: ctx.session_id.clone(),
+        environment: context.clone(),
+    };
+    let reply = runner_client::call(
+        &ctx.env,
+        &ctx.tenant,
+        &ctx.owner,
+        &attachment.runner,
+        &attachment.runner_owner,
+        &message,
+        60_000,
+    )
+    .await;
+    let Ok((epoch, Some(RunnerMessage::ValidateResult { stale, .. }))) = reply else {
+        return; // The call itself will report an unreachable runner.
+    };
+    let name = attachment.name().to_string();
+    output.validated.insert(name.clone(), epoch);
+    if !stale.is_empty() {
+        let items: Vec<String> = stale.iter().map(|s| s.describe()).collect();
+        output.entries.push(notice(
+            custom_types::ENVIRONMENT_STALE,
+            json!({"environment": name, "stale": stale, "text": format!("Environment {name:?}: {}.", items.join("; "))}),
+        ));
+    }
+    output.entries.push(EntryPayload::Message {
+        message: Message::CustomMessage {
+            custom_type: custom_types::RESUME_NOTE.into(),
+            content: environments::resume_note(&name, &stale),
+            details: Some(json!({"environment": name, "stale": stale})),
+        },
+    });
+}
