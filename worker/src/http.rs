@@ -66,14 +66,13 @@ pub(crate) fn json_response<T: Serialize>(status: u16, value: &T) -> Response {
 
 /// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] with 413.
 pub(crate) async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
-    if let Ok(Some(length)) = req.headers().get("content-length") {
-        if length
+    if let Ok(Some(length)) = req.headers().get("content-length")
+        && length
             .trim()
             .parse::<usize>()
             .is_ok_and(|n| n > MAX_BODY_BYTES)
-        {
-            return Err(too_large());
-        }
+    {
+        return Err(too_large());
     }
     let bytes = req
         .bytes()

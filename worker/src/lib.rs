@@ -371,10 +371,10 @@ async fn forward(
     };
     // Validate JSON at the edge so bad input never costs an actor wake-up... except an
     // empty stop body, which is allowed.
-    if let Some(text) = &body {
-        if action != "stop" || !text.trim().is_empty() {
-            let _: serde_json::Value = parse_json(text.as_bytes())?;
-        }
+    if let Some(text) = &body
+        && (action != "stop" || !text.trim().is_empty())
+    {
+        let _: serde_json::Value = parse_json(text.as_bytes())?;
     }
     let query = req
         .url()

@@ -566,10 +566,9 @@ impl Actor {
         if let (Ok(store), Some(checkpoint)) = (
             self.store(),
             self.with_loaded(|l| l.session.checkpoint().clone()),
-        ) {
-            if let Err(e) = store.save_checkpoint(&checkpoint) {
-                worker::console_error!("saving checkpoint failed: {e}");
-            }
+        ) && let Err(e) = store.save_checkpoint(&checkpoint)
+        {
+            worker::console_error!("saving checkpoint failed: {e}");
         }
     }
 
@@ -781,10 +780,10 @@ impl Actor {
                     self.validated.borrow_mut().remove(&name);
                 }
             }
-            if let Ok(store) = self.store() {
-                if let Err(e) = store.save_attachments(&attachments) {
-                    worker::console_error!("saving attachments failed: {e}");
-                }
+            if let Ok(store) = self.store()
+                && let Err(e) = store.save_attachments(&attachments)
+            {
+                worker::console_error!("saving attachments failed: {e}");
             }
         }
         self.with_session(|s| {
