@@ -157,7 +157,9 @@ mod tests {
                 last: 300,
             },
         ];
-        let cases: &[(u64, usize, Option<u64>, &[u64], bool)] = &[
+        // (since, limit, hot_first, segment firsts, read_hot)
+        type Case<'a> = (u64, usize, Option<u64>, &'a [u64], bool);
+        let cases: &[Case] = &[
             // since, limit, hot_first, segment firsts, read_hot
             (0, 1000, Some(301), &[1, 101, 201], true),
             (0, 150, Some(301), &[1, 101], false),
