@@ -30,6 +30,17 @@ pub(crate) struct ToolContext {
 
 pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     actor.in_flight.set(actor.in_flight.get() + 1);
+    // Yield to the event loop first: a CPU-bound tool (a js script) would otherwise run in the
+    // same microtask chain as the step that started it, holding back streamed output and other
+    // requests to this session (stop, follow) until the whole step is done.
+    worker::Delay::from(std::time::Duration::ZERO).await;
+    if !actor
+        .with_loaded(|l| l.session.is_tool_running(step, &call.id))
+        .unwrap_or(false)
+    {
+        actor.in_flight.set(actor.in_flight.get() - 1);
+        return; // Stopped before it started.
+    }
     let context = actor.tool_context(step);
     let output = if environment_tools::handles(&call) {
         environment_tools::execute(&context, &call).await

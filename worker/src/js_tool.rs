@@ -32,12 +32,14 @@ const WUHU_PRELUDE: &str = r#"
 globalThis.wuhu = Object.freeze({
   sessions: Object.freeze({
     list: (options) => __host.call("sessions.list", options ?? {}),
-    get: (id) => __host.call("sessions.get", { id }),
+    get: (id, options) => __host.call("sessions.get", { ...(options ?? {}), id }),
   }),
   workspace: Object.freeze({
     read: (path) => __host.call("workspace.read", { path }),
     write: (path, text) => __host.call("workspace.write", { path, text }),
     list: (prefix) => __host.call("workspace.list", { prefix: prefix ?? "" }),
+    listPage: (prefix, cursor) =>
+      __host.call("workspace.list", { prefix: prefix ?? "", cursor: cursor ?? null, paged: true }),
     remove: (path) => __host.call("workspace.remove", { path }),
   }),
 });
@@ -125,16 +127,34 @@ impl JsHost<'_> {
             .send()
             .await
             .map_err(|e| format!("fetch failed: {e}"))?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| format!("fetch: reading the body failed: {e}"))?;
-        let total = self.response_bytes.get() + bytes.len();
-        if total > MAX_RESPONSE_BYTES_PER_CALL {
-            return Err(format!(
+        // Refuse by Content-Length before reading, then read with a running cap, so a huge body
+        // is never buffered whole.
+        let budget = MAX_RESPONSE_BYTES_PER_CALL.saturating_sub(self.response_bytes.get());
+        let over = || {
+            format!(
                 "egress refused: responses exceed {MAX_RESPONSE_BYTES_PER_CALL} bytes per js call"
-            ));
+            )
+        };
+        let declared = response
+            .headers()
+            .get("content-length")
+            .ok()
+            .flatten()
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        if declared.is_some_and(|n| n > budget) {
+            return Err(over());
         }
+        let mut bytes = Vec::new();
+        if let Ok(mut stream) = response.stream() {
+            while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+                let chunk = chunk.map_err(|e| format!("fetch: reading the body failed: {e}"))?;
+                if bytes.len() + chunk.len() > budget {
+                    return Err(over());
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+        }
+        let total = self.response_bytes.get() + bytes.len();
         self.response_bytes.set(total);
         let headers: serde_json::Map<String, Value> = response
             .headers()
@@ -173,7 +193,13 @@ impl JsHost<'_> {
             }
             "sessions.get" => {
                 let id = str_arg("id")?;
-                let page = session_client::transcript(&ctx.env, &ctx.tenant, &id, 0, 200)
+                let since = arg.get("sinceCursor").and_then(Value::as_u64).unwrap_or(0);
+                let limit = arg
+                    .get("limit")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(200)
+                    .clamp(1, 1000);
+                let page = session_client::transcript(&ctx.env, &ctx.tenant, &id, since, limit)
                     .await
                     .map_err(|e| e.message)?;
                 serde_json::to_value(page).map_err(|e| e.to_string())
@@ -195,10 +221,19 @@ impl JsHost<'_> {
             }
             "workspace.list" => {
                 let prefix = workspace_path_or_prefix(&str_arg("prefix")?)?;
-                let page = workspace_io::list(&ctx.env, &ctx.tenant, &prefix, 1000, None)
+                let cursor = arg
+                    .get("cursor")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                let paged = arg.get("paged").and_then(Value::as_bool).unwrap_or(false);
+                let page = workspace_io::list(&ctx.env, &ctx.tenant, &prefix, 1000, cursor)
                     .await
                     .map_err(|e| e.message)?;
-                serde_json::to_value(page.docs).map_err(|e| e.to_string())
+                if paged {
+                    serde_json::to_value(page).map_err(|e| e.to_string())
+                } else {
+                    serde_json::to_value(page.docs).map_err(|e| e.to_string())
+                }
             }
             "workspace.remove" => {
                 let path = workspace_path(&str_arg("path")?)?;

@@ -15,6 +15,7 @@ mod http;
 mod inference;
 mod js_tool;
 mod runner_client;
+mod runner_hub;
 mod session_actor;
 mod session_client;
 mod store;
@@ -30,6 +31,7 @@ use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
 
+pub use runner_hub::RunnerHub;
 pub use session_actor::SessionActor;
 pub use tenant_index::TenantIndex;
 

@@ -1,0 +1,236 @@
+//! The runner hub's SQLite tables: `runners` (every runner that ever said hello, with what it
+//! offered), `environments` (definitions) and `hub_meta` (the connection epoch counter).
+
+use serde::Deserialize;
+use worker::SqlStorage;
+use wuhu_core::wire::EnvironmentDefinition;
+use wuhu_core::wire::runner::{OfferedEnvironment, RunnerKind};
+
+use crate::http::{ApiError, ApiResult};
+
+/// Creates the tables (idempotent).
+pub(super) fn migrate(sql: &SqlStorage) {
+    for statement in [
+        "CREATE TABLE IF NOT EXISTS hub_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS runners (owner TEXT NOT NULL, name TEXT NOT NULL, kind TEXT NOT NULL, os TEXT NOT NULL, arch TEXT NOT NULL, environments TEXT NOT NULL, capabilities TEXT NOT NULL, version TEXT, last_seen_ms INTEGER NOT NULL, connected INTEGER NOT NULL, connected_at_ms INTEGER, epoch INTEGER NOT NULL, PRIMARY KEY (owner, name))",
+        "CREATE TABLE IF NOT EXISTS environments (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, definition TEXT NOT NULL)",
+    ] {
+        if let Err(e) = sql.exec(statement, None) {
+            worker::console_error!("runner hub: migration failed: {e}");
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ValueRow {
+    value: i64,
+}
+
+/// The next connection epoch (1, 2, ...), persisted so it grows across restarts.
+pub(super) fn next_epoch(sql: &SqlStorage) -> ApiResult<u64> {
+    let rows: Vec<ValueRow> = sql
+        .exec(
+            "INSERT INTO hub_meta (key, value) VALUES ('epoch', 1) ON CONFLICT(key) DO UPDATE SET value = value + 1 RETURNING value",
+            None,
+        )?
+        .to_array()?;
+    rows.first()
+        .map(|r| r.value.max(0) as u64)
+        .ok_or_else(|| ApiError::internal("epoch counter did not return a value"))
+}
+
+/// One row of `runners`.
+#[derive(Deserialize, Clone, Debug)]
+pub(super) struct RunnerRow {
+    pub(super) owner: String,
+    pub(super) name: String,
+    pub(super) kind: String,
+    pub(super) os: String,
+    pub(super) arch: String,
+    pub(super) environments: String,
+    pub(super) capabilities: String,
+    pub(super) version: Option<String>,
+    pub(super) last_seen_ms: i64,
+}
+
+impl RunnerRow {
+    pub(super) fn kind(&self) -> RunnerKind {
+        if self.kind == "cloud" {
+            RunnerKind::Cloud
+        } else {
+            RunnerKind::Local
+        }
+    }
+
+    pub(super) fn environments(&self) -> Vec<OfferedEnvironment> {
+        serde_json::from_str(&self.environments).unwrap_or_default()
+    }
+
+    pub(super) fn capabilities(&self) -> Vec<String> {
+        serde_json::from_str(&self.capabilities).unwrap_or_default()
+    }
+}
+
+/// Every known runner, sorted by owner and name.
+pub(super) fn runners(sql: &SqlStorage) -> ApiResult<Vec<RunnerRow>> {
+    Ok(sql
+        .exec(
+            "SELECT owner, name, kind, os, arch, environments, capabilities, version, last_seen_ms FROM runners ORDER BY owner, name",
+            None,
+        )?
+        .to_array()?)
+}
+
+/// What a `hello` says about a runner.
+pub(super) struct Hello<'a> {
+    pub(super) owner: &'a str,
+    pub(super) name: &'a str,
+    pub(super) kind: RunnerKind,
+    pub(super) os: &'a str,
+    pub(super) arch: &'a str,
+    pub(super) capabilities: &'a [String],
+    pub(super) environments: &'a [OfferedEnvironment],
+    pub(super) version: Option<&'a str>,
+}
+
+/// Records a runner as connected over connection `epoch`.
+pub(super) fn upsert_runner(
+    sql: &SqlStorage,
+    hello: &Hello<'_>,
+    epoch: u64,
+    now_ms: i64,
+) -> ApiResult<()> {
+    let environments = serde_json::to_string(hello.environments).unwrap_or_else(|_| "[]".into());
+    let capabilities = serde_json::to_string(hello.capabilities).unwrap_or_else(|_| "[]".into());
+    sql.exec(
+        "INSERT INTO runners (owner, name, kind, os, arch, environments, capabilities, version, last_seen_ms, connected, connected_at_ms, epoch) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?) \
+         ON CONFLICT(owner, name) DO UPDATE SET kind = excluded.kind, os = excluded.os, arch = excluded.arch, \
+         environments = excluded.environments, capabilities = excluded.capabilities, version = excluded.version, \
+         last_seen_ms = excluded.last_seen_ms, connected = 1, connected_at_ms = excluded.connected_at_ms, epoch = excluded.epoch",
+        vec![
+            hello.owner.into(),
+            hello.name.into(),
+            hello.kind.as_str().into(),
+            hello.os.into(),
+            hello.arch.into(),
+            environments.into(),
+            capabilities.into(),
+            hello.version.into(),
+            now_ms.into(),
+            now_ms.into(),
+            (epoch as i64).into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Refreshes `last_seen` of the runner connected over `epoch` (no-op for an older connection).
+pub(super) fn touch_runner(
+    sql: &SqlStorage,
+    owner: &str,
+    name: &str,
+    epoch: u64,
+    last_seen_ms: i64,
+) -> ApiResult<()> {
+    sql.exec(
+        "UPDATE runners SET last_seen_ms = MAX(last_seen_ms, ?) WHERE owner = ? AND name = ? AND epoch = ?",
+        vec![
+            last_seen_ms.into(),
+            owner.into(),
+            name.into(),
+            (epoch as i64).into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Marks the runner disconnected if `epoch` is still its current connection (a replaced
+/// connection closing must not mark the new one offline).
+pub(super) fn disconnect_runner(
+    sql: &SqlStorage,
+    owner: &str,
+    name: &str,
+    epoch: u64,
+    now_ms: i64,
+) -> ApiResult<()> {
+    sql.exec(
+        "UPDATE runners SET connected = 0, connected_at_ms = NULL, last_seen_ms = MAX(last_seen_ms, ?) WHERE owner = ? AND name = ? AND epoch = ?",
+        vec![
+            now_ms.into(),
+            owner.into(),
+            name.into(),
+            (epoch as i64).into(),
+        ],
+    )?;
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct DefinitionRow {
+    definition: String,
+}
+
+fn decode_definitions(rows: Vec<DefinitionRow>) -> Vec<EnvironmentDefinition> {
+    rows.into_iter()
+        .filter_map(|r| serde_json::from_str(&r.definition).ok())
+        .collect()
+}
+
+/// Every definition, sorted by name.
+pub(super) fn definitions(sql: &SqlStorage) -> ApiResult<Vec<EnvironmentDefinition>> {
+    let rows: Vec<DefinitionRow> = sql
+        .exec("SELECT definition FROM environments ORDER BY name", None)?
+        .to_array()?;
+    Ok(decode_definitions(rows))
+}
+
+/// The definition with this id or name.
+pub(super) fn definition(sql: &SqlStorage, key: &str) -> ApiResult<Option<EnvironmentDefinition>> {
+    let rows: Vec<DefinitionRow> = sql
+        .exec(
+            "SELECT definition FROM environments WHERE id = ? OR name = ? LIMIT 1",
+            vec![key.into(), key.into()],
+        )?
+        .to_array()?;
+    Ok(decode_definitions(rows).into_iter().next())
+}
+
+/// Whether a definition other than `except_id` is named `name`.
+pub(super) fn name_taken(sql: &SqlStorage, name: &str, except_id: &str) -> ApiResult<bool> {
+    #[derive(Deserialize)]
+    struct IdRow {
+        #[allow(dead_code)]
+        id: String,
+    }
+    let rows: Vec<IdRow> = sql
+        .exec(
+            "SELECT id FROM environments WHERE name = ? AND id != ?",
+            vec![name.into(), except_id.into()],
+        )?
+        .to_array()?;
+    Ok(!rows.is_empty())
+}
+
+/// Inserts or replaces a definition.
+pub(super) fn put_definition(
+    sql: &SqlStorage,
+    definition: &EnvironmentDefinition,
+) -> ApiResult<()> {
+    let json = serde_json::to_string(definition).map_err(|e| ApiError::internal(e.to_string()))?;
+    sql.exec(
+        "INSERT INTO environments (id, name, definition) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE SET name = excluded.name, definition = excluded.definition",
+        vec![
+            definition.id.clone().into(),
+            definition.name.clone().into(),
+            json.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Deletes a definition by id.
+pub(super) fn delete_definition(sql: &SqlStorage, id: &str) -> ApiResult<()> {
+    sql.exec("DELETE FROM environments WHERE id = ?", vec![id.into()])?;
+    Ok(())
+}
