@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use wuhu_core::wire::{
-    Entry, GetSessionResponse, ListSessionsResponse, SessionInfo, Status, StopResponse,
+    Entry, GetSessionResponse, ListSessionsResponse, SessionInfo, Status, StopResponse, ToolResult,
 };
 
-use crate::entries::describe;
+use crate::entries::{assistant, describe, fake_directive, position_of_user, tool_result};
 use crate::http::{Request, Response};
 use crate::sse::{FollowOpen, SseStream};
 
@@ -228,6 +228,92 @@ impl Api {
                 describe(&last)
             )
         })
+    }
+
+    /// Runs one turn of a fake-provider session whose reply calls `calls` (name, arguments),
+    /// waits for the step after the tool results, and returns the results in call order.
+    #[track_caller]
+    pub fn run_tool_calls(
+        &self,
+        id: &str,
+        calls: &[(&str, Value)],
+        timeout: Duration,
+    ) -> Vec<ToolResult> {
+        let marker = format!("tool calls done {}", crate::util::random_hex(6));
+        let calls_json: Vec<Value> = calls
+            .iter()
+            .map(|(name, arguments)| json!({"name": name, "arguments": arguments}))
+            .collect();
+        let content = fake_directive(&json!({"toolCalls": calls_json, "afterTools": marker}));
+        self.enqueue(id, "followUp", &content);
+        let entries = self.wait_transcript(id, "the step after the tool results", timeout, |e| {
+            e.iter()
+                .any(|e| assistant(e).is_some_and(|m| m.text() == marker))
+        });
+        let text = describe(&entries);
+        let start = position_of_user(&entries, &content)
+            .unwrap_or_else(|| panic!("the tool-call message is not in the transcript:\n{text}"));
+        let ids: Vec<String> = entries[start + 1..]
+            .iter()
+            .find_map(assistant)
+            .map(|m| m.tool_calls().map(|c| c.id.clone()).collect())
+            .unwrap_or_default();
+        assert_eq!(ids.len(), calls.len(), "tool calls made:\n{text}");
+        ids.iter()
+            .map(|call_id| {
+                entries[start..]
+                    .iter()
+                    .filter_map(tool_result)
+                    .find(|r| r.tool_call_id == *call_id)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no result for tool call {call_id}:\n{text}"))
+            })
+            .collect()
+    }
+
+    /// [`Api::run_tool_calls`] with one call.
+    #[track_caller]
+    pub fn run_tool(
+        &self,
+        id: &str,
+        name: &str,
+        arguments: Value,
+        timeout: Duration,
+    ) -> ToolResult {
+        self.run_tool_calls(id, &[(name, arguments)], timeout)
+            .pop()
+            .expect("one result")
+    }
+
+    /// `GET /v1/workspace/docs/{path}`, whatever its answer. `path` goes into the URL as given
+    /// (percent-encode odd paths yourself).
+    #[track_caller]
+    pub fn get_doc(&self, path: &str) -> Response {
+        self.get(&format!("/v1/workspace/docs/{path}"))
+    }
+
+    /// `PUT /v1/workspace/docs/{path}` with a raw body, whatever its answer.
+    #[track_caller]
+    pub fn put_doc(&self, path: &str, content: impl Into<Vec<u8>>) -> Response {
+        self.send(
+            self.request("PUT", &format!("/v1/workspace/docs/{path}"))
+                .header("Content-Type", "text/markdown; charset=utf-8")
+                .body(content),
+        )
+    }
+
+    /// `DELETE /v1/workspace/docs/{path}`, whatever its answer.
+    #[track_caller]
+    pub fn delete_doc(&self, path: &str) -> Response {
+        self.send(self.request("DELETE", &format!("/v1/workspace/docs/{path}")))
+    }
+
+    /// `GET /v1/workspace/docs?query` → `{docs, cursor}`; panics unless 200.
+    #[track_caller]
+    pub fn list_docs(&self, query: &str) -> Value {
+        let response = self.get(&format!("/v1/workspace/docs{}", with_q(query)));
+        expect_success(&response);
+        response.json()
     }
 
     /// Opens `GET /v1/sessions/:id/follow?query`, optionally with `Last-Event-ID`.

@@ -9,6 +9,8 @@
 //! * [`Api`]: a JSON client bound to one token; typed helpers for every route.
 //! * [`SseStream`]: reads a follow stream incrementally with read deadlines.
 //! * [`FakeOpenAi`]: an OpenAI Chat Completions server scripted per model, recording requests.
+//! * [`FakeHttp`]: a plain HTTP server with fixed replies per path, recording requests (what
+//!   the `js` tool's `fetch` reaches).
 //! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
 //!
 //! The harness needs `worker/build` (built by `scripts/test`) and wrangler from
@@ -16,14 +18,17 @@
 
 pub mod api;
 pub mod entries;
+pub mod fake_http;
 pub mod fake_openai;
 pub mod http;
 pub mod jwt;
+pub mod runner;
 pub mod sse;
 pub mod stack;
 pub mod util;
 
 pub use api::Api;
+pub use fake_http::{FakeHttp, HttpReply};
 pub use fake_openai::{FakeOpenAi, RecordedRequest, Reply};
 pub use http::{Request, Response};
 pub use sse::{FollowOpen, SseEvent, SseItem, SseStream};
