@@ -53,7 +53,17 @@ pub struct FakeReply {
 /// Computes the fake reply to `request`. Never panics.
 pub fn respond(request: &LlmRequest) -> FakeReply {
     let messages = &request.messages;
+    // Context a tool added after its result (AGENTS.md, a resume note) does not change which
+    // step this is: look at the last message that is not a `custom_message`.
+    let after_tools = matches!(
+        messages
+            .iter()
+            .rev()
+            .find(|m| !matches!(m, Message::CustomMessage { .. })),
+        Some(Message::ToolResult(_))
+    );
     let plan = match messages.last() {
+        _ if after_tools => after_tools_step(messages),
         Some(Message::User { content, .. } | Message::CustomMessage { content, .. }) => {
             first_step(content, messages.len())
         }
@@ -229,12 +239,24 @@ fn first_step(content: &str, message_count: usize) -> Plan {
 
 /// The step after tool results came back.
 fn after_tools_step(messages: &[Message]) -> Plan {
-    let directive = messages
+    // The directive is in the message that started the turn: the last user message before the
+    // last assistant message (a system-lane message when there is no user message).
+    let before = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant(_)))
+        .map_or(messages, |p| &messages[..p]);
+    let directive = before
         .iter()
         .rev()
         .find_map(|message| match message {
-            Message::User { content, .. } | Message::CustomMessage { content, .. } => Some(content),
-            Message::Assistant(_) | Message::ToolResult(_) => None,
+            Message::User { content, .. } => Some(content),
+            _ => None,
+        })
+        .or_else(|| {
+            before.iter().rev().find_map(|message| match message {
+                Message::CustomMessage { content, .. } => Some(content),
+                _ => None,
+            })
         })
         .and_then(|content| directive(content))
         .and_then(Result::ok)
@@ -598,6 +620,15 @@ mod tests {
         assert_eq!(message.text(), "all done");
         assert_eq!(message.stop_reason, StopReason::Stop);
         assert_eq!(message.tool_calls().count(), 0);
+
+        // Context added after the tool results (AGENTS.md) keeps this the after-tools step.
+        let mut with_context = messages.clone();
+        with_context.push(Message::CustomMessage {
+            custom_type: "wuhu_agents_md_v1".to_string(),
+            content: "# AGENTS.md".to_string(),
+            details: None,
+        });
+        assert_eq!(build(&respond(&request(with_context))).text(), "all done");
 
         // A message delivered after the tool results (steer) is answered on its own.
         messages.push(user("steer"));
