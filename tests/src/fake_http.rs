@@ -14,19 +14,13 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::fake_openai::RecordedRequest;
-use crate::http::{self, BodyDecoder};
-
-/// Time a connection may sit idle between requests.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+use crate::fake_server::FakeServer;
 
 /// A fixed answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,61 +73,39 @@ struct State {
 
 /// The server. Dropping it stops accepting connections.
 pub struct FakeHttp {
-    addr: SocketAddr,
+    server: FakeServer,
     state: Arc<Mutex<State>>,
-    shutdown: Arc<AtomicBool>,
 }
 
 impl FakeHttp {
     /// Starts on an ephemeral port of 127.0.0.1.
     pub fn start() -> FakeHttp {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake http");
-        let addr = listener.local_addr().expect("fake http address");
         let state = Arc::new(Mutex::new(State::default()));
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let (accept_state, accept_shutdown) = (state.clone(), shutdown.clone());
-        thread::Builder::new()
-            .name("fake-http-accept".into())
-            .spawn(move || {
-                for stream in listener.incoming() {
-                    if accept_shutdown.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let state = accept_state.clone();
-                    let _ = thread::Builder::new()
-                        .name("fake-http-conn".into())
-                        .spawn(move || {
-                            let _ = serve_connection(stream, &state);
-                        });
-                }
-            })
-            .expect("spawn fake http");
-        FakeHttp {
-            addr,
-            state,
-            shutdown,
-        }
+        let handler_state = state.clone();
+        let server = FakeServer::start("fake-http", move |stream, request| {
+            respond(stream, &handler_state, request)
+        });
+        FakeHttp { server, state }
     }
 
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// The listening port.
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.server.addr().port()
     }
 
     /// `127.0.0.1:PORT`, the entry for `WUHU_SANDBOX_EGRESS_ALLOW`.
     pub fn host_port(&self) -> String {
-        self.addr.to_string()
+        self.server.addr().to_string()
     }
 
     /// `http://127.0.0.1:PORT`.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// An absolute URL for `path` (which starts with `/`).
@@ -164,64 +136,26 @@ impl FakeHttp {
     }
 }
 
-impl Drop for FakeHttp {
-    fn drop(&mut self) {
-        self.shutdown.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
-    }
-}
-
-fn serve_connection(mut stream: TcpStream, state: &Mutex<State>) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    let mut raw = Vec::new();
-    loop {
-        let deadline = Instant::now() + IDLE_TIMEOUT;
-        let Ok(head) = http::read_head(&mut stream, &mut raw, deadline) else {
-            return Ok(()); // closed or idle: done with this connection.
-        };
-        let mut decoder = BodyDecoder::for_request(&head.headers)?;
-        let mut body = Vec::new();
-        loop {
-            decoder.decode(&mut raw, &mut body)?;
-            if decoder.is_done() {
-                break;
-            }
-            if http::read_some(&mut stream, &mut raw, deadline)? == 0 {
-                return Ok(());
-            }
-        }
-        let mut parts = head.start_line.split(' ');
-        let method = parts.next().unwrap_or_default().to_string();
-        let path = parts.next().unwrap_or_default().to_string();
-        let raw_body = String::from_utf8_lossy(&body).into_owned();
-        let request = RecordedRequest {
-            method,
-            path,
-            headers: head.headers.clone(),
-            body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
-            raw_body,
-        };
-        let reply = {
-            let mut state = state.lock().unwrap();
-            let route = request.path.split('?').next().unwrap_or_default();
-            let reply = state.routes.get(route).cloned().unwrap_or_else(|| {
-                HttpReply::json(
-                    &json!({"error": format!("no route for {} {}", request.method, request.path)}),
-                )
-                .with_status(404)
-            });
-            state.requests.push(request.clone());
-            reply
-        };
-        let head_only = request.method == "HEAD";
-        write_reply(&mut stream, &reply, head_only)?;
-        if http::find_header(&head.headers, "connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
-        {
-            return Ok(());
-        }
-    }
+/// Answers one request from the routes. Returns whether the connection may serve another.
+fn respond(
+    stream: &mut TcpStream,
+    state: &Mutex<State>,
+    request: RecordedRequest,
+) -> io::Result<bool> {
+    let reply = {
+        let mut state = state.lock().unwrap();
+        let route = request.path.split('?').next().unwrap_or_default();
+        let reply = state.routes.get(route).cloned().unwrap_or_else(|| {
+            HttpReply::json(
+                &json!({"error": format!("no route for {} {}", request.method, request.path)}),
+            )
+            .with_status(404)
+        });
+        state.requests.push(request.clone());
+        reply
+    };
+    write_reply(stream, &reply, request.method == "HEAD")?;
+    Ok(true)
 }
 
 fn write_reply(stream: &mut TcpStream, reply: &HttpReply, head_only: bool) -> io::Result<()> {

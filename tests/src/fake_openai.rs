@@ -18,18 +18,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::http::{self, BodyDecoder};
-
-/// Time a connection may sit idle between requests.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+use crate::fake_server::FakeServer;
+use crate::http;
 
 /// One scripted answer to a chat completion request.
 #[derive(Clone, Debug, PartialEq)]
@@ -214,51 +212,29 @@ struct State {
 
 /// The server. Dropping it stops accepting connections.
 pub struct FakeOpenAi {
-    addr: SocketAddr,
+    server: FakeServer,
     state: Arc<Mutex<State>>,
-    shutdown: Arc<AtomicBool>,
 }
 
 impl FakeOpenAi {
     /// Starts on an ephemeral port of 127.0.0.1.
     pub fn start() -> FakeOpenAi {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake openai");
-        let addr = listener.local_addr().expect("fake openai address");
         let state = Arc::new(Mutex::new(State::default()));
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let (accept_state, accept_shutdown) = (state.clone(), shutdown.clone());
-        thread::Builder::new()
-            .name("fake-openai-accept".into())
-            .spawn(move || {
-                for stream in listener.incoming() {
-                    if accept_shutdown.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let state = accept_state.clone();
-                    let _ = thread::Builder::new()
-                        .name("fake-openai-conn".into())
-                        .spawn(move || {
-                            let _ = serve_connection(stream, &state);
-                        });
-                }
-            })
-            .expect("spawn fake openai");
-        FakeOpenAi {
-            addr,
-            state,
-            shutdown,
-        }
+        let handler_state = state.clone();
+        let server = FakeServer::start("fake-openai", move |stream, request| {
+            respond(stream, &handler_state, request)
+        });
+        FakeOpenAi { server, state }
     }
 
     /// `http://127.0.0.1:PORT/v1`, the value for `OPENAI_BASE_URL`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr())
     }
 
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Queues replies for requests naming `model`.
@@ -301,54 +277,6 @@ impl FakeOpenAi {
             .scripts
             .get(model)
             .map_or(0, VecDeque::len)
-    }
-}
-
-impl Drop for FakeOpenAi {
-    fn drop(&mut self) {
-        self.shutdown.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
-    }
-}
-
-fn serve_connection(mut stream: TcpStream, state: &Mutex<State>) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    let mut raw = Vec::new();
-    loop {
-        let deadline = Instant::now() + IDLE_TIMEOUT;
-        let head = match http::read_head(&mut stream, &mut raw, deadline) {
-            Ok(head) => head,
-            Err(_) => return Ok(()), // closed or idle: done with this connection.
-        };
-        let mut decoder = BodyDecoder::for_request(&head.headers)?;
-        let mut body = Vec::new();
-        loop {
-            decoder.decode(&mut raw, &mut body)?;
-            if decoder.is_done() {
-                break;
-            }
-            if http::read_some(&mut stream, &mut raw, deadline)? == 0 {
-                return Ok(());
-            }
-        }
-        let mut parts = head.start_line.split(' ');
-        let method = parts.next().unwrap_or_default().to_string();
-        let path = parts.next().unwrap_or_default().to_string();
-        let raw_body = String::from_utf8_lossy(&body).into_owned();
-        let request = RecordedRequest {
-            method,
-            path,
-            headers: head.headers.clone(),
-            body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
-            raw_body,
-        };
-        let close = http::find_header(&head.headers, "connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
-        let keep_open = respond(&mut stream, state, request)?;
-        if close || !keep_open {
-            return Ok(());
-        }
     }
 }
 

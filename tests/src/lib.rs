@@ -20,6 +20,7 @@ pub mod api;
 pub mod entries;
 pub mod fake_http;
 pub mod fake_openai;
+pub mod fake_server;
 pub mod http;
 pub mod jwt;
 pub mod runner;

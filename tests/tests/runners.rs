@@ -1241,3 +1241,60 @@ fn runners_are_listed_and_environment_definitions_are_validated() {
     let theirs = stranger.get("/v1/runners").json();
     assert_eq!(theirs["runners"], json!([]), "{theirs}");
 }
+
+#[test]
+fn a_stale_snapshot_after_a_reconnect_is_a_notice_and_the_agent_gets_a_resume_note() {
+    let _guard = stack().guard();
+    let world = World::new("stale");
+    let dir = world.dir.mkdir("api");
+    let venv = world.dir.mkdir("venv");
+    let mut mac = Runner::start(
+        world
+            .runner("ana", "mac")
+            .env("api", &dir)
+            .var("VIRTUAL_ENV", venv.display().to_string()),
+    );
+    let session = world.session();
+    let api = &world.api;
+    assert_ok(&request(api, &session, json!({"spec": "api"})));
+    let notice = attached_notice(&api.transcript(&session), "api");
+    assert_eq!(
+        notice["snapshot"]["env"]["VIRTUAL_ENV"],
+        json!(venv.display().to_string()),
+        "the snapshot captured VIRTUAL_ENV: {notice}"
+    );
+    // Still valid: a call on the same connection says nothing about resuming.
+    assert_ok(&bash(api, &session, "true", None));
+    assert!(
+        custom_messages(&api.transcript(&session))
+            .iter()
+            .all(|(t, _)| t != custom_types::RESUME_NOTE),
+        "no resume note before any reconnect"
+    );
+
+    // The runner goes away, the virtualenv is deleted, the runner comes back.
+    mac.kill_hard();
+    std::fs::remove_dir_all(&venv).expect("remove the virtualenv");
+    mac.restart();
+    assert_ok(&bash(api, &session, "true", None));
+
+    let entries = api.transcript(&session);
+    let stale = customs(&entries, custom_types::ENVIRONMENT_STALE);
+    assert_eq!(stale.len(), 1, "one stale notice:\n{}", describe(&entries));
+    let text = stale[0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("VIRTUAL_ENV") && text.contains(&venv.display().to_string()),
+        "{text}"
+    );
+    let notes: Vec<String> = custom_messages(&entries)
+        .into_iter()
+        .filter(|(t, _)| t == custom_types::RESUME_NOTE)
+        .map(|(_, c)| c)
+        .collect();
+    assert_eq!(notes.len(), 1, "one resume note: {notes:?}");
+    assert!(
+        notes[0].contains("stale") && notes[0].contains("\"api\""),
+        "{}",
+        notes[0]
+    );
+}

@@ -74,6 +74,26 @@ impl ToolOutput {
     }
 }
 
+/// Sends `message` to a runner on behalf of the session's owner.
+async fn call_runner(
+    ctx: &ToolContext,
+    runner: &str,
+    runner_owner: &str,
+    message: &ServerMessage,
+    timeout_ms: u64,
+) -> Result<(u64, Option<RunnerMessage>), ApiError> {
+    runner_client::call(
+        &ctx.env,
+        &ctx.tenant,
+        &ctx.owner,
+        runner,
+        runner_owner,
+        message,
+        timeout_ms,
+    )
+    .await
+}
+
 fn notice(custom_type: &str, data: Value) -> EntryPayload {
     EntryPayload::Custom {
         custom_type: custom_type.into(),
@@ -180,10 +200,8 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         session_id: ctx.session_id.clone(),
         spec: resolved.spec.clone(),
     };
-    let reply = runner_client::call(
-        &ctx.env,
-        &ctx.tenant,
-        &ctx.owner,
+    let reply = call_runner(
+        ctx,
         &resolved.runner,
         &resolved.runner_owner,
         &message,
@@ -303,10 +321,8 @@ async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         session_id: ctx.session_id.clone(),
         environment: attachment.environment.context(),
     };
-    let reply = runner_client::call(
-        &ctx.env,
-        &ctx.tenant,
-        &ctx.owner,
+    let reply = call_runner(
+        ctx,
         &attachment.runner,
         &attachment.runner_owner,
         &message,
@@ -392,10 +408,8 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         arguments,
         timeout_ms: Some(timeout_ms),
     };
-    let reply = runner_client::call(
-        &ctx.env,
-        &ctx.tenant,
-        &ctx.owner,
+    let reply = call_runner(
+        ctx,
         &attachment.runner,
         &attachment.runner_owner,
         &message,
@@ -455,10 +469,8 @@ async fn validate(
         session_id: ctx.session_id.clone(),
         environment: context.clone(),
     };
-    let reply = runner_client::call(
-        &ctx.env,
-        &ctx.tenant,
-        &ctx.owner,
+    let reply = call_runner(
+        ctx,
         &attachment.runner,
         &attachment.runner_owner,
         &message,
