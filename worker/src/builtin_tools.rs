@@ -30,10 +30,13 @@ pub(crate) struct ToolContext {
 
 pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     actor.in_flight.set(actor.in_flight.get() + 1);
-    // Yield to the event loop first: a CPU-bound tool (a js script) would otherwise run in the
-    // same microtask chain as the step that started it, holding back streamed output and other
-    // requests to this session (stop, follow) until the whole step is done.
-    worker::Delay::from(std::time::Duration::ZERO).await;
+    // A CPU-bound tool (a js script) yields to the event loop first: otherwise it would run in
+    // the same microtask chain as the step that started it, holding back streamed output and
+    // other requests to this session (stop, follow) until the whole step is done. Tools that
+    // do I/O yield at their first await anyway.
+    if call.name == names::JS {
+        worker::Delay::from(std::time::Duration::ZERO).await;
+    }
     if !actor
         .with_loaded(|l| l.session.is_tool_running(step, &call.id))
         .unwrap_or(false)
