@@ -69,7 +69,9 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
     let temp_dir = dirs
         .temp_root
         .join(format!("call-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
-    if let Err(e) = std::fs::create_dir_all(&temp_dir) {
+    // One mkdir in the usual case (the temp root exists after the first call).
+    let created = std::fs::create_dir(&temp_dir).or_else(|_| std::fs::create_dir_all(&temp_dir));
+    if let Err(e) = created {
         return ToolOutput::error(format!(
             "cannot create a temp dir {}: {e}",
             temp_dir.display()
@@ -107,7 +109,10 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
             },
         }
     };
-    let _ = std::fs::remove_dir_all(&temp_dir);
+    // One rmdir when the call left nothing behind; else remove the whole tree.
+    if std::fs::remove_dir(&temp_dir).is_err() {
+        let _ = std::fs::remove_dir_all(&temp_dir);
+    }
     if stopped_by_deadline {
         output.is_error = true;
         let content = if output.content == crate::tools::cancelled_output().content {

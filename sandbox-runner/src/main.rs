@@ -178,8 +178,15 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
                 None => std::future::pending::<()>().await,
             }
         };
+        // The connection loop runs on a worker thread, like the calls it spawns: frames and
+        // results then avoid a hop to and from this (block_on) thread on every request.
+        let serving = tokio::spawn(run(config, host, options));
         tokio::select! {
-            fatal = run(config, host, options) => fatal.exit_code() as u8,
+            fatal = serving => match fatal {
+                Ok(fatal) => fatal.exit_code() as u8,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => 1,
+            },
             _ = tokio::signal::ctrl_c() => 130,
             () = terminated => 143,
         }
