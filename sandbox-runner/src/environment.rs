@@ -11,8 +11,8 @@ use wuhu_core::wire::runner::{
 
 use crate::executor::RunnerDirs;
 use crate::snapshot::capture_snapshot;
-use crate::tools::text::truncate_tail_with;
 use crate::tools::{CancelSignal, ToolContext};
+use wuhu_core::tools::truncate_tail_with;
 
 /// What materialising needs from the runner.
 #[derive(Clone, Debug)]

@@ -347,6 +347,47 @@ pub fn truncate_head_with(text: &str, max_lines: usize, max_bytes: usize) -> Tru
     }
 }
 
+/// Keeps the tail of `text` within [`MAX_OUTPUT_LINES`] and [`MAX_OUTPUT_BYTES`] (what `bash`
+/// shows). `text` of the result is the kept tail.
+pub fn truncate_tail(text: &str) -> Truncated {
+    truncate_tail_with(text, MAX_OUTPUT_LINES, MAX_OUTPUT_BYTES)
+}
+
+/// [`truncate_tail`] with explicit limits: cuts at a line boundary, or inside the last line at a
+/// char boundary when that line alone is too long.
+pub fn truncate_tail_with(text: &str, max_lines: usize, max_bytes: usize) -> Truncated {
+    let total_lines = text.lines().count();
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut kept = 0usize;
+    let mut bytes = 0usize;
+    for line in lines.iter().rev() {
+        if kept == max_lines || bytes + line.len() > max_bytes {
+            break;
+        }
+        bytes += line.len();
+        kept += 1;
+    }
+    if kept == 0 && !text.is_empty() {
+        let mut start = text.len().saturating_sub(max_bytes);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        return Truncated {
+            text: text[start..].to_string(),
+            truncated: true,
+            lines_kept: 0,
+            total_lines,
+        };
+    }
+    let start = text.len() - bytes;
+    Truncated {
+        text: text[start..].to_string(),
+        truncated: start > 0,
+        lines_kept: kept,
+        total_lines,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,6 +425,30 @@ mod tests {
         assert!(
             page_lines(&long, 1, None).ends_with("[1000 more lines: call read with offset=2001]\n")
         );
+    }
+
+    #[test]
+    fn tail_truncation() {
+        let cases: &[(&str, usize, usize, &str, bool)] = &[
+            ("a\nb\nc\n", 2, 100, "b\nc\n", true),
+            ("a\nb\nc", 5, 100, "a\nb\nc", false),
+            ("bb\naaaa\n", 5, 6, "aaaa\n", true),
+            ("ééé", 5, 3, "é", true),
+            ("", 5, 5, "", false),
+        ];
+        for (input, lines, bytes, want, cut) in cases {
+            let got = truncate_tail_with(input, *lines, *bytes);
+            assert_eq!(
+                (got.text.as_str(), got.truncated),
+                (*want, *cut),
+                "input {input:?}"
+            );
+        }
+        let big: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+        let got = truncate_tail(&big);
+        assert_eq!(got.lines_kept, 2000);
+        assert_eq!(got.total_lines, 3000);
+        assert!(got.text.starts_with("line 1000\n") && got.text.ends_with("line 2999\n"));
     }
 
     #[test]

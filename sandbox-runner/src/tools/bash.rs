@@ -13,8 +13,8 @@ use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use wuhu_core::tools::MAX_OUTPUT_BYTES;
 
-use super::text::truncate_tail;
 use super::{ToolContext, ToolOutput, limit_hint, push_note};
+use wuhu_core::tools::truncate_tail;
 
 /// Arguments of `bash`.
 #[derive(Deserialize, Debug)]
