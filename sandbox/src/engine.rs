@@ -67,6 +67,26 @@ impl Shared {
         self.console.borrow_mut().take()
     }
 
+    /// A promise settled later by the driver: registers its resolvers and queues `request`
+    /// (built from the new id).
+    fn pending_promise<'js>(
+        &self,
+        ctx: &Ctx<'js>,
+        request: impl FnOnce(u64) -> Request,
+    ) -> rquickjs::Result<(u64, Promise<'js>)> {
+        let (promise, resolve, reject) = ctx.promise()?;
+        let id = self.next_id();
+        self.resolvers.borrow_mut().insert(
+            id,
+            Resolvers {
+                resolve: Persistent::save(ctx, resolve),
+                reject: Persistent::save(ctx, reject),
+            },
+        );
+        self.requests.borrow_mut().push(request(id));
+        Ok((id, promise))
+    }
+
     fn next_id(&self) -> u64 {
         let id = self.next_id.get();
         self.next_id.set(id.wrapping_add(1));
@@ -495,18 +515,7 @@ fn install_natives<'js>(ctx: &Ctx<'js>, shared: &Rc<Shared>) -> rquickjs::Result
                         &format!("host call argument cannot be converted to JSON: {e}"),
                     )
                 })?;
-                let (promise, resolve, reject) = ctx.promise()?;
-                let id = s.next_id();
-                s.resolvers.borrow_mut().insert(
-                    id,
-                    Resolvers {
-                        resolve: Persistent::save(&ctx, resolve),
-                        reject: Persistent::save(&ctx, reject),
-                    },
-                );
-                s.requests
-                    .borrow_mut()
-                    .push(Request::Host { id, name, arg });
+                let (_, promise) = s.pending_promise(&ctx, |id| Request::Host { id, name, arg })?;
                 Ok(promise)
             },
         )?,
@@ -526,18 +535,8 @@ fn install_natives<'js>(ctx: &Ctx<'js>, shared: &Rc<Shared>) -> rquickjs::Result
                     0.0
                 };
                 let duration = Duration::from_secs_f64(ms / 1000.0);
-                let (promise, resolve, reject) = ctx.promise()?;
-                let id = s.next_id();
-                s.resolvers.borrow_mut().insert(
-                    id,
-                    Resolvers {
-                        resolve: Persistent::save(&ctx, resolve),
-                        reject: Persistent::save(&ctx, reject),
-                    },
-                );
-                s.requests
-                    .borrow_mut()
-                    .push(Request::Sleep { id, duration });
+                let (id, promise) =
+                    s.pending_promise(&ctx, |id| Request::Sleep { id, duration })?;
                 let timer = Object::new(ctx.clone())?;
                 timer.set("id", id as f64)?;
                 timer.set("promise", promise)?;
