@@ -48,7 +48,7 @@ pub fn pick<'a>(
     };
     match (requested, attached) {
         (_, []) => Err(
-            "No environment is attached to this session. Call request_environment first.".into(),
+            "No environment is attached to this session. Call request_environment first (the workspace knowledge base needs none: use wuhu://workspace/<path>).".into(),
         ),
         (Some(name), _) => attached.iter().find(|a| a.name() == name).ok_or_else(|| {
             format!(

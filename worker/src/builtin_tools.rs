@@ -85,9 +85,6 @@ struct WriteFileArgs {
     environment: Option<String>,
 }
 
-/// What a plain path or `wuhu://env/` needs and this session lacks.
-const NO_ENVIRONMENT: &str = "No environment is attached to this session, so plain paths and wuhu://env/ URLs cannot be resolved. Use wuhu://workspace/<path> for the workspace knowledge base.";
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ReadArgs {
@@ -177,7 +174,10 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
         names::READ => {
             let args: ReadFileArgs = parse_args(call)?;
             match parse_wuhu_url(&args.path) {
-                None | Some(Ok(WuhuUrl::Env { .. })) => Err(NO_ENVIRONMENT.to_string()),
+                // Plain paths and wuhu://env/ go to the environment tools (see `run`).
+                None | Some(Ok(WuhuUrl::Env { .. })) => {
+                    Err("this path needs an environment".into())
+                }
                 Some(Err(e)) => Err(e.to_string()),
                 Some(Ok(WuhuUrl::Config(path))) => {
                     let text = crate::config_doc(&context.env, &context.tenant, &path).ok_or_else(
@@ -219,7 +219,10 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
         names::WRITE => {
             let args: WriteFileArgs = parse_args(call)?;
             match parse_wuhu_url(&args.path) {
-                None | Some(Ok(WuhuUrl::Env { .. })) => Err(NO_ENVIRONMENT.to_string()),
+                // Plain paths and wuhu://env/ go to the environment tools (see `run`).
+                None | Some(Ok(WuhuUrl::Env { .. })) => {
+                    Err("this path needs an environment".into())
+                }
                 Some(Err(e)) => Err(e.to_string()),
                 Some(Ok(WuhuUrl::Config(_))) => Err("wuhu://config/ is read-only.".to_string()),
                 Some(Ok(WuhuUrl::Workspace(path))) => {
