@@ -10,9 +10,11 @@
 //! * [`llm`]: provider request building and stream decoding (`fake`, `openai-compatible`).
 //! * [`tools`]: the tool catalogue and output truncation.
 //! * [`archive`]: transcript segments in object storage and stitched reads.
+//! * [`authority`]: who may do what inside a tenant.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod archive;
+pub mod authority;
 pub mod context;
 pub mod egress;
 pub mod environments;

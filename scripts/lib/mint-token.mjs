@@ -1,5 +1,8 @@
 // Mints an HS256 bearer token for the local stack.
-// Usage: node scripts/lib/mint-token.mjs --secret S --sub NAME --tenant T [--days N] [--runner]
+// Usage: node scripts/lib/mint-token.mjs --secret S --sub NAME --tenant T [--days N]
+//          [--role admin|member] [--runner [--runner-kind local|cloud]]
+// A runner token with --runner-kind cloud may serve every member of the tenant: mint it only for
+// a machine the tenant's operators run (docs/security.md).
 import { createHmac } from "node:crypto";
 
 const args = process.argv.slice(2);
@@ -18,7 +21,26 @@ const claims = {
   tenant: opt("tenant", "dev"),
   exp: Math.floor(Date.now() / 1000) + Math.round(days * 86400),
 };
-if (args.includes("--runner")) claims.typ = "runner";
+const role = opt("role");
+if (role !== undefined) {
+  if (role !== "admin" && role !== "member") {
+    console.error("mint-token: --role must be admin or member");
+    process.exit(2);
+  }
+  claims.role = role;
+}
+const runnerKind = opt("runner-kind");
+if (args.includes("--runner") || runnerKind !== undefined) claims.typ = "runner";
+if (runnerKind !== undefined) {
+  if (runnerKind !== "local" && runnerKind !== "cloud") {
+    console.error("mint-token: --runner-kind must be local or cloud");
+    process.exit(2);
+  }
+  claims.runnerKind = runnerKind;
+}
+if (Buffer.byteLength(secret) < 32) {
+  console.error("mint-token: warning: the server refuses secrets shorter than 32 bytes");
+}
 const b64 = (v) => Buffer.from(JSON.stringify(v)).toString("base64url");
 const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64(claims)}`;
 const sig = createHmac("sha256", secret).update(body).digest("base64url");

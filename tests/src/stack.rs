@@ -37,6 +37,8 @@ pub struct StackOptions {
     pub stop_timeout: Duration,
     /// Another program to run instead of wrangler (harness self-tests); skips the build check.
     pub wrangler_bin: Option<PathBuf>,
+    /// `WUHU_JWT_SECRET`; `None` generates a strong random one.
+    pub secret: Option<String>,
 }
 
 impl Default for StackOptions {
@@ -47,6 +49,7 @@ impl Default for StackOptions {
             start_timeout: Duration::from_secs(60),
             stop_timeout: Duration::from_secs(10),
             wrangler_bin: None,
+            secret: None,
         }
     }
 }
@@ -108,7 +111,10 @@ impl Stack {
             log_path: dir.join("wrangler.log"),
             dir,
             persist_dir,
-            secret: crate::util::random_hex(32),
+            secret: options
+                .secret
+                .clone()
+                .unwrap_or_else(|| crate::util::random_hex(32)),
             port: 0,
             child: None,
             watchdog: None,
@@ -190,6 +196,30 @@ impl Stack {
             self.secret.as_bytes(),
             &jwt::runner_claims(sub, tenant, 3600),
         )
+    }
+
+    /// A token with exactly these claims, signed with the stack's secret.
+    pub fn token_with_claims(&self, claims: &serde_json::Value) -> String {
+        jwt::hs256(self.secret.as_bytes(), claims)
+    }
+
+    /// A valid admin token (1 h).
+    pub fn admin_token(&self, sub: &str, tenant: &str) -> String {
+        let mut claims = jwt::user_claims(sub, tenant, 3600);
+        claims["role"] = serde_json::json!("admin");
+        self.token_with_claims(&claims)
+    }
+
+    /// A runner token with `runnerKind: "cloud"`: only an operator holding the secret mints one.
+    pub fn cloud_runner_token(&self, sub: &str, tenant: &str) -> String {
+        let mut claims = jwt::runner_claims(sub, tenant, 3600);
+        claims["runnerKind"] = serde_json::json!("cloud");
+        self.token_with_claims(&claims)
+    }
+
+    /// An API client authenticated as an admin `sub` in `tenant`.
+    pub fn admin_client(&self, sub: &str, tenant: &str) -> Api {
+        Api::new(self.base_url(), Some(self.admin_token(sub, tenant)))
     }
 
     /// A correctly signed token that expired an hour ago.

@@ -116,6 +116,23 @@ fn every_auth_failure_is_a_json_401() {
             )),
         ),
     ];
+    // Claims the authority rules refuse (core/src/authority.rs), correctly signed.
+    let now = wuhu_e2e::util::unix_now();
+    let signed =
+        |claims: serde_json::Value| Some(format!("Bearer {}", stack.token_with_claims(&claims)));
+    let bad: Vec<(&str, Option<String>)> = bad
+        .into_iter()
+        .chain([
+            ("nbf in the future", signed(json!({"sub": "alice", "tenant": tenant, "exp": now + 600, "nbf": now + 300}))),
+            ("lifetime over 90 days", signed(json!({"sub": "alice", "tenant": tenant, "exp": now + 91 * 86_400}))),
+            ("unknown role", signed(json!({"sub": "alice", "tenant": tenant, "exp": now + 600, "role": "root"}))),
+            ("runnerKind on a user token", signed(json!({"sub": "alice", "tenant": tenant, "exp": now + 600, "runnerKind": "cloud"}))),
+            ("sub with a slash", signed(json!({"sub": "al/ice", "tenant": tenant, "exp": now + 600}))),
+            ("sub with CR LF", signed(json!({"sub": "al\r\nice", "tenant": tenant, "exp": now + 600}))),
+            ("sub of 129 bytes", signed(json!({"sub": "a".repeat(129), "tenant": tenant, "exp": now + 600}))),
+            ("empty sub", signed(json!({"sub": "", "tenant": tenant, "exp": now + 600}))),
+        ])
+        .collect();
     for (case, authorization) in &bad {
         for (method, path, body) in user_routes(&session.id) {
             let response = call(stack, method, &path, &body, authorization.as_deref());
@@ -384,4 +401,38 @@ fn bad_input_is_a_json_4xx_and_the_worker_survives() {
     );
     let fresh: Api = stack.client("alice", &unique_name("input"));
     fresh.create_fake_session();
+}
+
+/// A missing, empty or short `WUHU_JWT_SECRET` makes every `/v1` route answer 500
+/// `server_misconfigured` naming the variable, even with a token signed by that weak secret.
+#[test]
+fn a_weak_secret_fails_every_route() {
+    for secret in ["", "abc", &"k".repeat(31)] {
+        let stack = wuhu_e2e::stack::Stack::start_with(wuhu_e2e::stack::StackOptions {
+            secret: Some(secret.to_string()),
+            ..Default::default()
+        });
+        let _guard = stack.guard();
+        let forged = stack.user_token("alice", "acme");
+        let no_token: Option<&str> = None;
+        for (method, path, body) in user_routes("00000000-0000-4000-8000-000000000000") {
+            for authorization in [no_token, Some(format!("Bearer {forged}").as_str())] {
+                let response = call(&stack, method, &path, &body, authorization);
+                let error =
+                    std::panic::catch_unwind(|| response.expect_error(500)).unwrap_or_else(|_| {
+                        panic!(
+                            "secret of {} bytes: {method} {path} answered {response}",
+                            secret.len()
+                        )
+                    });
+                assert_eq!(error.code, "server_misconfigured", "{method} {path}");
+                assert!(
+                    error.message.contains("WUHU_JWT_SECRET"),
+                    "{}",
+                    error.message
+                );
+            }
+        }
+        assert!(stack.healthz_ok(), "healthz needs no secret");
+    }
 }

@@ -157,6 +157,17 @@ async fn workspace_doc(
         decoded.push(text);
     }
     let path = decoded.join("/");
+    // `users/<sub>/…` belongs to `<sub>` (and admins); everything else is tenant-wide.
+    if matches!(method, Method::Put | Method::Delete)
+        && let Ok(normalized) = wuhu_core::workspace::normalize_doc_path(&path)
+        && !wuhu_core::authority::may_write_workspace(&identity.principal(), &normalized)
+    {
+        return Err(ApiError::new(
+            403,
+            "forbidden",
+            format!("only its owner or an admin may change {normalized}"),
+        ));
+    }
     match method {
         Method::Get => match workspace_io::read(env, &identity.tenant, &path).await? {
             Some(doc) => Ok(json_response(200, &doc)),
@@ -233,12 +244,12 @@ async fn connect_runner(req: &Request, env: &Env, identity: &Identity) -> ApiRes
     }
     let headers = Headers::new();
     for (name, value) in req.headers().entries() {
-        if name != "authorization" {
+        // Internal identity headers come only from the verified token, never from the client.
+        if name != "authorization" && !name.starts_with("x-wuhu-") {
             headers.set(&name, &value)?;
         }
     }
-    headers.set("x-wuhu-sub", &identity.sub)?;
-    headers.set("x-wuhu-tenant", &identity.tenant)?;
+    identity.set_headers(&headers)?;
     let mut init = RequestInit::new();
     init.with_method(Method::Get).with_headers(headers);
     let internal = Request::new_with_init("https://hub/connect", &init)?;
@@ -262,8 +273,7 @@ async fn to_hub(
         _ => None,
     };
     let headers = Headers::new();
-    headers.set("x-wuhu-sub", &identity.sub)?;
-    headers.set("x-wuhu-tenant", &identity.tenant)?;
+    identity.set_headers(&headers)?;
     headers.set("content-type", "application/json")?;
     let mut init = RequestInit::new();
     init.with_method(method).with_headers(headers);
@@ -397,8 +407,7 @@ fn internal_request(
     last_event_id: Option<String>,
 ) -> ApiResult<Request> {
     let headers = Headers::new();
-    headers.set("x-wuhu-sub", &identity.sub)?;
-    headers.set("x-wuhu-tenant", &identity.tenant)?;
+    identity.set_headers(&headers)?;
     if let Some(id) = last_event_id {
         headers.set("last-event-id", &id)?;
     }

@@ -24,6 +24,7 @@ use wuhu_core::wire::{
     custom_types,
 };
 
+use crate::auth::Identity;
 use crate::builtin_tools::ToolContext;
 use crate::environment_tools::{ApprovalGate, AttachmentChange, Decision, ToolOutput};
 use crate::http::{
@@ -255,12 +256,8 @@ impl Actor {
         if !self.ensure_loaded()? {
             return Err(ApiError::not_found("session not found"));
         }
-        let author = req
-            .headers()
-            .get("x-wuhu-sub")
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| "unknown_user".into());
+        let identity = Identity::from_headers(&req)?;
+        let author = identity.sub.clone();
         match (method, path.as_str()) {
             (worker::Method::Get, "/info") => Ok(json_response(200, &self.info()?)),
             (worker::Method::Get, "/transcript") => {

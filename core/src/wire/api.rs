@@ -171,4 +171,17 @@ pub struct Claims {
     /// `runner` for runner tokens; absent for user tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub typ: Option<String>,
+    /// `admin` or `member` (default); see [`crate::authority::Role`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Not before, unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
+    /// Runner tokens only: `cloud` lets the runner serve the whole tenant; anything else is `local`.
+    #[serde(
+        default,
+        rename = "runnerKind",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub runner_kind: Option<String>,
 }

@@ -1,0 +1,682 @@
+//! Who may do what inside a tenant.
+//!
+//! Tenants are isolated by construction (actor names, key prefixes, one hub per tenant). Inside a
+//! tenant these rules decide, for a verified [`Principal`]:
+//!
+//! * tokens: which claims are acceptable ([`check_claims`], [`check_secret`]);
+//! * sessions: an owner (the first user who prompts it, until then its creator) and an
+//!   [`Access`] (`private` or `tenant`); see [`session_allows`];
+//! * the workspace: `users/<sub>/…` belongs to `<sub>` ([`may_write_workspace`]);
+//! * environment definitions belong to their creator ([`may_edit_definition`]);
+//! * runners belong to their token's `sub`, and are `cloud` only by a token claim
+//!   ([`runner_kind_from_claims`]); work that reaches a person's local runner on someone else's
+//!   prompt waits for that person ([`runner_owner_must_approve`]).
+//!
+//! `docs/security.md` has the same rules as one table. Every function here is pure.
+
+use serde::{Deserialize, Serialize};
+
+use crate::wire::Claims;
+use crate::wire::runner::RunnerKind;
+
+/// A person's role in their tenant (token claim `role`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// May do everything in the tenant.
+    Admin,
+    /// May do what the rules below allow (the default).
+    #[default]
+    Member,
+}
+
+impl Role {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "admin" => Some(Role::Admin),
+            "member" => Some(Role::Member),
+            _ => None,
+        }
+    }
+}
+
+/// Who may see and prompt a session.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Only the owner, the creator and admins (the default).
+    #[default]
+    Private,
+    /// Every member of the tenant may read and prompt it: a group chat.
+    Tenant,
+}
+
+impl Access {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Private => "private",
+            Access::Tenant => "tenant",
+        }
+    }
+}
+
+/// A verified identity: who is asking, in which tenant, with which role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The token's `sub`: a username.
+    pub sub: String,
+    /// The token's tenant.
+    pub tenant: String,
+    /// The token's role.
+    pub role: Role,
+}
+
+impl Principal {
+    /// Whether this principal is an admin of its tenant.
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokens
+
+/// Shortest accepted `WUHU_JWT_SECRET`, in bytes (HS256 wants at least the hash size).
+pub const MIN_SECRET_BYTES: usize = 32;
+/// Longest `sub` or `tenant`, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Default longest lifetime of a user token (`exp - now`), in seconds: 90 days.
+pub const DEFAULT_MAX_USER_TOKEN_SECS: i64 = 90 * 86_400;
+/// Default longest lifetime of a runner token, in seconds: 400 days.
+pub const DEFAULT_MAX_RUNNER_TOKEN_SECS: i64 = 400 * 86_400;
+
+/// Whether `name` is an acceptable `sub` or `tenant`: 1–128 bytes of `A-Z a-z 0-9 _ . @ + -`,
+/// and not `.` or `..`. Both become header values, Durable Object names and workspace path
+/// segments, so nothing else is allowed.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'+' | b'-'))
+        && name != "."
+        && name != ".."
+}
+
+/// Why the server's secret is unusable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// The variable is not set.
+    #[error("WUHU_JWT_SECRET is not set")]
+    Missing,
+    /// The variable is shorter than [`MIN_SECRET_BYTES`].
+    #[error("WUHU_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes (it has {0})")]
+    TooShort(usize),
+}
+
+/// Refuses a missing, empty or short secret: a server with a weak secret must not work at all.
+///
+/// # Errors
+/// A [`SecretError`] naming the variable.
+pub fn check_secret(secret: Option<&str>) -> Result<(), SecretError> {
+    match secret {
+        None => Err(SecretError::Missing),
+        Some(s) if s.len() < MIN_SECRET_BYTES => Err(SecretError::TooShort(s.len())),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Which kind of token a route accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKind {
+    /// A person's token (no `typ`, or any `typ` but `runner`).
+    User,
+    /// A runner's token (`typ: runner`).
+    Runner,
+}
+
+/// Limits on token lifetimes, from server configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenLimits {
+    /// Longest `exp - now` of a user token, in seconds.
+    pub max_user_secs: i64,
+    /// Longest `exp - now` of a runner token, in seconds.
+    pub max_runner_secs: i64,
+}
+
+impl Default for TokenLimits {
+    fn default() -> Self {
+        TokenLimits {
+            max_user_secs: DEFAULT_MAX_USER_TOKEN_SECS,
+            max_runner_secs: DEFAULT_MAX_RUNNER_TOKEN_SECS,
+        }
+    }
+}
+
+/// What a token grants once its claims are accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Who.
+    pub principal: Principal,
+    /// For runner tokens: the kind of runner it may be (`local` unless the token says `cloud`).
+    pub runner_kind: Option<RunnerKind>,
+}
+
+/// Why claims were refused (the message of a 401).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimsError {
+    /// A runner token on a user route.
+    #[error("runner tokens cannot call the user api")]
+    RunnerTokenOnUserRoute,
+    /// A user token on the runner route.
+    #[error("a runner token is required")]
+    UserTokenOnRunnerRoute,
+    /// `sub` or `tenant` is malformed.
+    #[error("token must name a sub and a tenant (1-128 of A-Z a-z 0-9 _ . @ + -)")]
+    BadName,
+    /// `role` is not `admin` or `member`.
+    #[error("token role must be admin or member")]
+    BadRole,
+    /// `exp` is further in the future than the configured maximum.
+    #[error("token lifetime exceeds the maximum of {0} days")]
+    TooLong(i64),
+    /// `exp` is in the past.
+    #[error("token expired")]
+    Expired,
+    /// `nbf` is in the future.
+    #[error("token not valid yet")]
+    NotYetValid,
+    /// `runnerKind` on a user token, or an unknown value.
+    #[error("runnerKind is only allowed on runner tokens, as local or cloud")]
+    BadRunnerKind,
+}
+
+/// Checks claims whose signature is already verified. `now` is unix seconds.
+///
+/// # Errors
+/// A [`ClaimsError`] for the first rule broken.
+pub fn check_claims(
+    claims: &Claims,
+    kind: TokenKind,
+    now: i64,
+    limits: TokenLimits,
+) -> Result<Grant, ClaimsError> {
+    let is_runner = claims.typ.as_deref() == Some("runner");
+    match (kind, is_runner) {
+        (TokenKind::User, true) => return Err(ClaimsError::RunnerTokenOnUserRoute),
+        (TokenKind::Runner, false) => return Err(ClaimsError::UserTokenOnRunnerRoute),
+        _ => {}
+    }
+    if !valid_name(&claims.sub) || !valid_name(&claims.tenant) {
+        return Err(ClaimsError::BadName);
+    }
+    if claims.exp <= now {
+        return Err(ClaimsError::Expired);
+    }
+    if claims.nbf.is_some_and(|nbf| nbf > now) {
+        return Err(ClaimsError::NotYetValid);
+    }
+    let max = if is_runner {
+        limits.max_runner_secs
+    } else {
+        limits.max_user_secs
+    };
+    if claims.exp - now > max {
+        return Err(ClaimsError::TooLong(max / 86_400));
+    }
+    let role = match claims.role.as_deref() {
+        None => Role::Member,
+        Some(text) => Role::parse(text).ok_or(ClaimsError::BadRole)?,
+    };
+    let runner_kind = match (is_runner, claims.runner_kind.as_deref()) {
+        (false, None) => None,
+        (false, Some(_)) => return Err(ClaimsError::BadRunnerKind),
+        (true, None | Some("local")) => Some(RunnerKind::Local),
+        (true, Some("cloud")) => Some(RunnerKind::Cloud),
+        (true, Some(_)) => return Err(ClaimsError::BadRunnerKind),
+    };
+    Ok(Grant {
+        principal: Principal {
+            sub: claims.sub.clone(),
+            tenant: claims.tenant.clone(),
+            role,
+        },
+        runner_kind,
+    })
+}
+
+/// The kind a runner is, whatever its `hello` says: its token decides.
+pub fn runner_kind_from_claims(token_kind: Option<RunnerKind>) -> RunnerKind {
+    token_kind.unwrap_or(RunnerKind::Local)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+/// The authority-relevant facts of one session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionFacts<'a> {
+    /// Its owner: the first user who prompted it, until then its creator.
+    pub owner: &'a str,
+    /// Its creator.
+    pub created_by: &'a str,
+    /// Who may see and prompt it.
+    pub access: Access,
+}
+
+/// Something a person may try to do to a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionAction<'a> {
+    /// Read its transcript, follow it, see it listed, see its stats.
+    Read,
+    /// Enqueue a message on a public lane.
+    Prompt,
+    /// Cancel a queued item enqueued by `author`.
+    CancelItem {
+        /// Who enqueued the item.
+        author: &'a str,
+    },
+    /// Stop the running turn.
+    Stop,
+    /// Change its title.
+    Rename,
+    /// Change its access.
+    ChangeAccess,
+}
+
+/// What the rules say about an action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go ahead.
+    Allow,
+    /// Answer 404: the session's existence is not revealed.
+    Hidden,
+    /// Answer 403: the person sees the session but may not do this.
+    Forbidden,
+}
+
+/// Whether `who` may do `action` to a session. Owners, creators and admins may do everything;
+/// in a `tenant` session every member may read, prompt and cancel their own queued items; a
+/// private session is invisible to everyone else.
+pub fn session_allows(
+    who: &Principal,
+    session: SessionFacts<'_>,
+    action: SessionAction<'_>,
+) -> Verdict {
+    let privileged = who.is_admin() || who.sub == session.owner || who.sub == session.created_by;
+    if privileged {
+        return Verdict::Allow;
+    }
+    if session.access == Access::Private {
+        return Verdict::Hidden;
+    }
+    match action {
+        SessionAction::Read | SessionAction::Prompt => Verdict::Allow,
+        SessionAction::CancelItem { author } if author == who.sub => Verdict::Allow,
+        SessionAction::CancelItem { .. }
+        | SessionAction::Stop
+        | SessionAction::Rename
+        | SessionAction::ChangeAccess => Verdict::Forbidden,
+    }
+}
+
+/// The owner after `author`'s message is delivered: the first prompter becomes the owner.
+/// `prompted` says whether any user message was delivered before.
+pub fn owner_after_prompt<'a>(owner: &'a str, prompted: bool, author: &'a str) -> &'a str {
+    if prompted { owner } else { author }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspace, definitions, runners
+
+/// Whether `who` may create, change or delete the workspace document at `path` (normalised).
+/// `users/<sub>/…` is writable only by `<sub>` and admins; everything else is tenant-wide.
+pub fn may_write_workspace(who: &Principal, path: &str) -> bool {
+    match path.strip_prefix("users/") {
+        None => true,
+        Some(rest) => {
+            let user = rest.split('/').next().unwrap_or_default();
+            who.is_admin() || user == who.sub
+        }
+    }
+}
+
+/// Whether `who` may change or delete an environment definition owned by `owner`.
+pub fn may_edit_definition(who: &Principal, owner: &str) -> bool {
+    who.is_admin() || who.sub == owner
+}
+
+/// Whether a `local` or `worktree` definition by `who` may name a runner owned by
+/// `runner_owner` (of kind `runner_kind`). Admins may name any runner; others only their own
+/// or a cloud runner.
+pub fn may_name_runner(who: &Principal, runner_owner: &str, runner_kind: RunnerKind) -> bool {
+    who.is_admin() || who.sub == runner_owner || runner_kind == RunnerKind::Cloud
+}
+
+/// Whether a tool call must wait for the runner owner's approval: it runs on (or attaches) an
+/// environment served by a local runner whose owner is not the author of the message that
+/// started the current turn, and the owner has not approved this session yet.
+pub fn runner_owner_must_approve(
+    runner_kind: RunnerKind,
+    runner_owner: &str,
+    turn_author: &str,
+    approved_for_session: bool,
+) -> bool {
+    runner_kind == RunnerKind::Local && runner_owner != turn_author && !approved_for_session
+}
+
+/// Who may answer an approval request.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(tag = "kind", content = "sub", rename_all = "camelCase")]
+pub enum Approver {
+    /// Only this runner owner (or an admin): work reaching their machine on someone else's prompt.
+    RunnerOwner(String),
+    /// The session's owner (or an admin): a definition's `approval: ask`.
+    SessionOwner(String),
+}
+
+/// Whether `who` may answer an approval addressed to `approver`.
+pub fn may_answer_approval(who: &Principal, approver: &Approver) -> bool {
+    who.is_admin()
+        || match approver {
+            Approver::RunnerOwner(sub) | Approver::SessionOwner(sub) => *sub == who.sub,
+        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(sub: &str, role: Role) -> Principal {
+        Principal {
+            sub: sub.into(),
+            tenant: "acme".into(),
+            role,
+        }
+    }
+
+    #[test]
+    fn names() {
+        let cases = [
+            ("alice", true),
+            ("alice@my-mac", true),
+            ("a.b+c_d-e", true),
+            ("", false),
+            (".", false),
+            ("..", false),
+            ("a/b", false),
+            ("a b", false),
+            ("a\r\nb", false),
+            ("é", false),
+        ];
+        for (name, ok) in cases {
+            assert_eq!(valid_name(name), ok, "{name:?}");
+        }
+        assert!(valid_name(&"x".repeat(128)));
+        assert!(!valid_name(&"x".repeat(129)));
+    }
+
+    #[test]
+    fn secrets() {
+        assert_eq!(check_secret(None), Err(SecretError::Missing));
+        assert_eq!(check_secret(Some("")), Err(SecretError::TooShort(0)));
+        assert_eq!(check_secret(Some("abc")), Err(SecretError::TooShort(3)));
+        assert_eq!(
+            check_secret(Some(&"k".repeat(31))),
+            Err(SecretError::TooShort(31))
+        );
+        assert_eq!(check_secret(Some(&"k".repeat(32))), Ok(()));
+    }
+
+    fn claims(json: serde_json::Value) -> Claims {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn claims_table() {
+        let now = 1_000_000;
+        let day = 86_400;
+        let limits = TokenLimits::default();
+        let user_token = |extra: serde_json::Value| {
+            let mut base = serde_json::json!({"sub": "alice", "tenant": "acme", "exp": now + day});
+            for (k, v) in extra.as_object().unwrap() {
+                base[k] = v.clone();
+            }
+            claims(base)
+        };
+        use ClaimsError::*;
+        use serde_json::json;
+        type Case = (
+            serde_json::Value,
+            TokenKind,
+            Result<(Role, Option<RunnerKind>), ClaimsError>,
+        );
+        let cases: Vec<Case> = vec![
+            (json!({}), TokenKind::User, Ok((Role::Member, None))),
+            (
+                json!({"role": "admin"}),
+                TokenKind::User,
+                Ok((Role::Admin, None)),
+            ),
+            (
+                json!({"role": "member"}),
+                TokenKind::User,
+                Ok((Role::Member, None)),
+            ),
+            (json!({"role": "root"}), TokenKind::User, Err(BadRole)),
+            (
+                json!({"typ": "runner"}),
+                TokenKind::User,
+                Err(RunnerTokenOnUserRoute),
+            ),
+            (json!({}), TokenKind::Runner, Err(UserTokenOnRunnerRoute)),
+            (
+                json!({"typ": "runner"}),
+                TokenKind::Runner,
+                Ok((Role::Member, Some(RunnerKind::Local))),
+            ),
+            (
+                json!({"typ": "runner", "runnerKind": "cloud"}),
+                TokenKind::Runner,
+                Ok((Role::Member, Some(RunnerKind::Cloud))),
+            ),
+            (
+                json!({"typ": "runner", "runnerKind": "local"}),
+                TokenKind::Runner,
+                Ok((Role::Member, Some(RunnerKind::Local))),
+            ),
+            (
+                json!({"typ": "runner", "runnerKind": "gpu"}),
+                TokenKind::Runner,
+                Err(BadRunnerKind),
+            ),
+            (
+                json!({"runnerKind": "cloud"}),
+                TokenKind::User,
+                Err(BadRunnerKind),
+            ),
+            (json!({"sub": ""}), TokenKind::User, Err(BadName)),
+            (json!({"sub": "a\nb"}), TokenKind::User, Err(BadName)),
+            (json!({"tenant": ".."}), TokenKind::User, Err(BadName)),
+            (json!({"exp": now}), TokenKind::User, Err(Expired)),
+            (json!({"nbf": now + 10}), TokenKind::User, Err(NotYetValid)),
+            (
+                json!({"nbf": now}),
+                TokenKind::User,
+                Ok((Role::Member, None)),
+            ),
+            (
+                json!({"exp": now + 90 * day}),
+                TokenKind::User,
+                Ok((Role::Member, None)),
+            ),
+            (
+                json!({"exp": now + 90 * day + 1}),
+                TokenKind::User,
+                Err(TooLong(90)),
+            ),
+            (
+                json!({"typ": "runner", "exp": now + 400 * day}),
+                TokenKind::Runner,
+                Ok((Role::Member, Some(RunnerKind::Local))),
+            ),
+            (
+                json!({"typ": "runner", "exp": now + 401 * day}),
+                TokenKind::Runner,
+                Err(TooLong(400)),
+            ),
+        ];
+        for (extra, kind, want) in cases {
+            let got = check_claims(&user_token(extra.clone()), kind, now, limits)
+                .map(|g| (g.principal.role, g.runner_kind));
+            assert_eq!(got, want, "{extra} as {kind:?}");
+        }
+    }
+
+    #[test]
+    fn session_table() {
+        use SessionAction::*;
+        use Verdict::*;
+        let alice = user("alice", Role::Member);
+        let bob = user("bob", Role::Member);
+        let carol = user("carol", Role::Member);
+        let admin = user("root", Role::Admin);
+        let private = SessionFacts {
+            owner: "alice",
+            created_by: "carol",
+            access: Access::Private,
+        };
+        let group = SessionFacts {
+            access: Access::Tenant,
+            ..private
+        };
+        let actions = [
+            Read,
+            Prompt,
+            CancelItem { author: "bob" },
+            CancelItem { author: "alice" },
+            Stop,
+            Rename,
+            ChangeAccess,
+        ];
+        let cases: [(&Principal, SessionFacts<'_>, [Verdict; 7]); 8] = [
+            (&alice, private, [Allow; 7]),
+            (&carol, private, [Allow; 7]),
+            (&admin, private, [Allow; 7]),
+            (&bob, private, [Hidden; 7]),
+            (&alice, group, [Allow; 7]),
+            (&carol, group, [Allow; 7]),
+            (&admin, group, [Allow; 7]),
+            (
+                &bob,
+                group,
+                [
+                    Allow, Allow, Allow, Forbidden, Forbidden, Forbidden, Forbidden,
+                ],
+            ),
+        ];
+        for (who, facts, want) in cases {
+            for (action, want) in actions.iter().zip(want) {
+                assert_eq!(
+                    session_allows(who, facts, *action),
+                    want,
+                    "{} {:?} {action:?}",
+                    who.sub,
+                    facts.access
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn first_prompter_owns() {
+        assert_eq!(owner_after_prompt("carol", false, "alice"), "alice");
+        assert_eq!(owner_after_prompt("alice", true, "bob"), "alice");
+    }
+
+    #[test]
+    fn workspace_table() {
+        let alice = user("alice", Role::Member);
+        let admin = user("root", Role::Admin);
+        let cases = [
+            (&alice, "notes/a.md", true),
+            (&alice, "users/alice/context.md", true),
+            (&alice, "users/alice", true),
+            (&alice, "users/bob/context.md", false),
+            (&alice, "users/alice2/context.md", false),
+            (&alice, "users/bob", false),
+            (&alice, "usersx/bob.md", true),
+            (&admin, "users/bob/context.md", true),
+        ];
+        for (who, path, ok) in cases {
+            assert_eq!(may_write_workspace(who, path), ok, "{} {path}", who.sub);
+        }
+    }
+
+    #[test]
+    fn runners_and_definitions() {
+        let alice = user("alice", Role::Member);
+        let admin = user("root", Role::Admin);
+        assert!(may_edit_definition(&alice, "alice"));
+        assert!(!may_edit_definition(&alice, "bob"));
+        assert!(may_edit_definition(&admin, "bob"));
+        assert!(may_name_runner(&alice, "alice", RunnerKind::Local));
+        assert!(!may_name_runner(&alice, "bob", RunnerKind::Local));
+        assert!(may_name_runner(&alice, "ops", RunnerKind::Cloud));
+        assert!(may_name_runner(&admin, "bob", RunnerKind::Local));
+        // Local runner of someone other than the turn's author: ask, unless approved already.
+        assert!(runner_owner_must_approve(
+            RunnerKind::Local,
+            "alice",
+            "bob",
+            false
+        ));
+        assert!(!runner_owner_must_approve(
+            RunnerKind::Local,
+            "alice",
+            "bob",
+            true
+        ));
+        assert!(!runner_owner_must_approve(
+            RunnerKind::Local,
+            "alice",
+            "alice",
+            false
+        ));
+        assert!(!runner_owner_must_approve(
+            RunnerKind::Cloud,
+            "ops",
+            "bob",
+            false
+        ));
+        assert_eq!(runner_kind_from_claims(None), RunnerKind::Local);
+        assert_eq!(
+            runner_kind_from_claims(Some(RunnerKind::Cloud)),
+            RunnerKind::Cloud
+        );
+    }
+
+    #[test]
+    fn approvals() {
+        let alice = user("alice", Role::Member);
+        let bob = user("bob", Role::Member);
+        let admin = user("root", Role::Admin);
+        let mac = Approver::RunnerOwner("alice".into());
+        assert!(may_answer_approval(&alice, &mac));
+        assert!(!may_answer_approval(&bob, &mac));
+        assert!(may_answer_approval(&admin, &mac));
+        let session = Approver::SessionOwner("bob".into());
+        assert!(may_answer_approval(&bob, &session));
+        assert!(!may_answer_approval(&alice, &session));
+    }
+}
