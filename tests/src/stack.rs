@@ -101,6 +101,10 @@ impl Stack {
             "wrangler not found at {} (set WRANGLER_BIN, or run `bash -c 'source scripts/lib/setup.sh && ensure_npm_packages'`)",
             wrangler_bin.display()
         );
+        let secret = options
+            .secret
+            .clone()
+            .unwrap_or_else(|| crate::util::random_hex(32));
         let dir = crate::util::make_temp_dir("wuhu-e2e");
         let persist_dir = dir.join("state");
         std::fs::create_dir_all(&persist_dir).expect("create state dir");
@@ -111,10 +115,7 @@ impl Stack {
             log_path: dir.join("wrangler.log"),
             dir,
             persist_dir,
-            secret: options
-                .secret
-                .clone()
-                .unwrap_or_else(|| crate::util::random_hex(32)),
+            secret,
             port: 0,
             child: None,
             watchdog: None,
