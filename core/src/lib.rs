@@ -11,8 +11,10 @@
 //! * [`tools`]: the tool catalogue and output truncation.
 //! * [`archive`]: transcript segments in object storage and stitched reads.
 //! * [`authority`]: who may do what inside a tenant.
+//! * [`approvals`]: when a tool call waits for a person, who may answer, and expiry.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod approvals;
 pub mod archive;
 pub mod authority;
 pub mod context;

@@ -9,7 +9,8 @@ use wuhu_core::tools::{names, page_lines, truncate_head};
 use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
-use crate::environment_tools::{self, ApprovalGate, ToolOutput};
+use crate::approvals::ActorApprovals;
+use crate::environment_tools::{self, ToolOutput};
 use crate::session_actor::Actor;
 use crate::{session_client, tenant_index, workspace_io};
 
@@ -18,14 +19,18 @@ pub(crate) struct ToolContext {
     pub(crate) env: Env,
     pub(crate) tenant: String,
     pub(crate) session_id: String,
-    /// The session's owner (its creator): runners are chosen on their behalf.
+    /// The session's owner (its creator): runners are chosen on their behalf, and a
+    /// definition's `"approval":"ask"` waits for them.
     pub(crate) owner: String,
+    /// Who the current turn acts for (`Session::turn_authors`): a call that reaches the local
+    /// runner of anyone else waits for that runner's owner.
+    pub(crate) turn_authors: Vec<String>,
     /// Environments attached when the call started.
     pub(crate) attachments: Vec<wuhu_core::environments::Attachment>,
     /// Runner connection epochs on which each environment's snapshot was validated.
     pub(crate) validated: std::collections::HashMap<String, u64>,
     /// Where a tool asks a person for approval.
-    pub(crate) approvals: Rc<dyn ApprovalGate>,
+    pub(crate) approvals: Rc<ActorApprovals>,
 }
 
 pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {

@@ -4,22 +4,28 @@
 //!
 //! A tool returns a [`ToolOutput`]: its result, the entries to show before it, and the change to
 //! the session's attachments. The actor applies all three in one write; tools never reach back
-//! into the session. The one service a tool may use is the [`ApprovalGate`], to wait for a
-//! person's decision.
+//! into the session. The one service a tool may use is the approval gate
+//! ([`crate::approvals::ActorApprovals`]), to wait for a person's decision.
+//!
+//! Every call that reaches a runner (attach, detach, and each tool call in an environment)
+//! first passes [`approve`]: work that reaches a local runner on the prompt of someone other
+//! than its owner waits for the owner; a definition with `"approval":"ask"` waits for the
+//! session's owner before attaching (`wuhu_core::approvals`).
 
 use std::collections::HashMap;
 
-use futures::future::LocalBoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use wuhu_core::approvals::{self, Action, Facts, Target};
 use wuhu_core::environments::{self, Attachment};
 use wuhu_core::tools::names;
 use wuhu_core::wire::runner::{
     AttachOutcome, DetachOutcome, EnvironmentContext, RunnerMessage, ServerMessage,
 };
-use wuhu_core::wire::{EntryPayload, Message, ToolCall, custom_types};
+use wuhu_core::wire::{ApprovalPolicy, EntryPayload, Message, ToolCall, custom_types};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
+use crate::approvals::Ask;
 use crate::builtin_tools::ToolContext;
 use crate::http::ApiError;
 use crate::runner_client;
@@ -28,18 +34,6 @@ use crate::runner_client;
 const ATTACH_TIMEOUT_MS: u64 = 10 * 60 * 1000;
 /// Tool calls without their own timeout.
 const DEFAULT_TOOL_TIMEOUT_MS: u64 = 30 * 60 * 1000;
-
-/// A person's answer to an approval request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Decision {
-    Approve,
-    Deny,
-}
-
-/// Shows an approval request in the transcript and waits for the answer.
-pub(crate) trait ApprovalGate {
-    fn request(&self, call_id: String, data: Value) -> LocalBoxFuture<'static, Decision>;
-}
 
 /// What a tool changes in the session's attachments.
 pub(crate) enum AttachmentChange {
@@ -92,6 +86,37 @@ async fn call_runner(
         timeout_ms,
     )
     .await
+}
+
+/// Waits for whoever must approve `call` reaching `target` (nobody, mostly). `Err` is the tool
+/// error the agent sees when the approval is denied, expires, is withdrawn or cannot be asked.
+async fn approve(
+    ctx: &ToolContext,
+    call: &ToolCall,
+    target: Target<'_>,
+    action: Action<'_>,
+    data: Value,
+) -> Result<(), String> {
+    let approved = ctx.approvals.approved_runner_owners();
+    let facts = Facts {
+        turn_authors: &ctx.turn_authors,
+        session_owner: &ctx.owner,
+        approved_runner_owners: &approved,
+    };
+    let Some(approver) = approvals::required_approver(&target, &facts) else {
+        return Ok(());
+    };
+    let ask = Ask {
+        approver: approver.clone(),
+        target,
+        action,
+        data,
+    };
+    let outcome = ctx.approvals.request(&call.id, ask).await;
+    match approvals::outcome_error(&outcome, &action, &approver) {
+        None => Ok(()),
+        Some(error) => Err(error),
+    }
 }
 
 fn notice(custom_type: &str, data: Value) -> EntryPayload {
@@ -179,21 +204,22 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         Err(e) => return ToolOutput::text(Err(e.message)),
     };
     let mut entries = Vec::new();
-    if resolved.approval == "ask" {
-        let data = json!({
-            "toolCallId": call.id,
-            "environment": name,
-            "spec": args.spec,
-            "kind": resolved.spec.source.kind().as_str(),
-            "runner": resolved.runner,
-            "runnerKind": resolved.runner_kind.as_str(),
-        });
-        // The gate appends the request entry itself, so people see it while the call waits.
-        if ctx.approvals.request(call.id.clone(), data).await == Decision::Deny {
-            return ToolOutput::text(Err(format!(
-                "A person denied attaching environment {name:?}. Do not retry unless they ask."
-            )));
-        }
+    let target = Target {
+        runner: &resolved.runner,
+        runner_owner: &resolved.runner_owner,
+        runner_kind: resolved.runner_kind,
+        policy: resolved.approval,
+    };
+    let data = json!({
+        "tool": call.name,
+        "environment": name,
+        "spec": args.spec,
+        "kind": resolved.spec.source.kind().as_str(),
+    });
+    // The gate appends the request entry itself, so people see it while the call waits.
+    let action = Action::Attach { environment: &name };
+    if let Err(error) = approve(ctx, call, target, action, data).await {
+        return ToolOutput::text(Err(error));
     }
     let message = ServerMessage::Attach {
         id: uuid::Uuid::new_v4().to_string(),
@@ -316,6 +342,13 @@ async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         Ok(a) => a.clone(),
         Err(e) => return ToolOutput::text(Err(e)),
     };
+    let action = Action::Detach {
+        environment: &args.name,
+    };
+    let data = json!({"tool": call.name, "environment": args.name});
+    if let Err(error) = approve(ctx, call, attachment_target(&attachment), action, data).await {
+        return ToolOutput::text(Err(error));
+    }
     let message = ServerMessage::Detach {
         id: uuid::Uuid::new_v4().to_string(),
         session_id: ctx.session_id.clone(),
@@ -388,6 +421,14 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         Err(e) => return ToolOutput::text(Err(e)),
     };
     let name = attachment.name().to_string();
+    let action = Action::Run {
+        tool: &call.name,
+        environment: &name,
+    };
+    let data = json!({"tool": call.name, "environment": name});
+    if let Err(error) = approve(ctx, call, attachment_target(&attachment), action, data).await {
+        return ToolOutput::text(Err(error));
+    }
     let context = attachment.environment.context();
     let mut output = ToolOutput::text(Ok(String::new()));
     // A snapshot not yet validated on this runner connection (after a restart of the session
@@ -455,6 +496,17 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         }
     }
     output
+}
+
+/// Where calls to an attached environment go. The definition's policy applied when it was
+/// attached; later calls follow the runner rule only.
+fn attachment_target(attachment: &Attachment) -> Target<'_> {
+    Target {
+        runner: &attachment.runner,
+        runner_owner: &attachment.runner_owner,
+        runner_kind: attachment.runner_kind,
+        policy: ApprovalPolicy::Auto,
+    }
 }
 
 /// Validates a stored snapshot on its runner; adds a stale notice and a resume note.

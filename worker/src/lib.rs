@@ -6,6 +6,7 @@
 //! meaning lives in `wuhu-core`; this crate turns its effects into I/O (SQLite, R2, `fetch`,
 //! alarms, SSE).
 
+mod approvals;
 mod archive_io;
 mod auth;
 mod builtin_tools;

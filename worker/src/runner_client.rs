@@ -37,7 +37,7 @@ pub(crate) struct Resolved {
     pub(crate) runner: String,
     pub(crate) runner_owner: String,
     pub(crate) runner_kind: wuhu_core::wire::runner::RunnerKind,
-    pub(crate) approval: String,
+    pub(crate) approval: wuhu_core::wire::ApprovalPolicy,
     #[serde(default)]
     pub(crate) definition_id: Option<String>,
 }

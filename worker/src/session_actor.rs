@@ -7,7 +7,8 @@
 //!
 //! Internal routes (reached only through the router, which has already authenticated; identity
 //! arrives in `x-wuhu-tenant` / `x-wuhu-sub`): `POST /init`, `GET /info`, `GET /transcript`,
-//! `POST /enqueue`, `POST /cancel`, `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`.
+//! `POST /enqueue`, `POST /cancel`, `POST /approval`, `POST /stop`, `POST /title`,
+//! `GET /follow`, `GET /stats`. Approvals live in [`crate::approvals`].
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -24,31 +25,25 @@ use wuhu_core::wire::{
     custom_types,
 };
 
+use crate::approvals::{self, ActorApprovals, ApprovalStore};
 use crate::auth::Identity;
 use crate::builtin_tools::ToolContext;
-use crate::environment_tools::{ApprovalGate, AttachmentChange, Decision, ToolOutput};
+use crate::environment_tools::{AttachmentChange, ToolOutput};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
 use crate::store::{SessionMeta, Store};
 use crate::{archive_io, builtin_tools, follow, inference, tenant_index};
 use futures::future::LocalBoxFuture;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use wuhu_core::approvals::Outcome;
 use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::environments::Attachment;
-use wuhu_core::wire::EntryPayload;
 
 /// How long a running session may go without progress before the alarm checks on it.
 const WATCHDOG: Duration = Duration::from_secs(30);
 /// Default system prompt.
 const DEFAULT_SYSTEM_PROMPT: &str = "You are Wuhu, a helpful agent. You start without an environment; use your tools when they help.";
-
-/// Body of `POST /v1/sessions/:id/approvals/:approvalId`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApprovalRequest {
-    decision: String,
-}
 
 /// Body of the internal `POST /init`.
 #[derive(Deserialize)]
@@ -99,58 +94,11 @@ pub(crate) struct Actor {
     /// Runner connection epoch on which each environment's snapshot was validated. Empty after a
     /// restart, so the first call after a resume validates (seed 004).
     validated: RefCell<HashMap<String, u64>>,
-    /// Approvals waiting for a person, by approval id.
-    approvals: RefCell<HashMap<String, PendingApproval>>,
-    /// Approval ids already answered.
-    decided: RefCell<HashSet<String>>,
-}
-
-struct PendingApproval {
-    step: u64,
-    call_id: String,
-    answer: futures::channel::oneshot::Sender<Decision>,
-}
-
-/// The approval gate tools get: it shows the request and waits for `POST .../approvals/:id`.
-struct ActorApprovals {
-    actor: Rc<Actor>,
-    step: u64,
-}
-
-impl ApprovalGate for ActorApprovals {
-    fn request(
-        &self,
-        call_id: String,
-        mut data: serde_json::Value,
-    ) -> LocalBoxFuture<'static, Decision> {
-        let (answer, decision) = futures::channel::oneshot::channel();
-        let approval_id = uuid::Uuid::new_v4().to_string();
-        let session_id = self.actor.session_id();
-        data["approvalId"] = serde_json::Value::String(approval_id.clone());
-        data["text"] = serde_json::Value::String(format!(
-            "Approval needed: attach environment {} ({}) on runner {}? Answer with POST /v1/sessions/{session_id}/approvals/{approval_id} {{\"decision\":\"approve\"|\"deny\"}}.",
-            data["environment"],
-            data["kind"].as_str().unwrap_or("?"),
-            data["runner"]
-        ));
-        self.actor.approvals.borrow_mut().insert(
-            approval_id,
-            PendingApproval {
-                step: self.step,
-                call_id: call_id.clone(),
-                answer,
-            },
-        );
-        let entry = EntryPayload::Custom {
-            custom_type: custom_types::APPROVAL_REQUESTED.into(),
-            data,
-        };
-        self.actor
-            .with_session(|s| s.handle_tool_progress(now(), self.step, &call_id, vec![entry]));
-        self.actor.pump();
-        // A dropped request (stop, restart) counts as a denial.
-        Box::pin(async move { decision.await.unwrap_or(Decision::Deny) })
-    }
+    /// Approvals (SQLite tables of their own).
+    approval_store: Result<ApprovalStore, String>,
+    /// Wakes the tool call waiting for each pending approval, by approval id. Empty after a
+    /// restart until the resumed calls wait again; the stored approval is the truth.
+    approval_waiters: RefCell<HashMap<String, futures::channel::oneshot::Sender<Outcome>>>,
 }
 
 /// The newest entries in memory: at most [`HOT_TAIL_KEEP`] and [`TAIL_MAX_BYTES`] of JSON.
@@ -196,6 +144,7 @@ fn seed() -> u64 {
 impl DurableObject for SessionActor {
     fn new(state: State, env: Env) -> Self {
         let store = Store::open(state.storage().sql()).map_err(|e| e.to_string());
+        let approval_store = ApprovalStore::open(state.storage().sql()).map_err(|e| e.to_string());
         let actor = Actor {
             state,
             env,
@@ -211,8 +160,8 @@ impl DurableObject for SessionActor {
             unarchived: Cell::new(None),
             attachments: RefCell::new(Vec::new()),
             validated: RefCell::new(HashMap::new()),
-            approvals: RefCell::new(HashMap::new()),
-            decided: RefCell::new(HashSet::new()),
+            approval_store,
+            approval_waiters: RefCell::new(HashMap::new()),
         };
         SessionActor {
             actor: Rc::new(actor),
@@ -231,12 +180,16 @@ impl DurableObject for SessionActor {
         actor.alarm_armed_for.set(None);
         // Loading a session whose checkpoint shows work in flight resumes it.
         if let Ok(true) = actor.ensure_loaded() {
+            approvals::expire_due(&actor);
             if actor.in_flight.get() == 0 {
                 if let Some(()) = actor.with_session(|s| s.handle_timeout(now())) {
                     actor.pump();
                 }
             } else if actor.status() == Some(Status::Running) {
                 actor.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
+            }
+            if let Ok(Some(at)) = actor.approval_store().and_then(|s| Ok(s.next_expiry()?)) {
+                actor.arm_alarm_by(at);
             }
         }
         Response::ok("ok")
@@ -337,44 +290,11 @@ impl Actor {
             (worker::Method::Post, "/approval") => {
                 let approval_id = query(&pairs, "id").unwrap_or_default();
                 let body = read_body(&mut req).await?;
-                let request: ApprovalRequest = parse_json(&body)?;
-                let decision = match request.decision.as_str() {
-                    "approve" => Decision::Approve,
-                    "deny" => Decision::Deny,
-                    other => {
-                        return Err(ApiError::bad_request(format!(
-                            "decision must be approve or deny, not {other:?}"
-                        )));
-                    }
-                };
-                let Some(pending) = self.approvals.borrow_mut().remove(&approval_id) else {
-                    if self.decided.borrow().contains(&approval_id) {
-                        return Err(ApiError::new(
-                            409,
-                            "already_decided",
-                            "this approval was already answered",
-                        ));
-                    }
-                    return Err(ApiError::not_found("no pending approval with this id"));
-                };
-                self.decided.borrow_mut().insert(approval_id.clone());
-                let entry = EntryPayload::Custom {
-                    custom_type: custom_types::APPROVAL_DECIDED.into(),
-                    data: serde_json::json!({"approvalId": approval_id, "decision": request.decision, "by": author}),
-                };
-                self.with_session(|s| {
-                    s.handle_tool_progress(now(), pending.step, &pending.call_id, vec![entry])
-                });
-                self.pump();
-                let _ = pending.answer.send(decision);
-                Ok(json_response(
-                    200,
-                    &serde_json::json!({"approvalId": approval_id, "decision": request.decision}),
-                ))
+                approvals::answer_route(&self, &identity, &approval_id, &body)
             }
             (worker::Method::Post, "/stop") => {
-                // Pending approvals end as denials; their calls get a "stopped" result anyway.
-                self.approvals.borrow_mut().clear();
+                // Waiting approvals end as withdrawn; their calls get a "stopped" result.
+                approvals::withdraw_pending(&self);
                 let stopped = self
                     .with_session(|s| s.handle_stop(now(), &author))
                     .unwrap_or(0);
@@ -680,6 +600,11 @@ impl Actor {
     }
 
     fn arm_alarm(self: &Rc<Self>, at: Millis) {
+        // One alarm serves the loop and approval expiry: never later than the next expiry.
+        let at = match self.approval_store().map(|s| s.next_expiry()) {
+            Ok(Ok(Some(expiry))) if expiry < at => expiry,
+            _ => at,
+        };
         if self.alarm_armed_for.get() == Some(at.0) {
             return;
         }
@@ -692,6 +617,36 @@ impl Actor {
                 worker::console_error!("setting the alarm failed: {e}");
             }
         });
+    }
+
+    /// Arms the alarm for `at` unless it is armed for earlier already.
+    pub(crate) fn arm_alarm_by(self: &Rc<Self>, at: Millis) {
+        if self.alarm_armed_for.get().is_none_or(|armed| armed > at.0) {
+            self.arm_alarm(at);
+        }
+    }
+
+    pub(crate) fn approval_store(&self) -> ApiResult<&ApprovalStore> {
+        self.approval_store
+            .as_ref()
+            .map_err(|e| ApiError::internal(format!("approval storage unavailable: {e}")))
+    }
+
+    /// A future that ends when approval `id` ends (see [`Actor::wake_approval`]). A dropped
+    /// waiter (the actor went away) counts as withdrawn: the call is rerun after a restart.
+    pub(crate) fn wait_for_approval(&self, id: &str) -> LocalBoxFuture<'static, Outcome> {
+        let (wake, ended) = futures::channel::oneshot::channel();
+        self.approval_waiters
+            .borrow_mut()
+            .insert(id.to_string(), wake);
+        Box::pin(async move { ended.await.unwrap_or(Outcome::Withdrawn) })
+    }
+
+    /// Wakes the call waiting for approval `id`, if any.
+    pub(crate) fn wake_approval(&self, id: &str, outcome: Outcome) {
+        if let Some(wake) = self.approval_waiters.borrow_mut().remove(id) {
+            let _ = wake.send(outcome);
+        }
     }
 
     /// Sends the latest session info to the tenant index; one send at a time, coalesced.
@@ -747,6 +702,9 @@ impl Actor {
             session_id: self.session_id(),
             owner: self
                 .with_loaded(|l| l.meta.created_by.clone())
+                .unwrap_or_default(),
+            turn_authors: self
+                .with_loaded(|l| l.session.turn_authors().to_vec())
                 .unwrap_or_default(),
             attachments: self.attachments.borrow().clone(),
             validated: self.validated.borrow().clone(),

@@ -23,6 +23,15 @@ pub struct Checkpoint {
     pub step: u64,
     /// Ids of recently delivered items.
     pub delivered: VecDeque<String>,
+    /// Distinct authors of the user messages delivered since the current turn started, first
+    /// one first (at most [`super::MAX_TURN_AUTHORS`]). Tools act on their behalf.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turn_authors: Vec<String>,
+    /// Running tool calls that wait for a person's approval. They have not started their
+    /// work, so after a restart they run again (and wait for the same approval) instead of
+    /// losing their result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting_approval: Vec<String>,
 }
 
 impl Default for Checkpoint {
@@ -34,6 +43,8 @@ impl Default for Checkpoint {
             next_cursor: 1,
             step: 0,
             delivered: VecDeque::new(),
+            turn_authors: Vec::new(),
+            awaiting_approval: Vec::new(),
         }
     }
 }

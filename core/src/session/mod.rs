@@ -53,6 +53,10 @@ pub const MAX_LLM_ATTEMPTS: u32 = 3;
 pub const MAX_QUEUE_ITEMS: usize = 1000;
 /// How many delivered item ids are remembered, to tell "already delivered" from "unknown".
 const REMEMBERED_DELIVERED: usize = 256;
+/// How many distinct turn authors are recorded. Later authors of a turn that already has this
+/// many are not added: two distinct authors already include someone other than any one runner
+/// owner, so the approval rule (`crate::approvals`) decides the same.
+pub const MAX_TURN_AUTHORS: usize = 32;
 
 /// Something the host must do.
 #[derive(Clone, Debug, PartialEq)]
@@ -158,6 +162,19 @@ impl Session {
         &self.state.queue
     }
 
+    /// Who the current turn acts for: the distinct authors of the user messages delivered
+    /// since the turn started (the follow-ups that started it, then any steer), first one
+    /// first. Empty before the first user message. A turn starts when the loop delivers
+    /// input while it would otherwise stop; tool results and steer continue it.
+    pub fn turn_authors(&self) -> &[String] {
+        &self.state.turn_authors
+    }
+
+    /// The author of the user message that started the current turn.
+    pub fn turn_author(&self) -> Option<&str> {
+        self.state.turn_authors.first().map(String::as_str)
+    }
+
     /// The next effect to perform.
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<Effect> {
@@ -234,6 +251,7 @@ impl Session {
                 remaining,
             } => {
                 self.effects.push_back(Effect::CancelTools { step });
+                self.state.awaiting_approval.clear();
                 for call in running.iter().chain(remaining.iter().flatten()) {
                     stopped_calls += 1;
                     self.append_tool_result(
@@ -346,6 +364,7 @@ impl Session {
         };
         let call = running.remove(pos);
         let batch_done = running.is_empty();
+        self.state.awaiting_approval.retain(|id| id != call_id);
         self.append_tool_result(now, &call, content, is_error);
         if batch_done {
             self.next_batch(now);
@@ -356,6 +375,25 @@ impl Session {
     pub fn is_tool_running(&self, step: u64, call_id: &str) -> bool {
         matches!(&self.state.phase, Phase::Tools { step: current, running, .. }
             if *current == step && running.iter().any(|call| call.id == call_id))
+    }
+
+    /// Marks a running call as waiting for a person's approval (`awaiting`), or as past it.
+    /// A waiting call has not started its work, so [`Session::handle_resume`] runs it again
+    /// instead of giving it a "result lost" error. Ignored when the call is not running.
+    pub fn handle_tool_awaiting_approval(&mut self, step: u64, call_id: &str, awaiting: bool) {
+        if !self.is_tool_running(step, call_id) {
+            return;
+        }
+        let marks = &mut self.state.awaiting_approval;
+        marks.retain(|id| id != call_id);
+        if awaiting {
+            marks.push(call_id.to_string());
+        }
+    }
+
+    /// Whether the running call `call_id` waits for a person's approval.
+    pub fn is_tool_awaiting_approval(&self, call_id: &str) -> bool {
+        self.state.awaiting_approval.iter().any(|id| id == call_id)
     }
 
     /// Appends entries a running tool produced before its result (an environment attached, an
@@ -386,7 +424,8 @@ impl Session {
 
     /// Re-issues the work that was in flight when the checkpoint was taken (after a restart).
     /// A half-streamed assistant message was never persisted, so inference simply runs again.
-    /// Interrupted tool calls run again when idempotent, otherwise get a "result lost" error.
+    /// Interrupted tool calls run again when idempotent or still waiting for an approval,
+    /// otherwise get a "result lost" error.
     pub fn handle_resume(&mut self, now: Millis) {
         match &mut self.state.phase {
             Phase::Idle => {
@@ -401,10 +440,12 @@ impl Session {
             Phase::RetryWait { .. } => self.handle_timeout(now),
             Phase::Tools { step, running, .. } => {
                 let step = *step;
-                let (rerun, lost): (Vec<ToolCall>, Vec<ToolCall>) = running
-                    .iter()
-                    .cloned()
-                    .partition(|call| tools::traits(&call.name).is_some_and(|t| t.idempotent));
+                let awaiting = &self.state.awaiting_approval;
+                let (rerun, lost): (Vec<ToolCall>, Vec<ToolCall>) =
+                    running.iter().cloned().partition(|call| {
+                        tools::traits(&call.name).is_some_and(|t| t.idempotent)
+                            || awaiting.contains(&call.id)
+                    });
                 running.retain(|call| rerun.iter().any(|r| r.id == call.id));
                 for call in &lost {
                     self.append_tool_result(
@@ -430,6 +471,10 @@ impl Session {
         debug_assert_eq!(self.state.phase, Phase::Idle);
         if self.state.status == Status::Stopped {
             return;
+        }
+        if !after_tools {
+            // The agent would stop here: whatever is delivered now starts a new turn.
+            self.state.turn_authors.clear();
         }
         let mut delivered = self.deliver(now, |lane| matches!(lane, Lane::Steer | Lane::System));
         if !after_tools && delivered == 0 {
@@ -512,12 +557,18 @@ impl Session {
                     content: item.content,
                     details: None,
                 },
-                lane => Message::User {
-                    author: item.author,
-                    content: item.content,
-                    queue_item_id: Some(item.id.clone()),
-                    lane: Some(lane),
-                },
+                lane => {
+                    let authors = &mut self.state.turn_authors;
+                    if !authors.contains(&item.author) && authors.len() < MAX_TURN_AUTHORS {
+                        authors.push(item.author.clone());
+                    }
+                    Message::User {
+                        author: item.author,
+                        content: item.content,
+                        queue_item_id: Some(item.id.clone()),
+                        lane: Some(lane),
+                    }
+                }
             };
             self.append(now, EntryPayload::Message { message });
             self.state.delivered.push_back(item.id);

@@ -1,0 +1,962 @@
+//! Approvals: when a tool call waits for a person, who may answer, and how the wait ends.
+//!
+//! * **Who must approve** ([`required_approver`]): a call that runs on (or attaches) an
+//!   environment served by a **local runner** whose owner is not among the current turn's
+//!   authors waits for that runner owner ([`Approver::RunnerOwner`]), whatever the
+//!   definition's `approval` says, unless the owner answered `approve_session` earlier in this
+//!   session. Otherwise a definition with `"approval":"ask"` waits for the session's owner
+//!   ([`Approver::SessionOwner`]) before attaching. Everything else runs at once.
+//! * **Who may answer** ([`answer`]): the approver or an admin of the tenant; anyone else is
+//!   [`AnswerError::Forbidden`]. `approve_session` is only an answer to a runner owner's
+//!   approval: it approves, and the session remembers the owner ([`remembered_owner`]), which
+//!   also approves the owner's other pending approvals in the session ([`covered_by`]).
+//! * **How the wait ends**: an answer, or expiry after the configured timeout
+//!   ([`timeout_secs`], var `WUHU_APPROVAL_TIMEOUT_SECONDS`, default one hour), or withdrawal
+//!   (the session stopped, the call no longer runs). Each ending that is not an approval is a
+//!   tool error the agent sees ([`outcome_error`]). A session holds at most
+//!   [`MAX_PENDING_PER_SESSION`] pending approvals ([`admit`]).
+//!
+//! Pure: the host supplies `now`, stores approvals and routes answers.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::authority::Approver;
+use crate::authority::{Principal, may_answer_approval, runner_owner_must_approve};
+use crate::session::Millis;
+use crate::wire::ApprovalPolicy;
+use crate::wire::runner::RunnerKind;
+
+/// Default time an approval waits for its answer, in seconds: one hour.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 3600;
+/// Longest configurable wait, in seconds: seven days.
+pub const MAX_TIMEOUT_SECS: u64 = 7 * 86_400;
+/// Most approvals one session has pending at once. A call that would ask for one more fails
+/// at once with a tool error: one prompt cannot pile up unbounded requests on someone.
+pub const MAX_PENDING_PER_SESSION: usize = 16;
+/// How many answered (or expired, or withdrawn) approvals a session remembers, so answering
+/// one of them again is `409` rather than `404`.
+pub const REMEMBERED_ENDED: usize = 256;
+
+/// The wait configured by `WUHU_APPROVAL_TIMEOUT_SECONDS` (unset: [`DEFAULT_TIMEOUT_SECS`]).
+///
+/// # Errors
+/// A message naming the variable when it is not a whole number of seconds in
+/// `1..=`[`MAX_TIMEOUT_SECS`].
+pub fn timeout_secs(var: Option<&str>) -> Result<u64, String> {
+    let Some(text) = var.map(str::trim) else {
+        return Ok(DEFAULT_TIMEOUT_SECS);
+    };
+    match text.parse::<u64>() {
+        Ok(secs) if (1..=MAX_TIMEOUT_SECS).contains(&secs) => Ok(secs),
+        _ => Err(format!(
+            "WUHU_APPROVAL_TIMEOUT_SECONDS must be a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}, not {text:?}"
+        )),
+    }
+}
+
+/// When an approval created at `created` expires.
+pub fn expires_at(created: Millis, timeout_secs: u64) -> Millis {
+    Millis(created.0.saturating_add(timeout_secs.saturating_mul(1000)))
+}
+
+/// Where a tool call would run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The runner's name.
+    pub runner: &'a str,
+    /// The runner's owner (its token's `sub`).
+    pub runner_owner: &'a str,
+    /// The runner's kind (from its token).
+    pub runner_kind: RunnerKind,
+    /// The definition's policy when attaching one; `Auto` for everything else.
+    pub policy: ApprovalPolicy,
+}
+
+/// What the session knows when a call wants to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Facts<'a> {
+    /// The current turn's authors (`Session::turn_authors`).
+    pub turn_authors: &'a [String],
+    /// The session's owner.
+    pub session_owner: &'a str,
+    /// Runner owners who answered `approve_session` in this session.
+    pub approved_runner_owners: &'a [String],
+}
+
+/// Who must approve a call to `target`, or `None` when it runs at once.
+///
+/// A turn with no author (input that came from no person) counts as someone other than the
+/// runner owner: nobody's prompt may reach a person's machine unasked.
+pub fn required_approver(target: &Target<'_>, facts: &Facts<'_>) -> Option<Approver> {
+    let owner = target.runner_owner;
+    let approved = facts.approved_runner_owners.iter().any(|o| o == owner);
+    let someone_else = facts.turn_authors.is_empty()
+        || facts
+            .turn_authors
+            .iter()
+            .any(|author| runner_owner_must_approve(target.runner_kind, owner, author, approved));
+    if target.runner_kind == RunnerKind::Local && !approved && someone_else {
+        return Some(Approver::RunnerOwner(owner.to_string()));
+    }
+    (target.policy == ApprovalPolicy::Ask)
+        .then(|| Approver::SessionOwner(facts.session_owner.to_string()))
+}
+
+/// What the call would do, for texts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action<'a> {
+    /// Attach an environment.
+    Attach {
+        /// Its name in the session.
+        environment: &'a str,
+    },
+    /// Run a tool in an attached environment.
+    Run {
+        /// The tool.
+        tool: &'a str,
+        /// The environment's name.
+        environment: &'a str,
+    },
+    /// Detach an environment.
+    Detach {
+        /// Its name.
+        environment: &'a str,
+    },
+}
+
+impl Action<'_> {
+    /// `attach environment "api"`, `run bash on environment "api"`, `detach environment "api"`.
+    pub fn describe(&self) -> String {
+        match self {
+            Action::Attach { environment } => format!("attach environment {environment:?}"),
+            Action::Run { tool, environment } => {
+                format!("run {tool} on environment {environment:?}")
+            }
+            Action::Detach { environment } => format!("detach environment {environment:?}"),
+        }
+    }
+}
+
+/// A person's answer (`POST /v1/sessions/:id/approvals/:approvalId {"decision":…}`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// Run this call.
+    Approve,
+    /// Run this call and stop asking this runner owner in this session.
+    ApproveSession,
+    /// Do not run it.
+    Deny,
+}
+
+impl Answer {
+    /// Parses the wire name.
+    pub fn parse(text: &str) -> Option<Answer> {
+        match text {
+            "approve" => Some(Answer::Approve),
+            "approve_session" => Some(Answer::ApproveSession),
+            "deny" => Some(Answer::Deny),
+            _ => None,
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Approve => "approve",
+            Answer::ApproveSession => "approve_session",
+            Answer::Deny => "deny",
+        }
+    }
+}
+
+/// Where an approval is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Waiting for an answer.
+    Pending,
+    /// Approved (`approve` or `approve_session`).
+    Approved,
+    /// Denied.
+    Denied,
+    /// Nobody answered in time.
+    Expired,
+    /// The call stopped waiting (the session was stopped, or the call no longer runs).
+    Withdrawn,
+}
+
+impl State {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Approved => "approved",
+            State::Denied => "denied",
+            State::Expired => "expired",
+            State::Withdrawn => "withdrawn",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(text: &str) -> Option<State> {
+        match text {
+            "pending" => Some(State::Pending),
+            "approved" => Some(State::Approved),
+            "denied" => Some(State::Denied),
+            "expired" => Some(State::Expired),
+            "withdrawn" => Some(State::Withdrawn),
+            _ => None,
+        }
+    }
+}
+
+/// Why an answer was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// The person is neither the approver nor an admin (`403 forbidden`).
+    #[error("only {0} (or an admin) may answer this approval")]
+    Forbidden(String),
+    /// `approve_session` on an approval that is not a runner owner's (`400`).
+    #[error("approve_session answers only a runner owner's approval; use approve or deny")]
+    SessionApprovalNotOffered,
+    /// Answered before (`409 already_decided`).
+    #[error("this approval was already answered")]
+    AlreadyDecided,
+    /// Expired (`409 expired`).
+    #[error("this approval expired without an answer")]
+    Expired,
+    /// The call stopped waiting (`409 withdrawn`).
+    #[error("this approval was withdrawn: the call no longer waits for it")]
+    Withdrawn,
+}
+
+impl AnswerError {
+    /// The HTTP status and error code of the refusal.
+    pub fn status_and_code(&self) -> (u16, &'static str) {
+        match self {
+            AnswerError::Forbidden(_) => (403, "forbidden"),
+            AnswerError::SessionApprovalNotOffered => (400, "bad_request"),
+            AnswerError::AlreadyDecided => (409, "already_decided"),
+            AnswerError::Expired => (409, "expired"),
+            AnswerError::Withdrawn => (409, "withdrawn"),
+        }
+    }
+}
+
+/// The state after `who` answers an approval for `approver` that is in `state` and expires at
+/// `expires_at`. Authority comes first: someone who may not answer learns nothing about the
+/// approval's state. An approval past its expiry is expired even if the alarm has not run yet.
+///
+/// # Errors
+/// An [`AnswerError`] for the first rule broken.
+pub fn answer(
+    who: &Principal,
+    approver: &Approver,
+    state: State,
+    expires_at: Millis,
+    now: Millis,
+    answer: Answer,
+) -> Result<State, AnswerError> {
+    if !may_answer_approval(who, approver) {
+        let (Approver::RunnerOwner(sub) | Approver::SessionOwner(sub)) = approver;
+        return Err(AnswerError::Forbidden(sub.clone()));
+    }
+    match state {
+        State::Approved | State::Denied => return Err(AnswerError::AlreadyDecided),
+        State::Expired => return Err(AnswerError::Expired),
+        State::Withdrawn => return Err(AnswerError::Withdrawn),
+        State::Pending if now >= expires_at => return Err(AnswerError::Expired),
+        State::Pending => {}
+    }
+    match (answer, approver) {
+        (Answer::ApproveSession, Approver::SessionOwner(_)) => {
+            Err(AnswerError::SessionApprovalNotOffered)
+        }
+        (Answer::Approve | Answer::ApproveSession, _) => Ok(State::Approved),
+        (Answer::Deny, _) => Ok(State::Denied),
+    }
+}
+
+/// The runner owner the session stops asking after `answer` to `approver` was accepted.
+pub fn remembered_owner(approver: &Approver, answer: Answer) -> Option<&str> {
+    match (answer, approver) {
+        (Answer::ApproveSession, Approver::RunnerOwner(owner)) => Some(owner),
+        _ => None,
+    }
+}
+
+/// Whether a pending approval for `approver` is approved by `remembered` (a runner owner who
+/// just answered `approve_session`).
+pub fn covered_by(approver: &Approver, remembered: &str) -> bool {
+    matches!(approver, Approver::RunnerOwner(owner) if owner == remembered)
+}
+
+/// Whether an approval in `state` expiring at `expires_at` must be expired at `now`.
+pub fn is_due(state: State, expires_at: Millis, now: Millis) -> bool {
+    state == State::Pending && now >= expires_at
+}
+
+/// Whether one more approval may be requested when `pending` already wait.
+///
+/// # Errors
+/// The tool error the call gets when the session already holds [`MAX_PENDING_PER_SESSION`].
+pub fn admit(pending: usize, action: &Action<'_>) -> Result<(), String> {
+    if pending < MAX_PENDING_PER_SESSION {
+        Ok(())
+    } else {
+        Err(format!(
+            "Too many approvals are already waiting in this session ({MAX_PENDING_PER_SESSION}): the call to {} did not run. Wait for answers before asking for more.",
+            action.describe()
+        ))
+    }
+}
+
+/// How a call's wait for approval ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Approved: the call runs.
+    Approved,
+    /// Denied by `by`.
+    Denied {
+        /// Who denied it.
+        by: String,
+    },
+    /// Nobody answered within the timeout.
+    Expired {
+        /// The timeout, in seconds.
+        after_secs: u64,
+    },
+    /// The call stopped waiting (the session was stopped).
+    Withdrawn,
+    /// Not requested: too many approvals wait ([`admit`]); the message says so.
+    Refused(String),
+}
+
+impl Outcome {
+    /// The outcome an approval in `state` stands for (`None` while pending); `timeout_secs`
+    /// is the wait it was given.
+    pub fn of_state(state: State, decided_by: Option<&str>, timeout_secs: u64) -> Option<Outcome> {
+        match state {
+            State::Pending => None,
+            State::Approved => Some(Outcome::Approved),
+            State::Denied => Some(Outcome::Denied {
+                by: decided_by.unwrap_or("someone").to_string(),
+            }),
+            State::Expired => Some(Outcome::Expired {
+                after_secs: timeout_secs,
+            }),
+            State::Withdrawn => Some(Outcome::Withdrawn),
+        }
+    }
+}
+
+/// The tool error a call gets for an outcome other than approval.
+pub fn outcome_error(
+    outcome: &Outcome,
+    action: &Action<'_>,
+    approver: &Approver,
+) -> Option<String> {
+    let what = action.describe();
+    let (Approver::RunnerOwner(who) | Approver::SessionOwner(who)) = approver;
+    match outcome {
+        Outcome::Approved => None,
+        Outcome::Denied { by } => Some(format!(
+            "{by} denied the approval to {what}: the call did not run. Do not retry unless they ask."
+        )),
+        Outcome::Expired { after_secs } => Some(format!(
+            "The approval to {what} expired: {who} did not answer within {}, and the call did not run. Ask {who} before trying again.",
+            duration_text(*after_secs)
+        )),
+        Outcome::Withdrawn => Some(format!(
+            "The approval to {what} was withdrawn (the session was stopped): the call did not run."
+        )),
+        Outcome::Refused(message) => Some(message.clone()),
+    }
+}
+
+/// The `text` of a `wuhu_approval_request_v1` entry: what waits, for whom, and how to answer.
+pub fn request_text(
+    action: &Action<'_>,
+    target: &Target<'_>,
+    approver: &Approver,
+    turn_authors: &[String],
+    answer_path: &str,
+    timeout_secs: u64,
+) -> String {
+    let what = action.describe();
+    let runner = format!(
+        "runner {:?} ({}, owned by {})",
+        target.runner,
+        target.runner_kind.as_str(),
+        target.runner_owner
+    );
+    let asker = match turn_authors {
+        [] => "This session".to_string(),
+        [one] => format!("{one}'s message"),
+        many => format!("A turn with messages from {}", many.join(", ")),
+    };
+    let within = duration_text(timeout_secs);
+    match approver {
+        Approver::RunnerOwner(owner) => format!(
+            "Approval needed from {owner} (the runner's owner): {asker} asks to {what} on {runner}. \
+             Answer with POST {answer_path} {{\"decision\":\"approve\"|\"approve_session\"|\"deny\"}} within {within} \
+             (\"approve_session\" stops asking {owner} in this session)."
+        ),
+        Approver::SessionOwner(owner) => format!(
+            "Approval needed from {owner} (the session's owner): {asker} asks to {what} on {runner}. \
+             Answer with POST {answer_path} {{\"decision\":\"approve\"|\"deny\"}} within {within}."
+        ),
+    }
+}
+
+fn duration_text(secs: u64) -> String {
+    match secs {
+        s if s % 3600 == 0 => plural(s / 3600, "hour"),
+        s if s % 60 == 0 => plural(s / 60, "minute"),
+        s => plural(s, "second"),
+    }
+}
+
+fn plural(n: u64, unit: &str) -> String {
+    if n == 1 {
+        format!("1 {unit}")
+    } else {
+        format!("{n} {unit}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authority::Role;
+    use crate::session::Session;
+    use crate::wire::{Header, Lane};
+
+    fn user(sub: &str, role: Role) -> Principal {
+        Principal {
+            sub: sub.into(),
+            tenant: "acme".into(),
+            role,
+        }
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn who_must_approve() {
+        use ApprovalPolicy::{Ask, Auto};
+        use RunnerKind::{Cloud, Local};
+        let alice = || Some(Approver::RunnerOwner("alice".into()));
+        let session_owner = || Some(Approver::SessionOwner("carol".into()));
+        // (runner kind, runner owner, policy, turn authors, approved owners, expected)
+        type Case = (
+            RunnerKind,
+            &'static str,
+            ApprovalPolicy,
+            &'static [&'static str],
+            &'static [&'static str],
+            Option<Approver>,
+        );
+        let cases: Vec<Case> = vec![
+            // The owner's own prompt reaches their machine unasked.
+            (Local, "alice", Auto, &["alice"], &[], None),
+            // Someone else's prompt waits for the owner, whatever the policy says.
+            (Local, "alice", Auto, &["bob"], &[], alice()),
+            (Local, "alice", Ask, &["bob"], &[], alice()),
+            // A turn with several authors: one of them is not the owner.
+            (Local, "alice", Auto, &["alice", "bob"], &[], alice()),
+            (Local, "alice", Auto, &["bob", "alice"], &[], alice()),
+            // Input from nobody counts as someone else.
+            (Local, "alice", Auto, &[], &[], alice()),
+            // approve_session stops the asking, for that owner only.
+            (Local, "alice", Auto, &["bob"], &["alice"], None),
+            (Local, "alice", Auto, &["bob"], &["dave"], alice()),
+            // ... and then the definition's own policy applies.
+            (Local, "alice", Ask, &["bob"], &["alice"], session_owner()),
+            // The owner's own prompt still follows an `ask` definition.
+            (Local, "alice", Ask, &["alice"], &[], session_owner()),
+            // Cloud runners follow the definition only.
+            (Cloud, "ops", Auto, &["bob"], &[], None),
+            (Cloud, "ops", Ask, &["bob"], &[], session_owner()),
+            (Cloud, "ops", Ask, &[], &[], session_owner()),
+        ];
+        for (kind, owner, policy, authors, approved, want) in cases {
+            let target = Target {
+                runner: "mac",
+                runner_owner: owner,
+                runner_kind: kind,
+                policy,
+            };
+            let authors = strings(authors);
+            let approved = strings(approved);
+            let facts = Facts {
+                turn_authors: &authors,
+                session_owner: "carol",
+                approved_runner_owners: &approved,
+            };
+            assert_eq!(
+                required_approver(&target, &facts),
+                want,
+                "{kind:?} owned by {owner}, {policy:?}, authors {authors:?}, approved {approved:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn who_may_answer_and_how() {
+        use Answer::*;
+        use AnswerError as E;
+        let alice = user("alice", Role::Member);
+        let bob = user("bob", Role::Member);
+        let root = user("root", Role::Admin);
+        let mac = Approver::RunnerOwner("alice".into());
+        let ask = Approver::SessionOwner("bob".into());
+        let later = Millis(10_000);
+        let now = Millis(5_000);
+        let forbidden_alice = || Err(E::Forbidden("alice".into()));
+        // (who, approver, state, now, answer, expected)
+        type Case<'a> = (
+            &'a Principal,
+            &'a Approver,
+            State,
+            Millis,
+            Answer,
+            Result<State, AnswerError>,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            (
+                &alice,
+                &mac,
+                State::Pending,
+                now,
+                Approve,
+                Ok(State::Approved),
+            ),
+            (
+                &alice,
+                &mac,
+                State::Pending,
+                now,
+                ApproveSession,
+                Ok(State::Approved),
+            ),
+            (&alice, &mac, State::Pending, now, Deny, Ok(State::Denied)),
+            (
+                &root,
+                &mac,
+                State::Pending,
+                now,
+                Approve,
+                Ok(State::Approved),
+            ),
+            (
+                &root,
+                &mac,
+                State::Pending,
+                now,
+                ApproveSession,
+                Ok(State::Approved),
+            ),
+            // The prompter cannot approve their own way onto someone's machine.
+            (&bob, &mac, State::Pending, now, Approve, forbidden_alice()),
+            (&bob, &mac, State::Pending, now, Deny, forbidden_alice()),
+            // Forbidden comes before the state: no information leaks.
+            (&bob, &mac, State::Approved, now, Approve, forbidden_alice()),
+            (&bob, &mac, State::Expired, now, Approve, forbidden_alice()),
+            // A definition's `ask` goes to the session owner.
+            (
+                &bob,
+                &ask,
+                State::Pending,
+                now,
+                Approve,
+                Ok(State::Approved),
+            ),
+            (
+                &alice,
+                &ask,
+                State::Pending,
+                now,
+                Approve,
+                Err(E::Forbidden("bob".into())),
+            ),
+            (&root, &ask, State::Pending, now, Deny, Ok(State::Denied)),
+            (
+                &bob,
+                &ask,
+                State::Pending,
+                now,
+                ApproveSession,
+                Err(E::SessionApprovalNotOffered),
+            ),
+            // Endings are final.
+            (
+                &alice,
+                &mac,
+                State::Approved,
+                now,
+                Deny,
+                Err(E::AlreadyDecided),
+            ),
+            (
+                &alice,
+                &mac,
+                State::Denied,
+                now,
+                Approve,
+                Err(E::AlreadyDecided),
+            ),
+            (&alice, &mac, State::Expired, now, Approve, Err(E::Expired)),
+            (
+                &alice,
+                &mac,
+                State::Withdrawn,
+                now,
+                Approve,
+                Err(E::Withdrawn),
+            ),
+            // Past its expiry an approval is expired, even before the alarm ran.
+            (
+                &alice,
+                &mac,
+                State::Pending,
+                later,
+                Approve,
+                Err(E::Expired),
+            ),
+            (
+                &alice,
+                &mac,
+                State::Pending,
+                Millis(9_999),
+                Approve,
+                Ok(State::Approved),
+            ),
+        ];
+        for (who, approver, state, now, given, want) in cases {
+            assert_eq!(
+                answer(who, approver, state, Millis(10_000), now, given),
+                want,
+                "{} answers {given:?} to {approver:?} in {state:?} at {now:?}",
+                who.sub
+            );
+        }
+        assert_eq!(
+            E::Forbidden("a".into()).status_and_code(),
+            (403, "forbidden")
+        );
+        assert_eq!(
+            E::AlreadyDecided.status_and_code(),
+            (409, "already_decided")
+        );
+        assert_eq!(E::Expired.status_and_code(), (409, "expired"));
+    }
+
+    #[test]
+    fn approve_session_is_remembered_for_that_owner() {
+        let mac = Approver::RunnerOwner("alice".into());
+        let ask = Approver::SessionOwner("alice".into());
+        assert_eq!(
+            remembered_owner(&mac, Answer::ApproveSession),
+            Some("alice")
+        );
+        assert_eq!(remembered_owner(&mac, Answer::Approve), None);
+        assert_eq!(remembered_owner(&mac, Answer::Deny), None);
+        assert_eq!(remembered_owner(&ask, Answer::ApproveSession), None);
+        assert!(covered_by(&mac, "alice"));
+        assert!(!covered_by(&mac, "bob"));
+        assert!(!covered_by(&ask, "alice"));
+        // Once remembered, the same call no longer asks.
+        let target = Target {
+            runner: "mac",
+            runner_owner: "alice",
+            runner_kind: RunnerKind::Local,
+            policy: ApprovalPolicy::Auto,
+        };
+        let authors = strings(&["bob"]);
+        let before = Facts {
+            turn_authors: &authors,
+            session_owner: "alice",
+            approved_runner_owners: &[],
+        };
+        assert_eq!(required_approver(&target, &before), Some(mac.clone()));
+        let remembered = vec![
+            remembered_owner(&mac, Answer::ApproveSession)
+                .unwrap()
+                .to_string(),
+        ];
+        let after = Facts {
+            approved_runner_owners: &remembered,
+            ..before
+        };
+        assert_eq!(required_approver(&target, &after), None);
+    }
+
+    #[test]
+    fn expiry() {
+        assert_eq!(timeout_secs(None), Ok(DEFAULT_TIMEOUT_SECS));
+        assert_eq!(timeout_secs(Some("2")), Ok(2));
+        assert_eq!(timeout_secs(Some(" 60 ")), Ok(60));
+        assert_eq!(timeout_secs(Some("604800")), Ok(MAX_TIMEOUT_SECS));
+        for bad in ["0", "-1", "1.5", "", "soon", "604801"] {
+            let error = timeout_secs(Some(bad)).unwrap_err();
+            assert!(error.contains("WUHU_APPROVAL_TIMEOUT_SECONDS"), "{error}");
+        }
+        let created = Millis(1_000);
+        let at = expires_at(created, 3);
+        assert_eq!(at, Millis(4_000));
+        assert!(!is_due(State::Pending, at, Millis(3_999)));
+        assert!(is_due(State::Pending, at, Millis(4_000)));
+        for ended in [
+            State::Approved,
+            State::Denied,
+            State::Expired,
+            State::Withdrawn,
+        ] {
+            assert!(!is_due(ended, at, Millis(9_999)));
+        }
+        assert_eq!(
+            expires_at(Millis(u64::MAX - 1), MAX_TIMEOUT_SECS),
+            Millis(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn outcomes_and_bound() {
+        let action = Action::Run {
+            tool: "bash",
+            environment: "api",
+        };
+        let mac = Approver::RunnerOwner("alice".into());
+        assert_eq!(outcome_error(&Outcome::Approved, &action, &mac), None);
+        let denied = outcome_error(&Outcome::Denied { by: "alice".into() }, &action, &mac).unwrap();
+        assert!(
+            denied.contains("alice denied") && denied.contains("run bash on environment \"api\""),
+            "{denied}"
+        );
+        let expired = outcome_error(&Outcome::Expired { after_secs: 3600 }, &action, &mac).unwrap();
+        assert!(
+            expired.contains("expired") && expired.contains("alice") && expired.contains("1 hour"),
+            "{expired}"
+        );
+        let withdrawn = outcome_error(&Outcome::Withdrawn, &action, &mac).unwrap();
+        assert!(withdrawn.contains("withdrawn"), "{withdrawn}");
+        assert_eq!(admit(0, &action), Ok(()));
+        assert_eq!(admit(MAX_PENDING_PER_SESSION - 1, &action), Ok(()));
+        let refused = admit(MAX_PENDING_PER_SESSION, &action).unwrap_err();
+        assert!(refused.contains("Too many approvals"), "{refused}");
+        assert_eq!(
+            Outcome::of_state(State::Denied, Some("root"), 5),
+            Some(Outcome::Denied { by: "root".into() })
+        );
+        assert_eq!(Outcome::of_state(State::Pending, None, 5), None);
+        assert_eq!(
+            Outcome::of_state(State::Expired, None, 5),
+            Some(Outcome::Expired { after_secs: 5 })
+        );
+        for state in [
+            State::Pending,
+            State::Approved,
+            State::Denied,
+            State::Expired,
+            State::Withdrawn,
+        ] {
+            assert_eq!(State::parse(state.as_str()), Some(state));
+        }
+        for answer in [Answer::Approve, Answer::ApproveSession, Answer::Deny] {
+            assert_eq!(Answer::parse(answer.as_str()), Some(answer));
+        }
+        assert_eq!(Answer::parse("yes"), None);
+    }
+
+    #[test]
+    fn request_text_names_the_runner_owner_and_the_answers() {
+        let target = Target {
+            runner: "mac",
+            runner_owner: "alice",
+            runner_kind: RunnerKind::Local,
+            policy: ApprovalPolicy::Auto,
+        };
+        let action = Action::Run {
+            tool: "bash",
+            environment: "api",
+        };
+        let text = request_text(
+            &action,
+            &target,
+            &Approver::RunnerOwner("alice".into()),
+            &strings(&["bob"]),
+            "/v1/sessions/s/approvals/a",
+            120,
+        );
+        for needle in [
+            "from alice (the runner's owner)",
+            "bob's message asks to run bash on environment \"api\"",
+            "runner \"mac\" (local, owned by alice)",
+            "POST /v1/sessions/s/approvals/a",
+            "approve_session",
+            "2 minutes",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        let text = request_text(
+            &Action::Attach { environment: "web" },
+            &Target {
+                runner_kind: RunnerKind::Cloud,
+                runner_owner: "ops",
+                ..target
+            },
+            &Approver::SessionOwner("carol".into()),
+            &strings(&["bob", "dave"]),
+            "/p",
+            7,
+        );
+        assert!(text.contains("from carol (the session's owner)"), "{text}");
+        assert!(text.contains("messages from bob, dave"), "{text}");
+        assert!(
+            text.contains("owned by ops") && text.contains("7 seconds"),
+            "{text}"
+        );
+        assert!(!text.contains("approve_session"), "{text}");
+    }
+
+    fn session() -> Session {
+        let header = Header {
+            system_prompt: "s".into(),
+            provider: "fake".into(),
+            model: "m".into(),
+        };
+        let mut session = Session::create(Millis(1), 1, header, vec![]);
+        while session.poll_effect().is_some() {}
+        session
+    }
+
+    fn call(id: &str, name: &str) -> crate::wire::ContentBlock {
+        crate::wire::ContentBlock::ToolCall(crate::wire::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: serde_json::json!({}),
+        })
+    }
+
+    fn tool_message(calls: Vec<crate::wire::ContentBlock>) -> crate::wire::AssistantMessage {
+        crate::wire::AssistantMessage {
+            content: calls,
+            stop_reason: crate::wire::StopReason::ToolUse,
+            ..Default::default()
+        }
+    }
+
+    fn text_message(text: &str) -> crate::wire::AssistantMessage {
+        crate::wire::AssistantMessage {
+            content: vec![crate::wire::ContentBlock::Text { text: text.into() }],
+            ..Default::default()
+        }
+    }
+
+    fn enqueue(session: &mut Session, id: &str, lane: Lane, author: &str) {
+        session
+            .handle_enqueue(Millis(2), id.into(), lane, author.into(), id.into())
+            .unwrap();
+    }
+
+    #[test]
+    fn turn_authors_follow_the_turn() {
+        let mut s = session();
+        assert_eq!(s.turn_authors(), [] as [String; 0]);
+        // alice starts a turn; bob's follow-up waits for the next one.
+        enqueue(&mut s, "a", Lane::FollowUp, "alice");
+        assert_eq!(s.turn_authors(), ["alice"]);
+        assert_eq!(s.turn_author(), Some("alice"));
+        enqueue(&mut s, "b", Lane::FollowUp, "bob");
+        assert_eq!(s.turn_authors(), ["alice"]);
+        s.handle_inference_done(Millis(3), 1, Ok(tool_message(vec![call("c1", "bash")])));
+        // carol's steer joins the running turn at the next step boundary.
+        enqueue(&mut s, "c", Lane::Steer, "carol");
+        s.handle_tool_done(Millis(4), 1, "c1", "ok".into(), false);
+        assert_eq!(s.turn_authors(), ["alice", "carol"]);
+        // The agent stops; bob's follow-up starts a new turn of its own.
+        s.handle_inference_done(Millis(5), 2, Ok(text_message("done")));
+        assert_eq!(s.turn_authors(), ["bob"]);
+        assert_eq!(s.turn_author(), Some("bob"));
+        // Survives a checkpoint round trip.
+        let json = serde_json::to_string(s.checkpoint()).unwrap();
+        let restored = Session::restore(serde_json::from_str(&json).unwrap(), 2);
+        assert_eq!(restored.turn_authors(), s.turn_authors());
+        // A checkpoint from before this field loads with no authors.
+        let mut old: serde_json::Value = serde_json::to_value(s.checkpoint()).unwrap();
+        old.as_object_mut().unwrap().remove("turnAuthors");
+        let old: crate::session::Checkpoint = serde_json::from_value(old).unwrap();
+        assert!(old.turn_authors.is_empty());
+    }
+
+    #[test]
+    fn followups_delivered_together_all_count_and_the_list_is_bounded() {
+        let mut s = session();
+        enqueue(&mut s, "a", Lane::FollowUp, "alice");
+        enqueue(&mut s, "b", Lane::FollowUp, "bob");
+        enqueue(&mut s, "c", Lane::FollowUp, "alice");
+        enqueue(&mut s, "d", Lane::FollowUp, "carol");
+        s.handle_inference_done(Millis(3), 1, Ok(text_message("done")));
+        assert_eq!(s.turn_authors(), ["bob", "alice", "carol"]);
+        s.handle_inference_done(Millis(4), 2, Ok(text_message("done")));
+        for i in 0..crate::session::MAX_TURN_AUTHORS + 5 {
+            enqueue(&mut s, &format!("x{i}"), Lane::FollowUp, &format!("u{i}"));
+        }
+        // u0 started a turn alone; the rest arrive together in the next one.
+        assert_eq!(s.turn_authors(), ["u0"]);
+        s.handle_inference_done(Millis(5), 3, Ok(text_message("done")));
+        assert_eq!(s.turn_authors().len(), crate::session::MAX_TURN_AUTHORS);
+        assert_eq!(s.turn_author(), Some("u1"));
+    }
+
+    #[test]
+    fn a_call_waiting_for_approval_runs_again_after_a_restart() {
+        let mut s = session();
+        enqueue(&mut s, "a", Lane::FollowUp, "bob");
+        s.handle_inference_done(Millis(3), 1, Ok(tool_message(vec![call("wait", "bash")])));
+        s.handle_tool_awaiting_approval(1, "wait", true);
+        assert!(s.is_tool_awaiting_approval("wait"));
+        // Marking a call that does not run changes nothing.
+        s.handle_tool_awaiting_approval(1, "nope", true);
+        s.handle_tool_awaiting_approval(7, "wait", true);
+        assert_eq!(s.checkpoint().awaiting_approval, ["wait"]);
+        let json = serde_json::to_string(s.checkpoint()).unwrap();
+        let mut restored = Session::restore(serde_json::from_str(&json).unwrap(), 2);
+        restored.handle_resume(Millis(10));
+        let effects: Vec<_> = std::iter::from_fn(|| restored.poll_effect()).collect();
+        assert!(
+            matches!(effects.as_slice(), [crate::session::Effect::RunTools { step: 1, calls }] if calls[0].id == "wait"),
+            "{effects:?}"
+        );
+        // Once past the approval, a restart loses the result of a call with side effects.
+        restored.handle_tool_awaiting_approval(1, "wait", false);
+        let json = serde_json::to_string(restored.checkpoint()).unwrap();
+        let mut again = Session::restore(serde_json::from_str(&json).unwrap(), 3);
+        again.handle_resume(Millis(11));
+        let effects: Vec<_> = std::iter::from_fn(|| again.poll_effect()).collect();
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, crate::session::Effect::AppendEntry(entry)
+                if serde_json::to_string(entry).unwrap().contains("result lost"))),
+            "{effects:?}"
+        );
+        // The mark goes with the call's result, and with stop.
+        let mut s = session();
+        enqueue(&mut s, "a", Lane::FollowUp, "bob");
+        s.handle_inference_done(Millis(3), 1, Ok(tool_message(vec![call("w", "bash")])));
+        s.handle_tool_awaiting_approval(1, "w", true);
+        s.handle_tool_done(Millis(4), 1, "w", "x".into(), true);
+        assert!(s.checkpoint().awaiting_approval.is_empty());
+        enqueue(&mut s, "b", Lane::FollowUp, "bob");
+        s.handle_inference_done(Millis(5), 2, Ok(text_message("ok")));
+        s.handle_inference_done(Millis(6), 3, Ok(tool_message(vec![call("v", "bash")])));
+        s.handle_tool_awaiting_approval(3, "v", true);
+        s.handle_stop(Millis(7), "alice");
+        assert!(s.checkpoint().awaiting_approval.is_empty());
+    }
+}

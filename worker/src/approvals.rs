@@ -1,0 +1,462 @@
+//! Approvals in the session actor: stored in SQLite (table `approvals`, and
+//! `approved_runner_owners` for `approve_session`), answered through the internal
+//! `POST /approval?id=`, expired by the alarm, withdrawn by stop.
+//!
+//! A tool call that must wait ([`wuhu_core::approvals::required_approver`]) asks the
+//! [`ActorApprovals`] gate: it stores the approval, appends the `wuhu_approval_request_v1`
+//! entry and marks the call as waiting in the checkpoint, all in one synchronous write, then
+//! waits on an in-memory channel. The row is the truth; the channel only wakes the task. After a
+//! restart the call runs again (the checkpoint says it had not started) and finds its approval
+//! by `(step, call id)`: pending → it waits again; answered meanwhile → it goes on.
+//!
+//! Who must approve, who may answer, expiry and the pending bound are rules in
+//! `wuhu_core::approvals`; this file stores and routes.
+
+use std::rc::Rc;
+
+use futures::future::LocalBoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use worker::{Env, Response, SqlStorage, SqlStorageValue};
+use wuhu_core::approvals::{
+    self, Action, Answer, AnswerError, Approver, Outcome, REMEMBERED_ENDED, State, Target,
+};
+use wuhu_core::session::Millis;
+use wuhu_core::wire::{EntryPayload, custom_types};
+
+use crate::auth::Identity;
+use crate::http::{ApiError, ApiResult, json_response, parse_json};
+use crate::session_actor::{Actor, now};
+
+type SqlResult<T> = worker::Result<T>;
+
+/// One stored approval.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredApproval {
+    pub(crate) id: String,
+    pub(crate) step: u64,
+    pub(crate) call_id: String,
+    pub(crate) approver: Approver,
+    pub(crate) expires_at: Millis,
+    pub(crate) timeout_secs: u64,
+    pub(crate) state: State,
+    pub(crate) decided_by: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Row {
+    id: String,
+    step: f64,
+    call_id: String,
+    approver: String,
+    expires_at: f64,
+    timeout_secs: f64,
+    state: String,
+    decided_by: Option<String>,
+}
+
+impl Row {
+    fn decode(self) -> Option<StoredApproval> {
+        Some(StoredApproval {
+            id: self.id,
+            step: self.step as u64,
+            call_id: self.call_id,
+            approver: serde_json::from_str(&self.approver).ok()?,
+            expires_at: Millis(self.expires_at as u64),
+            timeout_secs: self.timeout_secs as u64,
+            state: State::parse(&self.state)?,
+            decided_by: self.decided_by,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct OwnerRow {
+    runner_owner: String,
+}
+
+#[derive(Deserialize)]
+struct MinRow {
+    m: Option<f64>,
+}
+
+const COLUMNS: &str = "id, step, call_id, approver, expires_at, timeout_secs, state, decided_by";
+
+/// The approval tables of one session actor. Synchronous, like `Store`: writes between two
+/// awaits commit together with the entries and the checkpoint.
+pub(crate) struct ApprovalStore {
+    sql: SqlStorage,
+}
+
+impl ApprovalStore {
+    pub(crate) fn open(sql: SqlStorage) -> SqlResult<ApprovalStore> {
+        sql.exec(
+            "CREATE TABLE IF NOT EXISTS approvals (id TEXT PRIMARY KEY, step INTEGER NOT NULL, call_id TEXT NOT NULL, approver TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, timeout_secs INTEGER NOT NULL, state TEXT NOT NULL, decided_by TEXT)",
+            None,
+        )?;
+        sql.exec(
+            "CREATE INDEX IF NOT EXISTS approvals_by_call ON approvals (step, call_id)",
+            None,
+        )?;
+        sql.exec(
+            "CREATE TABLE IF NOT EXISTS approved_runner_owners (runner_owner TEXT PRIMARY KEY, by TEXT NOT NULL, at INTEGER NOT NULL)",
+            None,
+        )?;
+        Ok(ApprovalStore { sql })
+    }
+
+    fn select(&self, filter: &str, args: Vec<SqlStorageValue>) -> SqlResult<Vec<StoredApproval>> {
+        let query = format!("SELECT {COLUMNS} FROM approvals {filter}");
+        let rows: Vec<Row> = self.sql.exec(&query, args)?.to_array()?;
+        Ok(rows.into_iter().filter_map(Row::decode).collect())
+    }
+
+    pub(crate) fn by_id(&self, id: &str) -> SqlResult<Option<StoredApproval>> {
+        Ok(self.select("WHERE id = ?", vec![id.into()])?.pop())
+    }
+
+    fn by_call(&self, step: u64, call_id: &str) -> SqlResult<Option<StoredApproval>> {
+        Ok(self
+            .select(
+                "WHERE step = ? AND call_id = ? ORDER BY created_at DESC LIMIT 1",
+                vec![(step as i64).into(), call_id.into()],
+            )?
+            .pop())
+    }
+
+    fn pending(&self) -> SqlResult<Vec<StoredApproval>> {
+        self.select("WHERE state = 'pending' ORDER BY expires_at", Vec::new())
+    }
+
+    fn insert(&self, approval: &StoredApproval, created_at: Millis) -> SqlResult<()> {
+        let approver = serde_json::to_string(&approval.approver)
+            .map_err(|e| worker::Error::RustError(e.to_string()))?;
+        self.sql.exec(
+            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)"),
+            vec![
+                approval.id.as_str().into(),
+                (approval.step as i64).into(),
+                approval.call_id.as_str().into(),
+                approver.into(),
+                SqlStorageValue::try_from_i64(approval.expires_at.0 as i64)?,
+                (approval.timeout_secs as i64).into(),
+                approval.state.as_str().into(),
+                SqlStorageValue::try_from_i64(created_at.0 as i64)?,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Ends an approval and forgets the oldest ended ones beyond [`REMEMBERED_ENDED`].
+    fn end(&self, id: &str, state: State, by: Option<&str>) -> SqlResult<()> {
+        let by = by.map_or(SqlStorageValue::Null, SqlStorageValue::from);
+        self.sql.exec(
+            "UPDATE approvals SET state = ?, decided_by = ? WHERE id = ?",
+            vec![state.as_str().into(), by, id.into()],
+        )?;
+        self.sql.exec(
+            "DELETE FROM approvals WHERE state != 'pending' AND id NOT IN (SELECT id FROM approvals WHERE state != 'pending' ORDER BY created_at DESC LIMIT ?)",
+            vec![(REMEMBERED_ENDED as i64).into()],
+        )?;
+        Ok(())
+    }
+
+    /// When the next pending approval expires.
+    pub(crate) fn next_expiry(&self) -> SqlResult<Option<Millis>> {
+        let rows: Vec<MinRow> = self
+            .sql
+            .exec(
+                "SELECT MIN(expires_at) AS m FROM approvals WHERE state = 'pending'",
+                None,
+            )?
+            .to_array()?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| r.m)
+            .map(|m| Millis(m as u64)))
+    }
+
+    pub(crate) fn approved_runner_owners(&self) -> SqlResult<Vec<String>> {
+        let rows: Vec<OwnerRow> = self
+            .sql
+            .exec("SELECT runner_owner FROM approved_runner_owners", None)?
+            .to_array()?;
+        Ok(rows.into_iter().map(|r| r.runner_owner).collect())
+    }
+
+    fn remember_owner(&self, owner: &str, by: &str, at: Millis) -> SqlResult<()> {
+        self.sql.exec(
+            "INSERT OR REPLACE INTO approved_runner_owners (runner_owner, by, at) VALUES (?, ?, ?)",
+            vec![
+                owner.into(),
+                by.into(),
+                SqlStorageValue::try_from_i64(at.0 as i64)?,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// The wait `WUHU_APPROVAL_TIMEOUT_SECONDS` configures; a bad value is logged and the default
+/// used, so a typo never leaves calls waiting forever.
+fn timeout_secs(env: &Env) -> u64 {
+    let var = env
+        .var("WUHU_APPROVAL_TIMEOUT_SECONDS")
+        .ok()
+        .map(|v| v.to_string());
+    approvals::timeout_secs(var.as_deref()).unwrap_or_else(|message| {
+        worker::console_error!("{message}; using {}", approvals::DEFAULT_TIMEOUT_SECS);
+        approvals::DEFAULT_TIMEOUT_SECS
+    })
+}
+
+/// What a tool asks the gate for.
+pub(crate) struct Ask<'a> {
+    pub(crate) approver: Approver,
+    pub(crate) target: Target<'a>,
+    pub(crate) action: Action<'a>,
+    /// Fields of the request entry (environment, tool, runner, …); the gate adds the rest.
+    pub(crate) data: Value,
+}
+
+/// The approval gate a tool call gets: it stores the request and waits for its ending.
+pub(crate) struct ActorApprovals {
+    pub(crate) actor: Rc<Actor>,
+    pub(crate) step: u64,
+}
+
+impl ActorApprovals {
+    /// Runner owners who answered `approve_session` in this session.
+    pub(crate) fn approved_runner_owners(&self) -> Vec<String> {
+        self.actor
+            .approval_store()
+            .and_then(|s| Ok(s.approved_runner_owners()?))
+            .unwrap_or_default()
+    }
+
+    /// Shows the request and waits for its ending. All storage work happens before the
+    /// returned future is first polled.
+    pub(crate) fn request(&self, call_id: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome> {
+        let ready = |outcome: Outcome| -> LocalBoxFuture<'static, Outcome> {
+            Box::pin(futures::future::ready(outcome))
+        };
+        let actor = &self.actor;
+        let store = match actor.approval_store() {
+            Ok(store) => store,
+            Err(e) => {
+                return ready(Outcome::Refused(format!(
+                    "Approvals are unavailable: {}",
+                    e.message
+                )));
+            }
+        };
+        // A call that runs again after a restart waits for the approval it asked for before.
+        match store.by_call(self.step, call_id) {
+            Ok(Some(existing)) if existing.approver == ask.approver => {
+                return match Outcome::of_state(
+                    existing.state,
+                    existing.decided_by.as_deref(),
+                    existing.timeout_secs,
+                ) {
+                    Some(outcome) => ready(outcome),
+                    None => actor.wait_for_approval(&existing.id),
+                };
+            }
+            // Whoever must approve changed (the environment resolved elsewhere): ask anew.
+            Ok(Some(existing)) if existing.state == State::Pending => {
+                end(actor, &existing, State::Withdrawn, None, "withdrawn");
+            }
+            Ok(_) => {}
+            Err(e) => return ready(Outcome::Refused(format!("Approvals are unavailable: {e}"))),
+        }
+        let pending = store.pending().map(|p| p.len()).unwrap_or(usize::MAX);
+        if let Err(message) = approvals::admit(pending, &ask.action) {
+            return ready(Outcome::Refused(message));
+        }
+        let timeout = timeout_secs(&actor.env);
+        let created = now();
+        let approval = StoredApproval {
+            id: uuid::Uuid::new_v4().to_string(),
+            step: self.step,
+            call_id: call_id.to_string(),
+            approver: ask.approver.clone(),
+            expires_at: approvals::expires_at(created, timeout),
+            timeout_secs: timeout,
+            state: State::Pending,
+            decided_by: None,
+        };
+        let answer_path = format!(
+            "/v1/sessions/{}/approvals/{}",
+            actor.session_id(),
+            approval.id
+        );
+        let turn_authors = actor
+            .with_loaded(|l| l.session.turn_authors().to_vec())
+            .unwrap_or_default();
+        let mut data = ask.data;
+        data["approvalId"] = json!(approval.id);
+        data["toolCallId"] = json!(call_id);
+        data["runner"] = json!(ask.target.runner);
+        data["runnerOwner"] = json!(ask.target.runner_owner);
+        data["runnerKind"] = json!(ask.target.runner_kind.as_str());
+        data["approver"] = json!(ask.approver);
+        data["requestedBy"] = json!(turn_authors);
+        data["expiresAt"] = json!(approval.expires_at.unix_seconds());
+        data["text"] = json!(approvals::request_text(
+            &ask.action,
+            &ask.target,
+            &ask.approver,
+            &turn_authors,
+            &answer_path,
+            timeout,
+        ));
+        if let Err(e) = store.insert(&approval, created) {
+            return ready(Outcome::Refused(format!(
+                "Storing the approval failed: {e}"
+            )));
+        }
+        let entry = EntryPayload::Custom {
+            custom_type: custom_types::APPROVAL_REQUESTED.into(),
+            data,
+        };
+        actor.with_session(|s| {
+            s.handle_tool_progress(created, self.step, call_id, vec![entry]);
+            s.handle_tool_awaiting_approval(self.step, call_id, true);
+        });
+        actor.pump();
+        actor.arm_alarm_by(approval.expires_at);
+        actor.wait_for_approval(&approval.id)
+    }
+}
+
+/// Ends `approval` in `state`: stores it, shows the `wuhu_approval_decision_v1` entry, takes the
+/// call's waiting mark off and wakes the call. The caller pumps.
+fn end(
+    actor: &Rc<Actor>,
+    approval: &StoredApproval,
+    state: State,
+    by: Option<&str>,
+    decision: &str,
+) {
+    let Ok(store) = actor.approval_store() else {
+        return;
+    };
+    if let Err(e) = store.end(&approval.id, state, by) {
+        worker::console_error!("storing the end of approval {} failed: {e}", approval.id);
+    }
+    let entry = EntryPayload::Custom {
+        custom_type: custom_types::APPROVAL_DECIDED.into(),
+        data: json!({"approvalId": approval.id, "decision": decision, "by": by}),
+    };
+    actor.with_session(|s| {
+        s.handle_tool_progress(now(), approval.step, &approval.call_id, vec![entry]);
+        s.handle_tool_awaiting_approval(approval.step, &approval.call_id, false);
+    });
+    if let Some(outcome) = Outcome::of_state(state, by, approval.timeout_secs) {
+        actor.wake_approval(&approval.id, outcome);
+    }
+}
+
+/// Body of `POST /v1/sessions/:id/approvals/:approvalId`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    decision: String,
+}
+
+/// `POST /approval?id=`: `identity` answers the approval `id`.
+pub(crate) fn answer_route(
+    actor: &Rc<Actor>,
+    identity: &Identity,
+    id: &str,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let body: AnswerBody = parse_json(body)?;
+    let answer = Answer::parse(&body.decision).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "decision must be approve, approve_session or deny, not {:?}",
+            body.decision
+        ))
+    })?;
+    let store = actor.approval_store()?;
+    let approval = store
+        .by_id(id)?
+        .ok_or_else(|| ApiError::not_found("no approval with this id in this session"))?;
+    let t = now();
+    let refuse = |e: AnswerError| {
+        let (status, code) = e.status_and_code();
+        ApiError::new(status, code, e.to_string())
+    };
+    let state = match approvals::answer(
+        &identity.principal(),
+        &approval.approver,
+        approval.state,
+        approval.expires_at,
+        t,
+        answer,
+    ) {
+        Ok(state) => state,
+        Err(AnswerError::Expired) if approval.state == State::Pending => {
+            // Answered after the deadline, before the alarm: expire it now.
+            end(actor, &approval, State::Expired, None, "expired");
+            actor.pump();
+            return Err(refuse(AnswerError::Expired));
+        }
+        Err(e) => return Err(refuse(e)),
+    };
+    let running = actor
+        .with_loaded(|l| l.session.is_tool_running(approval.step, &approval.call_id))
+        .unwrap_or(false);
+    if !running {
+        end(actor, &approval, State::Withdrawn, None, "withdrawn");
+        actor.pump();
+        return Err(refuse(AnswerError::Withdrawn));
+    }
+    let by = identity.sub.as_str();
+    end(actor, &approval, state, Some(by), answer.as_str());
+    if let Some(owner) = approvals::remembered_owner(&approval.approver, answer) {
+        store.remember_owner(owner, by, t)?;
+        // The owner's other pending approvals in this session are approved with it.
+        for other in store.pending()? {
+            if approvals::covered_by(&other.approver, owner) {
+                end(actor, &other, State::Approved, Some(by), answer.as_str());
+            }
+        }
+    }
+    actor.pump();
+    Ok(json_response(
+        200,
+        &json!({"approvalId": approval.id, "decision": answer.as_str()}),
+    ))
+}
+
+/// Expires the pending approvals whose time has come (the alarm calls this).
+pub(crate) fn expire_due(actor: &Rc<Actor>) {
+    let Ok(store) = actor.approval_store() else {
+        return;
+    };
+    let t = now();
+    let due: Vec<StoredApproval> = store
+        .pending()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| approvals::is_due(a.state, a.expires_at, t))
+        .collect();
+    for approval in &due {
+        end(actor, approval, State::Expired, None, "expired");
+    }
+    if !due.is_empty() {
+        actor.pump();
+    }
+}
+
+/// Withdraws every pending approval (the session is being stopped). The caller pumps.
+pub(crate) fn withdraw_pending(actor: &Rc<Actor>) {
+    let Ok(store) = actor.approval_store() else {
+        return;
+    };
+    for approval in store.pending().unwrap_or_default() {
+        end(actor, &approval, State::Withdrawn, None, "withdrawn");
+    }
+}
