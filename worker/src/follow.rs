@@ -164,7 +164,25 @@ async fn next_chunk(state: &mut FollowState) -> Option<String> {
     if state.sent_cursor < state.backfill_until {
         return Some(String::new());
     }
-    // 2. Caught up. With stopAfterIdle on a session at rest, end now.
+    // 2. Caught up. Live events buffered meanwhile (while a backfill page was read, or while
+    // the previous chunk was written) come first: they may hold the rest of a turn, its
+    // entries and then its idle.
+    let mut out = String::new();
+    while !state.finished
+        && let Ok(event) = state.live.try_recv()
+    {
+        let idle = matches!(event, StreamEvent::Idle);
+        push_event(state, &event, &mut out);
+        if idle && state.stop_after_idle {
+            state.finished = true;
+            out.push_str(&StreamEvent::Done.to_sse());
+        }
+    }
+    if !out.is_empty() {
+        return Some(out);
+    }
+    // With stopAfterIdle on a session at rest, end now: nothing is buffered, so every entry
+    // appended so far has been sent.
     if state.stop_after_idle {
         let at_rest = state
             .actor
