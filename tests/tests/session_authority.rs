@@ -397,6 +397,34 @@ fn users_documents_belong_to_their_user() {
         doc["content"], "# by root\n",
         "the last allowed write wins: {doc}"
     );
+    // In alice's own session her agent may write her documents; in her group session a turn
+    // that bob prompted may not (he could plant text in her context otherwise).
+    let own = p.alice.create_fake_session();
+    let result = p.alice.run_tool(
+        &own.id,
+        "write",
+        json!({"path": "wuhu://workspace/users/alice/notes.md", "content": "mine\n"}),
+        TURN,
+    );
+    assert!(!result.is_error, "{result:?}");
+    p.alice.patch(
+        &format!("/v1/sessions/{}", own.id),
+        &json!({"access": "tenant"}),
+    );
+    let result = p.bob.run_tool(
+        &own.id,
+        "write",
+        json!({"path": "wuhu://workspace/users/alice/notes.md", "content": "bob was here\n"}),
+        TURN,
+    );
+    assert!(
+        result.is_error && result.content.contains("only its owner"),
+        "{result:?}"
+    );
+    assert_eq!(
+        p.alice.get_doc("users/alice/notes.md").json()["content"],
+        "mine\n"
+    );
     // Bob's new session does not get alice's context; alice's does.
     let alices = p.alice.create_fake_session();
     let entries = p.alice.transcript(&alices.id);

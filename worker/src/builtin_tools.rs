@@ -14,7 +14,7 @@ use crate::auth::Identity;
 use crate::environment_tools::{self, ToolOutput};
 use crate::session_actor::Actor;
 use crate::{session_client, tenant_index, workspace_io};
-use wuhu_core::authority::Role;
+use wuhu_core::authority::{Role, WorkspaceWriter};
 
 /// Everything a tool may use: handed over complete, so tools never reach back into the session.
 pub(crate) struct ToolContext {
@@ -45,6 +45,16 @@ impl ToolContext {
             tenant: self.tenant.clone(),
             role: Role::Member,
             runner_kind: None,
+        }
+    }
+}
+
+impl ToolContext {
+    /// Who the session's tools write the workspace as (see `WorkspaceWriter::SessionTool`).
+    pub(crate) fn workspace_writer(&self) -> WorkspaceWriter<'_> {
+        WorkspaceWriter::SessionTool {
+            owner: &self.owner,
+            turn_authors: &self.turn_authors,
         }
     }
 }
@@ -253,7 +263,8 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 Some(Ok(WuhuUrl::Workspace(path))) => {
                     let summary = workspace_io::write(
                         &context.env,
-                        &context.viewer().principal(),
+                        &context.tenant,
+                        &context.workspace_writer(),
                         &path,
                         &args.content,
                     )

@@ -214,10 +214,15 @@ impl JsHost<'_> {
             "workspace.write" => {
                 let path = workspace_path(&str_arg("path")?)?;
                 let text = str_arg("text")?;
-                let summary =
-                    workspace_io::write(&ctx.env, &ctx.viewer().principal(), &path, &text)
-                        .await
-                        .map_err(|e| e.message)?;
+                let summary = workspace_io::write(
+                    &ctx.env,
+                    &ctx.tenant,
+                    &ctx.workspace_writer(),
+                    &path,
+                    &text,
+                )
+                .await
+                .map_err(|e| e.message)?;
                 serde_json::to_value(summary).map_err(|e| e.to_string())
             }
             "workspace.list" => {
@@ -238,7 +243,7 @@ impl JsHost<'_> {
             }
             "workspace.remove" => {
                 let path = workspace_path(&str_arg("path")?)?;
-                workspace_io::remove(&ctx.env, &ctx.viewer().principal(), &path)
+                workspace_io::remove(&ctx.env, &ctx.tenant, &ctx.workspace_writer(), &path)
                     .await
                     .map(Value::Bool)
                     .map_err(|e| e.message)

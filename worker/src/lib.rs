@@ -31,6 +31,7 @@ use crate::auth::{Identity, TokenKind, authenticate};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
+use wuhu_core::authority::WorkspaceWriter;
 
 pub use runner_hub::RunnerHub;
 pub use session_actor::SessionActor;
@@ -167,11 +168,25 @@ async fn workspace_doc(
             let bytes = read_body(req).await?;
             let text = String::from_utf8(bytes)
                 .map_err(|_| ApiError::bad_request("document must be utf-8 text"))?;
-            let summary = workspace_io::write(env, &identity.principal(), &path, &text).await?;
+            let summary = workspace_io::write(
+                env,
+                &identity.tenant,
+                &WorkspaceWriter::Person(&identity.principal()),
+                &path,
+                &text,
+            )
+            .await?;
             Ok(json_response(200, &summary))
         }
         Method::Delete => {
-            if workspace_io::remove(env, &identity.principal(), &path).await? {
+            if workspace_io::remove(
+                env,
+                &identity.tenant,
+                &WorkspaceWriter::Person(&identity.principal()),
+                &path,
+            )
+            .await?
+            {
                 Ok(Response::empty()?.with_status(204))
             } else {
                 Err(ApiError::not_found(format!("no document at {path}")))

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 use worker::{Bucket, Env, Include};
-use wuhu_core::authority::{self, Principal};
+use wuhu_core::authority::WorkspaceWriter;
 use wuhu_core::workspace::{
     MAX_DOC_BYTES, normalize_doc_path, normalize_prefix, split_frontmatter,
 };
@@ -101,9 +101,9 @@ pub(crate) async fn read(env: &Env, tenant: &str, path: &str) -> ApiResult<Optio
 
 /// The normalised `path`, if `who` may change it (`users/<sub>/…` belongs to `<sub>` and
 /// admins); 403 otherwise. Every write and delete (API, tools, js) goes through here.
-fn writable_path(who: &Principal, path: &str) -> ApiResult<String> {
+fn writable_path(who: &WorkspaceWriter<'_>, path: &str) -> ApiResult<String> {
     let path = normalize_doc_path(path).map_err(bad_path)?;
-    if !authority::may_write_workspace(who, &path) {
+    if !who.may_write(&path) {
         return Err(ApiError::new(
             403,
             "forbidden",
@@ -117,11 +117,11 @@ fn writable_path(who: &Principal, path: &str) -> ApiResult<String> {
 /// another user's `users/<sub>/` (403).
 pub(crate) async fn write(
     env: &Env,
-    who: &Principal,
+    tenant: &str,
+    who: &WorkspaceWriter<'_>,
     path: &str,
     content: &str,
 ) -> ApiResult<DocSummary> {
-    let tenant = who.tenant.as_str();
     let path = writable_path(who, path)?;
     if content.len() > MAX_DOC_BYTES {
         return Err(ApiError::new(
@@ -160,8 +160,12 @@ pub(crate) async fn write(
 }
 
 /// Deletes a document as `who`; returns whether it existed.
-pub(crate) async fn remove(env: &Env, who: &Principal, path: &str) -> ApiResult<bool> {
-    let tenant = who.tenant.as_str();
+pub(crate) async fn remove(
+    env: &Env,
+    tenant: &str,
+    who: &WorkspaceWriter<'_>,
+    path: &str,
+) -> ApiResult<bool> {
     let path = writable_path(who, path)?;
     let key = format!("{}{path}", root(tenant));
     let bucket = bucket(env)?;
