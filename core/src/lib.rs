@@ -12,6 +12,9 @@
 //! * [`archive`]: transcript segments in object storage and stitched reads.
 //! * [`authority`]: who may do what inside a tenant.
 //! * [`approvals`]: when a tool call waits for a person, who may answer, and expiry.
+//! * [`hub`]: the runner hub's connection rules (hello, name ownership, liveness).
+//! * [`resolve`]: which runner a definition may name; resolving `request_environment`.
+//! * [`snapshot_vars`]: which environment variables a snapshot may capture.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod approvals;
@@ -20,9 +23,12 @@ pub mod authority;
 pub mod context;
 pub mod egress;
 pub mod environments;
+pub mod hub;
 pub mod llm;
+pub mod resolve;
 mod rng;
 pub mod session;
+pub mod snapshot_vars;
 pub mod tools;
 pub mod wire;
 pub mod workspace;

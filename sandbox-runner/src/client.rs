@@ -205,7 +205,7 @@ async fn serve_once(
         return retry(format!("sending hello failed: {e}"));
     }
     let welcome_deadline = Instant::now() + WELCOME_TIMEOUT;
-    let heartbeat_seconds = loop {
+    let welcome = loop {
         let next = tokio::time::timeout_at(welcome_deadline, ws.next()).await;
         let frame = match next {
             Err(_) => return retry("no welcome from the server"),
@@ -221,8 +221,11 @@ async fn serve_once(
         };
         match decode_frame::<ServerMessage>(&text) {
             Ok(ServerMessage::Welcome {
-                heartbeat_seconds, ..
-            }) => break heartbeat_seconds,
+                heartbeat_seconds,
+                kind,
+                notice,
+                ..
+            }) => break (heartbeat_seconds, kind, notice),
             Ok(ServerMessage::Refused { code, message }) => {
                 return if codes::refusal_is_permanent(&code) {
                     Ended::Fatal(Fatal::Refused { code, message })
@@ -247,6 +250,7 @@ async fn serve_once(
             }
         }
     };
+    let (heartbeat_seconds, registered_kind, notice) = welcome;
     let heartbeat = Duration::from_secs(u64::from(match heartbeat_seconds {
         0 => DEFAULT_HEARTBEAT_SECONDS,
         s => s.min(300),
@@ -255,6 +259,18 @@ async fn serve_once(
         "connected to {} as {}",
         config.server, config.name
     ));
+    if let Some(kind) = registered_kind
+        && kind != config.kind
+    {
+        (options.status)(&format!(
+            "warning: the server registered this runner as {}, not {}",
+            kind.as_str(),
+            config.kind.as_str()
+        ));
+    }
+    if let Some(notice) = notice {
+        (options.status)(&format!("server notice: {notice}"));
+    }
     let welcomed_at = Instant::now();
 
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<RunnerMessage>();

@@ -237,7 +237,41 @@ pub fn connect_url(server: &str) -> Result<String, ConfigError> {
             message: format!("{server:?} has no host"),
         });
     }
+    // Whoever sits on a plaintext path controls this machine (the server sends commands), so
+    // plaintext is for loopback only.
+    if ws_scheme == "ws" && !is_loopback_host(host_of(rest)) {
+        return Err(ConfigError::Invalid {
+            what: "server",
+            message: format!(
+                "{server:?} is plaintext (http:// or ws://) to a host that is not loopback; use https:// (wss://), or plaintext only to localhost, 127.0.0.1 or [::1]"
+            ),
+        });
+    }
     Ok(format!("{ws_scheme}://{rest}{RUNNER_CONNECT_PATH}"))
+}
+
+/// The host of `host[:port][/path]` (brackets of an IPv6 literal removed), lowercased.
+fn host_of(authority_and_path: &str) -> String {
+    let authority = authority_and_path
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    // Credentials in the URL are not ours to interpret; the host follows the last '@'.
+    let authority = authority.rsplit('@').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    host.to_ascii_lowercase()
+}
+
+/// `localhost`, `*.localhost`, 127.0.0.0/8 or `::1`.
+fn is_loopback_host(host: String) -> bool {
+    if host == "localhost" || host.ends_with(".localhost") {
+        return true;
+    }
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `~` or `~/x` → `home/x`; anything else unchanged.
@@ -402,6 +436,21 @@ environments:
                 Some("wss://example.com/wuhu/v1/runners/connect"),
             ),
             ("wss://x", Some("wss://x/v1/runners/connect")),
+            (
+                "ws://localhost:8787",
+                Some("ws://localhost:8787/v1/runners/connect"),
+            ),
+            ("http://[::1]:1", Some("ws://[::1]:1/v1/runners/connect")),
+            (
+                "http://127.9.9.9",
+                Some("ws://127.9.9.9/v1/runners/connect"),
+            ),
+            ("http://wuhu.example.com", None),
+            ("ws://10.0.0.5:8787", None),
+            ("http://[::2]:1", None),
+            ("http://localhost.evil.com", None),
+            ("http://127.0.0.1@evil.com/", None),
+            ("http://evil.com#@127.0.0.1", None),
             ("ftp://x", None),
             ("example.com", None),
             ("http://", None),

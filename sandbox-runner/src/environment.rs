@@ -25,6 +25,9 @@ pub struct EnvironmentHost {
     pub startup_timeout: Duration,
     /// Temp and log directories.
     pub dirs: RunnerDirs,
+    /// Directories attach paths must be inside (the `--env` directories and the workspaces
+    /// root); `None` accepts any existing directory (`--allow-any-path`).
+    pub allowed_roots: Option<Vec<PathBuf>>,
 }
 
 /// Default limit for a startup script.
@@ -45,14 +48,47 @@ pub struct Detached {
 }
 
 impl EnvironmentHost {
-    /// A host using the runner process's environment and the system temp dir.
+    /// A host using the runner process's environment and the system temp dir, accepting attach
+    /// paths only inside the workspaces root (see [`EnvironmentHost::allow_paths_in`]).
     pub fn for_process(workspaces_root: PathBuf) -> EnvironmentHost {
         EnvironmentHost {
+            allowed_roots: Some(vec![canonical(&workspaces_root)]),
             workspaces_root,
             vars: std::env::vars().collect(),
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             dirs: RunnerDirs::in_system_temp(),
         }
+    }
+
+    /// Accepts attach paths inside `roots` (besides the workspaces root); `None` accepts any
+    /// path (`--allow-any-path`).
+    pub fn allow_paths_in(&mut self, roots: Option<Vec<PathBuf>>) {
+        self.allowed_roots = roots.map(|roots| {
+            let mut all: Vec<PathBuf> = roots.iter().map(|r| canonical(r)).collect();
+            all.push(canonical(&self.workspaces_root));
+            all
+        });
+    }
+
+    /// Refuses a (canonical) attach path outside the allowed roots, naming the flags that
+    /// would allow it: the server chooses attach paths, the runner's owner chooses what it
+    /// may reach.
+    fn check_allowed(&self, path: &Path, what: &str) -> Result<(), ErrorBody> {
+        let Some(roots) = &self.allowed_roots else {
+            return Ok(());
+        };
+        if roots.iter().any(|root| path.starts_with(root)) {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            codes::PATH_NOT_ALLOWED,
+            format!(
+                "{what} {} is outside the directories this runner offers (its --env directories and --workspaces-root {}); offer it with --env NAME={}, or start the runner with --allow-any-path",
+                path.display(),
+                self.workspaces_root.display(),
+                path.display()
+            ),
+        ))
     }
 
     /// Materialises `spec` for `session_id`. On failure nothing is left behind.
@@ -67,12 +103,17 @@ impl EnvironmentHost {
         spec: &EnvironmentSpec,
     ) -> Result<AttachedEnvironment, ErrorBody> {
         let (root, repo_path, branch) = match &spec.source {
-            EnvironmentSource::Local { path } => (existing_dir(path, "path")?, None, None),
+            EnvironmentSource::Local { path } => {
+                let dir = existing_dir(path, "path")?;
+                self.check_allowed(&dir, "path")?;
+                (dir, None, None)
+            }
             EnvironmentSource::FolderTemplate {
                 template_path,
                 startup_script,
             } => {
                 let template = existing_dir(template_path, "template")?;
+                self.check_allowed(&template, "template")?;
                 let root = self
                     .folder_template(session_id, spec, &template, startup_script.as_deref())
                     .await?;
@@ -247,6 +288,7 @@ impl EnvironmentHost {
         base_ref: Option<&str>,
     ) -> Result<(PathBuf, PathBuf, String), ErrorBody> {
         let repo = existing_dir(repo_path, "repository")?;
+        self.check_allowed(&repo, "repository")?;
         let top = git(&repo, &["rev-parse", "--show-toplevel"])
             .await
             .map_err(|_| {
@@ -257,6 +299,8 @@ impl EnvironmentHost {
             })?;
         let top = PathBuf::from(top.trim());
         let top = top.canonicalize().unwrap_or(top);
+        // The repository's top may be above the offered directory.
+        self.check_allowed(&top, "repository")?;
         let short = short_id(session_id);
         let mut branch = format!("wuhu/{short}");
         for n in 2.. {
@@ -355,6 +399,11 @@ fn claim_dir(root: &Path, session_id: &str) -> Result<PathBuf, ErrorBody> {
         codes::INTERNAL,
         format!("no free workspace name for {base} in {}", root.display()),
     ))
+}
+
+/// `path` canonicalized, or as given when it does not exist (yet).
+fn canonical(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn existing_dir(path: &str, what: &str) -> Result<PathBuf, ErrorBody> {
@@ -467,6 +516,7 @@ mod tests {
                 temp_root: base.join("calls"),
                 log_dir: base.join("logs"),
             },
+            allowed_roots: None,
         }
     }
 

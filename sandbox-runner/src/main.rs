@@ -19,9 +19,10 @@ Examples:
   wuhu-runner register --server https://wuhu.example.com --token \"$WUHU_RUNNER_TOKEN\" \\
       --name ana-mac --env api=~/src/api
 
-  # A cloud VM that hosts folder templates and worktrees for sessions:
+  # A cloud VM that hosts folder templates and worktrees for sessions (its token must carry
+  # runnerKind: cloud, minted by an operator; templates live under an offered directory):
   wuhu-runner register --server https://wuhu.example.com --name build-1 --kind cloud \\
-      --workspaces-root /srv/wuhu/workspaces
+      --workspaces-root /srv/wuhu/workspaces --env templates=/srv/wuhu/templates
 
   # Everything from ~/.wuhu/runner.yml:
   wuhu-runner register
@@ -35,8 +36,12 @@ Config file (~/.wuhu/runner.yml, YAML; flags win, --env entries are merged by na
   environments:
     api: ~/src/api
 
-Status lines on stderr: 'connected to URL as NAME', 'reconnecting in 4s (reason)',
-'refused: <message>'. Exit codes: 2 when the server refuses the token or the runner
+Attach paths (local paths, templates, repositories) must be inside an --env directory or
+the workspaces root unless --allow-any-path is given. Plaintext http:// or ws:// servers
+are accepted only on loopback (localhost, 127.0.0.0/8, ::1).
+
+Status lines on stderr: 'connected to URL as NAME', 'server notice: ...',
+'reconnecting in 4s (reason)', 'refused: <message>'. Exit codes: 2 when the server refuses the token or the runner
 (HTTP 401/403, or a permanent 'refused'), 1 for bad settings, 130/143 on SIGINT/SIGTERM.";
 
 /// Runs Wuhu environments and coding tools on this machine for sessions on a Wuhu server.
@@ -93,6 +98,11 @@ struct RegisterArgs {
     /// Also print a line for every request from the server.
     #[arg(short, long)]
     verbose: bool,
+    /// Let the server attach any existing directory on this machine. Without it, attach paths
+    /// (local paths, templates, repositories) must be inside an --env directory or the
+    /// workspaces root.
+    #[arg(long)]
+    allow_any_path: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -155,6 +165,13 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
 
     let mut host = EnvironmentHost::for_process(config.workspaces_root.clone());
     host.startup_timeout = Duration::from_secs(args.startup_timeout.max(1));
+    host.allow_paths_in((!args.allow_any_path).then(|| {
+        config
+            .environments
+            .iter()
+            .map(|env| PathBuf::from(&env.path))
+            .collect()
+    }));
     let temp_root = host.dirs.temp_root.clone();
     let options = ClientOptions {
         status: Arc::new(|line: &str| eprintln!("wuhu-runner: {line}")),

@@ -3,47 +3,22 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use wuhu_core::snapshot_vars::may_capture;
 use wuhu_core::wire::runner::{Snapshot, StaleItem, StaleKind};
 
-/// Variables captured when present, plus the names an environment definition adds.
-pub const SNAPSHOT_WHITELIST: [&str; 15] = [
-    "PATH",
-    "VIRTUAL_ENV",
-    "NODE_ENV",
-    "SHELL",
-    "HOME",
-    "USER",
-    "LANG",
-    "LC_ALL",
-    "TERM",
-    "EDITOR",
-    "PYTHONPATH",
-    "NODE_PATH",
-    "GOPATH",
-    "CARGO_HOME",
-    "RUSTUP_HOME",
-];
-
-/// Whether a variable name looks like it holds a secret (`*KEY*`, `*SECRET*`, `*TOKEN*`,
-/// `*PASSWORD*`, case-insensitive). Such names are never captured, even when listed.
-pub fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    ["KEY", "SECRET", "TOKEN", "PASSWORD"]
-        .iter()
-        .any(|needle| upper.contains(needle))
-}
+pub use wuhu_core::snapshot_vars::{SNAPSHOT_WHITELIST, is_secret_name, looks_like_credential};
 
 /// Captures a snapshot: `cwd`, and from `vars` (the runner's own environment) the whitelisted
-/// names plus `extra`, minus anything secret-looking.
+/// names plus `extra`, minus secret-looking names and credential-looking values
+/// ([`wuhu_core::snapshot_vars::may_capture`]; `extra` cannot lift that).
 pub fn capture_snapshot<I>(cwd: &Path, vars: I, extra: &[String], captured_at: i64) -> Snapshot
 where
     I: IntoIterator<Item = (String, String)>,
 {
-    let wanted = |name: &str| {
-        !is_secret_name(name)
-            && (SNAPSHOT_WHITELIST.contains(&name) || extra.iter().any(|e| e == name))
-    };
-    let env: BTreeMap<String, String> = vars.into_iter().filter(|(name, _)| wanted(name)).collect();
+    let env: BTreeMap<String, String> = vars
+        .into_iter()
+        .filter(|(name, value)| may_capture(name, value, extra))
+        .collect();
     Snapshot {
         cwd: cwd.to_string_lossy().into_owned(),
         env,
@@ -112,11 +87,19 @@ mod tests {
                 ("my_api_key", "k"),
                 ("DB_PASSWORD", "p"),
                 ("OPENAI_API_KEY", "k"),
+                ("DATABASE_URL", "postgres://u:p@h/db"),
+                (
+                    "BUILD_ID",
+                    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbmEifQ.c2lnbmF0dXJl",
+                ),
+                ("EDITOR", "Zx8Kq2Lm9Pw4Rt7Vn1Bc6Hd3Jf5Gs0Ay8Ue2Io4Q"),
             ]),
             &[
                 String::from("JAVA_HOME"),
                 String::from("GITHUB_TOKEN"),
                 String::from("my_api_key"),
+                String::from("DATABASE_URL"),
+                String::from("BUILD_ID"),
             ],
             7,
         );
@@ -124,23 +107,6 @@ mod tests {
         assert_eq!(snapshot.captured_at, 7);
         let names: Vec<&str> = snapshot.env.keys().map(String::as_str).collect();
         assert_eq!(names, ["HOME", "JAVA_HOME", "PATH"]);
-    }
-
-    #[test]
-    fn secret_names() {
-        for name in [
-            "API_KEY",
-            "apikey",
-            "Secret",
-            "x_token_y",
-            "PASSWORD",
-            "KEYCHAIN",
-        ] {
-            assert!(is_secret_name(name), "{name}");
-        }
-        for name in ["PATH", "HOME", "TERM", "EDITOR"] {
-            assert!(!is_secret_name(name), "{name}");
-        }
     }
 
     #[test]

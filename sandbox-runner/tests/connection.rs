@@ -180,6 +180,8 @@ fn welcome() -> ServerMessage {
     ServerMessage::Welcome {
         runner_id: String::from("r-1"),
         heartbeat_seconds: 1,
+        kind: None,
+        notice: None,
     }
 }
 

@@ -150,6 +150,12 @@ pub struct RunnerConfig {
     pub name: String,
     /// `--kind`.
     pub kind: RunnerKind,
+    /// The token [`RunnerConfig::kind`] switches to for `cloud`: the server registers a cloud
+    /// runner only with a token that says `runnerKind: cloud`.
+    pub cloud_token: String,
+    /// `--allow-any-path`: most tests define environments on arbitrary temp dirs; tests of the
+    /// runner's path rule turn it off.
+    pub allow_any_path: bool,
     /// `--env NAME=PATH`.
     pub envs: Vec<(String, PathBuf)>,
     /// `--workspaces-root`; default `<runner dir>/workspaces`.
@@ -170,6 +176,8 @@ impl RunnerConfig {
             token: stack.runner_token(sub, tenant),
             name: name.to_string(),
             kind: RunnerKind::Local,
+            cloud_token: stack.cloud_runner_token(sub, tenant),
+            allow_any_path: true,
             envs: Vec::new(),
             workspaces_root: None,
             vars: Vec::new(),
@@ -178,9 +186,26 @@ impl RunnerConfig {
         }
     }
 
-    /// Sets `--kind`.
+    /// Sets `--kind`; `cloud` also switches to a token with `runnerKind: cloud` (without it the
+    /// server registers the runner as local whatever `--kind` says). Use
+    /// [`RunnerConfig::claimed_kind`] to say `cloud` with a local token.
     pub fn kind(mut self, kind: RunnerKind) -> RunnerConfig {
         self.kind = kind;
+        if kind == RunnerKind::Cloud {
+            self.token = self.cloud_token.clone();
+        }
+        self
+    }
+
+    /// Sets `--kind` only, keeping the token (an impostor saying `cloud` in `hello`).
+    pub fn claimed_kind(mut self, kind: RunnerKind) -> RunnerConfig {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets `--allow-any-path` (default on in tests).
+    pub fn allow_any_path(mut self, allow: bool) -> RunnerConfig {
+        self.allow_any_path = allow;
         self
     }
 
@@ -427,6 +452,9 @@ impl Runner {
         }
         if config.verbose {
             command.arg("--verbose");
+        }
+        if config.allow_any_path {
+            command.arg("--allow-any-path");
         }
         command.args(&config.args);
         for (name, value) in &config.vars {
@@ -681,6 +709,26 @@ impl RawRunner {
         let text = self.next_text(timeout);
         decode_frame::<ServerMessage>(&text)
             .unwrap_or_else(|e| panic!("undecodable server frame {text:?}: {e}"))
+    }
+
+    /// Reads until the server's close frame within `timeout`: its code and reason, or `None`
+    /// when the connection ended without one (or stayed open).
+    pub fn next_close(&mut self, timeout: Duration) -> Option<(u16, String)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            self.ws
+                .get_mut()
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .ok()?;
+            match self.ws.read() {
+                Ok(tungstenite::Message::Close(Some(frame))) => {
+                    return Some((u16::from(frame.code), frame.reason.to_string()));
+                }
+                Ok(tungstenite::Message::Close(None)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
     }
 
     /// Closes the connection politely.

@@ -18,7 +18,6 @@
 //! answer live in memory, keyed by (epoch, id): a DO with an in-flight request does not
 //! hibernate, and a closing socket fails exactly its own requests.
 
-mod resolve;
 mod store;
 
 use std::cell::{Cell, RefCell};
@@ -33,27 +32,27 @@ use worker::{
     Delay, DurableObject, Env, Method, Request, Response, SqlStorage, State, WebSocket,
     WebSocketIncomingMessage, WebSocketPair, WebSocketRequestResponsePair, durable_object,
 };
+use wuhu_core::authority::{self, Principal};
+use wuhu_core::hub::{
+    self, DropReason, Hello, HelloDecision, KnownRunner, Liveness, OpenConnection, SILENCE_LIMIT_MS,
+};
+use wuhu_core::resolve::{self, ResolveError, RunnerView};
 use wuhu_core::wire::runner::{
-    DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, HEARTBEAT_FRAME, RUNNER_PROTOCOL_VERSION,
-    RunnerKind, RunnerMessage, ServerMessage, codes, decode_frame, encode_frame,
+    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, HEARTBEAT_FRAME, RunnerKind,
+    RunnerMessage, ServerMessage, codes, decode_frame, encode_frame,
 };
 use wuhu_core::wire::{
-    CreateEnvironmentRequest, ListEnvironmentsResponse, ListRunnersResponse,
+    CreateEnvironmentRequest, EnvironmentDefinition, ListEnvironmentsResponse, ListRunnersResponse,
     ResolveEnvironmentRequest, RunnerCallRequest, RunnerCallResponse, RunnerEnvironmentInfo,
-    RunnerInfo, UpdateEnvironmentRequest, check_name,
+    RunnerInfo, UpdateEnvironmentRequest,
 };
 
+use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult, json_response, parse_json, read_body};
 
-/// A runner silent for this long is dropped.
-const SILENCE_LIMIT_MS: i64 = 3 * DEFAULT_HEARTBEAT_SECONDS as i64 * 1000;
-/// `last_seen` is written to SQLite at most this often per runner (besides connect/close).
-const PERSIST_EVERY_MS: i64 = 10_000;
 /// Default and largest `/call` timeout.
 const DEFAULT_CALL_TIMEOUT_MS: u64 = 120_000;
 const MAX_CALL_TIMEOUT_MS: u64 = 3_600_000;
-/// Most environments a `hello` may offer.
-const MAX_OFFERED_ENVIRONMENTS: usize = 256;
 /// `WebSocket.readyState` of an open socket.
 const OPEN: u16 = 1;
 
@@ -102,6 +101,9 @@ impl Drop for WaiterGuard<'_> {
 #[serde(rename_all = "camelCase")]
 struct SocketInfo {
     owner: String,
+    /// The kind the runner's token allows (its `runnerKind` claim): the kind it is registered as.
+    #[serde(default)]
+    token_kind: RunnerKind,
     epoch: u64,
     connected_at_ms: i64,
     last_seen_ms: i64,
@@ -225,6 +227,19 @@ fn close(ws: &WebSocket, code: u16, reason: &str) {
     }
 }
 
+/// A WebSocket close reason: at most 123 bytes, cut at a char boundary.
+fn close_reason(text: &str) -> String {
+    const MAX: usize = 123;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 fn runner_label(info: &SocketInfo) -> String {
     info.runner
         .as_ref()
@@ -237,6 +252,8 @@ impl RunnerHub {
         let path = req.path();
         let method = req.method();
         let sub = header(&req, "x-wuhu-sub")?;
+        // Set by the router or a session actor from a verified token; a missing role is member.
+        let who = Identity::from_headers(&req)?.principal();
         match (method, path.as_str()) {
             (Method::Get, "/connect") => self.accept_runner(&req, &sub).await,
             (Method::Get, "/runners") => self.list_runners(),
@@ -248,7 +265,7 @@ impl RunnerHub {
             )),
             (Method::Post, "/environments") => {
                 let body = read_body(&mut req).await?;
-                self.create_environment(&body)
+                self.create_environment(&who, &body)
             }
             (method, p) if p.starts_with("/environments/") => {
                 let raw = &p["/environments/".len()..];
@@ -263,10 +280,11 @@ impl RunnerHub {
                     }
                     Method::Patch => {
                         let body = read_body(&mut req).await?;
-                        self.update_environment(&key, &body)
+                        self.update_environment(&who, &key, &body)
                     }
                     Method::Delete => {
                         let definition = self.find_definition(&key)?;
+                        check_may_edit(&who, &definition)?;
                         store::delete_definition(&self.sql, &definition.id)?;
                         Ok(Response::empty()?.with_status(204))
                     }
@@ -278,7 +296,8 @@ impl RunnerHub {
                 let request: ResolveEnvironmentRequest = parse_json(&body)?;
                 let definitions = store::definitions(&self.sql)?;
                 let runners = self.runner_views()?;
-                let resolved = resolve::resolve(&sub, &request, &definitions, &runners)?;
+                let resolved = resolve::resolve(&sub, &request, &definitions, &runners)
+                    .map_err(resolve_error)?;
                 Ok(json_response(200, &resolved))
             }
             (Method::Post, "/call") => {
@@ -296,6 +315,17 @@ impl RunnerHub {
     // ---- sockets -------------------------------------------------------------------------
 
     async fn accept_runner(&self, req: &Request, sub: &str) -> ApiResult<Response> {
+        // Set by the router from the verified token; a runner token without the claim is local.
+        let token_kind = match req
+            .headers()
+            .get("x-wuhu-runner-kind")
+            .ok()
+            .flatten()
+            .as_deref()
+        {
+            Some("cloud") => RunnerKind::Cloud,
+            _ => RunnerKind::Local,
+        };
         let upgrade = req.headers().get("upgrade").ok().flatten();
         if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
             return Err(ApiError::new(
@@ -312,6 +342,7 @@ impl RunnerHub {
             &pair.server,
             &SocketInfo {
                 owner: sub.to_string(),
+                token_kind,
                 epoch,
                 connected_at_ms: now,
                 last_seen_ms: now,
@@ -413,16 +444,15 @@ impl RunnerHub {
         }
         let Some(runner) = info.runner.clone() else {
             save_info(ws, &info);
-            let id = request_id(&message);
             send_error(
                 ws,
-                id.as_deref(),
+                hub::answer_id(&message),
                 codes::HELLO_REQUIRED,
                 "the first frame must be hello",
             );
             return;
         };
-        if now - info.persisted_ms >= PERSIST_EVERY_MS {
+        if hub::should_persist(now, info.persisted_ms) {
             info.persisted_ms = now;
             if let Err(e) =
                 store::touch_runner(&self.sql, &info.owner, &runner.name, info.epoch, now)
@@ -460,7 +490,7 @@ impl RunnerHub {
                 );
             }
             message => {
-                let Some(id) = request_id(&message) else {
+                let Some(id) = hub::answer_id(&message).map(str::to_string) else {
                     return;
                 };
                 let waiting = self.pending.borrow_mut().remove(&(info.epoch, id.clone()));
@@ -478,54 +508,77 @@ impl RunnerHub {
         }
     }
 
-    async fn on_hello(&self, ws: &WebSocket, mut info: SocketInfo, hello: RunnerMessage) {
-        let RunnerMessage::Hello {
-            version,
-            name,
-            kind,
-            os,
-            arch,
-            capabilities,
-            mut environments,
-            runner_version,
-        } = hello
-        else {
+    async fn on_hello(&self, ws: &WebSocket, mut info: SocketInfo, message: RunnerMessage) {
+        let Some(hello) = Hello::from_message(message) else {
             return;
         };
-        let refuse = |info: &mut SocketInfo, code: &str, message: String| {
-            send(
-                ws,
-                &ServerMessage::Refused {
-                    code: code.to_string(),
-                    message: message.clone(),
-                },
-            );
-            info.closed = true;
-            save_info(ws, info);
-            close(ws, 1008, "refused");
+        let now = now_ms();
+        let open = self.open_sockets();
+        let connections: Vec<OpenConnection<'_>> = open
+            .iter()
+            .map(|(_, other)| OpenConnection {
+                epoch: other.epoch,
+                owner: &other.owner,
+                name: other.runner.as_ref().map(|r| r.name.as_str()),
+            })
+            .collect();
+        let rows = match store::runners_named(&self.sql, &hello.name) {
+            Ok(rows) => rows,
+            Err(e) => {
+                worker::console_error!("runner hub: reading runners failed: {}", e.message);
+                Vec::new()
+            }
         };
-        if version != RUNNER_PROTOCOL_VERSION {
-            refuse(
-                &mut info,
-                codes::UNSUPPORTED_VERSION,
-                format!(
-                    "protocol version {version} is not supported; this server speaks version {RUNNER_PROTOCOL_VERSION}"
-                ),
-            );
-            return;
+        let known: Vec<KnownRunner<'_>> = rows
+            .iter()
+            .map(|row| KnownRunner {
+                owner: &row.owner,
+                name: &row.name,
+                last_seen_ms: row.last_seen_ms,
+            })
+            .collect();
+        let decision = hub::on_hello(
+            &info.owner,
+            info.epoch,
+            info.token_kind,
+            &hello,
+            &connections,
+            &known,
+            now,
+        );
+        let (kind, notice, replace) = match decision {
+            HelloDecision::Refuse { code, message } => {
+                worker::console_log!(
+                    "runner hub: refused runner {:?} of {}: {code}: {message}",
+                    hello.name,
+                    info.owner
+                );
+                send(
+                    ws,
+                    &ServerMessage::Refused {
+                        code: code.to_string(),
+                        message: message.clone(),
+                    },
+                );
+                info.closed = true;
+                save_info(ws, &info);
+                close(ws, 1008, &close_reason(&format!("{code}: {message}")));
+                return;
+            }
+            HelloDecision::Welcome {
+                kind,
+                notice,
+                replace,
+            } => (kind, notice, replace),
+        };
+        let name = hello.name.clone();
+        if let Some(notice) = &notice {
+            worker::console_log!("runner hub: runner {name:?} of {}: {notice}", info.owner);
         }
-        if let Err(message) = check_name("runner name", &name) {
-            refuse(&mut info, codes::INVALID_MESSAGE, message);
-            return;
-        }
-        environments.truncate(MAX_OFFERED_ENVIRONMENTS);
         // A runner that comes back replaces its old connection (which may not have noticed
         // that it is dead yet).
-        for (old, mut old_info) in self.open_sockets() {
-            let same = old_info.epoch != info.epoch
-                && old_info.owner == info.owner
-                && old_info.runner.as_ref().is_some_and(|r| r.name == name);
-            if same {
+        for (old, mut old_info) in open {
+            if replace.contains(&old_info.epoch) {
                 old_info.closed = true;
                 save_info(&old, &old_info);
                 close(&old, 1012, "replaced by a new connection");
@@ -535,16 +588,15 @@ impl RunnerHub {
                 );
             }
         }
-        let now = now_ms();
         let row = store::Hello {
             owner: &info.owner,
             name: &name,
             kind,
-            os: &os,
-            arch: &arch,
-            capabilities: &capabilities,
-            environments: &environments,
-            version: runner_version.as_deref(),
+            os: &hello.os,
+            arch: &hello.arch,
+            capabilities: &hello.capabilities,
+            environments: &hello.environments,
+            version: hello.runner_version.as_deref(),
         };
         if let Err(e) = store::upsert_runner(&self.sql, &row, info.epoch, now) {
             worker::console_error!("runner hub: recording runner failed: {}", e.message);
@@ -552,7 +604,7 @@ impl RunnerHub {
         info.runner = Some(SocketRunner {
             name: name.clone(),
             kind,
-            os,
+            os: hello.os,
         });
         info.persisted_ms = now;
         save_info(ws, &info);
@@ -561,6 +613,8 @@ impl RunnerHub {
             &ServerMessage::Welcome {
                 runner_id: format!("{}/{name}", info.owner),
                 heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+                kind: Some(kind),
+                notice,
             },
         );
         self.arm_alarm(now + SILENCE_LIMIT_MS).await;
@@ -621,39 +675,54 @@ impl RunnerHub {
         }
     }
 
-    /// Drops sockets silent for three heartbeat periods, refreshes `last_seen` in SQLite, and
-    /// re-arms itself while sockets remain.
+    /// Drops sockets silent for three heartbeat periods (or without `hello` past its deadline),
+    /// refreshes `last_seen` in SQLite, and re-arms itself while sockets remain
+    /// ([`hub::sweep`] decides).
     async fn sweep(&self) {
         let now = now_ms();
-        let mut next: Option<i64> = None;
-        for (ws, mut info) in self.open_sockets() {
-            let last = self.last_seen_ms(&ws, &info);
-            if now - last > SILENCE_LIMIT_MS {
+        let open = self.open_sockets();
+        let facts: Vec<Liveness> = open
+            .iter()
+            .map(|(ws, info)| Liveness {
+                epoch: info.epoch,
+                connected_at_ms: info.connected_at_ms,
+                last_seen_ms: self.last_seen_ms(ws, info),
+                persisted_ms: info.persisted_ms,
+                welcomed: info.runner.is_some(),
+            })
+            .collect();
+        let plan = hub::sweep(now, &facts);
+        for (ws, mut info) in open {
+            if let Some((_, reason)) = plan.drop.iter().find(|(e, _)| *e == info.epoch) {
+                let last = self.last_seen_ms(&ws, &info);
                 worker::console_log!(
-                    "runner hub: dropping {} of {} (silent for {} s)",
+                    "runner hub: dropping {} of {} ({}, silent for {} s)",
                     runner_label(&info),
                     info.owner,
+                    reason.close_reason(),
                     (now - last) / 1000
                 );
-                close(&ws, 1001, "no heartbeat");
-                self.on_gone(&ws, "stopped sending heartbeats");
+                close(&ws, 1001, reason.close_reason());
+                let why = match reason {
+                    DropReason::Silent => "stopped sending heartbeats",
+                    DropReason::NoHello => "never said hello",
+                };
+                self.on_gone(&ws, why);
                 continue;
             }
-            if let Some(runner) = &info.runner
-                && last > info.persisted_ms
+            if let Some((_, last)) = plan.persist.iter().find(|(e, _)| *e == info.epoch)
+                && let Some(runner) = &info.runner
             {
                 if let Err(e) =
-                    store::touch_runner(&self.sql, &info.owner, &runner.name, info.epoch, last)
+                    store::touch_runner(&self.sql, &info.owner, &runner.name, info.epoch, *last)
                 {
                     worker::console_error!("runner hub: {}", e.message);
                 }
-                info.persisted_ms = last;
+                info.persisted_ms = *last;
                 save_info(&ws, &info);
             }
-            let due = last + SILENCE_LIMIT_MS;
-            next = Some(next.map_or(due, |n| n.min(due)));
         }
-        if let Some(at) = next {
+        if let Some(at) = plan.next_alarm_ms {
             let offset = (at - now).max(0) + 1000;
             if let Err(e) = self.state.storage().set_alarm(offset).await {
                 worker::console_error!("runner hub: setting the alarm failed: {e}");
@@ -670,6 +739,12 @@ impl RunnerHub {
             message,
             timeout_ms,
         } = request;
+        // A runner answers attach with the environment it made; its name is the requested
+        // one whatever the runner says (a runner must not rename or shadow environments).
+        let attach_name = match &message {
+            ServerMessage::Attach { spec, .. } => Some(spec.name.clone()),
+            _ => None,
+        };
         let (id, is_tool_call, is_cancel) = match &message {
             ServerMessage::Attach { id, .. }
             | ServerMessage::Detach { id, .. }
@@ -741,13 +816,30 @@ impl RunnerHub {
         }
         let timer = Delay::from(Duration::from_millis(timeout));
         match select(rx, timer).await {
-            Either::Left((Ok(Ok(response)), _)) => Ok(json_response(
-                200,
-                &RunnerCallResponse {
-                    epoch,
-                    response: Some(response),
-                },
-            )),
+            Either::Left((Ok(Ok(mut response)), _)) => {
+                if let (
+                    Some(name),
+                    RunnerMessage::AttachResult {
+                        outcome: AttachOutcome::Ok { environment },
+                        ..
+                    },
+                ) = (attach_name, &mut response)
+                    && environment.name != name
+                {
+                    worker::console_log!(
+                        "runner hub: runner {runner:?} of {owner} answered attach of {name:?} as {:?}; keeping {name:?}",
+                        environment.name
+                    );
+                    environment.name = name;
+                }
+                Ok(json_response(
+                    200,
+                    &RunnerCallResponse {
+                        epoch,
+                        response: Some(response),
+                    },
+                ))
+            }
             Either::Left((Ok(Err(error)), _)) => Err(error),
             Either::Left((Err(_), _)) => Err(disconnected(&runner)),
             Either::Right(_) => {
@@ -765,7 +857,7 @@ impl RunnerHub {
 
     // ---- listings and definitions --------------------------------------------------------
 
-    fn runner_views(&self) -> ApiResult<Vec<resolve::RunnerView>> {
+    fn runner_views(&self) -> ApiResult<Vec<RunnerView>> {
         let open = self.open_sockets();
         Ok(store::runners(&self.sql)?
             .into_iter()
@@ -774,7 +866,7 @@ impl RunnerHub {
                     info.owner == row.owner
                         && info.runner.as_ref().is_some_and(|r| r.name == row.name)
                 });
-                resolve::RunnerView {
+                RunnerView {
                     kind: row.kind(),
                     environments: row.environments(),
                     capabilities: row.capabilities(),
@@ -832,12 +924,14 @@ impl RunnerHub {
             .ok_or_else(|| ApiError::not_found(format!("no environment {key:?}")))
     }
 
-    fn create_environment(&self, body: &[u8]) -> ApiResult<Response> {
+    fn create_environment(&self, who: &Principal, body: &[u8]) -> ApiResult<Response> {
         let request: CreateEnvironmentRequest = parse_json(body)?;
         let id = uuid::Uuid::new_v4().to_string();
-        let definition = request
+        let mut definition = request
             .into_definition(id, now_ms() / 1000)
             .map_err(ApiError::bad_request)?;
+        definition.owner = Some(who.sub.clone());
+        resolve::bind_runner(who, &mut definition, &self.runner_views()?).map_err(resolve_error)?;
         if store::name_taken(&self.sql, &definition.name, &definition.id)? {
             return Err(name_conflict(&definition.name));
         }
@@ -845,12 +939,14 @@ impl RunnerHub {
         Ok(json_response(201, &definition))
     }
 
-    fn update_environment(&self, key: &str, body: &[u8]) -> ApiResult<Response> {
+    fn update_environment(&self, who: &Principal, key: &str, body: &[u8]) -> ApiResult<Response> {
         let current = self.find_definition(key)?;
+        check_may_edit(who, &current)?;
         let update: UpdateEnvironmentRequest = parse_json(body)?;
-        let next = current
+        let mut next = current
             .apply(update, now_ms() / 1000)
             .map_err(ApiError::bad_request)?;
+        resolve::bind_runner(who, &mut next, &self.runner_views()?).map_err(resolve_error)?;
         if store::name_taken(&self.sql, &next.name, &next.id)? {
             return Err(name_conflict(&next.name));
         }
@@ -859,15 +955,29 @@ impl RunnerHub {
     }
 }
 
-fn request_id(message: &RunnerMessage) -> Option<String> {
-    match message {
-        RunnerMessage::AttachResult { id, .. }
-        | RunnerMessage::DetachResult { id, .. }
-        | RunnerMessage::ValidateResult { id, .. }
-        | RunnerMessage::ToolResult { id, .. } => Some(id.clone()),
-        RunnerMessage::Error { id, .. } => id.clone(),
-        _ => None,
+/// 403 unless `who` owns the definition or is an admin (a definition without an owner, stored
+/// before owners existed, is editable only by admins).
+fn check_may_edit(who: &Principal, definition: &EnvironmentDefinition) -> ApiResult<()> {
+    let owner = definition.owner.as_deref().unwrap_or_default();
+    if authority::may_edit_definition(who, owner) {
+        return Ok(());
     }
+    let whose = match definition.owner.as_deref() {
+        Some(owner) => format!("{owner:?}'s"),
+        None => String::from("an unowned (legacy)"),
+    };
+    Err(ApiError::new(
+        403,
+        "forbidden",
+        format!(
+            "environment {:?} is {whose} definition; only its owner or an admin may change or delete it",
+            definition.name
+        ),
+    ))
+}
+
+fn resolve_error(error: ResolveError) -> ApiError {
+    ApiError::new(error.status(), error.code(), error.message)
 }
 
 fn disconnected(runner: &str) -> ApiError {

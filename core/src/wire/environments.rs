@@ -92,6 +92,19 @@ pub struct EnvironmentDefinition {
     pub kind: EnvironmentKind,
     /// The runner it lives on; `folder-template` may leave it `null` (any `cloud` runner).
     pub runner: Option<String>,
+    /// The user who created it; only they (or an admin) may change or delete it. `null` on
+    /// definitions stored before owners existed: only admins may change those.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// The owner of `runner`, fixed when the definition is created or changed: resolution uses
+    /// exactly that user's runner of that name. `null` when `runner` is `null` (and on
+    /// definitions stored before this field: then the requesting session owner's runner of that
+    /// name, or a cloud runner).
+    #[serde(default)]
+    pub runner_owner: Option<String>,
+    /// The admin who let this definition name another user's local runner; `null` otherwise.
+    #[serde(default)]
+    pub runner_granted_by: Option<String>,
     /// `local`: absolute directory on the runner.
     pub path: Option<String>,
     /// `folder-template`: absolute template directory on the runner.
@@ -123,6 +136,10 @@ pub struct CreateEnvironmentRequest {
     /// See [`EnvironmentDefinition::runner`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<String>,
+    /// Whose runner `runner` is, when several users' runners could be meant; default: the
+    /// creator's runner of that name, else the one other runner of that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_owner: Option<String>,
     /// See [`EnvironmentDefinition::path`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -163,6 +180,14 @@ pub struct UpdateEnvironmentRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub runner: Option<Option<String>>,
+    /// Whose runner `runner` is (see [`CreateEnvironmentRequest::runner_owner`]); `null` for
+    /// the default.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub runner_owner: Option<Option<String>>,
     /// New path, or `null`.
     #[serde(
         default,
@@ -236,6 +261,9 @@ impl CreateEnvironmentRequest {
             name: self.name,
             kind: self.kind,
             runner: self.runner,
+            owner: None,
+            runner_owner: self.runner_owner,
+            runner_granted_by: None,
             path: self.path,
             template_path: self.template_path,
             startup_script: self.startup_script,
@@ -270,7 +298,14 @@ impl EnvironmentDefinition {
                 *field = value;
             }
         };
+        let runner_changed = update.runner.is_some();
         set(&mut next.runner, update.runner);
+        match update.runner_owner {
+            Some(owner) => next.runner_owner = owner,
+            // A new runner name without an owner: the default owner is chosen again.
+            None if runner_changed => next.runner_owner = None,
+            None => {}
+        }
         set(&mut next.path, update.path);
         set(&mut next.template_path, update.template_path);
         set(&mut next.startup_script, update.startup_script);
@@ -296,6 +331,16 @@ impl EnvironmentDefinition {
         check_name("name", &self.name)?;
         if let Some(runner) = &self.runner {
             check_name("runner", runner)?;
+        }
+        if let Some(owner) = &self.runner_owner {
+            if self.runner.is_none() {
+                return Err(String::from("runnerOwner needs runner"));
+            }
+            if !crate::authority::valid_name(owner) {
+                return Err(String::from(
+                    "runnerOwner must be a username (1-128 of A-Z a-z 0-9 _ . @ + -)",
+                ));
+            }
         }
         let kind = kind_name(self.kind);
         let forbid = |field: &str, value: &Option<String>| -> Result<(), String> {

@@ -98,6 +98,9 @@ pub mod codes {
     pub const UNAUTHORIZED: &str = "unauthorized";
     /// Refusal: another live connection uses this runner name. Transient (retry with backoff).
     pub const NAME_IN_USE: &str = "name_in_use";
+    /// Refusal: the runner name belongs to another user of the tenant (one of their runners is
+    /// connected with it, or was seen recently). Permanent: start with another `--name`.
+    pub const NAME_TAKEN: &str = "name_taken";
     /// Refusal: the first frame was not `hello`. Permanent.
     pub const HELLO_REQUIRED: &str = "hello_required";
     /// Result error: the tool name is unknown to this runner.
@@ -109,6 +112,10 @@ pub mod codes {
     pub const INVALID_SPEC: &str = "invalid_spec";
     /// Result error: a path named by the spec does not exist or is not usable.
     pub const NOT_FOUND: &str = "not_found";
+    /// Result error: a path named by the spec is outside the directories the runner offers
+    /// (its `--env` directories and `--workspaces-root`); the runner's `--allow-any-path`
+    /// lifts this.
+    pub const PATH_NOT_ALLOWED: &str = "path_not_allowed";
     /// Result error: the folder-template startup script failed; the message has its output.
     pub const STARTUP_SCRIPT_FAILED: &str = "startup_script_failed";
     /// Result error: a `git` command failed; the message has its output.
@@ -122,7 +129,8 @@ pub mod codes {
     }
 }
 
-/// Where a runner lives, as the owner declared it. Sessions choose runners by this
+/// Where a runner lives. The runner says it in `hello`, but the server registers the kind its
+/// token allows (claim `runnerKind`, `local` unless `cloud`). Sessions choose runners by this
 /// (`preference: local|cloud|any`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[serde(rename_all = "snake_case")]
@@ -501,6 +509,14 @@ pub enum ServerMessage {
         /// How often the runner sends `heartbeat`; the server may drop a runner silent for
         /// three periods.
         heartbeat_seconds: u32,
+        /// The kind the server registered this runner as: its token's (`runnerKind` claim),
+        /// never what `hello` said. Absent from servers older than this field.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<RunnerKind>,
+        /// Something the person running the runner should know, e.g. that `hello` said `cloud`
+        /// but the token allows only `local`. The runner prints it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        notice: Option<String>,
     },
     /// The `hello` was refused; the server closes the connection after this frame.
     Refused {
@@ -844,6 +860,10 @@ mod tests {
             ServerMessage::Welcome {
                 runner_id: String::from("r1"),
                 heartbeat_seconds: 15,
+                kind: Some(RunnerKind::Local),
+                notice: Some(String::from(
+                    "this runner said kind \"cloud\" but its token allows only \"local\"",
+                )),
             },
             ServerMessage::Refused {
                 code: String::from(codes::UNSUPPORTED_VERSION),

@@ -81,6 +81,16 @@ pub(super) fn runners(sql: &SqlStorage) -> ApiResult<Vec<RunnerRow>> {
         .to_array()?)
 }
 
+/// Every known runner named `name` (of any owner).
+pub(super) fn runners_named(sql: &SqlStorage, name: &str) -> ApiResult<Vec<RunnerRow>> {
+    Ok(sql
+        .exec(
+            "SELECT owner, name, kind, os, arch, environments, capabilities, version, last_seen_ms FROM runners WHERE name = ?",
+            vec![name.into()],
+        )?
+        .to_array()?)
+}
+
 /// What a `hello` says about a runner.
 pub(super) struct Hello<'a> {
     pub(super) owner: &'a str,

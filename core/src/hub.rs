@@ -1,0 +1,620 @@
+//! The runner hub's connection rules, sans IO: what to do with a `hello` (welcome, refuse,
+//! replace an older connection), and which sockets the liveness sweep drops. The worker's
+//! `RunnerHub` gathers the facts (open sockets, known runners, the verified token, the clock),
+//! calls these functions and performs the decisions.
+//!
+//! * A runner's owner is its token's `sub`, and its kind is its token's (`runnerKind: cloud`, or
+//!   `local`), never what `hello` says; a mismatch is welcomed as the token's kind with a
+//!   notice ([`HelloDecision::Welcome::notice`]).
+//! * A runner name belongs to one user per tenant: while another user's runner of that name is
+//!   connected, or was seen less than [`NAME_RESERVED_MS`] ago, a `hello` with that name is
+//!   refused ([`codes::NAME_TAKEN`], permanent). The same user connecting again replaces their
+//!   older connection (which may not have noticed yet that it is dead).
+//! * Every `hello` field is bounded and checked ([`check_hello`]) before anything is stored.
+
+use std::collections::BTreeSet;
+
+use crate::wire::runner::{
+    DEFAULT_HEARTBEAT_SECONDS, OfferedEnvironment, RUNNER_PROTOCOL_VERSION, RunnerKind,
+    RunnerMessage, codes,
+};
+use crate::wire::{MAX_PATH_BYTES, check_name};
+
+/// A runner silent for this long (three heartbeat periods) is dropped.
+pub const SILENCE_LIMIT_MS: i64 = 3 * DEFAULT_HEARTBEAT_SECONDS as i64 * 1000;
+/// A connection that has not sent `hello` this long after connecting is dropped (heartbeats
+/// alone do not keep it).
+pub const HELLO_DEADLINE_MS: i64 = 30_000;
+/// `last_seen` is written to storage at most this often per runner (besides connect/close).
+pub const PERSIST_EVERY_MS: i64 = 10_000;
+/// How long after it was last seen a runner name stays reserved for its owner: 30 days.
+pub const NAME_RESERVED_MS: i64 = 30 * 86_400 * 1000;
+
+/// Most environments a `hello` may offer.
+pub const MAX_OFFERED_ENVIRONMENTS: usize = 256;
+/// Most capabilities a `hello` may list.
+pub const MAX_CAPABILITIES: usize = 64;
+/// Longest capability string, in bytes.
+pub const MAX_CAPABILITY_BYTES: usize = 64;
+/// Longest `os`, `arch` or `runnerVersion`, in bytes.
+pub const MAX_LABEL_BYTES: usize = 64;
+
+/// A `hello`, taken apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Protocol version.
+    pub version: u32,
+    /// Runner name.
+    pub name: String,
+    /// The kind the runner says it is (the token decides; see [`on_hello`]).
+    pub claimed_kind: RunnerKind,
+    /// OS display name.
+    pub os: String,
+    /// CPU architecture.
+    pub arch: String,
+    /// Capability strings.
+    pub capabilities: Vec<String>,
+    /// Offered environments.
+    pub environments: Vec<OfferedEnvironment>,
+    /// Runner software version.
+    pub runner_version: Option<String>,
+}
+
+impl Hello {
+    /// The fields of a `hello` message; `None` for any other message.
+    pub fn from_message(message: RunnerMessage) -> Option<Hello> {
+        match message {
+            RunnerMessage::Hello {
+                version,
+                name,
+                kind,
+                os,
+                arch,
+                capabilities,
+                environments,
+                runner_version,
+            } => Some(Hello {
+                version,
+                name,
+                claimed_kind: kind,
+                os,
+                arch,
+                capabilities,
+                environments,
+                runner_version,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A label (`os`, `arch`, `runnerVersion`): 1–[`MAX_LABEL_BYTES`] bytes of printable ASCII.
+fn check_label(field: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > MAX_LABEL_BYTES {
+        return Err(format!("{field} must be 1 to {MAX_LABEL_BYTES} bytes"));
+    }
+    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(format!("{field} must be printable ASCII"));
+    }
+    Ok(())
+}
+
+/// Checks every `hello` field against its bound and format. The message names the field.
+///
+/// # Errors
+/// The first rule broken, as the message of a `refused` frame.
+pub fn check_hello(hello: &Hello) -> Result<(), String> {
+    if hello.version != RUNNER_PROTOCOL_VERSION {
+        return Err(format!(
+            "protocol version {} is not supported; this server speaks version {RUNNER_PROTOCOL_VERSION}",
+            hello.version
+        ));
+    }
+    check_name("runner name", &hello.name)?;
+    check_label("os", &hello.os)?;
+    check_label("arch", &hello.arch)?;
+    if let Some(version) = &hello.runner_version {
+        check_label("runnerVersion", version)?;
+    }
+    if hello.capabilities.len() > MAX_CAPABILITIES {
+        return Err(format!(
+            "capabilities may list at most {MAX_CAPABILITIES} entries"
+        ));
+    }
+    for capability in &hello.capabilities {
+        let ok = !capability.is_empty()
+            && capability.len() <= MAX_CAPABILITY_BYTES
+            && capability
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-' | b'.'));
+        if !ok {
+            return Err(format!(
+                "capability {capability:?} must be 1 to {MAX_CAPABILITY_BYTES} of A-Z a-z 0-9 : _ - ."
+            ));
+        }
+    }
+    if hello.environments.len() > MAX_OFFERED_ENVIRONMENTS {
+        return Err(format!(
+            "a runner may offer at most {MAX_OFFERED_ENVIRONMENTS} environments (it offered {})",
+            hello.environments.len()
+        ));
+    }
+    let mut names = BTreeSet::new();
+    for env in &hello.environments {
+        check_name("offered environment name", &env.name)?;
+        if !names.insert(env.name.as_str()) {
+            return Err(format!(
+                "offered environment {:?} is listed twice",
+                env.name
+            ));
+        }
+        if !env.path.starts_with('/')
+            || env.path.len() > MAX_PATH_BYTES
+            || env.path.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "offered environment {:?} needs an absolute path of at most {MAX_PATH_BYTES} bytes without control characters",
+                env.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An open connection of the tenant, as the hello rules see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenConnection<'a> {
+    /// Its connection epoch.
+    pub epoch: u64,
+    /// Its token's `sub`.
+    pub owner: &'a str,
+    /// Its runner name, once welcomed.
+    pub name: Option<&'a str>,
+}
+
+/// A runner the tenant has seen (a stored row).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnownRunner<'a> {
+    /// Its owner.
+    pub owner: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// When it was last seen (ms).
+    pub last_seen_ms: i64,
+}
+
+/// What to do with a `hello`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HelloDecision {
+    /// Register and welcome the runner.
+    Welcome {
+        /// The runner's kind: its token's, whatever `hello` said.
+        kind: RunnerKind,
+        /// Set when `hello` claimed another kind: logged, and sent in `welcome`.
+        notice: Option<String>,
+        /// Older connections of the same owner and name, to close (their calls fail).
+        replace: Vec<u64>,
+    },
+    /// Send `refused` and close.
+    Refuse {
+        /// See [`codes`].
+        code: &'static str,
+        /// Shown to the person running the runner.
+        message: String,
+    },
+}
+
+/// Decides what to do with `hello` on connection `epoch` of `owner`, whose token allows
+/// `token_kind`. `open` lists the tenant's open connections (this one included or not),
+/// `known` the stored runners; `now_ms` is the hub's clock.
+pub fn on_hello(
+    owner: &str,
+    epoch: u64,
+    token_kind: RunnerKind,
+    hello: &Hello,
+    open: &[OpenConnection<'_>],
+    known: &[KnownRunner<'_>],
+    now_ms: i64,
+) -> HelloDecision {
+    if hello.version != RUNNER_PROTOCOL_VERSION {
+        return HelloDecision::Refuse {
+            code: codes::UNSUPPORTED_VERSION,
+            message: format!(
+                "protocol version {} is not supported; this server speaks version {RUNNER_PROTOCOL_VERSION}",
+                hello.version
+            ),
+        };
+    }
+    if let Err(message) = check_hello(hello) {
+        return HelloDecision::Refuse {
+            code: codes::INVALID_MESSAGE,
+            message,
+        };
+    }
+    let name = hello.name.as_str();
+    let live_other = open
+        .iter()
+        .find(|c| c.epoch != epoch && c.owner != owner && c.name == Some(name));
+    let recent_other = known
+        .iter()
+        .find(|r| r.owner != owner && r.name == name && now_ms - r.last_seen_ms < NAME_RESERVED_MS);
+    if let Some(holder) = live_other
+        .map(|c| c.owner)
+        .or(recent_other.map(|r| r.owner))
+    {
+        return HelloDecision::Refuse {
+            code: codes::NAME_TAKEN,
+            message: format!(
+                "runner name {name:?} belongs to {holder:?} in this tenant; start this runner with another --name (a name stays reserved for {} days after its runner was last seen)",
+                NAME_RESERVED_MS / 86_400_000
+            ),
+        };
+    }
+    let replace = open
+        .iter()
+        .filter(|c| c.epoch != epoch && c.owner == owner && c.name == Some(name))
+        .map(|c| c.epoch)
+        .collect();
+    let notice = (hello.claimed_kind != token_kind).then(|| {
+        format!(
+            "this runner said kind {:?} but its token allows only {:?}; it serves as a {} runner (a cloud runner needs a runner token with runnerKind: cloud, minted by an operator)",
+            hello.claimed_kind.as_str(),
+            token_kind.as_str(),
+            token_kind.as_str()
+        )
+    });
+    HelloDecision::Welcome {
+        kind: token_kind,
+        notice,
+        replace,
+    }
+}
+
+/// Liveness facts of one open connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// Its connection epoch.
+    pub epoch: u64,
+    /// When it connected (ms).
+    pub connected_at_ms: i64,
+    /// When it last sent anything, heartbeats included (ms).
+    pub last_seen_ms: i64,
+    /// When `last_seen` was last written to storage (ms).
+    pub persisted_ms: i64,
+    /// Whether it was welcomed (sent a valid `hello`).
+    pub welcomed: bool,
+}
+
+/// Why the sweep drops a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Silent for [`SILENCE_LIMIT_MS`].
+    Silent,
+    /// No `hello` within [`HELLO_DEADLINE_MS`].
+    NoHello,
+}
+
+impl DropReason {
+    /// The close reason sent to the runner.
+    pub fn close_reason(self) -> &'static str {
+        match self {
+            DropReason::Silent => "no heartbeat",
+            DropReason::NoHello => "no hello",
+        }
+    }
+}
+
+/// What a sweep does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepPlan {
+    /// Connections to close, with why.
+    pub drop: Vec<(u64, DropReason)>,
+    /// Connections whose `last_seen` to write to storage now.
+    pub persist: Vec<(u64, i64)>,
+    /// When to sweep next (ms), if any connection remains.
+    pub next_alarm_ms: Option<i64>,
+}
+
+/// Plans a liveness sweep at `now_ms`.
+pub fn sweep(now_ms: i64, connections: &[Liveness]) -> SweepPlan {
+    let mut plan = SweepPlan::default();
+    for c in connections {
+        if now_ms - c.last_seen_ms > SILENCE_LIMIT_MS {
+            plan.drop.push((c.epoch, DropReason::Silent));
+            continue;
+        }
+        if !c.welcomed && now_ms - c.connected_at_ms > HELLO_DEADLINE_MS {
+            plan.drop.push((c.epoch, DropReason::NoHello));
+            continue;
+        }
+        if c.welcomed && c.last_seen_ms > c.persisted_ms {
+            plan.persist.push((c.epoch, c.last_seen_ms));
+        }
+        let mut due = c.last_seen_ms + SILENCE_LIMIT_MS;
+        if !c.welcomed {
+            due = due.min(c.connected_at_ms + HELLO_DEADLINE_MS);
+        }
+        plan.next_alarm_ms = Some(plan.next_alarm_ms.map_or(due, |n: i64| n.min(due)));
+    }
+    plan
+}
+
+/// Whether a frame at `now_ms` should also write `last_seen` (at most every
+/// [`PERSIST_EVERY_MS`]).
+pub fn should_persist(now_ms: i64, persisted_ms: i64) -> bool {
+    now_ms - persisted_ms >= PERSIST_EVERY_MS
+}
+
+/// The request id a runner's answer carries, if it answers a request.
+pub fn answer_id(message: &RunnerMessage) -> Option<&str> {
+    match message {
+        RunnerMessage::AttachResult { id, .. }
+        | RunnerMessage::DetachResult { id, .. }
+        | RunnerMessage::ValidateResult { id, .. }
+        | RunnerMessage::ToolResult { id, .. } => Some(id),
+        RunnerMessage::Error { id, .. } => id.as_deref(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(name: &str, kind: RunnerKind) -> Hello {
+        Hello {
+            version: RUNNER_PROTOCOL_VERSION,
+            name: name.into(),
+            claimed_kind: kind,
+            os: "Linux".into(),
+            arch: "x86_64".into(),
+            capabilities: vec!["bash".into(), "environment:local".into()],
+            environments: vec![OfferedEnvironment {
+                name: "api".into(),
+                path: "/src/api".into(),
+            }],
+            runner_version: Some("0.1.0".into()),
+        }
+    }
+
+    const NOW: i64 = 1_000_000_000_000;
+
+    #[test]
+    fn kind_comes_from_the_token() {
+        use RunnerKind::*;
+        // (token kind, hello kind) → (welcomed kind, notice?)
+        let cases = [
+            (Local, Local, Local, false),
+            (Local, Cloud, Local, true),
+            (Cloud, Cloud, Cloud, false),
+            (Cloud, Local, Cloud, true),
+        ];
+        for (token, claimed, want, notice) in cases {
+            match on_hello("ana", 1, token, &hello("mac", claimed), &[], &[], NOW) {
+                HelloDecision::Welcome {
+                    kind, notice: n, ..
+                } => {
+                    assert_eq!(kind, want, "{token:?} {claimed:?}");
+                    assert_eq!(n.is_some(), notice, "{token:?} {claimed:?}");
+                    if let Some(n) = n {
+                        assert!(n.contains("runnerKind: cloud"), "{n}");
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn names_belong_to_one_user() {
+        let open = |epoch, owner, name| OpenConnection {
+            epoch,
+            owner,
+            name: Some(name),
+        };
+        let known = |owner, name, ago: i64| KnownRunner {
+            owner,
+            name,
+            last_seen_ms: NOW - ago,
+        };
+        let day = 86_400_000;
+        type Case<'a> = (
+            Vec<OpenConnection<'a>>,
+            Vec<KnownRunner<'a>>,
+            Result<Vec<u64>, &'static str>,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            // Nobody has the name.
+            (vec![], vec![], Ok(vec![])),
+            // Bob is connected as "mac": refused, never a takeover.
+            (vec![open(1, "bob", "mac")], vec![], Err(codes::NAME_TAKEN)),
+            // Bob's "mac" was seen yesterday: still his.
+            (
+                vec![],
+                vec![known("bob", "mac", day)],
+                Err(codes::NAME_TAKEN),
+            ),
+            // Bob's "mac" was last seen 31 days ago: free again.
+            (vec![], vec![known("bob", "mac", 31 * day)], Ok(vec![])),
+            // Bob's runner of another name does not matter.
+            (
+                vec![open(1, "bob", "vm")],
+                vec![known("bob", "vm", 0)],
+                Ok(vec![]),
+            ),
+            // Ana's own older connections are replaced.
+            (
+                vec![
+                    open(1, "ana", "mac"),
+                    open(2, "ana", "mac"),
+                    open(9, "ana", "vm"),
+                ],
+                vec![known("ana", "mac", 0)],
+                Ok(vec![1, 2]),
+            ),
+            // This very connection is not replaced.
+            (vec![open(7, "ana", "mac")], vec![], Ok(vec![])),
+            // A connection that has not said hello yet holds no name.
+            (
+                vec![OpenConnection {
+                    epoch: 3,
+                    owner: "bob",
+                    name: None,
+                }],
+                vec![],
+                Ok(vec![]),
+            ),
+        ];
+        for (open, known, want) in cases {
+            let got = match on_hello(
+                "ana",
+                7,
+                RunnerKind::Local,
+                &hello("mac", RunnerKind::Local),
+                &open,
+                &known,
+                NOW,
+            ) {
+                HelloDecision::Welcome { replace, .. } => Ok(replace),
+                HelloDecision::Refuse { code, message } => {
+                    if code == codes::NAME_TAKEN {
+                        assert!(
+                            message.contains("\"bob\"") && message.contains("--name"),
+                            "{message}"
+                        );
+                    }
+                    Err(code)
+                }
+            };
+            assert_eq!(got, want, "{open:?} {known:?}");
+        }
+        assert!(!codes::refusal_is_permanent(codes::NAME_IN_USE));
+        assert!(codes::refusal_is_permanent(codes::NAME_TAKEN));
+    }
+
+    #[test]
+    fn hello_fields_are_bounded() {
+        let ok = hello("mac", RunnerKind::Local);
+        assert_eq!(check_hello(&ok), Ok(()));
+        fn env(name: &str, path: &str) -> OfferedEnvironment {
+            OfferedEnvironment {
+                name: name.into(),
+                path: path.into(),
+            }
+        }
+        let many_envs: Vec<OfferedEnvironment> = (0..=MAX_OFFERED_ENVIRONMENTS)
+            .map(|i| env(&format!("e{i}"), "/x"))
+            .collect();
+        type Mutation = Box<dyn Fn(&mut Hello)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|h| h.version = 2), "protocol version 2"),
+            (Box::new(|h| h.name = "a b".into()), "runner name"),
+            (Box::new(|h| h.name = String::new()), "runner name"),
+            (Box::new(|h| h.name = "x".repeat(65)), "runner name"),
+            (Box::new(|h| h.os = String::new()), "os"),
+            (Box::new(|h| h.os = "x".repeat(65)), "os"),
+            (Box::new(|h| h.os = "mac\nOS".into()), "os"),
+            (Box::new(|h| h.arch = "é".into()), "arch"),
+            (
+                Box::new(|h| h.runner_version = Some(String::new())),
+                "runnerVersion",
+            ),
+            (
+                Box::new(|h| h.capabilities = vec!["x".into(); MAX_CAPABILITIES + 1]),
+                "capabilities",
+            ),
+            (
+                Box::new(|h| h.capabilities = vec!["a b".into()]),
+                "capability",
+            ),
+            (
+                Box::new(|h| h.capabilities = vec!["x".repeat(MAX_CAPABILITY_BYTES + 1)]),
+                "capability",
+            ),
+            (
+                Box::new(move |h| h.environments = many_envs.clone()),
+                "at most 256",
+            ),
+            (
+                Box::new(|h| h.environments = vec![env("a/b", "/x")]),
+                "offered environment name",
+            ),
+            (
+                Box::new(|h| h.environments = vec![env("a", "/x"), env("a", "/y")]),
+                "twice",
+            ),
+            (
+                Box::new(|h| h.environments = vec![env("a", "rel")]),
+                "absolute",
+            ),
+            (
+                Box::new(|h| {
+                    h.environments = vec![env("a", &format!("/{}", "x".repeat(MAX_PATH_BYTES)))]
+                }),
+                "absolute",
+            ),
+        ];
+        for (mutate, want) in cases {
+            let mut h = ok.clone();
+            mutate(&mut h);
+            let err = check_hello(&h).expect_err(want);
+            assert!(err.contains(want), "{err} should mention {want}");
+            match on_hello("ana", 1, RunnerKind::Local, &h, &[], &[], NOW) {
+                HelloDecision::Refuse { code, .. } => {
+                    assert!(code == codes::INVALID_MESSAGE || code == codes::UNSUPPORTED_VERSION)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // At the bounds: accepted.
+        let mut h = ok.clone();
+        h.name = "x".repeat(64);
+        h.os = "x".repeat(MAX_LABEL_BYTES);
+        h.capabilities = vec!["c".repeat(MAX_CAPABILITY_BYTES); MAX_CAPABILITIES];
+        h.environments = (0..MAX_OFFERED_ENVIRONMENTS)
+            .map(|i| env(&format!("e{i}"), "/x"))
+            .collect();
+        assert_eq!(check_hello(&h), Ok(()));
+    }
+
+    #[test]
+    fn sweep_table() {
+        let live =
+            |epoch, connected_ago: i64, seen_ago: i64, persisted_ago: i64, welcomed| Liveness {
+                epoch,
+                connected_at_ms: NOW - connected_ago,
+                last_seen_ms: NOW - seen_ago,
+                persisted_ms: NOW - persisted_ago,
+                welcomed,
+            };
+        let plan = sweep(
+            NOW,
+            &[
+                // Silent past the limit: dropped.
+                live(1, 100_000, SILENCE_LIMIT_MS + 1, 100_000, true),
+                // Exactly at the limit: kept.
+                live(2, 100_000, SILENCE_LIMIT_MS, SILENCE_LIMIT_MS, true),
+                // Heartbeats but never hello: dropped after the deadline.
+                live(3, HELLO_DEADLINE_MS + 1, 0, 0, false),
+                // Not welcomed, within the deadline: kept, alarm at its deadline.
+                live(4, 1_000, 0, 0, false),
+                // Seen since persisted: persist.
+                live(5, 100_000, 500, 20_000, true),
+            ],
+        );
+        assert_eq!(
+            plan.drop,
+            vec![(1, DropReason::Silent), (3, DropReason::NoHello)]
+        );
+        assert_eq!(plan.persist, vec![(5, NOW - 500)]);
+        assert_eq!(plan.next_alarm_ms, Some(NOW));
+        assert_eq!(sweep(NOW, &[]).next_alarm_ms, None);
+        let only_new = sweep(NOW, &[live(4, 1_000, 0, 0, false)]);
+        assert_eq!(
+            only_new.next_alarm_ms,
+            Some(NOW - 1_000 + HELLO_DEADLINE_MS)
+        );
+        assert!(should_persist(NOW, NOW - PERSIST_EVERY_MS));
+        assert!(!should_persist(NOW, NOW - PERSIST_EVERY_MS + 1));
+    }
+}
