@@ -351,6 +351,42 @@ pub fn may_write_workspace(who: &Principal, path: &str) -> bool {
     }
 }
 
+/// Who changes a workspace document.
+#[derive(Clone, Copy, Debug)]
+pub enum WorkspaceWriter<'a> {
+    /// A person, through the API.
+    Person(&'a Principal),
+    /// A session's tool (`write`, js `wuhu.workspace.*`).
+    SessionTool {
+        /// The session's owner.
+        owner: &'a str,
+        /// The authors of the current turn's messages.
+        turn_authors: &'a [String],
+    },
+}
+
+impl WorkspaceWriter<'_> {
+    /// Whether this writer may change `path` (normalised). A person: see
+    /// [`may_write_workspace`]. A session's tool writes tenant-wide paths, and `users/<owner>/…`
+    /// only while nobody but the owner wrote the current turn's messages: a member prompting
+    /// someone's group session cannot plant text in that person's context document.
+    pub fn may_write(&self, path: &str) -> bool {
+        match self {
+            WorkspaceWriter::Person(who) => may_write_workspace(who, path),
+            WorkspaceWriter::SessionTool {
+                owner,
+                turn_authors,
+            } => {
+                let owner_alone = turn_authors.iter().all(|a| a == owner);
+                match path.strip_prefix("users/") {
+                    None => true,
+                    Some(rest) => owner_alone && rest.split('/').next() == Some(*owner),
+                }
+            }
+        }
+    }
+}
+
 /// Whether `who` may change or delete an environment definition owned by `owner`.
 pub fn may_edit_definition(who: &Principal, owner: &str) -> bool {
     who.is_admin() || who.sub == owner
@@ -620,6 +656,27 @@ mod tests {
         ];
         for (who, path, ok) in cases {
             assert_eq!(may_write_workspace(who, path), ok, "{} {path}", who.sub);
+        }
+    }
+
+    #[test]
+    fn tools_write_users_documents_only_for_an_owner_alone() {
+        let alice = ["alice".to_string()];
+        let both = ["alice".to_string(), "bob".to_string()];
+        let cases: [(&[String], &str, bool); 6] = [
+            (&alice, "users/alice/context.md", true),
+            (&alice, "users/bob/context.md", false),
+            (&both, "users/alice/context.md", false),
+            (&both, "notes/a.md", true),
+            (&[], "users/alice/context.md", true),
+            (&alice, "notes/a.md", true),
+        ];
+        for (turn_authors, path, ok) in cases {
+            let writer = WorkspaceWriter::SessionTool {
+                owner: "alice",
+                turn_authors,
+            };
+            assert_eq!(writer.may_write(path), ok, "{turn_authors:?} {path}");
         }
     }
 

@@ -10,11 +10,22 @@ use crate::llm::{LlmRequest, ToolSchema};
 use crate::wire::{Entry, EntryPayload, Header, Message, ToolResult};
 
 /// Builds the request for one step from `entries` (oldest first).
-pub fn build_request(header: &Header, entries: &[Entry], tools: Vec<ToolSchema>) -> LlmRequest {
+///
+/// `group_chat_since` is the cursor of the session's group-chat reminder, if any: user messages
+/// after it reach the LLM as `[author]:\n\n<content>`; earlier ones are unchanged. The
+/// transcript itself always keeps the raw content and the author.
+pub fn build_request(
+    header: &Header,
+    entries: &[Entry],
+    group_chat_since: Option<u64>,
+    tools: Vec<ToolSchema>,
+) -> LlmRequest {
     let mut messages: Vec<Message> = entries
         .iter()
         .filter_map(|entry| match &entry.payload {
-            EntryPayload::Message { message } => Some(message.clone()),
+            EntryPayload::Message { message } => {
+                Some(render(entry.cursor, message, group_chat_since))
+            }
             EntryPayload::Header(_) | EntryPayload::Custom { .. } => None,
         })
         .skip_while(|m| !matches!(m, Message::User { .. } | Message::CustomMessage { .. }))
@@ -25,6 +36,24 @@ pub fn build_request(header: &Header, entries: &[Entry], tools: Vec<ToolSchema>)
         system_prompt: header.system_prompt.clone(),
         messages,
         tools,
+    }
+}
+
+/// A transcript message as the LLM sees it: in a group chat, user messages name their author.
+fn render(cursor: u64, message: &Message, group_chat_since: Option<u64>) -> Message {
+    match message {
+        Message::User {
+            author,
+            content,
+            queue_item_id,
+            lane,
+        } if group_chat_since.is_some_and(|since| cursor > since) => Message::User {
+            author: author.clone(),
+            content: format!("[{author}]:\n\n{content}"),
+            queue_item_id: queue_item_id.clone(),
+            lane: *lane,
+        },
+        other => other.clone(),
     }
 }
 
@@ -172,8 +201,40 @@ mod tests {
                 .enumerate()
                 .map(|(i, m)| entry(i as u64 + 1, m))
                 .collect();
-            let request = build_request(&header, &entries, vec![]);
+            let request = build_request(&header, &entries, None, vec![]);
             assert_eq!(shape(&request.messages), want);
         }
+    }
+
+    #[test]
+    fn group_chat_prefixes_only_after_the_reminder() {
+        let header = Header {
+            system_prompt: "s".into(),
+            provider: "fake".into(),
+            model: "m".into(),
+        };
+        let by = |author: &str, text: &str| Message::User {
+            author: author.into(),
+            content: text.into(),
+            queue_item_id: None,
+            lane: None,
+        };
+        let reminder = Message::CustomMessage {
+            custom_type: crate::wire::custom_types::GROUP_CHAT_REMINDER.into(),
+            content: "group".into(),
+            details: None,
+        };
+        let entries: Vec<Entry> = [by("alice", "a"), reminder, by("bob", "b"), by("alice", "c")]
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| entry(i as u64 + 1, m))
+            .collect();
+        let plain = build_request(&header, &entries, None, vec![]);
+        assert_eq!(shape(&plain.messages), "user:a custom:group user:b user:c");
+        let group = build_request(&header, &entries, Some(2), vec![]);
+        assert_eq!(
+            shape(&group.messages),
+            "user:a custom:group user:[bob]:\n\nb user:[alice]:\n\nc"
+        );
     }
 }

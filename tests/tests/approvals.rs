@@ -414,6 +414,9 @@ fn a_cloud_environment_follows_its_definition_and_the_session_owner_answers() {
     assert_eq!(defined.status, 201, "{defined}");
     let session = world.alice.create_fake_session().id;
     share(&world.alice, &session);
+    // alice prompts first, so she owns the session (the first prompter owns it).
+    world.alice.enqueue(&session, "followUp", "hello");
+    world.alice.wait_idle(&session, Duration::from_secs(60));
 
     let turn = ToolTurn::start(
         &world.bob,

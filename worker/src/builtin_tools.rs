@@ -10,17 +10,20 @@ use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Mes
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
 use crate::approvals::ActorApprovals;
+use crate::auth::Identity;
 use crate::environment_tools::{self, ToolOutput};
 use crate::session_actor::Actor;
 use crate::{session_client, tenant_index, workspace_io};
+use wuhu_core::authority::{Role, WorkspaceWriter};
 
 /// Everything a tool may use: handed over complete, so tools never reach back into the session.
 pub(crate) struct ToolContext {
     pub(crate) env: Env,
     pub(crate) tenant: String,
     pub(crate) session_id: String,
-    /// The session's owner (its creator): runners are chosen on their behalf, and a
-    /// definition's `"approval":"ask"` waits for them.
+    /// The session's owner (its first prompter, its creator until then): runners are chosen,
+    /// other sessions and workspace documents are seen, and a definition's
+    /// `"approval":"ask"` waits, on their behalf.
     pub(crate) owner: String,
     /// Who the current turn acts for (`Session::turn_authors`): a call that reaches the local
     /// runner of anyone else waits for that runner's owner.
@@ -31,6 +34,29 @@ pub(crate) struct ToolContext {
     pub(crate) validated: std::collections::HashMap<String, u64>,
     /// Where a tool asks a person for approval.
     pub(crate) approvals: Rc<ActorApprovals>,
+}
+
+impl ToolContext {
+    /// Who the session's tools act as when they read other sessions or change the workspace:
+    /// its owner, as a member (a tool never sees more than its owner could through the API).
+    pub(crate) fn viewer(&self) -> Identity {
+        Identity {
+            sub: self.owner.clone(),
+            tenant: self.tenant.clone(),
+            role: Role::Member,
+            runner_kind: None,
+        }
+    }
+}
+
+impl ToolContext {
+    /// Who the session's tools write the workspace as (see `WorkspaceWriter::SessionTool`).
+    pub(crate) fn workspace_writer(&self) -> WorkspaceWriter<'_> {
+        WorkspaceWriter::SessionTool {
+            owner: &self.owner,
+            turn_authors: &self.turn_authors,
+        }
+    }
 }
 
 pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
@@ -103,10 +129,14 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
         names::LIST_SESSIONS => {
             let args: ListArgs = parse_args(call)?;
             let limit = args.limit.unwrap_or(20).clamp(1, 100);
-            let page =
-                tenant_index::list(&context.env, &context.tenant, limit, args.before.as_deref())
-                    .await
-                    .map_err(|e| format!("Listing sessions failed: {}", e.message))?;
+            let page = tenant_index::list(
+                &context.env,
+                &context.viewer(),
+                limit,
+                args.before.as_deref(),
+            )
+            .await
+            .map_err(|e| format!("Listing sessions failed: {}", e.message))?;
             let mut out = String::new();
             for s in &page.sessions {
                 let marker = if s.id == context.session_id {
@@ -137,7 +167,7 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
             let args: ReadArgs = parse_args(call)?;
             let since = args.since_cursor.unwrap_or(0);
             let page: GetSessionResponse =
-                session_client::transcript(&context.env, &context.tenant, &args.id, since, 500)
+                session_client::transcript(&context.env, &context.viewer(), &args.id, since, 500)
                     .await
                     .map_err(|e| {
                         if e.status == 404 {
@@ -231,10 +261,15 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 Some(Err(e)) => Err(e.to_string()),
                 Some(Ok(WuhuUrl::Config(_))) => Err("wuhu://config/ is read-only.".to_string()),
                 Some(Ok(WuhuUrl::Workspace(path))) => {
-                    let summary =
-                        workspace_io::write(&context.env, &context.tenant, &path, &args.content)
-                            .await
-                            .map_err(|e| e.message)?;
+                    let summary = workspace_io::write(
+                        &context.env,
+                        &context.tenant,
+                        &context.workspace_writer(),
+                        &path,
+                        &args.content,
+                    )
+                    .await
+                    .map_err(|e| e.message)?;
                     Ok(format!(
                         "Wrote wuhu://workspace/{} ({} bytes, version {}).",
                         summary.path, summary.size, summary.version

@@ -36,7 +36,10 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             retryable: true,
         }));
     };
-    let request = build_request(&header, &entries, catalogue());
+    let group_chat_since = actor
+        .with_loaded(|l| l.session.group_chat_since())
+        .flatten();
+    let request = build_request(&header, &entries, group_chat_since, catalogue());
     let mut builder = AssistantBuilder::default();
     let result = match header.provider.as_str() {
         fake::PROVIDER => run_fake(actor, step, &request, &mut builder).await,

@@ -186,7 +186,7 @@ impl JsHost<'_> {
                     .unwrap_or(20)
                     .clamp(1, 100) as u32;
                 let before = arg.get("before").and_then(Value::as_str);
-                let page = tenant_index::list(&ctx.env, &ctx.tenant, limit, before)
+                let page = tenant_index::list(&ctx.env, &ctx.viewer(), limit, before)
                     .await
                     .map_err(|e| e.message)?;
                 serde_json::to_value(page).map_err(|e| e.to_string())
@@ -199,7 +199,7 @@ impl JsHost<'_> {
                     .and_then(Value::as_u64)
                     .unwrap_or(200)
                     .clamp(1, 1000);
-                let page = session_client::transcript(&ctx.env, &ctx.tenant, &id, since, limit)
+                let page = session_client::transcript(&ctx.env, &ctx.viewer(), &id, since, limit)
                     .await
                     .map_err(|e| e.message)?;
                 serde_json::to_value(page).map_err(|e| e.to_string())
@@ -214,9 +214,15 @@ impl JsHost<'_> {
             "workspace.write" => {
                 let path = workspace_path(&str_arg("path")?)?;
                 let text = str_arg("text")?;
-                let summary = workspace_io::write(&ctx.env, &ctx.tenant, &path, &text)
-                    .await
-                    .map_err(|e| e.message)?;
+                let summary = workspace_io::write(
+                    &ctx.env,
+                    &ctx.tenant,
+                    &ctx.workspace_writer(),
+                    &path,
+                    &text,
+                )
+                .await
+                .map_err(|e| e.message)?;
                 serde_json::to_value(summary).map_err(|e| e.to_string())
             }
             "workspace.list" => {
@@ -237,7 +243,7 @@ impl JsHost<'_> {
             }
             "workspace.remove" => {
                 let path = workspace_path(&str_arg("path")?)?;
-                workspace_io::remove(&ctx.env, &ctx.tenant, &path)
+                workspace_io::remove(&ctx.env, &ctx.tenant, &ctx.workspace_writer(), &path)
                     .await
                     .map(Value::Bool)
                     .map_err(|e| e.message)

@@ -31,6 +31,7 @@ use crate::auth::{Identity, TokenKind, authenticate};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
+use wuhu_core::authority::WorkspaceWriter;
 
 pub use runner_hub::RunnerHub;
 pub use session_actor::SessionActor;
@@ -158,17 +159,6 @@ async fn workspace_doc(
         decoded.push(text);
     }
     let path = decoded.join("/");
-    // `users/<sub>/…` belongs to `<sub>` (and admins); everything else is tenant-wide.
-    if matches!(method, Method::Put | Method::Delete)
-        && let Ok(normalized) = wuhu_core::workspace::normalize_doc_path(&path)
-        && !wuhu_core::authority::may_write_workspace(&identity.principal(), &normalized)
-    {
-        return Err(ApiError::new(
-            403,
-            "forbidden",
-            format!("only its owner or an admin may change {normalized}"),
-        ));
-    }
     match method {
         Method::Get => match workspace_io::read(env, &identity.tenant, &path).await? {
             Some(doc) => Ok(json_response(200, &doc)),
@@ -178,11 +168,25 @@ async fn workspace_doc(
             let bytes = read_body(req).await?;
             let text = String::from_utf8(bytes)
                 .map_err(|_| ApiError::bad_request("document must be utf-8 text"))?;
-            let summary = workspace_io::write(env, &identity.tenant, &path, &text).await?;
+            let summary = workspace_io::write(
+                env,
+                &identity.tenant,
+                &WorkspaceWriter::Person(&identity.principal()),
+                &path,
+                &text,
+            )
+            .await?;
             Ok(json_response(200, &summary))
         }
         Method::Delete => {
-            if workspace_io::remove(env, &identity.tenant, &path).await? {
+            if workspace_io::remove(
+                env,
+                &identity.tenant,
+                &WorkspaceWriter::Person(&identity.principal()),
+                &path,
+            )
+            .await?
+            {
                 Ok(Response::empty()?.with_status(204))
             } else {
                 Err(ApiError::not_found(format!("no document at {path}")))
@@ -363,7 +367,7 @@ async fn list_sessions(req: &Request, env: &Env, identity: &Identity) -> ApiResu
     }
     let before = query(&pairs, "before").filter(|b| !b.is_empty());
     let page: ListSessionsResponse =
-        tenant_index::list(env, &identity.tenant, limit as u32, before.as_deref()).await?;
+        tenant_index::list(env, identity, limit as u32, before.as_deref()).await?;
     Ok(json_response(200, &page))
 }
 

@@ -38,6 +38,7 @@ use futures::future::LocalBoxFuture;
 use std::collections::HashMap;
 use wuhu_core::approvals::Outcome;
 use wuhu_core::archive::HOT_TAIL_KEEP;
+use wuhu_core::authority::{self, Access, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::environments::Attachment;
 
 /// How long a running session may go without progress before the alarm checks on it.
@@ -210,6 +211,10 @@ impl Actor {
             return Err(ApiError::not_found("session not found"));
         }
         let identity = Identity::from_headers(&req)?;
+        let principal = identity.principal();
+        // A session the caller may not read does not exist for them (404, also for every
+        // other action), so its existence is never revealed.
+        self.authorize(&principal, SessionAction::Read)?;
         let author = identity.sub.clone();
         match (method, path.as_str()) {
             (worker::Method::Get, "/info") => Ok(json_response(200, &self.info()?)),
@@ -243,6 +248,7 @@ impl Actor {
                 Ok(json_response(200, &response))
             }
             (worker::Method::Post, "/enqueue") => {
+                self.authorize(&principal, SessionAction::Prompt)?;
                 let lane_name = query(&pairs, "lane").unwrap_or_else(|| "followUp".into());
                 let lane = Lane::parse_public(&lane_name).ok_or_else(|| {
                     ApiError::bad_request(format!(
@@ -266,6 +272,23 @@ impl Actor {
             (worker::Method::Post, "/cancel") => {
                 let body = read_body(&mut req).await?;
                 let request: CancelRequest = parse_json(&body)?;
+                let item_author = self
+                    .with_loaded(|l| {
+                        l.session
+                            .queue()
+                            .iter()
+                            .find(|item| item.id == request.id)
+                            .map(|item| item.author.clone())
+                    })
+                    .flatten();
+                if let Some(item_author) = &item_author {
+                    self.authorize(
+                        &principal,
+                        SessionAction::CancelItem {
+                            author: item_author,
+                        },
+                    )?;
+                }
                 let result = self
                     .with_session(|s| s.handle_cancel(&request.id))
                     .ok_or_else(|| ApiError::internal("session not loaded"))?;
@@ -293,6 +316,7 @@ impl Actor {
                 approvals::answer_route(&self, &identity, &approval_id, &body)
             }
             (worker::Method::Post, "/stop") => {
+                self.authorize(&principal, SessionAction::Stop)?;
                 // Waiting approvals end as withdrawn; their calls get a "stopped" result.
                 approvals::withdraw_pending(&self);
                 let stopped = self
@@ -311,20 +335,33 @@ impl Actor {
             (worker::Method::Post, "/title") => {
                 let body = read_body(&mut req).await?;
                 let request: PatchSessionRequest = parse_json(&body)?;
-                let title = request.title.trim().to_string();
-                if title.is_empty() || title.chars().count() > 200 {
-                    return Err(ApiError::bad_request("title must be 1 to 200 characters"));
+                request.validate().map_err(ApiError::bad_request)?;
+                if request.title.is_some() {
+                    self.authorize(&principal, SessionAction::Rename)?;
+                }
+                if request.access.is_some() {
+                    self.authorize(&principal, SessionAction::ChangeAccess)?;
                 }
                 {
                     let mut loaded = self.loaded.borrow_mut();
                     if let Some(loaded) = loaded.as_mut() {
-                        loaded.meta.title = Some(title);
-                        loaded.meta.updated_at = now().unix_seconds();
-                        self.store()?.save_meta(&loaded.meta)?;
+                        let mut meta = loaded.meta.clone();
+                        if let Some(title) = &request.title {
+                            meta.title = wuhu_core::wire::normalize_title(title).ok();
+                        }
+                        if let Some(access) = request.access {
+                            meta.access = access;
+                        }
+                        meta.updated_at = now().unix_seconds();
+                        self.store()?.save_meta(&meta)?;
+                        loaded.meta = meta;
                     }
                 }
-                self.schedule_index_update();
-                Ok(json_response(200, &self.info()?))
+                // Visibility in the list changes with access: the index learns it before we
+                // answer, so a list right after the patch is right.
+                let info = self.info()?;
+                tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
+                Ok(json_response(200, &info))
             }
             (worker::Method::Get, "/follow") => follow::handle(self.clone(), &req, &pairs).await,
             (worker::Method::Get, "/stats") => {
@@ -383,6 +420,7 @@ impl Actor {
             updated_at: t.unix_seconds(),
             title: init.title,
             header: header.clone(),
+            access: Access::default(),
         };
         self.store()?.save_meta(&meta)?;
         *self.loaded.borrow_mut() = Some(Loaded {
@@ -395,6 +433,36 @@ impl Actor {
         // creation shows it.
         tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
         Ok(json_response(201, &info))
+    }
+
+    /// Checks `action` by `who` against the session's owner, creator and access
+    /// (`wuhu_core::authority::session_allows`).
+    fn authorize(&self, who: &Principal, action: SessionAction<'_>) -> ApiResult<()> {
+        let verdict = self
+            .with_loaded(|l| {
+                let facts = SessionFacts {
+                    owner: l.session.owner().unwrap_or(&l.meta.created_by),
+                    created_by: &l.meta.created_by,
+                    access: l.meta.access,
+                };
+                authority::session_allows(who, facts, action)
+            })
+            .unwrap_or(Verdict::Hidden);
+        match verdict {
+            Verdict::Allow => Ok(()),
+            Verdict::Hidden => Err(ApiError::not_found("session not found")),
+            Verdict::Forbidden => Err(ApiError::new(
+                403,
+                "forbidden",
+                "only the session's owner, its creator or an admin may do this",
+            )),
+        }
+    }
+
+    /// The session's owner: the first user who prompted it, its creator until then.
+    pub(crate) fn owner(&self) -> String {
+        self.with_loaded(|l| l.session.owner().unwrap_or(&l.meta.created_by).to_string())
+            .unwrap_or_default()
     }
 
     pub(crate) fn store(&self) -> ApiResult<&Store> {
@@ -455,6 +523,8 @@ impl Actor {
             model: l.meta.header.model.clone(),
             status: l.session.status(),
             created_by: l.meta.created_by.clone(),
+            owner: l.session.owner().unwrap_or(&l.meta.created_by).to_string(),
+            access: l.meta.access,
             created_at: l.meta.created_at,
             updated_at: l.meta.updated_at,
             last_cursor: l.session.last_cursor(),
@@ -700,9 +770,7 @@ impl Actor {
             env: self.env.clone(),
             tenant: self.tenant(),
             session_id: self.session_id(),
-            owner: self
-                .with_loaded(|l| l.meta.created_by.clone())
-                .unwrap_or_default(),
+            owner: self.owner(),
             turn_authors: self
                 .with_loaded(|l| l.session.turn_authors().to_vec())
                 .unwrap_or_default(),

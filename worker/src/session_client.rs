@@ -4,6 +4,7 @@ use serde::de::DeserializeOwned;
 use worker::{Env, Response, Stub};
 use wuhu_core::wire::{ErrorBody, GetSessionResponse};
 
+use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult};
 
 /// Whether `id` looks like a session id (a UUID). Anything else is simply not found.
@@ -54,15 +55,22 @@ fn code_for(status: u16) -> &'static str {
     }
 }
 
-/// A transcript page of another session of the same tenant.
+/// A transcript page of another session of `viewer`'s tenant, as `viewer` may read it.
 pub(crate) async fn transcript(
     env: &Env,
-    tenant: &str,
+    viewer: &Identity,
     id: &str,
     since: u64,
     limit: u64,
 ) -> ApiResult<GetSessionResponse> {
     let url = format!("https://session/transcript?sinceCursor={since}&limit={limit}");
-    let resp = stub(env, tenant, id)?.fetch_with_str(&url).await?;
+    let headers = worker::Headers::new();
+    viewer.set_headers(&headers)?;
+    let mut init = worker::RequestInit::new();
+    init.with_method(worker::Method::Get).with_headers(headers);
+    let req = worker::Request::new_with_init(&url, &init)?;
+    let resp = stub(env, &viewer.tenant, id)?
+        .fetch_with_request(req)
+        .await?;
     expect_ok(resp).await
 }

@@ -18,6 +18,9 @@ pub(crate) struct SessionMeta {
     pub(crate) updated_at: i64,
     pub(crate) title: Option<String>,
     pub(crate) header: Header,
+    /// Who may see and prompt the session.
+    #[serde(default)]
+    pub(crate) access: wuhu_core::authority::Access,
 }
 
 pub(crate) struct Store {

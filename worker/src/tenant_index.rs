@@ -5,7 +5,10 @@ use serde::Deserialize;
 use worker::{
     DurableObject, Env, Method, Request, RequestInit, Response, SqlStorage, State, durable_object,
 };
+use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::wire::{ListSessionsResponse, SessionInfo};
+
+use crate::auth::Identity;
 
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
@@ -17,8 +20,29 @@ pub struct TenantIndex {
 }
 
 #[derive(Deserialize)]
-struct InfoRow {
+struct ListRow {
+    seq: f64,
     info: String,
+}
+
+/// Rows read from SQLite per batch while filtering a page.
+const SCAN_BATCH: usize = 200;
+/// Most rows one list request scans; past that the page is returned short, with `nextBefore`.
+const MAX_SCANNED: usize = 2_000;
+
+/// Whether `viewer` may see `info` in the list.
+fn visible(viewer: &Principal, info: &SessionInfo) -> bool {
+    let owner = if info.owner.is_empty() {
+        &info.created_by
+    } else {
+        &info.owner
+    };
+    let facts = SessionFacts {
+        owner,
+        created_by: &info.created_by,
+        access: info.access,
+    };
+    authority::session_allows(viewer, facts, SessionAction::Read) == Verdict::Allow
 }
 
 #[derive(Deserialize)]
@@ -60,48 +84,68 @@ impl TenantIndex {
                 Ok(json_response(200, &serde_json::json!({"ok": true})))
             }
             (Method::Get, "/list") => {
+                let viewer = Identity::from_headers(&req)?.principal();
                 let pairs = query_pairs(&req);
                 let limit = query_u64(&pairs, "limit")?.unwrap_or(50);
                 if limit == 0 || limit > 200 {
                     return Err(ApiError::bad_request("limit must be between 1 and 200"));
                 }
-                let rows: Vec<InfoRow> = match query(&pairs, "before").filter(|b| !b.is_empty()) {
-                    None => self
-                        .sql
-                        .exec(
-                            "SELECT info FROM session_list ORDER BY seq DESC LIMIT ?",
-                            vec![(limit as i64 + 1).into()],
-                        )?
-                        .to_array()?,
+                let mut anchor = match query(&pairs, "before").filter(|b| !b.is_empty()) {
+                    None => i64::MAX,
                     Some(before) => {
-                        let anchor: Vec<SeqRow> = self
+                        let rows: Vec<SeqRow> = self
                             .sql
                             .exec(
                                 "SELECT seq FROM session_list WHERE id = ?",
-                                vec![before.clone().into()],
+                                vec![before.into()],
                             )?
                             .to_array()?;
-                        let Some(anchor) = anchor.into_iter().next() else {
+                        let Some(row) = rows.into_iter().next() else {
                             return Err(ApiError::bad_request(
                                 "before must be the id of a listed session",
                             ));
                         };
-                        self.sql
-                            .exec(
-                                "SELECT info FROM session_list WHERE seq < ? ORDER BY seq DESC LIMIT ?",
-                                vec![(anchor.seq as i64).into(), (limit as i64 + 1).into()],
-                            )?
-                            .to_array()?
+                        row.seq as i64
                     }
                 };
-                let mut sessions: Vec<SessionInfo> = rows
-                    .into_iter()
-                    .filter_map(|r| serde_json::from_str(&r.info).ok())
-                    .collect();
+                // Sessions the viewer may not read are skipped (core's rule decides). A page
+                // scans at most MAX_SCANNED rows; a short page then still has `nextBefore`.
+                let mut sessions: Vec<SessionInfo> = Vec::new();
+                let mut scanned = 0usize;
+                let mut last_scanned: Option<String> = None;
+                let mut exhausted = false;
+                while sessions.len() <= limit as usize && scanned < MAX_SCANNED {
+                    let rows: Vec<ListRow> = self
+                        .sql
+                        .exec(
+                            "SELECT seq, info FROM session_list WHERE seq < ? ORDER BY seq DESC LIMIT ?",
+                            vec![anchor.into(), (SCAN_BATCH as i64).into()],
+                        )?
+                        .to_array()?;
+                    if rows.len() < SCAN_BATCH {
+                        exhausted = true;
+                    }
+                    for row in rows {
+                        anchor = row.seq as i64;
+                        scanned += 1;
+                        let Ok(info) = serde_json::from_str::<SessionInfo>(&row.info) else {
+                            continue;
+                        };
+                        last_scanned = Some(info.id.clone());
+                        if sessions.len() <= limit as usize && visible(&viewer, &info) {
+                            sessions.push(info);
+                        }
+                    }
+                    if exhausted {
+                        break;
+                    }
+                }
                 let more = sessions.len() > limit as usize;
                 sessions.truncate(limit as usize);
                 let next_before = if more {
                     sessions.last().map(|s| s.id.clone())
+                } else if !exhausted {
+                    last_scanned
                 } else {
                     None
                 };
@@ -138,10 +182,10 @@ pub(crate) async fn upsert(env: &Env, tenant: &str, info: &SessionInfo) -> ApiRe
         .map(|_: serde_json::Value| ())
 }
 
-/// Lists a tenant's sessions, newest first.
+/// Lists the sessions of `viewer`'s tenant that `viewer` may see, newest first.
 pub(crate) async fn list(
     env: &Env,
-    tenant: &str,
+    viewer: &Identity,
     limit: u32,
     before: Option<&str>,
 ) -> ApiResult<ListSessionsResponse> {
@@ -149,7 +193,12 @@ pub(crate) async fn list(
     if let Some(before) = before {
         url = url_with_query(&url, &[("before", before)]);
     }
-    let resp = stub(env, tenant)?.fetch_with_str(&url).await?;
+    let headers = worker::Headers::new();
+    viewer.set_headers(&headers)?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Get).with_headers(headers);
+    let req = Request::new_with_init(&url, &init)?;
+    let resp = stub(env, &viewer.tenant)?.fetch_with_request(req).await?;
     crate::session_client::expect_ok(resp).await
 }
 

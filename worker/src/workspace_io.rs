@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 use worker::{Bucket, Env, Include};
+use wuhu_core::authority::WorkspaceWriter;
 use wuhu_core::workspace::{
     MAX_DOC_BYTES, normalize_doc_path, normalize_prefix, split_frontmatter,
 };
@@ -98,14 +99,30 @@ pub(crate) async fn read(env: &Env, tenant: &str, path: &str) -> ApiResult<Optio
     }))
 }
 
-/// Writes a document. Refuses more than 1 MiB (413) and invalid frontmatter (400).
+/// The normalised `path`, if `who` may change it (`users/<sub>/…` belongs to `<sub>` and
+/// admins); 403 otherwise. Every write and delete (API, tools, js) goes through here.
+fn writable_path(who: &WorkspaceWriter<'_>, path: &str) -> ApiResult<String> {
+    let path = normalize_doc_path(path).map_err(bad_path)?;
+    if !who.may_write(&path) {
+        return Err(ApiError::new(
+            403,
+            "forbidden",
+            format!("only its owner or an admin may change {path}"),
+        ));
+    }
+    Ok(path)
+}
+
+/// Writes a document as `who`. Refuses more than 1 MiB (413), invalid frontmatter (400) and
+/// another user's `users/<sub>/` (403).
 pub(crate) async fn write(
     env: &Env,
     tenant: &str,
+    who: &WorkspaceWriter<'_>,
     path: &str,
     content: &str,
 ) -> ApiResult<DocSummary> {
-    let path = normalize_doc_path(path).map_err(bad_path)?;
+    let path = writable_path(who, path)?;
     if content.len() > MAX_DOC_BYTES {
         return Err(ApiError::new(
             413,
@@ -142,9 +159,14 @@ pub(crate) async fn write(
     })
 }
 
-/// Deletes a document; returns whether it existed.
-pub(crate) async fn remove(env: &Env, tenant: &str, path: &str) -> ApiResult<bool> {
-    let path = normalize_doc_path(path).map_err(bad_path)?;
+/// Deletes a document as `who`; returns whether it existed.
+pub(crate) async fn remove(
+    env: &Env,
+    tenant: &str,
+    who: &WorkspaceWriter<'_>,
+    path: &str,
+) -> ApiResult<bool> {
+    let path = writable_path(who, path)?;
     let key = format!("{}{path}", root(tenant));
     let bucket = bucket(env)?;
     if bucket.head(key.clone()).await?.is_none() {

@@ -32,6 +32,13 @@ pub struct Checkpoint {
     /// losing their result.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub awaiting_approval: Vec<String>,
+    /// The author of the first user message delivered; `None` until then (the creator owns
+    /// the session meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Cursor of the group-chat reminder, once another user than the owner prompted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_chat_since: Option<u64>,
 }
 
 impl Default for Checkpoint {
@@ -45,6 +52,8 @@ impl Default for Checkpoint {
             delivered: VecDeque::new(),
             turn_authors: Vec::new(),
             awaiting_approval: Vec::new(),
+            owner: None,
+            group_chat_since: None,
         }
     }
 }

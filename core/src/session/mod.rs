@@ -157,6 +157,16 @@ impl Session {
         self.state.next_cursor.saturating_sub(1)
     }
 
+    /// The author of the first user message delivered (the session's owner once prompted).
+    pub fn owner(&self) -> Option<&str> {
+        self.state.owner.as_deref()
+    }
+
+    /// Cursor of the group-chat reminder: user messages after it reach the LLM with their author.
+    pub fn group_chat_since(&self) -> Option<u64> {
+        self.state.group_chat_since
+    }
+
     /// Undelivered queue items, oldest first.
     pub fn queue(&self) -> &[QueueItem] {
         &self.state.queue
@@ -562,6 +572,7 @@ impl Session {
                     if !authors.contains(&item.author) && authors.len() < MAX_TURN_AUTHORS {
                         authors.push(item.author.clone());
                     }
+                    self.note_prompter(now, &item.author);
                     Message::User {
                         author: item.author,
                         content: item.content,
@@ -577,6 +588,33 @@ impl Session {
             }
         }
         n
+    }
+
+    /// Group chat escalation (seed 001): the first prompter owns the session; the first time
+    /// anyone else prompts, a reminder the LLM sees is appended before their message.
+    fn note_prompter(&mut self, now: Millis, author: &str) {
+        let Some(owner) = self.state.owner.clone() else {
+            self.state.owner = Some(author.to_string());
+            return;
+        };
+        if owner == author || self.state.group_chat_since.is_some() {
+            return;
+        }
+        let cursor = self.append(
+            now,
+            EntryPayload::Message {
+                message: Message::CustomMessage {
+                    custom_type: custom_types::GROUP_CHAT_REMINDER.into(),
+                    content: format!(
+                        "System reminder: this session is now a group chat. It belongs to {owner}; {author} has joined. \
+                         From now on every user message starts with `[username]:` naming its author. \
+                         Answer the person who wrote each message, and act on requests with the owner's interests in mind."
+                    ),
+                    details: Some(serde_json::json!({"owner": owner, "joined": author})),
+                },
+            },
+        );
+        self.state.group_chat_since = Some(cursor);
     }
 
     fn go_idle(&mut self) {
@@ -614,7 +652,7 @@ impl Session {
         );
     }
 
-    fn append(&mut self, now: Millis, payload: EntryPayload) {
+    fn append(&mut self, now: Millis, payload: EntryPayload) -> u64 {
         let cursor = self.state.next_cursor.max(1);
         self.state.next_cursor = cursor + 1;
         let entry = Entry {
@@ -624,6 +662,7 @@ impl Session {
             payload,
         };
         self.effects.push_back(Effect::AppendEntry(entry));
+        cursor
     }
 }
 

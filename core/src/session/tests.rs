@@ -55,7 +55,7 @@ impl Harness {
         }
     }
 
-    /// One script line: `steer TEXT`, `follow TEXT`, `cancel ID`, `stop`, `reply S TEXT`,
+    /// One script line: `steer [@AUTHOR] TEXT`, `follow [@AUTHOR] TEXT`, `cancel ID`, `stop`, `reply S TEXT`,
     /// `calls S tool:id ...`, `fail S STATUS`, `done S ID`, `tick MS`, `resume`.
     fn run(&mut self, script: &str) -> String {
         for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -70,9 +70,14 @@ impl Harness {
                         "follow" => Lane::FollowUp,
                         _ => Lane::System,
                     };
+                    // `follow @bob TEXT`: enqueued by bob (default author: ana).
+                    let (author, rest) = match rest.strip_prefix('@') {
+                        Some(tail) => tail.split_once(' ').unwrap_or((tail, "")),
+                        None => ("ana", rest),
+                    };
                     let id = format!("q-{rest}");
                     self.session
-                        .handle_enqueue(now, id, lane, "ana".into(), rest.into())
+                        .handle_enqueue(now, id, lane, author.into(), rest.into())
                         .unwrap();
                 }
                 "cancel" => {
@@ -526,4 +531,62 @@ fn queue_is_bounded() {
         })
         .any(|r| r == Err(EnqueueError::QueueFull));
     assert!(full);
+}
+
+#[test]
+fn group_chat_reminder_once_when_another_user_prompts() {
+    check(
+        "follow @ana hello
+         reply 1 hi
+         follow @ana again
+         reply 2 ok
+         follow @bob me too
+         reply 3 sure
+         follow @carol and me
+         steer @ana x
+         reply 4 fine",
+        expect![[r#"
+            > follow @ana hello
+            #2 user(Some(FollowUp)) hello
+            status running
+            infer 1
+            > reply 1 hi
+            #3 assistant hi
+            status idle
+            idle
+            > follow @ana again
+            #4 user(Some(FollowUp)) again
+            status running
+            infer 2
+            > reply 2 ok
+            #5 assistant ok
+            status idle
+            idle
+            > follow @bob me too
+            #6 system System reminder: this session is now a group chat. It belongs to ana; bob has joined. From now on every user message starts with `[username]:` naming its author. Answer the person who wrote each message, and act on requests with the owner's interests in mind.
+            #7 user(Some(FollowUp)) me too
+            status running
+            infer 3
+            > reply 3 sure
+            #8 assistant sure
+            status idle
+            idle
+            > follow @carol and me
+            #9 user(Some(FollowUp)) and me
+            status running
+            infer 4
+            > steer @ana x
+            > reply 4 fine
+            #10 assistant fine
+            #11 user(Some(Steer)) x
+            infer 5"#]],
+    );
+    let mut h = Harness::new();
+    h.run("follow @bob first\nreply 1 a\nfollow @ana second");
+    assert_eq!(
+        h.session.owner(),
+        Some("bob"),
+        "the first prompter owns the session"
+    );
+    assert!(h.session.group_chat_since().is_some());
 }

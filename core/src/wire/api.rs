@@ -38,6 +38,12 @@ pub struct SessionInfo {
     pub status: Status,
     /// The `sub` of the creator.
     pub created_by: String,
+    /// The owner: the first user who prompted it; its creator until then.
+    #[serde(default)]
+    pub owner: String,
+    /// Who may see and prompt it: `private` (default) or `tenant` (a group chat).
+    #[serde(default)]
+    pub access: crate::authority::Access,
     /// Unix seconds.
     pub created_at: i64,
     /// Unix seconds of the last change.
@@ -117,8 +123,43 @@ pub struct CancelRequest {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchSessionRequest {
-    /// New title.
-    pub title: String,
+    /// New title (1 to [`MAX_TITLE_CHARS`] characters after trimming).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// New access (owner or admin only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<crate::authority::Access>,
+}
+
+/// Longest session title, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// A title as stored: trimmed, 1 to [`MAX_TITLE_CHARS`] characters.
+///
+/// # Errors
+/// A message for a 400 when the title is empty or too long.
+pub fn normalize_title(title: &str) -> Result<String, String> {
+    let title = title.trim();
+    if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {
+        return Err(format!("title must be 1 to {MAX_TITLE_CHARS} characters"));
+    }
+    Ok(title.to_string())
+}
+
+impl PatchSessionRequest {
+    /// Checks the request: at least one field, a valid title.
+    ///
+    /// # Errors
+    /// A message for a 400.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.title.is_none() && self.access.is_none() {
+            return Err("patch needs title or access".into());
+        }
+        if let Some(title) = &self.title {
+            normalize_title(title)?;
+        }
+        Ok(())
+    }
 }
 
 /// `POST /v1/sessions/:id/stop`.

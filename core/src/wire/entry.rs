@@ -201,6 +201,10 @@ pub mod custom_types {
     /// The user's global context document, injected at session start (a `custom_message`
     /// whose `details` has `path` and `version`).
     pub const GLOBAL_CONTEXT: &str = "wuhu_global_context_v1";
+    /// A user other than the owner prompted the session for the first time (a `custom_message`
+    /// the LLM sees as a user message; `details` has `owner` and `joined`). User messages after
+    /// it reach the LLM as `[author]:\n\n<content>` (seed 001, "Group Chat Escalation").
+    pub const GROUP_CHAT_REMINDER: &str = "wuhu_group_chat_reminder_v1";
     /// An environment was attached (`custom`; `data.text` is the line people see).
     pub const ENVIRONMENT_ATTACHED: &str = "wuhu_environment_attached_v1";
     /// An environment was detached (`custom`).
