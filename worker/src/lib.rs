@@ -15,6 +15,7 @@ mod follow;
 mod http;
 mod inference;
 mod js_tool;
+mod observe;
 mod runner_client;
 mod runner_hub;
 mod session_actor;
@@ -39,13 +40,44 @@ pub use tenant_index::TenantIndex;
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
-    Ok(match route(req, env).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    })
+    let started = worker::Date::now().as_millis();
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let method = req.method().to_string();
+    let path = req.path();
+    let mut caller: Option<Identity> = None;
+    let (response, error_code): (Response, Option<String>) =
+        match route(req, env, &mut caller).await {
+            Ok(response) => (response, None),
+            Err(error) => {
+                let code = error.code.to_string();
+                (error.into_response(), Some(code))
+            }
+        };
+    observe::RequestLine {
+        request_id: &request_id,
+        method: &method,
+        path: &path,
+        tenant: caller.as_ref().map(|c| c.tenant.as_str()),
+        sub: caller.as_ref().map(|c| c.sub.as_str()),
+        status: response.status_code(),
+        error_code: error_code.as_deref(),
+        duration_ms: worker::Date::now().as_millis().saturating_sub(started),
+    }
+    .emit();
+    // Every answer but a WebSocket upgrade carries the request id. Responses forwarded from an
+    // actor have immutable headers, so they get a copy.
+    if response.status_code() == 101 {
+        return Ok(response);
+    }
+    let headers = Headers::new();
+    for (name, value) in response.headers().entries() {
+        let _ = headers.append(&name, &value);
+    }
+    let _ = headers.set("x-request-id", &request_id);
+    Ok(response.with_headers(headers))
 }
 
-async fn route(mut req: Request, env: Env) -> ApiResult<Response> {
+async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> ApiResult<Response> {
     let path = req.path();
     let method = req.method();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -59,9 +91,11 @@ async fn route(mut req: Request, env: Env) -> ApiResult<Response> {
     // runner token; every other route takes a user token.
     if segments.as_slice() == ["v1", "runners", "connect"] {
         let identity = authenticate(&req, &env, TokenKind::Runner)?;
+        *caller = Some(identity.clone());
         return connect_runner(&req, &env, &identity).await;
     }
     let identity = authenticate(&req, &env, TokenKind::User)?;
+    *caller = Some(identity.clone());
     match (segments.as_slice(), method) {
         (["v1", "runners"], Method::Get) => {
             to_hub(&mut req, &env, &identity, "/runners", Method::Get).await

@@ -86,6 +86,8 @@ pub(crate) struct Actor {
     index_dirty: Cell<bool>,
     index_sending: Cell<bool>,
     alarm_armed_for: Cell<Option<u64>>,
+    /// When the running turn started in this isolate (for the turn log line).
+    turn_started_at: Cell<Option<u64>>,
     /// The context window; `None` until first needed.
     tail: RefCell<Option<HotTail>>,
     /// Count and bytes of entries not archived yet; `None` when unknown.
@@ -157,6 +159,7 @@ impl DurableObject for SessionActor {
             index_dirty: Cell::new(false),
             index_sending: Cell::new(false),
             alarm_armed_for: Cell::new(None),
+            turn_started_at: Cell::new(None),
             tail: RefCell::new(None),
             unarchived: Cell::new(None),
             attachments: RefCell::new(Vec::new()),
@@ -618,6 +621,7 @@ impl Actor {
                 Effect::StatusChanged(status) => {
                     index = true;
                     self.broadcast(StreamEvent::Status { status });
+                    self.observe_turn(status);
                 }
                 Effect::Infer { step } => spawn_local(inference::run(self.clone(), step)),
                 Effect::RunTools { step, calls } => {
@@ -644,6 +648,34 @@ impl Actor {
         if flush || self.unarchived_over_threshold() {
             spawn_local(archive_io::flush(self.clone()));
         }
+    }
+
+    /// Notes when a turn starts and logs one line when it ends (`observe::TurnLine`).
+    fn observe_turn(&self, status: Status) {
+        if status == Status::Running {
+            self.turn_started_at.set(Some(now().0));
+            return;
+        }
+        let started = self.turn_started_at.take();
+        let Some((session, tenant, step, last_cursor)) = self.with_loaded(|l| {
+            (
+                l.meta.id.clone(),
+                l.meta.tenant.clone(),
+                l.session.checkpoint().step,
+                l.session.last_cursor(),
+            )
+        }) else {
+            return;
+        };
+        crate::observe::TurnLine {
+            tenant: &tenant,
+            session: &session,
+            status: status.as_str(),
+            step,
+            last_cursor,
+            duration_ms: started.map(|t| now().0.saturating_sub(t)),
+        }
+        .emit();
     }
 
     fn unarchived_over_threshold(&self) -> bool {
