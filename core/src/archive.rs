@@ -115,15 +115,97 @@ pub fn plan_read(
     plan
 }
 
-/// Merges entries from segments and the hot tail: cursor `> since`, sorted, no duplicates,
-/// at most `limit`. Returns the page and whether more entries follow it.
-pub fn stitch(mut entries: Vec<Entry>, since: u64, limit: usize) -> (Vec<Entry>, bool) {
+/// Most bytes of entry JSON one transcript page (or follow backfill page) holds; a page always
+/// holds at least one entry, so one entry larger than this is still readable.
+pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bytes of an entry's JSON, counted without building the text.
+pub fn entry_bytes(entry: &Entry) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, entry);
+    count.0
+}
+
+/// Whether `entries` (read so far, in any order, possibly with older ones) already fill a page
+/// after `since`, so further reads can be skipped.
+pub fn page_is_full(entries: &[Entry], since: u64, limit: usize, max_bytes: usize) -> bool {
+    let mut count = 0;
+    let mut bytes = 0;
+    for entry in entries.iter().filter(|e| e.cursor > since) {
+        count += 1;
+        bytes += entry_bytes(entry);
+        if count >= limit || bytes >= max_bytes {
+            return true;
+        }
+    }
+    false
+}
+
+/// The outcome of stitching one page.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stitched {
+    /// Contiguous entries `since+1, since+2, …` (possibly none), and the cursor to continue
+    /// from when more entries exist.
+    Page {
+        /// The entries.
+        entries: Vec<Entry>,
+        /// `Some(last cursor of the page)` when the session has later entries.
+        next_cursor: Option<u64>,
+    },
+    /// The entry right after `since` is missing from what was read although the session has
+    /// it: a concurrent flush moved it from the hot tail to a segment between planning and
+    /// reading. Plan and read again.
+    Gap {
+        /// The missing cursor.
+        missing: u64,
+    },
+}
+
+/// Merges entries from segments and the hot tail into one page: cursors `> since` in order, no
+/// duplicates, **contiguous** (it stops before the first missing cursor, so a read that raced
+/// a flush never skips entries), at most `limit` entries and `max_bytes` bytes of JSON (at
+/// least one entry). `last_cursor` is the session's last cursor when the hot tail was read.
+pub fn stitch(
+    mut entries: Vec<Entry>,
+    since: u64,
+    limit: usize,
+    max_bytes: usize,
+    last_cursor: u64,
+) -> Stitched {
     entries.retain(|e| e.cursor > since);
     entries.sort_by_key(|e| e.cursor);
     entries.dedup_by_key(|e| e.cursor);
-    let more = entries.len() > limit;
-    entries.truncate(limit);
-    (entries, more)
+    let mut bytes = 0usize;
+    let mut keep = 0;
+    for (i, entry) in entries.iter().enumerate() {
+        if entry.cursor != since + 1 + i as u64 || keep >= limit {
+            break;
+        }
+        bytes = bytes.saturating_add(entry_bytes(entry));
+        if keep > 0 && bytes > max_bytes {
+            break;
+        }
+        keep += 1;
+    }
+    entries.truncate(keep);
+    let last = entries.last().map_or(since, |e| e.cursor);
+    if entries.is_empty() && last_cursor > since {
+        return Stitched::Gap { missing: since + 1 };
+    }
+    Stitched::Page {
+        next_cursor: (last < last_cursor).then_some(last),
+        entries,
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +260,77 @@ mod tests {
                 "since {since} limit {limit} hot {hot:?}"
             );
         }
+    }
+
+    fn entry(cursor: u64, text_bytes: usize) -> Entry {
+        Entry {
+            cursor,
+            id: format!("e{cursor}"),
+            created_at: 0,
+            payload: crate::wire::EntryPayload::Custom {
+                custom_type: "t".into(),
+                data: serde_json::Value::String("x".repeat(text_bytes)),
+            },
+        }
+    }
+
+    fn render(stitched: &Stitched) -> String {
+        match stitched {
+            Stitched::Page {
+                entries,
+                next_cursor,
+            } => {
+                let cursors: Vec<String> = entries.iter().map(|e| e.cursor.to_string()).collect();
+                format!("[{}] next {next_cursor:?}", cursors.join(","))
+            }
+            Stitched::Gap { missing } => format!("gap {missing}"),
+        }
+    }
+
+    #[test]
+    fn stitched_pages_are_contiguous_and_bounded() {
+        let one = entry_bytes(&entry(1, 100));
+        // (read cursors, since, limit, max_bytes, last_cursor, expected)
+        type Case<'a> = (&'a [u64], u64, usize, usize, u64, &'a str);
+        let cases: &[Case] = &[
+            (&[3, 1, 2, 2, 4], 0, 10, 1 << 20, 4, "[1,2,3,4] next None"),
+            (&[1, 2, 3, 4], 0, 2, 1 << 20, 4, "[1,2] next Some(2)"),
+            (&[1, 2, 3, 4], 1, 10, 1 << 20, 9, "[2,3,4] next Some(4)"),
+            // A flush trimmed 3 and 4 from the hot tail after the plan: stop before the gap.
+            (&[1, 2, 5, 6], 0, 10, 1 << 20, 6, "[1,2] next Some(2)"),
+            // Nothing contiguous after `since`, though the session has more: read again.
+            (&[5, 6], 2, 10, 1 << 20, 6, "gap 3"),
+            (&[], 2, 10, 1 << 20, 6, "gap 3"),
+            // Nothing after `since` and nothing more: an empty last page.
+            (&[], 6, 10, 1 << 20, 6, "[] next None"),
+            (&[1, 2], 2, 10, 1 << 20, 2, "[] next None"),
+            // Bytes: stop before the entry that crosses the budget...
+            (&[1, 2, 3, 4], 0, 10, 2 * one, 4, "[1,2] next Some(2)"),
+            (&[1, 2, 3, 4], 0, 10, 2 * one + 1, 4, "[1,2] next Some(2)"),
+            (&[1, 2, 3, 4], 0, 10, 2 * one - 1, 4, "[1] next Some(1)"),
+            // ...but always hold one entry.
+            (&[1, 2], 0, 10, 1, 2, "[1] next Some(1)"),
+        ];
+        for (cursors, since, limit, max_bytes, last, want) in cases {
+            let entries = cursors.iter().map(|c| entry(*c, 100)).collect();
+            let got = render(&stitch(entries, *since, *limit, *max_bytes, *last));
+            assert_eq!(
+                &got, want,
+                "cursors {cursors:?} since {since} limit {limit} bytes {max_bytes} last {last}"
+            );
+        }
+    }
+
+    #[test]
+    fn page_fullness() {
+        let entries: Vec<Entry> = (1..=5).map(|c| entry(c, 100)).collect();
+        let one = entry_bytes(&entries[0]);
+        assert!(!page_is_full(&entries, 0, 10, 1 << 20));
+        assert!(page_is_full(&entries, 0, 5, 1 << 20));
+        assert!(!page_is_full(&entries, 1, 5, 1 << 20));
+        assert!(page_is_full(&entries, 0, 10, 5 * one));
+        assert!(!page_is_full(&entries, 0, 10, 5 * one + 1));
+        assert_eq!(one, serde_json::to_string(&entries[0]).unwrap().len());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use wuhu_core::archive::{self, HOT_TAIL_KEEP, SegmentRef};
+use wuhu_core::archive::{self, HOT_TAIL_KEEP, SegmentRef, Stitched};
 use wuhu_core::wire::Entry;
 
 use crate::http::{ApiError, ApiResult};
@@ -66,35 +66,75 @@ async fn flush_all(actor: &Rc<Actor>) -> ApiResult<()> {
     }
 }
 
-/// Entries with cursor > `since`, oldest first, at most `limit`, stitched from archived segments
+/// Plans-and-reads attempted before a page that keeps racing flushes gives up (each retry
+/// follows a flush that completed, and flushes run one at a time).
+const READ_ATTEMPTS: usize = 4;
+/// Hot-tail rows read per query, so a page of large entries stops near its byte budget
+/// instead of materialising `limit` rows first.
+const HOT_BATCH: usize = 32;
+
+/// Entries with cursor > `since`, oldest first, contiguous, at most `limit` entries and about
+/// [`archive::MAX_PAGE_BYTES`] of JSON (at least one entry), stitched from archived segments
 /// and the hot tail. Returns the page and the cursor to continue from when more follow.
+///
+/// A flush may move entries from the hot tail to a new segment while the segments are
+/// fetched; `archive::stitch` then stops the page before the missing cursor, or asks for a new
+/// plan when the page would be empty.
 pub(crate) async fn read_page(
     actor: &Rc<Actor>,
     since: u64,
     limit: usize,
 ) -> ApiResult<(Vec<Entry>, Option<u64>)> {
-    let (segments, hot_first) = {
-        let store = actor.store()?;
-        (store.segments()?, store.hot_first()?)
-    };
-    let plan = archive::plan_read(since, limit, &segments, hot_first);
-    let mut entries = Vec::new();
-    if !plan.segments.is_empty() {
-        let bucket = actor.env.bucket(BUCKET)?;
-        for segment in &plan.segments {
-            entries.extend(read_segment(&bucket, actor, *segment).await?);
+    let max_bytes = archive::MAX_PAGE_BYTES;
+    for _ in 0..READ_ATTEMPTS {
+        let (segments, hot_first) = {
+            let store = actor.store()?;
+            (store.segments()?, store.hot_first()?)
+        };
+        let plan = archive::plan_read(since, limit, &segments, hot_first);
+        let mut entries = Vec::new();
+        if !plan.segments.is_empty() {
+            let bucket = actor.env.bucket(BUCKET)?;
+            for segment in &plan.segments {
+                entries.extend(read_segment(&bucket, actor, *segment).await?);
+                if archive::page_is_full(&entries, since, limit, max_bytes) {
+                    break;
+                }
+            }
+        }
+        // From here on nothing awaits: the hot tail and the last cursor are one snapshot.
+        let last_cursor = actor.with_loaded(|l| l.session.last_cursor()).unwrap_or(0);
+        if plan.read_hot {
+            let store = actor.store()?;
+            // Continue after the segments read (they end where the hot tail began when
+            // planned; if a flush trimmed it since, `stitch` sees the gap).
+            let mut after = entries.iter().map(|e| e.cursor).fold(since, u64::max);
+            while !archive::page_is_full(&entries, since, limit, max_bytes) {
+                let batch = store.entries_after(after, HOT_BATCH)?;
+                let Some(last) = batch.last().map(|e| e.cursor) else {
+                    break;
+                };
+                after = last;
+                entries.extend(batch);
+            }
+        }
+        match archive::stitch(entries, since, limit, max_bytes, last_cursor) {
+            Stitched::Page {
+                entries,
+                next_cursor,
+            } => return Ok((entries, next_cursor)),
+            Stitched::Gap { missing } => {
+                worker::console_log!(
+                    "transcript page after {since} raced a flush (cursor {missing} moved); reading again"
+                );
+            }
         }
     }
-    if plan.read_hot {
-        entries.extend(actor.store()?.entries_after(since, limit + 1)?);
-    }
-    let (page, more) = archive::stitch(entries, since, limit);
-    let next = if more {
-        page.last().map(|e| e.cursor)
-    } else {
-        None
-    };
-    Ok((page, next))
+    Err(ApiError::new(
+        503,
+        "unavailable",
+        format!("the transcript after cursor {since} kept changing while it was read; retry"),
+    ))
 }
 
 async fn read_segment(
