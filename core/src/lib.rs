@@ -10,6 +10,8 @@
 //! * [`llm`]: provider request building and stream decoding (`fake`, `openai-compatible`).
 //! * [`tools`]: the tool catalogue and output truncation.
 //! * [`archive`]: transcript segments in object storage and stitched reads.
+//! * [`follow`]: the follow stream (backfill and live merge, bounds, idle points).
+//! * [`sse`]: the one Server-Sent Events decoder (providers, clients).
 //! * [`authority`]: who may do what inside a tenant.
 //! * [`approvals`]: when a tool call waits for a person, who may answer, and expiry.
 //! * [`hub`]: the runner hub's connection rules (hello, name ownership, liveness).
@@ -23,12 +25,14 @@ pub mod authority;
 pub mod context;
 pub mod egress;
 pub mod environments;
+pub mod follow;
 pub mod hub;
 pub mod llm;
 pub mod resolve;
 mod rng;
 pub mod session;
 pub mod snapshot_vars;
+pub mod sse;
 pub mod tools;
 pub mod wire;
 pub mod workspace;

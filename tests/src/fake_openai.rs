@@ -509,7 +509,7 @@ mod tests {
 
     fn data_frames(body: &[u8]) -> Vec<String> {
         let mut parser = SseParser::new();
-        parser.push(body);
+        parser.push(body).unwrap();
         let mut out = Vec::new();
         while let Some(item) = parser.next_item() {
             if let SseItem::Event(event) = item {

@@ -1,4 +1,4 @@
-//! Server-Sent Events: a pure incremental parser ([`SseParser`]) and a client
+//! Server-Sent Events: [`SseParser`] (JSON frames over `wuhu_core::sse`, the one decoder) and a client
 //! ([`SseStream`]) that reads a follow stream from a socket with read deadlines.
 //!
 //! The client keeps all decoding state in the struct, so a read that times out loses nothing:
@@ -11,6 +11,7 @@ use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use wuhu_core::sse::{self, SseDecoder};
 
 use crate::http::{self, BodyDecoder, Request, Response};
 
@@ -59,90 +60,74 @@ pub enum SseItem {
     Comment(String),
 }
 
-/// Incremental SSE parser: push bytes in any split, pop items.
-#[derive(Debug, Default)]
+/// Largest SSE line or frame the harness accepts (entries can be a few MiB).
+pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+
+/// Incremental SSE parser: push bytes in any split, pop items. The line and field rules are
+/// `wuhu_core::sse`'s (the one decoder); this adds the harness's JSON view of each frame.
+#[derive(Debug)]
 pub struct SseParser {
-    buf: Vec<u8>,
-    id: Option<String>,
-    event: Option<String>,
-    data: Option<String>,
+    /// Boxed: keeps [`FollowOpen`]'s variants of similar size.
+    decoder: Box<SseDecoder>,
     ready: VecDeque<SseItem>,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        SseParser::new()
+    }
 }
 
 impl SseParser {
     /// A parser at the start of a stream.
     pub fn new() -> SseParser {
-        SseParser::default()
+        SseParser {
+            decoder: Box::new(SseDecoder::new(MAX_FRAME_BYTES)),
+            ready: VecDeque::new(),
+        }
     }
 
     /// Feeds bytes.
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-        // A line ends at LF, CRLF or a lone CR; a CR at the very end may still be the first
-        // half of a CRLF, so wait for the next byte.
-        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == b'\r') {
-            let skip = if self.buf[pos] == b'\r' {
-                match self.buf.get(pos + 1) {
-                    None => break,
-                    Some(b'\n') => 2,
-                    Some(_) => 1,
-                }
-            } else {
-                1
-            };
-            let line = String::from_utf8_lossy(&self.buf[..pos]).into_owned();
-            self.buf.drain(..pos + skip);
-            self.line(&line);
-        }
+    ///
+    /// # Errors
+    /// `InvalidData` for a line or frame over [`MAX_FRAME_BYTES`].
+    pub fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut out = Vec::new();
+        let result = self.decoder.push(bytes, &mut out);
+        self.ready.extend(out.into_iter().map(convert));
+        result.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Ends the stream: a last frame without its blank line is dispatched.
+    ///
+    /// # Errors
+    /// As [`SseParser::push`].
+    pub fn finish(&mut self) -> io::Result<()> {
+        let mut out = Vec::new();
+        let result = self.decoder.finish(&mut out);
+        self.ready.extend(out.into_iter().map(convert));
+        result.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
     /// The next complete item.
     pub fn next_item(&mut self) -> Option<SseItem> {
         self.ready.pop_front()
     }
+}
 
-    fn line(&mut self, line: &str) {
-        if line.is_empty() {
-            self.dispatch();
-            return;
+fn convert(item: sse::SseItem) -> SseItem {
+    match item {
+        sse::SseItem::Comment(comment) => SseItem::Comment(comment),
+        sse::SseItem::Frame(frame) => {
+            let data = serde_json::from_str(&frame.data)
+                .unwrap_or_else(|_| Value::String(frame.data.clone()));
+            SseItem::Event(SseEvent {
+                id: frame.id.and_then(|id| id.trim().parse().ok()),
+                event: frame.event.unwrap_or_else(|| "message".to_string()),
+                data,
+                raw_data: frame.data,
+            })
         }
-        if let Some(comment) = line.strip_prefix(':') {
-            let comment = comment.strip_prefix(' ').unwrap_or(comment);
-            self.ready.push_back(SseItem::Comment(comment.to_string()));
-            return;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (line, ""),
-        };
-        match field {
-            "id" => self.id = Some(value.to_string()),
-            "event" => self.event = Some(value.to_string()),
-            "data" => match &mut self.data {
-                Some(data) => {
-                    data.push('\n');
-                    data.push_str(value);
-                }
-                None => self.data = Some(value.to_string()),
-            },
-            _ => {}
-        }
-    }
-
-    fn dispatch(&mut self) {
-        let (id, event, data) = (self.id.take(), self.event.take(), self.data.take());
-        if id.is_none() && event.is_none() && data.is_none() {
-            return;
-        }
-        let raw_data = data.unwrap_or_default();
-        let data =
-            serde_json::from_str(&raw_data).unwrap_or_else(|_| Value::String(raw_data.clone()));
-        self.ready.push_back(SseItem::Event(SseEvent {
-            id: id.and_then(|id| id.trim().parse().ok()),
-            event: event.unwrap_or_else(|| "message".to_string()),
-            data,
-            raw_data,
-        }));
     }
 }
 
@@ -251,18 +236,20 @@ impl SseStream {
             }
             self.decoder.decode(&mut self.raw, &mut self.decoded)?;
             if !self.decoded.is_empty() {
-                self.parser.push(&self.decoded);
+                let pushed = self.parser.push(&self.decoded);
                 self.decoded.clear();
+                pushed?;
                 continue;
             }
             if self.decoder.is_done() {
                 self.eof = true;
+                self.parser.finish()?;
                 continue;
             }
             if http::read_some(&mut self.stream, &mut self.raw, deadline)? == 0 {
                 self.eof = true;
                 // Complete a final frame that lacked its blank line.
-                self.parser.push(b"\n\n");
+                self.parser.finish()?;
             }
         }
     }
@@ -352,7 +339,7 @@ mod tests {
         let mut parser = SseParser::new();
         let mut items = Vec::new();
         for chunk in chunks {
-            parser.push(chunk);
+            parser.push(chunk).unwrap();
             while let Some(item) = parser.next_item() {
                 items.push(item);
             }

@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use wuhu_core::archive;
+use wuhu_core::follow::MAX_FOLLOWERS;
 use wuhu_core::wire::{Entry, Status};
-use wuhu_e2e::entries::{assert_contiguous, assistant, describe};
+use wuhu_e2e::entries::{assert_contiguous, assistant, describe, fake_directive};
 use wuhu_e2e::sse::summarize;
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Reply, SseEvent, SseStream, Stack, wait_for};
+use wuhu_e2e::{FollowOpen, Reply, SseEvent, SseStream, Stack, StackOptions, wait_for};
 
 const TURN: Duration = Duration::from_secs(60);
 /// Every follower of the invariant test stops at the first idle it reaches.
@@ -179,4 +181,252 @@ fn check_follower(
         return Err("entries differ from the transcript".into());
     }
     Ok(())
+}
+
+/// A `@fake` message whose user entry and reply are each about `bytes` long.
+fn big_turn(bytes: usize, tag: usize) -> String {
+    let reply = format!("{tag}:{}", "y".repeat(bytes));
+    fake_directive(&json!({"reply": reply, "chunks": 8, "delayMs": 0}))
+}
+
+/// A follower that does not read falls behind by more than its buffer bound: it gets `lagged`
+/// (after what it was sent) and its stream ends; reconnecting with `Last-Event-ID` resumes
+/// with nothing lost and nothing twice.
+#[test]
+fn a_slow_follower_is_lagged_and_resumes_losslessly() {
+    const TURNS: usize = 24;
+    const ENTRY_BYTES: usize = 700 * 1024;
+    let _guard = stack().guard();
+    let api = stack().client("sam", &unique_name("lagged"));
+    let id = api.create_fake_session().id;
+    // Opened before the turns; not read until they are over.
+    let mut slow = api.follow(&id, "sinceCursor=0&timeoutSeconds=600");
+    for turn in 0..TURNS {
+        api.enqueue(&id, "followUp", &big_turn(ENTRY_BYTES, turn));
+        api.wait_idle(&id, TURN);
+    }
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    let total: usize = transcript.iter().map(archive::entry_bytes).sum();
+    eprintln!(
+        "{} entries, {} MiB of entries, plus as many bytes of deltas",
+        transcript.len(),
+        total >> 20
+    );
+
+    let mut events = Vec::new();
+    let deadline = Instant::now() + TURN;
+    while let Some(event) = slow
+        .next_event(deadline)
+        .expect("the slow stream ends by itself")
+    {
+        events.push(event);
+    }
+    let lagged: Vec<&SseEvent> = events.iter().filter(|e| e.event == "lagged").collect();
+    assert_eq!(
+        lagged.len(),
+        1,
+        "the slow follower was lagged once: {}",
+        summarize(&events[events.len().saturating_sub(5)..])
+    );
+    assert_eq!(
+        events.last().map(|e| e.event.as_str()),
+        Some("lagged"),
+        "lagged is the last event"
+    );
+    let first: Vec<Entry> = events.iter().filter_map(SseEvent::entry).collect();
+    let cursor = lagged[0].data["cursor"]
+        .as_u64()
+        .expect("lagged carries a cursor");
+    assert_eq!(Some(cursor), slow.last_event_id().or(Some(0)));
+    assert!(
+        (first.len() as u64) < transcript.last().unwrap().cursor,
+        "the slow follower did not get everything before it was lagged"
+    );
+
+    let mut resumed = api.follow_from(&id, "stopAfterIdle=1", slow.last_event_id());
+    let rest: Vec<Entry> = resumed
+        .collect_to_end(TURN)
+        .iter()
+        .filter_map(SseEvent::entry)
+        .collect();
+    let all: Vec<Entry> = first.into_iter().chain(rest).collect();
+    assert_eq!(all.len(), transcript.len(), "lossless and no duplicates");
+    assert!(
+        all == transcript,
+        "the resumed stream differs from the transcript"
+    );
+}
+
+/// A session accepts `MAX_FOLLOWERS` live followers; one more is refused with 429, and a
+/// place frees when a follower goes away.
+#[test]
+fn followers_per_session_are_capped() {
+    let _guard = stack().guard();
+    let api = stack().client("cap", &unique_name("cap"));
+    let id = api.create_fake_session().id;
+    let mut open: Vec<SseStream> = (0..MAX_FOLLOWERS)
+        .map(|_| api.follow(&id, "timeoutSeconds=120"))
+        .collect();
+    let refused = api
+        .follow_open(&id, "timeoutSeconds=120", None)
+        .expect("connect")
+        .expect_rejected();
+    let error = refused.expect_error(429);
+    assert_eq!(error.code, "too_many_followers", "{}", error.message);
+    // A follower whose client went away stops counting (once the server notices the close).
+    open.pop().expect("one").close();
+    let reopened = wait_for(
+        "a follower place to free up",
+        Duration::from_secs(60),
+        || match api
+            .follow_open(&id, "timeoutSeconds=120", None)
+            .expect("connect")
+        {
+            FollowOpen::Stream(stream) => Some(stream),
+            FollowOpen::Rejected(response) => {
+                assert_eq!(response.status, 429, "{response}");
+                None
+            }
+        },
+    );
+    drop(reopened);
+    drop(open);
+}
+
+/// A transcript page stops early when its entries reach the byte budget (always holding one
+/// entry), and paging on with `nextCursor` (and a follow backfill) loses nothing.
+#[test]
+fn pages_are_bounded_in_bytes_and_paging_is_lossless() {
+    const ENTRY_BYTES: usize = 900 * 1024;
+    let _guard = stack().guard();
+    let api = stack().client("paula", &unique_name("pages"));
+    let id = api.create_fake_session().id;
+    for turn in 0..6 {
+        api.enqueue(&id, "followUp", &big_turn(ENTRY_BYTES, turn));
+        api.wait_idle(&id, TURN);
+    }
+    let mut all = Vec::new();
+    let mut since = 0;
+    let mut pages = 0;
+    loop {
+        let page = api.session_page(&id, &format!("sinceCursor={since}&limit=1000"));
+        pages += 1;
+        let sizes: Vec<usize> = page.transcript.iter().map(archive::entry_bytes).collect();
+        let bytes: usize = sizes.iter().sum();
+        assert!(!page.transcript.is_empty() || page.next_cursor.is_none());
+        assert!(
+            bytes <= archive::MAX_PAGE_BYTES || sizes.len() == 1,
+            "page after {since}: {bytes} bytes in {} entries",
+            sizes.len()
+        );
+        all.extend(page.transcript);
+        match page.next_cursor {
+            Some(next) => {
+                assert_eq!(Some(next), all.last().map(|e| e.cursor));
+                // The page stopped early only because the next entry did not fit.
+                let next_entry = api.session_page(&id, &format!("sinceCursor={next}&limit=1"));
+                let next_bytes = archive::entry_bytes(&next_entry.transcript[0]);
+                assert!(
+                    bytes + next_bytes > archive::MAX_PAGE_BYTES,
+                    "page after {since} stopped at {bytes} bytes; the next entry has {next_bytes}"
+                );
+                since = next;
+            }
+            None => break,
+        }
+    }
+    assert!(pages > 2, "{pages} pages");
+    assert_contiguous(&all);
+    assert_eq!(all.len() as u64, api.session(&id).session.last_cursor);
+    let replayed: Vec<Entry> = api
+        .follow(&id, "sinceCursor=0&stopAfterIdle=1")
+        .collect_to_end(TURN)
+        .iter()
+        .filter_map(SseEvent::entry)
+        .collect();
+    assert!(
+        replayed == all,
+        "the follow backfill differs from the paged read"
+    );
+}
+
+/// Pages and follow replays read while flushes move entries from the hot tail to segments
+/// return contiguous cursors.
+#[test]
+fn reads_racing_archive_flushes_are_contiguous() {
+    const CALLS_PER_TURN: usize = 600;
+    const TURNS: usize = 12;
+    let stack = Stack::start_with(StackOptions {
+        fake_delay_ms: Some(0),
+        ..StackOptions::default()
+    });
+    let _guard = stack.guard();
+    let api = stack.client("rita", &unique_name("race"));
+    let id = api.create_fake_session().id;
+    let calls: Vec<serde_json::Value> = (0..CALLS_PER_TURN)
+        .map(|_| json!({"name": "no_such_tool"}))
+        .collect();
+    let content = fake_directive(&json!({"toolCalls": calls, "afterTools": "done"}));
+    let done = AtomicBool::new(false);
+    let (reads, checked) = std::thread::scope(|scope| {
+        let readers: Vec<_> = [1000usize, 333, 97]
+            .into_iter()
+            .map(|limit| {
+                let (api, id, done) = (&api, id.as_str(), &done);
+                scope.spawn(move || {
+                    let mut reads = 0;
+                    let mut checked = 0;
+                    while !done.load(Ordering::Relaxed) {
+                        // Start near the hot tail's lower end, where the flush trims.
+                        let last = api.session(id).session.last_cursor;
+                        let since = last.saturating_sub(1500 + (reads % 7) * 100);
+                        let mut cursor = since;
+                        loop {
+                            let page = api
+                                .session_page(id, &format!("sinceCursor={cursor}&limit={limit}"));
+                            reads += 1;
+                            for entry in &page.transcript {
+                                assert_eq!(
+                                    entry.cursor,
+                                    cursor + 1,
+                                    "page after {cursor} (limit {limit}) skipped entries"
+                                );
+                                cursor = entry.cursor;
+                                checked += 1;
+                            }
+                            if page.next_cursor.is_none() {
+                                break;
+                            }
+                        }
+                        if limit == 97 {
+                            // A follow replay of the same range.
+                            let events = api
+                                .follow(id, &format!("sinceCursor={since}&stopAfterIdle=1"))
+                                .collect_to_end(TURN);
+                            let mut cursor = since;
+                            for entry in events.iter().filter_map(SseEvent::entry) {
+                                assert_eq!(entry.cursor, cursor + 1, "follow replay skipped");
+                                cursor = entry.cursor;
+                            }
+                        }
+                    }
+                    (reads, checked)
+                })
+            })
+            .collect();
+        for _ in 0..TURNS {
+            api.enqueue(&id, "followUp", &content);
+            api.wait_idle(&id, Duration::from_secs(120));
+        }
+        done.store(true, Ordering::Relaxed);
+        readers
+            .into_iter()
+            .map(|r| r.join().expect("reader"))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    });
+    eprintln!("{reads} pages read, {checked} entries checked while flushing");
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    assert!(transcript.len() > TURNS * CALLS_PER_TURN);
 }

@@ -8,6 +8,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
+use crate::sse::{SseDecoder, SseItem};
 use crate::wire::{Message, StopReason, Usage};
 
 /// Provider id, as recorded in session headers and assistant messages.
@@ -148,18 +149,10 @@ struct CallState {
 ///
 /// Feed the body with [`push`](Self::push) in pieces of any size, then call
 /// [`finish`](Self::finish) when the body ends. After an error the decoder keeps returning it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StreamDecoder {
-    /// Bytes of the current, unterminated line.
-    line: Vec<u8>,
-    /// The previous byte ended a line with `\r`: a following `\n` belongs to it.
-    after_cr: bool,
-    /// Whether a line was processed yet (a leading byte order mark is dropped).
-    seen_line: bool,
-    /// `data` of the current event, lines joined with `\n`.
-    data: String,
-    /// Whether the current event has a `data` field.
-    has_data: bool,
+    /// The event-stream layer (lines, fields, frames): the one decoder in `crate::sse`.
+    sse: SseDecoder,
     /// Tool calls, in order of first appearance.
     calls: Vec<CallState>,
     /// `data: [DONE]` was seen; everything after it is ignored.
@@ -170,10 +163,22 @@ pub struct StreamDecoder {
     failed: Option<LlmFailure>,
 }
 
+impl Default for StreamDecoder {
+    fn default() -> Self {
+        StreamDecoder::new()
+    }
+}
+
 impl StreamDecoder {
     /// A decoder at the start of a response body.
     pub fn new() -> Self {
-        Self::default()
+        StreamDecoder {
+            sse: SseDecoder::new(MAX_LINE_BYTES),
+            calls: Vec::new(),
+            done: false,
+            finished: false,
+            failed: None,
+        }
     }
 
     /// Decodes the next piece of the body.
@@ -215,100 +220,41 @@ impl StreamDecoder {
     }
 
     fn finish_trailing(&mut self, events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
-        if !self.line.is_empty() {
-            let line = std::mem::take(&mut self.line);
-            self.process_line(&line, events)?;
-        }
-        if !self.done {
-            self.dispatch(events)?;
-        }
-        Ok(())
+        let mut frames = Vec::new();
+        let result = self.sse.finish(&mut frames);
+        self.handle_frames(frames, events)?;
+        result.map_err(|_| too_large())
     }
 
-    fn push_bytes(
+    fn push_bytes(&mut self, bytes: &[u8], events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
+        if self.done {
+            return Ok(());
+        }
+        let mut frames = Vec::new();
+        let result = self.sse.push(bytes, &mut frames);
+        self.handle_frames(frames, events)?;
+        match result {
+            // What follows `[DONE]` is ignored, even when it is too large.
+            Err(_) if !self.done => Err(too_large()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The data of each frame until `[DONE]`; comments, `event` and `id` carry nothing we need.
+    fn handle_frames(
         &mut self,
-        mut bytes: &[u8],
+        frames: Vec<SseItem>,
         events: &mut Vec<LlmEvent>,
     ) -> Result<(), LlmFailure> {
-        while !bytes.is_empty() && !self.done {
-            if self.after_cr {
-                self.after_cr = false;
-                if let Some(rest) = bytes.strip_prefix(b"\n") {
-                    bytes = rest;
-                    continue;
-                }
-            }
-            let end = bytes.iter().position(|&b| b == b'\n' || b == b'\r');
-            let Some((head, tail)) = end.and_then(|end| bytes.split_at_checked(end)) else {
-                self.extend_line(bytes)?;
+        for item in frames {
+            if self.done {
                 break;
-            };
-            self.extend_line(head)?;
-            self.after_cr = tail.first() == Some(&b'\r');
-            bytes = tail.get(1..).unwrap_or_default();
-            let mut line = std::mem::take(&mut self.line);
-            let outcome = self.process_line(&line, events);
-            line.clear();
-            self.line = line;
-            outcome?;
-        }
-        Ok(())
-    }
-
-    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), LlmFailure> {
-        if self.line.len().saturating_add(bytes.len()) > MAX_LINE_BYTES {
-            return Err(too_large());
-        }
-        self.line.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    /// Handles one complete line (without its terminator).
-    fn process_line(&mut self, line: &[u8], events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
-        let text = String::from_utf8_lossy(line);
-        let mut text: &str = &text;
-        if !self.seen_line {
-            self.seen_line = true;
-            text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        }
-        if text.is_empty() {
-            return self.dispatch(events);
-        }
-        if text.starts_with(':') {
-            return Ok(());
-        }
-        let (field, value) = match text.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (text, ""),
-        };
-        if field == "data" {
-            if self
-                .data
-                .len()
-                .saturating_add(value.len())
-                .saturating_add(1)
-                > MAX_LINE_BYTES
-            {
-                return Err(too_large());
             }
-            if self.has_data {
-                self.data.push('\n');
+            if let SseItem::Frame(frame) = item {
+                self.handle_data(frame.data.trim(), events)?;
             }
-            self.data.push_str(value);
-            self.has_data = true;
         }
-        // `event`, `id`, `retry` and unknown fields carry nothing we need.
         Ok(())
-    }
-
-    /// Ends the current event.
-    fn dispatch(&mut self, events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
-        if !self.has_data {
-            return Ok(());
-        }
-        self.has_data = false;
-        let data = std::mem::take(&mut self.data);
-        self.handle_data(data.trim(), events)
     }
 
     /// Handles the data of one event: `[DONE]` or a `chat.completion.chunk`.

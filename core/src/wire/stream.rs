@@ -27,6 +27,18 @@ pub enum StreamEvent {
     Idle,
     /// The stream ends after this.
     Done,
+    /// This follower fell too far behind (its buffer of live events is bounded) and the stream
+    /// ends after this. Reconnect with `Last-Event-ID` (or `sinceCursor`) set to `cursor` to
+    /// resume losslessly.
+    Lagged {
+        /// The last cursor this stream covered (sent, or skipped by `sinceTime`).
+        cursor: u64,
+    },
+    /// Reading the transcript failed; the stream ends after this.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl StreamEvent {
@@ -38,6 +50,8 @@ impl StreamEvent {
             StreamEvent::Status { .. } => "status",
             StreamEvent::Idle => "idle",
             StreamEvent::Done => "done",
+            StreamEvent::Lagged { .. } => "lagged",
+            StreamEvent::Error { .. } => "error",
         }
     }
 

@@ -1,0 +1,418 @@
+//! The follow stream (`GET /v1/sessions/:id/follow`) as a sans-IO state machine.
+//!
+//! The host creates a [`Follow`] **in the same synchronous step** in which it registers the
+//! follower for live events and reads the session's last cursor and status ([`Registration`]).
+//! From then on:
+//!
+//! * entries with a cursor up to the last cursor at registration (`backfill_until`) come from
+//!   backfill pages the host reads when asked ([`Output::ReadPage`] → [`Follow::handle_page`]);
+//! * every later event comes live ([`Follow::handle_live`], in broadcast order); live events are
+//!   buffered while the backfill is read and sent after it, in arrival order;
+//! * entries are deduplicated by cursor, so each one is sent exactly once, in cursor order.
+//!
+//! The host loop: call [`Follow::poll`] and write each [`Output::Frame`]; on
+//! [`Output::ReadPage`] read the page and call [`Follow::handle_page`]; on [`Output::Wait`] wait
+//! for a live event or until [`Follow::poll_deadline`]; stop at [`Output::End`].
+//! `now` must never go backwards.
+//!
+//! **Invariant** (with `stopAfterIdle`): the stream stops at an idle point, and every entry
+//! appended before that point is sent before its `idle`. An idle point is either a live `idle`
+//! event (the session broadcasts a turn's entries before its `idle`) or the moment the follower
+//! has sent everything it received while the session is at rest (`status` is not `running`;
+//! the status is tracked from the registration through live `status` events).
+//!
+//! **Bound**: live events wait in a per-follower buffer of at most [`MAX_BUFFERED_BYTES`]
+//! (frames are encoded once and shared between followers through [`LiveEvent`]). A follower
+//! whose buffer would grow past it gets a `lagged` event carrying the last cursor it was sent
+//! and is closed; reconnecting with `Last-Event-ID` resumes losslessly.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use crate::session::Millis;
+use crate::wire::{Entry, SSE_HEARTBEAT, Status, StreamEvent};
+
+/// Live followers one session accepts at a time; one more is refused with 429.
+pub const MAX_FOLLOWERS: usize = 64;
+/// Bytes of encoded live events one follower may have waiting before it is lagged.
+/// Frames are shared between followers, so this bounds the memory of all followers together
+/// (plus [`EVENT_OVERHEAD`] per waiting event and follower).
+pub const MAX_BUFFERED_BYTES: usize = 2 * 1024 * 1024;
+/// What one waiting event costs in a follower's buffer on top of its frame's bytes.
+pub const EVENT_OVERHEAD: usize = 64;
+/// Milliseconds between heartbeat comments on a quiet stream.
+pub const HEARTBEAT_MS: u64 = 15_000;
+/// Longest `timeoutSeconds` accepted.
+pub const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
+
+/// The parameters of one follow request, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowRequest {
+    /// Send entries with a cursor above this.
+    pub since_cursor: u64,
+    /// Skip entries created at or before this time (unix seconds).
+    pub since_time: Option<i64>,
+    /// End at the first idle point.
+    pub stop_after_idle: bool,
+    /// End with `done` after this many seconds.
+    pub timeout_seconds: Option<u64>,
+}
+
+impl FollowRequest {
+    /// Validates the query (`sinceCursor`, `sinceTime`, `stopAfterIdle`, `timeoutSeconds`) and
+    /// the `Last-Event-ID` header, which takes precedence over `sinceCursor`.
+    ///
+    /// # Errors
+    /// A message for a 400 answer.
+    pub fn parse(
+        last_event_id: Option<&str>,
+        since_cursor: Option<u64>,
+        since_time: Option<u64>,
+        stop_after_idle: Option<&str>,
+        timeout_seconds: Option<u64>,
+    ) -> Result<FollowRequest, String> {
+        let last_event_id = last_event_id
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| "Last-Event-ID must be a cursor (integer)".to_string())
+            })
+            .transpose()?;
+        if timeout_seconds.is_some_and(|t| t == 0 || t > MAX_TIMEOUT_SECONDS) {
+            return Err(format!(
+                "timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}"
+            ));
+        }
+        let since_time = since_time
+            .map(|t| i64::try_from(t).map_err(|_| "sinceTime is too large".to_string()))
+            .transpose()?;
+        Ok(FollowRequest {
+            since_cursor: last_event_id.or(since_cursor).unwrap_or(0),
+            since_time,
+            stop_after_idle: matches!(stop_after_idle, Some("1" | "true")),
+            timeout_seconds,
+        })
+    }
+}
+
+/// What the host read in the same synchronous step as it registered the follower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The session's last cursor.
+    pub last_cursor: u64,
+    /// The session's status.
+    pub status: Status,
+}
+
+/// A live event, encoded once and shared by every follower that buffers it.
+#[derive(Clone, Debug)]
+pub struct LiveEvent(Rc<Encoded>);
+
+#[derive(Debug)]
+struct Encoded {
+    kind: Kind,
+    sse: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Entry { cursor: u64, created_at: i64 },
+    Status(Status),
+    Idle,
+    Other,
+}
+
+impl LiveEvent {
+    /// Encodes `event` once.
+    pub fn new(event: &StreamEvent) -> LiveEvent {
+        let kind = match event {
+            StreamEvent::EntryAppended { entry } => Kind::Entry {
+                cursor: entry.cursor,
+                created_at: entry.created_at,
+            },
+            StreamEvent::Status { status } => Kind::Status(*status),
+            StreamEvent::Idle => Kind::Idle,
+            _ => Kind::Other,
+        };
+        LiveEvent(Rc::new(Encoded {
+            kind,
+            sse: event.to_sse(),
+        }))
+    }
+
+    /// What it costs in a follower's buffer.
+    pub fn cost(&self) -> usize {
+        self.0.sse.len() + EVENT_OVERHEAD
+    }
+}
+
+/// SSE text to write.
+#[derive(Clone, Debug)]
+pub enum Frame {
+    /// A live event's shared frame.
+    Live(LiveEvent),
+    /// A frame of this follower only.
+    Text(String),
+    /// The heartbeat comment.
+    Heartbeat,
+}
+
+impl Frame {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Frame::Live(event) => &event.0.sse,
+            Frame::Text(text) => text,
+            Frame::Heartbeat => SSE_HEARTBEAT,
+        }
+    }
+}
+
+/// What the host does next.
+#[derive(Debug)]
+#[must_use]
+pub enum Output {
+    /// Write this frame, then poll again.
+    Frame(Frame),
+    /// Read up to `limit` entries with cursor `> since` (a contiguous page), then call
+    /// [`Follow::handle_page`].
+    ReadPage {
+        /// Read after this cursor.
+        since: u64,
+        /// At most this many entries.
+        limit: usize,
+    },
+    /// Nothing to send: wait for a live event or [`Follow::poll_deadline`], then poll again.
+    Wait,
+    /// The stream is over: close it.
+    End,
+}
+
+/// One follower's stream.
+#[derive(Debug)]
+pub struct Follow {
+    /// Highest cursor sent, or skipped by `sinceTime`.
+    sent_cursor: u64,
+    /// Cursors up to this come from backfill pages; later ones live.
+    backfill_until: u64,
+    since_time: Option<i64>,
+    stop_after_idle: bool,
+    deadline: Option<Millis>,
+    next_heartbeat: Millis,
+    /// The session's status as of the last live event received.
+    status: Status,
+    /// Entries of the current backfill page not sent yet.
+    page: VecDeque<Entry>,
+    page_in_flight: bool,
+    /// Live events received and not sent yet, and what they cost.
+    live: VecDeque<LiveEvent>,
+    live_bytes: usize,
+    /// The buffer overflowed: `lagged` is sent next and the stream ends.
+    lagged: bool,
+    /// Frames that end the stream (`idle`/`done`, `lagged`, `error`), sent before [`Output::End`].
+    closing: VecDeque<Frame>,
+    /// No more live events are wanted.
+    closed: bool,
+}
+
+impl Follow {
+    /// A follower registered at `now` with what the host read at registration.
+    pub fn new(now: Millis, request: &FollowRequest, registration: Registration) -> Follow {
+        Follow {
+            sent_cursor: request.since_cursor,
+            backfill_until: registration.last_cursor,
+            since_time: request.since_time,
+            stop_after_idle: request.stop_after_idle,
+            deadline: request
+                .timeout_seconds
+                .map(|t| Millis(now.0.saturating_add(t.saturating_mul(1000)))),
+            next_heartbeat: Millis(now.0 + HEARTBEAT_MS),
+            status: registration.status,
+            page: VecDeque::new(),
+            page_in_flight: false,
+            live: VecDeque::new(),
+            live_bytes: 0,
+            lagged: false,
+            closing: VecDeque::new(),
+            closed: false,
+        }
+    }
+
+    /// Whether the host may stop sending live events to this follower and forget it.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The highest cursor sent (or skipped by `sinceTime`): where a reconnect resumes.
+    pub fn sent_cursor(&self) -> u64 {
+        self.sent_cursor
+    }
+
+    /// Bytes of live events waiting.
+    pub fn buffered_bytes(&self) -> usize {
+        self.live_bytes
+    }
+
+    /// A live event, in broadcast order. Buffers it, or lags the follower when its buffer
+    /// would grow past [`MAX_BUFFERED_BYTES`] (one event is always accepted into an empty
+    /// buffer, so a single large entry does not lag a follower that keeps up).
+    pub fn handle_live(&mut self, event: LiveEvent) {
+        if self.closed {
+            return;
+        }
+        if let Kind::Status(status) = event.0.kind {
+            self.status = status;
+        }
+        let cost = event.cost();
+        if !self.live.is_empty() && self.live_bytes + cost > MAX_BUFFERED_BYTES {
+            self.lagged = true;
+            self.closed = true;
+            self.live.clear();
+            self.live_bytes = 0;
+            self.page.clear();
+            return;
+        }
+        self.live_bytes += cost;
+        self.live.push_back(event);
+    }
+
+    /// The page asked for by [`Output::ReadPage`]: contiguous entries after the cursor asked
+    /// for, or the read's error (sent as an `error` event that ends the stream).
+    pub fn handle_page(&mut self, page: Result<Vec<Entry>, String>) {
+        self.page_in_flight = false;
+        if self.closed {
+            return;
+        }
+        match page {
+            Ok(entries) if entries.is_empty() => self.close_with(Frame::Text(
+                StreamEvent::Error {
+                    message: format!(
+                        "the transcript ended at cursor {} before cursor {}",
+                        self.sent_cursor, self.backfill_until
+                    ),
+                }
+                .to_sse(),
+            )),
+            Ok(entries) => {
+                let until = self.backfill_until;
+                self.page
+                    .extend(entries.into_iter().filter(|e| e.cursor <= until));
+            }
+            Err(message) => {
+                self.close_with(Frame::Text(StreamEvent::Error { message }.to_sse()));
+            }
+        }
+    }
+
+    /// When to poll again if nothing arrives: the next heartbeat or the timeout.
+    pub fn poll_deadline(&self) -> Option<Millis> {
+        if self.closed && self.closing.is_empty() && !self.lagged {
+            return None;
+        }
+        Some(match self.deadline {
+            Some(deadline) => deadline.min(self.next_heartbeat),
+            None => self.next_heartbeat,
+        })
+    }
+
+    /// The next thing to do.
+    pub fn poll(&mut self, now: Millis) -> Output {
+        if self.lagged {
+            self.lagged = false;
+            self.closing.push_back(Frame::Text(
+                StreamEvent::Lagged {
+                    cursor: self.sent_cursor,
+                }
+                .to_sse(),
+            ));
+        }
+        if !self.closing.is_empty() || self.closed {
+            return match self.closing.pop_front() {
+                Some(frame) => Output::Frame(frame),
+                None => Output::End,
+            };
+        }
+        if self.deadline.is_some_and(|d| now >= d) {
+            self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
+            return self.poll(now);
+        }
+        // 1. The backfill, a page at a time.
+        while let Some(entry) = self.page.pop_front() {
+            if let Some(frame) = self.entry_frame(entry.cursor, entry.created_at, || {
+                Frame::Text(StreamEvent::EntryAppended { entry }.to_sse())
+            }) {
+                return Output::Frame(frame);
+            }
+        }
+        if self.sent_cursor < self.backfill_until {
+            if self.page_in_flight {
+                return Output::Wait;
+            }
+            self.page_in_flight = true;
+            let left = self.backfill_until - self.sent_cursor;
+            return Output::ReadPage {
+                since: self.sent_cursor,
+                limit: usize::try_from(left)
+                    .unwrap_or(usize::MAX)
+                    .min(crate::archive::MAX_PAGE),
+            };
+        }
+        // 2. Live events, in arrival order.
+        while let Some(event) = self.live.pop_front() {
+            self.live_bytes -= event.cost();
+            match event.0.kind {
+                Kind::Entry { cursor, created_at } => {
+                    if let Some(frame) =
+                        self.entry_frame(cursor, created_at, || Frame::Live(event.clone()))
+                    {
+                        return Output::Frame(frame);
+                    }
+                }
+                Kind::Idle if self.stop_after_idle => {
+                    self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
+                    return Output::Frame(Frame::Live(event));
+                }
+                _ => return Output::Frame(Frame::Live(event)),
+            }
+        }
+        // 3. Everything received is sent: at rest, this is an idle point.
+        if self.stop_after_idle && self.status != Status::Running {
+            self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
+            return Output::Frame(Frame::Text(StreamEvent::Idle.to_sse()));
+        }
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = Millis(now.0 + HEARTBEAT_MS);
+            return Output::Frame(Frame::Heartbeat);
+        }
+        Output::Wait
+    }
+
+    /// The frame of an entry, or `None` when it was sent already or `sinceTime` skips it.
+    fn entry_frame(
+        &mut self,
+        cursor: u64,
+        created_at: i64,
+        frame: impl FnOnce() -> Frame,
+    ) -> Option<Frame> {
+        if cursor <= self.sent_cursor {
+            return None;
+        }
+        self.sent_cursor = cursor;
+        if self.since_time.is_some_and(|t| created_at <= t) {
+            return None;
+        }
+        Some(frame())
+    }
+
+    /// Ends the stream after `frame`; live events are no longer wanted.
+    fn close_with(&mut self, frame: Frame) {
+        self.closed = true;
+        self.live.clear();
+        self.live_bytes = 0;
+        self.page.clear();
+        self.closing.push_back(frame);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,792 @@
+//! Table tests of the follow stream and an exhaustive check of its invariant: live events
+//! delivered at every possible point relative to the backfill pages.
+
+use expect_test::{Expect, expect};
+
+use super::*;
+use crate::wire::EntryPayload;
+
+fn entry(cursor: u64) -> Entry {
+    Entry {
+        cursor,
+        id: format!("e{cursor}"),
+        created_at: cursor as i64 * 10,
+        payload: EntryPayload::Custom {
+            custom_type: "test".into(),
+            data: serde_json::Value::Null,
+        },
+    }
+}
+
+fn request(query: &str) -> FollowRequest {
+    let get = |name: &str| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    };
+    FollowRequest::parse(
+        get("lastEventId"),
+        get("sinceCursor").map(|v| v.parse().unwrap()),
+        get("sinceTime").map(|v| v.parse().unwrap()),
+        get("stopAfterIdle"),
+        get("timeoutSeconds").map(|v| v.parse().unwrap()),
+    )
+    .unwrap()
+}
+
+/// One frame as a short line.
+fn render(frame: &Frame) -> String {
+    let text = frame.as_str();
+    if text == SSE_HEARTBEAT {
+        return "heartbeat".into();
+    }
+    let data = text
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .expect("a data line");
+    let event: StreamEvent = serde_json::from_str(data).expect("a stream event");
+    if let StreamEvent::EntryAppended { entry } = &event {
+        assert!(
+            text.starts_with(&format!("id: {}\n", entry.cursor)),
+            "{text}"
+        );
+    }
+    match event {
+        StreamEvent::EntryAppended { entry } => format!("entry {}", entry.cursor),
+        StreamEvent::AssistantTextDelta { delta } => format!("delta {delta}"),
+        StreamEvent::Status { status } => format!("status {}", status.as_str()),
+        StreamEvent::Idle => "idle".into(),
+        StreamEvent::Done => "done".into(),
+        StreamEvent::Lagged { cursor } => format!("lagged {cursor}"),
+        StreamEvent::Error { message } => format!("error {message}"),
+    }
+}
+
+/// [`render`] from the SSE header lines only (the exhaustive test renders millions of frames).
+fn render_quick(frame: &Frame) -> String {
+    let text = frame.as_str();
+    let first = text.lines().next().unwrap_or_default();
+    if let Some(id) = first.strip_prefix("id: ") {
+        return format!("entry {id}");
+    }
+    match first.strip_prefix("event: ") {
+        Some(name) => name.to_string(),
+        None => "heartbeat".into(),
+    }
+}
+
+fn live(event: StreamEvent) -> LiveEvent {
+    LiveEvent::new(&event)
+}
+
+/// Drives a follower from a script and renders what came out, one line per output.
+///
+/// Script lines: `new QUERY LAST_CURSOR STATUS`; `store N` (entries 1..=N stored);
+/// `entry N`, `delta T`, `status S`, `idle` (a live event); `page` (complete the read asked
+/// for from the store); `fail MSG` (fail it); `poll` (until Wait or End, or a ReadPage);
+/// `at MS` (the clock).
+fn run(script: &str, expect: Expect) {
+    let mut follow: Option<Follow> = None;
+    let mut stored = 0u64;
+    let mut read: Option<(u64, usize)> = None;
+    let mut now = Millis(0);
+    let mut log = Vec::new();
+    macro_rules! f {
+        () => {
+            follow.as_mut().expect("new first")
+        };
+    }
+    for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (op, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match op {
+            "new" => {
+                let parts: Vec<&str> = rest.split(' ').collect();
+                let status = match parts[2] {
+                    "running" => Status::Running,
+                    "stopped" => Status::Stopped,
+                    _ => Status::Idle,
+                };
+                follow = Some(Follow::new(
+                    now,
+                    &request(parts[0]),
+                    Registration {
+                        last_cursor: parts[1].parse().unwrap(),
+                        status,
+                    },
+                ));
+            }
+            "store" => stored = rest.parse().unwrap(),
+            "entry" => {
+                let cursor = rest.parse().unwrap();
+                stored = stored.max(cursor);
+                f!().handle_live(live(StreamEvent::EntryAppended {
+                    entry: entry(cursor),
+                }));
+            }
+            "delta" => {
+                f!().handle_live(live(StreamEvent::AssistantTextDelta { delta: rest.into() }))
+            }
+            "status" => f!().handle_live(live(StreamEvent::Status {
+                status: if rest == "running" {
+                    Status::Running
+                } else {
+                    Status::Idle
+                },
+            })),
+            "idle" => f!().handle_live(live(StreamEvent::Idle)),
+            "page" => {
+                let (since, limit) = read.take().expect("a read was asked for");
+                let page = (since + 1..=stored).take(limit).map(entry).collect();
+                f!().handle_page(Ok(page));
+            }
+            "fail" => {
+                read.take().expect("a read was asked for");
+                f!().handle_page(Err(rest.into()));
+            }
+            "at" => now = Millis(rest.parse().unwrap()),
+            "poll" => loop {
+                match f!().poll(now) {
+                    Output::Frame(frame) => log.push(render(&frame)),
+                    Output::ReadPage { since, limit } => {
+                        log.push(format!("read {since} {limit}"));
+                        read = Some((since, limit));
+                        break;
+                    }
+                    Output::Wait => {
+                        log.push(format!("wait until {:?}", f!().poll_deadline()));
+                        break;
+                    }
+                    Output::End => {
+                        log.push("end".into());
+                        break;
+                    }
+                }
+            },
+            other => panic!("unknown script op {other}"),
+        }
+    }
+    expect.assert_eq(&(compress(&log).join("\n") + "\n"));
+}
+
+/// Runs of consecutive entries as `entries A..=B`.
+fn compress(log: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Option<(u64, u64)> = None;
+    let flush = |run: &mut Option<(u64, u64)>, out: &mut Vec<String>| match run.take() {
+        Some((a, b)) if a == b => out.push(format!("entry {a}")),
+        Some((a, b)) => out.push(format!("entries {a}..={b}")),
+        None => {}
+    };
+    for line in log {
+        match line
+            .strip_prefix("entry ")
+            .and_then(|c| c.parse::<u64>().ok())
+        {
+            Some(c) if run.is_some_and(|(_, b)| b + 1 == c) => run = run.map(|(a, _)| (a, c)),
+            Some(c) => {
+                flush(&mut run, &mut out);
+                run = Some((c, c));
+            }
+            None => {
+                flush(&mut run, &mut out);
+                out.push(line.clone());
+            }
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+#[test]
+fn request_parsing() {
+    /// (Last-Event-ID, sinceCursor, sinceTime, stopAfterIdle, timeoutSeconds, expected)
+    type Case<'a> = (
+        Option<&'a str>,
+        Option<u64>,
+        Option<u64>,
+        Option<&'a str>,
+        Option<u64>,
+        &'a str,
+    );
+    let cases: &[Case] = &[
+        (
+            None,
+            None,
+            None,
+            None,
+            None,
+            "since 0, time None, stop false, timeout None",
+        ),
+        (
+            Some(" 7 "),
+            Some(3),
+            None,
+            None,
+            None,
+            "since 7, time None, stop false, timeout None",
+        ),
+        (
+            None,
+            Some(3),
+            Some(99),
+            Some("1"),
+            Some(5),
+            "since 3, time Some(99), stop true, timeout Some(5)",
+        ),
+        (
+            None,
+            None,
+            None,
+            Some("true"),
+            Some(86_400),
+            "since 0, time None, stop true, timeout Some(86400)",
+        ),
+        (
+            None,
+            None,
+            None,
+            Some("yes"),
+            None,
+            "since 0, time None, stop false, timeout None",
+        ),
+        (
+            Some("x"),
+            None,
+            None,
+            None,
+            None,
+            "Last-Event-ID must be a cursor (integer)",
+        ),
+        (
+            None,
+            None,
+            None,
+            None,
+            Some(0),
+            "timeoutSeconds must be between 1 and 86400",
+        ),
+        (
+            None,
+            None,
+            None,
+            None,
+            Some(86_401),
+            "timeoutSeconds must be between 1 and 86400",
+        ),
+        (
+            None,
+            None,
+            Some(u64::MAX),
+            None,
+            None,
+            "sinceTime is too large",
+        ),
+    ];
+    for (last, since, time, stop, timeout, want) in cases {
+        let got = match FollowRequest::parse(*last, *since, *time, *stop, *timeout) {
+            Ok(r) => format!(
+                "since {}, time {:?}, stop {}, timeout {:?}",
+                r.since_cursor, r.since_time, r.stop_after_idle, r.timeout_seconds
+            ),
+            Err(e) => e,
+        };
+        assert_eq!(
+            &got, want,
+            "{last:?} {since:?} {time:?} {stop:?} {timeout:?}"
+        );
+    }
+}
+
+#[test]
+fn backfill_then_live_dedupes_by_cursor() {
+    // Live entry 3 arrives while the page that also holds it is read: it is sent once.
+    run(
+        "
+        store 3
+        new sinceCursor=0 3 running
+        poll
+        entry 3
+        entry 4
+        delta hi
+        page
+        poll
+        entry 5
+        poll
+        ",
+        expect![[r#"
+            read 0 3
+            entries 1..=4
+            delta hi
+            wait until Some(Millis(15000))
+            entry 5
+            wait until Some(Millis(15000))
+        "#]],
+    );
+}
+
+#[test]
+fn pages_stop_at_the_registration_cursor_and_resume_after_the_last_one_sent() {
+    run(
+        "
+        store 2600
+        new sinceCursor=200 2500 idle
+        poll
+        page
+        poll
+        page
+        poll
+        page
+        poll
+        entry 2501
+        poll
+        ",
+        expect![[r#"
+            read 200 1000
+            entries 201..=1200
+            read 1200 1000
+            entries 1201..=2200
+            read 2200 300
+            entries 2201..=2500
+            wait until Some(Millis(15000))
+            entry 2501
+            wait until Some(Millis(15000))
+        "#]],
+    );
+}
+
+#[test]
+fn stop_after_idle_at_rest_sends_buffered_events_first() {
+    // The bug this module fixes: a whole turn ends while the backfill is read. Its entries and
+    // its idle are buffered; they are sent before the stream ends at that idle.
+    run(
+        "
+        store 1
+        new sinceCursor=0&stopAfterIdle=1 1 running
+        poll
+        delta a
+        entry 2
+        status idle
+        idle
+        entry 3
+        page
+        poll
+        poll
+        ",
+        expect![[r#"
+            read 0 1
+            entry 1
+            delta a
+            entry 2
+            status idle
+            idle
+            done
+            end
+            end
+        "#]],
+    );
+    // At rest with nothing buffered: idle and done at once.
+    run(
+        "
+        store 2
+        new sinceCursor=1&stopAfterIdle=1 2 stopped
+        poll
+        page
+        poll
+        ",
+        expect![[r#"
+            read 1 1
+            entry 2
+            idle
+            done
+            end
+        "#]],
+    );
+    // Running: wait for the live idle.
+    run(
+        "
+        new sinceCursor=0&stopAfterIdle=1 0 running
+        poll
+        entry 1
+        poll
+        status idle
+        idle
+        poll
+        ",
+        expect![[r#"
+            wait until Some(Millis(15000))
+            entry 1
+            wait until Some(Millis(15000))
+            status idle
+            idle
+            done
+            end
+        "#]],
+    );
+}
+
+#[test]
+fn since_time_skips_entries_but_advances_the_cursor() {
+    run(
+        "
+        store 4
+        new sinceCursor=0&sinceTime=20&stopAfterIdle=1 4 idle
+        poll
+        page
+        poll
+        ",
+        expect![[r#"
+            read 0 4
+            entries 3..=4
+            idle
+            done
+            end
+        "#]],
+    );
+}
+
+#[test]
+fn heartbeats_and_the_timeout() {
+    run(
+        "
+        new timeoutSeconds=40 0 running
+        poll
+        at 15000
+        poll
+        at 39999
+        poll
+        at 40000
+        poll
+        ",
+        expect![[r#"
+            wait until Some(Millis(15000))
+            heartbeat
+            wait until Some(Millis(30000))
+            heartbeat
+            wait until Some(Millis(40000))
+            done
+            end
+        "#]],
+    );
+}
+
+#[test]
+fn a_failed_or_short_page_ends_the_stream_with_an_error() {
+    run(
+        "
+        store 5
+        new sinceCursor=0 5 idle
+        poll
+        fail storage is down
+        poll
+        ",
+        expect![[r#"
+            read 0 5
+            error storage is down
+            end
+        "#]],
+    );
+    run(
+        "
+        store 0
+        new sinceCursor=0 5 idle
+        poll
+        page
+        poll
+        ",
+        expect![[r#"
+            read 0 5
+            error the transcript ended at cursor 0 before cursor 5
+            end
+        "#]],
+    );
+}
+
+#[test]
+fn a_follower_past_its_buffer_bound_is_lagged_and_closed() {
+    let mut follow = Follow::new(
+        Millis(0),
+        &request("sinceCursor=0"),
+        Registration {
+            last_cursor: 0,
+            status: Status::Running,
+        },
+    );
+    let big = "x".repeat(100 * 1024);
+    let delta = live(StreamEvent::AssistantTextDelta { delta: big });
+    // Caught up: the first entry goes out.
+    follow.handle_live(live(StreamEvent::EntryAppended { entry: entry(1) }));
+    assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
+    let mut accepted = 0;
+    while !follow.is_closed() {
+        follow.handle_live(delta.clone());
+        accepted += 1;
+        assert!(follow.buffered_bytes() <= MAX_BUFFERED_BYTES);
+    }
+    assert_eq!(accepted - 1, MAX_BUFFERED_BYTES / delta.cost());
+    let Output::Frame(frame) = follow.poll(Millis(0)) else {
+        panic!("lagged frame expected")
+    };
+    assert_eq!(render(&frame), "lagged 1");
+    assert!(matches!(follow.poll(Millis(0)), Output::End));
+    // Closed followers take nothing more.
+    follow.handle_live(delta.clone());
+    assert_eq!(follow.buffered_bytes(), 0);
+
+    // One event larger than the bound is accepted into an empty buffer.
+    let mut follow = Follow::new(
+        Millis(0),
+        &request("sinceCursor=0"),
+        Registration {
+            last_cursor: 0,
+            status: Status::Running,
+        },
+    );
+    let huge = live(StreamEvent::AssistantTextDelta {
+        delta: "y".repeat(MAX_BUFFERED_BYTES + 1),
+    });
+    follow.handle_live(huge);
+    assert!(!follow.is_closed());
+    assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
+}
+
+/// The session side of the exhaustive test: broadcast order of two turns.
+fn timeline() -> Vec<StreamEvent> {
+    let e = |cursor| StreamEvent::EntryAppended {
+        entry: entry(cursor),
+    };
+    let status = |status| StreamEvent::Status { status };
+    let delta = || StreamEvent::AssistantTextDelta { delta: "d".into() };
+    vec![
+        e(1),
+        e(2),
+        status(Status::Running),
+        e(3),
+        delta(),
+        e(4),
+        e(5),
+        delta(),
+        e(6),
+        status(Status::Idle),
+        StreamEvent::Idle,
+        status(Status::Running),
+        e(7),
+        delta(),
+        e(8),
+        status(Status::Idle),
+        StreamEvent::Idle,
+    ]
+}
+
+/// Idle points of a timeline: `(events before it, last cursor)`. One after each `Idle` event
+/// and one at every position where the session is at rest.
+fn idle_points(timeline: &[StreamEvent]) -> Vec<(usize, u64)> {
+    let mut points = Vec::new();
+    let mut status = Status::Idle;
+    let mut cursor = 0;
+    for (i, event) in timeline.iter().enumerate() {
+        if status != Status::Running {
+            points.push((i, cursor));
+        }
+        match event {
+            StreamEvent::EntryAppended { entry } => cursor = entry.cursor,
+            StreamEvent::Status { status: s } => status = *s,
+            StreamEvent::Idle => points.push((i + 1, cursor)),
+            _ => {}
+        }
+    }
+    if status != Status::Running {
+        points.push((timeline.len(), cursor));
+    }
+    points
+}
+
+/// Calls `visit` with every way of placing `events` deliveries before host steps
+/// `0..=steps` (non-decreasing: deliveries keep their order).
+fn schedules(events: usize, steps: usize, visit: &mut impl FnMut(&[usize])) {
+    fn go(slots: &mut Vec<usize>, events: usize, steps: usize, visit: &mut impl FnMut(&[usize])) {
+        if slots.len() == events {
+            visit(slots);
+            return;
+        }
+        let from = slots.last().copied().unwrap_or(0);
+        for slot in from..=steps {
+            slots.push(slot);
+            go(slots, events, steps, visit);
+            slots.pop();
+        }
+    }
+    go(&mut Vec::new(), events, steps, visit);
+}
+
+/// Runs one follower: registered after `registered` events of the timeline, pages of at most
+/// `page_size`, live event `i` delivered before host step `slots[i]`. Returns the frames and
+/// how many timeline events had been delivered when the stream ended.
+fn simulate(
+    timeline: &[StreamEvent],
+    registered: usize,
+    page_size: usize,
+    stop_after_idle: bool,
+    slots: &[usize],
+) -> (Vec<String>, usize) {
+    let cursor_at = |n: usize| {
+        timeline[..n]
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::EntryAppended { entry } => Some(entry.cursor),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let status_at = |n: usize| {
+        timeline[..n]
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::Status { status } => Some(*status),
+                _ => None,
+            })
+            .next_back()
+            .unwrap_or(Status::Idle)
+    };
+    let mut follow = Follow::new(
+        Millis(0),
+        &FollowRequest {
+            since_cursor: 0,
+            since_time: None,
+            stop_after_idle,
+            timeout_seconds: None,
+        },
+        Registration {
+            last_cursor: cursor_at(registered),
+            status: status_at(registered),
+        },
+    );
+    let live: Vec<LiveEvent> = timeline.iter().map(LiveEvent::new).collect();
+    let mut delivered = registered;
+    let mut next_slot = 0;
+    let mut read: Option<(u64, usize)> = None;
+    let mut frames = Vec::new();
+    let mut step = 0;
+    loop {
+        while next_slot < slots.len() && slots[next_slot] <= step {
+            follow.handle_live(live[delivered].clone());
+            delivered += 1;
+            next_slot += 1;
+        }
+        // One host step: complete the read in flight, or poll once.
+        if let Some((since, limit)) = read.take() {
+            // The store holds what was appended so far (the actor writes before it
+            // broadcasts); a page never reads past `limit`.
+            let stored = cursor_at(delivered);
+            let page = (since + 1..=stored).take(limit.min(page_size)).map(entry);
+            follow.handle_page(Ok(page.collect()));
+        } else {
+            match follow.poll(Millis(0)) {
+                Output::Frame(frame) => frames.push(render_quick(&frame)),
+                Output::ReadPage { since, limit } => read = Some((since, limit)),
+                Output::Wait if next_slot == slots.len() => return (frames, delivered),
+                Output::Wait => {}
+                Output::End => return (frames, delivered),
+            }
+        }
+        step += 1;
+    }
+}
+
+/// The invariant, for every registration point, page size and placement of the live events
+/// relative to the backfill reads and the polls.
+#[test]
+fn every_entry_before_idle_in_order_exactly_once_under_every_interleaving() {
+    const WINDOW: usize = 5;
+    const STEPS: usize = 9;
+    let timeline = timeline();
+    let points = idle_points(&timeline);
+    let mut runs = 0;
+    for registered in 0..=timeline.len() {
+        let events = (timeline.len() - registered).min(WINDOW);
+        for page_size in [1, 2, 1000] {
+            for stop_after_idle in [true, false] {
+                schedules(events, STEPS, &mut |slots| {
+                    runs += 1;
+                    let (frames, delivered) =
+                        simulate(&timeline, registered, page_size, stop_after_idle, slots);
+                    let case = || {
+                        format!(
+                            "registered after {registered} events, pages of {page_size}, \
+                             stopAfterIdle {stop_after_idle}, slots {slots:?}: {frames:?}"
+                        )
+                    };
+                    check(
+                        &timeline,
+                        &points,
+                        registered,
+                        delivered,
+                        stop_after_idle,
+                        &frames,
+                        case,
+                    );
+                });
+            }
+        }
+    }
+    assert!(runs > 150_000, "{runs} runs");
+}
+
+fn check(
+    timeline: &[StreamEvent],
+    points: &[(usize, u64)],
+    registered: usize,
+    delivered: usize,
+    stop_after_idle: bool,
+    frames: &[String],
+    case: impl Fn() -> String,
+) {
+    let cursors: Vec<u64> = frames
+        .iter()
+        .filter_map(|f| f.strip_prefix("entry ")?.parse().ok())
+        .collect();
+    let k = cursors.last().copied().unwrap_or(0);
+    assert_eq!(
+        cursors,
+        (1..=k).collect::<Vec<_>>(),
+        "in order, once: {}",
+        case()
+    );
+    // Everything delivered is sent, unless the stream stopped at an idle point.
+    let ended = frames.last().is_some_and(|f| f == "done");
+    if !ended {
+        let appended = timeline[..delivered]
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::EntryAppended { .. }))
+            .count() as u64;
+        assert_eq!(k, appended, "everything delivered is sent: {}", case());
+        assert!(
+            !frames.iter().any(|f| f == "idle") || !stop_after_idle,
+            "{}",
+            case()
+        );
+        return;
+    }
+    assert!(stop_after_idle, "done without a timeout: {}", case());
+    let n = frames.len();
+    assert!(
+        n >= 2 && frames[n - 2] == "idle",
+        "idle then done: {}",
+        case()
+    );
+    assert_eq!(
+        frames.iter().filter(|f| *f == "idle").count(),
+        1,
+        "one idle: {}",
+        case()
+    );
+    // It stopped at an idle point at or after its registration, having sent every entry
+    // appended before that point.
+    assert!(
+        points
+            .iter()
+            .any(|(at, cursor)| *at >= registered && *at <= delivered && *cursor == k),
+        "stopped at cursor {k}, which is no idle point between event {registered} and {delivered}: {}",
+        case()
+    );
+}
