@@ -520,6 +520,57 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn attach_paths_stay_inside_offered_directories() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let offered = base_path.join("offered");
+        let outside = base_path.join("outside");
+        std::fs::create_dir_all(offered.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        // A symlink inside the offered directory that leads out of it.
+        std::os::unix::fs::symlink(&outside, offered.join("escape")).unwrap();
+        std::fs::create_dir_all(base_path.join("workspaces/kept")).unwrap();
+        let mut host = host(&base_path);
+        host.allow_paths_in(Some(vec![offered.clone()]));
+        let local = |path: &Path| {
+            spec(EnvironmentSource::Local {
+                path: path.to_string_lossy().into_owned(),
+            })
+        };
+        // (path, allowed)
+        let cases = [
+            (offered.clone(), true),
+            (offered.join("sub"), true),
+            (base_path.join("workspaces/kept"), true),
+            (outside.clone(), false),
+            (offered.join("escape"), false),
+            (offered.join("sub/../../outside"), false),
+            (base_path.clone(), false),
+        ];
+        for (path, allowed) in cases {
+            let result = host.attach("s1", &local(&path)).await;
+            match (allowed, result) {
+                (true, Ok(_)) => {}
+                (false, Err(e)) => {
+                    assert_eq!(e.code, codes::PATH_NOT_ALLOWED, "{}", path.display());
+                    assert!(e.message.contains("--allow-any-path"), "{}", e.message);
+                    assert!(e.message.contains("--env"), "{}", e.message);
+                }
+                (allowed, result) => panic!("{} allowed={allowed}: {result:?}", path.display()),
+            }
+        }
+        let template = spec(EnvironmentSource::FolderTemplate {
+            template_path: outside.to_string_lossy().into_owned(),
+            startup_script: None,
+        });
+        let refused = host.attach("s2", &template).await.unwrap_err();
+        assert_eq!(refused.code, codes::PATH_NOT_ALLOWED);
+        // --allow-any-path: anything existing.
+        host.allow_paths_in(None);
+        assert!(host.attach("s3", &local(&outside)).await.is_ok());
+    }
+
     fn spec(source: EnvironmentSource) -> EnvironmentSpec {
         EnvironmentSpec {
             name: String::from("env"),

@@ -527,3 +527,59 @@ fn credential_looking_values_never_reach_the_snapshot_even_via_extra_env_vars() 
         );
     }
 }
+
+#[test]
+fn a_runner_cannot_rename_the_environment_it_attaches() {
+    use wuhu_core::wire::runner::{
+        AttachOutcome, AttachedEnvironment, EnvironmentKind, RunnerMessage, Snapshot, decode_frame,
+        encode_frame,
+    };
+    let _guard = stack().guard();
+    let world = World::new("rename");
+    let (mut raw, welcome) = world.raw_runner("alice", "mac", RunnerKind::Local);
+    assert!(
+        matches!(welcome, ServerMessage::Welcome { .. }),
+        "{welcome:?}"
+    );
+    // Answers every attach with an environment named "evil" instead of the requested name.
+    let server = std::thread::spawn(move || {
+        while let Some(text) = raw.try_next_text(Duration::from_secs(120)) {
+            if let Ok(ServerMessage::Attach { id, .. }) = decode_frame::<ServerMessage>(&text) {
+                let reply = RunnerMessage::AttachResult {
+                    id,
+                    outcome: AttachOutcome::Ok {
+                        environment: AttachedEnvironment {
+                            name: "evil".to_string(),
+                            kind: EnvironmentKind::Local,
+                            root: "/srv/api".to_string(),
+                            os: "Linux".to_string(),
+                            repo_path: None,
+                            branch: None,
+                            snapshot: Snapshot {
+                                cwd: "/srv/api".to_string(),
+                                env: Default::default(),
+                                captured_at: 0,
+                            },
+                            agents_md: None,
+                            agents_md_truncated: false,
+                        },
+                    },
+                };
+                raw.send_text(&encode_frame(&reply));
+                return true;
+            }
+        }
+        false
+    });
+    let session = world.alice.create_fake_session().id;
+    let result = request(&world.alice, &session, json!({"spec": "api"}));
+    assert!(!result.is_error, "{}", result.content);
+    assert!(
+        server.join().expect("runner thread"),
+        "no attach reached the runner"
+    );
+    assert_eq!(
+        attached(&world.alice, &session),
+        vec![("api".to_string(), "alice".to_string())]
+    );
+}
