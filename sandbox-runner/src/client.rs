@@ -16,8 +16,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use wuhu_core::wire::runner::{
     AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, MAX_FRAME_BYTES,
-    RUNNER_PROTOCOL_VERSION, RunnerMessage, ServerMessage, capabilities, codes, decode_frame,
-    encode_frame, os_display_name,
+    MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerMessage, ServerMessage,
+    capabilities, codes, decode_frame, encode_frame, os_display_name,
 };
 
 use crate::backoff::Backoff;
@@ -200,8 +200,16 @@ async fn serve_once(
         Ok(Ok((ws, _response))) => ws,
     };
 
-    // Handshake: hello → welcome | refused.
-    if let Err(e) = ws.send(Message::text(encode_frame(&hello(config)))).await {
+    // Handshake: hello → welcome | refused. The server closes a connection whose first frame
+    // is over its pre-welcome limit, so an oversized hello is a configuration error here.
+    let hello_frame = encode_frame(&hello(config));
+    if hello_frame.len() > MAX_FRAME_BYTES_BEFORE_WELCOME {
+        return Ended::Fatal(Fatal::Config(format!(
+            "the hello frame is {} bytes, over the server's {MAX_FRAME_BYTES_BEFORE_WELCOME} byte limit: offer fewer or shorter --env entries",
+            hello_frame.len()
+        )));
+    }
+    if let Err(e) = ws.send(Message::text(hello_frame)).await {
         return retry(format!("sending hello failed: {e}"));
     }
     let welcome_deadline = Instant::now() + WELCOME_TIMEOUT;

@@ -590,6 +590,52 @@ impl RawRunner {
             .unwrap_or_else(|e| panic!("send {text:?}: {e}"));
     }
 
+    /// Sends a text frame; the error when the server already closed the connection (a big
+    /// frame may be cut off by the close).
+    ///
+    /// # Errors
+    /// The send error, as text.
+    pub fn try_send_text(&mut self, text: &str) -> Result<(), String> {
+        self.ws
+            .send(tungstenite::Message::text(text))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Reads until the connection ends within `timeout`, skipping any text frames. `Ok` with
+    /// the close frame's code and reason (`None` when it ended without one: reset, EOF);
+    /// `Err` when it was still open at the deadline.
+    ///
+    /// # Errors
+    /// The deadline passed with the connection open.
+    pub fn wait_closed(&mut self, timeout: Duration) -> Result<Option<(u16, String)>, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("the connection was still open after {timeout:?}"));
+            }
+            self.ws
+                .get_mut()
+                .set_read_timeout(Some(left))
+                .map_err(|e| e.to_string())?;
+            match self.ws.read() {
+                Ok(tungstenite::Message::Close(close)) => {
+                    return Ok(close.map(|c| (u16::from(c.code), c.reason.to_string())));
+                }
+                Ok(_) => continue,
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue;
+                }
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
     /// Sends a binary frame.
     #[track_caller]
     pub fn send_binary(&mut self, bytes: &[u8]) {

@@ -34,6 +34,8 @@ pub(crate) struct ToolContext {
     pub(crate) validated: std::collections::HashMap<String, u64>,
     /// Where a tool asks a person for approval.
     pub(crate) approvals: Rc<ActorApprovals>,
+    /// Where runner calls are recorded, so stopping the step cancels them on the runner.
+    pub(crate) runner_calls: crate::session_actor::RunnerCallScope,
 }
 
 impl ToolContext {
@@ -59,8 +61,9 @@ impl ToolContext {
     }
 }
 
+/// One tool call of `step`, run as an actor task (see `session_actor::tasks`): aborting the
+/// task drops this future wherever it waits.
 pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
-    actor.in_flight.set(actor.in_flight.get() + 1);
     // A CPU-bound tool (a js script) yields to the event loop first: otherwise it would run in
     // the same microtask chain as the step that started it, holding back streamed output and
     // other requests to this session (stop, follow) until the whole step is done. Tools that
@@ -72,7 +75,6 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
         .with_loaded(|l| l.session.is_tool_running(step, &call.id))
         .unwrap_or(false)
     {
-        actor.in_flight.set(actor.in_flight.get() - 1);
         return; // Stopped before it started.
     }
     let context = actor.tool_context(step);
@@ -81,7 +83,6 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     } else {
         ToolOutput::text(execute(&context, &call).await)
     };
-    actor.in_flight.set(actor.in_flight.get() - 1);
     actor.finish_tool(step, &call.id, output);
 }
 

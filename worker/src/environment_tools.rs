@@ -28,6 +28,7 @@ use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 use crate::approvals::Ask;
 use crate::builtin_tools::ToolContext;
 use crate::http::ApiError;
+use crate::internal::{self, codes};
 use crate::runner_client;
 
 /// How long a runner may take to materialise an environment (startup scripts, git).
@@ -68,7 +69,8 @@ impl ToolOutput {
     }
 }
 
-/// Sends `message` to a runner on behalf of the session's owner.
+/// Sends `message` to a runner on behalf of the session's owner. A `tool_call` is recorded
+/// while it runs, so stopping the step (or a restart) cancels it on the runner.
 async fn call_runner(
     ctx: &ToolContext,
     runner: &str,
@@ -76,7 +78,13 @@ async fn call_runner(
     message: &ServerMessage,
     timeout_ms: u64,
 ) -> Result<(u64, Option<RunnerMessage>), ApiError> {
-    runner_client::call(
+    let tracked = match message {
+        ServerMessage::ToolCall { id, .. } => {
+            Some(ctx.runner_calls.track(id, runner, runner_owner, &ctx.owner))
+        }
+        _ => None,
+    };
+    let reply = runner_client::call(
         &ctx.env,
         &ctx.tenant,
         &ctx.owner,
@@ -85,7 +93,21 @@ async fn call_runner(
         message,
         timeout_ms,
     )
-    .await
+    .await;
+    if let (Some(_), ServerMessage::ToolCall { id, .. }, Err(e)) = (&tracked, message, &reply)
+        && (e.code == internal::UNREACHABLE || e.status == 500)
+    {
+        // The hub gave no answer (it restarted, say): the command may still run and nobody
+        // waits for it any more. Stop it; a runner that does not know the id ignores this.
+        let cancelled =
+            runner_client::cancel(&ctx.env, &ctx.tenant, &ctx.owner, runner, runner_owner, id)
+                .await;
+        if let Err(c) = cancelled {
+            worker::console_error!("cancelling {id} on runner {runner:?} failed: {}", c.message);
+        }
+    }
+    drop(tracked);
+    reply
 }
 
 /// Waits for whoever must approve `call` reaching `target` (nobody, mostly). `Err` is the tool
@@ -126,15 +148,35 @@ fn notice(custom_type: &str, data: Value) -> EntryPayload {
     }
 }
 
+/// What the model is told when a runner call got no answer: each case says what happened to
+/// the work and what to do next.
 fn runner_error(runner: &str, e: &ApiError) -> String {
-    match e.code {
-        "runner_disconnected" => format!(
-            "Runner {runner:?} disconnected while the call was running: {}",
+    match e.code.as_ref() {
+        codes::RUNNER_DISCONNECTED => format!(
+            "The call on runner {runner:?} was interrupted: {}. The runner stops whatever it \
+             was running when its connection drops, so the work may be half done: check the \
+             environment's state before you retry. The runner reconnects by itself if it is \
+             still up.",
             e.message
         ),
-        "runner_not_connected" => format!("Runner {runner:?} is not connected: {}", e.message),
-        "timeout" => format!("Runner {runner:?} did not answer in time: {}", e.message),
-        _ => format!("Runner {runner:?} could not be reached: {}", e.message),
+        codes::RUNNER_NOT_CONNECTED => format!(
+            "Runner {runner:?} is not connected, so nothing ran. Ask the user to start it \
+             (wuhu-runner register --name {runner} ...) or use another environment."
+        ),
+        codes::TIMEOUT => format!(
+            "No answer from runner {runner:?} in time ({}); the call was cancelled on the \
+             runner. Pass a larger timeout, or split the work into shorter steps.",
+            e.message
+        ),
+        internal::UNREACHABLE => format!(
+            "The runner service could not be reached ({}), so the call on runner {runner:?} \
+             may not have run; it was cancelled if it did. Retry.",
+            e.message
+        ),
+        code => format!(
+            "Runner {runner:?} could not be used ({code}): {}",
+            e.message
+        ),
     }
 }
 

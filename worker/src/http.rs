@@ -1,5 +1,7 @@
 //! JSON responses, API errors and bounded body reading.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use worker::{Headers, Request, Response};
@@ -9,18 +11,25 @@ use wuhu_core::wire::ErrorBody;
 pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// An API error: becomes `{"error":{"code","message"}}` with `status`.
+///
+/// `code` is owned when it came from another Durable Object's reply (see `internal::expect_ok`),
+/// so a `runner_disconnected` from the hub stays `runner_disconnected` in the session.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiError {
     pub(crate) status: u16,
-    pub(crate) code: &'static str,
+    pub(crate) code: Cow<'static, str>,
     pub(crate) message: String,
 }
 
 impl ApiError {
-    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        status: u16,
+        code: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
         ApiError {
             status,
-            code,
+            code: code.into(),
             message: message.into(),
         }
     }
@@ -38,7 +47,7 @@ impl ApiError {
     }
 
     pub(crate) fn into_response(self) -> Response {
-        json_response(self.status, &ErrorBody::new(self.code, self.message))
+        json_response(self.status, &ErrorBody::new(&self.code, self.message))
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::{Either, select};
-use worker::{Delay, Fetch, Headers, Method, Request, RequestInit};
+use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Request, RequestInit};
 use wuhu_core::context::build_request;
 use wuhu_core::llm::{AssistantBuilder, LlmEvent, LlmFailure, LlmRequest, fake, openai};
 use wuhu_core::tools::catalogue;
@@ -17,10 +17,10 @@ use crate::session_actor::{Actor, now};
 /// A provider that sends nothing for this long has failed.
 const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Runs as an actor task (see `session_actor::tasks`): aborting the task drops this future,
+/// and with it the provider request (see [`AbortOnDrop`]).
 pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
-    actor.in_flight.set(actor.in_flight.get() + 1);
     let outcome = infer(&actor, step).await;
-    actor.in_flight.set(actor.in_flight.get() - 1);
     if let Some(outcome) = outcome {
         actor.with_session(|s| s.handle_inference_done(now(), step, outcome));
         actor.pump();
@@ -140,7 +140,11 @@ async fn run_openai(
     let outgoing = Request::new_with_init(&http.url, &init)
         .map_err(|e| LlmFailure::network(format!("could not build the provider request: {e}")))?;
     let fetch = Fetch::Request(outgoing);
-    let send = fetch.send();
+    // Aborting the task drops this future: the controller then aborts the provider request and
+    // its body stream, so a stopped step stops costing tokens.
+    let abort = AbortOnDrop(Some(AbortController::default()));
+    let signal = abort.signal();
+    let send = fetch.send_with_signal(&signal);
     let mut response = match select(Box::pin(send), Delay::from(STREAM_IDLE_TIMEOUT)).await {
         Either::Left((result, _)) => {
             result.map_err(|e| LlmFailure::network(format!("provider unreachable: {e}")))?
@@ -189,4 +193,24 @@ async fn run_openai(
         }
     }
     Ok(actor.inference_current(step))
+}
+
+/// Aborts its controller when dropped (the request's future was dropped mid-flight).
+struct AbortOnDrop(Option<AbortController>);
+
+impl AbortOnDrop {
+    fn signal(&self) -> AbortSignal {
+        self.0
+            .as_ref()
+            .map(AbortController::signal)
+            .unwrap_or_else(AbortSignal::abort)
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(controller) = self.0.take() {
+            controller.abort();
+        }
+    }
 }

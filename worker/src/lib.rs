@@ -14,6 +14,7 @@ mod environment_tools;
 mod follow;
 mod http;
 mod inference;
+mod internal;
 mod js_tool;
 mod observe;
 mod runner_client;

@@ -1,33 +1,12 @@
-//! Calls from a session actor to its tenant's `RunnerHub`.
+//! Calls from a session actor to its tenant's `RunnerHub` (through [`crate::internal`]).
 
 use serde::Deserialize;
-use serde_json::{Value, json};
-use worker::{Env, Headers, Method, Request, RequestInit, Stub};
+use worker::Env;
 use wuhu_core::wire::runner::{RunnerMessage, ServerMessage};
+use wuhu_core::wire::{ResolveEnvironmentRequest, RunnerPreference};
 
-use crate::http::ApiResult;
-use crate::session_client::expect_ok;
-
-fn stub(env: &Env, tenant: &str) -> ApiResult<Stub> {
-    Ok(env
-        .durable_object("RUNNERS")?
-        .id_from_name(tenant)?
-        .get_stub()?)
-}
-
-async fn post(env: &Env, tenant: &str, sub: &str, path: &str, body: &Value) -> ApiResult<Value> {
-    let headers = Headers::new();
-    headers.set("x-wuhu-tenant", tenant)?;
-    headers.set("x-wuhu-sub", sub)?;
-    headers.set("content-type", "application/json")?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_headers(headers)
-        .with_body(Some(wasm_bindgen::JsValue::from_str(&body.to_string())));
-    let request = Request::new_with_init(&format!("https://hub{path}"), &init)?;
-    let response = stub(env, tenant)?.fetch_with_request(request).await?;
-    expect_ok(response).await
-}
+use crate::http::{ApiError, ApiResult};
+use crate::internal;
 
 /// What `/resolve` found for a spec.
 #[derive(Deserialize, Clone, Debug)]
@@ -52,17 +31,16 @@ pub(crate) async fn resolve(
     preference: &str,
     name: Option<&str>,
 ) -> ApiResult<Resolved> {
-    let body =
-        json!({"spec": spec, "preference": preference, "name": name, "sessionId": session_id});
-    let value = post(env, tenant, sub, "/resolve", &body).await?;
-    serde_json::from_value(value)
-        .map_err(|e| crate::http::ApiError::internal(format!("bad resolve reply: {e}")))
-}
-
-#[derive(Deserialize)]
-struct CallReply {
-    epoch: u64,
-    response: Option<RunnerMessage>,
+    let preference: RunnerPreference =
+        serde_json::from_value(serde_json::Value::String(preference.to_string()))
+            .map_err(|e| ApiError::bad_request(format!("bad preference: {e}")))?;
+    let request = ResolveEnvironmentRequest {
+        spec: spec.to_string(),
+        preference,
+        name: name.map(str::to_string),
+        session_id: session_id.to_string(),
+    };
+    internal::hub_post(env, tenant, sub, "/resolve", &request).await
 }
 
 /// Sends `message` to a runner and waits for its answer. Returns the runner's connection epoch
@@ -76,10 +54,24 @@ pub(crate) async fn call(
     message: &ServerMessage,
     timeout_ms: u64,
 ) -> ApiResult<(u64, Option<RunnerMessage>)> {
-    let body =
-        json!({"runner": runner, "owner": owner, "message": message, "timeoutMs": timeout_ms});
-    let value = post(env, tenant, sub, "/call", &body).await?;
-    let reply: CallReply = serde_json::from_value(value)
-        .map_err(|e| crate::http::ApiError::internal(format!("bad call reply: {e}")))?;
+    let reply =
+        internal::runner_call(env, tenant, sub, runner, owner, message, Some(timeout_ms)).await?;
     Ok((reply.epoch, reply.response))
+}
+
+/// Asks the runner to stop tool call `id` (it kills the command's process group). The hub
+/// forwards it even when no `/call` waits for that id (after a restart of the session or the
+/// hub), and a runner that does not know the id ignores it.
+pub(crate) async fn cancel(
+    env: &Env,
+    tenant: &str,
+    sub: &str,
+    runner: &str,
+    owner: &str,
+    id: &str,
+) -> ApiResult<()> {
+    let message = ServerMessage::Cancel { id: id.to_string() };
+    internal::runner_call(env, tenant, sub, runner, owner, &message, None)
+        .await
+        .map(|_| ())
 }

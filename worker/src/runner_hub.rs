@@ -38,8 +38,9 @@ use wuhu_core::hub::{
 };
 use wuhu_core::resolve::{self, ResolveError, RunnerView};
 use wuhu_core::wire::runner::{
-    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, HEARTBEAT_FRAME, RunnerKind,
-    RunnerMessage, ServerMessage, codes, decode_frame, encode_frame,
+    AttachOutcome, CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME,
+    HEARTBEAT_FRAME, MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, RunnerMessage,
+    ServerMessage, codes, decode_frame_within, encode_frame,
 };
 use wuhu_core::wire::{
     CreateEnvironmentRequest, EnvironmentDefinition, ListEnvironmentsResponse, ListRunnersResponse,
@@ -53,6 +54,9 @@ use crate::http::{ApiError, ApiResult, json_response, parse_json, read_body};
 /// Default and largest `/call` timeout.
 const DEFAULT_CALL_TIMEOUT_MS: u64 = 120_000;
 const MAX_CALL_TIMEOUT_MS: u64 = 3_600_000;
+/// Most open runner sockets per hub (tenant) and per owner; one more is refused with 429.
+const MAX_SOCKETS_PER_HUB: usize = 512;
+const MAX_SOCKETS_PER_OWNER: usize = 32;
 /// `WebSocket.readyState` of an open socket.
 const OPEN: u16 = 1;
 
@@ -334,6 +338,21 @@ impl RunnerHub {
                 "this endpoint takes a WebSocket upgrade",
             ));
         }
+        let open = self.open_sockets();
+        if open.len() >= MAX_SOCKETS_PER_HUB {
+            return Err(ApiError::new(
+                429,
+                "too_many_runners",
+                format!("this tenant already has {MAX_SOCKETS_PER_HUB} runner connections"),
+            ));
+        }
+        if open.iter().filter(|(_, info)| info.owner == sub).count() >= MAX_SOCKETS_PER_OWNER {
+            return Err(ApiError::new(
+                429,
+                "too_many_runners",
+                format!("{sub} already has {MAX_SOCKETS_PER_OWNER} runner connections"),
+            ));
+        }
         let epoch = store::next_epoch(&self.sql)?;
         let pair = WebSocketPair::new()?;
         self.state.accept_web_socket(&pair.server);
@@ -351,8 +370,8 @@ impl RunnerHub {
                 closed: false,
             },
         );
-        // A socket that never says hello is dropped by the sweep too.
-        self.arm_alarm(now + SILENCE_LIMIT_MS).await;
+        // A socket that never says hello is dropped by the sweep.
+        self.arm_alarm(now + hub::HELLO_DEADLINE_MS).await;
         Ok(Response::from_websocket(pair.client)?)
     }
 
@@ -420,7 +439,34 @@ impl RunnerHub {
                 return;
             }
         };
-        let message = match decode_frame::<RunnerMessage>(&text) {
+        // Bounded before anything is parsed: a frame over the limit closes the connection
+        // (the limit is small until the runner is welcomed).
+        let welcomed = info.runner.is_some();
+        let limit = if welcomed {
+            MAX_FRAME_BYTES
+        } else {
+            MAX_FRAME_BYTES_BEFORE_WELCOME
+        };
+        if text.len() > limit {
+            worker::console_log!(
+                "runner hub: closing a connection of {} that sent a frame of {} bytes (limit {limit})",
+                info.owner,
+                text.len()
+            );
+            send_error(
+                ws,
+                None,
+                codes::FRAME_TOO_LARGE,
+                format!(
+                    "frame of {} bytes exceeds the {limit} byte limit{}",
+                    text.len(),
+                    if welcomed { "" } else { " before welcome" }
+                ),
+            );
+            self.close_for_good(ws, info, CLOSE_FRAME_TOO_LARGE, "frame too large");
+            return;
+        }
+        let message = match decode_frame_within::<RunnerMessage>(&text, limit) {
             Ok(message) => message,
             Err(error) => {
                 save_info(ws, &info);
@@ -443,13 +489,20 @@ impl RunnerHub {
             return;
         }
         let Some(runner) = info.runner.clone() else {
-            save_info(ws, &info);
-            send_error(
+            if let RunnerMessage::Heartbeat {} = message {
+                // Answered, but it does not keep an unwelcomed socket alive (see the sweep).
+                save_info(ws, &info);
+                let _ = ws.send_with_str(HEARTBEAT_ACK_FRAME);
+                return;
+            }
+            send(
                 ws,
-                hub::answer_id(&message),
-                codes::HELLO_REQUIRED,
-                "the first frame must be hello",
+                &ServerMessage::Refused {
+                    code: codes::HELLO_REQUIRED.to_string(),
+                    message: String::from("the first frame must be hello"),
+                },
             );
+            self.close_for_good(ws, info, 1008, "hello required");
             return;
         };
         if hub::should_persist(now, info.persisted_ms) {
@@ -643,6 +696,14 @@ impl RunnerHub {
         }
     }
 
+    /// Closes `ws` and fails what waits on it; the socket no longer counts as open.
+    fn close_for_good(&self, ws: &WebSocket, mut info: SocketInfo, code: u16, reason: &str) {
+        info.closed = true;
+        save_info(ws, &info);
+        close(ws, code, reason);
+        self.on_gone(ws, "was closed by the server");
+    }
+
     fn fail_pending(&self, epoch: u64, message: String) {
         let failed: Vec<Waiter> = {
             let mut pending = self.pending.borrow_mut();
@@ -776,8 +837,19 @@ impl RunnerHub {
             ));
         }
         let epoch = info.epoch;
+        let frame = encode_frame(&message);
+        if frame.len() > MAX_FRAME_BYTES {
+            return Err(ApiError::new(
+                413,
+                codes::FRAME_TOO_LARGE,
+                format!(
+                    "the request is {} bytes; a runner frame holds at most {MAX_FRAME_BYTES}",
+                    frame.len()
+                ),
+            ));
+        }
         if is_cancel {
-            if !send(&ws, &message) {
+            if ws.send_with_str(&frame).is_err() {
                 return Err(disconnected(&runner));
             }
             return Ok(json_response(
@@ -811,12 +883,18 @@ impl RunnerHub {
             key,
             token,
         };
-        if !send(&ws, &message) {
+        if ws.send_with_str(&frame).is_err() {
             return Err(disconnected(&runner));
         }
         let timer = Delay::from(Duration::from_millis(timeout));
         match select(rx, timer).await {
             Either::Left((Ok(Ok(mut response)), _)) => {
+                // What reaches a session is bounded whatever the runner sent.
+                if response.bound_tool_result() {
+                    worker::console_log!(
+                        "runner hub: cut an oversized tool_result {id} from runner {runner:?}"
+                    );
+                }
                 if let (
                     Some(name),
                     RunnerMessage::AttachResult {

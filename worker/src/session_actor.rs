@@ -33,13 +33,17 @@ use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
 use crate::store::{SessionMeta, Store};
-use crate::{archive_io, builtin_tools, follow, inference, tenant_index};
+use crate::{archive_io, follow, tenant_index};
 use futures::future::LocalBoxFuture;
 use std::collections::HashMap;
 use wuhu_core::approvals::Outcome;
 use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::authority::{self, Access, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::environments::Attachment;
+
+mod tasks;
+
+pub(crate) use tasks::RunnerCallScope;
 
 /// How long a running session may go without progress before the alarm checks on it.
 const WATCHDOG: Duration = Duration::from_secs(30);
@@ -80,8 +84,11 @@ pub(crate) struct Actor {
     store: Result<Store, String>,
     loaded: RefCell<Option<Loaded>>,
     pub(crate) followers: RefCell<follow::Followers>,
-    /// Inference and tool tasks running in this isolate. Zero after a restart.
-    pub(crate) in_flight: Cell<u32>,
+    /// Inference and tool tasks running in this isolate, each with its abort handle. None
+    /// after a restart.
+    tasks: tasks::Tasks,
+    /// `tool_call`s sent to runners and not answered yet (also in SQLite, for restarts).
+    runner_calls: Rc<tasks::RunnerCalls>,
     pub(crate) flushing: Cell<bool>,
     index_dirty: Cell<bool>,
     index_sending: Cell<bool>,
@@ -148,13 +155,15 @@ impl DurableObject for SessionActor {
     fn new(state: State, env: Env) -> Self {
         let store = Store::open(state.storage().sql()).map_err(|e| e.to_string());
         let approval_store = ApprovalStore::open(state.storage().sql()).map_err(|e| e.to_string());
+        let runner_calls = Rc::new(tasks::RunnerCalls::open(state.storage().sql()));
         let actor = Actor {
             state,
             env,
             store,
             loaded: RefCell::new(None),
             followers: RefCell::new(follow::Followers::default()),
-            in_flight: Cell::new(0),
+            tasks: tasks::Tasks::default(),
+            runner_calls,
             flushing: Cell::new(false),
             index_dirty: Cell::new(false),
             index_sending: Cell::new(false),
@@ -185,10 +194,22 @@ impl DurableObject for SessionActor {
         // Loading a session whose checkpoint shows work in flight resumes it.
         if let Ok(true) = actor.ensure_loaded() {
             approvals::expire_due(&actor);
-            if actor.in_flight.get() == 0 {
-                if let Some(()) = actor.with_session(|s| s.handle_timeout(now())) {
-                    actor.pump();
+            if actor.tasks.count() == 0 {
+                // No task runs, yet the session may wait for one: its task died without taking
+                // the isolate with it. Resume as after a restart, so it never stays `running`.
+                let stranded = actor.with_loaded(|l| {
+                    matches!(
+                        l.session.checkpoint().phase,
+                        Phase::Inference { .. } | Phase::Tools { .. }
+                    )
+                }) == Some(true);
+                if stranded {
+                    tasks::cancel_orphans(&actor);
+                    actor.with_session(|s| s.handle_resume(now()));
+                } else {
+                    actor.with_session(|s| s.handle_timeout(now()));
                 }
+                actor.pump();
             } else if actor.status() == Some(Status::Running) {
                 actor.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
             }
@@ -491,6 +512,8 @@ impl Actor {
             session.handle_resume(now());
         }
         *self.loaded.borrow_mut() = Some(Loaded { session, meta });
+        // Whatever runner calls the previous isolate's tasks left running are cancelled first.
+        tasks::cancel_orphans(self);
         if in_flight {
             self.pump();
         }
@@ -623,14 +646,14 @@ impl Actor {
                     self.broadcast(StreamEvent::Status { status });
                     self.observe_turn(status);
                 }
-                Effect::Infer { step } => spawn_local(inference::run(self.clone(), step)),
+                Effect::Infer { step } => tasks::spawn_inference(self, step),
                 Effect::RunTools { step, calls } => {
                     for call in calls {
-                        spawn_local(builtin_tools::run(self.clone(), step, call));
+                        tasks::spawn_tool(self, step, call);
                     }
                 }
-                // Running tasks notice on their own that their step is no longer current.
-                Effect::CancelInference { .. } | Effect::CancelTools { .. } => {}
+                Effect::CancelInference { step } => tasks::cancel_inference(self, step),
+                Effect::CancelTools { step } => tasks::cancel_tools(self, step),
                 Effect::Idle => {
                     flush = true;
                     self.broadcast(StreamEvent::Idle);
@@ -812,6 +835,10 @@ impl Actor {
                 actor: self.clone(),
                 step,
             }),
+            runner_calls: RunnerCallScope {
+                calls: self.runner_calls.clone(),
+                step,
+            },
         }
     }
 

@@ -177,7 +177,7 @@ pub(crate) async fn upsert(env: &Env, tenant: &str, info: &SessionInfo) -> ApiRe
         .with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
     let req = Request::new_with_init("https://index/upsert", &init)?;
     let resp = stub(env, tenant)?.fetch_with_request(req).await?;
-    crate::session_client::expect_ok(resp)
+    crate::internal::expect_ok(resp)
         .await
         .map(|_: serde_json::Value| ())
 }
@@ -199,7 +199,7 @@ pub(crate) async fn list(
     init.with_method(Method::Get).with_headers(headers);
     let req = Request::new_with_init(&url, &init)?;
     let resp = stub(env, &viewer.tenant)?.fetch_with_request(req).await?;
-    crate::session_client::expect_ok(resp).await
+    crate::internal::expect_ok(resp).await
 }
 
 fn url_with_query(base: &str, pairs: &[(&str, &str)]) -> String {

@@ -37,8 +37,26 @@ pub const RUNNER_PROTOCOL_VERSION: u32 = 1;
 /// Path of the WebSocket endpoint, relative to the server's base URL.
 pub const RUNNER_CONNECT_PATH: &str = "/v1/runners/connect";
 
-/// Largest frame either side accepts, in bytes of UTF-8 text.
-pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+/// Largest frame either side accepts, in bytes of UTF-8 text: Cloudflare's limit on one
+/// WebSocket message in production. The server closes a connection that sends more (code
+/// [`CLOSE_FRAME_TOO_LARGE`]) without parsing the frame.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+
+/// Largest frame the server accepts before it has welcomed the runner: room for a `hello`
+/// (and `heartbeat`), nothing more, so an unauthenticated-in-spirit socket costs little.
+pub const MAX_FRAME_BYTES_BEFORE_WELCOME: usize = 8 * 1024;
+
+/// WebSocket close code the server uses for a frame over its limit (RFC 6455 "message too big").
+pub const CLOSE_FRAME_TOO_LARGE: u16 = 1009;
+
+/// Largest `tool_result.content` the server passes on to a session, in bytes. The runner keeps
+/// at most [`crate::tools::MAX_OUTPUT_BYTES`] of output plus short notes; anything longer is cut
+/// by [`RunnerMessage::bound_tool_result`].
+pub const MAX_TOOL_RESULT_CONTENT_BYTES: usize = 64 * 1024;
+
+/// Largest `tool_result.details`, as JSON, the server passes on; larger details are replaced by
+/// `{"detailsDropped": <bytes>}`.
+pub const MAX_TOOL_RESULT_DETAILS_BYTES: usize = 8 * 1024;
 
 /// Largest `agentsMd` the runner sends; a longer AGENTS.md is cut at a char boundary and
 /// `agentsMdTruncated` is set.
@@ -688,39 +706,141 @@ impl ProtocolError {
 /// [`ProtocolError`] when the frame is too large, not a JSON object with a string `type`, of an
 /// unknown `type`, or of a known `type` with fields that do not fit.
 pub fn decode_frame<M: Frame>(text: &str) -> Result<M, ProtocolError> {
-    if text.len() > MAX_FRAME_BYTES {
+    decode_frame_within(text, MAX_FRAME_BYTES)
+}
+
+/// Like [`decode_frame`], with a smaller limit (the server uses
+/// [`MAX_FRAME_BYTES_BEFORE_WELCOME`] until it has welcomed the runner).
+///
+/// # Errors
+///
+/// As [`decode_frame`].
+pub fn decode_frame_within<M: Frame>(text: &str, max: usize) -> Result<M, ProtocolError> {
+    let max = max.min(MAX_FRAME_BYTES);
+    if text.len() > max {
         return Err(ProtocolError::TooLarge {
             len: text.len(),
-            max: MAX_FRAME_BYTES,
+            max,
         });
     }
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| ProtocolError::Malformed {
-            reason: e.to_string(),
-        })?;
-    let serde_json::Value::Object(object) = &value else {
-        return Err(ProtocolError::Malformed {
-            reason: String::from("not a JSON object"),
-        });
+    // Straight into the typed message; only a frame that does not fit is looked at again, and
+    // then only for its `type` and `id` (every other field is skipped, never built).
+    let typed_error = match serde_json::from_str::<M>(text) {
+        Ok(message) => return Ok(message),
+        Err(e) => e,
     };
-    let Some(ty) = object.get("type").and_then(|t| t.as_str()) else {
+    let peek: Peek = serde_json::from_str(text).map_err(|e| ProtocolError::Malformed {
+        reason: if e.is_data() {
+            String::from("not a JSON object")
+        } else {
+            e.to_string()
+        },
+    })?;
+    let Some(ty) = peek.ty.0 else {
         return Err(ProtocolError::Malformed {
             reason: String::from("missing string field \"type\""),
         });
     };
-    let ty = ty.to_string();
-    let id = object
-        .get("id")
-        .and_then(|id| id.as_str())
-        .map(str::to_string);
+    let id = peek.id.0;
     if !M::TYPES.contains(&ty.as_str()) {
         return Err(ProtocolError::UnknownType { ty, id });
     }
-    serde_json::from_value(value).map_err(|e| ProtocolError::Invalid {
+    Err(ProtocolError::Invalid {
         ty,
         id,
-        reason: e.to_string(),
+        reason: typed_error.to_string(),
     })
+}
+
+/// The two fields an error answer needs; everything else in the frame is skipped.
+#[derive(Deserialize)]
+struct Peek {
+    #[serde(rename = "type", default)]
+    ty: StringOrSkip,
+    #[serde(default)]
+    id: StringOrSkip,
+}
+
+/// A JSON string, or `None` for any other value (skipped without being built).
+#[derive(Default)]
+struct StringOrSkip(Option<String>);
+
+impl<'de> Deserialize<'de> for StringOrSkip {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct Skip;
+        impl<'de> Visitor<'de> for Skip {
+            type Value = StringOrSkip;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<StringOrSkip, E> {
+                Ok(StringOrSkip(Some(v.to_string())))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<StringOrSkip, E> {
+                Ok(StringOrSkip(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<StringOrSkip, E> {
+                Ok(StringOrSkip(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<StringOrSkip, E> {
+                Ok(StringOrSkip(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<StringOrSkip, E> {
+                Ok(StringOrSkip(None))
+            }
+            fn visit_unit<E>(self) -> Result<StringOrSkip, E> {
+                Ok(StringOrSkip(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StringOrSkip, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(StringOrSkip(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringOrSkip, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(StringOrSkip(None))
+            }
+        }
+        deserializer.deserialize_any(Skip)
+    }
+}
+
+impl RunnerMessage {
+    /// Bounds a `tool_result` the way the server passes it on: `content` at most
+    /// [`MAX_TOOL_RESULT_CONTENT_BYTES`] (cut at a char boundary, with a note saying so),
+    /// `details` at most [`MAX_TOOL_RESULT_DETAILS_BYTES`] of JSON. Returns whether anything was
+    /// cut. Other messages are left alone.
+    pub fn bound_tool_result(&mut self) -> bool {
+        let RunnerMessage::ToolResult {
+            content, details, ..
+        } = self
+        else {
+            return false;
+        };
+        let mut cut = false;
+        if content.len() > MAX_TOOL_RESULT_CONTENT_BYTES {
+            let total = content.len();
+            let note = format!(
+                "\n\n[The runner sent {total} bytes; the server keeps the first {} KB.]",
+                MAX_TOOL_RESULT_CONTENT_BYTES / 1024
+            );
+            let mut end = MAX_TOOL_RESULT_CONTENT_BYTES - note.len();
+            while !content.is_char_boundary(end) {
+                end -= 1;
+            }
+            content.truncate(end);
+            content.push_str(&note);
+            cut = true;
+        }
+        if let Some(value) = details {
+            let bytes = serde_json::to_string(value).map_or(usize::MAX, |t| t.len());
+            if bytes > MAX_TOOL_RESULT_DETAILS_BYTES {
+                *details = Some(serde_json::json!({ "detailsDropped": bytes }));
+                cut = true;
+            }
+        }
+        cut
+    }
 }
 
 /// Encodes one frame as JSON text.
@@ -1052,6 +1172,125 @@ mod tests {
                 id: String::from("t1")
             })
         );
+    }
+
+    #[test]
+    fn frames_are_bounded_at_exactly_the_limit() {
+        for max in [MAX_FRAME_BYTES_BEFORE_WELCOME, MAX_FRAME_BYTES] {
+            let frame = |len: usize| {
+                let shell = r#"{"type":"heartbeat","pad":""}"#.len();
+                format!(
+                    r#"{{"type":"heartbeat","pad":"{}"}}"#,
+                    "x".repeat(len - shell)
+                )
+            };
+            assert_eq!(
+                decode_frame_within::<RunnerMessage>(&frame(max), max),
+                Ok(RunnerMessage::Heartbeat {})
+            );
+            let err = decode_frame_within::<RunnerMessage>(&frame(max + 1), max).unwrap_err();
+            assert_eq!(err, ProtocolError::TooLarge { len: max + 1, max });
+            assert_eq!(err.code(), codes::FRAME_TOO_LARGE);
+        }
+        // A limit above the protocol's is the protocol's.
+        let huge = format!(
+            r#"{{"type":"heartbeat","pad":"{}"}}"#,
+            "x".repeat(MAX_FRAME_BYTES)
+        );
+        assert_eq!(
+            decode_frame_within::<RunnerMessage>(&huge, usize::MAX)
+                .unwrap_err()
+                .code(),
+            codes::FRAME_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn an_undecodable_frame_keeps_its_string_id_whatever_else_it_holds() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            (
+                r#"{"id":"x","type":"nope","p":[[[1]],{"a":[null]}]}"#,
+                codes::UNKNOWN_TYPE,
+                Some("x"),
+            ),
+            (
+                r#"{"type":"tool_result","id":{"no":"string"}}"#,
+                codes::INVALID_MESSAGE,
+                None,
+            ),
+            (
+                r#"{"type":["tool_result"],"id":"y"}"#,
+                codes::MALFORMED_FRAME,
+                None,
+            ),
+            (r#"{"type":null}"#, codes::MALFORMED_FRAME, None),
+            (r#""just a string""#, codes::MALFORMED_FRAME, None),
+            (
+                r#"{"type":"tool_result","id":"z","content":7,"isError":false}"#,
+                codes::INVALID_MESSAGE,
+                Some("z"),
+            ),
+        ];
+        for (text, code, id) in cases {
+            let err = decode_frame::<RunnerMessage>(text).unwrap_err();
+            assert_eq!((err.code(), err.id()), (*code, *id), "{text}: {err}");
+        }
+    }
+
+    fn tool_result(content: String, details: Option<serde_json::Value>) -> RunnerMessage {
+        RunnerMessage::ToolResult {
+            id: String::from("t"),
+            content,
+            is_error: false,
+            details,
+        }
+    }
+
+    #[test]
+    fn tool_results_are_bounded_at_the_limit_and_cut_on_a_char_boundary() {
+        for len in [
+            0,
+            MAX_TOOL_RESULT_CONTENT_BYTES - 1,
+            MAX_TOOL_RESULT_CONTENT_BYTES,
+            MAX_TOOL_RESULT_CONTENT_BYTES + 1,
+            3 * MAX_TOOL_RESULT_CONTENT_BYTES,
+        ] {
+            // Three-byte characters, so most cut points fall inside one.
+            for text in ["x".repeat(len), "€".repeat(len / 3 + 1)] {
+                let original = text.clone();
+                let mut message = tool_result(text, None);
+                let cut = message.bound_tool_result();
+                let RunnerMessage::ToolResult { content, .. } = &message else {
+                    unreachable!()
+                };
+                assert!(content.len() <= MAX_TOOL_RESULT_CONTENT_BYTES, "{len}");
+                assert_eq!(cut, original.len() > MAX_TOOL_RESULT_CONTENT_BYTES, "{len}");
+                if cut {
+                    let (kept, note) = content.split_once("\n\n[The runner sent").unwrap();
+                    assert!(original.starts_with(kept));
+                    assert!(note.contains(&original.len().to_string()), "{note}");
+                } else {
+                    assert_eq!(*content, original);
+                }
+            }
+        }
+        let small = serde_json::json!({"exitCode": 0, "pad": "x".repeat(100)});
+        let mut message = tool_result(String::new(), Some(small.clone()));
+        assert!(!message.bound_tool_result());
+        assert_eq!(message, tool_result(String::new(), Some(small)));
+        let big = serde_json::json!({"pad": "x".repeat(MAX_TOOL_RESULT_DETAILS_BYTES)});
+        let bytes = serde_json::to_string(&big).unwrap().len();
+        let mut message = tool_result(String::new(), Some(big));
+        assert!(message.bound_tool_result());
+        assert_eq!(
+            message,
+            tool_result(
+                String::new(),
+                Some(serde_json::json!({"detailsDropped": bytes}))
+            )
+        );
+        let mut other = RunnerMessage::Heartbeat {};
+        assert!(!other.bound_tool_result());
     }
 
     #[test]
