@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use wuhu_core::approvals::MAX_PENDING_PER_SESSION;
 use wuhu_core::wire::runner::RunnerKind;
 use wuhu_core::wire::{Entry, Status, ToolResult, custom_types};
-use wuhu_e2e::entries::{customs, describe};
+use wuhu_e2e::entries::{customs, describe, fake_directive};
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::{random_hex, unique_name};
 use wuhu_e2e::{Api, Stack, StackOptions};
@@ -304,6 +304,52 @@ fn bobs_prompt_that_reaches_alices_machine_waits_for_alice_alone() {
     let (results, entries) = turn.finish(&world.bob, TURN);
     assert_ok(&results[0], &entries);
     drop(world);
+}
+
+#[test]
+fn bobs_steer_into_alices_own_turn_makes_what_follows_wait_for_alice() {
+    let stack = shared_stack();
+    let _guard = stack.guard();
+    let world = World::new(stack, "steer");
+    let session = world.alice_session();
+
+    // alice's own turn runs a slow command; bob steers while it runs.
+    let turn = ToolTurn::start(
+        &world.alice,
+        &session,
+        &[("bash", json!({"command": "sleep 3"}))],
+    );
+    world
+        .alice
+        .wait_transcript(&session, "alice's slow call", TURN, |e| {
+            turn.call_ids(e).is_some()
+        });
+    let steered = marker(&world, "steered");
+    let directive = json!({"toolCalls": [{"name": touch(&steered).0, "arguments": touch(&steered).1}], "afterTools": "steered calls done"});
+    world
+        .bob
+        .enqueue(&session, "steer", &fake_directive(&directive));
+
+    // The steer joins alice's turn at its next step: the call it asks for waits for alice.
+    let request = wait_requests(&world.alice, &session, 1).remove(0);
+    assert_eq!(request["requestedBy"], json!(["alice", "bob"]), "{request}");
+    assert!(!steered.exists(), "bob's steered command ran unasked");
+    assert_eq!(
+        answer(&world.bob, &session, &request, "approve").status,
+        403
+    );
+    assert_eq!(
+        answer(&world.alice, &session, &request, "approve").status,
+        200
+    );
+    world
+        .alice
+        .wait_transcript(&session, "the reply after the steered call", TURN, |e| {
+            e.iter()
+                .filter_map(wuhu_e2e::entries::assistant)
+                .any(|m| m.text() == "steered calls done")
+        });
+    assert!(steered.exists(), "the approved steered command did not run");
 }
 
 #[test]
