@@ -3,8 +3,7 @@
 use std::fmt;
 
 /// The level of a console line: which `console` method wrote it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConsoleLevel {
     /// `console.log`.
     Log,
@@ -30,7 +29,6 @@ impl ConsoleLevel {
         }
     }
 
-    #[cfg(feature = "engine")]
     fn from_name(name: &str) -> ConsoleLevel {
         match name {
             "info" => ConsoleLevel::Info,
@@ -49,7 +47,7 @@ impl fmt::Display for ConsoleLevel {
 }
 
 /// One call of a `console` method.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleLine {
     /// Which method wrote the line.
     pub level: ConsoleLevel,
@@ -58,7 +56,6 @@ pub struct ConsoleLine {
 }
 
 /// Console lines up to a byte cap; each line costs its text plus one byte.
-#[cfg(feature = "engine")]
 #[derive(Debug)]
 pub(crate) struct ConsoleBuffer {
     lines: Vec<ConsoleLine>,
@@ -67,7 +64,6 @@ pub(crate) struct ConsoleBuffer {
     truncated: bool,
 }
 
-#[cfg(feature = "engine")]
 impl ConsoleBuffer {
     pub(crate) fn new(cap_bytes: usize) -> Self {
         ConsoleBuffer {
@@ -108,7 +104,7 @@ impl ConsoleBuffer {
     }
 }
 
-#[cfg(all(test, feature = "engine"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
