@@ -3,7 +3,8 @@
 use std::fmt;
 
 /// The level of a console line: which `console` method wrote it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ConsoleLevel {
     /// `console.log`.
     Log,
@@ -29,6 +30,7 @@ impl ConsoleLevel {
         }
     }
 
+    #[cfg(feature = "engine")]
     fn from_name(name: &str) -> ConsoleLevel {
         match name {
             "info" => ConsoleLevel::Info,
@@ -47,7 +49,7 @@ impl fmt::Display for ConsoleLevel {
 }
 
 /// One call of a `console` method.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConsoleLine {
     /// Which method wrote the line.
     pub level: ConsoleLevel,
@@ -56,6 +58,7 @@ pub struct ConsoleLine {
 }
 
 /// Console lines up to a byte cap; each line costs its text plus one byte.
+#[cfg(feature = "engine")]
 #[derive(Debug)]
 pub(crate) struct ConsoleBuffer {
     lines: Vec<ConsoleLine>,
@@ -64,6 +67,7 @@ pub(crate) struct ConsoleBuffer {
     truncated: bool,
 }
 
+#[cfg(feature = "engine")]
 impl ConsoleBuffer {
     pub(crate) fn new(cap_bytes: usize) -> Self {
         ConsoleBuffer {
@@ -104,7 +108,7 @@ impl ConsoleBuffer {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "engine"))]
 mod tests {
     use super::*;
 

@@ -258,15 +258,24 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod console;
+#[cfg(feature = "engine")]
 mod engine;
+#[cfg(feature = "engine")]
+pub mod guest;
+mod host_loop;
+#[cfg(feature = "engine")]
 mod memory;
+#[cfg(feature = "engine")]
 mod nesting;
+pub mod protocol;
 
-use std::{fmt, rc::Rc, time::Duration};
+use std::{fmt, time::Duration};
 
 use futures::future::LocalBoxFuture;
+use serde::{Deserialize, Serialize};
 
 pub use console::{ConsoleLevel, ConsoleLine};
+pub use host_loop::{Guest, MAX_PENDING_REQUESTS, crashed, drive_guest};
 
 /// A generic `fetch` prelude: defines `fetch`, `Headers` and `Response` on top of one host
 /// function named `"fetch"`.
@@ -493,7 +502,7 @@ mod std_clock {
 }
 
 /// The result of one [`run`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// The script's completion value as JSON, or why it failed.
     pub result: Result<serde_json::Value, JsError>,
@@ -525,7 +534,7 @@ impl Outcome {
 }
 
 /// Why a script failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("{message}")]
 pub struct JsError {
     /// The class of failure.
@@ -538,7 +547,8 @@ pub struct JsError {
 }
 
 /// The class of a [`JsError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The script threw (or its completion promise rejected) and did not catch it; this
     /// includes syntax errors.
@@ -585,9 +595,15 @@ impl fmt::Display for ErrorKind {
 /// The future is `!Send` and needs no particular executor.
 ///
 /// See the crate docs for the completion-value and limit semantics.
-pub async fn run(code: &str, limits: &Limits, host: &dyn Host, clock: Rc<dyn Clock>) -> Outcome {
+#[cfg(feature = "engine")]
+pub async fn run(
+    code: &str,
+    limits: &Limits,
+    host: &dyn Host,
+    clock: std::rc::Rc<dyn Clock>,
+) -> Outcome {
     let limits = limits.normalized();
-    let shared = Rc::new(engine::Shared::new(&limits));
+    let shared = std::rc::Rc::new(engine::Shared::new(&limits));
     let result = engine::drive(code, &limits, host, clock, &shared).await;
     let (console, console_truncated) = shared.take_console();
     Outcome {

@@ -72,13 +72,36 @@ ensure_clang() {
   fi
 }
 
-# Builds the Worker (release) into worker/build.
+# Builds the js sandbox's own wasm module (sandbox-guest/, QuickJS inside) into
+# worker/build/sandbox_guest.wasm, which worker/entry.mjs imports. Plain cargo for
+# wasm32-unknown-unknown: no wasm-bindgen, no network. Run after worker-build, which replaces
+# only the entries it produces in worker/build.
+build_sandbox_guest() {
+  ensure_clang
+  ensure_wasm_target
+  log "building the js sandbox module (release)"
+  (cd "$WUHU_ROOT" && cargo build --release -p wuhu-sandbox-guest --target wasm32-unknown-unknown >&2)
+  local target_dir
+  target_dir="$(cd "$WUHU_ROOT" && cargo metadata --format-version 1 --no-deps \
+    | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+  local built="$target_dir/wasm32-unknown-unknown/release/wuhu_sandbox_guest.wasm"
+  local out="$WUHU_ROOT/worker/build/sandbox_guest.wasm"
+  if [ ! -f "$built" ]; then log "missing $built after the build"; exit 1; fi
+  mkdir -p "$WUHU_ROOT/worker/build"
+  # Copy through a temporary name so a running `wrangler dev` never sees half a file.
+  if ! cmp -s "$built" "$out"; then
+    cp "$built" "$out.partial" && mv -f "$out.partial" "$out"
+  fi
+}
+
+# Builds the Worker (release) into worker/build: worker-build's output and the sandbox module.
 build_worker() {
   ensure_clang
   ensure_worker_tools
   ensure_npm_packages
   log "building the worker (release)"
   (cd "$WUHU_ROOT/worker" && "$WORKER_BUILD_BIN" --release >&2)
+  build_sandbox_guest
 }
 
 export WRANGLER_SEND_METRICS=false

@@ -1,10 +1,14 @@
-//! The `js` tool: a script in the QuickJS sandbox, run inside the session actor.
+//! The `js` tool: a script in the QuickJS sandbox, in a WebAssembly instance of its own.
 //!
-//! The sandbox crate knows nothing of Workers; this file supplies its host functions
-//! (`fetch` under the egress policy, `wuhu.sessions.*`, `wuhu.workspace.*`) and its clock.
+//! QuickJS never runs in the Worker's own instance. Each call instantiates the sandbox guest
+//! module (`sandbox-guest/`, imported by `worker/entry.mjs` as a compiled module) and drives it
+//! with `wuhu_sandbox::drive_guest`: the guest runs the script until it waits on a host call or
+//! timer, this file performs those (`fetch` under the egress policy, `wuhu.sessions.*`,
+//! `wuhu.workspace.*`, timers) and resumes it. Every exception out of the instance (a trap, a
+//! stack overflow deep in QuickJS's C code) is caught at the call and becomes a tool error; the
+//! instance is then dropped, so nothing of it is ever run again.
 
 use std::cell::Cell;
-use std::rc::Rc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -15,17 +19,15 @@ use worker::{Delay, Fetch, Headers, Method, Request, RequestInit, RequestRedirec
 use wuhu_core::egress::{EgressPolicy, MAX_REQUESTS_PER_CALL, MAX_RESPONSE_BYTES_PER_CALL};
 use wuhu_core::tools::truncate_head;
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
+use wuhu_sandbox::protocol::{GuestInput, GuestLimits};
 use wuhu_sandbox::{Clock, FETCH_PRELUDE, Host, HostFuture, Limits, Outcome};
 
 use crate::builtin_tools::ToolContext;
 use crate::{session_client, tenant_index, workspace_io};
 
-/// QuickJS's wasm shim asks the host for the time through this import; defining it here keeps
-/// the Worker bundle free of extra imports.
-#[unsafe(no_mangle)]
-pub extern "C" fn __rquickjs_host_now_us() -> f64 {
-    js_sys::Date::now() * 1000.0
-}
+mod instance;
+
+use instance::GuestInstance;
 
 /// The script-facing Wuhu API, built on the sandbox's raw `__host.call`.
 const WUHU_PRELUDE: &str = r#"
@@ -317,13 +319,23 @@ pub(crate) async fn run(context: &ToolContext, arguments: &Value) -> Result<Stri
         requests: Cell::new(0),
         response_bytes: Cell::new(0),
     };
-    let outcome = wuhu_sandbox::run(
-        &args.code,
-        &limits(&context.env),
-        &host,
-        Rc::new(WorkerClock),
-    )
-    .await;
+    let input = GuestInput {
+        code: args.code,
+        prelude: host.prelude.clone(),
+        limits: GuestLimits::from(&limits(&context.env)),
+    };
+    let outcome = match GuestInstance::new() {
+        Ok(mut guest) => {
+            wuhu_sandbox::drive_guest(&mut guest, &input, &host, &WorkerClock).await
+            // `guest` is dropped here: an instance runs one script, whatever happened.
+        }
+        Err(message) => {
+            worker::console_error!("js: cannot instantiate the sandbox: {message}");
+            return Err(format!(
+                "internal error: the js sandbox is unavailable ({message})"
+            ));
+        }
+    };
     format_outcome(&outcome)
 }
 
