@@ -58,9 +58,17 @@ impl Shared {
             resolvers: RefCell::new(HashMap::new()),
             next_id: Cell::new(1),
             stop: Cell::new(None),
-            memory: Rc::new(MemoryState::new(limits.memory_bytes)),
+            memory: Rc::new(MemoryState::new(limits.memory_bytes, limits.max_steps)),
             stringify: RefCell::new(None),
         }
+    }
+
+    /// Why the script must stop, if it must: the interrupt handler's verdict, or a work
+    /// budget spent by allocation (the allocator refuses from then on).
+    fn stop(&self) -> Option<Stop> {
+        self.stop
+            .get()
+            .or_else(|| self.memory.work_spent().then_some(Stop::Steps))
     }
 
     pub(crate) fn take_console(&self) -> (Vec<ConsoleLine>, bool) {
@@ -257,14 +265,12 @@ impl Engine {
         })?;
         runtime.set_max_stack_size(limits.max_stack_bytes);
         let handler_shared = Rc::clone(&shared);
-        let max_steps = limits.max_steps;
-        let mut steps: u64 = 0;
         runtime.set_interrupt_handler(Some(Box::new(move || {
-            if handler_shared.stop.get().is_some() {
+            if handler_shared.stop().is_some() {
+                handler_shared.stop.set(handler_shared.stop());
                 return true;
             }
-            steps = steps.saturating_add(1);
-            let stop = if steps > max_steps {
+            let stop = if !handler_shared.memory.step() {
                 Some(Stop::Steps)
             } else if clock.now_ms() >= deadline_ms {
                 Some(Stop::Deadline)
@@ -354,7 +360,7 @@ impl Engine {
     /// Runs queued promise jobs until none is left.
     fn run_jobs(&self) -> Result<(), JsError> {
         loop {
-            if let Some(stop) = self.shared.stop.get() {
+            if let Some(stop) = self.shared.stop() {
                 return Err(self.stop_error(stop));
             }
             match self.runtime.execute_pending_job() {
@@ -663,7 +669,7 @@ fn classify_error(
     limits: &Limits,
     what: &str,
 ) -> JsError {
-    if let Some(stop) = shared.stop.get() {
+    if let Some(stop) = shared.stop() {
         return stop_error(stop, limits);
     }
     match error {
@@ -683,7 +689,7 @@ fn classify_value<'js>(
     shared: &Shared,
     limits: &Limits,
 ) -> JsError {
-    if let Some(stop) = shared.stop.get() {
+    if let Some(stop) = shared.stop() {
         return stop_error(stop, limits);
     }
     if let Some(exception) = value.as_exception() {

@@ -1,5 +1,14 @@
-//! The QuickJS heap allocator: Rust's global allocator with a byte limit and a record of
-//! refusals.
+//! The QuickJS heap allocator: Rust's global allocator with a byte limit, a record of
+//! refusals, and the work meter that the step budget reads.
+//!
+//! **Work.** The step budget ([`Limits::max_steps`](crate::Limits::max_steps)) counts calls of
+//! the interrupt handler, one per about 10 000 bytecode jumps and calls. A built-in that does a
+//! lot of work in one call (`'x'.repeat(1e6)`, `a.join()`, `JSON.stringify` of a large value)
+//! costs one tick, so a loop of them could spend seconds of CPU per step. Most such work
+//! allocates in proportion to what it does, so every byte allocated is charged too:
+//! [`BYTES_PER_STEP`] bytes count as one step. Once the budget is spent the allocator refuses
+//! every request, so even a loop that catches the resulting errors fails fast until the next
+//! interrupt check stops it for good.
 //!
 //! QuickJS's own limit (`JS_SetMemoryLimit`) refuses allocations silently inside
 //! `js_malloc_rt`, and when memory is so exhausted that it cannot build the `InternalError`,
@@ -10,22 +19,70 @@ use std::{cell::Cell, ptr, rc::Rc};
 
 use rquickjs::allocator::{Allocator, RustAllocator};
 
+/// Bytes allocated that count as one step of the work budget.
+///
+/// Building a string piece by piece costs up to about 30 ms per MiB (`'x'.repeat(1e6)`,
+/// measured natively on a loaded machine), so 64 KiB is about 2 ms: no dearer than the
+/// costliest ordinary steps (see docs/decisions/0006-sandbox-instance-per-call-and-work-budget.md).
+pub(crate) const BYTES_PER_STEP: u64 = 64 * 1024;
+
 /// Heap accounting shared between the allocator (owned by the runtime) and the engine.
 #[derive(Debug)]
 pub(crate) struct MemoryState {
     used: Cell<usize>,
     limit: Cell<usize>,
     refused: Cell<bool>,
+    /// Interrupt-handler calls so far.
+    steps: Cell<u64>,
+    /// Bytes requested so far (allocations and growth), never decreasing.
+    churn: Cell<u64>,
+    max_steps: u64,
+    work_spent: Cell<bool>,
 }
 
 impl MemoryState {
-    /// Accounting for a heap of at most `limit` bytes, everything included.
-    pub(crate) fn new(limit: usize) -> Self {
+    /// Accounting for a heap of at most `limit` bytes, everything included, and a work
+    /// budget of `max_steps` steps.
+    pub(crate) fn new(limit: usize, max_steps: u64) -> Self {
         MemoryState {
             used: Cell::new(0),
             limit: Cell::new(limit),
             refused: Cell::new(false),
+            steps: Cell::new(0),
+            churn: Cell::new(0),
+            max_steps,
+            work_spent: Cell::new(false),
         }
+    }
+
+    /// Counts one interrupt-handler call; false once the work budget is spent.
+    pub(crate) fn step(&self) -> bool {
+        self.steps.set(self.steps.get().saturating_add(1));
+        self.check_work()
+    }
+
+    /// Whether the work budget (steps plus allocation) is spent.
+    pub(crate) fn work_spent(&self) -> bool {
+        self.work_spent.get()
+    }
+
+    /// Charges `bytes` of admitted allocation; false (and refuse) once the work budget is
+    /// spent. Refused requests cost nothing, so running out of memory stays out of memory.
+    fn charge(&self, bytes: usize) -> bool {
+        self.churn
+            .set(self.churn.get().saturating_add(bytes as u64));
+        self.check_work()
+    }
+
+    fn check_work(&self) -> bool {
+        let work = self
+            .steps
+            .get()
+            .saturating_add(self.churn.get() / BYTES_PER_STEP);
+        if work > self.max_steps {
+            self.work_spent.set(true);
+        }
+        !self.work_spent.get()
     }
 
     /// Whether an allocation has been refused for lack of memory.
@@ -75,7 +132,7 @@ impl LimitedAllocator {
 // wrapper only refuses requests (returning null) and counts.
 unsafe impl Allocator for LimitedAllocator {
     fn alloc(&mut self, size: usize) -> *mut u8 {
-        if !self.state.admit(size) {
+        if !self.state.admit(size) || !self.state.charge(size) {
             return ptr::null_mut();
         }
         let ptr = RustAllocator.alloc(size);
@@ -88,7 +145,7 @@ unsafe impl Allocator for LimitedAllocator {
             self.state.refused.set(true);
             return ptr::null_mut();
         };
-        if total == 0 || !self.state.admit(total) {
+        if total == 0 || !self.state.admit(total) || !self.state.charge(total) {
             return ptr::null_mut();
         }
         let ptr = RustAllocator.calloc(1, total);
@@ -121,7 +178,9 @@ unsafe impl Allocator for LimitedAllocator {
         }
         // SAFETY: the caller passes a pointer from this allocator, so from `RustAllocator`.
         let old_size = unsafe { RustAllocator::usable_size(ptr) };
-        if new_size > old_size && !self.state.admit(new_size - old_size) {
+        if new_size > old_size
+            && (!self.state.admit(new_size - old_size) || !self.state.charge(new_size - old_size))
+        {
             return ptr::null_mut();
         }
         // SAFETY: as above; on failure the old block stays valid and counted.

@@ -283,16 +283,6 @@ fn an_async_loop_times_out() {
 
 #[test]
 fn the_step_budget_stops_a_loop_even_if_the_clock_stands_still() {
-    /// A clock frozen while code runs, like `Date.now()` inside a Cloudflare Worker.
-    struct FrozenClock;
-    impl Clock for FrozenClock {
-        fn now_ms(&self) -> f64 {
-            0.0
-        }
-        fn sleep(&self, _: Duration) -> futures::future::LocalBoxFuture<'static, ()> {
-            futures::future::pending().boxed_local()
-        }
-    }
     let limits = Limits {
         max_steps: 50,
         ..Limits::default()
@@ -312,6 +302,58 @@ fn the_step_budget_stops_a_loop_even_if_the_clock_stands_still() {
         error.message
     );
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+/// A clock frozen while code runs, like `Date.now()` inside a Cloudflare Worker.
+struct FrozenClock;
+
+impl Clock for FrozenClock {
+    fn now_ms(&self) -> f64 {
+        0.0
+    }
+    fn sleep(&self, _: Duration) -> futures::future::LocalBoxFuture<'static, ()> {
+        futures::future::pending().boxed_local()
+    }
+}
+
+#[test]
+fn allocation_counts_against_the_work_budget() {
+    // Each iteration is one cheap tick but allocates and fills a megabyte: without charging
+    // allocation, 1 000 steps of this would be ten million megabytes of work.
+    let scripts = [
+        "for (;;) 'x'.repeat(1000000).length",
+        "const a = new Array(100000).fill('abc'); for (;;) a.join(',').length",
+        // Catching the refusals does not help: the next interrupt check ends the run.
+        "for (;;) { try { 'x'.repeat(1000000) } catch (e) {} }",
+    ];
+    let limits = Limits {
+        max_steps: 1000,
+        ..Limits::default()
+    };
+    for code in scripts {
+        let started = Instant::now();
+        let outcome = block_on(run(code, &limits, &NoHost, Rc::new(FrozenClock)));
+        let error = outcome.result.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Timeout, "{code}: {error:?}");
+        assert!(
+            error.message.contains("execution budget of 1000 steps"),
+            "{code}: {}",
+            error.message
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{code}: {:?}",
+            started.elapsed()
+        );
+    }
+    // Ordinary scripts that allocate a few megabytes are far from the budget.
+    let outcome = block_on(run(
+        "const rows = []; for (let i = 0; i < 20000; i++) rows.push({i, s: 'row ' + i}); JSON.stringify(rows).length",
+        &limits,
+        &NoHost,
+        Rc::new(FrozenClock),
+    ));
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use wuhu_e2e::{Api, FakeHttp, HttpReply, Stack, StackOptions};
 
 const TURN: Duration = Duration::from_secs(60);
 const MIB: usize = 1024 * 1024;
-/// `WUHU_SANDBOX_MAX_STEPS` of the stack (the Worker's default is 10 000).
+/// `WUHU_SANDBOX_MAX_STEPS` of the stack (the Worker's default is 1 000).
 const MAX_STEPS: u64 = 5000;
 
 struct Fixture {

@@ -279,10 +279,10 @@ impl Host for JsHost<'_> {
     }
 }
 
-/// Default interrupt-check budget. Deployed Workers freeze `Date.now()` during CPU work, so the
-/// time limit alone cannot stop a busy loop there; the step budget can. 10 000 steps is about
-/// 0.2 s of an empty loop and 5 s of arithmetic (measured in workerd).
-const DEFAULT_MAX_STEPS: u64 = 10_000;
+/// Default work budget (steps). Deployed Workers freeze `Date.now()` during CPU work, so the
+/// time limit alone cannot stop a busy loop there; the work budget can. 1 000 steps keeps the
+/// costliest loop bodies measured well inside a Durable Object's 30 s of CPU (decision 0006).
+const DEFAULT_MAX_STEPS: u64 = 1_000;
 
 fn limits(env: &worker::Env) -> Limits {
     let max_steps = env
