@@ -36,6 +36,7 @@ pub fn build_request(
         system_prompt: header.system_prompt.clone(),
         messages,
         tools,
+        max_output_tokens: None,
     }
 }
 

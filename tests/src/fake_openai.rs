@@ -1,4 +1,7 @@
-//! A local OpenAI Chat Completions server speaking the real streaming wire format.
+//! A local LLM server speaking the real streaming wire formats: OpenAI Chat Completions
+//! (`POST /v1/chat/completions`) and Anthropic Messages (`POST /v1/messages`, see
+//! [`crate::fake_anthropic`]). One script serves every dialect: a [`Reply`] says what to
+//! answer, the request path says in which format.
 //!
 //! Replies are scripted per model name, so tests sharing one server (and one Worker) never
 //! take each other's replies: create each session with its own `model` and script that model.
@@ -40,6 +43,16 @@ pub enum Reply {
         status: u16,
         /// Body text.
         body: String,
+        /// Extra response headers (such as `retry-after`).
+        headers: Vec<(String, String)>,
+    },
+    /// A valid start with some text, then an in-stream error event with this JSON payload
+    /// (Anthropic: `event: error`; Chat Completions: a `data: {"error": …}` chunk).
+    StreamError {
+        /// Text sent before the error.
+        text: String,
+        /// The `error` object.
+        error: Value,
     },
     /// `200 text/event-stream` whose `data:` lines are not JSON, ended without `[DONE]`.
     Malformed,
@@ -61,6 +74,11 @@ pub struct StreamReply {
     pub chunk_delay: Duration,
     /// `(prompt_tokens, completion_tokens)` for the usage chunk.
     pub usage: Option<(u64, u64)>,
+    /// `(cache_read, cache_write)` prompt tokens (part of `prompt_tokens`), where the dialect
+    /// reports them.
+    pub cache: (u64, u64),
+    /// A thinking block `(text, signature)` before the text, where the dialect has one.
+    pub thinking: Option<(String, String)>,
 }
 
 impl Reply {
@@ -71,6 +89,8 @@ impl Reply {
             tool_calls: Vec::new(),
             chunk_delay: Duration::ZERO,
             usage: Some((11, 7)),
+            cache: (0, 0),
+            thinking: None,
         })
     }
 
@@ -84,6 +104,8 @@ impl Reply {
                 .collect(),
             chunk_delay: Duration::ZERO,
             usage: Some((23, 9)),
+            cache: (0, 0),
+            thinking: None,
         })
     }
 
@@ -92,7 +114,51 @@ impl Reply {
         Reply::Status {
             status,
             body: body.into(),
+            headers: Vec::new(),
         }
+    }
+
+    /// An Anthropic error status: `{"type":"error","error":{"type","message"}}`.
+    pub fn anthropic_error(status: u16, kind: &str, message: &str) -> Reply {
+        let body = json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"});
+        Reply::status(status, body.to_string())
+    }
+
+    /// Anthropic's 529 `overloaded_error`.
+    pub fn anthropic_overloaded() -> Reply {
+        Reply::anthropic_error(529, "overloaded_error", "Overloaded")
+    }
+
+    /// Some text, then an in-stream error event.
+    pub fn stream_error(text: impl Into<String>, error: Value) -> Reply {
+        Reply::StreamError {
+            text: text.into(),
+            error,
+        }
+    }
+
+    /// Adds a response header to an error status reply.
+    pub fn with_header(mut self, name: &str, value: &str) -> Reply {
+        if let Reply::Status { headers, .. } = &mut self {
+            headers.push((name.to_string(), value.to_string()));
+        }
+        self
+    }
+
+    /// Sets the cache read / write tokens of a stream reply.
+    pub fn with_cache(mut self, read: u64, write: u64) -> Reply {
+        if let Reply::Stream(stream) = &mut self {
+            stream.cache = (read, write);
+        }
+        self
+    }
+
+    /// Adds a thinking block (text and signature) to a stream reply.
+    pub fn with_thinking(mut self, text: &str, signature: &str) -> Reply {
+        if let Reply::Stream(stream) = &mut self {
+            stream.thinking = Some((text.to_string(), signature.to_string()));
+        }
+        self
     }
 
     /// An error status with an OpenAI error body `{"error":{"message","type","code"}}`.
@@ -232,6 +298,12 @@ impl FakeOpenAi {
         format!("http://{}/v1", self.server.addr())
     }
 
+    /// `http://127.0.0.1:PORT`, the value for `ANTHROPIC_BASE_URL` (the client appends
+    /// `/v1/messages`).
+    pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.server.addr())
+    }
+
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()
@@ -286,7 +358,17 @@ fn respond(
     state: &Mutex<State>,
     request: RecordedRequest,
 ) -> io::Result<bool> {
-    if request.method != "POST" || request.path.split('?').next() != Some("/v1/chat/completions") {
+    let route = request
+        .path
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    if request.method == "POST" && route == "/v1/messages" {
+        let reply = next_reply(state, request);
+        return crate::fake_anthropic::respond(stream, reply.0, &reply.1);
+    }
+    if request.method != "POST" || route != "/v1/chat/completions" {
         let body = json!({"error": {"message": format!("Unknown request URL: {} {}", request.method, request.path), "type": "invalid_request_error", "param": null, "code": "unknown_url"}});
         state.lock().unwrap().requests.push(request);
         write_json(stream, 404, &body.to_string())?;
@@ -303,17 +385,35 @@ fn respond(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let reply = {
-        let mut state = state.lock().unwrap();
-        state.requests.push(request);
-        let scripted = state.scripts.get_mut(&model).and_then(VecDeque::pop_front);
-        scripted
-            .or_else(|| state.always.get(&model).cloned())
-            .unwrap_or_else(|| Reply::text("fake-openai: nothing scripted for this model"))
-    };
+    let (reply, _) = next_reply(state, request);
     match reply {
-        Reply::Status { status, body } => {
-            write_json(stream, status, &body)?;
+        Reply::Status {
+            status,
+            body,
+            headers,
+        } => {
+            write_json_with(stream, status, &body, &headers)?;
+            Ok(true)
+        }
+        Reply::StreamError { text, error } => {
+            write_stream_head(stream)?;
+            let reply = StreamReply {
+                text,
+                tool_calls: Vec::new(),
+                chunk_delay: Duration::ZERO,
+                usage: None,
+                cache: (0, 0),
+                thinking: None,
+            };
+            let frames = stream_frames(&model, &reply, false);
+            for frame in frames.iter().filter(|f| f.contains("\"content\"")) {
+                write_chunk(stream, frame.as_bytes())?;
+            }
+            write_chunk(
+                stream,
+                format!("data: {}\n\n", json!({"error": error})).as_bytes(),
+            )?;
+            write_chunk(stream, b"")?;
             Ok(true)
         }
         Reply::Stream(reply) if !streaming => {
@@ -345,6 +445,8 @@ fn respond(
                 tool_calls: Vec::new(),
                 chunk_delay: Duration::ZERO,
                 usage: None,
+                cache: (0, 0),
+                thinking: None,
             };
             let frames = stream_frames(&model, &reply, false);
             // Role chunk and the content chunks, but no finish, usage or [DONE].
@@ -359,9 +461,35 @@ fn respond(
     }
 }
 
-fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> io::Result<()> {
+/// Records `request` and takes the reply scripted for its model: `(reply, model)`.
+fn next_reply(state: &Mutex<State>, request: RecordedRequest) -> (Reply, String) {
+    let model = request.model().unwrap_or_default().to_string();
+    let mut state = state.lock().unwrap();
+    state.requests.push(request);
+    let scripted = state.scripts.get_mut(&model).and_then(VecDeque::pop_front);
+    let reply = scripted
+        .or_else(|| state.always.get(&model).cloned())
+        .unwrap_or_else(|| Reply::text("fake-openai: nothing scripted for this model"));
+    (reply, model)
+}
+
+pub(crate) fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> io::Result<()> {
+    write_json_with(stream, status, body, &[])
+}
+
+/// A JSON response with extra headers.
+pub(crate) fn write_json_with(
+    stream: &mut TcpStream,
+    status: u16,
+    body: &str,
+    headers: &[(String, String)],
+) -> io::Result<()> {
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nx-request-id: req_fake\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nx-request-id: req_fake\r\n{extra}\r\n",
         reason(status),
         body.len()
     );
@@ -370,7 +498,7 @@ fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> io::Result<()>
     stream.flush()
 }
 
-fn write_stream_head(stream: &mut TcpStream) -> io::Result<()> {
+pub(crate) fn write_stream_head(stream: &mut TcpStream) -> io::Result<()> {
     stream.write_all(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\nx-request-id: req_fake\r\n\r\n",
     )?;
@@ -378,7 +506,7 @@ fn write_stream_head(stream: &mut TcpStream) -> io::Result<()> {
 }
 
 /// One chunk of the chunked transfer coding; an empty one ends the body.
-fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
+pub(crate) fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
     let mut out = format!("{:x}\r\n", data.len()).into_bytes();
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
@@ -400,6 +528,7 @@ fn reason(status: u16) -> &'static str {
         500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
+        529 => "Overloaded",
         _ => "Status",
     }
 }
@@ -484,7 +613,7 @@ fn completion_json(model: &str, reply: &StreamReply) -> Value {
 }
 
 /// Splits text into about `parts` pieces on char boundaries (at least one piece unless empty).
-fn split_text(text: &str, parts: usize) -> Vec<String> {
+pub(crate) fn split_text(text: &str, parts: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     if chars.is_empty() {
         return Vec::new();

@@ -8,7 +8,8 @@
 //!   test process exits), restarts it on the same state after a SIGKILL, mints tokens.
 //! * [`Api`]: a JSON client bound to one token; typed helpers for every route.
 //! * [`SseStream`]: reads a follow stream incrementally with read deadlines.
-//! * [`FakeOpenAi`]: an OpenAI Chat Completions server scripted per model, recording requests.
+//! * [`FakeOpenAi`]: a fake LLM server scripted per model, recording requests; it speaks OpenAI
+//!   Chat Completions and Anthropic Messages ([`fake_anthropic`]).
 //! * [`FakeHttp`]: a plain HTTP server with fixed replies per path, recording requests (what
 //!   the `js` tool's `fetch` reaches).
 //! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
@@ -18,6 +19,7 @@
 
 pub mod api;
 pub mod entries;
+pub mod fake_anthropic;
 pub mod fake_http;
 pub mod fake_openai;
 pub mod fake_server;

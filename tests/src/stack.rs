@@ -1,5 +1,6 @@
 //! The local stack: `wrangler dev` running the built Worker on an ephemeral port with a temp
-//! state dir, plus a [`FakeOpenAi`] server its `OPENAI_BASE_URL` points at.
+//! state dir, plus a [`FakeOpenAi`] server its `OPENAI_BASE_URL` and `ANTHROPIC_BASE_URL`
+//! point at (one server, each dialect under its own path).
 //!
 //! Wrangler runs in its own process group (workerd is its child), so stopping signals the
 //! group. A watchdog shell holding a pipe from this process kills the group when the test
@@ -23,6 +24,8 @@ use crate::jwt;
 const KEEP_MARKER: &str = "KEEP";
 /// The API key the Worker is given for the openai-compatible provider.
 pub const OPENAI_TEST_KEY: &str = "test-key";
+/// The API key the Worker is given for the anthropic provider.
+pub const ANTHROPIC_TEST_KEY: &str = "test-anthropic-key";
 
 /// How to start a stack.
 #[derive(Clone, Debug)]
@@ -291,6 +294,15 @@ impl Stack {
             ("WUHU_JWT_SECRET".to_string(), self.secret.clone()),
             ("OPENAI_BASE_URL".to_string(), self.openai.base_url()),
             ("OPENAI_API_KEY".to_string(), OPENAI_TEST_KEY.to_string()),
+            // The same fake server speaks the Anthropic Messages dialect under `/v1/messages`.
+            (
+                "ANTHROPIC_BASE_URL".to_string(),
+                self.openai.anthropic_base_url(),
+            ),
+            (
+                "ANTHROPIC_API_KEY".to_string(),
+                ANTHROPIC_TEST_KEY.to_string(),
+            ),
         ];
         if let Some(ms) = self.options.fake_delay_ms {
             vars.push(("WUHU_FAKE_DELAY_MS".to_string(), ms.to_string()));

@@ -306,6 +306,10 @@ fn render_entry(entry: &Entry) -> String {
                         ContentBlock::ToolCall(c) => {
                             parts.push(format!("<call {} {}>", c.name, c.arguments))
                         }
+                        // Reasoning is the model's private scratchpad: not quoted to others.
+                        ContentBlock::Thinking { .. }
+                        | ContentBlock::RedactedThinking { .. }
+                        | ContentBlock::Reasoning { .. } => {}
                     }
                 }
                 format!("[assistant] {}", parts.join(" "))

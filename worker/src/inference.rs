@@ -8,7 +8,8 @@ use futures::StreamExt;
 use futures::future::{Either, select};
 use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Request, RequestInit};
 use wuhu_core::context::build_request;
-use wuhu_core::llm::{AssistantBuilder, LlmEvent, LlmFailure, LlmRequest, fake, openai};
+use wuhu_core::llm::retry::RetryPolicy;
+use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
 use wuhu_core::tools::catalogue;
 use wuhu_core::wire::{AssistantMessage, StreamEvent};
 
@@ -34,6 +35,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             status: None,
             message: "could not read the transcript for the llm context".into(),
             retryable: true,
+            retry_after_ms: None,
         }));
     };
     let group_chat_since = actor
@@ -43,12 +45,15 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
     let mut builder = AssistantBuilder::default();
     let result = match header.provider.as_str() {
         fake::PROVIDER => run_fake(actor, step, &request, &mut builder).await,
-        openai::PROVIDER => run_openai(actor, step, &request, &mut builder).await,
-        other => Err(LlmFailure {
-            status: None,
-            message: format!("unknown provider {other:?}"),
-            retryable: false,
-        }),
+        other => match HttpProvider::named(other) {
+            Some(provider) => run_http(actor, step, provider, &request, &mut builder).await,
+            None => Err(LlmFailure {
+                status: None,
+                message: format!("unknown provider {other:?}"),
+                retryable: false,
+                retry_after_ms: None,
+            }),
+        },
     };
     match result {
         Ok(true) => Some(Ok(builder.build(&header.provider, &header.model))),
@@ -111,24 +116,32 @@ async fn run_fake(
     }
 }
 
-async fn run_openai(
+/// The retry rules: `WUHU_LLM_MAX_ATTEMPTS` (attempts per step, 1 to 10; default 3).
+pub(crate) fn retry_policy(env: &worker::Env) -> RetryPolicy {
+    let attempts = env.var("WUHU_LLM_MAX_ATTEMPTS").ok().map(|v| v.to_string());
+    RetryPolicy::with_max_attempts_text(attempts.as_deref())
+}
+
+/// Streams one step from an HTTP provider (Chat Completions or Anthropic Messages).
+async fn run_http(
     actor: &Rc<Actor>,
     step: u64,
+    provider: HttpProvider,
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
 ) -> Result<bool, LlmFailure> {
     let base_url = actor
         .env
-        .var("OPENAI_BASE_URL")
+        .var(provider.base_url_var)
         .map(|v| v.to_string())
-        .unwrap_or_else(|_| openai::DEFAULT_BASE_URL.to_string());
+        .unwrap_or_else(|_| provider.default_base_url.to_string());
     let api_key = actor
         .env
-        .secret("OPENAI_API_KEY")
+        .secret(provider.api_key_var)
         .map(|v| v.to_string())
-        .or_else(|_| actor.env.var("OPENAI_API_KEY").map(|v| v.to_string()))
+        .or_else(|_| actor.env.var(provider.api_key_var).map(|v| v.to_string()))
         .ok();
-    let http = openai::build_http_request(&base_url, api_key.as_deref(), request);
+    let http = provider.build_http_request(&base_url, api_key.as_deref(), request);
     let headers = Headers::new();
     for (name, value) in &http.headers {
         let _ = headers.set(name, value);
@@ -158,13 +171,14 @@ async fn run_openai(
     };
     let status = response.status_code();
     if !(200..300).contains(&status) {
+        let headers: Vec<(String, String)> = response.headers().entries().collect();
         let body = response.text().await.unwrap_or_default();
-        return Err(LlmFailure::from_status(status, &body));
+        return Err(LlmFailure::from_response(status, &headers, &body));
     }
     let mut stream = response
         .stream()
         .map_err(|e| LlmFailure::network(format!("provider response has no body: {e}")))?;
-    let mut decoder = openai::StreamDecoder::new();
+    let mut decoder = provider.decoder();
     loop {
         let timer = Delay::from(STREAM_IDLE_TIMEOUT);
         let chunk = match select(stream.next(), timer).await {

@@ -26,7 +26,7 @@ mod tenant_index;
 mod workspace_io;
 
 use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};
-use wuhu_core::llm::{fake, openai};
+use wuhu_core::llm::{self, anthropic, fake, openai};
 use wuhu_core::wire::{CreateSessionRequest, ListSessionsResponse};
 
 use crate::auth::{Identity, TokenKind, authenticate};
@@ -239,10 +239,12 @@ pub(crate) fn config_doc(env: &Env, tenant: &str, path: &str) -> Option<String> 
     let var = |name: &str| env.var(name).ok().map(|v| v.to_string());
     let settings = serde_json::json!({
         "tenant": tenant,
-        "providers": [fake::PROVIDER, openai::PROVIDER],
+        "providers": llm::PROVIDERS,
         "defaultProvider": fake::PROVIDER,
         "openaiBaseUrl": var("OPENAI_BASE_URL").unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
         "openaiKeyConfigured": env.secret("OPENAI_API_KEY").is_ok() || env.var("OPENAI_API_KEY").is_ok(),
+        "anthropicBaseUrl": var("ANTHROPIC_BASE_URL").unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()),
+        "anthropicKeyConfigured": env.secret("ANTHROPIC_API_KEY").is_ok() || env.var("ANTHROPIC_API_KEY").is_ok(),
         "workspace": "wuhu://workspace/",
         "globalContext": "wuhu://workspace/users/<you>/context.md",
     });
@@ -350,9 +352,10 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         .provider
         .clone()
         .unwrap_or_else(|| fake::PROVIDER.to_string());
-    if provider != fake::PROVIDER && provider != openai::PROVIDER {
+    if !llm::PROVIDERS.contains(&provider.as_str()) {
         return Err(ApiError::bad_request(format!(
-            "unknown provider {provider:?}: use \"fake\" or \"openai-compatible\""
+            "unknown provider {provider:?}: use one of {}",
+            llm::PROVIDERS.map(|p| format!("{p:?}")).join(", ")
         )));
     }
     if request

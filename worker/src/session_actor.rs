@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
 use worker::{Date, DurableObject, Env, Request, Response, State, durable_object};
-use wuhu_core::llm::{fake, openai};
+use wuhu_core::llm::{self, fake};
 use wuhu_core::session::{CancelError, Effect, Millis, Phase, Session};
 use wuhu_core::wire::{
     CancelRequest, EnqueueRequest, EnqueueResponse, Entry, GetSessionResponse, Header, Lane,
@@ -411,11 +411,10 @@ impl Actor {
             return Err(ApiError::new(409, "conflict", "session already exists"));
         }
         let provider = init.provider.unwrap_or_else(|| fake::PROVIDER.to_string());
-        let model = match (&init.model, provider.as_str()) {
-            (Some(model), _) => model.clone(),
-            (None, fake::PROVIDER) => fake::DEFAULT_MODEL.to_string(),
-            (None, _) => openai::DEFAULT_MODEL.to_string(),
-        };
+        let model = init
+            .model
+            .clone()
+            .unwrap_or_else(|| llm::default_model(&provider).to_string());
         let header = Header {
             system_prompt: init
                 .system_prompt
@@ -447,10 +446,9 @@ impl Actor {
             access: Access::default(),
         };
         self.store()?.save_meta(&meta)?;
-        *self.loaded.borrow_mut() = Some(Loaded {
-            session: Session::create(t, seed(), header, context),
-            meta,
-        });
+        let mut session = Session::create(t, seed(), header, context);
+        session.set_retry_policy(crate::inference::retry_policy(&self.env));
+        *self.loaded.borrow_mut() = Some(Loaded { session, meta });
         self.pump();
         let info = self.info()?;
         // The index learns of the session before the caller does, so a list right after
@@ -508,6 +506,7 @@ impl Actor {
         *self.attachments.borrow_mut() = self.store()?.load_attachments()?;
         let in_flight = checkpoint.phase != Phase::Idle || !checkpoint.queue.is_empty();
         let mut session = Session::restore(checkpoint, seed());
+        session.set_retry_policy(crate::inference::retry_policy(&self.env));
         if in_flight {
             session.handle_resume(now());
         }

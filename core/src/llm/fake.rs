@@ -168,6 +168,7 @@ impl Plan {
             input_tokens,
             output_tokens,
             total_tokens: input_tokens.saturating_add(output_tokens),
+            ..Usage::default()
         }));
         events.push(LlmEvent::Finish(stop_reason));
         FakeReply {
@@ -224,6 +225,7 @@ fn first_step(content: &str, message_count: usize) -> Plan {
                 status: error.status,
                 message,
                 retryable,
+                retry_after_ms: None,
             },
             error.after_chunks.unwrap_or(0),
         )
@@ -311,6 +313,11 @@ fn message_chars(message: &Message) -> usize {
                     };
                     call.name.chars().count().saturating_add(arguments)
                 }
+                ContentBlock::Thinking { thinking, .. } => thinking.chars().count(),
+                ContentBlock::RedactedThinking { data } => data.len(),
+                ContentBlock::Reasoning { summary, .. } => {
+                    summary.iter().map(|s| s.chars().count()).sum()
+                }
             })
             .fold(0, usize::saturating_add),
         Message::ToolResult(result) => result.content.chars().count(),
@@ -390,6 +397,7 @@ mod tests {
             system_prompt: "sys".to_string(),
             messages,
             tools: vec![],
+            max_output_tokens: None,
         }
     }
 
@@ -522,7 +530,8 @@ mod tests {
                     LlmEvent::Usage(Usage {
                         input_tokens: 5,
                         output_tokens: 8,
-                        total_tokens: 13
+                        total_tokens: 13,
+                        ..Usage::default()
                     }),
                     LlmEvent::Finish(StopReason::Stop),
                 ],
@@ -712,7 +721,8 @@ mod tests {
                 Some(LlmFailure {
                     status,
                     message: message.to_string(),
-                    retryable
+                    retryable,
+                    retry_after_ms: None
                 }),
                 "{directive}"
             );

@@ -5,8 +5,10 @@
 //! [`LlmEvent`]s. [`AssistantBuilder`] folds events into the [`AssistantMessage`] that is
 //! persisted. The `fake` provider needs no HTTP at all: [`fake::respond`] computes its reply.
 
+pub mod anthropic;
 pub mod fake;
 pub mod openai;
+pub mod retry;
 
 use crate::wire::{AssistantMessage, ContentBlock, Message, StopReason, ToolCall, Usage};
 
@@ -21,6 +23,8 @@ pub struct LlmRequest {
     pub messages: Vec<Message>,
     /// Tools the model may call.
     pub tools: Vec<ToolSchema>,
+    /// The most output tokens to ask for; `None`: the provider codec's default.
+    pub max_output_tokens: Option<u32>,
 }
 
 /// A tool as the LLM sees it.
@@ -66,14 +70,31 @@ pub enum LlmEvent {
         /// JSON fragment.
         delta: String,
     },
-    /// Token usage.
+    /// A thinking block starts (Anthropic extended thinking).
+    ThinkingStart,
+    /// More text of the current thinking block.
+    ThinkingDelta(String),
+    /// More of the current thinking block's signature.
+    ThinkingSignature(String),
+    /// A whole redacted thinking block (its opaque data).
+    RedactedThinking(String),
+    /// A whole reasoning item (OpenAI Responses).
+    Reasoning {
+        /// Item id.
+        id: String,
+        /// Readable summary parts.
+        summary: Vec<String>,
+        /// Opaque encrypted reasoning.
+        encrypted_content: Option<String>,
+    },
+    /// Token usage (the latest wins).
     Usage(Usage),
     /// The provider said why it stopped.
     Finish(StopReason),
 }
 
 /// Why an LLM request failed.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Default, thiserror::Error)]
 #[error("{message}")]
 pub struct LlmFailure {
     /// HTTP status, if the provider answered.
@@ -82,6 +103,9 @@ pub struct LlmFailure {
     pub message: String,
     /// Whether trying again may succeed (429, 5xx, network, truncated stream).
     pub retryable: bool,
+    /// How long the provider asked us to wait before trying again (`retry-after-ms` or
+    /// `retry-after`), in milliseconds. See [`retry`].
+    pub retry_after_ms: Option<u64>,
 }
 
 impl LlmFailure {
@@ -98,8 +122,31 @@ impl LlmFailure {
         LlmFailure {
             status: Some(status),
             message: format!("provider returned http {status}: {detail}"),
-            retryable: status == 429 || status >= 500,
+            // 408 (request timeout) and 409 (lock conflict) are transient too, as the providers'
+            // own SDKs treat them; 529 is Anthropic's "overloaded".
+            retryable: matches!(status, 408 | 409 | 429) || status >= 500,
+            retry_after_ms: None,
         }
+    }
+
+    /// [`from_status`](Self::from_status) with the response headers: honours the provider's
+    /// `retry-after-ms` / `retry-after` and an explicit `x-should-retry`.
+    pub fn from_response(status: u16, headers: &[(String, String)], body: &str) -> Self {
+        let mut failure = LlmFailure::from_status(status, body);
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim())
+        };
+        failure.retry_after_ms =
+            retry::parse_retry_after(header("retry-after-ms"), header("retry-after"));
+        match header("x-should-retry") {
+            Some("true") => failure.retryable = true,
+            Some("false") => failure.retryable = false,
+            _ => {}
+        }
+        failure
     }
 
     /// A network-level failure.
@@ -108,6 +155,7 @@ impl LlmFailure {
             status: None,
             message: message.into(),
             retryable: true,
+            retry_after_ms: None,
         }
     }
 }
@@ -143,8 +191,49 @@ impl AssistantBuilder {
                     call.2.push_str(&delta);
                 }
             }
+            LlmEvent::ThinkingStart => self.content.push(ContentBlock::Thinking {
+                thinking: String::new(),
+                signature: String::new(),
+            }),
+            LlmEvent::ThinkingDelta(delta) => match self.last_thinking() {
+                Some((thinking, _)) => thinking.push_str(&delta),
+                None => self.content.push(ContentBlock::Thinking {
+                    thinking: delta,
+                    signature: String::new(),
+                }),
+            },
+            LlmEvent::ThinkingSignature(delta) => match self.last_thinking() {
+                Some((_, signature)) => signature.push_str(&delta),
+                None => self.content.push(ContentBlock::Thinking {
+                    thinking: String::new(),
+                    signature: delta,
+                }),
+            },
+            LlmEvent::RedactedThinking(data) => {
+                self.content.push(ContentBlock::RedactedThinking { data })
+            }
+            LlmEvent::Reasoning {
+                id,
+                summary,
+                encrypted_content,
+            } => self.content.push(ContentBlock::Reasoning {
+                id,
+                summary,
+                encrypted_content,
+            }),
             LlmEvent::Usage(usage) => self.usage = Some(usage),
             LlmEvent::Finish(reason) => self.stop_reason = Some(reason),
+        }
+    }
+
+    /// The thinking block being streamed: the last block, if it is one.
+    fn last_thinking(&mut self) -> Option<(&mut String, &mut String)> {
+        match self.content.last_mut() {
+            Some(ContentBlock::Thinking {
+                thinking,
+                signature,
+            }) => Some((thinking, signature)),
+            _ => None,
         }
     }
 
@@ -182,6 +271,100 @@ impl AssistantBuilder {
             content: self.content,
             usage: self.usage,
             stop_reason,
+        }
+    }
+}
+
+/// The providers a session may name.
+pub const PROVIDERS: [&str; 3] = [fake::PROVIDER, openai::PROVIDER, anthropic::PROVIDER];
+
+/// The model a session of `provider` uses when it names none.
+pub fn default_model(provider: &str) -> &'static str {
+    match provider {
+        fake::PROVIDER => fake::DEFAULT_MODEL,
+        anthropic::PROVIDER => anthropic::DEFAULT_MODEL,
+        _ => openai::DEFAULT_MODEL,
+    }
+}
+
+/// How to reach an HTTP provider: the names of its settings, its defaults and its codec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpProvider {
+    /// Provider id.
+    pub id: &'static str,
+    /// Variable holding the base URL.
+    pub base_url_var: &'static str,
+    /// Base URL when the variable is unset.
+    pub default_base_url: &'static str,
+    /// Secret (or variable) holding the API key.
+    pub api_key_var: &'static str,
+}
+
+impl HttpProvider {
+    /// The HTTP provider named `provider`; `None` for `fake` and unknown names.
+    pub fn named(provider: &str) -> Option<HttpProvider> {
+        match provider {
+            openai::PROVIDER => Some(HttpProvider {
+                id: openai::PROVIDER,
+                base_url_var: "OPENAI_BASE_URL",
+                default_base_url: openai::DEFAULT_BASE_URL,
+                api_key_var: "OPENAI_API_KEY",
+            }),
+            anthropic::PROVIDER => Some(HttpProvider {
+                id: anthropic::PROVIDER,
+                base_url_var: "ANTHROPIC_BASE_URL",
+                default_base_url: anthropic::DEFAULT_BASE_URL,
+                api_key_var: "ANTHROPIC_API_KEY",
+            }),
+            _ => None,
+        }
+    }
+
+    /// The streaming request for `request`.
+    pub fn build_http_request(
+        &self,
+        base_url: &str,
+        api_key: Option<&str>,
+        request: &LlmRequest,
+    ) -> HttpRequest {
+        match self.id {
+            anthropic::PROVIDER => anthropic::build_http_request(base_url, api_key, request),
+            _ => openai::build_http_request(base_url, api_key, request),
+        }
+    }
+
+    /// A decoder for the streamed response.
+    pub fn decoder(&self) -> StreamDecoder {
+        match self.id {
+            anthropic::PROVIDER => StreamDecoder::Anthropic(anthropic::StreamDecoder::new()),
+            _ => StreamDecoder::OpenAi(openai::StreamDecoder::new()),
+        }
+    }
+}
+
+/// A streamed response decoder of any HTTP provider.
+#[derive(Debug)]
+pub enum StreamDecoder {
+    /// Chat Completions.
+    OpenAi(openai::StreamDecoder),
+    /// Anthropic Messages.
+    Anthropic(anthropic::StreamDecoder),
+}
+
+impl StreamDecoder {
+    /// Decodes the next piece of the body.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<LlmEvent>, LlmFailure> {
+        match self {
+            StreamDecoder::OpenAi(decoder) => decoder.push(bytes),
+            StreamDecoder::Anthropic(decoder) => decoder.push(bytes),
+        }
+    }
+
+    /// Ends the body.
+    pub fn finish(self) -> Result<Vec<LlmEvent>, LlmFailure> {
+        match self {
+            StreamDecoder::OpenAi(decoder) => decoder.finish(),
+            StreamDecoder::Anthropic(decoder) => decoder.finish(),
         }
     }
 }

@@ -271,6 +271,7 @@ impl StreamDecoder {
             status: None,
             message: format!("{MALFORMED_JSON}: {error}"),
             retryable: true,
+            retry_after_ms: None,
         })?;
         if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
             return Err(stream_error(error));
@@ -306,10 +307,14 @@ impl StreamDecoder {
                 .get("total_tokens")
                 .and_then(Value::as_u64)
                 .unwrap_or(input_tokens.saturating_add(output_tokens));
+            let detail = |path: &str| usage.pointer(path).and_then(Value::as_u64).unwrap_or(0);
             events.push(LlmEvent::Usage(Usage {
                 input_tokens,
                 output_tokens,
                 total_tokens,
+                cache_read_tokens: detail("/prompt_tokens_details/cached_tokens"),
+                cache_write_tokens: 0,
+                reasoning_tokens: detail("/completion_tokens_details/reasoning_tokens"),
             }));
         }
         Ok(())
@@ -408,6 +413,7 @@ fn stream_error(error: &Value) -> LlmFailure {
             detail.chars().take(MAX_ERROR_CHARS).collect::<String>()
         ),
         retryable: true,
+        retry_after_ms: None,
     }
 }
 
@@ -416,6 +422,7 @@ fn ended_early() -> LlmFailure {
         status: None,
         message: "provider stream ended early".to_string(),
         retryable: true,
+        retry_after_ms: None,
     }
 }
 
@@ -424,6 +431,7 @@ fn too_large() -> LlmFailure {
         status: None,
         message: format!("provider stream line exceeds {MAX_LINE_BYTES} bytes"),
         retryable: true,
+        retry_after_ms: None,
     }
 }
 
@@ -439,6 +447,7 @@ mod tests {
             system_prompt: "be brief".to_string(),
             messages,
             tools,
+            max_output_tokens: None,
         }
     }
 
@@ -671,6 +680,7 @@ mod tests {
                 input_tokens: 50,
                 output_tokens: 12,
                 total_tokens: 62,
+                ..Usage::default()
             }),
         ]
     }
@@ -710,7 +720,8 @@ mod tests {
                 usage: Some(Usage {
                     input_tokens: 50,
                     output_tokens: 12,
-                    total_tokens: 62
+                    total_tokens: 62,
+                    ..Usage::default()
                 }),
                 stop_reason: StopReason::ToolUse,
             }
@@ -857,7 +868,8 @@ mod tests {
                     Err(LlmFailure {
                         status: None,
                         message: message.to_string(),
-                        retryable: true
+                        retryable: true,
+                        retry_after_ms: None
                     }),
                     "{name} (pieces of {piece})"
                 );

@@ -17,8 +17,9 @@
 //! * Queued items can be cancelled until delivered.
 //! * Stop ends the turn: in-flight inference is discarded, pending tool calls get a "stopped"
 //!   result, status becomes `stopped`. The next enqueue resumes.
-//! * A retryable LLM failure is retried with backoff (visible notices); after
-//!   [`MAX_LLM_ATTEMPTS`] the turn ends with the session idle.
+//! * A retryable LLM failure is retried after the provider's `retry-after` or a jittered
+//!   backoff (visible notices, see [`crate::llm::retry`]); after [`MAX_LLM_ATTEMPTS`] (or the
+//!   configured number) the turn ends with the session idle.
 
 mod checkpoint;
 #[cfg(test)]
@@ -29,6 +30,7 @@ use std::collections::VecDeque;
 pub use checkpoint::{Checkpoint, Phase, QueueItem};
 
 use crate::llm::LlmFailure;
+use crate::llm::retry::RetryPolicy;
 use crate::rng::SplitMix64;
 use crate::tools;
 use crate::wire::{
@@ -47,8 +49,9 @@ impl Millis {
     }
 }
 
-/// How many LLM attempts a step gets before the turn gives up.
-pub const MAX_LLM_ATTEMPTS: u32 = 3;
+/// How many LLM attempts a step gets before the turn gives up, unless configured otherwise
+/// (see [`RetryPolicy`]).
+pub const MAX_LLM_ATTEMPTS: u32 = crate::llm::retry::DEFAULT_MAX_ATTEMPTS;
 /// How many undelivered queue items a session holds.
 pub const MAX_QUEUE_ITEMS: usize = 1000;
 /// How many delivered item ids are remembered, to tell "already delivered" from "unknown".
@@ -118,6 +121,7 @@ pub struct Session {
     state: Checkpoint,
     rng: SplitMix64,
     effects: VecDeque<Effect>,
+    retry: RetryPolicy,
 }
 
 impl Session {
@@ -139,7 +143,13 @@ impl Session {
             state,
             rng: SplitMix64::new(seed),
             effects: VecDeque::new(),
+            retry: RetryPolicy::default(),
         }
+    }
+
+    /// Sets how failed LLM requests are retried (configuration, not persisted state).
+    pub fn set_retry_policy(&mut self, policy: RetryPolicy) {
+        self.retry = policy;
     }
 
     /// What to persist after draining effects.
@@ -320,7 +330,11 @@ impl Session {
                 }
             }
             Err(failure) => {
-                let will_retry = failure.retryable && attempt < MAX_LLM_ATTEMPTS;
+                // Jitter from the inputs, not `self.rng`: entry ids stay independent of retries.
+                let jitter =
+                    SplitMix64::new(now.0 ^ step.rotate_left(32) ^ u64::from(attempt)).next_u64();
+                let delay = self.retry.delay_ms(&failure, attempt, jitter);
+                let will_retry = delay.is_some();
                 self.append(
                     now,
                     EntryPayload::Custom {
@@ -330,16 +344,15 @@ impl Session {
                             "status": failure.status,
                             "attempt": attempt,
                             "willRetry": will_retry,
+                            "retryInMs": delay,
                         }),
                     },
                 );
-                if will_retry {
-                    // 1 s, 2 s, 4 s ... between attempts.
-                    let delay = 1000u64 << (attempt - 1).min(5);
+                if let Some(delay) = delay {
                     self.state.phase = Phase::RetryWait {
                         step,
                         attempt: attempt + 1,
-                        at: Millis(now.0 + delay),
+                        at: Millis(now.0.saturating_add(delay)),
                     };
                 } else {
                     self.state.phase = Phase::Idle;

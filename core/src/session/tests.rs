@@ -394,12 +394,14 @@ fn stop_mid_inference_ignores_the_late_reply() {
 #[test]
 fn retryable_failures_retry_with_backoff_then_give_up() {
     check(
+        // Attempt 1 waits 500..=1000 ms, attempt 2 1000..=2000 ms (jittered; each line adds 10).
         "follow go
          fail 1 429
-         tick 500
+         tick 480
          tick 600
          fail 1 503
-         tick 2000
+         tick 980
+         tick 1100
          fail 1 500",
         expect![[r#"
             > follow go
@@ -408,12 +410,13 @@ fn retryable_failures_retry_with_backoff_then_give_up() {
             infer 1
             > fail 1 429
             #3 custom wuhu_llm_error_v1
-            > tick 500
+            > tick 480
             > tick 600
             infer 1
             > fail 1 503
             #4 custom wuhu_llm_error_v1
-            > tick 2000
+            > tick 980
+            > tick 1100
             infer 1
             > fail 1 500
             #5 custom wuhu_llm_error_v1

@@ -110,7 +110,7 @@ impl AssistantMessage {
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
         self.content.iter().filter_map(|block| match block {
             ContentBlock::ToolCall(call) => Some(call),
-            ContentBlock::Text { .. } => None,
+            _ => None,
         })
     }
 
@@ -120,7 +120,7 @@ impl AssistantMessage {
             .iter()
             .filter_map(|block| match block {
                 ContentBlock::Text { text } => Some(text.as_str()),
-                ContentBlock::ToolCall(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -137,6 +137,33 @@ pub enum ContentBlock {
     },
     /// A tool call.
     ToolCall(ToolCall),
+    /// Anthropic extended thinking. Sent back to Anthropic unchanged (the signature proves it
+    /// is the model's own); other providers never see it.
+    Thinking {
+        /// The thinking text (may be a summary).
+        thinking: String,
+        /// Opaque integrity signature from the provider.
+        #[serde(default)]
+        signature: String,
+    },
+    /// Anthropic thinking the provider encrypted; sent back unchanged, shown to nobody.
+    RedactedThinking {
+        /// Opaque encrypted data.
+        data: String,
+    },
+    /// An OpenAI Responses reasoning item, carried between steps as the API requires (with
+    /// `store: false` the encrypted content is what lets the model resume its reasoning).
+    #[serde(rename_all = "camelCase")]
+    Reasoning {
+        /// Item id (`rs_…`).
+        id: String,
+        /// Readable summary parts, if the provider sent any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        summary: Vec<String>,
+        /// Opaque encrypted reasoning.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
 }
 
 /// A tool call requested by the model.
@@ -155,12 +182,25 @@ pub struct ToolCall {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, all of them: cache reads and cache writes included.
     pub input_tokens: u64,
-    /// Completion tokens.
+    /// Completion tokens (reasoning included).
     pub output_tokens: u64,
     /// Their sum, as the provider reported it.
     pub total_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache (part of `input_tokens`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache (part of `input_tokens`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// Output tokens spent on reasoning (part of `output_tokens`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why the model stopped.

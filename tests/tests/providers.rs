@@ -1,0 +1,221 @@
+//! The native providers against the local fake speaking their streaming formats: `anthropic`
+//! (Messages, `tests/src/fake_anthropic.rs`). Each test scripts its own model name on one
+//! shared stack.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wuhu_core::wire::{ContentBlock, StopReason, custom_types};
+use wuhu_e2e::entries::{assert_contiguous, assistants, customs, describe, tool_result};
+use wuhu_e2e::stack::ANTHROPIC_TEST_KEY;
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Api, Reply, SseEvent, Stack};
+
+const TURN: Duration = Duration::from_secs(60);
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(Stack::start)
+}
+
+/// A client in a fresh tenant and an anthropic session on a fresh model name.
+fn anthropic_session(system_prompt: &str) -> (Api, String, String) {
+    let api = stack().client("ada", &unique_name("anthropic"));
+    let model = unique_name("claude-test");
+    let session = api.create_session(
+        json!({"provider": "anthropic", "model": model, "systemPrompt": system_prompt}),
+    );
+    assert_eq!(
+        (session.provider.as_str(), session.model.as_str()),
+        ("anthropic", model.as_str())
+    );
+    (api, session.id, model)
+}
+
+#[test]
+fn tool_call_then_text_with_thinking_sent_back_and_cache_usage_recorded() {
+    let _guard = stack().guard();
+    let (api, id, model) = anthropic_session("use tools");
+    stack().openai().script(
+        &model,
+        [
+            Reply::tool_calls([("list_sessions", json!({"limit": 5}))])
+                .with_text("Let me check.")
+                .with_thinking("the user asks about sessions", "sig-abc")
+                .with_usage(1000, 40)
+                .with_cache(600, 300),
+            Reply::text("You have one session.").with_delay(Duration::from_millis(20)),
+        ],
+    );
+    let mut follow = api.follow(&id, "sinceCursor=0&timeoutSeconds=60");
+    api.enqueue(&id, "followUp", "how many sessions do I have?");
+    let events = follow.collect_until(TURN, |e| e.event == "idle");
+    let streamed: String = events.iter().filter_map(SseEvent::delta).collect();
+    assert_eq!(streamed, "Let me check.You have one session.");
+
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    let text = describe(&transcript);
+    let replies = assistants(&transcript);
+    assert_eq!(replies.len(), 2, "{text}");
+    assert_eq!(
+        replies[0].content[0],
+        ContentBlock::Thinking {
+            thinking: "the user asks about sessions".into(),
+            signature: "sig-abc".into()
+        },
+        "{text}"
+    );
+    assert_eq!(replies[0].text(), "Let me check.");
+    assert_eq!(replies[0].stop_reason, StopReason::ToolUse);
+    let calls: Vec<_> = replies[0].tool_calls().cloned().collect();
+    assert_eq!(calls.len(), 1, "{text}");
+    assert_eq!(
+        (calls[0].name.as_str(), &calls[0].arguments),
+        ("list_sessions", &json!({"limit": 5}))
+    );
+    let usage = replies[0].usage.expect("usage");
+    assert_eq!(
+        (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens
+        ),
+        (1000, 40, 600, 300)
+    );
+    assert_eq!(replies[0].provider, "anthropic");
+    let result = transcript
+        .iter()
+        .find_map(tool_result)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(result.content.contains(&id), "{text}");
+    assert_eq!(replies[1].text(), "You have one session.");
+    assert_eq!(replies[1].stop_reason, StopReason::Stop);
+
+    let requests = stack().openai().requests_for(&model);
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0];
+    assert_eq!(
+        (first.method.as_str(), first.path.as_str()),
+        ("POST", "/v1/messages")
+    );
+    assert_eq!(first.header("x-api-key"), Some(ANTHROPIC_TEST_KEY));
+    assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(first.header("authorization"), None);
+    assert_eq!(first.body["stream"], true);
+    assert!(first.body["max_tokens"].as_u64().is_some_and(|n| n > 0));
+    assert_eq!(
+        first.body["system"],
+        json!([{"type": "text", "text": "use tools", "cache_control": {"type": "ephemeral"}}])
+    );
+    let tools = first.body["tools"].as_array().expect("tools");
+    assert!(tools.iter().any(|t| t["name"] == "list_sessions"));
+    assert!(tools.iter().all(|t| t["input_schema"].is_object()));
+    assert_eq!(
+        tools.last().unwrap()["cache_control"],
+        json!({"type": "ephemeral"})
+    );
+
+    // The second request replays the assistant turn block for block, thinking first, and
+    // answers the tool_use with a tool_result.
+    let messages = requests[1].body["messages"].as_array().expect("messages");
+    let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "user"], "{messages:?}");
+    assert_eq!(
+        messages[1]["content"],
+        json!([
+            {"type": "thinking", "thinking": "the user asks about sessions", "signature": "sig-abc"},
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": calls[0].id, "name": "list_sessions", "input": {"limit": 5}},
+        ])
+    );
+    let answer = &messages[2]["content"][0];
+    assert_eq!(answer["type"], "tool_result");
+    assert_eq!(answer["tool_use_id"], calls[0].id.as_str());
+    assert_eq!(answer["content"], result.content.as_str());
+    assert_eq!(answer["cache_control"], json!({"type": "ephemeral"}));
+}
+
+#[test]
+fn invalid_request_is_one_visible_notice_and_not_retried() {
+    let _guard = stack().guard();
+    let (api, id, model) = anthropic_session("fail");
+    stack().openai().script_always(
+        &model,
+        Reply::anthropic_error(
+            400,
+            "invalid_request_error",
+            "messages: text content blocks must be non-empty",
+        ),
+    );
+    api.enqueue(&id, "followUp", "hello?");
+    api.wait_idle(&id, TURN);
+    let transcript = api.transcript(&id);
+    let text = describe(&transcript);
+    let notices = customs(&transcript, custom_types::LLM_ERROR);
+    assert_eq!(notices.len(), 1, "{text}");
+    assert_eq!(notices[0]["status"], 400, "{text}");
+    assert_eq!(notices[0]["willRetry"], false, "{text}");
+    assert_eq!(
+        notices[0]["message"],
+        "provider returned http 400: messages: text content blocks must be non-empty"
+    );
+    assert!(assistants(&transcript).is_empty(), "{text}");
+    assert_eq!(stack().openai().requests_for(&model).len(), 1);
+}
+
+#[test]
+fn overloaded_529_honours_retry_after_and_in_stream_overload_is_retried() {
+    let _guard = stack().guard();
+    let (api, id, model) = anthropic_session("retry");
+    stack().openai().script(
+        &model,
+        [
+            Reply::anthropic_overloaded().with_header("retry-after", "2"),
+            Reply::stream_error(
+                "half a repl",
+                json!({"type": "overloaded_error", "message": "Overloaded"}),
+            ),
+        ],
+    );
+    // The third attempt (the default limit) succeeds.
+    stack()
+        .openai()
+        .script_always(&model, Reply::text("recovered"));
+    let started = Instant::now();
+    api.enqueue(&id, "followUp", "hello?");
+    api.wait_idle(&id, TURN);
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    let text = describe(&transcript);
+    let notices = customs(&transcript, custom_types::LLM_ERROR);
+    assert_eq!(notices.len(), 2, "{text}");
+    assert_eq!(notices[0]["status"], 529, "{text}");
+    assert_eq!(
+        notices[0]["message"],
+        "provider returned http 529: Overloaded"
+    );
+    assert_eq!(notices[0]["willRetry"], true, "{text}");
+    assert_eq!(
+        notices[0]["retryInMs"], 2000,
+        "retry-after honoured: {text}"
+    );
+    assert_eq!(notices[1]["status"], Value::Null, "{text}");
+    assert_eq!(
+        notices[1]["message"],
+        "provider stream error: overloaded_error: Overloaded"
+    );
+    assert_eq!(notices[1]["willRetry"], true, "{text}");
+    let backoff = notices[1]["retryInMs"].as_u64().expect("backoff");
+    assert!((1000..=2000).contains(&backoff), "jittered backoff: {text}");
+    let replies: Vec<String> = assistants(&transcript).iter().map(|m| m.text()).collect();
+    assert_eq!(replies, ["recovered"], "the cut reply is discarded: {text}");
+    assert_eq!(stack().openai().requests_for(&model).len(), 3);
+    assert!(
+        started.elapsed() >= Duration::from_millis(2000 + backoff),
+        "waited {:?}",
+        started.elapsed()
+    );
+}
