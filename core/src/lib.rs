@@ -17,11 +17,16 @@
 //! * [`hub`]: the runner hub's connection rules (hello, name ownership, liveness).
 //! * [`resolve`]: which runner a definition may name; resolving `request_environment`.
 //! * [`snapshot_vars`]: which environment variables a snapshot may capture.
+//! * [`tokens`]: tokens for programs, cookie sessions, revocation.
+//! * [`access`]: Cloudflare Access identities and the team's key set.
+//! * [`browser`]: cross-site checks for cookie credentials, CORS.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod access;
 pub mod approvals;
 pub mod archive;
 pub mod authority;
+pub mod browser;
 pub mod context;
 pub mod egress;
 pub mod environments;
@@ -33,6 +38,7 @@ mod rng;
 pub mod session;
 pub mod snapshot_vars;
 pub mod sse;
+pub mod tokens;
 pub mod tools;
 pub mod wire;
 pub mod workspace;

@@ -1,17 +1,22 @@
-//! Bearer JWT verification (HS256, secret `WUHU_JWT_SECRET`). The signature is checked here; what
-//! the claims may say is decided by `wuhu_core::authority::check_claims`.
+//! Request authentication: bearer JWTs (HS256, secret `WUHU_JWT_SECRET`), the browser's session
+//! cookie, Cloudflare Access (see `access.rs`), and the registry check of revocable tokens.
+//! Signatures are checked here; what the claims may say is decided by `wuhu_core::authority`,
+//! `wuhu_core::tokens` and `wuhu_core::access`.
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
 use worker::{Date, Env, Headers, Request};
 use wuhu_core::authority::{
     self, DEFAULT_MAX_RUNNER_TOKEN_SECS, DEFAULT_MAX_USER_TOKEN_SECS, Principal, Role, TokenLimits,
 };
-use wuhu_core::wire::Claims;
+use wuhu_core::browser::check_cross_site;
+use wuhu_core::tokens::{SESSION_COOKIE, SESSION_TYP, cookie_value};
 use wuhu_core::wire::runner::RunnerKind;
+use wuhu_core::wire::{AuthVia, Claims};
 
 pub(crate) use wuhu_core::authority::TokenKind;
 
 use crate::http::{ApiError, ApiResult};
+use crate::{access, token_registry};
 
 /// The verified identity of a request.
 #[derive(Clone, Debug)]
@@ -67,38 +72,120 @@ impl Identity {
     }
 }
 
-/// Verifies the bearer token of `req` for a route that accepts `kind`.
+/// A verified request: who, and by which credential.
+#[derive(Clone, Debug)]
+pub(crate) struct Authenticated {
+    pub(crate) identity: Identity,
+    /// How the credential arrived.
+    pub(crate) via: AuthVia,
+    /// The registered credential's id (`jti`), for tokens from `/v1/tokens` and cookie sessions.
+    pub(crate) jti: Option<String>,
+    /// When the credential expires (unix seconds).
+    pub(crate) expires_at: i64,
+}
+
+/// Unix seconds now.
+pub(crate) fn now_secs() -> i64 {
+    (Date::now().as_millis() / 1000) as i64
+}
+
+/// Authenticates `req` for a route that accepts `kind`.
+///
+/// Credentials, first found wins: `Authorization: Bearer` (HS256, the only one runners may
+/// use), the `wuhu_session` cookie, Cloudflare Access's `Cf-Access-Jwt-Assertion` header, its
+/// `CF_Authorization` cookie (both only when Access is configured). A JWT carrying `jti` is
+/// accepted only while the tenant's token registry lists it: one registry call, only for such
+/// tokens. Credentials a browser attaches by itself (cookies, Access) must pass the cross-site
+/// check on state-changing methods (403 otherwise).
 ///
 /// A missing, empty or short secret fails every route with 500 `server_misconfigured`, before
 /// the token is looked at: a server with a weak secret never works.
-pub(crate) fn authenticate(req: &Request, env: &Env, kind: TokenKind) -> ApiResult<Identity> {
+pub(crate) async fn authenticate(
+    req: &Request,
+    env: &Env,
+    kind: TokenKind,
+) -> ApiResult<Authenticated> {
     let secret = env.secret("WUHU_JWT_SECRET").ok().map(|s| s.to_string());
     authority::check_secret(secret.as_deref())
         .map_err(|e| ApiError::new(500, "server_misconfigured", e.to_string()))?;
     let secret = secret.unwrap_or_default();
-    let header = req
-        .headers()
-        .get("authorization")
-        .ok()
-        .flatten()
-        .ok_or_else(|| ApiError::unauthorized("missing bearer token"))?;
-    let token = header
-        .strip_prefix("Bearer ")
-        .or_else(|| header.strip_prefix("bearer "))
-        .ok_or_else(|| ApiError::unauthorized("authorization header must be 'Bearer <token>'"))?;
     let config = TokenConfig::from_env(env)?;
-    verify(token.trim(), &secret, kind, &config)
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let authenticated = if let Some(value) = header("authorization") {
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or_else(|| {
+                ApiError::unauthorized("authorization header must be 'Bearer <token>'")
+            })?;
+        let (identity, claims) = verify(token.trim(), &secret, kind, &config)?;
+        Authenticated {
+            identity,
+            via: AuthVia::Bearer,
+            jti: claims.jti,
+            expires_at: claims.exp,
+        }
+    } else if kind == TokenKind::Runner {
+        return Err(ApiError::unauthorized("missing bearer token"));
+    } else {
+        let cookies = header("cookie").unwrap_or_default();
+        let authenticated = if let Some(token) = cookie_value(&cookies, SESSION_COOKIE) {
+            let (identity, claims) = verify(token, &secret, kind, &config)?;
+            if claims.typ.as_deref() != Some(SESSION_TYP) || claims.jti.is_none() {
+                return Err(ApiError::unauthorized(
+                    "the wuhu_session cookie does not hold a session",
+                ));
+            }
+            Authenticated {
+                identity,
+                via: AuthVia::Cookie,
+                jti: claims.jti,
+                expires_at: claims.exp,
+            }
+        } else {
+            let access_token = header("cf-access-jwt-assertion")
+                .or_else(|| cookie_value(&cookies, "CF_Authorization").map(str::to_string));
+            match (access::config(env)?, access_token) {
+                (Some(config), Some(token)) => access::verify(&token, &config).await?,
+                _ => return Err(ApiError::unauthorized("missing bearer token")),
+            }
+        };
+        // Ambient credentials: a foreign page could make the browser send them.
+        let host = header("host")
+            .or_else(|| {
+                req.url().ok().and_then(|u| {
+                    u.host_str()
+                        .map(|h| u.port().map_or(h.to_string(), |p| format!("{h}:{p}")))
+                })
+            })
+            .unwrap_or_default();
+        check_cross_site(
+            req.method().as_ref(),
+            header("sec-fetch-site").as_deref(),
+            header("origin").as_deref(),
+            &host,
+        )
+        .map_err(|e| ApiError::new(403, "forbidden", e.to_string()))?;
+        authenticated
+    };
+    if let Some(jti) = &authenticated.jti {
+        let live = token_registry::check(env, &authenticated.identity, jti).await?;
+        if !live {
+            return Err(ApiError::unauthorized("token revoked"));
+        }
+    }
+    Ok(authenticated)
 }
 
 /// Token settings from the environment.
-struct TokenConfig {
-    limits: TokenLimits,
-    issuer: Option<String>,
-    audience: Option<String>,
+pub(crate) struct TokenConfig {
+    pub(crate) limits: TokenLimits,
+    pub(crate) issuer: Option<String>,
+    pub(crate) audience: Option<String>,
 }
 
 impl TokenConfig {
-    fn from_env(env: &Env) -> ApiResult<TokenConfig> {
+    pub(crate) fn from_env(env: &Env) -> ApiResult<TokenConfig> {
         let var = |name: &str| {
             env.var(name)
                 .ok()
@@ -135,7 +222,12 @@ impl TokenConfig {
 }
 
 /// Verifies a token string: signature, algorithm, `iss`/`aud` when configured, then the claims.
-fn verify(token: &str, secret: &str, kind: TokenKind, config: &TokenConfig) -> ApiResult<Identity> {
+fn verify(
+    token: &str,
+    secret: &str,
+    kind: TokenKind,
+    config: &TokenConfig,
+) -> ApiResult<(Identity, Claims)> {
     let mut validation = Validation::new(Algorithm::HS256);
     validation.set_required_spec_claims(&["exp", "sub"]);
     validation.leeway = 0;
@@ -169,13 +261,28 @@ fn verify(token: &str, secret: &str, kind: TokenKind, config: &TokenConfig) -> A
         };
         ApiError::unauthorized(why)
     })?;
-    let now = (Date::now().as_millis() / 1000) as i64;
-    let grant = authority::check_claims(&data.claims, kind, now, config.limits)
+    let grant = authority::check_claims(&data.claims, kind, now_secs(), config.limits)
         .map_err(|e| ApiError::unauthorized(e.to_string()))?;
-    Ok(Identity {
+    let identity = Identity {
         sub: grant.principal.sub,
         tenant: grant.principal.tenant,
         role: grant.principal.role,
         runner_kind: grant.runner_kind,
-    })
+    };
+    Ok((identity, data.claims))
+}
+
+/// Signs `claims` with the server's secret (HS256): tokens from `/v1/tokens` and cookie
+/// sessions.
+pub(crate) fn sign(env: &Env, claims: &Claims) -> ApiResult<String> {
+    let secret = env.secret("WUHU_JWT_SECRET").ok().map(|s| s.to_string());
+    authority::check_secret(secret.as_deref())
+        .map_err(|e| ApiError::new(500, "server_misconfigured", e.to_string()))?;
+    let secret = secret.unwrap_or_default();
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(Algorithm::HS256),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .map_err(|e| ApiError::internal(format!("signing a token failed: {e}")))
 }

@@ -6,10 +6,12 @@
 //! meaning lives in `wuhu-core`; this crate turns its effects into I/O (SQLite, R2, `fetch`,
 //! alarms, SSE).
 
+mod access;
 mod approvals;
 mod archive_io;
 mod auth;
 mod builtin_tools;
+mod cors;
 mod environment_tools;
 mod follow;
 mod http;
@@ -21,8 +23,10 @@ mod runner_client;
 mod runner_hub;
 mod session_actor;
 mod session_client;
+mod signin;
 mod store;
 mod tenant_index;
+mod token_registry;
 mod workspace_io;
 
 use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};
@@ -38,6 +42,7 @@ use wuhu_core::authority::WorkspaceWriter;
 pub use runner_hub::RunnerHub;
 pub use session_actor::SessionActor;
 pub use tenant_index::TenantIndex;
+pub use token_registry::TokenRegistry;
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
@@ -46,14 +51,18 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response
     let method = req.method().to_string();
     let path = req.path();
     let mut caller: Option<Identity> = None;
-    let (response, error_code): (Response, Option<String>) =
-        match route(req, env, &mut caller).await {
-            Ok(response) => (response, None),
-            Err(error) => {
-                let code = error.code.to_string();
-                (error.into_response(), Some(code))
-            }
-        };
+    let cors_origin = cors::listed_origin(&req, &env);
+    let outcome = match cors::preflight(&req, &env) {
+        Some(answer) => answer,
+        None => route(req, env, &mut caller).await,
+    };
+    let (response, error_code): (Response, Option<String>) = match outcome {
+        Ok(response) => (response, None),
+        Err(error) => {
+            let code = error.code.to_string();
+            (error.into_response(), Some(code))
+        }
+    };
     observe::RequestLine {
         request_id: &request_id,
         method: &method,
@@ -75,6 +84,9 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response
         let _ = headers.append(&name, &value);
     }
     let _ = headers.set("x-request-id", &request_id);
+    if let Some(origin) = &cors_origin {
+        cors::decorate(&headers, origin);
+    }
     Ok(response.with_headers(headers))
 }
 
@@ -91,13 +103,17 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     // Every /v1 route authenticates before anything else is looked at. Runners connect with a
     // runner token; every other route takes a user token.
     if segments.as_slice() == ["v1", "runners", "connect"] {
-        let identity = authenticate(&req, &env, TokenKind::Runner)?;
+        let identity = authenticate(&req, &env, TokenKind::Runner).await?.identity;
         *caller = Some(identity.clone());
         return connect_runner(&req, &env, &identity).await;
     }
-    let identity = authenticate(&req, &env, TokenKind::User)?;
+    let authenticated = authenticate(&req, &env, TokenKind::User).await?;
+    let identity = authenticated.identity.clone();
     *caller = Some(identity.clone());
     match (segments.as_slice(), method) {
+        (["v1", "tokens" | "auth", ..], method) => {
+            signin::route(&mut req, &env, &authenticated, &segments[1..], method).await
+        }
         (["v1", "runners"], Method::Get) => {
             to_hub(&mut req, &env, &identity, "/runners", Method::Get).await
         }

@@ -225,4 +225,18 @@ pub struct Claims {
         skip_serializing_if = "Option::is_none"
     )]
     pub runner_kind: Option<String>,
+    /// Token id. Tokens minted by `POST /v1/tokens` and cookie sessions carry one, and are
+    /// accepted only while the tenant's token registry lists it (revocation deletes the row);
+    /// operator tokens minted with the secret have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
+    /// Issued at, unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<i64>,
+    /// Issuer; checked when `WUHU_JWT_ISSUER` is set (and set on minted tokens then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    /// Audience (a string or an array); checked when `WUHU_JWT_AUDIENCE` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<serde_json::Value>,
 }

@@ -6,11 +6,13 @@ mod entry;
 mod environments;
 pub mod runner;
 mod stream;
+mod tokens;
 
 pub use api::*;
 pub use entry::*;
 pub use environments::*;
 pub use stream::*;
+pub use tokens::*;
 
 use serde::{Deserialize, Serialize};
 

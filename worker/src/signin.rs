@@ -1,0 +1,183 @@
+//! Sign-in routes: tokens for programs (`/v1/tokens`) and the browser's cookie session
+//! (`/v1/auth/session`, `/v1/auth/logout`, `/v1/auth/me`). The rules are in
+//! `wuhu_core::tokens`; the rows live in `token_registry`. `docs/api.md`, "Sign-in".
+
+use worker::{Env, Headers, Method, Request, Response};
+use wuhu_core::tokens::{
+    CredentialRecord, SESSION_TYP, plan_mint, session_clear_cookie, session_expiry,
+    session_set_cookie,
+};
+use wuhu_core::wire::{
+    AuthVia, Claims, CredentialKind, MintTokenRequest, MintTokenResponse, WhoAmI,
+};
+
+use crate::auth::{Authenticated, TokenConfig, now_secs, sign};
+use crate::http::{ApiError, ApiResult, json_response, parse_json, read_body};
+use crate::token_registry;
+
+/// Routes `/v1/tokens…` and `/v1/auth/…` (`rest` is the path after `/v1/`).
+pub(crate) async fn route(
+    req: &mut Request,
+    env: &Env,
+    auth: &Authenticated,
+    rest: &[&str],
+    method: Method,
+) -> ApiResult<Response> {
+    match (rest, method) {
+        (["tokens"], Method::Post) => mint(req, env, auth).await,
+        (["tokens"], Method::Get) => {
+            let query = req
+                .url()
+                .ok()
+                .and_then(|u| u.query().map(str::to_string))
+                .unwrap_or_default();
+            token_registry::list(env, &auth.identity, &query).await
+        }
+        (["tokens", jti], Method::Delete) => token_registry::revoke(env, &auth.identity, jti).await,
+        (["auth", "session"], Method::Post) => create_session(env, auth).await,
+        (["auth", "logout"], Method::Post) => logout(env, auth).await,
+        (["auth", "me"], Method::Get) => Ok(json_response(
+            200,
+            &who_am_i(auth, auth.via, auth.expires_at),
+        )),
+        (["tokens"] | ["tokens", _] | ["auth", "session" | "logout" | "me"], _) => {
+            Err(ApiError::new(
+                405,
+                "method_not_allowed",
+                "method not allowed on this route",
+            ))
+        }
+        _ => Err(ApiError::not_found("no such route")),
+    }
+}
+
+fn who_am_i(auth: &Authenticated, via: AuthVia, expires_at: i64) -> WhoAmI {
+    WhoAmI {
+        sub: auth.identity.sub.clone(),
+        tenant: auth.identity.tenant.clone(),
+        role: auth.identity.role.as_str().to_string(),
+        via,
+        expires_at,
+    }
+}
+
+/// Claims for a token the server signs, with `iss`/`aud` when the server checks them.
+fn claims(
+    config: &TokenConfig,
+    record: &CredentialRecord,
+    tenant: &str,
+    typ: Option<&str>,
+) -> Claims {
+    Claims {
+        sub: record.sub.clone(),
+        tenant: tenant.to_string(),
+        exp: record.expires_at,
+        typ: typ.map(str::to_string),
+        role: Some(record.role.as_str().to_string()),
+        nbf: None,
+        runner_kind: record.runner_kind.clone(),
+        jti: Some(record.jti.clone()),
+        iat: Some(record.created_at),
+        iss: config.issuer.clone(),
+        aud: config.audience.clone().map(serde_json::Value::String),
+    }
+}
+
+async fn mint(req: &mut Request, env: &Env, auth: &Authenticated) -> ApiResult<Response> {
+    let request: MintTokenRequest = parse_json(&read_body(req).await?)?;
+    let config = TokenConfig::from_env(env)?;
+    let now = now_secs();
+    let plan =
+        plan_mint(&auth.identity.principal(), &request, now, config.limits).map_err(|e| {
+            let (status, code) = e.status_code();
+            ApiError::new(status, code, e.to_string())
+        })?;
+    let record = CredentialRecord {
+        jti: uuid::Uuid::new_v4().to_string(),
+        sub: plan.sub,
+        kind: plan.kind,
+        name: plan.name,
+        role: plan.role,
+        runner_kind: plan.runner_kind,
+        created_by: auth.identity.sub.clone(),
+        created_at: now,
+        expires_at: plan.expires_at,
+        parent: None,
+    };
+    token_registry::register(env, &auth.identity, &record).await?;
+    let typ = (record.kind == CredentialKind::Runner).then_some("runner");
+    let token = sign(env, &claims(&config, &record, &auth.identity.tenant, typ))?;
+    Ok(json_response(
+        201,
+        &MintTokenResponse {
+            info: record.info(),
+            token,
+        },
+    ))
+}
+
+async fn create_session(env: &Env, auth: &Authenticated) -> ApiResult<Response> {
+    if auth.via == AuthVia::Cookie {
+        return Err(ApiError::bad_request(
+            "already signed in with a cookie session; sign out first",
+        ));
+    }
+    let config = TokenConfig::from_env(env)?;
+    let now = now_secs();
+    let record = CredentialRecord {
+        jti: uuid::Uuid::new_v4().to_string(),
+        sub: auth.identity.sub.clone(),
+        kind: CredentialKind::Session,
+        name: format!("browser session ({})", via_name(auth.via)),
+        role: auth.identity.role,
+        runner_kind: None,
+        created_by: auth.identity.sub.clone(),
+        created_at: now,
+        expires_at: session_expiry(now, auth.expires_at),
+        parent: auth.jti.clone(),
+    };
+    token_registry::register(env, &auth.identity, &record).await?;
+    let token = sign(
+        env,
+        &claims(&config, &record, &auth.identity.tenant, Some(SESSION_TYP)),
+    )?;
+    let body = who_am_i(auth, AuthVia::Cookie, record.expires_at);
+    with_cookie(
+        json_response(200, &body),
+        &session_set_cookie(&token, record.expires_at - now),
+    )
+}
+
+fn via_name(via: AuthVia) -> &'static str {
+    match via {
+        AuthVia::Bearer => "token",
+        AuthVia::Cookie => "cookie",
+        AuthVia::Access => "access",
+    }
+}
+
+async fn logout(env: &Env, auth: &Authenticated) -> ApiResult<Response> {
+    let (AuthVia::Cookie, Some(jti)) = (auth.via, auth.jti.as_deref()) else {
+        return Err(ApiError::bad_request(
+            "no cookie session to end: revoke tokens with DELETE /v1/tokens/:jti (Access: /cdn-cgi/access/logout)",
+        ));
+    };
+    let revoked = token_registry::revoke(env, &auth.identity, jti).await?;
+    if revoked.status_code() != 200 {
+        return Ok(revoked);
+    }
+    with_cookie(
+        json_response(200, &serde_json::json!({"ok": true})),
+        &session_clear_cookie(),
+    )
+}
+
+fn with_cookie(response: Response, cookie: &str) -> ApiResult<Response> {
+    let headers = Headers::new();
+    for (name, value) in response.headers().entries() {
+        headers.append(&name, &value)?;
+    }
+    headers.append("set-cookie", cookie)?;
+    headers.set("cache-control", "no-store")?;
+    Ok(response.with_headers(headers))
+}
