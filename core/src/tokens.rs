@@ -5,7 +5,7 @@
 //! carries a `jti` is accepted only while its row exists and matches ([`credential_live`]);
 //! revoking deletes the row, so the next request anywhere is refused. Tokens without a `jti`
 //! are operator tokens minted with the secret: they are never looked up (and cannot be revoked
-//! one by one). Decision record: `docs/decisions/0006-token-registry-and-revocation.md`.
+//! one by one). Decision record: `docs/decisions/0007-token-registry-and-revocation.md`.
 //!
 //! The same module holds the cookie's wire format. Every function is pure.
 

@@ -4,7 +4,7 @@
 //! A JWT with a `jti` is accepted only while its row exists (`wuhu_core::tokens::credential_live`),
 //! so revoking is deleting the row, and the next request anywhere is refused: every such
 //! request asks `/check`, a primary-key lookup in this object's SQLite. Tokens without `jti`
-//! (operator tokens) never come here. See `docs/decisions/0006-token-registry-and-revocation.md`.
+//! (operator tokens) never come here. See `docs/decisions/0007-token-registry-and-revocation.md`.
 //!
 //! Internal routes (identity in `x-wuhu-*` headers, set by the router from a verified
 //! credential): `GET /check?jti`, `POST /register` (a `CredentialRecord`), `GET /list?sub|all`,
