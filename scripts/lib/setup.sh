@@ -94,11 +94,39 @@ build_sandbox_guest() {
   fi
 }
 
-# Builds the Worker (release) into worker/build: worker-build's output and the sandbox module.
+# Builds the web app into web/dist (the Worker's static assets; wrangler refuses to start
+# without that directory). Quick: one esbuild bundle.
+build_web() {
+  ensure_npm_packages
+  log "building the web app"
+  (cd "$WUHU_ROOT" && node web/build.mjs >&2)
+}
+
+# Type-checks the web app (esbuild only strips types).
+check_web() {
+  ensure_npm_packages
+  log "type-checking the web app"
+  (cd "$WUHU_ROOT" && node_modules/.bin/tsc -p web --noEmit >&2)
+}
+
+# Debian's Chromium for the browser tests (tests/tests/web_app.rs); playwright-core comes from
+# package.json and drives it. Never a browser download of Playwright's own.
+ensure_chromium() {
+  if [ ! -x /usr/bin/chromium ]; then
+    log "installing chromium (apt)"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq chromium >&2
+  fi
+  export WUHU_CHROMIUM="${WUHU_CHROMIUM:-/usr/bin/chromium}"
+}
+
+# Builds the Worker (release) into worker/build: worker-build's output and the sandbox module;
+# and the web app it serves.
 build_worker() {
   ensure_clang
   ensure_worker_tools
   ensure_npm_packages
+  build_web
   log "building the worker (release)"
   (cd "$WUHU_ROOT/worker" && "$WORKER_BUILD_BIN" --release >&2)
   build_sandbox_guest

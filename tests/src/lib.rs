@@ -10,6 +10,7 @@
 //! * [`SseStream`]: reads a follow stream incrementally with read deadlines.
 //! * [`FakeOpenAi`]: a fake LLM server scripted per model, recording requests; it speaks OpenAI
 //!   Chat Completions and Anthropic Messages ([`fake_anthropic`]).
+//! * [`drop_proxy::DropProxy`]: a TCP proxy that can cut every connection through it (dropped streams).
 //! * [`FakeHttp`]: a plain HTTP server with fixed replies per path, recording requests (what
 //!   the `js` tool's `fetch` reaches).
 //! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
@@ -18,6 +19,7 @@
 //! `node_modules` (or `$WRANGLER_BIN`). Set `WUHU_E2E_KEEP=1` to keep every temp dir.
 
 pub mod api;
+pub mod drop_proxy;
 pub mod entries;
 pub mod fake_anthropic;
 pub mod fake_http;

@@ -1,0 +1,371 @@
+// Drives the web app in headless Chromium (Debian's, through playwright-core) against a real
+// stack started by tests/tests/web_app.rs, which passes everything through the environment:
+//
+//   WUHU_URL            the Worker (`wrangler dev`) base URL, through a proxy that can drop connections
+//   WUHU_DROP_ADDR      host:port; connecting there makes the proxy cut every open connection
+//   WUHU_ALICE_TOKEN    a user token for alice; WUHU_BOB_TOKEN for bob (same tenant)
+//   WUHU_RUNNER         alice's connected runner, offering the environment `api` at WUHU_API_DIR
+//   WUHU_CHROMIUM       the browser (default /usr/bin/chromium)
+//   WUHU_SCREENSHOTS    where to save screenshots (docs/screenshots to refresh the README's)
+//
+// Every step polls with a deadline; nothing sleeps for a fixed time. Any console error or
+// uncaught exception in the page fails the run. Exit code 0 when every step passed.
+
+import { chromium } from "playwright-core";
+import { existsSync, mkdirSync } from "node:fs";
+import { connect } from "node:net";
+import { join } from "node:path";
+
+const env = (name, fallback) => {
+  const value = process.env[name] ?? fallback;
+  if (value === undefined) throw new Error(`${name} is not set`);
+  return value;
+};
+const BASE = env("WUHU_URL");
+const ALICE = env("WUHU_ALICE_TOKEN");
+const BOB = env("WUHU_BOB_TOKEN");
+const RUNNER = env("WUHU_RUNNER");
+const API_DIR = env("WUHU_API_DIR");
+const CHROMIUM = env("WUHU_CHROMIUM", "/usr/bin/chromium");
+const SHOTS = process.env.WUHU_SCREENSHOTS ?? null;
+const DROP_ADDR = env("WUHU_DROP_ADDR");
+const STEP_TIMEOUT = 30_000;
+
+/** Asks the proxy in front of the Worker to cut every open connection. */
+function dropConnections() {
+  const [host, port] = DROP_ADDR.split(":");
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host, port: Number(port) }, () => socket.end());
+    socket.on("close", resolve);
+    socket.on("error", reject);
+  });
+}
+
+const started = Date.now();
+const log = (...args) => console.log(`[${((Date.now() - started) / 1000).toFixed(1)}s]`, ...args);
+function check(condition, message) {
+  if (!condition) throw new Error(`check failed: ${message}`);
+}
+
+// --- The HTTP API, for set-up and for checking what the page did ---------------------------
+
+async function call(token, method, path, body) {
+  const response = await fetch(BASE + path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+async function transcript(token, id) {
+  let since = 0;
+  const entries = [];
+  for (;;) {
+    const page = await call(token, "GET", `/v1/sessions/${id}?sinceCursor=${since}`);
+    entries.push(...page.transcript);
+    if (page.nextCursor == null) return entries;
+    since = page.nextCursor;
+  }
+}
+
+async function poll(what, probe, timeout = STEP_TIMEOUT) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    last = await probe();
+    if (last) return last;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const assistantTexts = (entries) =>
+  entries
+    .filter((e) => e.type === "message" && e.message.role === "assistant")
+    .map((e) => e.message.content.filter((b) => b.type === "text").map((b) => b.text).join(""));
+
+const fake = (directive) => `@fake ${JSON.stringify(directive)}`;
+const words = (prefix, n) => Array.from({ length: n }, (_, i) => `${prefix}${i}`).join(" ");
+
+// --- The browser ----------------------------------------------------------------------------
+
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  // Without the background-networking flags Chromium keeps trying to reach Google's hosts,
+  // which this machine's closed network refuses.
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+});
+const consoleErrors = [];
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+context.setDefaultTimeout(STEP_TIMEOUT);
+const page = await context.newPage();
+// While the test cuts the connections, a failed request is what it asked for.
+let dropping = false;
+page.on("console", (msg) => {
+  if (msg.type() === "error" && dropping && /net::ERR_|Failed to fetch/.test(msg.text())) return;
+  if (msg.type() === "error") consoleErrors.push(`console.error: ${msg.text()} (${msg.location().url})`);
+});
+page.on("pageerror", (error) => consoleErrors.push(`uncaught: ${error.message}`));
+
+async function shot(name) {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`) });
+}
+
+const chat = () => page.getByTestId("transcript");
+const composer = () => page.getByRole("textbox", { name: "Message" });
+const assistantMessages = () => chat().getByTestId("assistant-message");
+
+/** The assistant texts the page shows, in order. */
+async function shownAssistantTexts() {
+  return (await assistantMessages().locator(".md").allInnerTexts()).map((t) => t.trim());
+}
+
+/** Cursors of the rendered entries: each must appear once. */
+async function shownCursors() {
+  return page.locator("[data-cursor]").evaluateAll((els) => els.map((e) => Number(e.dataset.cursor)));
+}
+
+let failed = false;
+try {
+  // 1. Sign in with a pasted token; the page says who we are.
+  log("sign in");
+  await page.goto(BASE + "/");
+  const csp = (await page.request.get(BASE + "/")).headers()["content-security-policy"] ?? "";
+  check(csp.includes("default-src 'self'"), `the page is served with a CSP (got ${JSON.stringify(csp)})`);
+  const notAPage = await page.request.get(BASE + "/no-such-page");
+  check(notAPage.status() === 404 && (await notAPage.json()).error?.code === "not_found", "a path that is not a file is the API's JSON 404");
+  const unauthenticated = await page.request.get(BASE + "/v1/sessions");
+  check(unauthenticated.status() === 401, "/v1 still reaches the Worker, which wants a token");
+  await shot("sign-in");
+  await page.getByLabel("Your token").fill("not a token");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("alert").filter({ hasText: "not a Wuhu token" }).waitFor();
+  await page.getByLabel("Your token").fill(ALICE);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByTestId("whoami").filter({ hasText: "alice" }).waitFor();
+
+  // 2. Create a session from the form.
+  log("create a session");
+  await page.getByRole("button", { name: "New session" }).click();
+  const form = page.getByRole("form", { name: "New session" });
+  await form.getByLabel("Title").fill("Browser chat");
+  await form.getByLabel("System prompt").fill("You are terse.");
+  await form.getByRole("button", { name: "Create" }).click();
+  await page.getByTestId("session-title").filter({ hasText: "Browser chat" }).waitFor();
+  const sessionId = decodeURIComponent(new URL(page.url()).hash.replace("#/s/", ""));
+  check(sessionId.length > 10, `the page went to the new session (${page.url()})`);
+
+  // 3. A reply streams in: partial text shows before the finished message.
+  log("send a message and watch the reply stream");
+  const firstReply = words("alpha", 24);
+  await composer().fill(`hello **there**\n${fake({ reply: firstReply, chunks: 12, delayMs: 120 })}`);
+  await composer().press("Enter");
+  const streaming = page.getByTestId("streaming");
+  await streaming.waitFor();
+  const partial = (await streaming.innerText()).trim();
+  check(partial.length > 0 && partial.length < firstReply.length, `text streamed in part by part (saw ${JSON.stringify(partial)})`);
+  await assistantMessages().filter({ hasText: "alpha23" }).waitFor();
+  await streaming.waitFor({ state: "detached" });
+  check((await chat().locator(".msg.user strong").innerText()) === "there", "user markdown is rendered");
+  await shot("session");
+
+  // 4. Reload in the middle of a stream: afterwards every entry shows exactly once and the
+  // reply is whole.
+  log("reload mid-stream");
+  const secondReply = words("beta", 30);
+  await composer().fill(fake({ reply: secondReply, chunks: 15, delayMs: 150 }));
+  await composer().press("Enter");
+  await streaming.waitFor();
+  await page.reload();
+  await assistantMessages().filter({ hasText: "beta29" }).waitFor();
+  await poll("the turn to end in the API", async () => (await call(ALICE, "GET", `/v1/sessions/${sessionId}`)).session.status === "idle");
+  const apiTexts = assistantTexts(await transcript(ALICE, sessionId));
+  await poll("the page to show every reply", async () => (await shownAssistantTexts()).length === apiTexts.length);
+  const shown = await shownAssistantTexts();
+  check(JSON.stringify(shown) === JSON.stringify(apiTexts), `the page shows the replies the API has, once each:\n${JSON.stringify(shown)}\nvs\n${JSON.stringify(apiTexts)}`);
+  const cursors = await shownCursors();
+  check(new Set(cursors).size === cursors.length, `no entry is shown twice (${cursors})`);
+
+  // 4b. The connection drops (the proxy in front of the Worker cuts every connection): the
+  // page says so, resumes by itself, and shows what happened meanwhile exactly once.
+  log("dropped connection");
+  dropping = true;
+  await dropConnections();
+  const connection = page.getByTestId("connection");
+  await connection.filter({ hasText: "Connection lost" }).waitFor();
+  await call(ALICE, "POST", `/v1/sessions/${sessionId}/enqueue?lane=followUp`, { content: "sent while the line was down" });
+  await connection.filter({ hasText: "Reconnected" }).waitFor({ timeout: 15_000 });
+  dropping = false;
+  await assistantMessages().filter({ hasText: "echo: sent while the line was down" }).waitFor();
+  const resumedCursors = await shownCursors();
+  check(new Set(resumedCursors).size === resumedCursors.length, `no entry is shown twice after resuming (${resumedCursors})`);
+
+  // 5. While a slow turn runs: a follow-up waits in the queue and can be cancelled; a steer
+  // (Ctrl+Enter) joins the running turn.
+  log("queue, cancel and steer mid-turn");
+  await composer().fill(fake({ reply: words("gamma", 40), chunks: 20, delayMs: 200 }));
+  await composer().press("Enter");
+  await streaming.waitFor();
+  await composer().fill("a follow-up I take back");
+  await composer().press("Enter");
+  const queue = page.getByTestId("queue");
+  await queue.getByText("a follow-up I take back").waitFor();
+  await queue.getByRole("button", { name: /Cancel "a follow-up I take back/ }).click();
+  await queue.getByText("Nothing waiting.").waitFor();
+  await composer().fill("steer: please wrap up");
+  await composer().press("Control+Enter");
+  await assistantMessages().filter({ hasText: "echo: steer: please wrap up" }).waitFor();
+  const afterSteer = await transcript(ALICE, sessionId);
+  const users = afterSteer.filter((e) => e.type === "message" && e.message.role === "user");
+  const steer = users.find((e) => e.message.content === "steer: please wrap up");
+  check(steer && steer.message.lane === "steer", "Ctrl+Enter sent the message on the steer lane");
+  check(!users.some((e) => e.message.content === "a follow-up I take back"), "the cancelled follow-up never reached the transcript");
+  await chat().locator(".msg.user .badge", { hasText: "steer" }).first().waitFor();
+
+  // 6. Stop a running turn from the page.
+  log("stop");
+  await composer().fill(fake({ reply: words("delta", 40), chunks: 20, delayMs: 250 }));
+  await composer().press("Enter");
+  await streaming.waitFor();
+  await page.getByRole("button", { name: "Stop" }).click();
+  await chat().locator("[data-custom-type=wuhu_execution_stopped_v1]").waitFor();
+  await page.getByTestId("session-status").filter({ hasText: "stopped" }).waitFor();
+
+  // 7. Rename, then find it by title in the list.
+  log("rename and search");
+  await page.getByRole("button", { name: "Rename" }).click();
+  await page.getByRole("form", { name: "Rename session" }).getByLabel("Title").fill("Renamed in the browser");
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByTestId("session-title").filter({ hasText: "Renamed in the browser" }).waitFor();
+  await call(ALICE, "POST", "/v1/sessions", { title: "Another session" });
+  await page.getByRole("link", { name: "Sessions" }).click();
+  await page.getByRole("list", { name: "Sessions" }).getByText("Another session").waitFor();
+  await page.getByLabel("Search sessions by title").fill("renamed");
+  await page.getByRole("list", { name: "Sessions" }).getByText("Another session").waitFor({ state: "detached" });
+  await page.getByRole("list", { name: "Sessions" }).getByText("Renamed in the browser").waitFor();
+  await page.getByLabel("Search sessions by title").fill("");
+  await shot("sessions");
+
+  // 8. An approval for alice's machine, asked by bob's prompt, answered in the page.
+  log("approval for a runner-backed environment");
+  const shared = await call(ALICE, "POST", "/v1/sessions", { title: "Shared with bob" });
+  await call(ALICE, "PATCH", `/v1/sessions/${shared.id}`, { access: "tenant" });
+  await call(ALICE, "POST", `/v1/sessions/${shared.id}/enqueue?lane=followUp`, {
+    content: fake({ toolCalls: [{ name: "request_environment", arguments: { spec: `${RUNNER}:api`, name: "api" } }], afterTools: "attached api" }),
+  });
+  await poll("alice's attach", async () => assistantTexts(await transcript(ALICE, shared.id)).includes("attached api"));
+  const marker = join(API_DIR, `approved-${Date.now()}`);
+  await call(BOB, "POST", `/v1/sessions/${shared.id}/enqueue?lane=followUp`, {
+    content: fake({ toolCalls: [{ name: "bash", arguments: { command: `touch '${marker}'` } }], afterTools: "touched it" }),
+  });
+  await page.goto(`${BASE}/#/s/${shared.id}`);
+  const approval = page.getByTestId("approval");
+  await approval.getByRole("button", { name: "Approve", exact: true }).waitFor();
+  await page.getByTestId("environments").getByText("api", { exact: true }).waitFor();
+  check(!existsSync(marker), "the call waits for alice before it runs");
+  await shot("approval");
+  await approval.getByRole("button", { name: "Approve", exact: true }).click();
+  await approval.getByTestId("approval-decision").filter({ hasText: "approve by alice" }).waitFor();
+  await assistantMessages().filter({ hasText: "touched it" }).waitFor();
+  check(existsSync(marker), "the approved call ran on alice's machine");
+
+  // 9. Workspace: create a document with frontmatter, then edit and save it again.
+  log("workspace documents");
+  const docPath = `notes/web-${Date.now()}.md`;
+  await page.goto(`${BASE}/#/workspace/${docPath}`);
+  await page.getByText("A new document").waitFor();
+  const editor = page.getByLabel("Document text");
+  await editor.fill("---\ntags: [web]\n---\n# Notes\n\nfirst draft\n");
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("status").filter({ hasText: "Saved" }).waitFor();
+  await page.getByRole("list", { name: "Documents" }).getByText(docPath).waitFor();
+  await page.reload();
+  await poll("the saved text in the editor", async () => (await editor.inputValue()).includes("first draft"));
+  await editor.fill((await editor.inputValue()).replace("first draft", "second draft"));
+  await page.keyboard.press("Control+s");
+  await page.getByRole("status").filter({ hasText: "Saved" }).waitFor();
+  const saved = await call(ALICE, "GET", `/v1/workspace/docs/${docPath}`);
+  check(saved.content === "---\ntags: [web]\n---\n# Notes\n\nsecond draft\n", `the document was saved as edited (${JSON.stringify(saved.content)})`);
+  check(JSON.stringify(saved.frontmatter) === JSON.stringify({ tags: ["web"] }), `frontmatter kept (${JSON.stringify(saved.frontmatter)})`);
+  await shot("workspace");
+
+  // 10. Runners and environment definitions.
+  log("runners and environment definitions");
+  await page.getByRole("link", { name: "Runners" }).click();
+  await page.getByRole("table", { name: "Runners" }).getByText(RUNNER, { exact: true }).waitFor();
+  await page.getByRole("button", { name: "New definition" }).click();
+  const defForm = page.getByRole("form", { name: "New environment definition" });
+  await defForm.getByLabel("Name").fill("web-env");
+  await defForm.getByLabel("Runner").fill(RUNNER);
+  await defForm.getByLabel("Path").fill(API_DIR);
+  await defForm.getByRole("button", { name: "Create" }).click();
+  const defs = page.getByRole("table", { name: "Environment definitions" });
+  await defs.getByText("web-env").waitFor();
+  await defs.getByRole("row", { name: /web-env/ }).getByRole("button", { name: "Edit" }).click();
+  const editForm = page.getByRole("form", { name: "Edit web-env" });
+  await editForm.getByLabel("Approval").selectOption("ask");
+  await editForm.getByRole("button", { name: "Save" }).click();
+  await defs.getByRole("row", { name: /web-env/ }).getByText("ask", { exact: true }).waitFor();
+  await page.getByText("Register a runner").click();
+  await page.getByTestId("register-command").filter({ hasText: "wuhu-runner register --server" }).waitFor();
+  await shot("runners");
+  page.once("dialog", (dialog) => dialog.accept());
+  await defs.getByRole("row", { name: /web-env/ }).getByRole("button", { name: "Delete" }).click();
+  await defs.getByText("web-env").waitFor({ state: "detached" });
+  const remaining = await call(ALICE, "GET", "/v1/environments");
+  check(!remaining.environments.some((d) => d.name === "web-env"), "the definition was deleted");
+
+  // 11. Phone width: the session view fits without sideways scrolling.
+  log("phone width");
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${BASE}/#/s/${sessionId}`);
+  await assistantMessages().first().waitFor();
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 0, `no sideways scrolling at phone width (overflow ${overflow}px)`);
+  await shot("phone");
+
+  // 12. Sign out.
+  log("sign out");
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByLabel("Your token").waitFor();
+
+  check(consoleErrors.length === 0, `no console errors:\n${consoleErrors.join("\n")}`);
+  log("all steps passed");
+} catch (error) {
+  failed = true;
+  console.error(`FAILED: ${error?.stack ?? error}`);
+  if (consoleErrors.length) console.error(`console errors so far:\n${consoleErrors.join("\n")}`);
+  try {
+    const html = await page.locator("main").innerHTML({ timeout: 2000 });
+    console.error(`the page's main element ends with:\n${html.slice(-3000)}`);
+  } catch {
+    // The page may be gone.
+  }
+  try {
+    const dir = SHOTS ?? process.env.WUHU_FAILURE_DIR;
+    if (dir) {
+      mkdirSync(dir, { recursive: true });
+      await page.screenshot({ path: join(dir, "failure.png"), fullPage: true });
+      console.error(`screenshot: ${join(dir, "failure.png")}`);
+    }
+  } catch {
+    // The page may be gone.
+  }
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,102 @@
+// JSON calls to the HTTP API (docs/api.md). Errors become `ApiError` with the server's code
+// and message, so screens can show them as they are.
+
+import { authHeaders } from "./auth";
+import type {
+  Doc,
+  DocSummary,
+  EnvironmentDefinition,
+  Lane,
+  RunnerInfo,
+  SessionInfo,
+  SessionPage,
+} from "./types";
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Called when the server refuses our credentials (401): the app goes back to sign-in. */
+let onUnauthorized: () => void = () => {};
+export function setUnauthorizedHandler(handler: () => void) {
+  onUnauthorized = handler;
+}
+
+export async function request<T>(method: string, path: string, body?: unknown, raw?: string): Promise<T> {
+  const headers: Record<string, string> = { ...authHeaders() };
+  let payload: string | undefined;
+  if (raw !== undefined) {
+    payload = raw;
+    headers["content-type"] = "text/markdown; charset=utf-8";
+  } else if (body !== undefined) {
+    payload = JSON.stringify(body);
+    headers["content-type"] = "application/json";
+  }
+  const response = await fetch(path, { method, headers, body: payload });
+  if (response.status === 204) return undefined as T;
+  const text = await response.text();
+  let json: any = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    // Not JSON: reported below with the status.
+  }
+  if (!response.ok) {
+    const code = json?.error?.code ?? "http_error";
+    const message = json?.error?.message ?? `${method} ${path} answered ${response.status}`;
+    if (response.status === 401) onUnauthorized();
+    throw new ApiError(response.status, code, message);
+  }
+  return json as T;
+}
+
+const enc = encodeURIComponent;
+
+export const api = {
+  listSessions: (before?: string) =>
+    request<{ sessions: SessionInfo[]; nextBefore: string | null }>(
+      "GET",
+      `/v1/sessions?limit=100${before ? `&before=${enc(before)}` : ""}`,
+    ),
+  createSession: (body: { provider?: string; model?: string; systemPrompt?: string; title?: string }) =>
+    request<SessionInfo>("POST", "/v1/sessions", body),
+  sessionPage: (id: string, sinceCursor: number, limit = 1000) =>
+    request<SessionPage>("GET", `/v1/sessions/${enc(id)}?sinceCursor=${sinceCursor}&limit=${limit}`),
+  patchSession: (id: string, body: { title?: string; access?: "private" | "tenant" }) =>
+    request<SessionInfo>("PATCH", `/v1/sessions/${enc(id)}`, body),
+  enqueue: (id: string, lane: Lane, content: string) =>
+    request<{ id: string }>("POST", `/v1/sessions/${enc(id)}/enqueue?lane=${lane}`, { content }),
+  cancel: (id: string, itemId: string) =>
+    request<{ id: string; cancelled: boolean }>("POST", `/v1/sessions/${enc(id)}/cancel`, { id: itemId }),
+  stop: (id: string) =>
+    request<{ status: string; stoppedToolCalls: number }>("POST", `/v1/sessions/${enc(id)}/stop`, {}),
+  answerApproval: (id: string, approvalId: string, decision: "approve" | "approve_session" | "deny") =>
+    request<unknown>("POST", `/v1/sessions/${enc(id)}/approvals/${enc(approvalId)}`, { decision }),
+  runners: () => request<{ runners: RunnerInfo[] }>("GET", "/v1/runners"),
+  environments: () => request<{ environments: EnvironmentDefinition[] }>("GET", "/v1/environments"),
+  createEnvironment: (body: Record<string, unknown>) =>
+    request<EnvironmentDefinition>("POST", "/v1/environments", body),
+  updateEnvironment: (id: string, body: Record<string, unknown>) =>
+    request<EnvironmentDefinition>("PATCH", `/v1/environments/${enc(id)}`, body),
+  deleteEnvironment: (id: string) => request<unknown>("DELETE", `/v1/environments/${enc(id)}`),
+  listDocs: (prefix: string, cursor?: string) =>
+    request<{ docs: DocSummary[]; cursor: string | null }>(
+      "GET",
+      `/v1/workspace/docs?prefix=${enc(prefix)}${cursor ? `&cursor=${enc(cursor)}` : ""}`,
+    ),
+  readDoc: (path: string) => request<Doc>("GET", `/v1/workspace/docs/${docPath(path)}`),
+  writeDoc: (path: string, content: string) =>
+    request<DocSummary>("PUT", `/v1/workspace/docs/${docPath(path)}`, undefined, content),
+  deleteDoc: (path: string) => request<unknown>("DELETE", `/v1/workspace/docs/${docPath(path)}`),
+};
+
+/** A workspace path with each segment percent-encoded (the server decodes per segment). */
+function docPath(path: string): string {
+  return path.split("/").map(enc).join("/");
+}

@@ -1,0 +1,90 @@
+// The Wuhu web app: a single page served by the Worker as static assets. Routes live in the
+// URL hash (`#/sessions`, `#/s/<id>`, `#/runners`, `#/workspace`), so any page can be reloaded
+// and linked without the server knowing about them.
+
+import "./app.css";
+import { render } from "preact";
+import { useCallback, useEffect, useState } from "preact/hooks";
+import { setUnauthorizedHandler } from "./api";
+import { identity, signOut, type Identity } from "./auth";
+import { SignIn } from "./views/SignIn";
+import { Sessions } from "./views/Sessions";
+import { SessionView } from "./views/Session";
+import { Runners } from "./views/Runners";
+import { Workspace } from "./views/Workspace";
+
+type Route =
+  | { name: "sessions" }
+  | { name: "session"; id: string }
+  | { name: "runners" }
+  | { name: "workspace"; path: string | null };
+
+function parseRoute(hash: string): Route {
+  const parts = hash.replace(/^#\/?/, "").split("/");
+  if (parts[0] === "s" && parts[1]) return { name: "session", id: decodeURIComponent(parts[1]) };
+  if (parts[0] === "runners") return { name: "runners" };
+  if (parts[0] === "workspace") {
+    const path = parts.slice(1).map(decodeURIComponent).join("/");
+    return { name: "workspace", path: path || null };
+  }
+  return { name: "sessions" };
+}
+
+function useRoute(): Route {
+  const [route, setRoute] = useState(() => parseRoute(location.hash));
+  useEffect(() => {
+    const onHash = () => setRoute(parseRoute(location.hash));
+    window.addEventListener("hashchange", onHash);
+    return () => window.removeEventListener("hashchange", onHash);
+  }, []);
+  return route;
+}
+
+function App() {
+  const [me, setMe] = useState<Identity | null>(() => identity());
+  const route = useRoute();
+  const leave = useCallback(async () => {
+    await signOut();
+    setMe(null);
+  }, []);
+  useEffect(() => setUnauthorizedHandler(() => void leave()), [leave]);
+
+  if (!me) return <SignIn onSignedIn={setMe} />;
+  const nav = (name: Route["name"], href: string, label: string) => (
+    <a href={href} class={route.name === name || (name === "sessions" && route.name === "session") ? "active" : ""}>
+      {label}
+    </a>
+  );
+  return (
+    <div class="app">
+      <header class="topbar">
+        <a class="brand" href="#/sessions">
+          Wuhu
+        </a>
+        <nav aria-label="Main">
+          {nav("sessions", "#/sessions", "Sessions")}
+          {nav("runners", "#/runners", "Runners")}
+          {nav("workspace", "#/workspace", "Workspace")}
+        </nav>
+        <div class="whoami" data-testid="whoami" title={`tenant ${me.tenant}`}>
+          <span>
+            {me.sub}
+            <span class="muted">@{me.tenant}</span>
+            {me.role === "admin" ? <span class="badge">admin</span> : null}
+          </span>
+          <button type="button" class="link" onClick={leave}>
+            Sign out
+          </button>
+        </div>
+      </header>
+      <main>
+        {route.name === "sessions" && <Sessions />}
+        {route.name === "session" && <SessionView key={route.id} id={route.id} me={me} />}
+        {route.name === "runners" && <Runners me={me} />}
+        {route.name === "workspace" && <Workspace me={me} path={route.path} />}
+      </main>
+    </div>
+  );
+}
+
+render(<App />, document.getElementById("app")!);

@@ -1,0 +1,123 @@
+// Wire types of the HTTP API (docs/api.md), as the page reads them. The Rust definitions in
+// core/src/wire are the source of truth; these mirror only the fields the page uses.
+
+export type Status = "idle" | "running" | "stopped";
+export type Lane = "steer" | "followUp" | "system";
+
+export interface SessionInfo {
+  id: string;
+  title: string | null;
+  provider: string;
+  model: string;
+  status: Status;
+  createdBy: string;
+  owner: string;
+  access: "private" | "tenant";
+  createdAt: number;
+  updatedAt: number;
+  lastCursor: number;
+}
+
+export interface QueueItem {
+  id: string;
+  lane: Lane;
+  author: string;
+  content: string;
+  enqueuedAt: number;
+}
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: unknown;
+}
+
+export type ContentBlock = { type: "text"; text: string } | ({ type: "tool_call" } & ToolCall);
+
+export type Message =
+  | { role: "user"; author: string; content: string; queueItemId?: string; lane?: Lane }
+  | { role: "assistant"; provider: string; model: string; content: ContentBlock[]; stopReason: string }
+  | { role: "tool_result"; toolCallId: string; toolName: string; content: string; isError: boolean }
+  | { role: "custom_message"; customType: string; content: string; details?: unknown };
+
+interface EntryBase {
+  cursor: number;
+  id: string;
+  createdAt: number;
+}
+
+export type Entry =
+  | (EntryBase & { type: "header"; systemPrompt: string; provider: string; model: string })
+  | (EntryBase & { type: "message"; message: Message })
+  // A custom entry's type is `custom_type` on the wire (unlike a custom_message's `customType`).
+  | (EntryBase & { type: "custom"; custom_type: string; data: Record<string, unknown> | null });
+
+export interface Attachment {
+  environment: { name: string; kind: string; root: string; os: string; branch?: string | null };
+  runner: string;
+  runnerOwner: string;
+  runnerKind: "local" | "cloud";
+  attachedAt: number;
+}
+
+export interface SessionPage {
+  session: SessionInfo;
+  transcript: Entry[];
+  queue: QueueItem[];
+  nextCursor: number | null;
+  environments?: Attachment[];
+}
+
+export interface RunnerInfo {
+  name: string;
+  owner: string;
+  kind: "local" | "cloud";
+  os: string;
+  arch: string;
+  connected: boolean;
+  lastSeen: number | null;
+  connectedAt: number | null;
+  version: string | null;
+  environments: { name: string; path: string }[];
+}
+
+export interface EnvironmentDefinition {
+  id: string;
+  name: string;
+  kind: "local" | "folder-template" | "worktree";
+  runner: string | null;
+  owner: string | null;
+  runnerOwner: string | null;
+  path: string | null;
+  templatePath: string | null;
+  startupScript: string | null;
+  repoPath: string | null;
+  baseRef: string | null;
+  approval: "auto" | "ask";
+  extraEnvVars: string[];
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface DocSummary {
+  path: string;
+  size: number;
+  updated: number;
+  version: string;
+  frontmatter: unknown;
+}
+
+export interface Doc extends DocSummary {
+  content: string;
+  body: string;
+}
+
+/** A frame of `GET /v1/sessions/:id/follow`. */
+export type FollowEvent =
+  | { type: "entry_appended"; entry: Entry }
+  | { type: "assistant_text_delta"; delta: string }
+  | { type: "status"; status: Status }
+  | { type: "idle" }
+  | { type: "done" }
+  | { type: "lagged"; cursor: number }
+  | { type: "error"; message: string };

@@ -1,0 +1,527 @@
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { api } from "../api";
+import type { Identity } from "../auth";
+import { follow, type Connection } from "../follow";
+import { renderMarkdown } from "../markdown";
+import { buildItems, formatArguments, mergeEntries, sortedEntries, type ApprovalView, type Item } from "../transcript";
+import type { Attachment, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo } from "../types";
+import { ErrorLine, StatusBadge, errorText, timeAgo } from "../util";
+
+export function SessionView({ id, me }: { id: string; me: Identity }) {
+  const entries = useRef(new Map<number, Entry>());
+  const delivered = useRef(new Set<string>());
+  const [version, setVersion] = useState(0);
+  const [session, setSession] = useState<SessionInfo | null>(null);
+  const [queue, setQueue] = useState<QueueItem[]>([]);
+  const [attached, setAttached] = useState<Attachment[]>([]);
+  const [runners, setRunners] = useState<RunnerInfo[]>([]);
+  const [streaming, setStreaming] = useState("");
+  const [connection, setConnection] = useState<{ state: Connection; detail: string }>({ state: "connecting", detail: "" });
+  const [resumed, setResumed] = useState<string | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [loaded, setLoaded] = useState(false);
+  const scroller = useRef<HTMLDivElement>(null);
+  const stickToBottom = useRef(true);
+
+  const lastCursor = () => Math.max(0, ...entries.current.keys());
+
+  // Session, queue and attached environments come with a transcript page: one entry's worth
+  // is the cheapest way to refresh them.
+  const refreshing = useRef(false);
+  const refreshMeta = useCallback(async () => {
+    if (refreshing.current) return;
+    refreshing.current = true;
+    try {
+      const page = await api.sessionPage(id, lastCursor(), 1);
+      setSession(page.session);
+      setQueue(page.queue.filter((q) => !delivered.current.has(q.id)));
+      setAttached(page.environments ?? []);
+    } catch (err) {
+      setError(errorText(err));
+    } finally {
+      refreshing.current = false;
+    }
+  }, [id]);
+
+  const addEntries = useCallback((list: Entry[]) => {
+    for (const entry of list) {
+      if (entry.type === "message" && entry.message.role === "user" && entry.message.queueItemId) {
+        delivered.current.add(entry.message.queueItemId);
+      }
+    }
+    if (mergeEntries(entries.current, list)) setVersion((v) => v + 1);
+    setQueue((q) => q.filter((item) => !delivered.current.has(item.id)));
+  }, []);
+
+  useEffect(() => {
+    let stopFollowing = () => {};
+    let cancelled = false;
+    let wasLive = false;
+    let resumedTimer: number | undefined;
+    const onEvent = (event: FollowEvent) => {
+      switch (event.type) {
+        case "entry_appended": {
+          addEntries([event.entry]);
+          const e = event.entry;
+          if (e.type === "message" && e.message.role === "assistant") setStreaming("");
+          if (e.type === "custom" && /environment_(attached|detached)/.test(e.custom_type)) void refreshMeta();
+          break;
+        }
+        case "assistant_text_delta":
+          setStreaming((s) => s + event.delta);
+          break;
+        case "status":
+          setSession((s) => (s ? { ...s, status: event.status } : s));
+          if (event.status !== "running") setStreaming("");
+          break;
+        case "idle":
+          setStreaming("");
+          void refreshMeta();
+          break;
+        default:
+          break;
+      }
+    };
+    (async () => {
+      try {
+        let since = 0;
+        for (;;) {
+          const page = await api.sessionPage(id, since);
+          if (cancelled) return;
+          addEntries(page.transcript);
+          setSession(page.session);
+          setQueue(page.queue.filter((q) => !delivered.current.has(q.id)));
+          setAttached(page.environments ?? []);
+          if (page.nextCursor === null || page.nextCursor === undefined) break;
+          since = page.nextCursor;
+        }
+        setLoaded(true);
+        stopFollowing = follow(id, lastCursor(), {
+          onEvent,
+          onConnection: (state, detail) => {
+            setConnection({ state, detail });
+            if (state === "live") {
+              if (wasLive) {
+                // Deltas sent while we were away are gone; the finished message arrives as an entry.
+                setStreaming("");
+                setResumed(`Reconnected: caught up from #${lastCursor()}`);
+                window.clearTimeout(resumedTimer);
+                resumedTimer = window.setTimeout(() => setResumed(null), 6000);
+                void refreshMeta();
+              }
+              wasLive = true;
+            }
+          },
+        });
+      } catch (err) {
+        setError(errorText(err));
+      }
+    })();
+    api.runners().then((r) => !cancelled && setRunners(r.runners)).catch(() => {});
+    return () => {
+      cancelled = true;
+      window.clearTimeout(resumedTimer);
+      stopFollowing();
+    };
+  }, [id, addEntries, refreshMeta]);
+
+  const items = useMemo(() => buildItems(sortedEntries(entries.current)), [version]);
+
+  // Keep the newest message in view unless the person scrolled up to read.
+  useEffect(() => {
+    const el = scroller.current;
+    if (el && stickToBottom.current) el.scrollTop = el.scrollHeight;
+  }, [items, streaming]);
+  const onScroll = () => {
+    const el = scroller.current;
+    if (el) stickToBottom.current = el.scrollHeight - el.scrollTop - el.clientHeight < 80;
+  };
+
+  const enqueue = async (lane: Lane, content: string) => {
+    const { id: itemId } = await api.enqueue(id, lane, content);
+    if (!delivered.current.has(itemId)) {
+      setQueue((q) =>
+        q.some((x) => x.id === itemId)
+          ? q
+          : [...q, { id: itemId, lane, content, author: me.sub, enqueuedAt: Date.now() / 1000 }],
+      );
+    }
+    stickToBottom.current = true;
+    void refreshMeta();
+  };
+  const cancel = async (itemId: string) => {
+    try {
+      await api.cancel(id, itemId);
+      setQueue((q) => q.filter((x) => x.id !== itemId));
+    } catch (err) {
+      setError(errorText(err));
+      void refreshMeta();
+    }
+  };
+  const stop = async () => {
+    try {
+      await api.stop(id);
+      void refreshMeta();
+    } catch (err) {
+      setError(errorText(err));
+    }
+  };
+
+  return (
+    <section class="session-page">
+      <SessionHead session={session} onStop={stop} onChanged={setSession} onError={setError} />
+      <ConnectionLine connection={connection} resumed={resumed} />
+      <ErrorLine error={error} />
+      <div class="session-body">
+        <div class="chat" ref={scroller} onScroll={onScroll} aria-label="Transcript" role="log" data-testid="transcript">
+          {!loaded && <p class="muted">Loading transcript…</p>}
+          {items.map((item) => (
+            <ItemView key={item.entry.cursor} item={item} sessionId={id} />
+          ))}
+          {streaming && (
+            <div class="msg assistant streaming" data-testid="streaming" aria-live="polite">
+              <div class="who">assistant</div>
+              <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(streaming) }} />
+            </div>
+          )}
+          {session?.status === "running" && !streaming && <p class="muted working">Working…</p>}
+        </div>
+        <aside class="side">
+          <QueuePanel queue={queue} onCancel={cancel} />
+          <EnvironmentsPanel attached={attached} runners={runners} />
+        </aside>
+      </div>
+      <Composer onSend={enqueue} running={session?.status === "running"} />
+    </section>
+  );
+}
+
+function SessionHead({
+  session,
+  onStop,
+  onChanged,
+  onError,
+}: {
+  session: SessionInfo | null;
+  onStop: () => void;
+  onChanged: (s: SessionInfo) => void;
+  onError: (e: string | null) => void;
+}) {
+  const [editing, setEditing] = useState(false);
+  const [title, setTitle] = useState("");
+  if (!session) return <div class="session-head" />;
+  const save = async (e: Event) => {
+    e.preventDefault();
+    try {
+      onChanged(await api.patchSession(session.id, { title }));
+      setEditing(false);
+      onError(null);
+    } catch (err) {
+      onError(errorText(err));
+    }
+  };
+  return (
+    <div class="session-head">
+      {editing ? (
+        <form onSubmit={save} class="rename" aria-label="Rename session">
+          <input
+            aria-label="Title"
+            value={title}
+            autoFocus
+            maxLength={200}
+            onInput={(e) => setTitle((e.target as HTMLInputElement).value)}
+            onKeyDown={(e) => e.key === "Escape" && setEditing(false)}
+          />
+          <button type="submit">Save</button>
+          <button type="button" class="secondary" onClick={() => setEditing(false)}>
+            Cancel
+          </button>
+        </form>
+      ) : (
+        <h1>
+          <span data-testid="session-title">{session.title || `Untitled ${session.id.slice(0, 8)}`}</span>
+          <button
+            type="button"
+            class="link small"
+            onClick={() => {
+              setTitle(session.title ?? "");
+              setEditing(true);
+            }}
+          >
+            Rename
+          </button>
+        </h1>
+      )}
+      <div class="meta">
+        <span data-testid="session-status">
+          <StatusBadge status={session.status} />
+        </span>
+        <span class="muted">
+          {session.provider} · {session.model} · owner {session.owner}
+          {session.access === "tenant" ? " · shared with the tenant" : ""}
+        </span>
+        {session.status === "running" && (
+          <button type="button" class="danger small" onClick={onStop}>
+            Stop
+          </button>
+        )}
+      </div>
+    </div>
+  );
+}
+
+function ConnectionLine({ connection, resumed }: { connection: { state: Connection; detail: string }; resumed: string | null }) {
+  if (connection.state === "reconnecting") {
+    return (
+      <p class="banner warn" role="status" data-testid="connection">
+        Connection lost ({connection.detail}).
+      </p>
+    );
+  }
+  if (resumed) {
+    return (
+      <p class="banner ok" role="status" data-testid="connection">
+        {resumed}
+      </p>
+    );
+  }
+  return null;
+}
+
+function ItemView({ item, sessionId }: { item: Item; sessionId: string }) {
+  switch (item.kind) {
+    case "header":
+      return (
+        <details class="notice">
+          <summary>
+            Session started · {item.provider} · {item.model}
+          </summary>
+          <pre>{item.systemPrompt}</pre>
+        </details>
+      );
+    case "user":
+      return (
+        <div class="msg user" data-cursor={item.entry.cursor}>
+          <div class="who">
+            {item.author}
+            {item.lane === "steer" ? <span class="badge">steer</span> : null}
+          </div>
+          <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(item.content) }} />
+        </div>
+      );
+    case "assistant":
+      return (
+        <div class="msg assistant" data-cursor={item.entry.cursor} data-testid="assistant-message">
+          <div class="who">assistant</div>
+          {item.text && <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(item.text) }} />}
+          {item.calls.map(({ call, result }) => (
+            <details key={call.id} class={`tool ${result?.isError ? "tool-error" : ""}`}>
+              <summary>
+                <code>{call.name}</code>
+                <span class="muted">{result ? (result.isError ? " · failed" : " · done") : " · waiting"}</span>
+              </summary>
+              <div class="tool-label">arguments</div>
+              <pre>{formatArguments(call.arguments)}</pre>
+              {result && (
+                <>
+                  <div class="tool-label">result</div>
+                  <pre class={result.isError ? "error-text" : ""}>{result.content}</pre>
+                </>
+              )}
+            </details>
+          ))}
+        </div>
+      );
+    case "tool_result":
+      return (
+        <details class={`tool ${item.result.isError ? "tool-error" : ""}`}>
+          <summary>
+            <code>{item.result.toolName}</code> result
+          </summary>
+          <pre>{item.result.content}</pre>
+        </details>
+      );
+    case "context":
+      return (
+        <details class="notice context">
+          <summary>{contextLabel(item.customType)}</summary>
+          <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(item.content) }} />
+        </details>
+      );
+    case "approval":
+      return <ApprovalCard approval={item.approval} sessionId={sessionId} />;
+    case "notice":
+      return (
+        <p class={`notice ${item.error ? "notice-error" : ""}`} data-custom-type={item.customType}>
+          {item.text}
+        </p>
+      );
+  }
+}
+
+function contextLabel(customType: string): string {
+  switch (customType) {
+    case "wuhu_global_context_v1":
+      return "Your global context was added";
+    case "wuhu_agents_md_v1":
+      return "AGENTS.md of the environment was added";
+    case "wuhu_resume_note_v1":
+      return "Resume note for the agent";
+    case "wuhu_group_chat_reminder_v1":
+      return "This session became a group chat";
+    default:
+      return customType;
+  }
+}
+
+function ApprovalCard({ approval, sessionId }: { approval: ApprovalView; sessionId: string }) {
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const answer = async (decision: "approve" | "approve_session" | "deny") => {
+    setBusy(true);
+    setError(null);
+    try {
+      await api.answerApproval(sessionId, approval.approvalId, decision);
+    } catch (err) {
+      setError(errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const expired = approval.expiresAt !== null && approval.expiresAt < Date.now() / 1000;
+  return (
+    <div class="approval" data-testid="approval" data-approval-id={approval.approvalId}>
+      <p>
+        <strong>Approval needed</strong>
+        {approval.approver ? <span class="muted"> · answered by {approval.approver.sub}</span> : null}
+      </p>
+      <p>{approval.text}</p>
+      {approval.decision ? (
+        <p class="decision" data-testid="approval-decision">
+          {approval.decision}
+          {approval.decidedBy ? ` by ${approval.decidedBy}` : ""}
+        </p>
+      ) : expired ? (
+        <p class="muted">Expired</p>
+      ) : (
+        <div class="actions">
+          <button type="button" disabled={busy} onClick={() => answer("approve")}>
+            Approve
+          </button>
+          {approval.approver?.kind === "runnerOwner" && (
+            <button type="button" class="secondary" disabled={busy} onClick={() => answer("approve_session")}>
+              Approve for this session
+            </button>
+          )}
+          <button type="button" class="danger" disabled={busy} onClick={() => answer("deny")}>
+            Deny
+          </button>
+        </div>
+      )}
+      <ErrorLine error={error} />
+    </div>
+  );
+}
+
+function QueuePanel({ queue, onCancel }: { queue: QueueItem[]; onCancel: (id: string) => void }) {
+  return (
+    <section class="panel" aria-label="Queue" data-testid="queue">
+      <h2>Queue</h2>
+      {queue.length === 0 ? (
+        <p class="muted">Nothing waiting.</p>
+      ) : (
+        <ul>
+          {queue.map((item) => (
+            <li key={item.id} class="queue-item">
+              <span class="badge">{item.lane}</span>
+              <span class="queue-text">{item.content}</span>
+              <button type="button" class="link small" onClick={() => onCancel(item.id)} aria-label={`Cancel "${item.content.slice(0, 40)}"`}>
+                Cancel
+              </button>
+            </li>
+          ))}
+        </ul>
+      )}
+    </section>
+  );
+}
+
+function EnvironmentsPanel({ attached, runners }: { attached: Attachment[]; runners: RunnerInfo[] }) {
+  return (
+    <section class="panel" aria-label="Environments" data-testid="environments">
+      <h2>Environments</h2>
+      {attached.length === 0 ? (
+        <p class="muted">None attached.</p>
+      ) : (
+        <ul>
+          {attached.map((a) => {
+            const runner = runners.find((r) => r.name === a.runner && r.owner === a.runnerOwner);
+            return (
+              <li key={a.environment.name}>
+                <strong>{a.environment.name}</strong> <span class="muted">({a.environment.kind})</span>
+                <div class="muted small">
+                  runner {a.runner} of {a.runnerOwner} · {a.runnerKind} ·{" "}
+                  {runner ? (runner.connected ? "connected" : `last seen ${timeAgo(runner.lastSeen)}`) : "status unknown"}
+                </div>
+                <div class="muted small mono">{a.environment.root}</div>
+              </li>
+            );
+          })}
+        </ul>
+      )}
+    </section>
+  );
+}
+
+function Composer({ onSend, running }: { onSend: (lane: Lane, content: string) => Promise<void>; running: boolean }) {
+  const [text, setText] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const send = async (lane: Lane) => {
+    const content = text.trim();
+    if (!content || busy) return;
+    setBusy(true);
+    try {
+      await onSend(lane, content);
+      setText("");
+      setError(null);
+    } catch (err) {
+      setError(errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const onKeyDown = (e: KeyboardEvent) => {
+    if (e.key !== "Enter" || e.shiftKey || e.isComposing) return;
+    e.preventDefault();
+    void send(e.ctrlKey || e.metaKey ? "steer" : "followUp");
+  };
+  return (
+    <form
+      class="composer"
+      aria-label="Message"
+      onSubmit={(e) => {
+        e.preventDefault();
+        void send("followUp");
+      }}
+    >
+      <textarea
+        aria-label="Message"
+        rows={2}
+        placeholder={running ? "Enter queues a follow-up · Ctrl+Enter steers now · Shift+Enter new line" : "Message · Enter sends · Shift+Enter new line"}
+        value={text}
+        onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
+        onKeyDown={onKeyDown}
+      />
+      <div class="composer-actions">
+        <button type="submit" disabled={busy || !text.trim()}>
+          Send
+        </button>
+        <button type="button" class="secondary" disabled={busy || !text.trim()} onClick={() => send("steer")} title="Ctrl+Enter">
+          Steer
+        </button>
+      </div>
+      <ErrorLine error={error} />
+    </form>
+  );
+}
