@@ -1,10 +1,13 @@
 //! The web app in a real browser: headless Chromium (Debian's `chromium`, driven by
 //! `playwright-core` from `package.json`) against the real stack and a real `wuhu-runner`.
-//! The browser script is `tests/web/app_in_chromium.mjs`; it signs in, creates a session, watches
+//! The browser script is `tests/web/app_in_chromium.mjs`; it signs in (a cookie session), creates a session, watches
 //! a reply stream in, reloads mid-stream (nothing lost or doubled), cancels a queued follow-up,
 //! sees a dropped connection resume (a proxy cuts it), steers mid-turn, stops, renames and searches, answers an approval for alice's machine that
-//! bob's prompt asked for, edits a workspace document, manages environment definitions, checks
-//! phone width, and fails on any console error.
+//! bob's prompt asked for, edits a workspace document, manages environment definitions, mints a
+//! runner token and connects a real runner with the command the page shows, checks that a page on
+//! a listed origin may call the API with a bearer token and an unlisted one may not, that a
+//! cross-site request riding the cookie changes nothing, checks phone width, and fails on any
+//! console error.
 //!
 //! `scripts/test` installs Chromium (`ensure_chromium`) and builds the app (`build_worker`).
 //! `WUHU_SCREENSHOTS=docs/screenshots` refreshes the README's screenshots.
@@ -16,8 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use wuhu_e2e::drop_proxy::DropProxy;
-use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
-use wuhu_e2e::stack::repo_root;
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, runner_bin};
+use wuhu_e2e::stack::{free_port, repo_root};
 use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Stack, StackOptions};
 
@@ -45,8 +48,15 @@ fn the_web_app_works_in_chromium() {
             && root.join("node_modules/playwright-core").exists(),
         "the web app is not built or playwright-core is missing: run `bash -c 'source scripts/lib/setup.sh && build_worker'`"
     );
+    // Two pages on other origins: one listed for CORS, one not (the script serves them).
+    let allowed_port = free_port();
+    let foreign_port = free_port();
     let stack = Stack::start_with(StackOptions {
         fake_delay_ms: Some(0),
+        vars: vec![(
+            "WUHU_ALLOWED_ORIGINS".to_string(),
+            format!("http://127.0.0.1:{allowed_port}"),
+        )],
         ..StackOptions::default()
     });
     let tenant = unique_name("web");
@@ -75,6 +85,10 @@ fn the_web_app_works_in_chromium() {
         .env("WUHU_RUNNER", runner.name())
         .env("WUHU_API_DIR", &api_dir)
         .env("WUHU_CHROMIUM", &chromium)
+        .env("WUHU_ALLOWED_PORT", allowed_port.to_string())
+        .env("WUHU_FOREIGN_PORT", foreign_port.to_string())
+        .env("WUHU_RUNNER_BIN", runner_bin())
+        .env("WUHU_STACK_LOG", stack.log_path())
         .env("WUHU_FAILURE_DIR", dir.path())
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone log"))

@@ -6,13 +6,19 @@
 //   WUHU_ALICE_TOKEN    a user token for alice; WUHU_BOB_TOKEN for bob (same tenant)
 //   WUHU_RUNNER         alice's connected runner, offering the environment `api` at WUHU_API_DIR
 //   WUHU_CHROMIUM       the browser (default /usr/bin/chromium)
+//   WUHU_ALLOWED_PORT   a port for a page on an origin listed in WUHU_ALLOWED_ORIGINS (CORS)
+//   WUHU_FOREIGN_PORT   a port for a page on an unlisted origin
+//   WUHU_RUNNER_BIN     wuhu-runner, started with the command the Runners page shows
+//   WUHU_STACK_LOG      the Worker's log (to see that a cross-site request was refused with 403)
 //   WUHU_SCREENSHOTS    where to save screenshots (docs/screenshots to refresh the README's)
 //
 // Every step polls with a deadline; nothing sleeps for a fixed time. Any console error or
 // uncaught exception in the page fails the run. Exit code 0 when every step passed.
 
 import { chromium } from "playwright-core";
-import { existsSync, mkdirSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { connect } from "node:net";
 import { join } from "node:path";
 
@@ -29,6 +35,10 @@ const API_DIR = env("WUHU_API_DIR");
 const CHROMIUM = env("WUHU_CHROMIUM", "/usr/bin/chromium");
 const SHOTS = process.env.WUHU_SCREENSHOTS ?? null;
 const DROP_ADDR = env("WUHU_DROP_ADDR");
+const ALLOWED_PORT = Number(env("WUHU_ALLOWED_PORT"));
+const FOREIGN_PORT = Number(env("WUHU_FOREIGN_PORT"));
+const RUNNER_BIN = env("WUHU_RUNNER_BIN");
+const STACK_LOG = env("WUHU_STACK_LOG");
 const STEP_TIMEOUT = 30_000;
 
 /** Asks the proxy in front of the Worker to cut every open connection. */
@@ -113,7 +123,10 @@ context.setDefaultTimeout(STEP_TIMEOUT);
 const page = await context.newPage();
 // While the test cuts the connections, a failed request is what it asked for.
 let dropping = false;
+// While a page on another origin calls the API, the browser reports the refusals it asked for.
+let expectingRefusals = false;
 page.on("console", (msg) => {
+  if (msg.type() === "error" && expectingRefusals && /CORS policy|net::ERR_FAILED|status of 403/.test(msg.text())) return;
   if (msg.type() === "error" && dropping && /net::ERR_|Failed to fetch/.test(msg.text())) return;
   if (msg.type() === "error") consoleErrors.push(`console.error: ${msg.text()} (${msg.location().url})`);
 });
@@ -157,6 +170,11 @@ try {
   await page.getByLabel("Your token").fill(ALICE);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByTestId("whoami").filter({ hasText: "alice" }).waitFor();
+  const cookies = await context.cookies(BASE);
+  const session = cookies.find((c) => c.name === "wuhu_session");
+  check(session && session.httpOnly && session.sameSite === "Strict", `signed in with an HttpOnly SameSite=Strict cookie (${JSON.stringify(cookies)})`);
+  const stored = await page.evaluate(() => JSON.stringify({ ...localStorage }) + document.cookie);
+  check(!stored.includes(ALICE.split(".")[1]) && !stored.includes("wuhu_session"), `the page keeps no token it can read (${stored})`);
 
   // 2. Create a session from the form.
   log("create a session");
@@ -320,14 +338,88 @@ try {
   await editForm.getByLabel("Approval").selectOption("ask");
   await editForm.getByRole("button", { name: "Save" }).click();
   await defs.getByRole("row", { name: /web-env/ }).getByText("ask", { exact: true }).waitFor();
+  // A runner token minted by the page, and the command it shows, connect a real runner.
   await page.getByText("Register a runner").click();
-  await page.getByTestId("register-command").filter({ hasText: "wuhu-runner register --server" }).waitFor();
+  await page.getByLabel("Runner name").fill("web-runner");
+  await page.getByRole("button", { name: "Create a runner token" }).click();
+  const commandBox = page.getByTestId("register-command");
+  await commandBox.filter({ hasText: /WUHU_RUNNER_TOKEN=ey/ }).waitFor();
+  const command = await commandBox.innerText();
+  const runnerToken = command.match(/WUHU_RUNNER_TOKEN=(\S+)/)[1];
+  const server = command.match(/--server (\S+)/)[1];
+  check(server === BASE && command.includes("--name web-runner"), `the command names this server and the runner (${command})`);
   await shot("runners");
+  const runnerHome = join(API_DIR, "..", "web-runner-home");
+  mkdirSync(runnerHome, { recursive: true });
+  const runnerProcess = spawn(RUNNER_BIN, ["register", "--server", server, "--name", "web-runner"], {
+    env: { HOME: runnerHome, PATH: "/usr/local/bin:/usr/bin:/bin", WUHU_RUNNER_TOKEN: runnerToken },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let runnerLog = "";
+  runnerProcess.stdout.on("data", (d) => (runnerLog += d));
+  runnerProcess.stderr.on("data", (d) => (runnerLog += d));
+  try {
+    await poll("the runner to connect with the page's token", async () => {
+      if (runnerProcess.exitCode !== null) throw new Error(`the runner exited: ${runnerLog}`);
+      return runnerLog.includes("connected to");
+    });
+    await page.reload();
+    await page.getByRole("table", { name: "Runners" }).getByRole("row", { name: /web-runner.*connected/ }).waitFor();
+  } finally {
+    runnerProcess.kill("SIGKILL");
+  }
   page.once("dialog", (dialog) => dialog.accept());
   await defs.getByRole("row", { name: /web-env/ }).getByRole("button", { name: "Delete" }).click();
   await defs.getByText("web-env").waitFor({ state: "detached" });
   const remaining = await call(ALICE, "GET", "/v1/environments");
   check(!remaining.environments.some((d) => d.name === "web-env"), "the definition was deleted");
+
+  // 10b. Other origins. A page on the listed origin may call the API with a bearer token; an
+  // unlisted one may not read the answer. And a request from another origin of the same site
+  // (so the SameSite=Strict cookie rides along) that would change something is refused.
+  log("CORS and cross-site requests");
+  const elsewhere = (port) =>
+    new Promise((resolve) => {
+      const server = createServer((_, res) => {
+        res.writeHead(200, { "content-type": "text/html" });
+        res.end('<!doctype html><html><head><link rel="icon" href="data:,"></head><body>elsewhere</body></html>');
+      });
+      server.listen(port, "127.0.0.1", () => resolve(server));
+    });
+  const servers = [await elsewhere(ALLOWED_PORT), await elsewhere(FOREIGN_PORT)];
+  try {
+    const readSessions = (base, token) =>
+      fetch(`${base}/v1/sessions?limit=1`, { headers: { authorization: `Bearer ${token}` } }).then(
+        async (r) => ({ status: r.status, body: await r.json() }),
+        (e) => ({ failed: String(e) }),
+      );
+    await page.goto(`http://127.0.0.1:${ALLOWED_PORT}/`);
+    const allowed = await page.evaluate(`(${readSessions})(${JSON.stringify(BASE)}, ${JSON.stringify(BOB)})`);
+    check(allowed.status === 200 && Array.isArray(allowed.body.sessions), `a listed origin reads the API (${JSON.stringify(allowed)})`);
+    await page.goto(`http://127.0.0.1:${FOREIGN_PORT}/`);
+    expectingRefusals = true;
+    const refused = await page.evaluate(`(${readSessions})(${JSON.stringify(BASE)}, ${JSON.stringify(BOB)})`);
+    check(refused.failed, `an unlisted origin cannot read the API (${JSON.stringify(refused)})`);
+
+    const before = (await call(ALICE, "GET", "/v1/sessions?limit=200")).sessions.length;
+    await page.evaluate(
+      `fetch(${JSON.stringify(BASE + "/v1/sessions")}, { method: "POST", mode: "no-cors", credentials: "include",
+         headers: { "content-type": "text/plain" }, body: JSON.stringify({ title: "planted" }) }).then(() => "sent", String)`,
+    );
+    // The refusal is a 403 (the cookie was sent and checked), not a 401 (no credential).
+    await poll("the Worker to log the refused cross-site POST", async () =>
+      readFileSync(STACK_LOG, "utf8")
+        .split("\n")
+        .some((line) => line.includes('"method":"POST","path":"/v1/sessions"') && line.includes('"status":403')),
+    );
+    const after = await call(ALICE, "GET", "/v1/sessions?limit=200");
+    check(after.sessions.length === before && !after.sessions.some((x) => x.title === "planted"), "the cross-site POST created nothing");
+    expectingRefusals = false;
+  } finally {
+    for (const server of servers) server.close();
+  }
+  await page.goto(`${BASE}/#/sessions`);
+  await page.getByTestId("whoami").filter({ hasText: "alice" }).waitFor();
 
   // 11. Phone width: the session view fits without sideways scrolling.
   log("phone width");

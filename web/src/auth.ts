@@ -1,86 +1,88 @@
-// The one place that knows how the page authenticates. Today: a bearer token the person pastes,
-// kept in localStorage and sent as `Authorization` on every request (so the follow stream is
-// read with fetch, see follow.ts). When the server offers a same-origin cookie session, this
-// module exchanges the token for the cookie and the rest of the page does not change.
+// The one place that knows how the page authenticates. The page uses a same-origin cookie
+// session (docs/api.md, "How the web app signs in"): a pasted token is exchanged once for an
+// HttpOnly `wuhu_session` cookie by `POST /v1/auth/session` and kept nowhere; behind Cloudflare
+// Access every request already carries the identity. Requests carry no Authorization header,
+// and the follow stream is a plain EventSource (follow.ts).
 
-const TOKEN_KEY = "wuhu.token";
-
-/** Who the page is signed in as (read from the token's claims, for display only: the server verifies). */
+/** Who the page is signed in as, as the server sees it (`GET /v1/auth/me`). */
 export interface Identity {
   sub: string;
   tenant: string;
   role: "admin" | "member";
-  exp: number;
-}
-
-export function token(): string | null {
-  try {
-    return localStorage.getItem(TOKEN_KEY);
-  } catch {
-    return null;
-  }
-}
-
-/** Headers that authenticate a request. */
-export function authHeaders(): Record<string, string> {
-  const t = token();
-  return t ? { authorization: `Bearer ${t}` } : {};
-}
-
-/** The claims of a JWT, or null when it is not one. */
-export function decodeClaims(jwt: string): Identity | null {
-  const parts = jwt.split(".");
-  if (parts.length !== 3) return null;
-  try {
-    const b64 = parts[1].replace(/-/g, "+").replace(/_/g, "/");
-    const json = new TextDecoder().decode(Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)));
-    const claims = JSON.parse(json);
-    if (typeof claims.sub !== "string" || typeof claims.tenant !== "string") return null;
-    return {
-      sub: claims.sub,
-      tenant: claims.tenant,
-      role: claims.role === "admin" ? "admin" : "member",
-      exp: typeof claims.exp === "number" ? claims.exp : 0,
-    };
-  } catch {
-    return null;
-  }
-}
-
-export function identity(): Identity | null {
-  const t = token();
-  return t ? decodeClaims(t) : null;
+  via: "cookie" | "access" | "bearer";
+  expiresAt: number | null;
 }
 
 /**
- * Signs in with a pasted token: checks it against the server (a cheap authenticated read), then
- * keeps it. Throws the server's message when it is refused.
+ * Whether this browser signed in before (not a secret: the cookie is the credential). Only then
+ * does the page ask the server who it is at start-up, so a signed-out page makes no request
+ * that must fail.
  */
-export async function signInWithToken(raw: string): Promise<Identity> {
-  const candidate = raw.trim().replace(/^Bearer\s+/i, "");
-  const claims = decodeClaims(candidate);
-  if (!claims) throw new Error("That is not a Wuhu token (a JWT with sub and tenant)");
-  const response = await fetch("/v1/sessions?limit=1", {
-    headers: { authorization: `Bearer ${candidate}` },
-  });
-  if (!response.ok) {
-    let message = `the server answered ${response.status}`;
-    try {
-      const body = await response.json();
-      if (body?.error?.message) message = body.error.message;
-    } catch {
-      // Not JSON: keep the status.
-    }
-    throw new Error(message);
+const SIGNED_IN_KEY = "wuhu.signedIn";
+
+function remember(signedIn: boolean) {
+  try {
+    if (signedIn) localStorage.setItem(SIGNED_IN_KEY, "1");
+    else localStorage.removeItem(SIGNED_IN_KEY);
+  } catch {
+    // Storage unavailable: the page asks the server each time instead.
   }
-  localStorage.setItem(TOKEN_KEY, candidate);
-  return claims;
 }
 
-export async function signOut(): Promise<void> {
+export function signedInBefore(): boolean {
   try {
-    localStorage.removeItem(TOKEN_KEY);
+    return localStorage.getItem(SIGNED_IN_KEY) === "1";
   } catch {
-    // Storage unavailable: nothing was kept.
+    return true;
   }
+}
+
+/** Headers that authenticate a request: none, the cookie (or Access) does. */
+export function authHeaders(): Record<string, string> {
+  return {};
+}
+
+async function errorMessage(response: Response): Promise<string> {
+  try {
+    const body = await response.json();
+    if (body?.error?.message) return body.error.message;
+  } catch {
+    // Not JSON: the status says enough.
+  }
+  return `the server answered ${response.status}`;
+}
+
+/** Who we are (cookie session or Access), or null when the server says we are not signed in. */
+export async function currentIdentity(): Promise<Identity | null> {
+  const response = await fetch("/v1/auth/me");
+  if (response.status === 401) {
+    remember(false);
+    return null;
+  }
+  if (!response.ok) throw new Error(await errorMessage(response));
+  remember(true);
+  return (await response.json()) as Identity;
+}
+
+/** Exchanges a pasted token for a cookie session; throws the server's message when refused. */
+export async function signInWithToken(raw: string): Promise<Identity> {
+  const token = raw.trim().replace(/^Bearer\s+/i, "");
+  if (!/^[\w-]+\.[\w-]+\.[\w-]+$/.test(token)) throw new Error("That is not a Wuhu token (a JWT)");
+  const response = await fetch("/v1/auth/session", {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}` },
+  });
+  if (!response.ok) throw new Error(await errorMessage(response));
+  remember(true);
+  return (await response.json()) as Identity;
+}
+
+/** Ends the cookie session (the server revokes it); Access users sign out at Access. */
+export async function signOut(me: Identity | null): Promise<void> {
+  remember(false);
+  if (me?.via === "access") {
+    location.href = "/cdn-cgi/access/logout";
+    return;
+  }
+  if (me?.via === "cookie") await fetch("/v1/auth/logout", { method: "POST" });
 }

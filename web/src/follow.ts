@@ -1,11 +1,9 @@
-// Follows a session's event stream (`GET /v1/sessions/:id/follow`) and keeps following: when the
-// connection drops it reconnects with `sinceCursor` set to the last entry it saw, so nothing is
-// lost or repeated (the server replays every later entry exactly once). The stream is read with
-// fetch because it carries the bearer token from auth.ts; a plain EventSource (which
-// reconnects by itself with `Last-Event-ID`) needs the cookie session.
+// Follows a session's event stream (`GET /v1/sessions/:id/follow`) with a plain EventSource: the
+// cookie session authenticates it, and the browser reconnects by itself with `Last-Event-ID`,
+// from which the server replays every later entry exactly once. When the browser gives up (the
+// server refused the stream: an HTTP error rather than a drop), this module opens a new one from
+// the last cursor it saw, after a backoff.
 
-import { authHeaders } from "./auth";
-import { SseParser } from "./sse";
 import type { FollowEvent } from "./types";
 
 /** `connecting`: the first attempt; `live`: events flow; `reconnecting`: it dropped and we retry. */
@@ -16,76 +14,66 @@ export interface FollowHandlers {
   onConnection(state: Connection, detail: string): void;
 }
 
-/** Backoff between attempts after a drop, capped. */
-const RETRY_MS = [250, 1000, 2000, 4000, 8000];
+/** Backoff before a new EventSource after the browser gave up on one, capped. */
+const RETRY_MS = [1000, 2000, 4000, 8000];
+
+const EVENTS = ["entry_appended", "assistant_text_delta", "status", "idle", "done", "lagged", "error"] as const;
 
 /** Starts following after `sinceCursor`; returns a function that stops for good. */
 export function follow(sessionId: string, sinceCursor: number, handlers: FollowHandlers): () => void {
   let lastCursor = sinceCursor;
   let stopped = false;
-  let controller: AbortController | null = null;
+  let source: EventSource | null = null;
   let attempt = 0;
   let timer: number | undefined;
 
-  const run = async () => {
+  const open = () => {
     if (stopped) return;
-    controller = new AbortController();
-    let reason = "the stream ended";
-    let opened = false;
-    try {
-      const response = await fetch(
-        `/v1/sessions/${encodeURIComponent(sessionId)}/follow?sinceCursor=${lastCursor}`,
-        { headers: { ...authHeaders(), accept: "text/event-stream" }, signal: controller.signal },
-      );
-      if (!response.ok || !response.body) {
-        reason = `the server answered ${response.status}`;
-        throw new Error(reason);
-      }
-      opened = true;
+    const es = new EventSource(`/v1/sessions/${encodeURIComponent(sessionId)}/follow?sinceCursor=${lastCursor}`);
+    source = es;
+    es.onopen = () => {
       attempt = 0;
       handlers.onConnection("live", `following from #${lastCursor}`);
-      const parser = new SseParser();
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        for (const frame of parser.push(value)) {
-          let event: FollowEvent;
-          try {
-            event = JSON.parse(frame.data) as FollowEvent;
-          } catch {
-            continue;
-          }
-          if (event.type === "entry_appended") {
-            // Entries arrive in cursor order; an older one (never expected) is not replayed.
-            if (event.entry.cursor <= lastCursor) continue;
-            lastCursor = event.entry.cursor;
-          }
-          if (event.type === "lagged") {
-            // The server closes a stream that fell too far behind; resume from what it covered.
-            lastCursor = Math.max(lastCursor, event.cursor);
-            reason = "the stream fell behind";
-          }
-          if (event.type === "error") reason = event.message;
-          handlers.onEvent(event);
+    };
+    for (const name of EVENTS) {
+      es.addEventListener(name, (raw) => {
+        // The server's own `error` frame is a MessageEvent with data; a connection failure
+        // is a plain Event, handled below.
+        if (!(raw instanceof MessageEvent)) return;
+        let event: FollowEvent;
+        try {
+          event = JSON.parse(raw.data) as FollowEvent;
+        } catch {
+          return;
         }
-      }
-    } catch (error) {
-      if (stopped) return;
-      if (!opened && reason === "the stream ended") reason = String((error as Error)?.message ?? error);
+        if (event.type === "entry_appended") {
+          if (event.entry.cursor <= lastCursor) return;
+          lastCursor = event.entry.cursor;
+        }
+        if (event.type === "lagged") lastCursor = Math.max(lastCursor, event.cursor);
+        handlers.onEvent(event);
+      });
     }
-    if (stopped) return;
-    const wait = RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)];
-    attempt += 1;
-    handlers.onConnection("reconnecting", `${reason}; reconnecting in ${Math.round(wait / 100) / 10}s`);
-    timer = window.setTimeout(run, wait);
+    es.addEventListener("error", (raw) => {
+      if (raw instanceof MessageEvent || stopped) return;
+      if (es.readyState === EventSource.CONNECTING) {
+        handlers.onConnection("reconnecting", "the stream dropped; the browser is reconnecting");
+        return;
+      }
+      // CLOSED: the browser gave up (an HTTP error). Open a new stream later.
+      es.close();
+      const wait = RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)];
+      attempt += 1;
+      handlers.onConnection("reconnecting", `the server refused the stream; retrying in ${wait / 1000}s`);
+      timer = window.setTimeout(open, wait);
+    });
   };
 
   handlers.onConnection("connecting", "");
-  void run();
+  open();
   return () => {
     stopped = true;
     if (timer !== undefined) window.clearTimeout(timer);
-    controller?.abort();
+    source?.close();
   };
 }

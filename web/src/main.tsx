@@ -6,7 +6,7 @@ import "./app.css";
 import { render } from "preact";
 import { useCallback, useEffect, useState } from "preact/hooks";
 import { setUnauthorizedHandler } from "./api";
-import { identity, signOut, type Identity } from "./auth";
+import { currentIdentity, signOut, signedInBefore, type Identity } from "./auth";
 import { SignIn } from "./views/SignIn";
 import { Sessions } from "./views/Sessions";
 import { SessionView } from "./views/Session";
@@ -41,14 +41,26 @@ function useRoute(): Route {
 }
 
 function App() {
-  const [me, setMe] = useState<Identity | null>(() => identity());
+  // `undefined` while the page asks the server who it is.
+  const [me, setMe] = useState<Identity | null | undefined>(() => (signedInBefore() ? undefined : null));
   const route = useRoute();
-  const leave = useCallback(async () => {
-    await signOut();
-    setMe(null);
+  useEffect(() => {
+    if (me !== undefined) return;
+    currentIdentity()
+      .then(setMe)
+      .catch(() => setMe(null));
+  }, [me]);
+  const leave = useCallback(async (who: Identity | null) => {
+    try {
+      await signOut(who);
+    } finally {
+      setMe(null);
+    }
   }, []);
-  useEffect(() => setUnauthorizedHandler(() => void leave()), [leave]);
+  // A 401 from any call means the session ended (expired, revoked, signed out elsewhere).
+  useEffect(() => setUnauthorizedHandler(() => setMe(null)), []);
 
+  if (me === undefined) return <p class="muted page">Loading…</p>;
   if (!me) return <SignIn onSignedIn={setMe} />;
   const nav = (name: Route["name"], href: string, label: string) => (
     <a href={href} class={route.name === name || (name === "sessions" && route.name === "session") ? "active" : ""}>
@@ -66,13 +78,13 @@ function App() {
           {nav("runners", "#/runners", "Runners")}
           {nav("workspace", "#/workspace", "Workspace")}
         </nav>
-        <div class="whoami" data-testid="whoami" title={`tenant ${me.tenant}`}>
+        <div class="whoami" data-testid="whoami" title={`tenant ${me.tenant}, signed in by ${me.via}`}>
           <span>
             {me.sub}
             <span class="muted">@{me.tenant}</span>
             {me.role === "admin" ? <span class="badge">admin</span> : null}
           </span>
-          <button type="button" class="link" onClick={leave}>
+          <button type="button" class="link" onClick={() => leave(me)}>
             Sign out
           </button>
         </div>

@@ -27,7 +27,7 @@ export interface ApprovalView {
 export type Item =
   | { kind: "header"; entry: Entry; systemPrompt: string; provider: string; model: string }
   | { kind: "user"; entry: Entry; author: string; content: string; lane: string | null }
-  | { kind: "assistant"; entry: Entry; text: string; calls: ToolCallView[] }
+  | { kind: "assistant"; entry: Entry; text: string; thinking: string; calls: ToolCallView[] }
   | { kind: "tool_result"; entry: Entry; result: ToolResultMessage }
   | { kind: "context"; entry: Entry; customType: string; content: string }
   | { kind: "approval"; entry: Entry; approval: ApprovalView }
@@ -72,7 +72,12 @@ export function buildItems(entries: Entry[]): Item[] {
       if (m.role === "user") {
         items.push({ kind: "user", entry, author: m.author, content: m.content, lane: m.lane ?? null });
       } else if (m.role === "assistant") {
-        const text = m.content.filter((b) => b.type === "text").map((b) => (b as { text: string }).text).join("");
+        const text = m.content.map((b) => (b.type === "text" ? b.text : "")).join("");
+        // What the model shows of its reasoning (Anthropic thinking, OpenAI reasoning summaries).
+        const thinking = m.content
+          .map((b) => (b.type === "thinking" ? b.thinking : b.type === "reasoning" ? (b.summary ?? "") : ""))
+          .filter((t) => t)
+          .join("\n\n");
         const calls: ToolCallView[] = m.content
           .filter((b) => b.type === "tool_call")
           .map((b) => {
@@ -81,7 +86,7 @@ export function buildItems(entries: Entry[]): Item[] {
             if (result) paired.add(call.id);
             return { call: { id: call.id, name: call.name, arguments: call.arguments }, result };
           });
-        items.push({ kind: "assistant", entry, text, calls });
+        items.push({ kind: "assistant", entry, text, thinking, calls });
       } else if (m.role === "tool_result") {
         if (!paired.has(m.toolCallId)) items.push({ kind: "tool_result", entry, result: m });
       } else {

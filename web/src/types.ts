@@ -32,7 +32,12 @@ export interface ToolCall {
   arguments: unknown;
 }
 
-export type ContentBlock = { type: "text"; text: string } | ({ type: "tool_call" } & ToolCall);
+export type ContentBlock =
+  | { type: "text"; text: string }
+  | ({ type: "tool_call" } & ToolCall)
+  | { type: "thinking"; thinking: string }
+  | { type: "redacted_thinking" }
+  | { type: "reasoning"; summary?: string | null };
 
 export type Message =
   | { role: "user"; author: string; content: string; queueItemId?: string; lane?: Lane }

@@ -313,6 +313,12 @@ function ItemView({ item, sessionId }: { item: Item; sessionId: string }) {
       return (
         <div class="msg assistant" data-cursor={item.entry.cursor} data-testid="assistant-message">
           <div class="who">assistant</div>
+          {item.thinking && (
+            <details class="thinking">
+              <summary>Thinking</summary>
+              <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(item.thinking) }} />
+            </details>
+          )}
           {item.text && <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(item.text) }} />}
           {item.calls.map(({ call, result }) => (
             <details key={call.id} class={`tool ${result?.isError ? "tool-error" : ""}`}>

@@ -1,5 +1,5 @@
 import { useState } from "preact/hooks";
-import { signInWithToken, type Identity } from "../auth";
+import { currentIdentity, signInWithToken, type Identity } from "../auth";
 import { ErrorLine, errorText } from "../util";
 
 export function SignIn({ onSignedIn }: { onSignedIn: (me: Identity) => void }) {
@@ -13,6 +13,20 @@ export function SignIn({ onSignedIn }: { onSignedIn: (me: Identity) => void }) {
     try {
       onSignedIn(await signInWithToken(token));
       if (!location.hash) location.hash = "#/sessions";
+    } catch (err) {
+      setError(errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  // Behind Cloudflare Access every request already says who we are.
+  const viaAccess = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      const me = await currentIdentity();
+      if (me) onSignedIn(me);
+      else setError("This server does not know you through Cloudflare Access; paste a token");
     } catch (err) {
       setError(errorText(err));
     } finally {
@@ -35,13 +49,18 @@ export function SignIn({ onSignedIn }: { onSignedIn: (me: Identity) => void }) {
           onInput={(e) => setToken((e.target as HTMLTextAreaElement).value)}
         />
         <p class="muted">
-          Paste a user token (from <code>scripts/dev</code>, or minted by an admin). Behind Cloudflare Access you are
-          signed in by Access.
+          Paste a user token (from <code>scripts/dev</code>, or minted by an admin): it is exchanged for a
+          session cookie and not kept by the page.
         </p>
         <ErrorLine error={error} />
-        <button type="submit" disabled={busy || !token.trim()}>
-          Sign in
-        </button>
+        <div class="actions">
+          <button type="submit" disabled={busy || !token.trim()}>
+            Sign in
+          </button>
+          <button type="button" class="secondary" disabled={busy} onClick={viaAccess}>
+            Continue with Cloudflare Access
+          </button>
+        </div>
       </form>
     </main>
   );
