@@ -281,7 +281,10 @@ try {
   // 8. An approval for alice's machine, asked by bob's prompt, answered in the page.
   log("approval for a runner-backed environment");
   const shared = await call(ALICE, "POST", "/v1/sessions", { title: "Shared with bob" });
-  await call(ALICE, "PATCH", `/v1/sessions/${shared.id}`, { access: "tenant" });
+  await page.goto(`${BASE}/#/s/${shared.id}`);
+  await page.getByRole("button", { name: "Share with the tenant" }).click();
+  await page.getByRole("button", { name: "Make private" }).waitFor();
+  check((await call(ALICE, "GET", `/v1/sessions/${shared.id}`)).session.access === "tenant", "the page shared the session");
   await call(ALICE, "POST", `/v1/sessions/${shared.id}/enqueue?lane=followUp`, {
     content: fake({ toolCalls: [{ name: "request_environment", arguments: { spec: `${RUNNER}:api`, name: "api" } }], afterTools: "attached api" }),
   });

@@ -260,6 +260,21 @@ function SessionHead({
           {session.provider} · {session.model} · owner {session.owner}
           {session.access === "tenant" ? " · shared with the tenant" : ""}
         </span>
+        <button
+          type="button"
+          class="link small"
+          aria-pressed={session.access === "tenant"}
+          onClick={async () => {
+            try {
+              onChanged(await api.patchSession(session.id, { access: session.access === "tenant" ? "private" : "tenant" }));
+              onError(null);
+            } catch (err) {
+              onError(errorText(err));
+            }
+          }}
+        >
+          {session.access === "tenant" ? "Make private" : "Share with the tenant"}
+        </button>
         {session.status === "running" && (
           <button type="button" class="danger small" onClick={onStop}>
             Stop
