@@ -83,11 +83,17 @@ impl Stack {
     pub fn start_with(options: StackOptions) -> Stack {
         let root = repo_root();
         let custom_bin = options.wrangler_bin.is_some();
-        let missing: Vec<String> = ["wrangler.toml", "worker/build/worker/shim.mjs"]
-            .iter()
-            .filter(|p| !custom_bin && !root.join(p).exists())
-            .map(|p| root.join(p).display().to_string())
-            .collect();
+        // What wrangler.toml's entry (worker/entry.mjs) imports: worker-build's output and the
+        // js sandbox's own module.
+        let missing: Vec<String> = [
+            "wrangler.toml",
+            "worker/build/index.js",
+            "worker/build/sandbox_guest.wasm",
+        ]
+        .iter()
+        .filter(|p| !custom_bin && !root.join(p).exists())
+        .map(|p| root.join(p).display().to_string())
+        .collect();
         assert!(
             missing.is_empty(),
             "the end-to-end tests need a built Worker; missing: {}.\n\

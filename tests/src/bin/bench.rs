@@ -50,6 +50,15 @@ const BENCHMARKS: &[Benchmark] = &[
         run: js_round_trip,
     },
     Benchmark {
+        name: "js_work_budget",
+        description: "what one step of the js work budget costs, per loop body: on a second stack with \
+                      WUHU_SANDBOX_MAX_STEPS=100, (enqueue→idle of a turn whose one js call loops until the \
+                      budget stops it − of a turn with one js `1+1`) / 100; at_default_budget is that × 1000 \
+                      (the Worker's default budget), the CPU one call may take before the budget ends it. \
+                      Each series is one loop body; samples = min(--turns, 5)",
+        run: js_work_budget,
+    },
+    Benchmark {
         name: "runner_round_trip",
         description: "tool round trip session → runner hub → wuhu-runner → `true` → back: one turn of sequential \
                       `bash {\"command\":\"true\"}` calls on a local runner's environment (a real wuhu-runner \
@@ -463,6 +472,149 @@ fn js_round_trip(stack: &Stack, config: &Config) -> Vec<Series> {
         samples_ms: over_read,
     });
     series
+}
+
+/// The work budget of the `js_work_budget` stack: small enough that the dearest body measured
+/// ends on its budget before the 5 s clock limit, which `wrangler dev` enforces (its clock moves).
+const BENCH_BUDGET_STEPS: u64 = 100;
+
+/// The Worker's default work budget (`WUHU_SANDBOX_MAX_STEPS` in wrangler.toml).
+const DEFAULT_BUDGET_STEPS: f64 = 1000.0;
+
+/// Loop bodies that never end, each stopped by the work budget: the cheap and the dear kinds
+/// of step (a step is one interrupt check, about 10 000 jumps or calls, or 64 KiB allocated).
+const WORK_BODIES: &[(&str, &str)] = &[
+    ("empty_loop", "for (;;) {}"),
+    (
+        "arithmetic",
+        "let x = 0; for (let i = 0; ; i++) x = (x * 31 + i) | 0",
+    ),
+    (
+        "push_objects",
+        "const a = []; for (let i = 0; ; i++) { a.push({ i, s: 'v' + i }); if (a.length > 1000) a.length = 0 }",
+    ),
+    (
+        "json_round_trip",
+        "const o = { a: 1, b: [1, 2, 3], c: 'text', d: { e: null } }; for (;;) JSON.parse(JSON.stringify(o))",
+    ),
+    (
+        "regex_backtracking",
+        "const s = 'a'.repeat(24) + 'b'; for (;;) /^(a+)+$/.test(s)",
+    ),
+    ("string_repeat_1mib", "for (;;) 'x'.repeat(1 << 20).length"),
+    (
+        "sort_10k_with_comparator",
+        "const a = Array.from({ length: 10000 }, (_, i) => (i * 7919) % 10007); for (;;) a.slice().sort((x, y) => x - y)",
+    ),
+    (
+        "index_of_1kib",
+        "const s = 'a'.repeat(1024); for (;;) s.indexOf('b')",
+    ),
+];
+
+/// Per loop body of [`WORK_BODIES`], the cost of one step of the work budget.
+fn js_work_budget(_: &Stack, config: &Config) -> Vec<Series> {
+    let stack = Stack::start_with(StackOptions {
+        fake_delay_ms: Some(0),
+        vars: vec![(
+            "WUHU_SANDBOX_MAX_STEPS".into(),
+            BENCH_BUDGET_STEPS.to_string(),
+        )],
+        ..StackOptions::default()
+    });
+    let api = stack.client("bench", &unique_name("bench-budget"));
+    let session = api.create_fake_session();
+    let rx = follow_stamped(&api, &session.id, session.last_cursor);
+    let turn = |code: &str| {
+        fake_directive(&json!({
+            "toolCalls": [{"name": "js", "arguments": {"code": code}}],
+            "afterTools": "ok",
+        }))
+    };
+    let samples = config.turns.clamp(1, 5);
+    let floor = turn("1+1");
+    let mut series = Vec::new();
+    let mut worst_per_step = 0.0f64;
+    for (name, code) in WORK_BODIES {
+        let body = turn(code);
+        let mut per_step = Vec::with_capacity(samples);
+        // One warm-up turn each: the first run of a body compiles what it uses.
+        for sample in 0..=samples {
+            let what = format!("js_work_budget {name} sample {sample}");
+            let (base, _) = timed_turn_result(&stack, &api, &session.id, &rx, &floor, &what);
+            let (spent, result) = timed_turn_result(&stack, &api, &session.id, &rx, &body, &what);
+            if result.contains("time limit") {
+                // Fewer steps ran than the budget: the sample is a lower bound.
+                eprintln!(
+                    "bench: {what}: the 5 s clock ended it before {BENCH_BUDGET_STEPS} steps; \
+                     its per-step figure is a lower bound"
+                );
+            } else {
+                assert!(
+                    result.contains(&format!("execution budget of {BENCH_BUDGET_STEPS} steps")),
+                    "{what}: want the work budget to end it, got {result:?}"
+                );
+            }
+            if sample > 0 {
+                per_step.push((ms(spent) - ms(base)) / BENCH_BUDGET_STEPS as f64);
+            }
+        }
+        let stats = Stats::of(&per_step);
+        worst_per_step = worst_per_step.max(stats.p50);
+        series.push(Series {
+            name,
+            samples_ms: per_step,
+        });
+    }
+    series.insert(
+        0,
+        Series {
+            name: "at_default_budget",
+            samples_ms: vec![worst_per_step * DEFAULT_BUDGET_STEPS],
+        },
+    );
+    series
+}
+
+/// One turn with one tool call: enqueue → `idle` on the follow stream, and the call's result.
+fn timed_turn_result(
+    stack: &Stack,
+    api: &Api,
+    session: &str,
+    rx: &mpsc::Receiver<(Instant, SseEvent)>,
+    content: &str,
+    what: &str,
+) -> (Duration, String) {
+    let turn_timeout = Duration::from_secs(60);
+    let started = Instant::now();
+    api.enqueue(session, "followUp", content);
+    let mut result = None;
+    loop {
+        let (at, event) = rx.recv_timeout(turn_timeout).unwrap_or_else(|_| {
+            panic!(
+                "{what}: no idle within {turn_timeout:?}; wrangler log:\n{}",
+                stack.log_tail(40)
+            )
+        });
+        if at < started {
+            continue; // Left over from the previous turn.
+        }
+        match event.event.as_str() {
+            "done" => panic!("{what}: the follow stream ended"),
+            "idle" => {
+                let result = result.unwrap_or_else(|| panic!("{what}: no tool result"));
+                return (at - started, result);
+            }
+            _ => {}
+        }
+        if let Some(entry) = event.entry()
+            && let EntryPayload::Message {
+                message: Message::ToolResult(tool_result),
+            } = entry.payload
+        {
+            result = Some(tool_result.content);
+        }
+    }
 }
 
 /// Sequential `bash true` calls on a real runner, one turn; the same on a runner that answers
