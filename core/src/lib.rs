@@ -13,6 +13,7 @@
 //! * [`follow`]: the follow stream (backfill and live merge, bounds, idle points).
 //! * [`sse`]: the one Server-Sent Events decoder (providers, clients).
 //! * [`authority`]: who may do what inside a tenant.
+//! * [`channels`]: chat channels (Slack, …): bindings, hook signatures, threads, replies.
 //! * [`approvals`]: when a tool call waits for a person, who may answer, and expiry.
 //! * [`hub`]: the runner hub's connection rules (hello, name ownership, liveness).
 //! * [`resolve`]: which runner a definition may name; resolving `request_environment`.
@@ -27,6 +28,7 @@ pub mod approvals;
 pub mod archive;
 pub mod authority;
 pub mod browser;
+pub mod channels;
 pub mod context;
 pub mod egress;
 pub mod environments;

@@ -66,6 +66,8 @@ pub struct Stack {
     persist_dir: PathBuf,
     log_path: PathBuf,
     secret: String,
+    /// `WUHU_CHANNEL_KEY`: kept across restarts, so sealed channel credentials still open.
+    channel_key: String,
     port: u16,
     child: Option<Child>,
     watchdog: Option<Child>,
@@ -125,6 +127,7 @@ impl Stack {
             dir,
             persist_dir,
             secret,
+            channel_key: crate::util::random_hex(32),
             port: 0,
             child: None,
             watchdog: None,
@@ -309,6 +312,7 @@ impl Stack {
                 "ANTHROPIC_API_KEY".to_string(),
                 ANTHROPIC_TEST_KEY.to_string(),
             ),
+            ("WUHU_CHANNEL_KEY".to_string(), self.channel_key.clone()),
         ];
         if let Some(ms) = self.options.fake_delay_ms {
             vars.push(("WUHU_FAKE_DELAY_MS".to_string(), ms.to_string()));

@@ -11,6 +11,7 @@ mod approvals;
 mod archive_io;
 mod auth;
 mod builtin_tools;
+mod channels;
 mod cors;
 mod environment_tools;
 mod follow;
@@ -39,6 +40,7 @@ use crate::http::{
 };
 use wuhu_core::authority::WorkspaceWriter;
 
+pub use channels::ChannelActor;
 pub use runner_hub::RunnerHub;
 pub use session_actor::SessionActor;
 pub use tenant_index::TenantIndex;
@@ -96,6 +98,9 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     if segments.as_slice() == ["healthz"] {
         return Ok(json_response(200, &serde_json::json!({"ok": true})));
+    }
+    if segments.first() == Some(&"hooks") {
+        return channels::hook(req, &env, &segments).await;
     }
     if segments.first() != Some(&"v1") {
         return Err(ApiError::not_found("no such route"));
@@ -172,6 +177,9 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             ],
             _,
         ) => Err(method_not_allowed()),
+        (["v1", "channels", ..], method) => {
+            channels::api(&mut req, &env, &identity, &segments, method).await
+        }
         (["v1", "workspace", "docs"], Method::Get) => list_docs(&req, &env, &identity).await,
         (["v1", "workspace", "docs", rest @ ..], method) if !rest.is_empty() => {
             workspace_doc(&mut req, &env, &identity, rest, method).await

@@ -1,0 +1,835 @@
+//! Channel bindings: what `POST|PATCH /v1/channels` accept, what is stored, what reads show.
+//!
+//! Credentials are validated here, sealed by the host ([`super::seal`]) and never part of a
+//! read: [`ChannelView`] carries them masked ([`mask`]).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::llm::{fake, openai};
+use crate::wire::Lane;
+
+/// Most bindings one tenant may have.
+pub const MAX_BINDINGS_PER_TENANT: usize = 50;
+/// Longest binding name, in characters.
+pub const MAX_NAME_CHARS: usize = 100;
+/// Longest credential field, in bytes.
+pub const MAX_CREDENTIAL_BYTES: usize = 512;
+/// Longest default system prompt, in bytes.
+pub const MAX_SYSTEM_PROMPT_BYTES: usize = 32 * 1024;
+/// Longest URL (`apiBaseUrl`, `replyUrl`), in bytes.
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// A chat platform.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// Slack Events API + Interactivity.
+    Slack,
+    /// A Telegram bot webhook.
+    Telegram,
+    /// A Discord application's Interactions endpoint.
+    Discord,
+    /// Any system that signs its POSTs with a shared secret (see `docs/channels.md`).
+    Generic,
+}
+
+impl Platform {
+    /// The wire name, also the hook path segment (`/hooks/<name>/:id`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Platform::Slack => "slack",
+            Platform::Telegram => "telegram",
+            Platform::Discord => "discord",
+            Platform::Generic => "generic",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(text: &str) -> Option<Platform> {
+        match text {
+            "slack" => Some(Platform::Slack),
+            "telegram" => Some(Platform::Telegram),
+            "discord" => Some(Platform::Discord),
+            "generic" => Some(Platform::Generic),
+            _ => None,
+        }
+    }
+
+    /// The platform's Web API, used when a binding has no `apiBaseUrl`.
+    pub fn default_api_base_url(self) -> &'static str {
+        match self {
+            Platform::Slack => "https://slack.com/api",
+            Platform::Telegram => "https://api.telegram.org",
+            Platform::Discord => "https://discord.com/api/v10",
+            Platform::Generic => "",
+        }
+    }
+}
+
+/// Settings of the sessions a binding creates.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChannelDefaults {
+    /// `fake` or `openai-compatible`; the server's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Model name; the provider's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// System prompt; the built-in one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// A hint appended to the system prompt: which environment the agent should request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+}
+
+/// How a binding behaves.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChannelOptions {
+    /// The lane of a message that arrives while a turn runs: `followUp` (default: answered
+    /// after the current turn) or `steer` (delivered at the next step boundary).
+    #[serde(default = "default_lane")]
+    pub busy_lane: Lane,
+    /// Whether one progress message is posted and edited while a turn runs.
+    #[serde(default)]
+    pub progress: bool,
+}
+
+fn default_lane() -> Lane {
+    Lane::FollowUp
+}
+
+impl Default for ChannelOptions {
+    fn default() -> Self {
+        ChannelOptions {
+            busy_lane: Lane::FollowUp,
+            progress: false,
+        }
+    }
+}
+
+/// `POST /v1/channels`.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateChannelRequest {
+    /// The platform.
+    pub platform: Platform,
+    /// A name people recognise.
+    pub name: String,
+    /// Platform credentials; see [`Credentials::parse`].
+    pub credentials: Value,
+    /// Another API host for the platform (tests point it at local fakes).
+    #[serde(default)]
+    pub api_base_url: Option<String>,
+    /// Settings of new sessions.
+    #[serde(default)]
+    pub defaults: Option<ChannelDefaults>,
+    /// Behaviour.
+    #[serde(default)]
+    pub options: Option<ChannelOptions>,
+}
+
+/// `PATCH /v1/channels/:id`: every field optional; `credentials` replaces all of them.
+#[derive(Deserialize, Clone, Debug, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatchChannelRequest {
+    /// New name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// New credentials (all fields of the platform).
+    #[serde(default)]
+    pub credentials: Option<Value>,
+    /// New API host.
+    #[serde(default)]
+    pub api_base_url: Option<String>,
+    /// New defaults (replace the old ones).
+    #[serde(default)]
+    pub defaults: Option<ChannelDefaults>,
+    /// New options (replace the old ones).
+    #[serde(default)]
+    pub options: Option<ChannelOptions>,
+}
+
+/// A binding as stored, without its credentials.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelBinding {
+    /// Opaque id (a UUID); part of the webhook URL.
+    pub id: String,
+    /// The tenant whose sessions it creates.
+    pub tenant: String,
+    /// The platform.
+    pub platform: Platform,
+    /// Name.
+    pub name: String,
+    /// The platform's API host.
+    pub api_base_url: String,
+    /// Settings of new sessions.
+    pub defaults: ChannelDefaults,
+    /// Behaviour.
+    pub options: ChannelOptions,
+    /// The admin who created it.
+    pub created_by: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds.
+    pub updated_at: i64,
+}
+
+/// A binding as reads show it: credentials masked, plus where to paste what.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelView {
+    /// The binding.
+    #[serde(flatten)]
+    pub binding: ChannelBinding,
+    /// Each credential field, masked ([`mask`]); public values (Discord application id and
+    /// public key) in full.
+    pub credentials: serde_json::Map<String, Value>,
+    /// The URL the platform must call.
+    pub webhook_url: String,
+    /// What to paste where, in order.
+    pub setup: Vec<String>,
+}
+
+/// A binding's credentials, one variant per platform.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq)]
+#[serde(tag = "platform", rename_all = "lowercase")]
+pub enum Credentials {
+    /// Slack.
+    #[serde(rename_all = "camelCase")]
+    Slack {
+        /// The app's signing secret (verifies `X-Slack-Signature`).
+        signing_secret: String,
+        /// The bot token (`xoxb-…`) for `chat.postMessage`.
+        bot_token: String,
+    },
+    /// Telegram.
+    #[serde(rename_all = "camelCase")]
+    Telegram {
+        /// The bot token from BotFather.
+        bot_token: String,
+        /// The `secret_token` given to `setWebhook`.
+        secret_token: String,
+    },
+    /// Discord.
+    #[serde(rename_all = "camelCase")]
+    Discord {
+        /// The application id.
+        application_id: String,
+        /// The application's Ed25519 public key, hex.
+        public_key: String,
+        /// The bot token.
+        bot_token: String,
+    },
+    /// Generic webhooks.
+    #[serde(rename_all = "camelCase")]
+    Generic {
+        /// The shared HMAC secret.
+        secret: String,
+        /// Where replies are POSTed (signed with the same secret).
+        reply_url: String,
+    },
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a secret, not even in a panic message.
+        write!(f, "Credentials({:?}, ..)", self.platform())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SlackFields {
+    signing_secret: String,
+    bot_token: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TelegramFields {
+    bot_token: String,
+    secret_token: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DiscordFields {
+    application_id: String,
+    public_key: String,
+    bot_token: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GenericFields {
+    secret: String,
+    reply_url: String,
+}
+
+fn fields<T: serde::de::DeserializeOwned>(platform: Platform, value: &Value) -> Result<T, String> {
+    serde_json::from_value(value.clone()).map_err(|e| {
+        // serde's message names the field, never its value.
+        format!("credentials for {}: {e}", platform.as_str())
+    })
+}
+
+fn check_token(name: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > MAX_CREDENTIAL_BYTES {
+        return Err(format!(
+            "credentials.{name} must be 1 to {MAX_CREDENTIAL_BYTES} bytes"
+        ));
+    }
+    if !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "credentials.{name} must be printable ASCII without spaces"
+        ));
+    }
+    Ok(())
+}
+
+impl Credentials {
+    /// Reads and checks the `credentials` object of `platform` (exactly its fields).
+    ///
+    /// # Errors
+    /// A message for a 400 that names the field, never a value.
+    pub fn parse(platform: Platform, value: &Value) -> Result<Credentials, String> {
+        let credentials = match platform {
+            Platform::Slack => {
+                let f: SlackFields = fields(platform, value)?;
+                Credentials::Slack {
+                    signing_secret: f.signing_secret,
+                    bot_token: f.bot_token,
+                }
+            }
+            Platform::Telegram => {
+                let f: TelegramFields = fields(platform, value)?;
+                Credentials::Telegram {
+                    bot_token: f.bot_token,
+                    secret_token: f.secret_token,
+                }
+            }
+            Platform::Discord => {
+                let f: DiscordFields = fields(platform, value)?;
+                Credentials::Discord {
+                    application_id: f.application_id,
+                    public_key: f.public_key,
+                    bot_token: f.bot_token,
+                }
+            }
+            Platform::Generic => {
+                let f: GenericFields = fields(platform, value)?;
+                Credentials::Generic {
+                    secret: f.secret,
+                    reply_url: f.reply_url,
+                }
+            }
+        };
+        credentials.check()?;
+        Ok(credentials)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match self {
+            Credentials::Slack {
+                signing_secret,
+                bot_token,
+            } => {
+                check_token("signingSecret", signing_secret)?;
+                check_token("botToken", bot_token)
+            }
+            Credentials::Telegram {
+                bot_token,
+                secret_token,
+            } => {
+                check_token("botToken", bot_token)?;
+                // Telegram's own rule for `secret_token`: 1-256 of A-Z a-z 0-9 _ -.
+                if secret_token.is_empty()
+                    || secret_token.len() > 256
+                    || !secret_token
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                {
+                    return Err(
+                        "credentials.secretToken must be 1 to 256 of A-Z a-z 0-9 _ -".into(),
+                    );
+                }
+                Ok(())
+            }
+            Credentials::Discord {
+                application_id,
+                public_key,
+                bot_token,
+            } => {
+                check_token("applicationId", application_id)?;
+                check_token("botToken", bot_token)?;
+                if super::verify::discord_key(public_key).is_none() {
+                    return Err(
+                        "credentials.publicKey must be an Ed25519 public key as 64 hex characters"
+                            .into(),
+                    );
+                }
+                Ok(())
+            }
+            Credentials::Generic { secret, reply_url } => {
+                check_token("secret", secret)?;
+                if secret.len() < 16 {
+                    return Err("credentials.secret must be at least 16 bytes".into());
+                }
+                check_url("credentials.replyUrl", reply_url).map(|_| ())
+            }
+        }
+    }
+
+    /// The platform these credentials are for.
+    pub fn platform(&self) -> Platform {
+        match self {
+            Credentials::Slack { .. } => Platform::Slack,
+            Credentials::Telegram { .. } => Platform::Telegram,
+            Credentials::Discord { .. } => Platform::Discord,
+            Credentials::Generic { .. } => Platform::Generic,
+        }
+    }
+
+    /// The fields as reads show them: secrets masked, public values in full.
+    pub fn masked(&self) -> serde_json::Map<String, Value> {
+        let mut map = serde_json::Map::new();
+        let mut put = |k: &str, v: String| {
+            map.insert(k.to_string(), Value::String(v));
+        };
+        match self {
+            Credentials::Slack {
+                signing_secret,
+                bot_token,
+            } => {
+                put("signingSecret", mask(signing_secret));
+                put("botToken", mask(bot_token));
+            }
+            Credentials::Telegram {
+                bot_token,
+                secret_token,
+            } => {
+                put("botToken", mask(bot_token));
+                put("secretToken", mask(secret_token));
+            }
+            Credentials::Discord {
+                application_id,
+                public_key,
+                bot_token,
+            } => {
+                put("applicationId", application_id.clone());
+                put("publicKey", public_key.clone());
+                put("botToken", mask(bot_token));
+            }
+            Credentials::Generic { secret, reply_url } => {
+                put("secret", mask(secret));
+                put("replyUrl", mask_url(reply_url));
+            }
+        }
+        map
+    }
+}
+
+/// A secret as reads show it: `••••` and, for secrets of at least 16 characters, their last 4
+/// (enough to tell two apart, far too little to guess the rest).
+pub fn mask(secret: &str) -> String {
+    let chars: Vec<char> = secret.chars().collect();
+    if chars.len() >= 16 {
+        let tail: String = chars[chars.len() - 4..].iter().collect();
+        format!("••••{tail}")
+    } else {
+        "••••".to_string()
+    }
+}
+
+/// A URL as reads show it: scheme and host only (a path or query may hold a token).
+pub fn mask_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) => format!(
+            "{}://{}/…",
+            parsed.scheme(),
+            parsed.host_str().unwrap_or_default()
+        ),
+        Err(_) => "••••".to_string(),
+    }
+}
+
+/// Checks a URL the server will call with a binding's credentials: `https`, or `http` to a
+/// loopback host only (local fakes, development); no userinfo, no fragment. Returns it without
+/// a trailing slash.
+///
+/// # Errors
+/// A message for a 400.
+pub fn check_url(field: &str, text: &str) -> Result<String, String> {
+    if text.len() > MAX_URL_BYTES {
+        return Err(format!("{field} must be at most {MAX_URL_BYTES} bytes"));
+    }
+    let url = url::Url::parse(text).map_err(|_| format!("{field} must be an absolute URL"))?;
+    let loopback = matches!(
+        url.host_str(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+    );
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        _ => {
+            return Err(format!(
+                "{field} must be https (http only to a loopback host)"
+            ));
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{field} must name a host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() || url.fragment().is_some() {
+        return Err(format!("{field} must not have userinfo or a fragment"));
+    }
+    Ok(text.trim_end_matches('/').to_string())
+}
+
+fn check_name(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name.chars().any(char::is_control)
+    {
+        return Err(format!(
+            "name must be 1 to {MAX_NAME_CHARS} characters without control characters"
+        ));
+    }
+    Ok(name.to_string())
+}
+
+fn check_defaults(defaults: &ChannelDefaults) -> Result<(), String> {
+    if let Some(provider) = &defaults.provider
+        && provider != fake::PROVIDER
+        && provider != openai::PROVIDER
+    {
+        return Err(format!(
+            "defaults.provider must be \"{}\" or \"{}\"",
+            fake::PROVIDER,
+            openai::PROVIDER
+        ));
+    }
+    if defaults
+        .model
+        .as_deref()
+        .is_some_and(|m| m.trim().is_empty() || m.len() > 200)
+    {
+        return Err("defaults.model must be 1 to 200 characters".into());
+    }
+    if defaults
+        .system_prompt
+        .as_deref()
+        .is_some_and(|p| p.len() > MAX_SYSTEM_PROMPT_BYTES)
+    {
+        return Err(format!(
+            "defaults.systemPrompt must be at most {MAX_SYSTEM_PROMPT_BYTES} bytes"
+        ));
+    }
+    if defaults
+        .environment
+        .as_deref()
+        .is_some_and(|e| e.trim().is_empty() || e.len() > 200)
+    {
+        return Err("defaults.environment must be 1 to 200 characters".into());
+    }
+    Ok(())
+}
+
+fn check_options(options: &ChannelOptions) -> Result<(), String> {
+    if options.busy_lane == Lane::System {
+        return Err("options.busyLane must be steer or followUp".into());
+    }
+    Ok(())
+}
+
+fn api_base(platform: Platform, given: Option<&str>) -> Result<String, String> {
+    match given {
+        Some(url) => check_url("apiBaseUrl", url),
+        None => Ok(platform.default_api_base_url().to_string()),
+    }
+}
+
+impl CreateChannelRequest {
+    /// Checks the request and builds the stored binding and its credentials.
+    ///
+    /// # Errors
+    /// A message for a 400.
+    pub fn into_binding(
+        self,
+        id: String,
+        tenant: String,
+        created_by: String,
+        now_secs: i64,
+    ) -> Result<(ChannelBinding, Credentials), String> {
+        let credentials = Credentials::parse(self.platform, &self.credentials)?;
+        let defaults = self.defaults.unwrap_or_default();
+        check_defaults(&defaults)?;
+        let options = self.options.unwrap_or_default();
+        check_options(&options)?;
+        let binding = ChannelBinding {
+            id,
+            tenant,
+            platform: self.platform,
+            name: check_name(&self.name)?,
+            api_base_url: api_base(self.platform, self.api_base_url.as_deref())?,
+            defaults,
+            options,
+            created_by,
+            created_at: now_secs,
+            updated_at: now_secs,
+        };
+        Ok((binding, credentials))
+    }
+}
+
+impl PatchChannelRequest {
+    /// Applies the patch to `binding`; returns new credentials when the patch has them.
+    ///
+    /// # Errors
+    /// A message for a 400 (nothing is changed then).
+    pub fn apply(
+        self,
+        binding: &ChannelBinding,
+        now_secs: i64,
+    ) -> Result<(ChannelBinding, Option<Credentials>), String> {
+        if self.name.is_none()
+            && self.credentials.is_none()
+            && self.api_base_url.is_none()
+            && self.defaults.is_none()
+            && self.options.is_none()
+        {
+            return Err(
+                "patch needs at least one of name, credentials, apiBaseUrl, defaults, options"
+                    .into(),
+            );
+        }
+        let mut next = binding.clone();
+        if let Some(name) = &self.name {
+            next.name = check_name(name)?;
+        }
+        if let Some(url) = &self.api_base_url {
+            next.api_base_url = api_base(binding.platform, Some(url))?;
+        }
+        if let Some(defaults) = self.defaults {
+            check_defaults(&defaults)?;
+            next.defaults = defaults;
+        }
+        if let Some(options) = self.options {
+            check_options(&options)?;
+            next.options = options;
+        }
+        let credentials = match &self.credentials {
+            Some(value) => Some(Credentials::parse(binding.platform, value)?),
+            None => None,
+        };
+        next.updated_at = now_secs;
+        Ok((next, credentials))
+    }
+}
+
+/// The webhook path of a binding.
+pub fn webhook_path(platform: Platform, id: &str) -> String {
+    format!("/hooks/{}/{id}", platform.as_str())
+}
+
+/// What to paste where for a binding whose webhook URL is `url`.
+pub fn setup_steps(platform: Platform, url: &str) -> Vec<String> {
+    match platform {
+        Platform::Slack => vec![
+            format!("Event Subscriptions → Request URL: {url} (subscribe to the bot events app_mention, message.channels, message.groups, message.im)"),
+            format!("Interactivity & Shortcuts → Request URL: {url}"),
+            format!("Slash Commands → /wuhu → Request URL: {url}"),
+            "OAuth & Permissions → bot scopes: app_mentions:read, chat:write, channels:history, groups:history, im:history, commands".into(),
+        ],
+        Platform::Telegram => vec![format!(
+            "POST https://api.telegram.org/bot<botToken>/setWebhook with {{\"url\":\"{url}\",\"secret_token\":\"<secretToken>\",\"allowed_updates\":[\"message\",\"callback_query\"]}}"
+        )],
+        Platform::Discord => vec![
+            format!("Developer Portal → your application → General Information → Interactions Endpoint URL: {url}"),
+            "Register the /wuhu application command (options: text) for your application".into(),
+        ],
+        Platform::Generic => vec![format!(
+            "POST {url} with body {{\"thread\",\"user\",\"text\"}}, headers X-Wuhu-Timestamp: <unix seconds> and X-Wuhu-Signature: sha256=<hex HMAC-SHA256(secret, \"<timestamp>.<body>\")>; replies arrive at replyUrl signed the same way"
+        )],
+    }
+}
+
+/// The view of `binding` with its masked credentials ([`Credentials::masked`]), reachable at
+/// `origin` (`https://host`).
+pub fn view(
+    binding: &ChannelBinding,
+    masked: &serde_json::Map<String, Value>,
+    origin: &str,
+) -> ChannelView {
+    let url = format!(
+        "{}{}",
+        origin.trim_end_matches('/'),
+        webhook_path(binding.platform, &binding.id)
+    );
+    ChannelView {
+        binding: binding.clone(),
+        credentials: masked.clone(),
+        setup: setup_steps(binding.platform, &url),
+        webhook_url: url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn create(body: Value) -> Result<(ChannelBinding, Credentials), String> {
+        let request: CreateChannelRequest =
+            serde_json::from_value(body).map_err(|e| e.to_string())?;
+        request.into_binding("id1".into(), "acme".into(), "root".into(), 100)
+    }
+
+    const DISCORD_KEY: &str = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+
+    #[test]
+    fn create_bodies_of_the_issue() {
+        let cases = [
+            json!({"platform":"slack","name":"S","credentials":{"signingSecret":"abc","botToken":"xoxb-1"}}),
+            json!({"platform":"telegram","name":"T","credentials":{"botToken":"1:AA","secretToken":"s_-1"}}),
+            json!({"platform":"discord","name":"D","credentials":{"applicationId":"1","publicKey":DISCORD_KEY,"botToken":"t"}}),
+            json!({"platform":"generic","name":"G","credentials":{"secret":"0123456789abcdef","replyUrl":"https://example.com/r"}}),
+        ];
+        for body in cases {
+            let (binding, credentials) = create(body.clone()).expect("valid");
+            assert_eq!(credentials.platform(), binding.platform, "{body}");
+            assert_eq!(
+                binding.api_base_url,
+                binding.platform.default_api_base_url()
+            );
+        }
+    }
+
+    #[test]
+    fn bad_bodies_name_the_problem_never_the_secret() {
+        let cases = [
+            (
+                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE"}}),
+                "botToken",
+            ),
+            (
+                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x","extra":1}}),
+                "extra",
+            ),
+            (json!({"platform":"irc","name":"S","credentials":{}}), "irc"),
+            (
+                json!({"platform":"slack","name":"","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"}}),
+                "name",
+            ),
+            (
+                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRET VALUE","botToken":"x"}}),
+                "signingSecret",
+            ),
+            (
+                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"apiBaseUrl":"http://example.com"}),
+                "apiBaseUrl",
+            ),
+            (
+                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"apiBaseUrl":"https://u:p@example.com"}),
+                "userinfo",
+            ),
+            (
+                json!({"platform":"telegram","name":"T","credentials":{"botToken":"1:AA","secretToken":"SECRET VALUE"}}),
+                "secretToken",
+            ),
+            (
+                json!({"platform":"discord","name":"D","credentials":{"applicationId":"1","publicKey":"SECRETVALUE","botToken":"t"}}),
+                "publicKey",
+            ),
+            (
+                json!({"platform":"generic","name":"G","credentials":{"secret":"SECRETVALUE","replyUrl":"https://e.com"}}),
+                "16 bytes",
+            ),
+            (
+                json!({"platform":"generic","name":"G","credentials":{"secret":"SECRETVALUE-long-enough","replyUrl":"ftp://e.com"}}),
+                "replyUrl",
+            ),
+            (
+                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"options":{"busyLane":"system"}}),
+                "busyLane",
+            ),
+            (
+                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"defaults":{"provider":"x"}}),
+                "provider",
+            ),
+        ];
+        for (body, want) in cases {
+            let err = create(body.clone()).expect_err("invalid");
+            assert!(err.contains(want), "{body}: {err}");
+            assert!(!err.contains("SECRETVALUE"), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn loopback_http_is_allowed_for_local_fakes() {
+        for (url, ok) in [
+            ("http://127.0.0.1:9999/api", true),
+            ("http://localhost:1/", true),
+            ("https://slack.example/api/", true),
+            ("http://10.0.0.1/api", false),
+            ("http://127.0.0.1.evil.com/api", false),
+            ("file:///etc/passwd", false),
+        ] {
+            assert_eq!(check_url("u", url).is_ok(), ok, "{url}");
+        }
+        assert_eq!(
+            check_url("u", "https://slack.example/api/").unwrap(),
+            "https://slack.example/api"
+        );
+    }
+
+    #[test]
+    fn reads_mask_every_secret() {
+        let (binding, credentials) = create(json!({"platform":"slack","name":"S","credentials":{"signingSecret":"8f742231b10e8888abcd","botToken":"xoxb-short"}})).unwrap();
+        let view = view(&binding, &credentials.masked(), "https://w.example/");
+        let text = serde_json::to_string(&view).unwrap();
+        assert!(!text.contains("8f742231b10e8888abcd"), "{text}");
+        assert!(!text.contains("xoxb-short"), "{text}");
+        assert_eq!(view.credentials["signingSecret"], "••••abcd");
+        assert_eq!(view.credentials["botToken"], "••••");
+        assert_eq!(view.webhook_url, "https://w.example/hooks/slack/id1");
+        assert!(view.setup.iter().any(|s| s.contains("Interactivity")));
+        assert_eq!(format!("{credentials:?}"), "Credentials(Slack, ..)");
+        assert_eq!(
+            mask_url("https://hooks.example/x/SECRET?t=1"),
+            "https://hooks.example/…"
+        );
+    }
+
+    #[test]
+    fn patch_checks_like_create() {
+        let (binding, _) = create(json!({"platform":"slack","name":"S","credentials":{"signingSecret":"abc","botToken":"x"}})).unwrap();
+        let patch = |v: Value| serde_json::from_value::<PatchChannelRequest>(v).unwrap();
+        assert!(patch(json!({})).apply(&binding, 200).is_err());
+        let (next, creds) = patch(json!({"name":" New "})).apply(&binding, 200).unwrap();
+        assert_eq!(
+            (next.name.as_str(), next.updated_at, creds),
+            ("New", 200, None)
+        );
+        assert!(
+            patch(json!({"credentials":{"botToken":"x"}}))
+                .apply(&binding, 200)
+                .is_err()
+        );
+        let (_, creds) = patch(json!({"credentials":{"signingSecret":"n","botToken":"m"}}))
+            .apply(&binding, 200)
+            .unwrap();
+        assert_eq!(creds.unwrap().platform(), Platform::Slack);
+        assert!(
+            patch(json!({"apiBaseUrl":"http://evil.example"}))
+                .apply(&binding, 200)
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,1055 @@
+//! `ChannelActor`: one Durable Object per binding (`binding:<id>`) and one per tenant
+//! (`registry:<tenant>`, the list of its bindings). See the module docs of `channels`.
+//!
+//! Internal routes of a registry: `GET /registry/list`, `POST /registry/create`,
+//! `GET /registry/get?id`, `PATCH /registry/patch?id`, `DELETE /registry/delete?id` (identity
+//! and `x-wuhu-origin` from the router, which allowed admins only). Of a binding:
+//! `POST /binding/init`, `POST /binding/patch`, `POST /binding/delete` (from its registry) and
+//! `POST /hook/<platform>` (from the router; authenticated here by the platform's signature).
+//!
+//! A binding's alarm does its background work: it polls the sessions whose turns a thread waits
+//! for (`watches`), queues what to post (`outbox`), and posts it with retries. A hook answers as
+//! soon as the message is enqueued in the session.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use worker::{
+    Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response, SqlStorage,
+    State, durable_object,
+};
+use wuhu_core::authority::Role;
+use wuhu_core::channels::binding::{self, MAX_BINDINGS_PER_TENANT};
+use wuhu_core::channels::outbox::{self, Attempt, HttpCall, Outbound};
+use wuhu_core::channels::seal::NONCE_BYTES;
+use wuhu_core::channels::turn::{self, Scan};
+use wuhu_core::channels::verify::{self, VerifyError};
+use wuhu_core::channels::{
+    self, ChannelBinding, CreateChannelRequest, Credentials, Inbound, PatchChannelRequest,
+    Platform, ReplyTarget, slack, text,
+};
+use wuhu_core::wire::{EnqueueResponse, GetSessionResponse, SessionInfo};
+
+use crate::auth::Identity;
+use crate::http::{ApiError, ApiResult, json_response, parse_json, query, query_pairs, read_body};
+use crate::internal;
+
+#[durable_object]
+pub struct ChannelActor {
+    sql: SqlStorage,
+    state: State,
+    env: Env,
+}
+
+fn now_ms() -> u64 {
+    Date::now().as_millis()
+}
+
+fn now_secs() -> i64 {
+    (now_ms() / 1000) as i64
+}
+
+fn sql_err(e: worker::Error) -> ApiError {
+    ApiError::internal(format!("storage: {e}"))
+}
+
+#[derive(Deserialize)]
+struct BodyRow {
+    body: String,
+}
+
+#[derive(Deserialize)]
+struct BindingRow {
+    body: String,
+    sealed: String,
+}
+
+#[derive(Deserialize)]
+struct RegistryRow {
+    body: String,
+    masked: String,
+}
+
+#[derive(Deserialize)]
+struct CountRow {
+    n: f64,
+}
+
+#[derive(Deserialize)]
+struct ThreadRow {
+    session: String,
+    replied: f64,
+}
+
+#[derive(Deserialize)]
+struct WatchRow {
+    session: String,
+    thread: String,
+    target: String,
+    author: String,
+    scan: String,
+    started: f64,
+}
+
+#[derive(Deserialize)]
+struct OutboxRow {
+    seq: f64,
+    body: String,
+    attempts: f64,
+}
+
+#[derive(Deserialize)]
+struct DueRow {
+    due: f64,
+}
+
+/// What a registry keeps of each binding (no secret, not even sealed).
+#[derive(Serialize, Deserialize)]
+struct Listed {
+    binding: ChannelBinding,
+    masked: serde_json::Map<String, Value>,
+}
+
+impl DurableObject for ChannelActor {
+    fn new(state: State, env: Env) -> Self {
+        let sql = state.storage().sql();
+        for ddl in [
+            // Registry instances.
+            "CREATE TABLE IF NOT EXISTS registry (id TEXT PRIMARY KEY, body TEXT NOT NULL, masked TEXT NOT NULL, created_at INTEGER NOT NULL)",
+            // Binding instances.
+            "CREATE TABLE IF NOT EXISTS binding (k INTEGER PRIMARY KEY CHECK (k = 1), body TEXT NOT NULL, sealed TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS threads (key TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, replied INTEGER NOT NULL, used_at INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS watches (session TEXT PRIMARY KEY, thread TEXT NOT NULL, target TEXT NOT NULL, author TEXT NOT NULL, scan TEXT NOT NULL, started INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, body TEXT NOT NULL, attempts INTEGER NOT NULL, due INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0)",
+        ] {
+            let _ = sql.exec(ddl, None);
+        }
+        ChannelActor { sql, state, env }
+    }
+
+    async fn fetch(&self, req: Request) -> worker::Result<Response> {
+        Ok(match self.route(req).await {
+            Ok(response) => response,
+            Err(error) => error.into_response(),
+        })
+    }
+
+    async fn alarm(&self) -> worker::Result<Response> {
+        if let Err(e) = self.background().await {
+            worker::console_error!("channel background work failed: {}", e.message);
+        }
+        self.rearm().await;
+        Response::ok("ok")
+    }
+}
+
+impl ChannelActor {
+    async fn route(&self, mut req: Request) -> ApiResult<Response> {
+        let path = req.path();
+        let pairs = query_pairs(&req);
+        match (req.method(), path.as_str()) {
+            (Method::Get, "/registry/list") => self.registry_list(&req),
+            (Method::Post, "/registry/create") => {
+                let identity = Identity::from_headers(&req)?;
+                let body = read_body(&mut req).await?;
+                self.registry_create(&req, &identity, &body).await
+            }
+            (Method::Get, "/registry/get") => {
+                let id = query(&pairs, "id").unwrap_or_default();
+                let listed = self.listed(&id)?;
+                Ok(json_response(200, &view(&req, &listed)))
+            }
+            (Method::Patch, "/registry/patch") => {
+                let id = query(&pairs, "id").unwrap_or_default();
+                self.listed(&id)?;
+                let body = read_body(&mut req).await?;
+                let _: PatchChannelRequest = parse_json(&body)?;
+                let listed: Listed =
+                    send_binding(&self.env, &id, "/binding/patch", Method::Post, &body).await?;
+                self.sql
+                    .exec(
+                        "UPDATE registry SET body = ?, masked = ? WHERE id = ?",
+                        vec![
+                            to_json(&listed.binding)?.into(),
+                            to_json(&listed.masked)?.into(),
+                            id.into(),
+                        ],
+                    )
+                    .map_err(sql_err)?;
+                Ok(json_response(200, &view(&req, &listed)))
+            }
+            (Method::Delete, "/registry/delete") => {
+                let id = query(&pairs, "id").unwrap_or_default();
+                self.listed(&id)?;
+                let _: Value =
+                    send_binding(&self.env, &id, "/binding/delete", Method::Post, b"{}").await?;
+                self.sql
+                    .exec("DELETE FROM registry WHERE id = ?", vec![id.into()])
+                    .map_err(sql_err)?;
+                Ok(Response::empty()?.with_status(204))
+            }
+            (Method::Post, "/binding/init") => {
+                let body = read_body(&mut req).await?;
+                self.binding_init(&body)
+            }
+            (Method::Post, "/binding/patch") => {
+                let body = read_body(&mut req).await?;
+                self.binding_patch(&body)
+            }
+            (Method::Post, "/binding/delete") => {
+                for table in ["binding", "seen", "threads", "watches", "outbox"] {
+                    self.sql
+                        .exec(&format!("DELETE FROM {table}"), None)
+                        .map_err(sql_err)?;
+                }
+                let _ = self.state.storage().delete_alarm().await;
+                Ok(json_response(200, &json!({"ok": true})))
+            }
+            (Method::Post, hook) if hook.starts_with("/hook/") => {
+                let platform = Platform::parse(&hook["/hook/".len()..]);
+                let body = read_body(&mut req).await?;
+                self.hook(&req, platform, &body).await
+            }
+            _ => Err(ApiError::not_found("no such route")),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Registry
+
+    fn listed(&self, id: &str) -> ApiResult<Listed> {
+        let rows: Vec<RegistryRow> = self
+            .sql
+            .exec(
+                "SELECT body, masked FROM registry WHERE id = ?",
+                vec![id.into()],
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        let row = rows
+            .into_iter()
+            .next()
+            .ok_or_else(|| ApiError::not_found("no such channel"))?;
+        Ok(Listed {
+            binding: from_json(&row.body)?,
+            masked: from_json(&row.masked)?,
+        })
+    }
+
+    fn registry_list(&self, req: &Request) -> ApiResult<Response> {
+        let rows: Vec<RegistryRow> = self
+            .sql
+            .exec(
+                "SELECT body, masked FROM registry ORDER BY created_at, id",
+                None,
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        let mut channels = Vec::with_capacity(rows.len());
+        for row in rows {
+            let listed = Listed {
+                binding: from_json(&row.body)?,
+                masked: from_json(&row.masked)?,
+            };
+            channels.push(view(req, &listed));
+        }
+        Ok(json_response(200, &json!({ "channels": channels })))
+    }
+
+    async fn registry_create(
+        &self,
+        req: &Request,
+        identity: &Identity,
+        body: &[u8],
+    ) -> ApiResult<Response> {
+        let request: CreateChannelRequest = parse_json(body)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let (binding, credentials) = request
+            .into_binding(
+                id.clone(),
+                identity.tenant.clone(),
+                identity.sub.clone(),
+                now_secs(),
+            )
+            .map_err(ApiError::bad_request)?;
+        let count: Vec<CountRow> = self
+            .sql
+            .exec("SELECT COUNT(*) AS n FROM registry", None)
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        if count.first().map_or(0, |c| c.n as usize) >= MAX_BINDINGS_PER_TENANT {
+            return Err(ApiError::new(
+                409,
+                "too_many_channels",
+                format!("a tenant may have at most {MAX_BINDINGS_PER_TENANT} channels"),
+            ));
+        }
+        let listed = Listed {
+            masked: credentials.masked(),
+            binding: binding.clone(),
+        };
+        // Reserved before the binding's actor is called, so concurrent creates cannot pass the
+        // bound together (handlers interleave at awaits).
+        self.sql
+            .exec(
+                "INSERT INTO registry (id, body, masked, created_at) VALUES (?, ?, ?, ?)",
+                vec![
+                    id.clone().into(),
+                    to_json(&listed.binding)?.into(),
+                    to_json(&listed.masked)?.into(),
+                    (now_ms() as i64).into(),
+                ],
+            )
+            .map_err(sql_err)?;
+        let init = json!({"binding": binding, "credentials": credentials});
+        let result: ApiResult<Value> = send_binding(
+            &self.env,
+            &id,
+            "/binding/init",
+            Method::Post,
+            init.to_string().as_bytes(),
+        )
+        .await;
+        if let Err(e) = result {
+            let _ = self
+                .sql
+                .exec("DELETE FROM registry WHERE id = ?", vec![id.into()]);
+            return Err(e);
+        }
+        Ok(json_response(201, &view(req, &listed)))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Binding
+
+    fn binding_init(&self, body: &[u8]) -> ApiResult<Response> {
+        #[derive(Deserialize)]
+        struct Init {
+            binding: ChannelBinding,
+            credentials: Credentials,
+        }
+        let init: Init = parse_json(body)?;
+        if self.load_binding()?.is_some() {
+            return Err(ApiError::new(409, "conflict", "binding exists"));
+        }
+        let sealed = self.seal(&init.binding.id, &init.credentials)?;
+        self.sql
+            .exec(
+                "INSERT INTO binding (k, body, sealed) VALUES (1, ?, ?)",
+                vec![to_json(&init.binding)?.into(), sealed.into()],
+            )
+            .map_err(sql_err)?;
+        Ok(json_response(201, &json!({"ok": true})))
+    }
+
+    fn binding_patch(&self, body: &[u8]) -> ApiResult<Response> {
+        let patch: PatchChannelRequest = parse_json(body)?;
+        let (binding, credentials) = self
+            .load_binding()?
+            .ok_or_else(|| ApiError::not_found("no such channel"))?;
+        let (next, new_credentials) = patch
+            .apply(&binding, now_secs())
+            .map_err(ApiError::bad_request)?;
+        let credentials = new_credentials.unwrap_or(credentials);
+        let sealed = self.seal(&next.id, &credentials)?;
+        self.sql
+            .exec(
+                "UPDATE binding SET body = ?, sealed = ? WHERE k = 1",
+                vec![to_json(&next)?.into(), sealed.into()],
+            )
+            .map_err(sql_err)?;
+        Ok(json_response(
+            200,
+            &Listed {
+                binding: next,
+                masked: credentials.masked(),
+            },
+        ))
+    }
+
+    fn seal(&self, id: &str, credentials: &Credentials) -> ApiResult<String> {
+        let key = super::channel_key(&self.env)?;
+        let mut nonce = [0u8; NONCE_BYTES];
+        getrandom::getrandom(&mut nonce)
+            .map_err(|_| ApiError::internal("no randomness for a nonce"))?;
+        let plain =
+            serde_json::to_vec(credentials).map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok(key.seal(id, nonce, &plain))
+    }
+
+    /// The binding and its opened credentials, if this actor holds one.
+    fn load_binding(&self) -> ApiResult<Option<(ChannelBinding, Credentials)>> {
+        let rows: Vec<BindingRow> = self
+            .sql
+            .exec("SELECT body, sealed FROM binding WHERE k = 1", None)
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let binding: ChannelBinding = from_json(&row.body)?;
+        let key = super::channel_key(&self.env)?;
+        let plain = key
+            .open(&binding.id, &row.sealed)
+            .map_err(|e| ApiError::new(500, "server_misconfigured", e.to_string()))?;
+        let credentials: Credentials = serde_json::from_slice(&plain)
+            .map_err(|_| ApiError::internal("sealed credentials are not credentials"))?;
+        Ok(Some((binding, credentials)))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Hooks
+
+    async fn hook(
+        &self,
+        req: &Request,
+        platform: Option<Platform>,
+        body: &[u8],
+    ) -> ApiResult<Response> {
+        let refused = || ApiError::unauthorized("unknown binding or bad signature");
+        let Some((binding, credentials)) = self.load_binding()? else {
+            return Err(refused());
+        };
+        if platform != Some(binding.platform) {
+            return Err(refused());
+        }
+        let header = |name: &str| req.headers().get(name).ok().flatten();
+        match &credentials {
+            Credentials::Slack { signing_secret, .. } => {
+                verify::slack(
+                    signing_secret,
+                    header("x-slack-request-timestamp").as_deref(),
+                    header("x-slack-signature").as_deref(),
+                    body,
+                    now_secs(),
+                )
+                .map_err(|e: VerifyError| ApiError::unauthorized(e.to_string()))?;
+                let content_type = header("content-type").unwrap_or_default();
+                let delivery = slack::parse(&content_type, body).map_err(ApiError::bad_request)?;
+                match delivery {
+                    slack::Delivery::UrlVerification { challenge } => {
+                        Ok(json_response(200, &json!({ "challenge": challenge })))
+                    }
+                    slack::Delivery::Ignored(why) => {
+                        Ok(json_response(200, &json!({"ok": true, "ignored": why})))
+                    }
+                    slack::Delivery::Message(inbound) => self.message(&binding, inbound).await,
+                    slack::Delivery::Approval(click) => self.click(&binding, click).await,
+                }
+            }
+            _ => Err(ApiError::new(
+                501,
+                "not_implemented",
+                format!(
+                    "{} hooks are not implemented yet",
+                    binding.platform.as_str()
+                ),
+            )),
+        }
+    }
+
+    /// Records the delivery's keys; false when any was seen before (a retry or a replay).
+    fn first_delivery(&self, keys: &[String]) -> ApiResult<bool> {
+        for key in keys {
+            let rows: Vec<CountRow> = self
+                .sql
+                .exec(
+                    "SELECT COUNT(*) AS n FROM seen WHERE key = ?",
+                    vec![key.clone().into()],
+                )
+                .map_err(sql_err)?
+                .to_array()
+                .map_err(sql_err)?;
+            if rows.first().is_some_and(|r| r.n > 0.0) {
+                return Ok(false);
+            }
+        }
+        let t = now_secs();
+        for key in keys {
+            self.sql
+                .exec(
+                    "INSERT OR IGNORE INTO seen (key, at) VALUES (?, ?)",
+                    vec![key.clone().into(), t.into()],
+                )
+                .map_err(sql_err)?;
+        }
+        // Bounded: keys past their time, then the oldest past the count.
+        let _ = self.sql.exec(
+            "DELETE FROM seen WHERE at < ?",
+            vec![(t - channels::DEDUPE_TTL_SECS).into()],
+        );
+        let _ = self.sql.exec(
+            "DELETE FROM seen WHERE key IN (SELECT key FROM seen ORDER BY at DESC LIMIT -1 OFFSET ?)",
+            vec![(channels::MAX_DEDUPE_KEYS as i64).into()],
+        );
+        Ok(true)
+    }
+
+    fn forget_delivery(&self, keys: &[String]) {
+        for key in keys {
+            let _ = self
+                .sql
+                .exec("DELETE FROM seen WHERE key = ?", vec![key.clone().into()]);
+        }
+    }
+
+    fn thread(&self, key: &str) -> ApiResult<Option<ThreadRow>> {
+        let rows: Vec<ThreadRow> = self
+            .sql
+            .exec(
+                "SELECT session, replied FROM threads WHERE key = ?",
+                vec![key.into()],
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn message(&self, binding: &ChannelBinding, inbound: Inbound) -> ApiResult<Response> {
+        if !self.first_delivery(&inbound.dedupe_keys)? {
+            return Ok(json_response(200, &json!({"ok": true, "duplicate": true})));
+        }
+        match self.deliver(binding, &inbound).await {
+            Ok(response) => Ok(response),
+            Err(e) => {
+                // Not enqueued: the platform's retry must get another chance.
+                self.forget_delivery(&inbound.dedupe_keys);
+                Err(e)
+            }
+        }
+    }
+
+    async fn deliver(&self, binding: &ChannelBinding, inbound: &Inbound) -> ApiResult<Response> {
+        let author = channels::platform_identity(binding.platform, &inbound.user);
+        let target = to_json(&inbound.reply_to)?;
+        let (session, replied) = match self.thread(&inbound.thread_key)? {
+            Some(row) => (row.session, row.replied as u64),
+            None if !inbound.may_start => {
+                return Ok(json_response(
+                    200,
+                    &json!({"ok": true, "ignored": "not a mention in an unbound thread"}),
+                ));
+            }
+            None => {
+                let info = self.create_session(binding, &author, &inbound.text).await?;
+                self.sql
+                    .exec(
+                        "INSERT OR REPLACE INTO threads (key, session, target, replied, used_at) VALUES (?, ?, ?, ?, ?)",
+                        vec![
+                            inbound.thread_key.clone().into(),
+                            info.id.clone().into(),
+                            target.clone().into(),
+                            (info.last_cursor as i64).into(),
+                            (now_ms() as i64).into(),
+                        ],
+                    )
+                    .map_err(sql_err)?;
+                let _ = self.sql.exec(
+                    "DELETE FROM threads WHERE key IN (SELECT key FROM threads ORDER BY used_at DESC LIMIT -1 OFFSET ?)",
+                    vec![(channels::MAX_THREADS as i64).into()],
+                );
+                (info.id, info.last_cursor)
+            }
+        };
+        let lane = match channels::lane_for(&binding.options) {
+            wuhu_core::wire::Lane::Steer => "steer",
+            _ => "followUp",
+        };
+        let request = internal::post_request(
+            "session",
+            &format!("/enqueue?lane={lane}"),
+            &binding.tenant,
+            &author,
+            &json!({ "content": inbound.text }),
+        )?;
+        let stub = crate::session_client::stub(&self.env, &binding.tenant, &session)?;
+        let queued: EnqueueResponse = internal::send(&stub, request).await?;
+        self.sql
+            .exec(
+                "UPDATE threads SET used_at = ? WHERE key = ?",
+                vec![(now_ms() as i64).into(), inbound.thread_key.clone().into()],
+            )
+            .map_err(sql_err)?;
+        let scan = Scan {
+            through: replied,
+            ..Scan::default()
+        };
+        self.sql
+            .exec(
+                "INSERT OR IGNORE INTO watches (session, thread, target, author, scan, started) VALUES (?, ?, ?, ?, ?, ?)",
+                vec![
+                    session.clone().into(),
+                    inbound.thread_key.clone().into(),
+                    target.into(),
+                    author.into(),
+                    to_json(&scan)?.into(),
+                    (now_ms() as i64).into(),
+                ],
+            )
+            .map_err(sql_err)?;
+        self.arm_by(now_ms() + 200).await;
+        Ok(json_response(
+            200,
+            &json!({"ok": true, "session": session, "queued": queued.id}),
+        ))
+    }
+
+    /// A session for a new thread: the binding's defaults, created by the first author, open to
+    /// the whole tenant (a group chat).
+    async fn create_session(
+        &self,
+        binding: &ChannelBinding,
+        author: &str,
+        first_text: &str,
+    ) -> ApiResult<SessionInfo> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let system_prompt = match (
+            &binding.defaults.system_prompt,
+            &binding.defaults.environment,
+        ) {
+            (prompt, Some(environment)) => Some(format!(
+                "{}\n\nWhen you need an environment, request `{environment}`.",
+                prompt.as_deref().unwrap_or(channels::DEFAULT_SYSTEM_PROMPT)
+            )),
+            (prompt, None) => Some(
+                prompt
+                    .clone()
+                    .unwrap_or_else(|| channels::DEFAULT_SYSTEM_PROMPT.to_string()),
+            ),
+        };
+        let title: String = format!("{}: {first_text}", binding.name)
+            .chars()
+            .take(80)
+            .collect();
+        let init = json!({
+            "id": id,
+            "tenant": binding.tenant,
+            "createdBy": author,
+            "provider": binding.defaults.provider,
+            "model": binding.defaults.model,
+            "systemPrompt": system_prompt,
+            "title": title.trim(),
+            "globalContext": null,
+        });
+        let stub = crate::session_client::stub(&self.env, &binding.tenant, &id)?;
+        let request = internal::post_request("session", "/init", &binding.tenant, author, &init)?;
+        let _: SessionInfo = internal::send(&stub, request).await?;
+        let request = internal::post_request(
+            "session",
+            "/title",
+            &binding.tenant,
+            author,
+            &json!({"access": "tenant"}),
+        )?;
+        internal::send(&stub, request).await
+    }
+
+    async fn click(
+        &self,
+        binding: &ChannelBinding,
+        click: slack::ApprovalClick,
+    ) -> ApiResult<Response> {
+        if !self.first_delivery(std::slice::from_ref(&click.dedupe_key))? {
+            return Ok(json_response(200, &json!({"ok": true, "duplicate": true})));
+        }
+        // Only sessions of this binding's threads take clicks through it.
+        let rows: Vec<BodyRow> = self
+            .sql
+            .exec(
+                "SELECT target AS body FROM threads WHERE session = ? LIMIT 1",
+                vec![click.session.clone().into()],
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(json_response(
+                200,
+                &json!({"ok": false, "ignored": "not a session of this channel"}),
+            ));
+        };
+        let target: ReplyTarget = from_json(&row.body)?;
+        let who = channels::platform_identity(binding.platform, &click.user);
+        let request = internal::post_request(
+            "session",
+            &format!("/approval?id={}", click.approval_id),
+            &binding.tenant,
+            &who,
+            &json!({"decision": click.decision}),
+        )?;
+        let stub = crate::session_client::stub(&self.env, &binding.tenant, &click.session)?;
+        let result: ApiResult<Value> = internal::send(&stub, request).await;
+        let (ok, line) = match &result {
+            Ok(_) => (true, format!("{who} answered: {}", click.decision)),
+            Err(e) => (false, format!("{who} could not answer: {}", e.message)),
+        };
+        self.queue(
+            &format!("click:{}", click.dedupe_key),
+            &Outbound::Text {
+                target,
+                text: text::slack_mrkdwn(&line),
+                edit: None,
+            },
+        )?;
+        self.arm_by(now_ms() + 50).await;
+        Ok(json_response(200, &json!({"ok": ok})))
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Background: watches and the outbox
+
+    /// Queues `message` under an idempotency `key` (a key queued before is ignored: a reply is
+    /// never posted twice however often a scan finds it).
+    fn queue(&self, key: &str, message: &Outbound) -> ApiResult<()> {
+        let pending: Vec<CountRow> = self
+            .sql
+            .exec("SELECT COUNT(*) AS n FROM outbox WHERE sent = 0", None)
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        if pending.first().map_or(0, |c| c.n as usize) >= outbox::MAX_PENDING {
+            worker::console_error!("channel outbox full; dropping a message");
+            return Ok(());
+        }
+        self.sql
+            .exec(
+                "INSERT OR IGNORE INTO outbox (key, body, attempts, due) VALUES (?, ?, 0, ?)",
+                vec![
+                    key.into(),
+                    to_json(message)?.into(),
+                    (now_ms() as i64).into(),
+                ],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    async fn background(&self) -> ApiResult<()> {
+        let Some((binding, credentials)) = self.load_binding()? else {
+            return Ok(());
+        };
+        let watches: Vec<WatchRow> = self
+            .sql
+            .exec(
+                "SELECT session, thread, target, author, scan, started FROM watches",
+                None,
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        for watch in watches {
+            if let Err(e) = self.poll(&binding, &watch).await {
+                worker::console_error!("polling a channel session failed: {}", e.message);
+                if e.status == 404
+                    || now_ms().saturating_sub(watch.started as u64) > turn::MAX_WATCH_MS
+                {
+                    let _ = self.sql.exec(
+                        "DELETE FROM watches WHERE session = ?",
+                        vec![watch.session.into()],
+                    );
+                }
+            }
+        }
+        self.flush(&binding, &credentials).await
+    }
+
+    /// Reads what the watched session did since the last look; queues approvals, and the reply
+    /// once the turn is over.
+    async fn poll(&self, binding: &ChannelBinding, watch: &WatchRow) -> ApiResult<()> {
+        let mut scan: Scan = from_json(&watch.scan)?;
+        let target: ReplyTarget = from_json(&watch.target)?;
+        let viewer = Identity {
+            sub: watch.author.clone(),
+            tenant: binding.tenant.clone(),
+            role: Role::Member,
+            runner_kind: None,
+        };
+        let known: HashSet<String> = scan.approvals.iter().map(|(id, _)| id.clone()).collect();
+        let mut page: GetSessionResponse;
+        let mut pages = 0;
+        loop {
+            page = crate::session_client::transcript(
+                &self.env,
+                &viewer,
+                &watch.session,
+                scan.through,
+                wuhu_core::archive::MAX_PAGE as u64,
+            )
+            .await?;
+            turn::scan(&mut scan, &page.transcript);
+            pages += 1;
+            if page.next_cursor.is_none() || pages >= 10 {
+                break;
+            }
+        }
+        for (id, request) in &scan.approvals {
+            if known.contains(id) {
+                continue;
+            }
+            self.queue(
+                &format!("approval:{id}"),
+                &Outbound::Approval {
+                    target: target.clone(),
+                    session: watch.session.clone(),
+                    approval_id: id.clone(),
+                    text: text::slack_mrkdwn(request),
+                },
+            )?;
+        }
+        let over =
+            page.next_cursor.is_none() && turn::turn_over(page.session.status, page.queue.len());
+        if over {
+            if let Some(reply) = turn::reply(&scan, page.session.status) {
+                let pieces = text::chunk(&text::slack_mrkdwn(&reply), text::SLACK_MAX_CHARS);
+                for (i, piece) in pieces.into_iter().enumerate() {
+                    self.queue(
+                        &format!("reply:{}:{}:{i}", watch.session, scan.through),
+                        &Outbound::Text {
+                            target: target.clone(),
+                            text: piece,
+                            edit: None,
+                        },
+                    )?;
+                }
+            }
+            self.sql
+                .exec(
+                    "UPDATE threads SET replied = ? WHERE key = ?",
+                    vec![(scan.through as i64).into(), watch.thread.clone().into()],
+                )
+                .map_err(sql_err)?;
+            self.sql
+                .exec(
+                    "DELETE FROM watches WHERE session = ?",
+                    vec![watch.session.clone().into()],
+                )
+                .map_err(sql_err)?;
+        } else {
+            // Approvals already queued are remembered; the reply text is found again later.
+            self.sql
+                .exec(
+                    "UPDATE watches SET scan = ? WHERE session = ?",
+                    vec![to_json(&scan)?.into(), watch.session.clone().into()],
+                )
+                .map_err(sql_err)?;
+        }
+        Ok(())
+    }
+
+    /// Posts due messages in order; stops at the first that must wait (replies keep order).
+    async fn flush(&self, binding: &ChannelBinding, credentials: &Credentials) -> ApiResult<()> {
+        let rows: Vec<OutboxRow> = self
+            .sql
+            .exec(
+                "SELECT seq, body, attempts FROM outbox WHERE sent = 0 ORDER BY seq LIMIT 20",
+                None,
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        for row in rows {
+            let due: Vec<DueRow> = self
+                .sql
+                .exec("SELECT due FROM outbox WHERE seq = ?", vec![row.seq.into()])
+                .map_err(sql_err)?
+                .to_array()
+                .map_err(sql_err)?;
+            if due.first().is_some_and(|d| d.due as u64 > now_ms()) {
+                break;
+            }
+            let message: Outbound = from_json(&row.body)?;
+            let attempt = post(binding, credentials, &message).await;
+            match attempt {
+                Attempt::Sent(_) => {
+                    self.sql
+                        .exec(
+                            "UPDATE outbox SET sent = ?, body = '' WHERE seq = ?",
+                            vec![(now_ms() as i64).into(), row.seq.into()],
+                        )
+                        .map_err(sql_err)?;
+                }
+                Attempt::Refused(why) => {
+                    worker::console_error!("a channel message was refused: {why}; dropped");
+                    self.sql
+                        .exec(
+                            "UPDATE outbox SET sent = ?, body = '' WHERE seq = ?",
+                            vec![(now_ms() as i64).into(), row.seq.into()],
+                        )
+                        .map_err(sql_err)?;
+                }
+                Attempt::Retry { retry_after_ms } => {
+                    let attempts = row.attempts as u32 + 1;
+                    match outbox::next_try_in_ms(attempts, retry_after_ms) {
+                        Some(wait) => {
+                            self.sql
+                                .exec(
+                                    "UPDATE outbox SET attempts = ?, due = ? WHERE seq = ?",
+                                    vec![
+                                        (attempts as i64).into(),
+                                        ((now_ms() + wait) as i64).into(),
+                                        row.seq.into(),
+                                    ],
+                                )
+                                .map_err(sql_err)?;
+                            break;
+                        }
+                        None => {
+                            worker::console_error!(
+                                "a channel message failed {attempts} times; dropped"
+                            );
+                            self.sql
+                                .exec(
+                                    "UPDATE outbox SET sent = ?, body = '' WHERE seq = ?",
+                                    vec![(now_ms() as i64).into(), row.seq.into()],
+                                )
+                                .map_err(sql_err)?;
+                        }
+                    }
+                }
+            }
+        }
+        // Sent rows stay a day as idempotency keys, then go.
+        let _ = self.sql.exec(
+            "DELETE FROM outbox WHERE sent > 0 AND sent < ?",
+            vec![((now_ms() as i64) - channels::DEDUPE_TTL_SECS * 1000).into()],
+        );
+        Ok(())
+    }
+
+    /// Arms the alarm for the next background work: a watched session's next look, or the
+    /// outbox's next due message.
+    async fn rearm(&self) {
+        let watches: Vec<DueRow> = self
+            .sql
+            .exec("SELECT MIN(started) AS due FROM watches", None)
+            .and_then(|c| c.to_array())
+            .unwrap_or_default();
+        let outbox: Vec<DueRow> = self
+            .sql
+            .exec("SELECT MIN(due) AS due FROM outbox WHERE sent = 0", None)
+            .and_then(|c| c.to_array())
+            .unwrap_or_default();
+        let now = now_ms();
+        let mut next: Option<u64> = None;
+        if let Some(started) = watches.first().map(|w| w.due as u64) {
+            next = Some(now + turn::poll_interval_ms(now.saturating_sub(started)));
+        }
+        if let Some(due) = outbox.first().map(|o| o.due as u64) {
+            next = Some(next.map_or(due, |n| n.min(due)));
+        }
+        if let Some(at) = next {
+            self.set_alarm_at(at.max(now + 10)).await;
+        }
+    }
+
+    async fn arm_by(&self, at: u64) {
+        let storage = self.state.storage();
+        let current = storage.get_alarm().await.ok().flatten();
+        if current.is_none_or(|c| c as u64 > at) {
+            self.set_alarm_at(at).await;
+        }
+    }
+
+    async fn set_alarm_at(&self, at: u64) {
+        let offset = at.saturating_sub(now_ms()).max(1) as i64;
+        if let Err(e) = self.state.storage().set_alarm(offset).await {
+            worker::console_error!("setting the channel alarm failed: {e}");
+        }
+    }
+}
+
+/// One delivery attempt of `message`.
+async fn post(binding: &ChannelBinding, credentials: &Credentials, message: &Outbound) -> Attempt {
+    let call: HttpCall = match credentials {
+        Credentials::Slack { bot_token, .. } => {
+            slack::request(&binding.api_base_url, bot_token, message)
+        }
+        _ => {
+            return Attempt::Refused(format!(
+                "{} replies are not implemented",
+                binding.platform.as_str()
+            ));
+        }
+    };
+    let headers = Headers::new();
+    for (name, value) in &call.headers {
+        let _ = headers.set(name, value);
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(wasm_bindgen::JsValue::from_str(&call.body)));
+    let Ok(request) = Request::new_with_init(&call.url, &init) else {
+        return Attempt::Refused("bad request url".into());
+    };
+    let mut response = match Fetch::Request(request).send().await {
+        Ok(response) => response,
+        Err(_) => {
+            return Attempt::Retry {
+                retry_after_ms: None,
+            };
+        }
+    };
+    let status = response.status_code();
+    let retry_after = response.headers().get("retry-after").ok().flatten();
+    match outbox::classify(status, retry_after.as_deref()) {
+        Attempt::Sent(_) => {
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            match binding.platform {
+                Platform::Slack => match slack::answer(&body) {
+                    Ok(reference) => Attempt::Sent(reference),
+                    Err(error) if error == "ratelimited" => Attempt::Retry {
+                        retry_after_ms: None,
+                    },
+                    Err(error) => Attempt::Refused(format!("slack: {error}")),
+                },
+                _ => Attempt::Sent(None),
+            }
+        }
+        other => other,
+    }
+}
+
+/// A binding's view for a reader of `req` (the webhook URL on the public origin).
+fn view(req: &Request, listed: &Listed) -> wuhu_core::channels::ChannelView {
+    let origin = req
+        .headers()
+        .get("x-wuhu-origin")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    binding::view(&listed.binding, &listed.masked, &origin)
+}
+
+/// Sends `body` to binding `id`'s actor at `path`.
+async fn send_binding<T: serde::de::DeserializeOwned>(
+    env: &Env,
+    id: &str,
+    path: &str,
+    method: Method,
+    body: &[u8],
+) -> ApiResult<T> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json")?;
+    let mut init = RequestInit::new();
+    init.with_method(method).with_headers(headers);
+    let array = js_sys::Uint8Array::from(body);
+    init.with_body(Some(array.into()));
+    let request = Request::new_with_init(&format!("https://channels{path}"), &init)?;
+    internal::send(&super::stub(env, &format!("binding:{id}"))?, request).await
+}
+
+fn to_json<T: Serialize>(value: &T) -> ApiResult<String> {
+    serde_json::to_string(value).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> ApiResult<T> {
+    serde_json::from_str(text).map_err(|e| ApiError::internal(format!("corrupt channel row: {e}")))
+}
