@@ -6,7 +6,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::llm::{fake, openai};
 use crate::wire::Lane;
 
 /// Most bindings one tenant may have.
@@ -506,13 +505,11 @@ fn check_name(name: &str) -> Result<String, String> {
 
 fn check_defaults(defaults: &ChannelDefaults) -> Result<(), String> {
     if let Some(provider) = &defaults.provider
-        && provider != fake::PROVIDER
-        && provider != openai::PROVIDER
+        && !crate::llm::PROVIDERS.contains(&provider.as_str())
     {
         return Err(format!(
-            "defaults.provider must be \"{}\" or \"{}\"",
-            fake::PROVIDER,
-            openai::PROVIDER
+            "defaults.provider must be one of {}",
+            crate::llm::PROVIDERS.join(", ")
         ));
     }
     if defaults
