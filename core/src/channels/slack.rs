@@ -296,7 +296,8 @@ mod tests {
             }
         );
         let ignored = [
-            json!({"type":"message","channel":"C1","bot_id":"B1","text":"our reply","ts":"13.0"}),
+            // Our own replies come back as message events with a bot_id (and the bot user).
+            json!({"type":"message","channel":"C1","user":"UBOT","bot_id":"B1","text":"our reply","ts":"13.0"}),
             json!({"type":"message","subtype":"message_changed","channel":"C1","ts":"13.0"}),
             json!({"type":"reaction_added","user":"U1"}),
             json!({"type":"app_mention","channel":"C1","user":"U1","text":"<@UBOT>","ts":"14.0"}),
