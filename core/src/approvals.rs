@@ -884,7 +884,8 @@ mod tests {
         assert_eq!(s.turn_author(), Some("bob"));
         // Survives a checkpoint round trip.
         let json = serde_json::to_string(s.checkpoint()).unwrap();
-        let restored = Session::restore(serde_json::from_str(&json).unwrap(), 2);
+        let restored =
+            Session::restore(serde_json::from_str(&json).unwrap(), s.queue().to_vec(), 2);
         assert_eq!(restored.turn_authors(), s.turn_authors());
         // A checkpoint from before this field loads with no authors.
         let mut old: serde_json::Value = serde_json::to_value(s.checkpoint()).unwrap();
@@ -925,7 +926,8 @@ mod tests {
         s.handle_tool_awaiting_approval(7, "wait", true);
         assert_eq!(s.checkpoint().awaiting_approval, ["wait"]);
         let json = serde_json::to_string(s.checkpoint()).unwrap();
-        let mut restored = Session::restore(serde_json::from_str(&json).unwrap(), 2);
+        let mut restored =
+            Session::restore(serde_json::from_str(&json).unwrap(), s.queue().to_vec(), 2);
         restored.handle_resume(Millis(10));
         let effects: Vec<_> = std::iter::from_fn(|| restored.poll_effect()).collect();
         assert!(
@@ -935,7 +937,11 @@ mod tests {
         // Once past the approval, a restart loses the result of a call with side effects.
         restored.handle_tool_awaiting_approval(1, "wait", false);
         let json = serde_json::to_string(restored.checkpoint()).unwrap();
-        let mut again = Session::restore(serde_json::from_str(&json).unwrap(), 3);
+        let mut again = Session::restore(
+            serde_json::from_str(&json).unwrap(),
+            restored.queue().to_vec(),
+            3,
+        );
         again.handle_resume(Millis(11));
         let effects: Vec<_> = std::iter::from_fn(|| again.poll_effect()).collect();
         assert!(

@@ -103,7 +103,7 @@ pub(crate) async fn read_page(
             }
         }
         // From here on nothing awaits: the hot tail and the last cursor are one snapshot.
-        let last_cursor = actor.with_loaded(|l| l.session.last_cursor()).unwrap_or(0);
+        let last_cursor = actor.committed_cursor();
         if plan.read_hot {
             let store = actor.store()?;
             // Continue after the segments read (they end where the hot tail began when
@@ -122,7 +122,17 @@ pub(crate) async fn read_page(
             Stitched::Page {
                 entries,
                 next_cursor,
-            } => return Ok((entries, next_cursor)),
+            } => {
+                // Rows and segments hold placeholders for entries stored out of line.
+                let entries = crate::blob_io::resolve(
+                    &actor.env,
+                    &actor.tenant(),
+                    &actor.session_id(),
+                    entries,
+                )
+                .await?;
+                return Ok((entries, next_cursor));
+            }
             Stitched::Gap { missing } => {
                 worker::console_log!(
                     "transcript page after {since} raced a flush (cursor {missing} moved); reading again"

@@ -99,9 +99,12 @@ pub(crate) async fn handle(
     .map_err(ApiError::bad_request)?;
     // The snapshot and the registration happen in one synchronous step, so every event after
     // the snapshot reaches the follower live.
+    let committed = actor.committed_cursor();
     let registration = actor
         .with_loaded(|l| Registration {
-            last_cursor: l.session.last_cursor(),
+            // Committed, not in memory: a drain waiting for an out-of-line write is neither
+            // in storage nor broadcast yet.
+            last_cursor: committed,
             status: l.session.status(),
         })
         .ok_or_else(|| ApiError::internal("session not loaded"))?;

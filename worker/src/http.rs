@@ -73,7 +73,9 @@ pub(crate) fn json_response<T: Serialize>(status: u16, value: &T) -> Response {
         .fixed(body.into_bytes())
 }
 
-/// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] with 413.
+/// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] with 413: at once when
+/// `Content-Length` says so, otherwise while streaming (a chunked body is never buffered past
+/// the limit).
 pub(crate) async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
     if let Ok(Some(length)) = req.headers().get("content-length")
         && length
@@ -83,14 +85,23 @@ pub(crate) async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
     {
         return Err(too_large());
     }
-    let bytes = req
-        .bytes()
-        .await
-        .map_err(|_| ApiError::bad_request("could not read the request body"))?;
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(too_large());
+    let mut stream = match req.stream() {
+        Ok(stream) => stream,
+        Err(worker::Error::BodyUsed) => {
+            return Err(ApiError::internal("the request body was read twice"));
+        }
+        // No body at all (a GET, or a POST without one) reads as empty.
+        Err(_) => return Ok(Vec::new()),
+    };
+    let mut body = Vec::new();
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        let chunk = chunk.map_err(|_| ApiError::bad_request("could not read the request body"))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
     }
-    Ok(bytes)
+    Ok(body)
 }
 
 fn too_large() -> ApiError {

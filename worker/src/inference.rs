@@ -30,7 +30,7 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
 
 /// `None` when the step was cancelled (stop) while streaming.
 async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, LlmFailure>> {
-    let Some((header, entries)) = actor.context_inputs() else {
+    let Some((header, entries)) = actor.context_inputs().await else {
         return Some(Err(LlmFailure {
             status: None,
             message: "could not read the transcript for the llm context".into(),

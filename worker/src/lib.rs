@@ -10,6 +10,7 @@ mod access;
 mod approvals;
 mod archive_io;
 mod auth;
+mod blob_io;
 mod builtin_tools;
 mod channels;
 mod cors;

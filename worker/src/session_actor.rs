@@ -1,9 +1,16 @@
 //! `SessionActor`: one Durable Object per session.
 //!
-//! Each handler follows one pattern: decode → `session.handle_*` → [`Actor::pump`] (persist the
-//! new entries and the checkpoint in one synchronous write, then perform the other effects:
+//! Each handler follows one pattern: decode → `session.handle_*` → [`Actor::pump`] (commit the
+//! new entries, queue rows and checkpoint in one transaction, then perform the other effects:
 //! start inference, run tools, notify followers, arm the alarm). Session meaning lives in
 //! `wuhu-core`; this file only moves bytes.
+//!
+//! Durability: a drain whose entries are all small commits synchronously inside `pump`. A drain
+//! with an entry stored out of line first writes that entry's object to R2; it and every drain
+//! after it then wait in order in `pending_writes` and commit from a writer task. Nothing is
+//! broadcast, started or acknowledged before its commit (`/enqueue` awaits it). A failed write
+//! drops the loaded session (memory never runs ahead of storage), fails every waiting drain,
+//! and arms the alarm, which reloads the session from SQLite with a visible notice.
 //!
 //! Internal routes (reached only through the router, which has already authenticated; identity
 //! arrives in `x-wuhu-tenant` / `x-wuhu-sub`): `POST /init`, `GET /info`, `GET /transcript`,
@@ -18,6 +25,7 @@ use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
 use worker::{Date, DurableObject, Env, Request, Response, State, durable_object};
 use wuhu_core::llm::{self, fake};
+use wuhu_core::out_of_line;
 use wuhu_core::session::{CancelError, Effect, Millis, Phase, Session};
 use wuhu_core::wire::{
     CancelRequest, EnqueueRequest, EnqueueResponse, Entry, GetSessionResponse, Header, Lane,
@@ -27,13 +35,14 @@ use wuhu_core::wire::{
 
 use crate::approvals::{self, ActorApprovals, ApprovalStore};
 use crate::auth::Identity;
+use crate::blob_io::storage_error;
 use crate::builtin_tools::ToolContext;
 use crate::environment_tools::{AttachmentChange, ToolOutput};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
-use crate::store::{SessionMeta, Store};
-use crate::{archive_io, follow, tenant_index};
+use crate::store::{EntryRow, RawStorage, SessionMeta, Store, Writes};
+use crate::{archive_io, blob_io, follow, tenant_index};
 use futures::future::LocalBoxFuture;
 use std::collections::HashMap;
 use wuhu_core::approvals::Outcome;
@@ -109,6 +118,64 @@ pub(crate) struct Actor {
     /// Wakes the tool call waiting for each pending approval, by approval id. Empty after a
     /// restart until the resumed calls wait again; the stored approval is the truth.
     approval_waiters: RefCell<HashMap<String, futures::channel::oneshot::Sender<Outcome>>>,
+    /// Drained batches waiting for the writer task, oldest first.
+    pending_writes: RefCell<std::collections::VecDeque<Batch>>,
+    /// Whether the writer task runs (then every new batch queues behind it).
+    writing: Cell<bool>,
+    /// Successful commits so far (to notice one that happened during an await).
+    commits: Cell<u64>,
+    /// The newest cursor in storage. Readers use it, not the session's last cursor, which runs
+    /// ahead while a drain waits for an out-of-line write.
+    committed_cursor: Cell<u64>,
+    /// Consecutive failed writes (backoff of the reload).
+    write_failures: Cell<u32>,
+    /// Why the last write failed; recorded as a notice when the session is reloaded.
+    storage_failure: RefCell<Option<String>>,
+}
+
+/// One drain of the session's effects with everything to write for it, taken at drain time so
+/// that a later drain cannot leak into it.
+struct Batch {
+    effects: Vec<Effect>,
+    writes: Writes,
+    /// Objects of out-of-line entries, written before `writes`.
+    blobs: Vec<out_of_line::Blob>,
+    /// `(row bytes, entry bytes)` of each appended entry, in order.
+    sizes: Vec<(usize, usize)>,
+    /// The newest cursor the batch appends.
+    writes_cursor: Option<u64>,
+    deadline: Option<Millis>,
+    status: Status,
+    /// Told the outcome when the batch is committed or failed.
+    done: Option<futures::channel::oneshot::Sender<ApiResult<()>>>,
+}
+
+/// The outcome of one [`Actor::pump`]: known at once, or when the writer task gets to it.
+/// Dropping it is fine: a failure is handled (and made visible) either way.
+pub(crate) struct Committed(CommittedState);
+
+enum CommittedState {
+    Done(ApiResult<()>),
+    Waiting(futures::channel::oneshot::Receiver<ApiResult<()>>),
+}
+
+impl Committed {
+    fn done(result: ApiResult<()>) -> Committed {
+        Committed(CommittedState::Done(result))
+    }
+
+    /// Waits until the batch is committed.
+    ///
+    /// # Errors
+    /// `storage_failed` (500) when its write failed.
+    pub(crate) async fn wait(self) -> ApiResult<()> {
+        match self.0 {
+            CommittedState::Done(result) => result,
+            CommittedState::Waiting(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err(storage_error("the write was abandoned"))),
+        }
+    }
 }
 
 /// The newest entries in memory: at most [`HOT_TAIL_KEEP`] and [`TAIL_MAX_BYTES`] of JSON.
@@ -153,7 +220,16 @@ fn seed() -> u64 {
 
 impl DurableObject for SessionActor {
     fn new(state: State, env: Env) -> Self {
-        let store = Store::open(state.storage().sql()).map_err(|e| e.to_string());
+        // workers-rs binds no `transactionSync`: keep the raw storage object for it.
+        let raw_state = state._inner();
+        let raw_storage = raw_state
+            .storage()
+            .map(wasm_bindgen::JsCast::unchecked_into::<RawStorage>);
+        let state = State::from(raw_state);
+        let store = raw_storage
+            .map_err(|_| worker::Error::RustError("no storage".into()))
+            .and_then(|raw| Store::open(state.storage().sql(), raw))
+            .map_err(|e| e.to_string());
         let approval_store = ApprovalStore::open(state.storage().sql()).map_err(|e| e.to_string());
         let runner_calls = Rc::new(tasks::RunnerCalls::open(state.storage().sql()));
         let actor = Actor {
@@ -175,6 +251,12 @@ impl DurableObject for SessionActor {
             validated: RefCell::new(HashMap::new()),
             approval_store,
             approval_waiters: RefCell::new(HashMap::new()),
+            pending_writes: RefCell::new(std::collections::VecDeque::new()),
+            writing: Cell::new(false),
+            commits: Cell::new(0),
+            committed_cursor: Cell::new(0),
+            write_failures: Cell::new(0),
+            storage_failure: RefCell::new(None),
         };
         SessionActor {
             actor: Rc::new(actor),
@@ -191,8 +273,14 @@ impl DurableObject for SessionActor {
     async fn alarm(&self) -> worker::Result<Response> {
         let actor = self.actor.clone();
         actor.alarm_armed_for.set(None);
-        // Loading a session whose checkpoint shows work in flight resumes it.
-        if let Ok(true) = actor.ensure_loaded() {
+        // Loading a session whose checkpoint shows work in flight resumes it. A load that fails
+        // (a write failed and storage is still unwell) is retried: nothing else may come.
+        let loaded = actor.ensure_loaded();
+        if let Err(e) = &loaded {
+            worker::console_error!("reloading the session failed: {}", e.message);
+            actor.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
+        }
+        if let Ok(true) = loaded {
             approvals::expire_due(&actor);
             if actor.tasks.count() == 0 {
                 // No task runs, yet the session may wait for one: its task died without taking
@@ -290,7 +378,8 @@ impl Actor {
                 })
                 .ok_or_else(|| ApiError::internal("session not loaded"))?
                 .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
-                self.pump();
+                // Acknowledged only once the item's row is committed.
+                self.pump().wait().await?;
                 Ok(json_response(200, &EnqueueResponse { id }))
             }
             (worker::Method::Post, "/cancel") => {
@@ -318,7 +407,7 @@ impl Actor {
                     .ok_or_else(|| ApiError::internal("session not loaded"))?;
                 match result {
                     Ok(()) => {
-                        self.persist_checkpoint();
+                        self.pump().wait().await?;
                         Ok(json_response(
                             200,
                             &serde_json::json!({ "id": request.id, "cancelled": true }),
@@ -346,7 +435,7 @@ impl Actor {
                 let stopped = self
                     .with_session(|s| s.handle_stop(now(), &author))
                     .unwrap_or(0);
-                self.pump();
+                self.pump().wait().await?;
                 let status = self.status().unwrap_or(Status::Stopped);
                 Ok(json_response(
                     200,
@@ -369,6 +458,7 @@ impl Actor {
                 {
                     let mut loaded = self.loaded.borrow_mut();
                     if let Some(loaded) = loaded.as_mut() {
+                        // Memory changes only after storage did.
                         let mut meta = loaded.meta.clone();
                         if let Some(title) = &request.title {
                             meta.title = wuhu_core::wire::normalize_title(title).ok();
@@ -449,7 +539,7 @@ impl Actor {
         let mut session = Session::create(t, seed(), header, context);
         session.set_retry_policy(crate::inference::retry_policy(&self.env));
         *self.loaded.borrow_mut() = Some(Loaded { session, meta });
-        self.pump();
+        self.pump().wait().await?;
         let info = self.info()?;
         // The index learns of the session before the caller does, so a list right after
         // creation shows it.
@@ -500,23 +590,51 @@ impl Actor {
         if self.loaded.borrow().is_some() {
             return Ok(true);
         }
-        let Some((meta, checkpoint)) = self.store()?.load()? else {
+        // A writer task still finishing batches of a dropped session must not race a reload.
+        if self.writing.get() {
+            return Err(storage_error(
+                "the session is recovering from a failed write; retry shortly",
+            ));
+        }
+        let Some(stored) = self.store()?.load()? else {
             return Ok(false);
         };
         *self.attachments.borrow_mut() = self.store()?.load_attachments()?;
-        let in_flight = checkpoint.phase != Phase::Idle || !checkpoint.queue.is_empty();
-        let mut session = Session::restore(checkpoint, seed());
+        let t = now();
+        let mut session = Session::restore(stored.checkpoint, stored.queue, seed());
         session.set_retry_policy(crate::inference::retry_policy(&self.env));
-        if in_flight {
-            session.handle_resume(now());
+        if session.handle_stored_cursor(t, stored.newest_cursor) {
+            worker::console_error!(
+                "checkpoint was behind the stored transcript (newest cursor {}); repaired",
+                stored.newest_cursor
+            );
         }
-        *self.loaded.borrow_mut() = Some(Loaded { session, meta });
-        // Whatever runner calls the previous isolate's tasks left running are cancelled first.
-        tasks::cancel_orphans(self);
+        if let Some(message) = self.storage_failure.borrow_mut().take() {
+            session.handle_storage_failure(t, &message);
+        }
+        let in_flight = session.checkpoint().phase != Phase::Idle || !session.queue().is_empty();
         if in_flight {
-            self.pump();
+            session.handle_resume(t);
+        }
+        self.committed_cursor.set(stored.newest_cursor);
+        *self.loaded.borrow_mut() = Some(Loaded {
+            session,
+            meta: stored.meta,
+        });
+        // Whatever runner calls the previous isolate's tasks left running are cancelled before
+        // the resumed work starts, so a resumed step never races its predecessor's command.
+        tasks::cancel_orphans(self);
+        // Pumps what the restore produced (notices, resumed work). Its failure drops the
+        // session again; the caller must not act on it.
+        if let Committed(CommittedState::Done(Err(e))) = self.pump() {
+            return Err(e);
         }
         Ok(true)
+    }
+
+    /// The newest cursor committed to storage (see `committed_cursor`).
+    pub(crate) fn committed_cursor(&self) -> u64 {
+        self.committed_cursor.get()
     }
 
     pub(crate) fn with_session<T>(&self, f: impl FnOnce(&mut Session) -> T) -> Option<T> {
@@ -574,65 +692,160 @@ impl Actor {
         .unwrap_or_default()
     }
 
-    fn persist_checkpoint(&self) {
-        if let (Ok(store), Some(checkpoint)) = (
-            self.store(),
-            self.with_loaded(|l| l.session.checkpoint().clone()),
-        ) && let Err(e) = store.save_checkpoint(&checkpoint)
-        {
-            worker::console_error!("saving checkpoint failed: {e}");
+    /// Drains the session's effects, commits their writes (entries, queue rows, meta,
+    /// checkpoint) as one transaction, then performs the rest. See the module docs for the order
+    /// guarantees and what a failure does.
+    pub(crate) fn pump(self: &Rc<Self>) -> Committed {
+        let batch = match self.drain() {
+            Ok(Some(batch)) => batch,
+            Ok(None) => return Committed::done(Ok(())),
+            Err(e) => return Committed::done(Err(e)),
+        };
+        if !self.writing.get() && batch.blobs.is_empty() {
+            return Committed::done(self.commit(batch));
         }
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let mut batch = batch;
+        batch.done = Some(tx);
+        self.pending_writes.borrow_mut().push_back(batch);
+        if !self.writing.replace(true) {
+            spawn_local(write_pending(self.clone()));
+        }
+        Committed(CommittedState::Waiting(rx))
     }
 
-    /// Drains the session's effects and performs them. Storage writes come first and are all
-    /// synchronous, so the entries and the checkpoint commit together.
-    pub(crate) fn pump(self: &Rc<Self>) {
+    /// Takes the session's effects and everything to write for them.
+    fn drain(&self) -> ApiResult<Option<Batch>> {
+        let mut loaded = self.loaded.borrow_mut();
+        let Some(loaded) = loaded.as_mut() else {
+            return Ok(None);
+        };
         let mut effects = Vec::new();
-        let deadline;
-        let status;
-        {
-            let mut loaded = self.loaded.borrow_mut();
-            let Some(loaded) = loaded.as_mut() else {
-                return;
-            };
-            while let Some(effect) = loaded.session.poll_effect() {
-                effects.push(effect);
-            }
-            if effects.is_empty() {
-                return;
-            }
-            deadline = loaded.session.poll_deadline();
-            status = Some(loaded.session.status());
-            let Ok(store) = self.store.as_ref() else {
-                return;
-            };
-            let mut wrote = false;
-            let mut tail = self.tail.borrow_mut();
-            for effect in &effects {
-                if let Effect::AppendEntry(entry) = effect {
-                    match store.append(entry) {
-                        Ok(bytes) => {
-                            if let Some(tail) = tail.as_mut() {
-                                tail.push(entry.clone(), bytes);
-                            }
-                            if let Some((n, total)) = self.unarchived.get() {
-                                self.unarchived.set(Some((n + 1, total + bytes as u64)));
-                            }
-                        }
-                        Err(e) => {
-                            worker::console_error!("appending entry {} failed: {e}", entry.cursor);
-                        }
-                    }
-                    wrote = true;
+        while let Some(effect) = loaded.session.poll_effect() {
+            effects.push(effect);
+        }
+        if effects.is_empty() {
+            return Ok(None);
+        }
+        let mut writes = Writes::default();
+        let mut blobs = Vec::new();
+        let mut sizes = Vec::new();
+        let (tenant, session_id) = (loaded.meta.tenant.clone(), loaded.meta.id.clone());
+        for effect in &effects {
+            match effect {
+                Effect::AppendEntry(entry) => {
+                    let stored = out_of_line::store(entry, &tenant, &session_id);
+                    sizes.push((stored.row.len(), stored.entry_bytes));
+                    writes.entries.push(EntryRow {
+                        cursor: entry.cursor,
+                        created_at: entry.created_at,
+                        body: stored.row,
+                    });
+                    blobs.extend(stored.blob);
                 }
+                Effect::QueueInsert(item) => writes.queue_inserts.push(item.clone()),
+                Effect::QueueDelete { id } => {
+                    // An item delivered in the drain that queued it never needs a row.
+                    if let Some(pos) = writes.queue_inserts.iter().position(|i| &i.id == id) {
+                        writes.queue_inserts.remove(pos);
+                    } else {
+                        writes.queue_deletes.push(id.clone());
+                    }
+                }
+                _ => {}
             }
-            let seconds = now().unix_seconds();
-            if wrote && loaded.meta.updated_at != seconds {
-                loaded.meta.updated_at = seconds;
-                let _ = store.save_meta(&loaded.meta);
+        }
+        let seconds = now().unix_seconds();
+        if !writes.entries.is_empty() && loaded.meta.updated_at != seconds {
+            loaded.meta.updated_at = seconds;
+            writes.meta = Some(serde_json::to_string(&loaded.meta).map_err(|e| {
+                ApiError::internal(format!("session meta serialisation failed: {e}"))
+            })?);
+        }
+        writes.checkpoint = serde_json::to_string(loaded.session.checkpoint())
+            .map_err(|e| ApiError::internal(format!("checkpoint serialisation failed: {e}")))?;
+        Ok(Some(Batch {
+            writes_cursor: writes.entries.last().map(|e| e.cursor),
+            effects,
+            writes,
+            blobs,
+            sizes,
+            deadline: loaded.session.poll_deadline(),
+            status: loaded.session.status(),
+            done: None,
+        }))
+    }
+
+    /// Commits one batch (its objects are already written), then performs its effects.
+    fn commit(self: &Rc<Self>, mut batch: Batch) -> ApiResult<()> {
+        let done = batch.done.take();
+        let result = self
+            .store()
+            .and_then(|store| Ok(store.commit(std::mem::take(&mut batch.writes))?))
+            .map_err(|e| storage_error(format!("saving the session failed: {}", e.message)));
+        match &result {
+            Ok(()) => {
+                self.commits.set(self.commits.get() + 1);
+                if let Some(newest) = batch.writes_cursor {
+                    self.committed_cursor.set(newest);
+                }
+                self.write_failures.set(0);
+                self.perform(batch);
             }
-            if let Err(e) = store.save_checkpoint(loaded.session.checkpoint()) {
-                worker::console_error!("saving checkpoint failed: {e}");
+            Err(e) => self.write_failed(&e.message),
+        }
+        if let Some(done) = done {
+            let _ = done.send(result.clone());
+        }
+        result
+    }
+
+    /// After a failed write: memory must not run ahead of storage, so the session is dropped
+    /// (with every batch drained from it) and reloaded from SQLite by the alarm, which records
+    /// the failure as a notice and resumes. Callers waiting on a batch get the error.
+    fn write_failed(self: &Rc<Self>, message: &str) {
+        worker::console_error!("{message}; the session is reloaded from storage");
+        tasks::abandon_all(self);
+        *self.loaded.borrow_mut() = None;
+        *self.tail.borrow_mut() = None;
+        self.unarchived.set(None);
+        *self.storage_failure.borrow_mut() = Some(message.to_string());
+        for batch in self.pending_writes.borrow_mut().drain(..) {
+            if let Some(done) = batch.done {
+                let _ = done.send(Err(storage_error(format!(
+                    "an earlier write failed ({message})"
+                ))));
+            }
+        }
+        let failures = self.write_failures.get().saturating_add(1);
+        self.write_failures.set(failures);
+        let backoff = (1000u64 << failures.min(6)).min(60_000);
+        self.alarm_armed_for.set(None);
+        self.arm_alarm(Millis(now().0 + backoff));
+    }
+
+    /// Performs a committed batch's effects: hot tail and counters, followers, tasks, alarm.
+    fn perform(self: &Rc<Self>, batch: Batch) {
+        let Batch {
+            effects,
+            sizes,
+            deadline,
+            status,
+            ..
+        } = batch;
+        {
+            let mut tail = self.tail.borrow_mut();
+            let appended = effects.iter().filter_map(|e| match e {
+                Effect::AppendEntry(entry) => Some(entry),
+                _ => None,
+            });
+            for (entry, (row_bytes, entry_bytes)) in appended.zip(sizes) {
+                if let Some(tail) = tail.as_mut() {
+                    tail.push(entry.clone(), entry_bytes);
+                }
+                if let Some((n, total)) = self.unarchived.get() {
+                    self.unarchived.set(Some((n + 1, total + row_bytes as u64)));
+                }
             }
         }
         let mut flush = false;
@@ -653,6 +866,8 @@ impl Actor {
                 }
                 Effect::CancelInference { step } => tasks::cancel_inference(self, step),
                 Effect::CancelTools { step } => tasks::cancel_tools(self, step),
+                // Written with the batch.
+                Effect::QueueInsert(_) | Effect::QueueDelete { .. } => {}
                 Effect::Idle => {
                     flush = true;
                     self.broadcast(StreamEvent::Idle);
@@ -661,7 +876,7 @@ impl Actor {
         }
         if let Some(deadline) = deadline {
             self.arm_alarm(deadline);
-        } else if status == Some(Status::Running) && self.alarm_armed_for.get().is_none() {
+        } else if status == Status::Running && self.alarm_armed_for.get().is_none() {
             self.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
         }
         if index {
@@ -793,22 +1008,33 @@ impl Actor {
         });
     }
 
-    /// Context entries for the LLM: the hot tail, from memory (read from SQLite once).
-    pub(crate) fn context_inputs(&self) -> Option<(Header, Vec<Entry>)> {
+    /// Context entries for the LLM: the hot tail, from memory (read from SQLite once, with
+    /// out-of-line entries put back).
+    pub(crate) async fn context_inputs(&self) -> Option<(Header, Vec<Entry>)> {
         let header = self.with_loaded(|l| l.meta.header.clone())?;
-        let mut tail = self.tail.borrow_mut();
-        if tail.is_none() {
+        while self.tail.borrow().is_none() {
+            let commits = self.commits.get();
             let rows = self
                 .store()
                 .ok()?
                 .newest_entries(HOT_TAIL_KEEP as usize)
                 .ok()?;
+            let entries = rows.into_iter().map(|(entry, _)| entry).collect();
+            let entries = blob_io::resolve(&self.env, &self.tenant(), &self.session_id(), entries)
+                .await
+                .ok()?;
+            // A commit during the reads pushed nothing (no tail yet): read again.
+            if self.commits.get() != commits {
+                continue;
+            }
             let mut loaded = HotTail::default();
-            for (entry, bytes) in rows {
+            for entry in entries {
+                let bytes = serde_json::to_string(&entry).map_or(0, |j| j.len());
                 loaded.push(entry, bytes);
             }
-            *tail = Some(loaded);
+            *self.tail.borrow_mut() = Some(loaded);
         }
+        let tail = self.tail.borrow();
         let entries = tail
             .as_ref()?
             .entries
@@ -892,4 +1118,33 @@ fn info_tenant(actor: &Actor) -> String {
     actor
         .with_loaded(|l| l.meta.tenant.clone())
         .unwrap_or_default()
+}
+
+/// The writer task: writes each waiting batch's objects, then commits it, in order. Runs while
+/// batches wait; a failure fails every batch behind it (see [`Actor::write_failed`]).
+async fn write_pending(actor: Rc<Actor>) {
+    loop {
+        let Some(batch) = actor.pending_writes.borrow_mut().pop_front() else {
+            break;
+        };
+        let mut uploaded = Ok(());
+        for blob in &batch.blobs {
+            uploaded = blob_io::write(&actor.env, blob).await;
+            if uploaded.is_err() {
+                break;
+            }
+        }
+        match uploaded {
+            Ok(()) => {
+                let _ = actor.commit(batch);
+            }
+            Err(e) => {
+                actor.write_failed(&e.message);
+                if let Some(done) = batch.done {
+                    let _ = done.send(Err(e));
+                }
+            }
+        }
+    }
+    actor.writing.set(false);
 }

@@ -1,11 +1,32 @@
-//! The session actor's SQLite tables. Every function here is synchronous: writes made between
-//! two awaits commit atomically, which is what makes a checkpoint and its entries one write.
+//! The session actor's SQLite tables. Every function here is synchronous. [`Store::commit`]
+//! runs one drain's writes (entries, queue rows, meta, checkpoint) inside `transactionSync`:
+//! they all commit or, when one fails, none does.
+//!
+//! Tables: `meta` (key/value: `session`, `checkpoint`, `environments`, `archived_through`),
+//! `entries` (one row per entry, or its out-of-line placeholder), `queue` (one row per
+//! undelivered item, in insertion order), `segments` (archived ranges).
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
 use worker::{SqlStorage, SqlStorageValue};
 use wuhu_core::archive::SegmentRef;
-use wuhu_core::session::Checkpoint;
-use wuhu_core::wire::{Entry, Header};
+use wuhu_core::session::{Checkpoint, QueueItem};
+use wuhu_core::wire::{Entry, Header, Lane};
+
+#[wasm_bindgen]
+extern "C" {
+    /// `ctx.storage`, for the one method workers-rs does not bind.
+    #[wasm_bindgen(extends = js_sys::Object)]
+    #[derive(Clone, Debug)]
+    pub(crate) type RawStorage;
+
+    #[wasm_bindgen(method, catch, js_name = transactionSync)]
+    fn transaction_sync(this: &RawStorage, closure: &js_sys::Function) -> Result<JsValue, JsValue>;
+}
 
 /// What the actor knows about its session besides the loop state.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -23,8 +44,49 @@ pub(crate) struct SessionMeta {
     pub(crate) access: wuhu_core::authority::Access,
 }
 
+#[derive(Clone)]
 pub(crate) struct Store {
     sql: SqlStorage,
+    raw: RawStorage,
+}
+
+/// What a session has in storage.
+pub(crate) struct Stored {
+    pub(crate) meta: SessionMeta,
+    pub(crate) checkpoint: Checkpoint,
+    /// Undelivered items, in enqueue order.
+    pub(crate) queue: Vec<QueueItem>,
+    /// The newest cursor of any stored entry, in SQLite or in an archived segment (0: none).
+    pub(crate) newest_cursor: u64,
+}
+
+/// One entry's row.
+pub(crate) struct EntryRow {
+    pub(crate) cursor: u64,
+    pub(crate) created_at: i64,
+    /// The entry's JSON or its out-of-line placeholder's.
+    pub(crate) body: String,
+}
+
+/// The writes of one drain, committed together by [`Store::commit`].
+#[derive(Default)]
+pub(crate) struct Writes {
+    pub(crate) queue_inserts: Vec<QueueItem>,
+    pub(crate) entries: Vec<EntryRow>,
+    pub(crate) queue_deletes: Vec<String>,
+    /// The session meta's JSON, when it changed.
+    pub(crate) meta: Option<String>,
+    /// The checkpoint's JSON.
+    pub(crate) checkpoint: String,
+}
+
+#[derive(Deserialize)]
+struct QueueRow {
+    id: String,
+    lane: String,
+    author: String,
+    content: String,
+    enqueued_at: f64,
 }
 
 #[derive(Deserialize)]
@@ -57,7 +119,7 @@ struct SegmentRow {
 type SqlResult<T> = worker::Result<T>;
 
 impl Store {
-    pub(crate) fn open(sql: SqlStorage) -> SqlResult<Store> {
+    pub(crate) fn open(sql: SqlStorage, raw: RawStorage) -> SqlResult<Store> {
         sql.exec(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
             None,
@@ -67,7 +129,113 @@ impl Store {
             None,
         )?;
         sql.exec("CREATE TABLE IF NOT EXISTS segments (first INTEGER PRIMARY KEY, last INTEGER NOT NULL)", None)?;
-        Ok(Store { sql })
+        // `seq` is the rowid: a new row always gets a larger one than every row present, so
+        // ordering by it is enqueue order. `content` is raw text (at most a request body), not
+        // JSON, so escaping cannot inflate a row past the 2 MB row limit.
+        sql.exec(
+            "CREATE TABLE IF NOT EXISTS queue (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, lane TEXT NOT NULL, author TEXT NOT NULL, content TEXT NOT NULL, enqueued_at INTEGER NOT NULL)",
+            None,
+        )?;
+        Ok(Store { sql, raw })
+    }
+
+    /// Runs `writes` in a transaction: all of them commit, or none does.
+    ///
+    /// # Errors
+    /// The first failing write (nothing is then written), including an entry whose cursor is
+    /// already stored with different content.
+    pub(crate) fn commit(&self, writes: Writes) -> SqlResult<()> {
+        self.transaction(move |store| store.write_all(&writes))
+    }
+
+    fn write_all(&self, writes: &Writes) -> SqlResult<()> {
+        for item in &writes.queue_inserts {
+            let lane = serde_json::to_value(item.lane)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            self.sql.exec(
+                "INSERT INTO queue (id, lane, author, content, enqueued_at) VALUES (?, ?, ?, ?, ?)",
+                vec![
+                    item.id.as_str().into(),
+                    lane.into(),
+                    item.author.as_str().into(),
+                    item.content.as_str().into(),
+                    item.enqueued_at.into(),
+                ],
+            )?;
+        }
+        for entry in &writes.entries {
+            self.insert_entry(entry)?;
+        }
+        for id in &writes.queue_deletes {
+            self.sql
+                .exec("DELETE FROM queue WHERE id = ?", vec![id.as_str().into()])?;
+        }
+        if let Some(meta) = &writes.meta {
+            self.put_meta("session", meta)?;
+        }
+        self.put_meta("checkpoint", &writes.checkpoint)
+    }
+
+    /// Inserts an entry row. Writing the same row again is a no-op; a different row under a
+    /// stored cursor is an error: a cursor is never reused, so that would lose an entry.
+    fn insert_entry(&self, row: &EntryRow) -> SqlResult<()> {
+        let cursor = SqlStorageValue::try_from_i64(row.cursor as i64)?;
+        let existing: Vec<BodyRow> = self
+            .sql
+            .exec(
+                "SELECT body FROM entries WHERE cursor = ?",
+                vec![cursor.clone()],
+            )?
+            .to_array()?;
+        match existing.first() {
+            Some(stored) if stored.body == row.body => Ok(()),
+            Some(_) => Err(worker::Error::RustError(format!(
+                "entry {} is already stored with different content",
+                row.cursor
+            ))),
+            None => {
+                self.sql.exec(
+                    "INSERT INTO entries (cursor, created_at, body) VALUES (?, ?, ?)",
+                    vec![cursor, row.created_at.into(), row.body.as_str().into()],
+                )?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs `f` inside `ctx.storage.transactionSync`: when it fails, everything it wrote is
+    /// rolled back.
+    fn transaction<T: 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> SqlResult<T> + 'static,
+    ) -> SqlResult<T> {
+        let store = self.clone();
+        let outcome: Rc<RefCell<Option<SqlResult<T>>>> = Rc::default();
+        let slot = outcome.clone();
+        let closure: Closure<dyn FnMut() -> Result<JsValue, JsValue>> = Closure::once(move || {
+            let result = f(&store);
+            // Throwing is what makes transactionSync roll back.
+            let thrown = result
+                .as_ref()
+                .err()
+                .map(|e| JsValue::from_str(&e.to_string()));
+            *slot.borrow_mut() = Some(result);
+            match thrown {
+                Some(error) => Err(error),
+                None => Ok(JsValue::UNDEFINED),
+            }
+        });
+        let called = self.raw.transaction_sync(closure.as_ref().unchecked_ref());
+        let result = outcome.borrow_mut().take();
+        match (called, result) {
+            (Ok(_), Some(result)) | (Err(_), Some(result @ Err(_))) => result,
+            (Err(error), _) => Err(worker::Error::from(error)),
+            (Ok(_), None) => Err(worker::Error::RustError(
+                "transactionSync did not run the transaction".into(),
+            )),
+        }
     }
 
     fn get_meta(&self, key: &str) -> SqlResult<Option<String>> {
@@ -86,7 +254,7 @@ impl Store {
         Ok(())
     }
 
-    pub(crate) fn load(&self) -> SqlResult<Option<(SessionMeta, Checkpoint)>> {
+    pub(crate) fn load(&self) -> SqlResult<Option<Stored>> {
         let (Some(meta), Some(checkpoint)) =
             (self.get_meta("session")?, self.get_meta("checkpoint")?)
         else {
@@ -96,7 +264,46 @@ impl Store {
             .map_err(|e| worker::Error::RustError(format!("corrupt session meta: {e}")))?;
         let checkpoint = serde_json::from_str(&checkpoint)
             .map_err(|e| worker::Error::RustError(format!("corrupt checkpoint: {e}")))?;
-        Ok(Some((meta, checkpoint)))
+        let rows: Vec<QueueRow> = self
+            .sql
+            .exec(
+                "SELECT id, lane, author, content, enqueued_at FROM queue ORDER BY seq",
+                None,
+            )?
+            .to_array()?;
+        let queue = rows
+            .into_iter()
+            .map(|row| {
+                let lane: Lane = serde_json::from_value(serde_json::Value::String(row.lane))
+                    .map_err(|e| {
+                        worker::Error::RustError(format!("corrupt queue row {}: {e}", row.id))
+                    })?;
+                Ok(QueueItem {
+                    id: row.id,
+                    lane,
+                    author: row.author,
+                    content: row.content,
+                    enqueued_at: row.enqueued_at as i64,
+                })
+            })
+            .collect::<SqlResult<Vec<_>>>()?;
+        let newest_entry = self.max("SELECT MAX(cursor) AS m FROM entries")?;
+        let newest_archived = self.max("SELECT MAX(last) AS m FROM segments")?;
+        Ok(Some(Stored {
+            meta,
+            checkpoint,
+            queue,
+            newest_cursor: newest_entry.max(newest_archived),
+        }))
+    }
+
+    fn max(&self, query: &str) -> SqlResult<u64> {
+        let rows: Vec<MinRow> = self.sql.exec(query, None)?.to_array()?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| r.m)
+            .map_or(0, |m| m as u64))
     }
 
     pub(crate) fn save_meta(&self, meta: &SessionMeta) -> SqlResult<()> {
@@ -123,28 +330,6 @@ impl Store {
             &serde_json::to_string(attachments)
                 .map_err(|e| worker::Error::RustError(e.to_string()))?,
         )
-    }
-
-    pub(crate) fn save_checkpoint(&self, checkpoint: &Checkpoint) -> SqlResult<()> {
-        self.put_meta(
-            "checkpoint",
-            &serde_json::to_string(checkpoint)
-                .map_err(|e| worker::Error::RustError(e.to_string()))?,
-        )
-    }
-
-    /// Inserts an entry; returns the size of its JSON.
-    pub(crate) fn append(&self, entry: &Entry) -> SqlResult<usize> {
-        let body =
-            serde_json::to_string(entry).map_err(|e| worker::Error::RustError(e.to_string()))?;
-        let bytes = body.len();
-        let cursor = SqlStorageValue::try_from_i64(entry.cursor as i64)?;
-        // OR IGNORE: an entry is never written twice, even if a driver bug replays one.
-        self.sql.exec(
-            "INSERT OR IGNORE INTO entries (cursor, created_at, body) VALUES (?, ?, ?)",
-            vec![cursor, entry.created_at.into(), body.into()],
-        )?;
-        Ok(bytes)
     }
 
     /// Entries with cursor > `since`, oldest first, at most `limit`.

@@ -7,7 +7,12 @@ use serde::{Deserialize, Serialize};
 use super::Millis;
 use crate::wire::{Lane, Status, ToolCall};
 
-/// The whole loop state. Small and bounded: the transcript lives elsewhere.
+/// The loop state the host writes after every drain, in one row.
+///
+/// Small and bounded: the transcript lives in its own rows, and so do queued items (each in its
+/// own row, written and deleted through [`super::Effect::QueueInsert`] and
+/// [`super::Effect::QueueDelete`]). What remains is a few numbers, at most
+/// `REMEMBERED_DELIVERED` item ids and the tool calls of one assistant message.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Checkpoint {
@@ -15,8 +20,11 @@ pub struct Checkpoint {
     pub status: Status,
     /// Where the loop is.
     pub phase: Phase,
-    /// Undelivered items, in enqueue order.
-    pub queue: Vec<QueueItem>,
+    /// Queued items of a checkpoint written before items had rows of their own. Read, never
+    /// written: [`super::Session::restore`] moves them into the queue and asks the host to
+    /// insert their rows.
+    #[serde(default, rename = "queue", skip_serializing)]
+    pub legacy_queue: Vec<QueueItem>,
     /// Cursor the next entry gets.
     pub next_cursor: u64,
     /// Number of the latest LLM step.
@@ -46,7 +54,7 @@ impl Default for Checkpoint {
         Checkpoint {
             status: Status::Idle,
             phase: Phase::Idle,
-            queue: Vec::new(),
+            legacy_queue: Vec::new(),
             next_cursor: 1,
             step: 0,
             delivered: VecDeque::new(),
@@ -103,7 +111,7 @@ impl<'de> Deserialize<'de> for Millis {
     }
 }
 
-/// A queued message.
+/// A queued message. The host keeps each in its own row until it is delivered or cancelled.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueItem {
@@ -117,4 +125,11 @@ pub struct QueueItem {
     pub content: String,
     /// Unix seconds.
     pub enqueued_at: i64,
+}
+
+impl QueueItem {
+    /// What the item counts against [`super::MAX_QUEUE_BYTES`]: its text.
+    pub fn bytes(&self) -> usize {
+        self.content.len()
+    }
 }

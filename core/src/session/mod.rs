@@ -20,6 +20,19 @@
 //! * A retryable LLM failure is retried after the provider's `retry-after` or a jittered
 //!   backoff (visible notices, see [`crate::llm::retry`]); after [`MAX_LLM_ATTEMPTS`] (or the
 //!   configured number) the turn ends with the session idle.
+//!
+//! ## Persistence
+//!
+//! The checkpoint stays small: queued items are not in it. Each item has its own row, which the
+//! host inserts on [`Effect::QueueInsert`] and deletes on [`Effect::QueueDelete`]. Delivering an
+//! item yields its `QueueDelete` and the `AppendEntry` of its message in the same drain, so one
+//! atomic write removes the item and records its delivery. The queue is bounded in items
+//! ([`MAX_QUEUE_ITEMS`]) and bytes ([`MAX_QUEUE_BYTES`]).
+//!
+//! A drain's writes either all commit or none does. When they fail, the host must drop the
+//! session and restore it from storage ([`Session::restore`], then
+//! [`Session::handle_stored_cursor`] and [`Session::handle_storage_failure`]): memory never runs
+//! ahead of storage.
 
 mod checkpoint;
 #[cfg(test)]
@@ -54,6 +67,10 @@ impl Millis {
 pub const MAX_LLM_ATTEMPTS: u32 = crate::llm::retry::DEFAULT_MAX_ATTEMPTS;
 /// How many undelivered queue items a session holds.
 pub const MAX_QUEUE_ITEMS: usize = 1000;
+/// How many bytes of text the undelivered queue items of a session hold together. Items live in
+/// the actor's memory until delivered, so this bounds that memory; it leaves room for a few
+/// items as large as a request body (1 MiB) behind a running turn.
+pub const MAX_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 /// How many delivered item ids are remembered, to tell "already delivered" from "unknown".
 const REMEMBERED_DELIVERED: usize = 256;
 /// How many distinct turn authors are recorded. Later authors of a turn that already has this
@@ -67,6 +84,14 @@ pub const MAX_TURN_AUTHORS: usize = 32;
 pub enum Effect {
     /// Persist this entry and send it to followers.
     AppendEntry(Entry),
+    /// Persist this new queue item in its own row, in the same write as the checkpoint.
+    QueueInsert(QueueItem),
+    /// Delete the row of this queue item: it was delivered (its entry is in the same drain) or
+    /// cancelled.
+    QueueDelete {
+        /// Item id.
+        id: String,
+    },
     /// Tell followers the status changed.
     StatusChanged(Status),
     /// Start an LLM request for `step`: build the context from the transcript and stream it.
@@ -113,12 +138,26 @@ pub enum EnqueueError {
     /// Too many undelivered items.
     #[error("the queue is full ({MAX_QUEUE_ITEMS} undelivered items)")]
     QueueFull,
+    /// The undelivered items would hold too many bytes.
+    #[error(
+        "the queue is full (undelivered items may hold {MAX_QUEUE_BYTES} bytes of text; {queued} are queued, this item has {item})"
+    )]
+    QueueBytes {
+        /// Bytes already queued.
+        queued: usize,
+        /// Bytes of the refused item.
+        item: usize,
+    },
 }
 
 /// One session's loop state. See the module docs for the call order.
 #[derive(Debug)]
 pub struct Session {
     state: Checkpoint,
+    /// Undelivered items, in enqueue order (the host's queue rows).
+    queue: Vec<QueueItem>,
+    /// Sum of [`QueueItem::bytes`] over `queue`.
+    queue_bytes: usize,
     rng: SplitMix64,
     effects: VecDeque<Effect>,
     retry: RetryPolicy,
@@ -128,7 +167,7 @@ impl Session {
     /// A new session. Emits its header entry, then one `custom_message` entry per context
     /// message (such as the user's global context), which the LLM sees from then on.
     pub fn create(now: Millis, seed: u64, header: Header, context: Vec<Message>) -> Session {
-        let mut session = Session::restore(Checkpoint::default(), seed);
+        let mut session = Session::restore(Checkpoint::default(), Vec::new(), seed);
         session.append(now, EntryPayload::Header(header));
         for message in context {
             session.append(now, EntryPayload::Message { message });
@@ -136,13 +175,22 @@ impl Session {
         session
     }
 
-    /// A session loaded from its last checkpoint. `seed` must be fresh randomness: it feeds
-    /// entry ids. Call [`Session::handle_resume`] to re-issue work that was in flight.
-    pub fn restore(state: Checkpoint, seed: u64) -> Session {
+    /// A session loaded from its last checkpoint and its queue rows (in enqueue order). `seed`
+    /// must be fresh randomness: it feeds entry ids. Call [`Session::handle_stored_cursor`],
+    /// then [`Session::handle_resume`] to re-issue work that was in flight.
+    ///
+    /// Items of an old checkpoint that still held the queue come first, each with a
+    /// [`Effect::QueueInsert`] so the host gives it a row.
+    pub fn restore(mut state: Checkpoint, queue: Vec<QueueItem>, seed: u64) -> Session {
+        let legacy = std::mem::take(&mut state.legacy_queue);
+        let effects = legacy.iter().cloned().map(Effect::QueueInsert).collect();
+        let queue: Vec<QueueItem> = legacy.into_iter().chain(queue).collect();
         Session {
             state,
+            queue_bytes: queue.iter().map(QueueItem::bytes).sum(),
+            queue,
             rng: SplitMix64::new(seed),
-            effects: VecDeque::new(),
+            effects,
             retry: RetryPolicy::default(),
         }
     }
@@ -150,6 +198,51 @@ impl Session {
     /// Sets how failed LLM requests are retried (configuration, not persisted state).
     pub fn set_retry_policy(&mut self, policy: RetryPolicy) {
         self.retry = policy;
+    }
+
+    /// Checks a restored checkpoint against the newest cursor in storage (entries and archived
+    /// segments). Every stored entry must be below `next_cursor`; when one is not, a write once
+    /// stored entries without their checkpoint. The loop state is then older than the
+    /// transcript: `next_cursor` moves past the stored entries (a new entry must never reuse a
+    /// cursor) and a `wuhu_storage_repaired_v1` notice says so. Returns whether it repaired.
+    pub fn handle_stored_cursor(&mut self, now: Millis, newest_stored: u64) -> bool {
+        if newest_stored < self.state.next_cursor {
+            return false;
+        }
+        let expected = self.state.next_cursor;
+        self.state.next_cursor = newest_stored + 1;
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::STORAGE_REPAIRED.into(),
+                data: serde_json::json!({
+                    "text": format!(
+                        "The saved loop state was behind the transcript (next cursor {expected}, newest stored entry {newest_stored}); it was moved past the stored entries. Work after the last saved state may run again."
+                    ),
+                    "checkpointNextCursor": expected,
+                    "newestStoredCursor": newest_stored,
+                }),
+            },
+        );
+        true
+    }
+
+    /// Records, after a restore, that a write failed and the session was reloaded from storage:
+    /// appends a `wuhu_storage_error_v1` notice (the failed write is lost; work it recorded is
+    /// re-issued by [`Session::handle_resume`]).
+    pub fn handle_storage_failure(&mut self, now: Millis, message: &str) {
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::STORAGE_ERROR.into(),
+                data: serde_json::json!({
+                    "text": format!(
+                        "Saving the session failed ({message}); it was reloaded from its last saved state and resumed from there."
+                    ),
+                    "message": message,
+                }),
+            },
+        );
     }
 
     /// What to persist after draining effects.
@@ -179,7 +272,12 @@ impl Session {
 
     /// Undelivered queue items, oldest first.
     pub fn queue(&self) -> &[QueueItem] {
-        &self.state.queue
+        &self.queue
+    }
+
+    /// Bytes the undelivered items hold (see [`MAX_QUEUE_BYTES`]).
+    pub fn queue_bytes(&self) -> usize {
+        self.queue_bytes
     }
 
     /// Who the current turn acts for: the distinct authors of the user messages delivered
@@ -213,7 +311,8 @@ impl Session {
     /// Queues a message. Starts a turn when the session is idle or stopped.
     ///
     /// # Errors
-    /// [`EnqueueError::QueueFull`] when too many items wait.
+    /// [`EnqueueError::QueueFull`] when too many items wait, [`EnqueueError::QueueBytes`] when
+    /// they would hold too many bytes.
     pub fn handle_enqueue(
         &mut self,
         now: Millis,
@@ -222,16 +321,25 @@ impl Session {
         author: String,
         content: String,
     ) -> Result<(), EnqueueError> {
-        if self.state.queue.len() >= MAX_QUEUE_ITEMS {
+        if self.queue.len() >= MAX_QUEUE_ITEMS {
             return Err(EnqueueError::QueueFull);
         }
-        self.state.queue.push(QueueItem {
+        if self.queue_bytes + content.len() > MAX_QUEUE_BYTES {
+            return Err(EnqueueError::QueueBytes {
+                queued: self.queue_bytes,
+                item: content.len(),
+            });
+        }
+        let item = QueueItem {
             id: item_id,
             lane,
             author,
             content,
             enqueued_at: now.unix_seconds(),
-        });
+        };
+        self.queue_bytes += item.bytes();
+        self.effects.push_back(Effect::QueueInsert(item.clone()));
+        self.queue.push(item);
         if self.state.status == Status::Stopped {
             self.set_status(Status::Idle);
         }
@@ -246,8 +354,10 @@ impl Session {
     /// # Errors
     /// [`CancelError`] when the item is unknown or already delivered.
     pub fn handle_cancel(&mut self, item_id: &str) -> Result<(), CancelError> {
-        if let Some(pos) = self.state.queue.iter().position(|item| item.id == item_id) {
-            self.state.queue.remove(pos);
+        if let Some(pos) = self.queue.iter().position(|item| item.id == item_id) {
+            let item = self.queue.remove(pos);
+            self.queue_bytes -= item.bytes();
+            self.effects.push_back(Effect::QueueDelete { id: item.id });
             return Ok(());
         }
         if self.state.delivered.iter().any(|id| id == item_id) {
@@ -452,7 +562,7 @@ impl Session {
     pub fn handle_resume(&mut self, now: Millis) {
         match &mut self.state.phase {
             Phase::Idle => {
-                if self.state.status != Status::Stopped && !self.state.queue.is_empty() {
+                if self.state.status != Status::Stopped && !self.queue.is_empty() {
                     self.next_step(now, false);
                 }
             }
@@ -527,7 +637,6 @@ impl Session {
         debug_assert!(running.is_empty());
         let step = *step;
         let steer_waiting = self
-            .state
             .queue
             .iter()
             .any(|item| matches!(item.lane, Lane::Steer | Lane::System));
@@ -568,12 +677,18 @@ impl Session {
     }
 
     fn deliver(&mut self, now: Millis, lanes: impl Fn(Lane) -> bool) -> usize {
-        let (take, keep): (Vec<QueueItem>, Vec<QueueItem>) = std::mem::take(&mut self.state.queue)
+        let (take, keep): (Vec<QueueItem>, Vec<QueueItem>) = std::mem::take(&mut self.queue)
             .into_iter()
             .partition(|item| lanes(item.lane));
-        self.state.queue = keep;
+        self.queue = keep;
         let n = take.len();
         for item in take {
+            self.queue_bytes -= item.bytes();
+            // In the same drain as the entry below: one write removes the row and records the
+            // delivery.
+            self.effects.push_back(Effect::QueueDelete {
+                id: item.id.clone(),
+            });
             let message = match item.lane {
                 Lane::System => Message::CustomMessage {
                     custom_type: custom_types::SYSTEM_INPUT.into(),

@@ -5,11 +5,23 @@ use super::*;
 use crate::llm::LlmFailure;
 use crate::wire::{ContentBlock, StopReason};
 
-/// Drives a session from a compact script and renders what came out.
+/// Drives a session from a compact script and renders what came out. It also plays the host's
+/// storage: after every drain it commits the entries, the queue rows and the checkpoint as one
+/// write (or, when told, fails that write and restores the session from what was committed).
 struct Harness {
     session: Session,
     now: u64,
     log: Vec<String>,
+    /// The committed checkpoint's JSON.
+    saved_checkpoint: String,
+    /// The committed queue rows, in insertion order.
+    rows: Vec<QueueItem>,
+    /// Cursors of the committed entries.
+    stored: Vec<u64>,
+    /// The next write fails as a whole.
+    fail_next_write: bool,
+    /// The next write stores entries and rows but not the checkpoint (the old bug).
+    lose_next_checkpoint: bool,
 }
 
 impl Harness {
@@ -23,17 +35,39 @@ impl Harness {
             session: Session::create(Millis(1_000), 7, header, vec![]),
             now: 1_000,
             log: vec![],
+            saved_checkpoint: String::new(),
+            rows: vec![],
+            stored: vec![],
+            fail_next_write: false,
+            lose_next_checkpoint: false,
         };
         h.drain();
         h.log.clear();
         h
     }
 
+    /// Performs the drained effects and commits their writes.
     fn drain(&mut self) {
+        let mut entries = Vec::new();
+        let mut rows = self.rows.clone();
+        let mut drained = false;
         while let Some(effect) = self.session.poll_effect() {
             let line = match effect {
                 Effect::AppendEntry(entry) => {
+                    entries.push(entry.cursor);
                     format!("#{} {}", entry.cursor, render(&entry.payload))
+                }
+                Effect::QueueInsert(item) => {
+                    let line = format!("queue+ {}", item.id);
+                    assert!(rows.iter().all(|r| r.id != item.id), "{line} twice");
+                    rows.push(item);
+                    line
+                }
+                Effect::QueueDelete { id } => {
+                    let before = rows.len();
+                    rows.retain(|r| r.id != id);
+                    assert_eq!(rows.len() + 1, before, "queue- {id} without a row");
+                    format!("queue- {id}")
                 }
                 Effect::StatusChanged(s) => format!("status {}", s.as_str()),
                 Effect::Infer { step } => format!("infer {step}"),
@@ -52,11 +86,54 @@ impl Harness {
                 Effect::Idle => "idle".into(),
             };
             self.log.push(line);
+            drained = true;
         }
+        if !drained {
+            return; // Nothing to write.
+        }
+        if std::mem::take(&mut self.fail_next_write) {
+            self.log.push("! write failed: reload".into());
+            self.reload(Some("injected failure"));
+            return;
+        }
+        self.rows = rows;
+        self.stored.extend(entries);
+        if std::mem::take(&mut self.lose_next_checkpoint) {
+            self.log.push("! checkpoint lost".into());
+        } else {
+            self.saved_checkpoint = serde_json::to_string(self.session.checkpoint()).unwrap();
+        }
+        // The rows are the queue, and the checkpoint holds no item.
+        let ids = |items: &[QueueItem]| items.iter().map(|i| i.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&self.rows), ids(self.session.queue()));
+        assert!(!self.saved_checkpoint.contains("\"queue\""));
+        assert_eq!(
+            self.session.queue_bytes(),
+            self.rows.iter().map(QueueItem::bytes).sum::<usize>()
+        );
     }
 
-    /// One script line: `steer [@AUTHOR] TEXT`, `follow [@AUTHOR] TEXT`, `cancel ID`, `stop`, `reply S TEXT`,
-    /// `calls S tool:id ...`, `fail S STATUS`, `done S ID`, `tick MS`, `resume`.
+    /// What the host does on load: restore from storage, check the cursors, note a failed
+    /// write, resume.
+    fn reload(&mut self, failure: Option<&str>) {
+        let now = Millis(self.now);
+        let checkpoint = serde_json::from_str(&self.saved_checkpoint).unwrap();
+        self.session = Session::restore(checkpoint, self.rows.clone(), 99);
+        let newest = self.stored.iter().copied().max().unwrap_or(0);
+        if self.session.handle_stored_cursor(now, newest) {
+            self.log.push("! cursor repaired".into());
+        }
+        if let Some(message) = failure {
+            self.session.handle_storage_failure(now, message);
+        }
+        self.session.handle_resume(now);
+        self.drain();
+    }
+
+    /// One script line: `steer [@AUTHOR] TEXT`, `follow [@AUTHOR] TEXT`, `cancel ID`, `stop`,
+    /// `reply S TEXT`, `calls S tool:id ...`, `fail S STATUS`, `done S ID`, `tick MS`, `resume`
+    /// (restore from what was committed), and the storage faults `failwrite` (the next drain's
+    /// write fails) and `losecheckpoint` (the next drain writes everything but the checkpoint).
     fn run(&mut self, script: &str) -> String {
         for line in script.lines().map(str::trim).filter(|l| !l.is_empty()) {
             self.now += 10;
@@ -140,10 +217,13 @@ impl Harness {
                     self.session.handle_timeout(Millis(self.now));
                 }
                 "resume" => {
-                    let checkpoint = self.session.checkpoint().clone();
-                    let json = serde_json::to_string(&checkpoint).unwrap();
-                    self.session = Session::restore(serde_json::from_str(&json).unwrap(), 99);
-                    self.session.handle_resume(now);
+                    self.reload(None);
+                }
+                "failwrite" => {
+                    self.fail_next_write = true;
+                }
+                "losecheckpoint" => {
+                    self.lose_next_checkpoint = true;
                 }
                 other => panic!("unknown script command {other}"),
             }
@@ -189,6 +269,8 @@ fn simple_turn_goes_idle() {
          reply 1 hello",
         expect![[r#"
             > follow hi
+            queue+ q-hi
+            queue- q-hi
             #2 user(Some(FollowUp)) hi
             status running
             infer 1
@@ -209,6 +291,8 @@ fn tool_calls_run_in_parallel_batches_then_infer_again() {
          reply 2 done",
         expect![[r#"
             > steer go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(Steer)) go
             status running
             infer 1
@@ -236,13 +320,17 @@ fn steer_mid_stream_skips_the_tool_calls_of_that_message() {
          reply 2 ok",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
             > steer wait
+            queue+ q-wait
             > calls 1 list_sessions:a
             #3 assistant calls a
             #4 result a err=true Tool call skipped: a new message arrived before it ran.
+            queue- q-wait
             #5 user(Some(Steer)) wait
             infer 2
             > reply 2 ok
@@ -261,6 +349,8 @@ fn steer_while_tools_run_waits_for_the_running_batch() {
          done 1 a",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
@@ -268,8 +358,10 @@ fn steer_while_tools_run_waits_for_the_running_batch() {
             #3 assistant calls a
             run 1 a
             > steer more
+            queue+ q-more
             > done 1 a
             #4 result a err=false out-a
+            queue- q-more
             #5 user(Some(Steer)) more
             infer 2"#]],
     );
@@ -286,10 +378,13 @@ fn follow_up_waits_until_the_agent_would_stop() {
          reply 3 second",
         expect![[r#"
             > follow one
+            queue+ q-one
+            queue- q-one
             #2 user(Some(FollowUp)) one
             status running
             infer 1
             > follow two
+            queue+ q-two
             > calls 1 list_sessions:a
             #3 assistant calls a
             run 1 a
@@ -298,6 +393,7 @@ fn follow_up_waits_until_the_agent_would_stop() {
             infer 2
             > reply 2 first
             #5 assistant first
+            queue- q-two
             #6 user(Some(FollowUp)) two
             infer 3
             > reply 3 second
@@ -319,19 +415,25 @@ fn cancel_until_delivered() {
          reply 1 a",
         expect![[r#"
             > follow one
+            queue+ q-one
+            queue- q-one
             #2 user(Some(FollowUp)) one
             status running
             infer 1
             > follow two
+            queue+ q-two
             > follow three
+            queue+ q-three
             > cancel two
             cancel -> Ok(())
+            queue- q-two
             > cancel two
             cancel -> Err(NotFound)
             > cancel one
             cancel -> Err(AlreadyDelivered)
             > reply 1 a
             #3 assistant a
+            queue- q-three
             #4 user(Some(FollowUp)) three
             infer 2"#]],
     );
@@ -348,6 +450,8 @@ fn stop_mid_tools_then_enqueue_resumes() {
          follow again",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
@@ -364,7 +468,9 @@ fn stop_mid_tools_then_enqueue_resumes() {
             status stopped
             > done 1 b
             > follow again
+            queue+ q-again
             status idle
+            queue- q-again
             #7 user(Some(FollowUp)) again
             status running
             infer 2"#]],
@@ -379,6 +485,8 @@ fn stop_mid_inference_ignores_the_late_reply() {
          reply 1 late",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
@@ -405,6 +513,8 @@ fn retryable_failures_retry_with_backoff_then_give_up() {
          fail 1 500",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
@@ -432,6 +542,8 @@ fn client_errors_are_not_retried() {
          fail 1 400",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
@@ -449,6 +561,8 @@ fn unknown_tools_fail_without_reaching_the_host() {
          calls 1 rm_rf:x",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
@@ -469,6 +583,8 @@ fn resume_reissues_in_flight_work() {
          done 1 a",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
@@ -493,12 +609,16 @@ fn system_lane_is_delivered_like_steer() {
          reply 1 ok",
         expect![[r#"
             > follow go
+            queue+ q-go
+            queue- q-go
             #2 user(Some(FollowUp)) go
             status running
             infer 1
             > system runner back
+            queue+ q-runner back
             > reply 1 ok
             #3 assistant ok
+            queue- q-runner back
             #4 system runner back
             infer 2"#]],
     );
@@ -550,6 +670,8 @@ fn group_chat_reminder_once_when_another_user_prompts() {
          reply 4 fine",
         expect![[r#"
             > follow @ana hello
+            queue+ q-hello
+            queue- q-hello
             #2 user(Some(FollowUp)) hello
             status running
             infer 1
@@ -558,6 +680,8 @@ fn group_chat_reminder_once_when_another_user_prompts() {
             status idle
             idle
             > follow @ana again
+            queue+ q-again
+            queue- q-again
             #4 user(Some(FollowUp)) again
             status running
             infer 2
@@ -566,6 +690,8 @@ fn group_chat_reminder_once_when_another_user_prompts() {
             status idle
             idle
             > follow @bob me too
+            queue+ q-me too
+            queue- q-me too
             #6 system System reminder: this session is now a group chat. It belongs to ana; bob has joined. From now on every user message starts with `[username]:` naming its author. Answer the person who wrote each message, and act on requests with the owner's interests in mind.
             #7 user(Some(FollowUp)) me too
             status running
@@ -575,12 +701,16 @@ fn group_chat_reminder_once_when_another_user_prompts() {
             status idle
             idle
             > follow @carol and me
+            queue+ q-and me
+            queue- q-and me
             #9 user(Some(FollowUp)) and me
             status running
             infer 4
             > steer @ana x
+            queue+ q-x
             > reply 4 fine
             #10 assistant fine
+            queue- q-x
             #11 user(Some(Steer)) x
             infer 5"#]],
     );
@@ -592,4 +722,224 @@ fn group_chat_reminder_once_when_another_user_prompts() {
         "the first prompter owns the session"
     );
     assert!(h.session.group_chat_since().is_some());
+}
+
+#[test]
+fn queue_bytes_are_bounded_and_freed_by_delivery_and_cancel() {
+    let mut h = Harness::new();
+    // A running turn: follow-ups wait behind it.
+    h.run("follow go");
+    let quarter = MAX_QUEUE_BYTES / 4;
+    let t = Millis(5_000);
+    for i in 0..4 {
+        h.session
+            .handle_enqueue(
+                t,
+                format!("{i}"),
+                Lane::FollowUp,
+                "a".into(),
+                "x".repeat(quarter),
+            )
+            .unwrap();
+        h.drain();
+    }
+    assert_eq!(h.session.queue_bytes(), MAX_QUEUE_BYTES);
+    assert_eq!(
+        h.session
+            .handle_enqueue(t, "over".into(), Lane::FollowUp, "a".into(), "y".into()),
+        Err(EnqueueError::QueueBytes {
+            queued: MAX_QUEUE_BYTES,
+            item: 1
+        })
+    );
+    h.drain();
+    // A cancel frees exactly its bytes: an item of that size fits again, one byte more not.
+    h.session.handle_cancel("1").unwrap();
+    h.drain();
+    assert_eq!(
+        h.session.handle_enqueue(
+            t,
+            "over".into(),
+            Lane::FollowUp,
+            "a".into(),
+            "y".repeat(quarter + 1)
+        ),
+        Err(EnqueueError::QueueBytes {
+            queued: MAX_QUEUE_BYTES - quarter,
+            item: quarter + 1
+        })
+    );
+    h.session
+        .handle_enqueue(
+            t,
+            "fits".into(),
+            Lane::FollowUp,
+            "a".into(),
+            "y".repeat(quarter),
+        )
+        .unwrap();
+    h.drain();
+    assert_eq!(h.session.queue_bytes(), MAX_QUEUE_BYTES);
+    // Delivery frees the bytes of every delivered item.
+    h.run("reply 1 ok");
+    assert_eq!(h.session.queue_bytes(), 0);
+    assert!(h.rows.is_empty());
+}
+
+#[test]
+fn delivery_deletes_the_row_in_the_same_drain_as_the_entry() {
+    check(
+        "follow one
+         follow two
+         steer three
+         cancel two
+         reply 1 a
+         reply 2 b",
+        expect![[r#"
+            > follow one
+            queue+ q-one
+            queue- q-one
+            #2 user(Some(FollowUp)) one
+            status running
+            infer 1
+            > follow two
+            queue+ q-two
+            > steer three
+            queue+ q-three
+            > cancel two
+            cancel -> Ok(())
+            queue- q-two
+            > reply 1 a
+            #3 assistant a
+            queue- q-three
+            #4 user(Some(Steer)) three
+            infer 2
+            > reply 2 b
+            #5 assistant b
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn a_failed_enqueue_write_leaves_no_item() {
+    check(
+        "follow one
+         failwrite
+         follow two
+         reply 1 a",
+        expect![[r#"
+            > follow one
+            queue+ q-one
+            queue- q-one
+            #2 user(Some(FollowUp)) one
+            status running
+            infer 1
+            > failwrite
+            > follow two
+            queue+ q-two
+            ! write failed: reload
+            #3 custom wuhu_storage_error_v1
+            infer 1
+            > reply 1 a
+            #4 assistant a
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn a_failed_write_reloads_from_storage_with_a_notice_and_redoes_the_lost_work() {
+    check(
+        "follow one
+         follow two
+         failwrite
+         reply 1 a
+         reply 1 b
+         reply 2 c",
+        expect![[r#"
+            > follow one
+            queue+ q-one
+            queue- q-one
+            #2 user(Some(FollowUp)) one
+            status running
+            infer 1
+            > follow two
+            queue+ q-two
+            > failwrite
+            > reply 1 a
+            #3 assistant a
+            queue- q-two
+            #4 user(Some(FollowUp)) two
+            infer 2
+            ! write failed: reload
+            #3 custom wuhu_storage_error_v1
+            infer 1
+            > reply 1 b
+            #4 assistant b
+            queue- q-two
+            #5 user(Some(FollowUp)) two
+            infer 2
+            > reply 2 c
+            #6 assistant c
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn a_checkpoint_behind_the_transcript_is_repaired_visibly_on_load() {
+    check(
+        "follow one
+         follow two
+         losecheckpoint
+         reply 1 a
+         resume
+         reply 1 b",
+        expect![[r#"
+            > follow one
+            queue+ q-one
+            queue- q-one
+            #2 user(Some(FollowUp)) one
+            status running
+            infer 1
+            > follow two
+            queue+ q-two
+            > losecheckpoint
+            > reply 1 a
+            #3 assistant a
+            queue- q-two
+            #4 user(Some(FollowUp)) two
+            infer 2
+            ! checkpoint lost
+            > resume
+            ! cursor repaired
+            #5 custom wuhu_storage_repaired_v1
+            infer 1
+            > reply 1 b
+            #6 assistant b
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn items_of_an_old_checkpoint_move_into_rows() {
+    let old = serde_json::json!({
+        "status": "idle",
+        "phase": {"phase": "idle"},
+        "queue": [{"id": "q1", "lane": "followUp", "author": "ana", "content": "left over", "enqueuedAt": 1}],
+        "nextCursor": 5,
+        "step": 2,
+        "delivered": [],
+    });
+    let checkpoint: Checkpoint = serde_json::from_value(old).unwrap();
+    let mut session = Session::restore(checkpoint, vec![], 1);
+    assert_eq!(session.queue().len(), 1);
+    assert_eq!(session.queue_bytes(), "left over".len());
+    assert!(matches!(session.poll_effect(), Some(Effect::QueueInsert(item)) if item.id == "q1"));
+    let saved = serde_json::to_string(session.checkpoint()).unwrap();
+    assert!(!saved.contains("left over"), "{saved}");
+    session.handle_resume(Millis(10_000));
+    assert!(matches!(session.poll_effect(), Some(Effect::QueueDelete { id }) if id == "q1"));
 }

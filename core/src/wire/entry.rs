@@ -259,4 +259,13 @@ pub mod custom_types {
     pub const ENVIRONMENT_STALE: &str = "wuhu_environment_stale_v1";
     /// A note for the agent after a resume (`custom_message`).
     pub const RESUME_NOTE: &str = "wuhu_resume_note_v1";
+    /// Saving the session failed and it was reloaded from its last saved state (`custom`;
+    /// `data.text`, `data.message`).
+    pub const STORAGE_ERROR: &str = "wuhu_storage_error_v1";
+    /// The saved loop state was behind the stored transcript and was moved past it on load
+    /// (`custom`; `data.text`, `data.checkpointNextCursor`, `data.newestStoredCursor`).
+    pub const STORAGE_REPAIRED: &str = "wuhu_storage_repaired_v1";
+    /// Stands in a row or an archive segment for an entry stored out of line (see
+    /// `wuhu_core::out_of_line`). Never returned by the API: reads put the entry back.
+    pub const OUT_OF_LINE: &str = "wuhu_out_of_line_v1";
 }

@@ -56,6 +56,19 @@ impl Tasks {
         (id, registration)
     }
 
+    /// Aborts every task.
+    fn abort_all(&self) {
+        let handles: Vec<AbortHandle> = self
+            .running
+            .borrow()
+            .values()
+            .map(|t| t.abort.clone())
+            .collect();
+        for handle in handles {
+            handle.abort();
+        }
+    }
+
     /// Aborts the tasks of `kind` for `step`; each ends at its next poll, dropping its future.
     fn abort(&self, step: u64, kind: TaskKind) {
         let handles: Vec<AbortHandle> = self
@@ -141,6 +154,21 @@ pub(crate) fn cancel_tools(actor: &Rc<Actor>, step: u64) {
         ));
     }
     actor.tasks.abort(step, TaskKind::Tool);
+}
+
+/// After a failed write drops the session: every task of this isolate is aborted and every
+/// runner call it made is cancelled, so the reloaded session's resumed step is the only one
+/// running (an old task finishing later would otherwise deliver into the reloaded session).
+pub(crate) fn abandon_all(actor: &Rc<Actor>) {
+    for call in actor.runner_calls.take_all() {
+        spawn_local(cancel_on_runner(
+            actor.env.clone(),
+            actor.tenant(),
+            actor.runner_calls.clone(),
+            call,
+        ));
+    }
+    actor.tasks.abort_all();
 }
 
 /// After a restart: cancels every runner call a task of the previous isolate left running.
@@ -268,6 +296,11 @@ impl RunnerCalls {
             .map(|c| c.id.clone())
             .collect();
         ids.iter().filter_map(|id| live.remove(id)).collect()
+    }
+
+    /// Takes every live call out of memory; their rows stay until the cancel is sent.
+    fn take_all(&self) -> Vec<RunnerCall> {
+        self.live.borrow_mut().drain().map(|(_, call)| call).collect()
     }
 
     /// Rows without a live call in this isolate: left by tasks of a previous one.
