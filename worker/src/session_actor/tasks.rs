@@ -300,7 +300,11 @@ impl RunnerCalls {
 
     /// Takes every live call out of memory; their rows stay until the cancel is sent.
     fn take_all(&self) -> Vec<RunnerCall> {
-        self.live.borrow_mut().drain().map(|(_, call)| call).collect()
+        self.live
+            .borrow_mut()
+            .drain()
+            .map(|(_, call)| call)
+            .collect()
     }
 
     /// Rows without a live call in this isolate: left by tasks of a previous one.
