@@ -136,14 +136,25 @@ pub fn entry_bytes(entry: &Entry) -> usize {
     count.0
 }
 
+/// What `entry` weighs in a page: its JSON bytes as the API shows it. A placeholder of an entry
+/// stored out of line weighs what the entry it stands for weighs (its reference's `bytes`),
+/// because reads put that entry back: a page of placeholders must stop where the page of
+/// entries would, before their objects are read.
+pub fn page_weight(entry: &Entry) -> usize {
+    match crate::out_of_line::reference(entry) {
+        Some(reference) => usize::try_from(reference.bytes).unwrap_or(usize::MAX),
+        None => entry_bytes(entry),
+    }
+}
+
 /// Whether `entries` (read so far, in any order, possibly with older ones) already fill a page
 /// after `since`, so further reads can be skipped.
 pub fn page_is_full(entries: &[Entry], since: u64, limit: usize, max_bytes: usize) -> bool {
     let mut count = 0;
-    let mut bytes = 0;
+    let mut bytes = 0usize;
     for entry in entries.iter().filter(|e| e.cursor > since) {
         count += 1;
-        bytes += entry_bytes(entry);
+        bytes = bytes.saturating_add(page_weight(entry));
         if count >= limit || bytes >= max_bytes {
             return true;
         }
@@ -174,7 +185,7 @@ pub enum Stitched {
 /// Merges entries from segments and the hot tail into one page: cursors `> since` in order, no
 /// duplicates, **contiguous** (it stops before the first missing cursor, so a read that raced
 /// a flush never skips entries), at most `limit` entries and `max_bytes` bytes of JSON (at
-/// least one entry). `last_cursor` is the session's last cursor when the hot tail was read.
+/// least one entry; out-of-line entries count at their full size, see [`page_weight`]). `last_cursor` is the session's last cursor when the hot tail was read.
 pub fn stitch(
     mut entries: Vec<Entry>,
     since: u64,
@@ -191,7 +202,7 @@ pub fn stitch(
         if entry.cursor != since + 1 + i as u64 || keep >= limit {
             break;
         }
-        bytes = bytes.saturating_add(entry_bytes(entry));
+        bytes = bytes.saturating_add(page_weight(entry));
         if keep > 0 && bytes > max_bytes {
             break;
         }
@@ -331,6 +342,40 @@ mod tests {
         assert!(page_is_full(&entries, 0, 10, 5 * one));
         assert!(!page_is_full(&entries, 0, 10, 5 * one + 1));
         assert_eq!(one, serde_json::to_string(&entries[0]).unwrap().len());
+    }
+
+    /// A placeholder of an out-of-line entry of `bytes` bytes, as rows and segments hold it.
+    fn placeholder(cursor: u64, bytes: usize) -> Entry {
+        let big = entry(cursor, bytes);
+        let stored = crate::out_of_line::store(&big, "t", "s");
+        assert!(stored.blob.is_some(), "{bytes} bytes must go out of line");
+        serde_json::from_str(&stored.row).unwrap()
+    }
+
+    #[test]
+    fn out_of_line_entries_weigh_their_full_size_in_a_page() {
+        const MIB: usize = 1024 * 1024;
+        let big = placeholder(1, MIB);
+        assert!(entry_bytes(&big) < 1024, "a placeholder row is small");
+        assert_eq!(page_weight(&big), entry_bytes(&entry(1, MIB)));
+        assert_eq!(page_weight(&entry(2, 10)), entry_bytes(&entry(2, 10)));
+        // Nine placeholders of 1 MiB entries: a 4 MiB page holds three of them (the fourth
+        // would cross the budget by its JSON framing), however small the rows are.
+        let read: Vec<Entry> = (1..=9).map(|c| placeholder(c, MIB)).collect();
+        let page = stitch(read.clone(), 0, 1000, 4 * MIB, 9);
+        assert_eq!(render(&page), "[1,2,3] next Some(3)");
+        assert!(page_is_full(&read[..4], 0, 1000, 4 * MIB));
+        assert!(!page_is_full(&read[..3], 0, 1000, 4 * MIB));
+        // Mixed with small entries, and one entry above the budget comes alone.
+        let mixed = vec![entry(1, 10), placeholder(2, 5 * MIB), entry(3, 10)];
+        assert_eq!(
+            render(&stitch(mixed.clone(), 0, 1000, 4 * MIB, 3)),
+            "[1] next Some(1)"
+        );
+        assert_eq!(
+            render(&stitch(mixed, 1, 1000, 4 * MIB, 3)),
+            "[2] next Some(2)"
+        );
     }
 
     #[test]

@@ -123,31 +123,16 @@ pub(crate) async fn read_page(
                 entries,
                 next_cursor,
             } => {
-                // Rows and segments hold placeholders for entries stored out of line. Put
-                // back, entries weigh more than their placeholders: apply the byte budget again
-                // (always keeping one entry).
-                let mut entries = crate::blob_io::resolve(
+                // Rows and segments hold placeholders for entries stored out of line; the page
+                // was cut at their full size (`archive::page_weight`), so putting them back
+                // keeps it within its byte budget and reads only the objects it shows.
+                let entries = crate::blob_io::resolve(
                     &actor.env,
                     &actor.tenant(),
                     &actor.session_id(),
                     entries,
                 )
                 .await?;
-                let (mut total, mut keep) = (0usize, 0usize);
-                for entry in &entries {
-                    let bytes = archive::entry_bytes(entry);
-                    if keep > 0 && total + bytes > max_bytes {
-                        break;
-                    }
-                    total += bytes;
-                    keep += 1;
-                }
-                let next_cursor = if keep < entries.len() {
-                    entries.truncate(keep);
-                    entries.last().map(|e| e.cursor)
-                } else {
-                    next_cursor
-                };
                 return Ok((entries, next_cursor));
             }
             Stitched::Gap { missing } => {
