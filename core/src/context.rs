@@ -6,8 +6,58 @@
 //! (possible only after an interruption) gets a synthetic error result, because providers reject
 //! a call with no answer.
 
+use std::collections::VecDeque;
+
+use crate::archive::HOT_TAIL_KEEP;
 use crate::llm::{LlmRequest, ToolSchema};
 use crate::wire::{Entry, EntryPayload, Header, Message, ToolResult};
+
+/// Most JSON bytes of entries the context window holds in memory.
+pub const WINDOW_MAX_BYTES: usize = 8 * 1024 * 1024;
+
+/// The newest entries a host keeps in memory for the LLM context (decision 0001): at most
+/// [`HOT_TAIL_KEEP`] entries and [`WINDOW_MAX_BYTES`] of entry JSON, oldest evicted first, but
+/// never the newest entry (a single larger entry stays alone).
+#[derive(Debug, Default)]
+pub struct ContextWindow {
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl ContextWindow {
+    /// Appends `entry`, whose JSON has `bytes` bytes, and evicts what no longer fits.
+    pub fn push(&mut self, entry: Entry, bytes: usize) {
+        self.entries.push_back((entry, bytes));
+        self.bytes += bytes;
+        while self.entries.len() > HOT_TAIL_KEEP as usize
+            || (self.bytes > WINDOW_MAX_BYTES && self.entries.len() > 1)
+        {
+            if let Some((_, evicted)) = self.entries.pop_front() {
+                self.bytes -= evicted;
+            }
+        }
+    }
+
+    /// The entries held, oldest first.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().map(|(entry, _)| entry)
+    }
+
+    /// How many entries are held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// JSON bytes of the entries held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
 
 /// Builds the request for one step from `entries` (oldest first).
 ///
@@ -237,5 +287,56 @@ mod tests {
             shape(&group.messages),
             "user:a custom:group user:[bob]:\n\nb user:[alice]:\n\nc"
         );
+    }
+
+    /// The window after pushing entries of the given sizes: (cursors held, bytes held).
+    fn window_after(sizes: &[usize]) -> (Vec<u64>, usize) {
+        let mut window = ContextWindow::default();
+        for (i, &bytes) in sizes.iter().enumerate() {
+            window.push(entry(i as u64 + 1, user("x")), bytes);
+            assert!(
+                window.len() <= HOT_TAIL_KEEP as usize,
+                "over the entry bound after {i}"
+            );
+            assert!(
+                window.bytes() <= WINDOW_MAX_BYTES || window.len() == 1,
+                "over the byte bound after {i} with {} entries",
+                window.len()
+            );
+            assert_eq!(
+                window.entries().last().map(|e| e.cursor),
+                Some(i as u64 + 1),
+                "the newest entry is always held"
+            );
+        }
+        (window.entries().map(|e| e.cursor).collect(), window.bytes())
+    }
+
+    #[test]
+    fn the_window_keeps_the_newest_entries_within_both_bounds() {
+        let max = WINDOW_MAX_BYTES;
+        let keep = HOT_TAIL_KEEP as usize;
+        // (sizes pushed, cursors expected, bytes expected)
+        let cases: Vec<(Vec<usize>, Vec<u64>, usize)> = vec![
+            (vec![], vec![], 0),
+            (vec![10, 20, 30], vec![1, 2, 3], 60),
+            // Exactly at the byte bound: nothing evicted.
+            (vec![max / 2, max / 2], vec![1, 2], max),
+            // One byte over: the oldest goes.
+            (vec![max / 2, max / 2, 1], vec![2, 3], max / 2 + 1),
+            // An entry larger than the bound stays alone, and goes when the next one comes.
+            (vec![10, max + 1], vec![2], max + 1),
+            (vec![max + 1, 10], vec![2], 10),
+            // The entry bound: the oldest beyond it go.
+            (vec![1; keep + 5], (6..=keep as u64 + 5).collect(), keep),
+        ];
+        for (sizes, cursors, bytes) in cases {
+            let label = format!(
+                "{} sizes starting {:?}",
+                sizes.len(),
+                &sizes[..sizes.len().min(3)]
+            );
+            assert_eq!(window_after(&sizes), (cursors, bytes), "{label}");
+        }
     }
 }

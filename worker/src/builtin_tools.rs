@@ -1,90 +1,13 @@
 //! The built-in tools, run inside the session actor. Each call gets a complete
-//! [`ToolContext`]; tools never reach back into the session (seed 003).
-
-use std::rc::Rc;
+//! [`ToolContext`]; tools never reach back into the session (decision 0003).
 
 use serde::Deserialize;
-use worker::Env;
 use wuhu_core::tools::{names, page_lines, truncate_head};
 use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
-use crate::approvals::ActorApprovals;
-use crate::auth::Identity;
-use crate::environment_tools::{self, ToolOutput};
-use crate::session_actor::Actor;
+use crate::tool_context::ToolContext;
 use crate::{session_client, tenant_index, workspace_io};
-use wuhu_core::authority::{Role, WorkspaceWriter};
-
-/// Everything a tool may use: handed over complete, so tools never reach back into the session.
-pub(crate) struct ToolContext {
-    pub(crate) env: Env,
-    pub(crate) tenant: String,
-    pub(crate) session_id: String,
-    /// The session's owner (its first prompter, its creator until then): runners are chosen,
-    /// other sessions and workspace documents are seen, and a definition's
-    /// `"approval":"ask"` waits, on their behalf.
-    pub(crate) owner: String,
-    /// Who the current turn acts for (`Session::turn_authors`): a call that reaches the local
-    /// runner of anyone else waits for that runner's owner.
-    pub(crate) turn_authors: Vec<String>,
-    /// Environments attached when the call started.
-    pub(crate) attachments: Vec<wuhu_core::environments::Attachment>,
-    /// Runner connection epochs on which each environment's snapshot was validated.
-    pub(crate) validated: std::collections::HashMap<String, u64>,
-    /// Where a tool asks a person for approval.
-    pub(crate) approvals: Rc<ActorApprovals>,
-    /// Where runner calls are recorded, so stopping the step cancels them on the runner.
-    pub(crate) runner_calls: crate::session_actor::RunnerCallScope,
-}
-
-impl ToolContext {
-    /// Who the session's tools act as when they read other sessions or change the workspace:
-    /// its owner, as a member (a tool never sees more than its owner could through the API).
-    pub(crate) fn viewer(&self) -> Identity {
-        Identity {
-            sub: self.owner.clone(),
-            tenant: self.tenant.clone(),
-            role: Role::Member,
-            runner_kind: None,
-        }
-    }
-}
-
-impl ToolContext {
-    /// Who the session's tools write the workspace as (see `WorkspaceWriter::SessionTool`).
-    pub(crate) fn workspace_writer(&self) -> WorkspaceWriter<'_> {
-        WorkspaceWriter::SessionTool {
-            owner: &self.owner,
-            turn_authors: &self.turn_authors,
-        }
-    }
-}
-
-/// One tool call of `step`, run as an actor task (see `session_actor::tasks`): aborting the
-/// task drops this future wherever it waits.
-pub(crate) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
-    // A CPU-bound tool (a js script) yields to the event loop first: otherwise it would run in
-    // the same microtask chain as the step that started it, holding back streamed output and
-    // other requests to this session (stop, follow) until the whole step is done. Tools that
-    // do I/O yield at their first await anyway.
-    if call.name == names::JS {
-        worker::Delay::from(std::time::Duration::ZERO).await;
-    }
-    if !actor
-        .with_loaded(|l| l.session.is_tool_running(step, &call.id))
-        .unwrap_or(false)
-    {
-        return; // Stopped before it started.
-    }
-    let context = actor.tool_context(step);
-    let output = if environment_tools::handles(&call) {
-        environment_tools::execute(&context, &call).await
-    } else {
-        ToolOutput::text(execute(&context, &call).await)
-    };
-    actor.finish_tool(step, &call.id, output);
-}
 
 fn parse_args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, String> {
     serde_json::from_value(call.arguments.clone())

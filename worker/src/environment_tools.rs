@@ -5,7 +5,7 @@
 //! A tool returns a [`ToolOutput`]: its result, the entries to show before it, and the change to
 //! the session's attachments. The actor applies all three in one write; tools never reach back
 //! into the session. The one service a tool may use is the approval gate
-//! ([`crate::approvals::ActorApprovals`]), to wait for a person's decision.
+//! ([`crate::tool_context::ApprovalGate`]), to wait for a person's decision.
 //!
 //! Every call that reaches a runner (attach, detach, and each tool call in an environment)
 //! first passes [`approve`]: work that reaches a local runner on the prompt of someone other
@@ -25,49 +25,15 @@ use wuhu_core::wire::runner::{
 use wuhu_core::wire::{ApprovalPolicy, EntryPayload, Message, ToolCall, custom_types};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
-use crate::approvals::Ask;
-use crate::builtin_tools::ToolContext;
 use crate::http::ApiError;
 use crate::internal::{self, codes};
 use crate::runner_client;
+use crate::tool_context::{Ask, AttachmentChange, ToolContext, ToolOutput};
 
 /// How long a runner may take to materialise an environment (startup scripts, git).
 const ATTACH_TIMEOUT_MS: u64 = 10 * 60 * 1000;
 /// Tool calls without their own timeout.
 const DEFAULT_TOOL_TIMEOUT_MS: u64 = 30 * 60 * 1000;
-
-/// What a tool changes in the session's attachments.
-pub(crate) enum AttachmentChange {
-    Attach(Attachment),
-    Detach(String),
-}
-
-/// A tool's outcome.
-pub(crate) struct ToolOutput {
-    pub(crate) content: String,
-    pub(crate) is_error: bool,
-    /// Shown before the result (notices, AGENTS.md).
-    pub(crate) entries: Vec<EntryPayload>,
-    pub(crate) change: Option<AttachmentChange>,
-    /// Runner connection epochs whose snapshots were validated, by environment name.
-    pub(crate) validated: HashMap<String, u64>,
-}
-
-impl ToolOutput {
-    pub(crate) fn text(result: Result<String, String>) -> ToolOutput {
-        let (content, is_error) = match result {
-            Ok(text) => (text, false),
-            Err(text) => (text, true),
-        };
-        ToolOutput {
-            content,
-            is_error,
-            entries: Vec::new(),
-            change: None,
-            validated: HashMap::new(),
-        }
-    }
-}
 
 /// Sends `message` to a runner on behalf of the session's owner. A `tool_call` is recorded
 /// while it runs, so stopping the step (or a restart) cancels it on the runner.

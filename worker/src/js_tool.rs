@@ -22,7 +22,7 @@ use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 use wuhu_sandbox::protocol::{GuestInput, GuestLimits};
 use wuhu_sandbox::{Clock, FETCH_PRELUDE, Host, HostFuture, Limits, Outcome};
 
-use crate::builtin_tools::ToolContext;
+use crate::tool_context::ToolContext;
 use crate::{session_client, tenant_index, workspace_io};
 
 mod instance;

@@ -7,28 +7,24 @@
 //! alarms, SSE).
 
 mod access;
-mod approvals;
-mod archive_io;
 mod auth;
-mod blob_io;
 mod builtin_tools;
 mod channels;
 mod cors;
 mod environment_tools;
-mod follow;
 mod http;
-mod inference;
 mod internal;
 mod js_tool;
 mod observe;
+mod runner_calls;
 mod runner_client;
 mod runner_hub;
 mod session_actor;
 mod session_client;
 mod signin;
-mod store;
 mod tenant_index;
 mod token_registry;
+mod tool_context;
 mod workspace_io;
 
 use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};

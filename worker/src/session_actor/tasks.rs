@@ -13,13 +13,11 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use futures::future::{AbortHandle, AbortRegistration, Abortable};
-use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
-use worker::{Env, SqlStorage};
 use wuhu_core::wire::ToolCall;
 
-use super::Actor;
-use crate::{builtin_tools, inference, internal, runner_client};
+use super::{Actor, inference, tools};
+use crate::runner_calls::cancel_on_runner;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TaskKind {
@@ -132,7 +130,7 @@ pub(crate) fn spawn_tool(actor: &Rc<Actor>, step: u64, call: ToolCall) {
         actor,
         step,
         TaskKind::Tool,
-        builtin_tools::run(actor.clone(), step, call),
+        tools::run(actor.clone(), step, call),
     );
 }
 
@@ -181,196 +179,5 @@ pub(crate) fn cancel_orphans(actor: &Rc<Actor>) {
             actor.runner_calls.clone(),
             call,
         ));
-    }
-}
-
-async fn cancel_on_runner(env: Env, tenant: String, calls: Rc<RunnerCalls>, call: RunnerCall) {
-    let result = runner_client::cancel(
-        &env,
-        &tenant,
-        &call.sub,
-        &call.runner,
-        &call.owner,
-        &call.id,
-    )
-    .await;
-    match result {
-        // Delivered, or the runner has no live connection: a runner cancels everything it
-        // runs when its connection drops, so there is nothing left to stop.
-        Ok(()) => calls.forget(&call.id),
-        Err(e) if e.code == internal::codes::RUNNER_NOT_CONNECTED => calls.forget(&call.id),
-        Err(e) => {
-            // Kept: the next start of this actor tries again.
-            worker::console_error!(
-                "cancelling runner call {} on {:?} failed ({}): {}",
-                call.id,
-                call.runner,
-                e.code,
-                e.message
-            );
-        }
-    }
-}
-
-/// A `tool_call` sent to a runner whose answer has not arrived.
-#[derive(Clone, Debug, Deserialize)]
-struct RunnerCall {
-    /// The request id sent to the runner (what `cancel` names).
-    id: String,
-    step: f64,
-    runner: String,
-    /// The runner's owner.
-    owner: String,
-    /// On whose behalf the hub is asked (the session's owner).
-    sub: String,
-}
-
-/// Runner calls in flight, in memory and in SQLite (`runner_calls`).
-pub(crate) struct RunnerCalls {
-    sql: Option<SqlStorage>,
-    live: RefCell<HashMap<String, RunnerCall>>,
-}
-
-/// At most this many rows are kept; a step rarely has more than a few runner calls.
-const MAX_ROWS: usize = 256;
-
-impl RunnerCalls {
-    pub(crate) fn open(sql: SqlStorage) -> RunnerCalls {
-        let created = sql.exec(
-            "CREATE TABLE IF NOT EXISTS runner_calls (id TEXT PRIMARY KEY, step INTEGER NOT NULL, runner TEXT NOT NULL, owner TEXT NOT NULL, sub TEXT NOT NULL)",
-            None,
-        );
-        if let Err(e) = &created {
-            worker::console_error!("creating runner_calls failed: {e}");
-        }
-        RunnerCalls {
-            sql: created.ok().map(|_| sql),
-            live: RefCell::new(HashMap::new()),
-        }
-    }
-
-    /// Records a call before it is sent; the guard forgets it when the call ends.
-    pub(crate) fn track(
-        self: &Rc<Self>,
-        step: u64,
-        id: &str,
-        runner: &str,
-        owner: &str,
-        sub: &str,
-    ) -> TrackedCall {
-        let call = RunnerCall {
-            id: id.to_string(),
-            step: step as f64,
-            runner: runner.to_string(),
-            owner: owner.to_string(),
-            sub: sub.to_string(),
-        };
-        if let Some(sql) = &self.sql
-            && self.live.borrow().len() < MAX_ROWS
-            && let Err(e) = sql.exec(
-                "INSERT OR REPLACE INTO runner_calls (id, step, runner, owner, sub) VALUES (?, ?, ?, ?, ?)",
-                vec![
-                    call.id.clone().into(),
-                    call.step.into(),
-                    call.runner.clone().into(),
-                    call.owner.clone().into(),
-                    call.sub.clone().into(),
-                ],
-            )
-        {
-            worker::console_error!("recording runner call {id} failed: {e}");
-        }
-        self.live.borrow_mut().insert(call.id.clone(), call);
-        TrackedCall {
-            calls: self.clone(),
-            id: id.to_string(),
-        }
-    }
-
-    /// Takes the live calls of `step` out of memory; their rows stay until the cancel is sent.
-    fn take_step(&self, step: u64) -> Vec<RunnerCall> {
-        let mut live = self.live.borrow_mut();
-        let ids: Vec<String> = live
-            .values()
-            .filter(|c| c.step as u64 == step)
-            .map(|c| c.id.clone())
-            .collect();
-        ids.iter().filter_map(|id| live.remove(id)).collect()
-    }
-
-    /// Takes every live call out of memory; their rows stay until the cancel is sent.
-    fn take_all(&self) -> Vec<RunnerCall> {
-        self.live
-            .borrow_mut()
-            .drain()
-            .map(|(_, call)| call)
-            .collect()
-    }
-
-    /// Rows without a live call in this isolate: left by tasks of a previous one.
-    fn orphans(&self) -> Vec<RunnerCall> {
-        let Some(sql) = &self.sql else {
-            return Vec::new();
-        };
-        let rows: Vec<RunnerCall> = match sql
-            .exec(
-                "SELECT id, step, runner, owner, sub FROM runner_calls LIMIT ?",
-                vec![(MAX_ROWS as f64).into()],
-            )
-            .and_then(|c| c.to_array())
-        {
-            Ok(rows) => rows,
-            Err(e) => {
-                worker::console_error!("reading runner_calls failed: {e}");
-                return Vec::new();
-            }
-        };
-        let live = self.live.borrow();
-        rows.into_iter()
-            .filter(|r| !live.contains_key(&r.id))
-            .collect()
-    }
-
-    fn forget(&self, id: &str) {
-        self.live.borrow_mut().remove(id);
-        if let Some(sql) = &self.sql
-            && let Err(e) = sql.exec("DELETE FROM runner_calls WHERE id = ?", vec![id.into()])
-        {
-            worker::console_error!("forgetting runner call {id} failed: {e}");
-        }
-    }
-}
-
-/// A recorded runner call; dropping it (the call ended, or its task was aborted) forgets the
-/// call unless a cancel took it over.
-pub(crate) struct TrackedCall {
-    calls: Rc<RunnerCalls>,
-    id: String,
-}
-
-impl Drop for TrackedCall {
-    fn drop(&mut self) {
-        let still_live = self
-            .calls
-            .live
-            .try_borrow()
-            .is_ok_and(|live| live.contains_key(&self.id));
-        if still_live {
-            self.calls.forget(&self.id);
-        }
-    }
-}
-
-/// What a tool task gets to record its runner calls under its step.
-#[derive(Clone)]
-pub(crate) struct RunnerCallScope {
-    pub(crate) calls: Rc<RunnerCalls>,
-    pub(crate) step: u64,
-}
-
-impl RunnerCallScope {
-    /// Records `id` (a `tool_call` about to be sent to `owner`'s `runner` on behalf of `sub`).
-    pub(crate) fn track(&self, id: &str, runner: &str, owner: &str, sub: &str) -> TrackedCall {
-        self.calls.track(self.step, id, runner, owner, sub)
     }
 }

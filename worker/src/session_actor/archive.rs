@@ -6,8 +6,8 @@ use std::rc::Rc;
 use wuhu_core::archive::{self, HOT_TAIL_KEEP, SegmentRef, Stitched};
 use wuhu_core::wire::Entry;
 
+use super::Actor;
 use crate::http::{ApiError, ApiResult};
-use crate::session_actor::Actor;
 
 const BUCKET: &str = "ARCHIVE";
 
@@ -126,7 +126,7 @@ pub(crate) async fn read_page(
                 // Rows and segments hold placeholders for entries stored out of line; the page
                 // was cut at their full size (`archive::page_weight`), so putting them back
                 // keeps it within its byte budget and reads only the objects it shows.
-                let entries = crate::blob_io::resolve(
+                let entries = super::blob_io::resolve(
                     &actor.env,
                     &actor.tenant(),
                     &actor.session_id(),

@@ -15,9 +15,9 @@ use wuhu_core::follow::{Follow, FollowRequest, LiveEvent, MAX_FOLLOWERS, Output,
 use wuhu_core::session::Millis;
 use wuhu_core::wire::StreamEvent;
 
-use crate::archive_io;
+use super::archive;
+use super::{Actor, now};
 use crate::http::{ApiError, ApiResult, query, query_u64};
-use crate::session_actor::{Actor, now};
 
 /// Frames are written in chunks of about this many bytes (a frame is never split).
 const CHUNK_BYTES: usize = 64 * 1024;
@@ -143,7 +143,7 @@ async fn next_chunk(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) -> Option<S
                 }
             }
             Output::ReadPage { since, limit } => {
-                let page = archive_io::read_page(actor, since, limit)
+                let page = archive::read_page(actor, since, limit)
                     .await
                     .map(|(entries, _)| entries)
                     .map_err(|e| e.message);

@@ -16,17 +16,16 @@ use std::rc::Rc;
 
 use futures::future::LocalBoxFuture;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use worker::{Env, Response, SqlStorage, SqlStorageValue};
-use wuhu_core::approvals::{
-    self, Action, Answer, AnswerError, Approver, Outcome, REMEMBERED_ENDED, State, Target,
-};
+use wuhu_core::approvals::{self, Answer, AnswerError, Approver, Outcome, REMEMBERED_ENDED, State};
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{EntryPayload, custom_types};
 
+use super::{Actor, now};
 use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult, json_response, parse_json};
-use crate::session_actor::{Actor, now};
+use crate::tool_context::{ApprovalGate, Ask};
 
 type SqlResult<T> = worker::Result<T>;
 
@@ -211,33 +210,21 @@ fn timeout_secs(env: &Env) -> u64 {
     })
 }
 
-/// What a tool asks the gate for.
-pub(crate) struct Ask<'a> {
-    pub(crate) approver: Approver,
-    pub(crate) target: Target<'a>,
-    pub(crate) action: Action<'a>,
-    /// Fields of the request entry (environment, tool, runner, …); the gate adds the rest.
-    pub(crate) data: Value,
-}
-
 /// The approval gate a tool call gets: it stores the request and waits for its ending.
 pub(crate) struct ActorApprovals {
     pub(crate) actor: Rc<Actor>,
     pub(crate) step: u64,
 }
 
-impl ActorApprovals {
-    /// Runner owners who answered `approve_session` in this session.
-    pub(crate) fn approved_runner_owners(&self) -> Vec<String> {
+impl ApprovalGate for ActorApprovals {
+    fn approved_runner_owners(&self) -> Vec<String> {
         self.actor
             .approval_store()
             .and_then(|s| Ok(s.approved_runner_owners()?))
             .unwrap_or_default()
     }
 
-    /// Shows the request and waits for its ending. All storage work happens before the
-    /// returned future is first polled.
-    pub(crate) fn request(&self, call_id: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome> {
+    fn request(&self, call_id: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome> {
         let ready = |outcome: Outcome| -> LocalBoxFuture<'static, Outcome> {
             Box::pin(futures::future::ready(outcome))
         };
@@ -458,5 +445,30 @@ pub(crate) fn withdraw_pending(actor: &Rc<Actor>) {
     };
     for approval in store.pending().unwrap_or_default() {
         end(actor, &approval, State::Withdrawn, None, "withdrawn");
+    }
+}
+
+impl Actor {
+    pub(crate) fn approval_store(&self) -> ApiResult<&ApprovalStore> {
+        self.approval_store
+            .as_ref()
+            .map_err(|e| ApiError::internal(format!("approval storage unavailable: {e}")))
+    }
+
+    /// A future that ends when approval `id` ends (see [`Actor::wake_approval`]). A dropped
+    /// waiter (the actor went away) counts as withdrawn: the call is rerun after a restart.
+    pub(crate) fn wait_for_approval(&self, id: &str) -> LocalBoxFuture<'static, Outcome> {
+        let (wake, ended) = futures::channel::oneshot::channel();
+        self.approval_waiters
+            .borrow_mut()
+            .insert(id.to_string(), wake);
+        Box::pin(async move { ended.await.unwrap_or(Outcome::Withdrawn) })
+    }
+
+    /// Wakes the call waiting for approval `id`, if any.
+    pub(crate) fn wake_approval(&self, id: &str, outcome: Outcome) {
+        if let Some(wake) = self.approval_waiters.borrow_mut().remove(id) {
+            let _ = wake.send(outcome);
+        }
     }
 }

@@ -7,13 +7,14 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::{Either, select};
 use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Request, RequestInit};
-use wuhu_core::context::build_request;
+use wuhu_core::archive::HOT_TAIL_KEEP;
+use wuhu_core::context::{ContextWindow, build_request};
 use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
 use wuhu_core::tools::catalogue;
-use wuhu_core::wire::{AssistantMessage, StreamEvent};
+use wuhu_core::wire::{AssistantMessage, Entry, Header, StreamEvent};
 
-use crate::session_actor::{Actor, now};
+use super::{Actor, blob_io, now};
 
 /// A provider that sends nothing for this long has failed.
 const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -226,5 +227,38 @@ impl Drop for AbortOnDrop {
         if let Some(controller) = self.0.take() {
             controller.abort();
         }
+    }
+}
+
+impl Actor {
+    /// Context entries for the LLM: the context window, from memory (read from SQLite once, with
+    /// out-of-line entries put back).
+    async fn context_inputs(&self) -> Option<(Header, Vec<Entry>)> {
+        let header = self.with_loaded(|l| l.meta.header.clone())?;
+        while self.tail.borrow().is_none() {
+            let commits = self.commits.get();
+            let rows = self
+                .store()
+                .ok()?
+                .newest_entries(HOT_TAIL_KEEP as usize)
+                .ok()?;
+            let entries = rows.into_iter().map(|(entry, _)| entry).collect();
+            let entries = blob_io::resolve(&self.env, &self.tenant(), &self.session_id(), entries)
+                .await
+                .ok()?;
+            // A commit during the reads pushed nothing (no tail yet): read again.
+            if self.commits.get() != commits {
+                continue;
+            }
+            let mut loaded = ContextWindow::default();
+            for entry in entries {
+                let bytes = serde_json::to_string(&entry).map_or(0, |j| j.len());
+                loaded.push(entry, bytes);
+            }
+            *self.tail.borrow_mut() = Some(loaded);
+        }
+        let tail = self.tail.borrow();
+        let entries = tail.as_ref()?.entries().cloned().collect();
+        Some((header, entries))
     }
 }

@@ -1,0 +1,171 @@
+//! Performing a committed drain's effects: the context window and counters, followers, tasks,
+//! archive flushes, the alarm and the tenant index.
+
+use std::rc::Rc;
+
+use wasm_bindgen_futures::spawn_local;
+use wuhu_core::session::{Effect, Millis};
+use wuhu_core::wire::{Status, StreamEvent};
+
+use super::persist::Batch;
+use super::{Actor, WATCHDOG, archive, info_tenant, now, tasks};
+use crate::tenant_index;
+
+impl Actor {
+    /// Performs a committed batch's effects: hot tail and counters, followers, tasks, alarm.
+    pub(super) fn perform(self: &Rc<Self>, batch: Batch) {
+        let Batch {
+            effects,
+            sizes,
+            deadline,
+            status,
+            ..
+        } = batch;
+        {
+            let mut tail = self.tail.borrow_mut();
+            let appended = effects.iter().filter_map(|e| match e {
+                Effect::AppendEntry(entry) => Some(entry),
+                _ => None,
+            });
+            for (entry, (row_bytes, entry_bytes)) in appended.zip(sizes) {
+                if let Some(tail) = tail.as_mut() {
+                    tail.push(entry.clone(), entry_bytes);
+                }
+                if let Some((n, total)) = self.unarchived.get() {
+                    self.unarchived.set(Some((n + 1, total + row_bytes as u64)));
+                }
+            }
+        }
+        let mut flush = false;
+        let mut index = false;
+        for effect in effects {
+            match effect {
+                Effect::AppendEntry(entry) => self.broadcast(StreamEvent::EntryAppended { entry }),
+                Effect::StatusChanged(status) => {
+                    index = true;
+                    self.broadcast(StreamEvent::Status { status });
+                    self.observe_turn(status);
+                }
+                Effect::Infer { step } => tasks::spawn_inference(self, step),
+                Effect::RunTools { step, calls } => {
+                    for call in calls {
+                        tasks::spawn_tool(self, step, call);
+                    }
+                }
+                Effect::CancelInference { step } => tasks::cancel_inference(self, step),
+                Effect::CancelTools { step } => tasks::cancel_tools(self, step),
+                // Written with the batch.
+                Effect::QueueInsert(_) | Effect::QueueDelete { .. } => {}
+                Effect::Idle => {
+                    flush = true;
+                    self.broadcast(StreamEvent::Idle);
+                }
+            }
+        }
+        if let Some(deadline) = deadline {
+            self.arm_alarm(deadline);
+        } else if status == Status::Running && self.alarm_armed_for.get().is_none() {
+            self.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
+        }
+        if index {
+            self.schedule_index_update();
+        }
+        if flush || self.unarchived_over_threshold() {
+            spawn_local(archive::flush(self.clone()));
+        }
+    }
+
+    /// Notes when a turn starts and logs one line when it ends (`observe::TurnLine`).
+    pub(super) fn observe_turn(&self, status: Status) {
+        if status == Status::Running {
+            self.turn_started_at.set(Some(now().0));
+            return;
+        }
+        let started = self.turn_started_at.take();
+        let Some((session, tenant, step, last_cursor)) = self.with_loaded(|l| {
+            (
+                l.meta.id.clone(),
+                l.meta.tenant.clone(),
+                l.session.checkpoint().step,
+                l.session.last_cursor(),
+            )
+        }) else {
+            return;
+        };
+        crate::observe::TurnLine {
+            tenant: &tenant,
+            session: &session,
+            status: status.as_str(),
+            step,
+            last_cursor,
+            duration_ms: started.map(|t| now().0.saturating_sub(t)),
+        }
+        .emit();
+    }
+
+    pub(super) fn unarchived_over_threshold(&self) -> bool {
+        let counts = match self.unarchived.get() {
+            Some(counts) => counts,
+            None => {
+                let Ok(counts) = self.store().and_then(|s| Ok(s.unarchived()?)) else {
+                    return false;
+                };
+                self.unarchived.set(Some(counts));
+                counts
+            }
+        };
+        wuhu_core::archive::should_flush(counts.0, counts.1, false)
+    }
+
+    /// Forgets the unarchived counters (after a flush changed them).
+    pub(crate) fn invalidate_unarchived(&self) {
+        self.unarchived.set(None);
+    }
+
+    pub(super) fn arm_alarm(self: &Rc<Self>, at: Millis) {
+        // One alarm serves the loop and approval expiry: never later than the next expiry.
+        let at = match self.approval_store().map(|s| s.next_expiry()) {
+            Ok(Ok(Some(expiry))) if expiry < at => expiry,
+            _ => at,
+        };
+        if self.alarm_armed_for.get() == Some(at.0) {
+            return;
+        }
+        self.alarm_armed_for.set(Some(at.0));
+        let storage = self.state.storage();
+        spawn_local(async move {
+            // An offset from now: the alarm API takes either an offset or a chrono date.
+            let offset_ms = at.0.saturating_sub(now().0).max(1) as i64;
+            if let Err(e) = storage.set_alarm(offset_ms).await {
+                worker::console_error!("setting the alarm failed: {e}");
+            }
+        });
+    }
+
+    /// Arms the alarm for `at` unless it is armed for earlier already.
+    pub(crate) fn arm_alarm_by(self: &Rc<Self>, at: Millis) {
+        if self.alarm_armed_for.get().is_none_or(|armed| armed > at.0) {
+            self.arm_alarm(at);
+        }
+    }
+
+    /// Sends the latest session info to the tenant index; one send at a time, coalesced.
+    pub(crate) fn schedule_index_update(self: &Rc<Self>) {
+        self.index_dirty.set(true);
+        if self.index_sending.get() {
+            return;
+        }
+        self.index_sending.set(true);
+        let actor = self.clone();
+        spawn_local(async move {
+            while actor.index_dirty.replace(false) {
+                let Ok(info) = actor.info() else { break };
+                if let Err(e) = tenant_index::upsert(&actor.env, &info_tenant(&actor), &info).await
+                {
+                    worker::console_error!("updating the session index failed: {}", e.message);
+                }
+            }
+            actor.index_sending.set(false);
+        });
+    }
+}

@@ -1,0 +1,310 @@
+//! The actor's internal routes: decode a request, check who may act, call
+//! `Session::handle_*`, pump, and answer once the change is committed.
+
+use std::rc::Rc;
+
+use serde::Deserialize;
+use worker::{Request, Response};
+use wuhu_core::authority::{self, Access, Principal, SessionAction, SessionFacts, Verdict};
+use wuhu_core::llm::{self, fake};
+use wuhu_core::session::{CancelError, Session};
+use wuhu_core::wire::{
+    CancelRequest, EnqueueRequest, EnqueueResponse, GetSessionResponse, Header, Lane, Message,
+    PatchSessionRequest, Status, StopResponse, custom_types,
+};
+
+use super::store::SessionMeta;
+use super::{Actor, Loaded, approvals, archive, follow, inference, info_tenant, now, seed};
+use crate::auth::Identity;
+use crate::http::{
+    ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
+};
+use crate::tenant_index;
+
+/// Default system prompt.
+const DEFAULT_SYSTEM_PROMPT: &str = "You are Wuhu, a helpful agent. You start without an environment; use your tools when they help.";
+
+/// Body of the internal `POST /init`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InitRequest {
+    pub(crate) id: String,
+    pub(crate) tenant: String,
+    pub(crate) created_by: String,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) title: Option<String>,
+    /// `{path, version, content}` of the user's global context document.
+    pub(crate) global_context: Option<GlobalContext>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct GlobalContext {
+    path: String,
+    version: String,
+    content: String,
+}
+
+impl Actor {
+    pub(super) async fn route(self: Rc<Self>, mut req: Request) -> ApiResult<Response> {
+        let path = req.path();
+        let method = req.method();
+        let pairs = query_pairs(&req);
+        if path == "/init" {
+            let body = read_body(&mut req).await?;
+            let init: InitRequest = parse_json(&body)?;
+            return self.init(init).await;
+        }
+        if !self.ensure_loaded()? {
+            return Err(ApiError::not_found("session not found"));
+        }
+        let identity = Identity::from_headers(&req)?;
+        let principal = identity.principal();
+        // A session the caller may not read does not exist for them (404, also for every
+        // other action), so its existence is never revealed.
+        self.authorize(&principal, SessionAction::Read)?;
+        let author = identity.sub.clone();
+        match (method, path.as_str()) {
+            (worker::Method::Get, "/info") => Ok(json_response(200, &self.info()?)),
+            (worker::Method::Get, "/transcript") => {
+                let since = query_u64(&pairs, "sinceCursor")?.unwrap_or(0);
+                let since_time = query_u64(&pairs, "sinceTime")?;
+                let limit =
+                    query_u64(&pairs, "limit")?.unwrap_or(wuhu_core::archive::MAX_PAGE as u64);
+                if limit == 0 || limit > wuhu_core::archive::MAX_PAGE as u64 {
+                    return Err(ApiError::bad_request(format!(
+                        "limit must be between 1 and {}",
+                        wuhu_core::archive::MAX_PAGE
+                    )));
+                }
+                let (entries, next_cursor) =
+                    archive::read_page(&self, since, limit as usize).await?;
+                let transcript = match since_time {
+                    Some(t) => entries
+                        .into_iter()
+                        .filter(|e| e.created_at > t as i64)
+                        .collect(),
+                    None => entries,
+                };
+                let response = GetSessionResponse {
+                    session: self.info()?,
+                    transcript,
+                    queue: self.queue_info(),
+                    next_cursor,
+                    environments: self.attachments(),
+                };
+                Ok(json_response(200, &response))
+            }
+            (worker::Method::Post, "/enqueue") => {
+                self.authorize(&principal, SessionAction::Prompt)?;
+                let lane_name = query(&pairs, "lane").unwrap_or_else(|| "followUp".into());
+                let lane = Lane::parse_public(&lane_name).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "unknown lane {lane_name:?}: use steer or followUp"
+                    ))
+                })?;
+                let body = read_body(&mut req).await?;
+                let request: EnqueueRequest = parse_json(&body)?;
+                if request.content.trim().is_empty() {
+                    return Err(ApiError::bad_request("content must not be empty"));
+                }
+                let id = uuid::Uuid::new_v4().to_string();
+                self.with_session(|s| {
+                    s.handle_enqueue(now(), id.clone(), lane, author, request.content)
+                })
+                .ok_or_else(|| ApiError::internal("session not loaded"))?
+                .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
+                // Acknowledged only once the item's row is committed.
+                self.pump().wait().await?;
+                Ok(json_response(200, &EnqueueResponse { id }))
+            }
+            (worker::Method::Post, "/cancel") => {
+                let body = read_body(&mut req).await?;
+                let request: CancelRequest = parse_json(&body)?;
+                let item_author = self
+                    .with_loaded(|l| {
+                        l.session
+                            .queue()
+                            .iter()
+                            .find(|item| item.id == request.id)
+                            .map(|item| item.author.clone())
+                    })
+                    .flatten();
+                if let Some(item_author) = &item_author {
+                    self.authorize(
+                        &principal,
+                        SessionAction::CancelItem {
+                            author: item_author,
+                        },
+                    )?;
+                }
+                let result = self
+                    .with_session(|s| s.handle_cancel(&request.id))
+                    .ok_or_else(|| ApiError::internal("session not loaded"))?;
+                match result {
+                    Ok(()) => {
+                        self.pump().wait().await?;
+                        Ok(json_response(
+                            200,
+                            &serde_json::json!({ "id": request.id, "cancelled": true }),
+                        ))
+                    }
+                    Err(CancelError::NotFound) => {
+                        Err(ApiError::not_found("no queued item with this id"))
+                    }
+                    Err(CancelError::AlreadyDelivered) => Err(ApiError::new(
+                        409,
+                        "already_delivered",
+                        "the item was already delivered",
+                    )),
+                }
+            }
+            (worker::Method::Post, "/approval") => {
+                let approval_id = query(&pairs, "id").unwrap_or_default();
+                let body = read_body(&mut req).await?;
+                approvals::answer_route(&self, &identity, &approval_id, &body)
+            }
+            (worker::Method::Post, "/stop") => {
+                self.authorize(&principal, SessionAction::Stop)?;
+                // Waiting approvals end as withdrawn; their calls get a "stopped" result.
+                approvals::withdraw_pending(&self);
+                let stopped = self
+                    .with_session(|s| s.handle_stop(now(), &author))
+                    .unwrap_or(0);
+                self.pump().wait().await?;
+                let status = self.status().unwrap_or(Status::Stopped);
+                Ok(json_response(
+                    200,
+                    &StopResponse {
+                        status,
+                        stopped_tool_calls: stopped,
+                    },
+                ))
+            }
+            (worker::Method::Post, "/title") => {
+                let body = read_body(&mut req).await?;
+                let request: PatchSessionRequest = parse_json(&body)?;
+                request.validate().map_err(ApiError::bad_request)?;
+                if request.title.is_some() {
+                    self.authorize(&principal, SessionAction::Rename)?;
+                }
+                if request.access.is_some() {
+                    self.authorize(&principal, SessionAction::ChangeAccess)?;
+                }
+                {
+                    let mut loaded = self.loaded.borrow_mut();
+                    if let Some(loaded) = loaded.as_mut() {
+                        // Memory changes only after storage did.
+                        let mut meta = loaded.meta.clone();
+                        if let Some(title) = &request.title {
+                            meta.title = wuhu_core::wire::normalize_title(title).ok();
+                        }
+                        if let Some(access) = request.access {
+                            meta.access = access;
+                        }
+                        meta.updated_at = now().unix_seconds();
+                        self.store()?.save_meta(&meta)?;
+                        loaded.meta = meta;
+                    }
+                }
+                // Visibility in the list changes with access: the index learns it before we
+                // answer, so a list right after the patch is right.
+                let info = self.info()?;
+                tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
+                Ok(json_response(200, &info))
+            }
+            (worker::Method::Get, "/follow") => follow::handle(self.clone(), &req, &pairs).await,
+            (worker::Method::Get, "/stats") => {
+                let store = self.store()?;
+                let (unarchived, _) = store.unarchived()?;
+                Ok(json_response(
+                    200,
+                    &serde_json::json!({
+                        "databaseBytes": store.database_size(),
+                        "hotEntries": store.hot_count()?,
+                        "followers": self.followers.borrow().len(),
+                        "unarchived": unarchived,
+                        "segments": store.segments()?.len(),
+                    }),
+                ))
+            }
+            _ => Err(ApiError::new(404, "not_found", "no such route")),
+        }
+    }
+
+    pub(super) async fn init(self: Rc<Self>, init: InitRequest) -> ApiResult<Response> {
+        if self.ensure_loaded()? {
+            return Err(ApiError::new(409, "conflict", "session already exists"));
+        }
+        let provider = init.provider.unwrap_or_else(|| fake::PROVIDER.to_string());
+        let model = init
+            .model
+            .clone()
+            .unwrap_or_else(|| llm::default_model(&provider).to_string());
+        let header = Header {
+            system_prompt: init
+                .system_prompt
+                .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
+            provider,
+            model,
+        };
+        let context = init
+            .global_context
+            .map(|g| Message::CustomMessage {
+                custom_type: custom_types::GLOBAL_CONTEXT.into(),
+                content: format!(
+                    "Global context of the user (wuhu://workspace/{}, version {}):\n\n{}",
+                    g.path, g.version, g.content
+                ),
+                details: Some(serde_json::json!({"path": format!("wuhu://workspace/{}", g.path), "version": g.version})),
+            })
+            .into_iter()
+            .collect();
+        let t = now();
+        let meta = SessionMeta {
+            id: init.id,
+            tenant: init.tenant,
+            created_by: init.created_by,
+            created_at: t.unix_seconds(),
+            updated_at: t.unix_seconds(),
+            title: init.title,
+            header: header.clone(),
+            access: Access::default(),
+        };
+        self.store()?.save_meta(&meta)?;
+        let mut session = Session::create(t, seed(), header, context);
+        session.set_retry_policy(inference::retry_policy(&self.env));
+        *self.loaded.borrow_mut() = Some(Loaded { session, meta });
+        self.pump().wait().await?;
+        let info = self.info()?;
+        // The index learns of the session before the caller does, so a list right after
+        // creation shows it.
+        tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
+        Ok(json_response(201, &info))
+    }
+
+    /// Checks `action` by `who` against the session's owner, creator and access
+    /// (`wuhu_core::authority::session_allows`).
+    pub(super) fn authorize(&self, who: &Principal, action: SessionAction<'_>) -> ApiResult<()> {
+        let verdict = self
+            .with_loaded(|l| {
+                let facts = SessionFacts {
+                    owner: l.session.owner().unwrap_or(&l.meta.created_by),
+                    created_by: &l.meta.created_by,
+                    access: l.meta.access,
+                };
+                authority::session_allows(who, facts, action)
+            })
+            .unwrap_or(Verdict::Hidden);
+        match verdict {
+            Verdict::Allow => Ok(()),
+            Verdict::Hidden => Err(ApiError::not_found("session not found")),
+            Verdict::Forbidden => Err(ApiError::new(
+                403,
+                "forbidden",
+                "only the session's owner, its creator or an admin may do this",
+            )),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! What a tool call gets and what it gives back. Tools (`builtin_tools`, `environment_tools`,
+//! `js_tool`) see only these types, never the session actor: the actor builds a complete
+//! [`ToolContext`] for each call and applies the [`ToolOutput`] (`session_actor::tools`).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use futures::future::LocalBoxFuture;
+use serde_json::Value;
+use worker::Env;
+use wuhu_core::approvals::{Action, Approver, Outcome, Target};
+use wuhu_core::authority::{Role, WorkspaceWriter};
+use wuhu_core::environments::Attachment;
+use wuhu_core::wire::EntryPayload;
+
+use crate::auth::Identity;
+use crate::runner_calls::RunnerCallScope;
+
+/// Everything a tool may use: handed over complete, so tools never reach back into the session.
+pub(crate) struct ToolContext {
+    pub(crate) env: Env,
+    pub(crate) tenant: String,
+    pub(crate) session_id: String,
+    /// The session's owner (its first prompter, its creator until then): runners are chosen,
+    /// other sessions and workspace documents are seen, and a definition's
+    /// `"approval":"ask"` waits, on their behalf.
+    pub(crate) owner: String,
+    /// Who the current turn acts for (`Session::turn_authors`): a call that reaches the local
+    /// runner of anyone else waits for that runner's owner.
+    pub(crate) turn_authors: Vec<String>,
+    /// Environments attached when the call started.
+    pub(crate) attachments: Vec<Attachment>,
+    /// Runner connection epochs on which each environment's snapshot was validated.
+    pub(crate) validated: HashMap<String, u64>,
+    /// Where a tool asks a person for approval.
+    pub(crate) approvals: Rc<dyn ApprovalGate>,
+    /// Where runner calls are recorded, so stopping the step cancels them on the runner.
+    pub(crate) runner_calls: RunnerCallScope,
+}
+
+impl ToolContext {
+    /// Who the session's tools act as when they read other sessions or change the workspace:
+    /// its owner, as a member (a tool never sees more than its owner could through the API).
+    pub(crate) fn viewer(&self) -> Identity {
+        Identity {
+            sub: self.owner.clone(),
+            tenant: self.tenant.clone(),
+            role: Role::Member,
+            runner_kind: None,
+        }
+    }
+
+    /// Who the session's tools write the workspace as (see `WorkspaceWriter::SessionTool`).
+    pub(crate) fn workspace_writer(&self) -> WorkspaceWriter<'_> {
+        WorkspaceWriter::SessionTool {
+            owner: &self.owner,
+            turn_authors: &self.turn_authors,
+        }
+    }
+}
+
+/// What a tool changes in the session's attachments.
+pub(crate) enum AttachmentChange {
+    Attach(Attachment),
+    Detach(String),
+}
+
+/// A tool's outcome.
+pub(crate) struct ToolOutput {
+    pub(crate) content: String,
+    pub(crate) is_error: bool,
+    /// Shown before the result (notices, AGENTS.md).
+    pub(crate) entries: Vec<EntryPayload>,
+    pub(crate) change: Option<AttachmentChange>,
+    /// Runner connection epochs whose snapshots were validated, by environment name.
+    pub(crate) validated: HashMap<String, u64>,
+}
+
+impl ToolOutput {
+    pub(crate) fn text(result: Result<String, String>) -> ToolOutput {
+        let (content, is_error) = match result {
+            Ok(text) => (text, false),
+            Err(text) => (text, true),
+        };
+        ToolOutput {
+            content,
+            is_error,
+            entries: Vec::new(),
+            change: None,
+            validated: HashMap::new(),
+        }
+    }
+}
+
+/// What a tool asks the approval gate for.
+pub(crate) struct Ask<'a> {
+    pub(crate) approver: Approver,
+    pub(crate) target: Target<'a>,
+    pub(crate) action: Action<'a>,
+    /// Fields of the request entry (environment, tool, runner, …); the gate adds the rest.
+    pub(crate) data: Value,
+}
+
+/// Where a tool call waits for a person's decision (the session actor's approvals).
+pub(crate) trait ApprovalGate {
+    /// Runner owners who answered `approve_session` in this session.
+    fn approved_runner_owners(&self) -> Vec<String>;
+
+    /// Shows the request and waits for its ending. All storage work happens before the
+    /// returned future is first polled.
+    fn request(&self, call_id: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome>;
+}
