@@ -92,7 +92,8 @@ pub struct ChannelOptions {
     /// after the current turn) or `steer` (delivered at the next step boundary).
     #[serde(default = "default_lane")]
     pub busy_lane: Lane,
-    /// Whether one progress message is posted and edited while a turn runs.
+    /// Whether one progress message should be posted and edited while a turn runs.
+    /// Stored and returned, not acted on yet (docs/api.md says so).
     #[serde(default)]
     pub progress: bool,
 }
