@@ -153,6 +153,17 @@ impl Stack {
         self.spawn_and_wait();
     }
 
+    /// Sets `--var NAME:VALUE` for the next start (`None` drops it): it takes effect at the next
+    /// [`Stack::restart`] or [`Stack::restart_killed`] (a fault that ends, say).
+    pub fn set_var(&mut self, name: &str, value: Option<&str>) {
+        self.options.vars.retain(|(n, _)| n != name);
+        if let Some(value) = value {
+            self.options
+                .vars
+                .push((name.to_string(), value.to_string()));
+        }
+    }
+
     /// `http://127.0.0.1:PORT`.
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
