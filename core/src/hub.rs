@@ -15,8 +15,8 @@
 use std::collections::BTreeSet;
 
 use crate::wire::runner::{
-    DEFAULT_HEARTBEAT_SECONDS, OfferedEnvironment, RUNNER_PROTOCOL_VERSION, RunnerKind,
-    RunnerMessage, codes,
+    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, OfferedEnvironment, RUNNER_PROTOCOL_VERSION,
+    RunnerKind, RunnerMessage, ServerMessage, codes,
 };
 use crate::wire::{MAX_PATH_BYTES, check_name};
 
@@ -357,6 +357,125 @@ pub fn answer_id(message: &RunnerMessage) -> Option<&str> {
     }
 }
 
+/// Most open runner sockets per hub (tenant); one more is refused with 429.
+pub const MAX_SOCKETS_PER_HUB: usize = 512;
+/// Most open runner sockets per owner; one more is refused with 429.
+pub const MAX_SOCKETS_PER_OWNER: usize = 32;
+
+/// Whether `owner` may open one more runner socket, given the owners of the hub's open sockets.
+///
+/// # Errors
+/// The message of a `429 too_many_runners`.
+pub fn admit_socket<'a>(
+    owner: &str,
+    open_owners: impl IntoIterator<Item = &'a str>,
+) -> Result<(), String> {
+    let (mut all, mut own) = (0usize, 0usize);
+    for other in open_owners {
+        all += 1;
+        own += usize::from(other == owner);
+    }
+    if all >= MAX_SOCKETS_PER_HUB {
+        return Err(format!(
+            "this tenant already has {MAX_SOCKETS_PER_HUB} runner connections"
+        ));
+    }
+    if own >= MAX_SOCKETS_PER_OWNER {
+        return Err(format!(
+            "{owner} already has {MAX_SOCKETS_PER_OWNER} runner connections"
+        ));
+    }
+    Ok(())
+}
+
+// ---- calls (`POST /call`) ----------------------------------------------------------------
+
+/// `/call` timeout when the caller gives none.
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 120_000;
+/// Largest `/call` timeout; a larger one is clamped.
+pub const MAX_CALL_TIMEOUT_MS: u64 = 3_600_000;
+
+/// How the hub treats a message a session asks it to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    /// Send and wait for the answer with the same id (`attach`, `detach`, `validate`).
+    Request,
+    /// Send and wait; when the wait times out, also send `cancel` (the tool may still run).
+    ToolCall,
+    /// Send and answer at once: nothing answers a `cancel`, and it needs no waiting call (the
+    /// session or the hub may have restarted since the tool call was sent).
+    Cancel,
+}
+
+/// A message the hub may send on a session's behalf, taken apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutgoingCall<'a> {
+    /// The request id the answer will carry.
+    pub id: &'a str,
+    /// How to wait for it.
+    pub kind: CallKind,
+    /// For `attach`: the environment name the session asked for.
+    pub attach_name: Option<&'a str>,
+}
+
+/// Which messages a session may send through the hub, and how each is waited for.
+///
+/// # Errors
+/// The message of a `400 bad_request`: another message type, or an empty id.
+pub fn plan_call(message: &ServerMessage) -> Result<OutgoingCall<'_>, &'static str> {
+    let (id, kind, attach_name) = match message {
+        ServerMessage::Attach { id, spec, .. } => (id, CallKind::Request, Some(spec.name.as_str())),
+        ServerMessage::Detach { id, .. } | ServerMessage::Validate { id, .. } => {
+            (id, CallKind::Request, None)
+        }
+        ServerMessage::ToolCall { id, .. } => (id, CallKind::ToolCall, None),
+        ServerMessage::Cancel { id } => (id, CallKind::Cancel, None),
+        _ => return Err("message must be attach, detach, validate, tool_call or cancel"),
+    };
+    if id.is_empty() {
+        return Err("message id must not be empty");
+    }
+    Ok(OutgoingCall {
+        id,
+        kind,
+        attach_name,
+    })
+}
+
+/// The wait of a `/call` that asked for `requested` ms: [`DEFAULT_CALL_TIMEOUT_MS`] by default,
+/// between 1 ms and [`MAX_CALL_TIMEOUT_MS`].
+pub fn call_timeout_ms(requested: Option<u64>) -> u64 {
+    requested
+        .unwrap_or(DEFAULT_CALL_TIMEOUT_MS)
+        .clamp(1, MAX_CALL_TIMEOUT_MS)
+}
+
+/// Whether a session acting for `sub` may send to `owner`'s runner registered as `kind`: its
+/// own runners, and cloud runners (another user's local runner is their machine).
+pub fn may_call(sub: &str, owner: &str, kind: RunnerKind) -> bool {
+    sub == owner || kind == RunnerKind::Cloud
+}
+
+/// A runner answers `attach` with the environment it made; its name is the one the session
+/// asked for, whatever the runner says (a runner must not rename or shadow environments).
+/// Returns the name the runner used when it differed.
+pub fn keep_requested_name(
+    attach_name: Option<&str>,
+    answer: &mut RunnerMessage,
+) -> Option<String> {
+    let (
+        Some(name),
+        RunnerMessage::AttachResult {
+            outcome: AttachOutcome::Ok { environment },
+            ..
+        },
+    ) = (attach_name, answer)
+    else {
+        return None;
+    };
+    (environment.name != name).then(|| std::mem::replace(&mut environment.name, name.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,6 +694,148 @@ mod tests {
             .map(|i| env(&format!("e{i}"), "/x"))
             .collect();
         assert_eq!(check_hello(&h), Ok(()));
+    }
+
+    #[test]
+    fn sockets_are_capped_per_hub_and_owner() {
+        let owners = |ana: usize, others: usize| -> Vec<&'static str> {
+            let mut v = vec!["ana"; ana];
+            v.extend(std::iter::repeat_n("bob", others));
+            v
+        };
+        // (ana's open sockets, others', admitted?)
+        let cases = [
+            (0, 0, true),
+            (MAX_SOCKETS_PER_OWNER - 1, 0, true),
+            (MAX_SOCKETS_PER_OWNER, 0, false),
+            (0, MAX_SOCKETS_PER_HUB - 1, true),
+            (0, MAX_SOCKETS_PER_HUB, false),
+            (1, MAX_SOCKETS_PER_HUB - 1, false),
+        ];
+        for (ana, others, admitted) in cases {
+            let got = admit_socket("ana", owners(ana, others));
+            assert_eq!(got.is_ok(), admitted, "{ana} {others}: {got:?}");
+        }
+        // Another owner at their own cap does not limit ana.
+        assert!(admit_socket("ana", owners(0, MAX_SOCKETS_PER_OWNER)).is_ok());
+    }
+
+    fn server(value: serde_json::Value) -> ServerMessage {
+        serde_json::from_value(value).expect("server message")
+    }
+
+    fn context() -> serde_json::Value {
+        serde_json::json!({"name": "api", "kind": "local", "root": "/src/api",
+            "snapshot": {"cwd": "/src/api", "env": {}, "capturedAt": 1}})
+    }
+
+    #[test]
+    fn calls_are_planned_by_message_type() {
+        use serde_json::json;
+        let spec = json!({"name": "api", "kind": "local", "path": "/src/api"});
+        type Want = Result<(&'static str, CallKind, Option<&'static str>), &'static str>;
+        let cases: Vec<(ServerMessage, Want)> = vec![
+            (
+                server(json!({"type": "attach", "id": "a1", "sessionId": "s", "spec": spec})),
+                Ok(("a1", CallKind::Request, Some("api"))),
+            ),
+            (
+                server(
+                    json!({"type": "detach", "id": "d1", "sessionId": "s", "environment": context()}),
+                ),
+                Ok(("d1", CallKind::Request, None)),
+            ),
+            (
+                server(
+                    json!({"type": "validate", "id": "v1", "sessionId": "s", "environment": context()}),
+                ),
+                Ok(("v1", CallKind::Request, None)),
+            ),
+            (
+                server(
+                    json!({"type": "tool_call", "id": "t1", "sessionId": "s", "environment": context(),
+                    "tool": "bash", "arguments": {"command": "true"}}),
+                ),
+                Ok(("t1", CallKind::ToolCall, None)),
+            ),
+            (
+                server(json!({"type": "cancel", "id": "t1"})),
+                Ok(("t1", CallKind::Cancel, None)),
+            ),
+            (server(json!({"type": "cancel", "id": ""})), Err("empty")),
+            (
+                server(json!({"type": "heartbeat_ack"})),
+                Err("must be attach"),
+            ),
+            (
+                server(json!({"type": "refused", "code": "x", "message": "y"})),
+                Err("must be attach"),
+            ),
+        ];
+        for (message, want) in cases {
+            let got = plan_call(&message).map(|c| (c.id, c.kind, c.attach_name));
+            match (got, want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{message:?}"),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{got}"),
+                (got, want) => panic!("{message:?}: {got:?} != {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn call_timeouts_and_who_may_call() {
+        let cases = [
+            (None, DEFAULT_CALL_TIMEOUT_MS),
+            (Some(0), 1),
+            (Some(1), 1),
+            (Some(MAX_CALL_TIMEOUT_MS), MAX_CALL_TIMEOUT_MS),
+            (Some(MAX_CALL_TIMEOUT_MS + 1), MAX_CALL_TIMEOUT_MS),
+            (Some(u64::MAX), MAX_CALL_TIMEOUT_MS),
+        ];
+        for (requested, want) in cases {
+            assert_eq!(call_timeout_ms(requested), want, "{requested:?}");
+        }
+        use RunnerKind::*;
+        let cases = [
+            ("ana", "ana", Local, true),
+            ("ana", "ana", Cloud, true),
+            ("ana", "bob", Cloud, true),
+            ("ana", "bob", Local, false),
+        ];
+        for (sub, owner, kind, want) in cases {
+            assert_eq!(may_call(sub, owner, kind), want, "{sub} {owner} {kind:?}");
+        }
+    }
+
+    #[test]
+    fn an_attach_keeps_the_requested_name() {
+        use serde_json::json;
+        let answer = |name: &str| -> RunnerMessage {
+            serde_json::from_value(json!({"type": "attach_result", "id": "a1", "ok": {
+                "environment": {"name": name, "kind": "local", "root": "/src/api", "os": "Linux",
+                    "snapshot": {"cwd": "/src/api", "env": {}, "capturedAt": 1}}}}))
+            .expect("attach_result")
+        };
+        let name_of = |m: &RunnerMessage| match m {
+            RunnerMessage::AttachResult {
+                outcome: AttachOutcome::Ok { environment },
+                ..
+            } => environment.name.clone(),
+            other => panic!("{other:?}"),
+        };
+        let mut renamed = answer("prod");
+        assert_eq!(
+            keep_requested_name(Some("api"), &mut renamed),
+            Some("prod".into())
+        );
+        assert_eq!(name_of(&renamed), "api");
+        let mut same = answer("api");
+        assert_eq!(keep_requested_name(Some("api"), &mut same), None);
+        assert_eq!(name_of(&same), "api");
+        // Not an attach: untouched.
+        let mut other = answer("prod");
+        assert_eq!(keep_requested_name(None, &mut other), None);
+        assert_eq!(name_of(&other), "prod");
     }
 
     #[test]

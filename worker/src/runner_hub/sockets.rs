@@ -1,0 +1,564 @@
+//! Runner WebSockets: accepting them, their per-socket state (an attachment that survives
+//! hibernation), `hello`, frames and answers, closing, and the liveness sweep. The decisions are
+//! `wuhu_core::hub`'s; this module gathers the facts and performs them.
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::{JsCast, JsValue};
+use worker::{
+    Request, Response, SqlStorage, State, WebSocket, WebSocketIncomingMessage, WebSocketPair,
+};
+use wuhu_core::hub::{
+    self, DropReason, Hello, HelloDecision, KnownRunner, Liveness, OpenConnection, SILENCE_LIMIT_MS,
+};
+use wuhu_core::wire::runner::{
+    CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, MAX_FRAME_BYTES,
+    MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, RunnerMessage, ServerMessage, codes,
+    decode_frame_within, encode_frame,
+};
+
+use super::store;
+use super::waiters::Waiters;
+use crate::http::{ApiError, ApiResult};
+
+/// `WebSocket.readyState` of an open socket.
+const OPEN: u16 = 1;
+
+/// Per-socket state, stored as the socket's attachment so it survives hibernation. Kept small:
+/// what `hello` offered lives in SQLite.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SocketInfo {
+    pub(super) owner: String,
+    /// The kind the runner's token allows (its `runnerKind` claim): the kind it is registered as.
+    #[serde(default)]
+    token_kind: RunnerKind,
+    pub(super) epoch: u64,
+    pub(super) connected_at_ms: i64,
+    last_seen_ms: i64,
+    #[serde(default)]
+    persisted_ms: i64,
+    #[serde(default)]
+    pub(super) runner: Option<SocketRunner>,
+    /// Set when the hub closed (or gave up on) the socket; it no longer counts as open.
+    #[serde(default)]
+    closed: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SocketRunner {
+    pub(super) name: String,
+    pub(super) kind: RunnerKind,
+    os: String,
+}
+
+impl SocketInfo {
+    /// Whether this socket carries `owner`'s welcomed runner `name`.
+    pub(super) fn serves(&self, owner: &str, name: &str) -> bool {
+        self.owner == owner && self.runner.as_ref().is_some_and(|r| r.name == name)
+    }
+}
+
+pub(super) fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+fn info_of(ws: &WebSocket) -> Option<SocketInfo> {
+    ws.deserialize_attachment::<SocketInfo>().ok().flatten()
+}
+
+fn save_info(ws: &WebSocket, info: &SocketInfo) {
+    if let Err(e) = ws.serialize_attachment(info) {
+        worker::console_error!("runner hub: saving socket state failed: {e}");
+    }
+}
+
+pub(super) fn send(ws: &WebSocket, message: &ServerMessage) -> bool {
+    ws.send_with_str(encode_frame(message)).is_ok()
+}
+
+fn send_error(ws: &WebSocket, id: Option<&str>, code: &str, message: impl Into<String>) {
+    send(
+        ws,
+        &ServerMessage::Error {
+            id: id.map(str::to_string),
+            code: code.to_string(),
+            message: message.into(),
+        },
+    );
+}
+
+/// Closes with `code`, falling back to 1000 if the runtime refuses the code.
+fn close(ws: &WebSocket, code: u16, reason: &str) {
+    if ws.close(Some(code), Some(reason)).is_err() {
+        let _ = ws.close(Some(1000), Some(reason));
+    }
+}
+
+/// A WebSocket close reason: at most 123 bytes, cut at a char boundary.
+fn close_reason(text: &str) -> String {
+    const MAX: usize = 123;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+fn runner_label(info: &SocketInfo) -> String {
+    info.runner
+        .as_ref()
+        .map(|r| format!("runner {:?}", r.name))
+        .unwrap_or_else(|| String::from("runner"))
+}
+
+/// The hub's runner sockets, with what acting on them needs.
+pub(super) struct Sockets<'a> {
+    pub(super) state: &'a State,
+    pub(super) sql: &'a SqlStorage,
+    pub(super) waiters: &'a Waiters,
+}
+
+impl Sockets<'_> {
+    /// `GET /connect`: accepts a runner's WebSocket for `sub` (the token's owner).
+    pub(super) async fn accept(&self, req: &Request, sub: &str) -> ApiResult<Response> {
+        // Set by the router from the verified token; a runner token without the claim is local.
+        let token_kind = match req
+            .headers()
+            .get("x-wuhu-runner-kind")
+            .ok()
+            .flatten()
+            .as_deref()
+        {
+            Some("cloud") => RunnerKind::Cloud,
+            _ => RunnerKind::Local,
+        };
+        let upgrade = req.headers().get("upgrade").ok().flatten();
+        if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
+            return Err(ApiError::new(
+                426,
+                "upgrade_required",
+                "this endpoint takes a WebSocket upgrade",
+            ));
+        }
+        let open = self.open();
+        hub::admit_socket(sub, open.iter().map(|(_, info)| info.owner.as_str()))
+            .map_err(|message| ApiError::new(429, "too_many_runners", message))?;
+        let epoch = store::next_epoch(self.sql)?;
+        let pair = WebSocketPair::new()?;
+        self.state.accept_web_socket(&pair.server);
+        let now = now_ms();
+        save_info(
+            &pair.server,
+            &SocketInfo {
+                owner: sub.to_string(),
+                token_kind,
+                epoch,
+                connected_at_ms: now,
+                last_seen_ms: now,
+                persisted_ms: now,
+                runner: None,
+                closed: false,
+            },
+        );
+        // A socket that never says hello is dropped by the sweep.
+        self.arm_alarm(now + hub::HELLO_DEADLINE_MS).await;
+        Ok(Response::from_websocket(pair.client)?)
+    }
+
+    /// Open sockets with their state (hibernation-safe: read from the runtime each time).
+    pub(super) fn open(&self) -> Vec<(WebSocket, SocketInfo)> {
+        self.state
+            .get_websockets()
+            .into_iter()
+            .filter(|ws| ws.as_ref().ready_state() == OPEN)
+            .filter_map(|ws| info_of(&ws).map(|info| (ws, info)))
+            .filter(|(_, info)| !info.closed)
+            .collect()
+    }
+
+    /// The newest open, welcomed socket of `owner`'s runner `name`.
+    pub(super) fn find(&self, owner: &str, name: &str) -> Option<(WebSocket, SocketInfo)> {
+        self.open()
+            .into_iter()
+            .filter(|(_, info)| info.serves(owner, name))
+            .max_by_key(|(_, info)| info.epoch)
+    }
+
+    /// When the runtime last answered a heartbeat on `ws` (ms), if ever.
+    fn auto_response_ms(&self, ws: &WebSocket) -> Option<i64> {
+        let raw: &JsValue = self.state.as_raw();
+        let function =
+            js_sys::Reflect::get(raw, &JsValue::from_str("getWebSocketAutoResponseTimestamp"))
+                .ok()?
+                .dyn_into::<js_sys::Function>()
+                .ok()?;
+        let value = function.call1(raw, ws.as_ref()).ok()?;
+        let date = value.dyn_into::<js_sys::Date>().ok()?;
+        let ms = date.get_time();
+        ms.is_finite().then_some(ms as i64)
+    }
+
+    /// When `ws` last sent anything, heartbeats answered by the runtime included (ms).
+    pub(super) fn last_seen_ms(&self, ws: &WebSocket, info: &SocketInfo) -> i64 {
+        self.auto_response_ms(ws)
+            .map_or(info.last_seen_ms, |t| t.max(info.last_seen_ms))
+    }
+
+    /// A frame from a runner.
+    pub(super) async fn on_frame(&self, ws: &WebSocket, message: WebSocketIncomingMessage) {
+        let Some(mut info) = info_of(ws) else {
+            worker::console_error!("runner hub: frame on a socket without state; closing it");
+            close(ws, 1011, "lost connection state");
+            return;
+        };
+        if info.closed {
+            return;
+        }
+        let now = now_ms();
+        info.last_seen_ms = now;
+        let text = match message {
+            WebSocketIncomingMessage::String(text) => text,
+            WebSocketIncomingMessage::Binary(_) => {
+                save_info(ws, &info);
+                send_error(
+                    ws,
+                    None,
+                    codes::BINARY_FRAME,
+                    "binary frames are not part of the protocol; send JSON text frames",
+                );
+                return;
+            }
+        };
+        // Bounded before anything is parsed: a frame over the limit closes the connection
+        // (the limit is small until the runner is welcomed).
+        let welcomed = info.runner.is_some();
+        let limit = if welcomed {
+            MAX_FRAME_BYTES
+        } else {
+            MAX_FRAME_BYTES_BEFORE_WELCOME
+        };
+        if text.len() > limit {
+            worker::console_log!(
+                "runner hub: closing a connection of {} that sent a frame of {} bytes (limit {limit})",
+                info.owner,
+                text.len()
+            );
+            send_error(
+                ws,
+                None,
+                codes::FRAME_TOO_LARGE,
+                format!(
+                    "frame of {} bytes exceeds the {limit} byte limit{}",
+                    text.len(),
+                    if welcomed { "" } else { " before welcome" }
+                ),
+            );
+            self.close_for_good(ws, info, CLOSE_FRAME_TOO_LARGE, "frame too large");
+            return;
+        }
+        let message = match decode_frame_within::<RunnerMessage>(&text, limit) {
+            Ok(message) => message,
+            Err(error) => {
+                save_info(ws, &info);
+                send_error(ws, error.id(), error.code(), error.to_string());
+                return;
+            }
+        };
+        if let RunnerMessage::Hello { .. } = &message {
+            if info.runner.is_some() {
+                save_info(ws, &info);
+                send_error(
+                    ws,
+                    None,
+                    codes::INVALID_MESSAGE,
+                    "hello was already received on this connection",
+                );
+            } else {
+                self.on_hello(ws, info, message).await;
+            }
+            return;
+        }
+        let Some(runner) = info.runner.clone() else {
+            if let RunnerMessage::Heartbeat {} = message {
+                // Answered, but it does not keep an unwelcomed socket alive (see the sweep).
+                save_info(ws, &info);
+                let _ = ws.send_with_str(HEARTBEAT_ACK_FRAME);
+                return;
+            }
+            send(
+                ws,
+                &ServerMessage::Refused {
+                    code: codes::HELLO_REQUIRED.to_string(),
+                    message: String::from("the first frame must be hello"),
+                },
+            );
+            self.close_for_good(ws, info, 1008, "hello required");
+            return;
+        };
+        if hub::should_persist(now, info.persisted_ms) {
+            info.persisted_ms = now;
+            if let Err(e) =
+                store::touch_runner(self.sql, &info.owner, &runner.name, info.epoch, now)
+            {
+                worker::console_error!("runner hub: {}", e.message);
+            }
+        }
+        save_info(ws, &info);
+        match message {
+            RunnerMessage::Hello { .. } => {}
+            RunnerMessage::Heartbeat {} => {
+                let _ = ws.send_with_str(HEARTBEAT_ACK_FRAME);
+            }
+            RunnerMessage::Event {
+                name,
+                session_id,
+                environment,
+                data,
+            } => {
+                worker::console_log!(
+                    "runner hub: event {name} from {}/{} (session {session_id:?}, environment {environment:?}): {data}",
+                    info.owner,
+                    runner.name
+                );
+            }
+            RunnerMessage::Error {
+                id: None,
+                code,
+                message,
+            } => {
+                worker::console_log!(
+                    "runner hub: error from {}/{}: {code}: {message}",
+                    info.owner,
+                    runner.name
+                );
+            }
+            message => {
+                let Some(id) = hub::answer_id(&message).map(str::to_string) else {
+                    return;
+                };
+                if !self.waiters.deliver(info.epoch, &id, message) {
+                    worker::console_log!(
+                        "runner hub: answer {id} from {}/{} matches no waiting request (timed out or cancelled)",
+                        info.owner,
+                        runner.name
+                    );
+                }
+            }
+        }
+    }
+
+    async fn on_hello(&self, ws: &WebSocket, mut info: SocketInfo, message: RunnerMessage) {
+        let Some(hello) = Hello::from_message(message) else {
+            return;
+        };
+        let now = now_ms();
+        let open = self.open();
+        let connections: Vec<OpenConnection<'_>> = open
+            .iter()
+            .map(|(_, other)| OpenConnection {
+                epoch: other.epoch,
+                owner: &other.owner,
+                name: other.runner.as_ref().map(|r| r.name.as_str()),
+            })
+            .collect();
+        let rows = match store::runners_named(self.sql, &hello.name) {
+            Ok(rows) => rows,
+            Err(e) => {
+                worker::console_error!("runner hub: reading runners failed: {}", e.message);
+                Vec::new()
+            }
+        };
+        let known: Vec<KnownRunner<'_>> = rows
+            .iter()
+            .map(|row| KnownRunner {
+                owner: &row.owner,
+                name: &row.name,
+                last_seen_ms: row.last_seen_ms,
+            })
+            .collect();
+        let decision = hub::on_hello(
+            &info.owner,
+            info.epoch,
+            info.token_kind,
+            &hello,
+            &connections,
+            &known,
+            now,
+        );
+        let (kind, notice, replace) = match decision {
+            HelloDecision::Refuse { code, message } => {
+                worker::console_log!(
+                    "runner hub: refused runner {:?} of {}: {code}: {message}",
+                    hello.name,
+                    info.owner
+                );
+                send(
+                    ws,
+                    &ServerMessage::Refused {
+                        code: code.to_string(),
+                        message: message.clone(),
+                    },
+                );
+                info.closed = true;
+                save_info(ws, &info);
+                close(ws, 1008, &close_reason(&format!("{code}: {message}")));
+                return;
+            }
+            HelloDecision::Welcome {
+                kind,
+                notice,
+                replace,
+            } => (kind, notice, replace),
+        };
+        let name = hello.name.clone();
+        if let Some(notice) = &notice {
+            worker::console_log!("runner hub: runner {name:?} of {}: {notice}", info.owner);
+        }
+        // A runner that comes back replaces its old connection (which may not have noticed
+        // that it is dead yet).
+        for (old, mut old_info) in open {
+            if replace.contains(&old_info.epoch) {
+                old_info.closed = true;
+                save_info(&old, &old_info);
+                close(&old, 1012, "replaced by a new connection");
+                self.waiters.fail_epoch(
+                    old_info.epoch,
+                    format!("runner {name:?} reconnected (a new connection replaced the old one) while the call was running"),
+                );
+            }
+        }
+        let row = store::Hello {
+            owner: &info.owner,
+            name: &name,
+            kind,
+            os: &hello.os,
+            arch: &hello.arch,
+            capabilities: &hello.capabilities,
+            environments: &hello.environments,
+            version: hello.runner_version.as_deref(),
+        };
+        if let Err(e) = store::upsert_runner(self.sql, &row, info.epoch, now) {
+            worker::console_error!("runner hub: recording runner failed: {}", e.message);
+        }
+        info.runner = Some(SocketRunner {
+            name: name.clone(),
+            kind,
+            os: hello.os,
+        });
+        info.persisted_ms = now;
+        save_info(ws, &info);
+        send(
+            ws,
+            &ServerMessage::Welcome {
+                runner_id: format!("{}/{name}", info.owner),
+                heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+                kind: Some(kind),
+                notice,
+            },
+        );
+        self.arm_alarm(now + SILENCE_LIMIT_MS).await;
+    }
+
+    /// A socket closed or failed: fail its calls, mark its runner offline.
+    pub(super) fn on_gone(&self, ws: &WebSocket, why: &str) {
+        let Some(mut info) = info_of(ws) else {
+            return;
+        };
+        let label = runner_label(&info);
+        self.waiters.fail_epoch(
+            info.epoch,
+            format!("{label} {why} while the call was running"),
+        );
+        if let Some(runner) = &info.runner
+            && let Err(e) =
+                store::disconnect_runner(self.sql, &info.owner, &runner.name, info.epoch, now_ms())
+        {
+            worker::console_error!("runner hub: {}", e.message);
+        }
+        if !info.closed {
+            info.closed = true;
+            // The attachment of a closed socket may no longer be writable; that is fine.
+            let _ = ws.serialize_attachment(&info);
+        }
+    }
+
+    /// Closes `ws` and fails what waits on it; the socket no longer counts as open.
+    fn close_for_good(&self, ws: &WebSocket, mut info: SocketInfo, code: u16, reason: &str) {
+        info.closed = true;
+        save_info(ws, &info);
+        close(ws, code, reason);
+        self.on_gone(ws, "was closed by the server");
+    }
+
+    /// Makes sure an alarm fires no later than `at_ms`.
+    async fn arm_alarm(&self, at_ms: i64) {
+        let storage = self.state.storage();
+        let current = storage.get_alarm().await.ok().flatten();
+        if current.is_some_and(|t| t <= at_ms) {
+            return;
+        }
+        let offset = (at_ms - now_ms()).max(0) + 1000;
+        if let Err(e) = storage.set_alarm(offset).await {
+            worker::console_error!("runner hub: setting the alarm failed: {e}");
+        }
+    }
+
+    /// Drops sockets silent for three heartbeat periods (or without `hello` past its deadline),
+    /// refreshes `last_seen` in SQLite, and re-arms itself while sockets remain
+    /// ([`hub::sweep`] decides).
+    pub(super) async fn sweep(&self) {
+        let now = now_ms();
+        let open = self.open();
+        let facts: Vec<Liveness> = open
+            .iter()
+            .map(|(ws, info)| Liveness {
+                epoch: info.epoch,
+                connected_at_ms: info.connected_at_ms,
+                last_seen_ms: self.last_seen_ms(ws, info),
+                persisted_ms: info.persisted_ms,
+                welcomed: info.runner.is_some(),
+            })
+            .collect();
+        let plan = hub::sweep(now, &facts);
+        for (ws, mut info) in open {
+            if let Some((_, reason)) = plan.drop.iter().find(|(e, _)| *e == info.epoch) {
+                let last = self.last_seen_ms(&ws, &info);
+                worker::console_log!(
+                    "runner hub: dropping {} of {} ({}, silent for {} s)",
+                    runner_label(&info),
+                    info.owner,
+                    reason.close_reason(),
+                    (now - last) / 1000
+                );
+                close(&ws, 1001, reason.close_reason());
+                let why = match reason {
+                    DropReason::Silent => "stopped sending heartbeats",
+                    DropReason::NoHello => "never said hello",
+                };
+                self.on_gone(&ws, why);
+                continue;
+            }
+            if let Some((_, last)) = plan.persist.iter().find(|(e, _)| *e == info.epoch)
+                && let Some(runner) = &info.runner
+            {
+                if let Err(e) =
+                    store::touch_runner(self.sql, &info.owner, &runner.name, info.epoch, *last)
+                {
+                    worker::console_error!("runner hub: {}", e.message);
+                }
+                info.persisted_ms = *last;
+                save_info(&ws, &info);
+            }
+        }
+        if let Some(at) = plan.next_alarm_ms {
+            let offset = (at - now).max(0) + 1000;
+            if let Err(e) = self.state.storage().set_alarm(offset).await {
+                worker::console_error!("runner hub: setting the alarm failed: {e}");
+            }
+        }
+    }
+}
