@@ -272,6 +272,29 @@ impl Stack {
         Api::new(self.base_url(), Some(self.user_token(sub, tenant)))
     }
 
+    /// A client for `sub` in a fresh tenant and a session on `provider` with a fresh model name
+    /// (`model_prefix` + a unique suffix), so tests sharing one stack script the fakes apart.
+    /// Returns the client, the session id and the model name.
+    pub fn provider_session(
+        &self,
+        sub: &str,
+        provider: &str,
+        model_prefix: &str,
+        system_prompt: &str,
+    ) -> (Api, String, String) {
+        let api = self.client(sub, &crate::util::unique_name(provider));
+        let model = crate::util::unique_name(model_prefix);
+        let session = api.create_session(serde_json::json!({
+            "provider": provider, "model": model, "systemPrompt": system_prompt
+        }));
+        assert_eq!(
+            (session.provider.as_str(), session.model.as_str()),
+            (provider, model.as_str()),
+            "the session keeps the provider and model it was created with"
+        );
+        (api, session.id, model)
+    }
+
     /// An API client with this raw token (or none).
     pub fn client_with_token(&self, token: Option<String>) -> Api {
         Api::new(self.base_url(), token)

@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 use wuhu_core::wire::{StopReason, custom_types};
 use wuhu_e2e::entries::{assert_contiguous, assistants, customs, describe, tool_result};
 use wuhu_e2e::stack::OPENAI_TEST_KEY;
-use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Api, Reply, SseEvent, Stack};
 
 const TURN: Duration = Duration::from_secs(60);
@@ -18,18 +17,9 @@ fn stack() -> &'static Stack {
     STACK.get_or_init(Stack::start)
 }
 
-/// A client in a fresh tenant and a session on a fresh model name.
+/// A client in a fresh tenant and a openai-compatible session on a fresh model name.
 fn openai_session(system_prompt: &str) -> (Api, String, String) {
-    let api = stack().client("olivia", &unique_name("openai"));
-    let model = unique_name("gpt-test");
-    let session = api.create_session(
-        json!({"provider": "openai-compatible", "model": model, "systemPrompt": system_prompt}),
-    );
-    assert_eq!(
-        (session.provider.as_str(), session.model.as_str()),
-        ("openai-compatible", model.as_str())
-    );
-    (api, session.id, model)
+    stack().provider_session("olivia", "openai-compatible", "gpt-test", system_prompt)
 }
 
 #[test]

@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 use wuhu_core::wire::{ContentBlock, StopReason, custom_types};
 use wuhu_e2e::entries::{assert_contiguous, assistants, customs, describe, tool_result};
 use wuhu_e2e::stack::ANTHROPIC_TEST_KEY;
-use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Api, Reply, SseEvent, Stack};
 
 const TURN: Duration = Duration::from_secs(60);
@@ -19,18 +18,9 @@ fn stack() -> &'static Stack {
     STACK.get_or_init(Stack::start)
 }
 
-/// A client in a fresh tenant and an anthropic session on a fresh model name.
+/// A client in a fresh tenant and a anthropic session on a fresh model name.
 fn anthropic_session(system_prompt: &str) -> (Api, String, String) {
-    let api = stack().client("ada", &unique_name("anthropic"));
-    let model = unique_name("claude-test");
-    let session = api.create_session(
-        json!({"provider": "anthropic", "model": model, "systemPrompt": system_prompt}),
-    );
-    assert_eq!(
-        (session.provider.as_str(), session.model.as_str()),
-        ("anthropic", model.as_str())
-    );
-    (api, session.id, model)
+    stack().provider_session("ada", "anthropic", "claude-test", system_prompt)
 }
 
 #[test]
