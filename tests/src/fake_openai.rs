@@ -1,5 +1,6 @@
 //! A local LLM server speaking the real streaming wire formats: OpenAI Chat Completions
-//! (`POST /v1/chat/completions`) and Anthropic Messages (`POST /v1/messages`, see
+//! (`POST /v1/chat/completions`), OpenAI Responses (`POST /v1/responses`, see
+//! [`crate::fake_responses`]) and Anthropic Messages (`POST /v1/messages`, see
 //! [`crate::fake_anthropic`]). One script serves every dialect: a [`Reply`] says what to
 //! answer, the request path says in which format.
 //!
@@ -367,6 +368,10 @@ fn respond(
     if request.method == "POST" && route == "/v1/messages" {
         let reply = next_reply(state, request);
         return crate::fake_anthropic::respond(stream, reply.0, &reply.1);
+    }
+    if request.method == "POST" && route == "/v1/responses" {
+        let reply = next_reply(state, request);
+        return crate::fake_responses::respond(stream, reply.0, &reply.1);
     }
     if request.method != "POST" || route != "/v1/chat/completions" {
         let body = json!({"error": {"message": format!("Unknown request URL: {} {}", request.method, request.path), "type": "invalid_request_error", "param": null, "code": "unknown_url"}});

@@ -9,7 +9,8 @@
 //! * [`Api`]: a JSON client bound to one token; typed helpers for every route.
 //! * [`SseStream`]: reads a follow stream incrementally with read deadlines.
 //! * [`FakeOpenAi`]: a fake LLM server scripted per model, recording requests; it speaks OpenAI
-//!   Chat Completions and Anthropic Messages ([`fake_anthropic`]).
+//!   Chat Completions, OpenAI Responses ([`fake_responses`]) and Anthropic Messages
+//!   ([`fake_anthropic`]).
 //! * [`drop_proxy::DropProxy`]: a TCP proxy that can cut every connection through it (dropped streams).
 //! * [`FakeHttp`]: a plain HTTP server with fixed replies per path, recording requests (what
 //!   the `js` tool's `fetch` reaches).
@@ -25,6 +26,7 @@ pub mod fake_anthropic;
 pub mod fake_chat;
 pub mod fake_http;
 pub mod fake_openai;
+pub mod fake_responses;
 pub mod fake_server;
 pub mod http;
 pub mod jwt;

@@ -1,6 +1,6 @@
 //! The native providers against the local fake speaking their streaming formats: `anthropic`
-//! (Messages, `tests/src/fake_anthropic.rs`). Each test scripts its own model name on one
-//! shared stack.
+//! (Messages, `tests/src/fake_anthropic.rs`) and `openai` (Responses,
+//! `tests/src/fake_responses.rs`). Each test scripts its own model name on one shared stack.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use wuhu_core::wire::{ContentBlock, StopReason, custom_types};
 use wuhu_e2e::entries::{assert_contiguous, assistants, customs, describe, tool_result};
-use wuhu_e2e::stack::ANTHROPIC_TEST_KEY;
+use wuhu_e2e::stack::{ANTHROPIC_TEST_KEY, OPENAI_TEST_KEY};
+use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Api, Reply, SseEvent, Stack};
 
 const TURN: Duration = Duration::from_secs(60);
@@ -20,13 +21,19 @@ fn stack() -> &'static Stack {
 
 /// A client in a fresh tenant and a anthropic session on a fresh model name.
 fn anthropic_session(system_prompt: &str) -> (Api, String, String) {
-    stack().provider_session("ada", "anthropic", "claude-test", system_prompt)
+    anthropic_session_on("claude-test", system_prompt)
+}
+
+/// The same on a model named `{prefix}-<random>` (a dated-snapshot-like name of a table row).
+fn anthropic_session_on(prefix: &str, system_prompt: &str) -> (Api, String, String) {
+    stack().provider_session("ada", "anthropic", prefix, system_prompt)
 }
 
 #[test]
 fn tool_call_then_text_with_thinking_sent_back_and_cache_usage_recorded() {
     let _guard = stack().guard();
-    let (api, id, model) = anthropic_session("use tools");
+    // A name the model table knows (as a dated snapshot of claude-sonnet-4-5): cost recorded.
+    let (api, id, model) = anthropic_session_on("claude-sonnet-4-5", "use tools");
     stack().openai().script(
         &model,
         [
@@ -75,6 +82,9 @@ fn tool_call_then_text_with_thinking_sent_back_and_cache_usage_recorded() {
         ),
         (1000, 40, 600, 300)
     );
+    // 100 uncached × $3 + 40 × $15 + 600 × $0.30 + 300 × $3.75, per million.
+    let cost = usage.cost_usd.expect("cost from the model table");
+    assert!((cost - 0.002205).abs() < 1e-12, "{cost}");
     assert_eq!(replies[0].provider, "anthropic");
     let result = transcript
         .iter()
@@ -208,4 +218,216 @@ fn overloaded_529_honours_retry_after_and_in_stream_overload_is_retried() {
         "waited {:?}",
         started.elapsed()
     );
+}
+
+/// A client in a fresh tenant and an `openai` (Responses) session on a fresh model name.
+fn responses_session(system_prompt: &str) -> (Api, String, String) {
+    let api = stack().client("olga", &unique_name("responses"));
+    let model = unique_name("gpt-test");
+    let session = api.create_session(
+        json!({"provider": "openai", "model": model, "systemPrompt": system_prompt}),
+    );
+    assert_eq!(
+        (session.provider.as_str(), session.model.as_str()),
+        ("openai", model.as_str())
+    );
+    (api, session.id, model)
+}
+
+#[test]
+fn responses_tool_call_then_text_carrying_the_reasoning_item() {
+    let _guard = stack().guard();
+    let (api, id, model) = responses_session("use tools");
+    stack().openai().script(
+        &model,
+        [
+            Reply::tool_calls([("list_sessions", json!({"limit": 3}))])
+                .with_text("Let me check.")
+                .with_thinking("Looking up sessions.", "enc-abc")
+                .with_usage(500, 60)
+                .with_cache(400, 0),
+            Reply::text("You have one session.").with_delay(Duration::from_millis(20)),
+        ],
+    );
+    let mut follow = api.follow(&id, "sinceCursor=0&timeoutSeconds=60");
+    api.enqueue(&id, "followUp", "how many sessions?");
+    let events = follow.collect_until(TURN, |e| e.event == "idle");
+    let streamed: String = events.iter().filter_map(SseEvent::delta).collect();
+    assert_eq!(streamed, "Let me check.You have one session.");
+
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    let text = describe(&transcript);
+    let replies = assistants(&transcript);
+    assert_eq!(replies.len(), 2, "{text}");
+    assert_eq!(
+        replies[0].content[0],
+        ContentBlock::Reasoning {
+            id: replies[0]
+                .content
+                .iter()
+                .find_map(|b| match b {
+                    ContentBlock::Reasoning { id, .. } => Some(id.clone()),
+                    _ => None,
+                })
+                .expect("reasoning item"),
+            summary: vec!["Looking up sessions.".into()],
+            encrypted_content: Some("enc-abc".into()),
+        },
+        "{text}"
+    );
+    let calls: Vec<_> = replies[0].tool_calls().cloned().collect();
+    assert_eq!(
+        (calls[0].name.as_str(), &calls[0].arguments),
+        ("list_sessions", &json!({"limit": 3}))
+    );
+    let usage = replies[0].usage.expect("usage");
+    assert_eq!(
+        (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.reasoning_tokens
+        ),
+        (500, 60, 400, 30)
+    );
+    assert_eq!(replies[1].text(), "You have one session.");
+
+    let requests = stack().openai().requests_for(&model);
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0];
+    assert_eq!(
+        (first.method.as_str(), first.path.as_str()),
+        ("POST", "/v1/responses")
+    );
+    assert_eq!(
+        first.header("authorization"),
+        Some(format!("Bearer {OPENAI_TEST_KEY}").as_str())
+    );
+    assert_eq!(first.body["instructions"], "use tools");
+    assert_eq!(first.body["store"], false);
+    assert_eq!(
+        first.body["include"],
+        json!(["reasoning.encrypted_content"])
+    );
+    let tools = first.body["tools"].as_array().expect("tools");
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["type"] == "function" && t["name"] == "list_sessions")
+    );
+    let input = requests[1].body["input"].as_array().expect("input").clone();
+    let kinds: Vec<&str> = input
+        .iter()
+        .map(|item| {
+            item["type"]
+                .as_str()
+                .or(item["role"].as_str())
+                .unwrap_or("?")
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "user",
+            "reasoning",
+            "message",
+            "function_call",
+            "function_call_output"
+        ],
+        "{input:?}"
+    );
+    assert_eq!(input[1]["encrypted_content"], "enc-abc");
+    assert_eq!(input[3]["call_id"], calls[0].id.as_str());
+    assert_eq!(input[4]["call_id"], calls[0].id.as_str());
+    let result = transcript.iter().find_map(tool_result).expect("result");
+    assert_eq!(input[4]["output"], result.content.as_str());
+}
+
+#[test]
+fn responses_429_honours_retry_after_ms_and_a_400_is_final() {
+    let _guard = stack().guard();
+    let (api, id, model) = responses_session("retry");
+    stack().openai().script(
+        &model,
+        [
+            Reply::rate_limited().with_header("retry-after-ms", "300"),
+            Reply::text("recovered"),
+            Reply::error(
+                400,
+                "Invalid 'input': bad",
+                "invalid_request_error",
+                "invalid_value",
+            ),
+        ],
+    );
+    api.enqueue(&id, "followUp", "hello?");
+    api.wait_idle(&id, TURN);
+    api.enqueue(&id, "followUp", "again?");
+    api.wait_idle(&id, TURN);
+    let transcript = api.transcript(&id);
+    let text = describe(&transcript);
+    let notices = customs(&transcript, custom_types::LLM_ERROR);
+    assert_eq!(notices.len(), 2, "{text}");
+    assert_eq!(notices[0]["status"], 429, "{text}");
+    assert_eq!(notices[0]["retryInMs"], 300, "{text}");
+    assert_eq!(notices[0]["willRetry"], true, "{text}");
+    assert_eq!(notices[1]["status"], 400, "{text}");
+    assert_eq!(notices[1]["willRetry"], false, "{text}");
+    assert_eq!(
+        notices[1]["message"],
+        "provider returned http 400: Invalid 'input': bad"
+    );
+    let replies: Vec<String> = assistants(&transcript).iter().map(|m| m.text()).collect();
+    assert_eq!(replies, ["recovered"], "{text}");
+    assert_eq!(stack().openai().requests_for(&model).len(), 3);
+}
+
+#[test]
+fn config_documents_list_providers_and_the_model_table_without_keys() {
+    let _guard = stack().guard();
+    let api = stack().client("ada", &unique_name("config"));
+    let session = api.create_fake_session();
+    let results = api.run_tool_calls(
+        &session.id,
+        &[
+            ("read", json!({"path": "wuhu://config/models.json"})),
+            ("read", json!({"path": "wuhu://config/server.json"})),
+        ],
+        TURN,
+    );
+    assert!(!results[0].is_error, "{:?}", results[0]);
+    let table: Value = serde_json::from_str(&results[0].content).expect("models.json is JSON");
+    let sonnet = table["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .find(|m| m["id"] == "claude-sonnet-4-5")
+        .unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(sonnet["provider"], "anthropic");
+    assert_eq!(sonnet["inputPerMtok"], 3.0);
+    assert_eq!(sonnet["contextWindow"], 200_000);
+    assert_eq!(table["unknownModel"]["price"], Value::Null);
+    let settings: Value = serde_json::from_str(&results[1].content).expect("server.json");
+    assert_eq!(
+        settings["providers"],
+        json!(["fake", "openai-compatible", "openai", "anthropic"])
+    );
+    assert_eq!(
+        settings["anthropicBaseUrl"],
+        stack().openai().anthropic_base_url()
+    );
+    assert_eq!(settings["anthropicKeyConfigured"], true);
+    for result in &results {
+        assert!(
+            !result.content.contains(ANTHROPIC_TEST_KEY),
+            "{}",
+            result.content
+        );
+        assert!(
+            !result.content.contains(OPENAI_TEST_KEY),
+            "{}",
+            result.content
+        );
+    }
 }

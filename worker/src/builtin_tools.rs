@@ -142,7 +142,7 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                     let text = crate::config_doc(&context.env, &context.tenant, &path).ok_or_else(
                         || {
                             format!(
-                                "No config document {path:?}. Available: wuhu://config/server.json"
+                                "No config document {path:?}. Available: wuhu://config/server.json, wuhu://config/models.json"
                             )
                         },
                     )?;

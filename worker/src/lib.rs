@@ -254,6 +254,9 @@ async fn workspace_doc(
 
 /// The read-only documents under `wuhu://config/`: server settings without secrets.
 pub(crate) fn config_doc(env: &Env, tenant: &str, path: &str) -> Option<String> {
+    if path == "models.json" {
+        return serde_json::to_string_pretty(&llm::models::table_json()).ok();
+    }
     if path != "server.json" {
         return None;
     }

@@ -279,6 +279,7 @@ impl RawUsage {
             cache_read_tokens: self.cache_read,
             cache_write_tokens: self.cache_write,
             reasoning_tokens: 0,
+            cost_usd: None,
         }
     }
 }

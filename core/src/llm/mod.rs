@@ -7,7 +7,9 @@
 
 pub mod anthropic;
 pub mod fake;
+pub mod models;
 pub mod openai;
+pub mod responses;
 pub mod retry;
 
 use crate::wire::{AssistantMessage, ContentBlock, Message, StopReason, ToolCall, Usage};
@@ -276,13 +278,19 @@ impl AssistantBuilder {
 }
 
 /// The providers a session may name.
-pub const PROVIDERS: [&str; 3] = [fake::PROVIDER, openai::PROVIDER, anthropic::PROVIDER];
+pub const PROVIDERS: [&str; 4] = [
+    fake::PROVIDER,
+    openai::PROVIDER,
+    responses::PROVIDER,
+    anthropic::PROVIDER,
+];
 
 /// The model a session of `provider` uses when it names none.
 pub fn default_model(provider: &str) -> &'static str {
     match provider {
         fake::PROVIDER => fake::DEFAULT_MODEL,
         anthropic::PROVIDER => anthropic::DEFAULT_MODEL,
+        responses::PROVIDER => responses::DEFAULT_MODEL,
         _ => openai::DEFAULT_MODEL,
     }
 }
@@ -310,6 +318,13 @@ impl HttpProvider {
                 default_base_url: openai::DEFAULT_BASE_URL,
                 api_key_var: "OPENAI_API_KEY",
             }),
+            // Responses and Chat Completions share OpenAI's base URL and key.
+            responses::PROVIDER => Some(HttpProvider {
+                id: responses::PROVIDER,
+                base_url_var: "OPENAI_BASE_URL",
+                default_base_url: openai::DEFAULT_BASE_URL,
+                api_key_var: "OPENAI_API_KEY",
+            }),
             anthropic::PROVIDER => Some(HttpProvider {
                 id: anthropic::PROVIDER,
                 base_url_var: "ANTHROPIC_BASE_URL",
@@ -329,6 +344,7 @@ impl HttpProvider {
     ) -> HttpRequest {
         match self.id {
             anthropic::PROVIDER => anthropic::build_http_request(base_url, api_key, request),
+            responses::PROVIDER => responses::build_http_request(base_url, api_key, request),
             _ => openai::build_http_request(base_url, api_key, request),
         }
     }
@@ -337,6 +353,7 @@ impl HttpProvider {
     pub fn decoder(&self) -> StreamDecoder {
         match self.id {
             anthropic::PROVIDER => StreamDecoder::Anthropic(anthropic::StreamDecoder::new()),
+            responses::PROVIDER => StreamDecoder::Responses(responses::StreamDecoder::new()),
             _ => StreamDecoder::OpenAi(openai::StreamDecoder::new()),
         }
     }
@@ -349,6 +366,8 @@ pub enum StreamDecoder {
     OpenAi(openai::StreamDecoder),
     /// Anthropic Messages.
     Anthropic(anthropic::StreamDecoder),
+    /// OpenAI Responses.
+    Responses(responses::StreamDecoder),
 }
 
 impl StreamDecoder {
@@ -357,6 +376,7 @@ impl StreamDecoder {
         match self {
             StreamDecoder::OpenAi(decoder) => decoder.push(bytes),
             StreamDecoder::Anthropic(decoder) => decoder.push(bytes),
+            StreamDecoder::Responses(decoder) => decoder.push(bytes),
         }
     }
 
@@ -365,6 +385,7 @@ impl StreamDecoder {
         match self {
             StreamDecoder::OpenAi(decoder) => decoder.finish(),
             StreamDecoder::Anthropic(decoder) => decoder.finish(),
+            StreamDecoder::Responses(decoder) => decoder.finish(),
         }
     }
 }

@@ -315,6 +315,7 @@ impl StreamDecoder {
                 cache_read_tokens: detail("/prompt_tokens_details/cached_tokens"),
                 cache_write_tokens: 0,
                 reasoning_tokens: detail("/completion_tokens_details/reasoning_tokens"),
+                cost_usd: None,
             }));
         }
         Ok(())

@@ -179,7 +179,7 @@ pub struct ToolCall {
 }
 
 /// Token usage of one LLM request.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     /// Prompt tokens, all of them: cache reads and cache writes included.
@@ -197,6 +197,10 @@ pub struct Usage {
     /// Output tokens spent on reasoning (part of `output_tokens`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u64,
+    /// What the request cost in US dollars, from the model table (`crate::llm::models`);
+    /// absent for models without a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 fn is_zero(n: &u64) -> bool {

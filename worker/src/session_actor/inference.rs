@@ -10,7 +10,9 @@ use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Reques
 use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::context::{ContextWindow, build_request};
 use wuhu_core::llm::retry::RetryPolicy;
-use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
+use wuhu_core::llm::{
+    AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake, models,
+};
 use wuhu_core::tools::catalogue;
 use wuhu_core::wire::{AssistantMessage, Entry, Header, StreamEvent};
 
@@ -57,7 +59,13 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
         },
     };
     match result {
-        Ok(true) => Some(Ok(builder.build(&header.provider, &header.model))),
+        Ok(true) => {
+            let mut message = builder.build(&header.provider, &header.model);
+            if let Some(usage) = message.usage.as_mut() {
+                usage.cost_usd = models::cost_usd(&header.model, usage);
+            }
+            Some(Ok(message))
+        }
         Ok(false) => None,
         Err(failure) => Some(Err(failure)),
     }

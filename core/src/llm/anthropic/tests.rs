@@ -275,6 +275,7 @@ fn usage(input: u64, read: u64, write: u64, output: u64) -> Usage {
         cache_read_tokens: read,
         cache_write_tokens: write,
         reasoning_tokens: 0,
+        cost_usd: None,
     }
 }
 

@@ -1,0 +1,230 @@
+//! The model table: what each known model can take and what it costs, served read-only as
+//! `wuhu://config/models.json`.
+//!
+//! Prices are US dollars per million tokens, as the providers list them (2025). A model that
+//! is not in the table still works: it gets [`UNKNOWN_CONTEXT_WINDOW`], the provider codec's
+//! default output limit, and no price (its messages record tokens but no cost).
+
+use serde::Serialize;
+
+use crate::wire::Usage;
+
+/// Context window assumed for a model missing from the table.
+pub const UNKNOWN_CONTEXT_WINDOW: u64 = 128_000;
+
+/// One row of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    /// Model id as the provider names it.
+    pub id: &'static str,
+    /// Provider id (`anthropic`, `openai`, `openai-compatible`).
+    pub provider: &'static str,
+    /// Context window in tokens.
+    pub context_window: u64,
+    /// Largest output per request in tokens.
+    pub max_output_tokens: u32,
+    /// Dollars per million uncached input tokens.
+    pub input_per_mtok: f64,
+    /// Dollars per million output tokens.
+    pub output_per_mtok: f64,
+    /// Dollars per million input tokens read from the prompt cache.
+    pub cache_read_per_mtok: f64,
+    /// Dollars per million input tokens written to the prompt cache.
+    pub cache_write_per_mtok: f64,
+}
+
+const fn row(
+    id: &'static str,
+    provider: &'static str,
+    context_window: u64,
+    max_output_tokens: u32,
+    prices: [f64; 4],
+) -> ModelInfo {
+    ModelInfo {
+        id,
+        provider,
+        context_window,
+        max_output_tokens,
+        input_per_mtok: prices[0],
+        output_per_mtok: prices[1],
+        cache_read_per_mtok: prices[2],
+        cache_write_per_mtok: prices[3],
+    }
+}
+
+/// The built-in table. OpenAI bills no cache writes; Anthropic's are the 5-minute rate.
+pub const MODELS: &[ModelInfo] = &[
+    row(
+        "claude-opus-4-1",
+        "anthropic",
+        200_000,
+        32_000,
+        [15.0, 75.0, 1.5, 18.75],
+    ),
+    row(
+        "claude-sonnet-4-5",
+        "anthropic",
+        200_000,
+        64_000,
+        [3.0, 15.0, 0.3, 3.75],
+    ),
+    row(
+        "claude-sonnet-4",
+        "anthropic",
+        200_000,
+        64_000,
+        [3.0, 15.0, 0.3, 3.75],
+    ),
+    row(
+        "claude-haiku-4-5",
+        "anthropic",
+        200_000,
+        64_000,
+        [1.0, 5.0, 0.1, 1.25],
+    ),
+    row(
+        "gpt-5",
+        "openai",
+        400_000,
+        128_000,
+        [1.25, 10.0, 0.125, 0.0],
+    ),
+    row(
+        "gpt-5-mini",
+        "openai",
+        400_000,
+        128_000,
+        [0.25, 2.0, 0.025, 0.0],
+    ),
+    row(
+        "gpt-5-nano",
+        "openai",
+        400_000,
+        128_000,
+        [0.05, 0.4, 0.005, 0.0],
+    ),
+    row("gpt-4.1", "openai", 1_047_576, 32_768, [2.0, 8.0, 0.5, 0.0]),
+    row("gpt-4o", "openai", 128_000, 16_384, [2.5, 10.0, 1.25, 0.0]),
+    row(
+        "gpt-4o-mini",
+        "openai",
+        128_000,
+        16_384,
+        [0.15, 0.6, 0.075, 0.0],
+    ),
+];
+
+/// The row for `model`: an exact id, else the longest id that `model` starts with followed
+/// by `-` (dated snapshots such as `claude-sonnet-4-5-20250929` or `gpt-4o-2024-08-06`).
+pub fn lookup(model: &str) -> Option<&'static ModelInfo> {
+    MODELS.iter().find(|m| m.id == model).or_else(|| {
+        MODELS
+            .iter()
+            .filter(|m| {
+                model
+                    .strip_prefix(m.id)
+                    .is_some_and(|rest| rest.starts_with('-'))
+            })
+            .max_by_key(|m| m.id.len())
+    })
+}
+
+/// What `usage` cost on `model`, in dollars; `None` for a model without a price.
+pub fn cost_usd(model: &str, usage: &Usage) -> Option<f64> {
+    let info = lookup(model)?;
+    let uncached = usage
+        .input_tokens
+        .saturating_sub(usage.cache_read_tokens)
+        .saturating_sub(usage.cache_write_tokens);
+    let dollars = uncached as f64 * info.input_per_mtok
+        + usage.output_tokens as f64 * info.output_per_mtok
+        + usage.cache_read_tokens as f64 * info.cache_read_per_mtok
+        + usage.cache_write_tokens as f64 * info.cache_write_per_mtok;
+    Some(dollars / 1_000_000.0)
+}
+
+/// `wuhu://config/models.json`: the table and the defaults for unknown models.
+pub fn table_json() -> serde_json::Value {
+    serde_json::json!({
+        "models": MODELS,
+        "unknownModel": {
+            "contextWindow": UNKNOWN_CONTEXT_WINDOW,
+            "maxOutputTokens": "the provider's default (anthropic: 8192; others: not sent)",
+            "price": null,
+        },
+        "pricesIn": "USD per million tokens",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_matches_ids_and_dated_snapshots_only() {
+        let cases = [
+            ("claude-sonnet-4-5", Some("claude-sonnet-4-5")),
+            ("claude-sonnet-4-5-20250929", Some("claude-sonnet-4-5")),
+            ("claude-sonnet-4-20250514", Some("claude-sonnet-4")),
+            ("gpt-4o-2024-08-06", Some("gpt-4o")),
+            ("gpt-4o-mini-2024-07-18", Some("gpt-4o-mini")),
+            ("gpt-5-mini", Some("gpt-5-mini")),
+            ("gpt-4oo", None),
+            ("gpt-4", None),
+            ("my-local-llama", None),
+            ("", None),
+        ];
+        for (model, want) in cases {
+            assert_eq!(lookup(model).map(|m| m.id), want, "{model}");
+        }
+    }
+
+    #[test]
+    fn table_is_consistent() {
+        for (i, m) in MODELS.iter().enumerate() {
+            assert!(
+                m.context_window > u64::from(m.max_output_tokens),
+                "{}",
+                m.id
+            );
+            assert!(m.cache_read_per_mtok < m.input_per_mtok, "{}", m.id);
+            assert!(m.output_per_mtok > m.input_per_mtok, "{}", m.id);
+            assert!(
+                MODELS[..i].iter().all(|o| o.id != m.id),
+                "duplicate {}",
+                m.id
+            );
+            assert!(
+                crate::llm::PROVIDERS.contains(&m.provider),
+                "{}: {}",
+                m.id,
+                m.provider
+            );
+        }
+    }
+
+    #[test]
+    fn cost_splits_cached_input() {
+        let usage = Usage {
+            input_tokens: 1_000_000 + 2_000_000 + 100_000,
+            output_tokens: 10_000,
+            total_tokens: 0,
+            cache_read_tokens: 2_000_000,
+            cache_write_tokens: 100_000,
+            reasoning_tokens: 5_000,
+            cost_usd: None,
+        };
+        // 1M uncached × $3 + 10k × $15/M + 2M × $0.30/M + 100k × $3.75/M
+        let cost = cost_usd("claude-sonnet-4-5-20250929", &usage).unwrap();
+        assert!((cost - (3.0 + 0.15 + 0.6 + 0.375)).abs() < 1e-9, "{cost}");
+        assert_eq!(cost_usd("my-local-llama", &usage), None);
+        // Reported cache counts larger than the input never make the cost negative.
+        let odd = Usage {
+            input_tokens: 10,
+            cache_read_tokens: 50,
+            ..Usage::default()
+        };
+        assert!(cost_usd("gpt-4o", &odd).unwrap() >= 0.0);
+    }
+}

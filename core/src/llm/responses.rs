@@ -1,0 +1,484 @@
+//! The `openai` provider: the streaming OpenAI Responses API (`POST {base}/responses` with
+//! `stream: true`).
+//!
+//! Requests are stateless (`store: false`): the whole context goes in `input` every step, and
+//! reasoning items come back with `include: ["reasoning.encrypted_content"]` so they can be
+//! carried to the next step, as the API requires for reasoning models calling tools.
+//!
+//! Input shape: user and custom messages are `{"role":"user","content"}`; an assistant message
+//! becomes its items in order — `reasoning` (only this provider's, only with encrypted content),
+//! `message` with `output_text`, `function_call` — and tool results `function_call_output`.
+//! Anthropic thinking blocks are dropped.
+//!
+//! Stream events used: `response.output_item.added` / `.done`, `response.output_text.delta`,
+//! `response.function_call_arguments.delta` / `.done`, `response.completed`,
+//! `response.incomplete`, `response.failed`, `error`. Others (`response.created`, reasoning
+//! summary deltas, …) carry nothing we need.
+
+use serde_json::{Map, Value, json};
+
+use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
+use crate::sse::{SseDecoder, SseItem};
+use crate::wire::{ContentBlock, Message, StopReason, Usage};
+
+/// Provider id, as recorded in session headers and assistant messages.
+pub const PROVIDER: &str = "openai";
+/// Model used when none is configured.
+pub const DEFAULT_MODEL: &str = "gpt-5-mini";
+
+/// The longest SSE line (and the largest joined `data` payload) the decoder buffers.
+const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// Start of the message for a data line that is not JSON.
+const MALFORMED_JSON: &str = "provider stream has malformed json in a data line";
+/// How much of a provider's in-stream error message is kept.
+const MAX_ERROR_CHARS: usize = 500;
+
+/// Builds the streaming Responses request. `base_url` is the OpenAI base (`…/v1`).
+pub fn build_http_request(
+    base_url: &str,
+    api_key: Option<&str>,
+    request: &LlmRequest,
+) -> HttpRequest {
+    let url = format!("{}/responses", base_url.trim_end_matches('/'));
+    let mut headers = vec![
+        ("content-type".to_string(), "application/json".to_string()),
+        ("accept".to_string(), "text/event-stream".to_string()),
+    ];
+    if let Some(key) = api_key.map(str::trim).filter(|key| !key.is_empty()) {
+        headers.push(("authorization".to_string(), format!("Bearer {key}")));
+    }
+    let mut body = Map::new();
+    body.insert("model".to_string(), Value::String(request.model.clone()));
+    if !request.system_prompt.is_empty() {
+        body.insert(
+            "instructions".to_string(),
+            Value::String(request.system_prompt.clone()),
+        );
+    }
+    body.insert(
+        "input".to_string(),
+        Value::Array(input_items(&request.messages)),
+    );
+    body.insert("stream".to_string(), Value::Bool(true));
+    body.insert("store".to_string(), Value::Bool(false));
+    body.insert(
+        "include".to_string(),
+        json!(["reasoning.encrypted_content"]),
+    );
+    if let Some(max) = request.max_output_tokens {
+        body.insert("max_output_tokens".to_string(), Value::from(max));
+    }
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                    "strict": false,
+                })
+            })
+            .collect();
+        body.insert("tools".to_string(), Value::Array(tools));
+    }
+    HttpRequest {
+        url,
+        headers,
+        body: Value::Object(body).to_string(),
+    }
+}
+
+fn input_items(messages: &[Message]) -> Vec<Value> {
+    let mut items = Vec::with_capacity(messages.len());
+    for message in messages {
+        match message {
+            Message::User { content, .. } | Message::CustomMessage { content, .. } => {
+                items.push(json!({"role": "user", "content": content}));
+            }
+            Message::ToolResult(result) => items.push(json!({
+                "type": "function_call_output",
+                "call_id": result.tool_call_id,
+                "output": result.content,
+            })),
+            Message::Assistant(assistant) => {
+                let own = assistant.provider == PROVIDER;
+                for block in &assistant.content {
+                    match block {
+                        ContentBlock::Text { text } if !text.is_empty() => items.push(json!({
+                            "type": "message",
+                            "role": "assistant",
+                            "content": [{"type": "output_text", "text": text}],
+                        })),
+                        ContentBlock::ToolCall(call) => items.push(json!({
+                            "type": "function_call",
+                            "call_id": call.id,
+                            "name": call.name,
+                            "arguments": match &call.arguments {
+                                Value::String(raw) => raw.clone(),
+                                other => other.to_string(),
+                            },
+                        })),
+                        // Without stored state a reasoning item is only usable with its
+                        // encrypted content.
+                        ContentBlock::Reasoning {
+                            id,
+                            summary,
+                            encrypted_content: Some(encrypted),
+                        } if own => items.push(json!({
+                            "type": "reasoning",
+                            "id": id,
+                            "summary": summary
+                                .iter()
+                                .map(|text| json!({"type": "summary_text", "text": text}))
+                                .collect::<Vec<_>>(),
+                            "encrypted_content": encrypted,
+                        })),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    items
+}
+
+/// A function call seen in the stream, by `output_index`.
+#[derive(Debug)]
+struct Call {
+    index: usize,
+    /// Arguments known before any delta (`arguments` of the added item).
+    initial: String,
+    /// Whether any argument text was emitted.
+    emitted: bool,
+}
+
+/// Decodes a streamed Responses body into [`LlmEvent`]s.
+///
+/// Feed the body with [`push`](Self::push) in pieces of any size, then call
+/// [`finish`](Self::finish) when the body ends. After an error the decoder keeps returning it.
+#[derive(Debug)]
+pub struct StreamDecoder {
+    sse: SseDecoder,
+    calls: Vec<Call>,
+    /// A terminal event (`response.completed` / `.incomplete`) was seen.
+    done: bool,
+    failed: Option<LlmFailure>,
+}
+
+impl Default for StreamDecoder {
+    fn default() -> Self {
+        StreamDecoder::new()
+    }
+}
+
+impl StreamDecoder {
+    /// A decoder at the start of a response body.
+    pub fn new() -> Self {
+        StreamDecoder {
+            sse: SseDecoder::new(MAX_LINE_BYTES),
+            calls: Vec::new(),
+            done: false,
+            failed: None,
+        }
+    }
+
+    /// Decodes the next piece of the body.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<LlmEvent>, LlmFailure> {
+        if let Some(failure) = &self.failed {
+            return Err(failure.clone());
+        }
+        let mut events = Vec::new();
+        let outcome = if self.done {
+            Ok(())
+        } else {
+            let mut frames = Vec::new();
+            let result = self.sse.push(bytes, &mut frames);
+            self.handle_frames(frames, &mut events)
+                .and_then(|()| match result {
+                    Err(_) if !self.done => Err(too_large()),
+                    _ => Ok(()),
+                })
+        };
+        match outcome {
+            Ok(()) => Ok(events),
+            Err(failure) => {
+                self.failed = Some(failure.clone());
+                Err(failure)
+            }
+        }
+    }
+
+    /// Ends the body: decodes a trailing event that lacks its blank line, and fails if the
+    /// response never completed.
+    pub fn finish(mut self) -> Result<Vec<LlmEvent>, LlmFailure> {
+        if let Some(failure) = self.failed.take() {
+            return Err(failure);
+        }
+        let mut events = Vec::new();
+        if !self.done {
+            let mut frames = Vec::new();
+            let result = self.sse.finish(&mut frames);
+            let trailing = self
+                .handle_frames(frames, &mut events)
+                .and_then(|()| result.map_err(|_| too_large()));
+            match trailing {
+                Err(failure) if !self.done && failure.message.starts_with(MALFORMED_JSON) => {
+                    return Err(ended_early());
+                }
+                Err(failure) => return Err(failure),
+                Ok(()) if !self.done => return Err(ended_early()),
+                Ok(()) => {}
+            }
+        }
+        Ok(events)
+    }
+
+    fn handle_frames(
+        &mut self,
+        frames: Vec<SseItem>,
+        events: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmFailure> {
+        for item in frames {
+            if self.done {
+                break;
+            }
+            if let SseItem::Frame(frame) = item {
+                let data = frame.data.trim();
+                if data.is_empty() || data == "[DONE]" {
+                    continue;
+                }
+                let event: Value = serde_json::from_str(data).map_err(|error| LlmFailure {
+                    message: format!("{MALFORMED_JSON}: {error}"),
+                    retryable: true,
+                    ..LlmFailure::default()
+                })?;
+                let kind = event
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .or(frame.event.as_deref())
+                    .unwrap_or("")
+                    .to_string();
+                self.handle_event(&kind, &event, events)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_event(
+        &mut self,
+        kind: &str,
+        event: &Value,
+        events: &mut Vec<LlmEvent>,
+    ) -> Result<(), LlmFailure> {
+        let index = event
+            .get("output_index")
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok());
+        let text = |value: &Value, key: &str| -> String {
+            value
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        match kind {
+            "response.output_item.added" => {
+                if let (Some(index), Some(item)) = (index, event.get("item"))
+                    && item.get("type").and_then(Value::as_str) == Some("function_call")
+                {
+                    self.start_call(index, item, events);
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let delta = text(event, "delta");
+                if !delta.is_empty() {
+                    events.push(LlmEvent::TextDelta(delta));
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let delta = text(event, "delta");
+                if let Some(index) = index
+                    && let Some(call) = self.calls.iter_mut().rev().find(|c| c.index == index)
+                    && !delta.is_empty()
+                {
+                    call.emitted = true;
+                    events.push(LlmEvent::ToolCallArgumentsDelta { index, delta });
+                }
+            }
+            "response.function_call_arguments.done" => {
+                if let Some(index) = index {
+                    self.complete_arguments(index, text(event, "arguments"), events);
+                }
+            }
+            "response.output_item.done" => {
+                let (Some(index), Some(item)) = (index, event.get("item")) else {
+                    return Ok(());
+                };
+                match item.get("type").and_then(Value::as_str) {
+                    Some("function_call") => {
+                        if !self.calls.iter().any(|c| c.index == index) {
+                            self.start_call(index, item, events);
+                        }
+                        self.complete_arguments(index, text(item, "arguments"), events);
+                    }
+                    Some("reasoning") => events.push(LlmEvent::Reasoning {
+                        id: text(item, "id"),
+                        summary: item
+                            .get("summary")
+                            .and_then(Value::as_array)
+                            .map(|parts| {
+                                parts
+                                    .iter()
+                                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                                    .map(str::to_string)
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        encrypted_content: item
+                            .get("encrypted_content")
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
+                    }),
+                    _ => {}
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let response = event.get("response").unwrap_or(&Value::Null);
+                if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
+                    events.push(LlmEvent::Usage(usage_of(usage)));
+                }
+                let reason = if kind == "response.incomplete" {
+                    match response
+                        .pointer("/incomplete_details/reason")
+                        .and_then(Value::as_str)
+                    {
+                        Some("max_output_tokens") => StopReason::Length,
+                        _ => StopReason::Stop,
+                    }
+                } else if self.calls.is_empty() {
+                    StopReason::Stop
+                } else {
+                    StopReason::ToolUse
+                };
+                events.push(LlmEvent::Finish(reason));
+                self.done = true;
+            }
+            "response.failed" => {
+                let error = event.pointer("/response/error").unwrap_or(&Value::Null);
+                return Err(stream_error(error));
+            }
+            "error" => return Err(stream_error(event)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn start_call(&mut self, index: usize, item: &Value, events: &mut Vec<LlmEvent>) {
+        let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
+        let id = match (field("call_id"), field("id")) {
+            ("", "") => format!("call_{index}"),
+            ("", id) | (id, _) => id.to_string(),
+        };
+        events.push(LlmEvent::ToolCallStart {
+            index,
+            id,
+            name: field("name").to_string(),
+        });
+        self.calls.push(Call {
+            index,
+            initial: field("arguments").to_string(),
+            emitted: false,
+        });
+    }
+
+    /// The final arguments of a call: emitted only when no delta carried them.
+    fn complete_arguments(&mut self, index: usize, arguments: String, events: &mut Vec<LlmEvent>) {
+        let Some(call) = self.calls.iter_mut().rev().find(|c| c.index == index) else {
+            return;
+        };
+        if call.emitted {
+            return;
+        }
+        let arguments = if arguments.is_empty() {
+            std::mem::take(&mut call.initial)
+        } else {
+            arguments
+        };
+        if !arguments.is_empty() {
+            call.emitted = true;
+            events.push(LlmEvent::ToolCallArgumentsDelta {
+                index,
+                delta: arguments,
+            });
+        }
+    }
+}
+
+fn usage_of(usage: &Value) -> Usage {
+    let count = |path: &str| usage.pointer(path).and_then(Value::as_u64).unwrap_or(0);
+    let input_tokens = count("/input_tokens");
+    let output_tokens = count("/output_tokens");
+    Usage {
+        input_tokens,
+        output_tokens,
+        total_tokens: usage
+            .get("total_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(input_tokens.saturating_add(output_tokens)),
+        cache_read_tokens: count("/input_tokens_details/cached_tokens"),
+        cache_write_tokens: 0,
+        reasoning_tokens: count("/output_tokens_details/reasoning_tokens"),
+        cost_usd: None,
+    }
+}
+
+/// `error` events (`{code, message}`) and the `error` of a failed response.
+fn stream_error(error: &Value) -> LlmFailure {
+    let code = error.get("code").and_then(Value::as_str).unwrap_or("");
+    let detail = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| error.to_string());
+    let detail: String = detail.chars().take(MAX_ERROR_CHARS).collect();
+    LlmFailure {
+        status: None,
+        message: if code.is_empty() {
+            format!("provider stream error: {detail}")
+        } else {
+            format!("provider stream error: {code}: {detail}")
+        },
+        // A refused request fails the same way again; overload and server errors pass.
+        retryable: !matches!(
+            code,
+            "invalid_prompt"
+                | "context_length_exceeded"
+                | "invalid_request_error"
+                | "invalid_api_key"
+                | "insufficient_quota"
+        ),
+        retry_after_ms: None,
+    }
+}
+
+fn ended_early() -> LlmFailure {
+    LlmFailure {
+        message: "provider stream ended early".to_string(),
+        retryable: true,
+        ..LlmFailure::default()
+    }
+}
+
+fn too_large() -> LlmFailure {
+    LlmFailure {
+        message: format!("provider stream line exceeds {MAX_LINE_BYTES} bytes"),
+        retryable: true,
+        ..LlmFailure::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;
