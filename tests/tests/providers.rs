@@ -85,6 +85,23 @@ fn tool_call_then_text_with_thinking_sent_back_and_cache_usage_recorded() {
     // 100 uncached × $3 + 40 × $15 + 600 × $0.30 + 300 × $3.75, per million.
     let cost = usage.cost_usd.expect("cost from the model table");
     assert!((cost - 0.002205).abs() < 1e-12, "{cost}");
+    // The session's totals: both messages, one model; the text reply (11 in, 7 out) adds
+    // 11 × $3 + 7 × $15 per million.
+    let totals = api.get(&format!("/v1/sessions/{id}/usage"));
+    totals.expect_status(200);
+    let totals = totals.json();
+    assert_eq!(totals["messages"], 2, "{totals}");
+    assert_eq!(totals["inputTokens"], 1011, "{totals}");
+    assert_eq!(totals["cacheWriteTokens"], 300, "{totals}");
+    assert_eq!(totals["unpricedMessages"], 0, "{totals}");
+    let total_cost = totals["costUsd"].as_f64().expect("costUsd");
+    assert!((total_cost - 0.002343).abs() < 1e-12, "{totals}");
+    assert_eq!(
+        totals["byModel"].as_array().map(Vec::len),
+        Some(1),
+        "{totals}"
+    );
+    assert_eq!(totals["byModel"][0]["model"], model.as_str(), "{totals}");
     assert_eq!(replies[0].provider, "anthropic");
     let result = transcript
         .iter()

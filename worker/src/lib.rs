@@ -161,16 +161,22 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             ],
             Method::Post,
         ) => forward(&mut req, &env, &identity, id, action, Method::Post).await,
-        (["v1", "sessions", id, action @ ("follow" | "stats")], Method::Get) => {
-            forward(&mut req, &env, &identity, id, action, Method::Get).await
-        }
+        (
+            [
+                "v1",
+                "sessions",
+                id,
+                action @ ("follow" | "stats" | "usage"),
+            ],
+            Method::Get,
+        ) => forward(&mut req, &env, &identity, id, action, Method::Get).await,
         (["v1", "sessions", _], _)
         | (
             [
                 "v1",
                 "sessions",
                 _,
-                "enqueue" | "cancel" | "stop" | "follow" | "stats",
+                "enqueue" | "cancel" | "stop" | "follow" | "stats" | "usage",
             ],
             _,
         ) => Err(method_not_allowed()),

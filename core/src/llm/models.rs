@@ -157,6 +157,109 @@ pub fn table_json() -> serde_json::Value {
     })
 }
 
+/// Token and cost totals over assistant messages (`GET /v1/sessions/:id/usage`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageTotals {
+    /// Assistant messages counted.
+    pub messages: u64,
+    /// Prompt tokens (cache reads and writes included).
+    pub input_tokens: u64,
+    /// Output tokens (reasoning included).
+    pub output_tokens: u64,
+    /// Prompt tokens read from the cache.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the cache.
+    pub cache_write_tokens: u64,
+    /// Reasoning tokens.
+    pub reasoning_tokens: u64,
+    /// Dollars, over the messages that have a cost.
+    pub cost_usd: f64,
+    /// Messages of models without a price (their tokens are counted, their cost is not).
+    pub unpriced_messages: u64,
+}
+
+impl UsageTotals {
+    /// Adds one message's usage.
+    pub fn add(&mut self, usage: &Usage) {
+        self.messages += 1;
+        self.input_tokens = self.input_tokens.saturating_add(usage.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(usage.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(usage.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(usage.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(usage.reasoning_tokens);
+        match usage.cost_usd {
+            Some(cost) if cost.is_finite() && cost >= 0.0 => self.cost_usd += cost,
+            _ => self.unpriced_messages += 1,
+        }
+    }
+}
+
+/// Usage of one session: the totals and the same per `(provider, model)`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionUsage {
+    /// Over every assistant message.
+    #[serde(flatten)]
+    pub total: UsageTotals,
+    /// Per provider and model, in order of first use.
+    pub by_model: Vec<ModelUsage>,
+}
+
+/// [`UsageTotals`] of one provider and model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelUsage {
+    /// Provider id.
+    pub provider: String,
+    /// Model id.
+    pub model: String,
+    /// Its totals.
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+}
+
+impl SessionUsage {
+    /// Adds the assistant messages among `entries` (other entries are ignored). Messages
+    /// without reported usage are not counted.
+    pub fn add_entries(&mut self, entries: &[crate::wire::Entry]) {
+        use crate::wire::{EntryPayload, Message};
+        for entry in entries {
+            let EntryPayload::Message {
+                message: Message::Assistant(message),
+            } = &entry.payload
+            else {
+                continue;
+            };
+            let Some(usage) = &message.usage else {
+                continue;
+            };
+            self.total.add(usage);
+            let row = match self
+                .by_model
+                .iter()
+                .position(|m| m.provider == message.provider && m.model == message.model)
+            {
+                Some(i) => &mut self.by_model[i],
+                None => {
+                    self.by_model.push(ModelUsage {
+                        provider: message.provider.clone(),
+                        model: message.model.clone(),
+                        totals: UsageTotals::default(),
+                    });
+                    let last = self.by_model.len() - 1;
+                    &mut self.by_model[last]
+                }
+            };
+            row.totals.add(usage);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +305,83 @@ mod tests {
                 m.provider
             );
         }
+    }
+
+    #[test]
+    fn session_usage_sums_per_model_and_skips_other_entries() {
+        use crate::wire::{AssistantMessage, Entry, EntryPayload, Message};
+        let assistant = |provider: &str, model: &str, usage: Option<Usage>| Entry {
+            cursor: 0,
+            id: String::new(),
+            created_at: 0,
+            payload: EntryPayload::Message {
+                message: Message::Assistant(AssistantMessage {
+                    provider: provider.into(),
+                    model: model.into(),
+                    usage,
+                    ..AssistantMessage::default()
+                }),
+            },
+        };
+        let usage = |input: u64, output: u64, cost: Option<f64>| Usage {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: input + output,
+            cache_read_tokens: input / 2,
+            cost_usd: cost,
+            ..Usage::default()
+        };
+        let entries = [
+            assistant(
+                "anthropic",
+                "claude-sonnet-4-5",
+                Some(usage(100, 10, Some(0.5))),
+            ),
+            Entry {
+                cursor: 0,
+                id: String::new(),
+                created_at: 0,
+                payload: EntryPayload::Message {
+                    message: Message::User {
+                        author: "a".into(),
+                        content: "x".into(),
+                        queue_item_id: None,
+                        lane: None,
+                    },
+                },
+            },
+            assistant("openai", "gpt-5", Some(usage(40, 4, Some(0.25)))),
+            assistant(
+                "anthropic",
+                "claude-sonnet-4-5",
+                Some(usage(200, 20, Some(1.0))),
+            ),
+            assistant("fake", "fake-echo", Some(usage(2, 1, None))),
+            assistant("fake", "fake-echo", None),
+        ];
+        let mut totals = SessionUsage::default();
+        // Page by page gives the same sums as all at once.
+        totals.add_entries(&entries[..2]);
+        totals.add_entries(&entries[2..]);
+        let json = serde_json::to_value(&totals).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "messages": 4, "inputTokens": 342, "outputTokens": 35, "cacheReadTokens": 171,
+                "cacheWriteTokens": 0, "reasoningTokens": 0, "costUsd": 1.75, "unpricedMessages": 1,
+                "byModel": [
+                    {"provider": "anthropic", "model": "claude-sonnet-4-5", "messages": 2, "inputTokens": 300,
+                     "outputTokens": 30, "cacheReadTokens": 150, "cacheWriteTokens": 0, "reasoningTokens": 0,
+                     "costUsd": 1.5, "unpricedMessages": 0},
+                    {"provider": "openai", "model": "gpt-5", "messages": 1, "inputTokens": 40, "outputTokens": 4,
+                     "cacheReadTokens": 20, "cacheWriteTokens": 0, "reasoningTokens": 0, "costUsd": 0.25,
+                     "unpricedMessages": 0},
+                    {"provider": "fake", "model": "fake-echo", "messages": 1, "inputTokens": 2, "outputTokens": 1,
+                     "cacheReadTokens": 1, "cacheWriteTokens": 0, "reasoningTokens": 0, "costUsd": 0.0,
+                     "unpricedMessages": 1},
+                ],
+            })
+        );
     }
 
     #[test]

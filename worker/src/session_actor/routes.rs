@@ -215,6 +215,21 @@ impl Actor {
                 Ok(json_response(200, &info))
             }
             (worker::Method::Get, "/follow") => follow::handle(self.clone(), &req, &pairs).await,
+            (worker::Method::Get, "/usage") => {
+                // Every page, archived ones included: O(transcript), like reading it whole.
+                let mut usage = wuhu_core::llm::models::SessionUsage::default();
+                let mut since = 0;
+                loop {
+                    let (entries, next_cursor) =
+                        archive::read_page(&self, since, wuhu_core::archive::MAX_PAGE).await?;
+                    usage.add_entries(&entries);
+                    match next_cursor {
+                        Some(next) if next > since => since = next,
+                        _ => break,
+                    }
+                }
+                Ok(json_response(200, &usage))
+            }
             (worker::Method::Get, "/stats") => {
                 let store = self.store()?;
                 let (unarchived, _) = store.unarchived()?;
