@@ -21,6 +21,7 @@
 //! * [`tokens`]: tokens for programs, cookie sessions, revocation.
 //! * [`access`]: Cloudflare Access identities and the team's key set.
 //! * [`browser`]: cross-site checks for cookie credentials, CORS.
+//! * [`orchestration`]: child sessions: lineage, recursion guard, lifecycle, concurrency gate.
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
 #![warn(missing_docs, unreachable_pub)]
 
@@ -36,6 +37,7 @@ pub mod environments;
 pub mod follow;
 pub mod hub;
 pub mod llm;
+pub mod orchestration;
 pub mod out_of_line;
 pub mod resolve;
 mod rng;

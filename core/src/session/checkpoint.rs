@@ -125,6 +125,21 @@ pub struct QueueItem {
     pub content: String,
     /// Unix seconds.
     pub enqueued_at: i64,
+    /// For a `system` item from the server (a child's lifecycle, a finished job): the
+    /// `custom_message` it becomes. Without it a system item is a `wuhu_system_input_v1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<SystemInput>,
+}
+
+/// The type and details of the `custom_message` a `system` item becomes when delivered.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemInput {
+    /// A versioned type name (`wuhu_child_status_v1`, …).
+    pub custom_type: String,
+    /// Structured facts for clients (the child's status, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
 }
 
 impl QueueItem {

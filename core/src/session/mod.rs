@@ -40,7 +40,7 @@ mod tests;
 
 use std::collections::VecDeque;
 
-pub use checkpoint::{Checkpoint, Phase, QueueItem};
+pub use checkpoint::{Checkpoint, Phase, QueueItem, SystemInput};
 
 use crate::llm::LlmFailure;
 use crate::llm::retry::RetryPolicy;
@@ -336,6 +336,7 @@ impl Session {
             author,
             content,
             enqueued_at: now.unix_seconds(),
+            system: None,
         };
         self.queue_bytes += item.bytes();
         self.effects.push_back(Effect::QueueInsert(item.clone()));
@@ -347,6 +348,56 @@ impl Session {
             self.next_step(now, false);
         }
         Ok(())
+    }
+
+    /// Queues a message from the server itself on the `system` lane (a child's lifecycle, a
+    /// finished background job): delivered at the next step boundary as a `custom_message` of
+    /// `input`'s type, starting a turn when the session is idle. A stopped session stays
+    /// stopped (the item waits for whoever resumes it): only a person resumes a stopped session.
+    ///
+    /// `item_id` names the event: an id already queued or recently delivered is not queued
+    /// again (returns `Ok(false)`), so a sender may repeat a report it is unsure arrived.
+    ///
+    /// # Errors
+    /// As [`Session::handle_enqueue`].
+    pub fn handle_system_message(
+        &mut self,
+        now: Millis,
+        item_id: String,
+        input: SystemInput,
+        content: String,
+    ) -> Result<bool, EnqueueError> {
+        if self.queue.iter().any(|item| item.id == item_id)
+            || self.state.delivered.iter().any(|id| *id == item_id)
+        {
+            return Ok(false);
+        }
+        if self.queue.len() >= MAX_QUEUE_ITEMS {
+            return Err(EnqueueError::QueueFull);
+        }
+        if self.queue_bytes + content.len() > MAX_QUEUE_BYTES {
+            return Err(EnqueueError::QueueBytes {
+                queued: self.queue_bytes,
+                item: content.len(),
+            });
+        }
+        let item = QueueItem {
+            id: item_id,
+            lane: Lane::System,
+            author: "wuhu".into(),
+            content,
+            enqueued_at: now.unix_seconds(),
+            system: Some(input),
+        };
+        self.queue_bytes += item.bytes();
+        self.effects.push_back(Effect::QueueInsert(item.clone()));
+        self.queue.push(item);
+        // Unlike a person's enqueue, this leaves a stopped session stopped: `next_step` starts
+        // nothing while the status is `stopped`.
+        if self.state.phase == Phase::Idle {
+            self.next_step(now, false);
+        }
+        Ok(true)
     }
 
     /// Cancels a queued item.
@@ -690,11 +741,17 @@ impl Session {
                 id: item.id.clone(),
             });
             let message = match item.lane {
-                Lane::System => Message::CustomMessage {
-                    custom_type: custom_types::SYSTEM_INPUT.into(),
-                    content: item.content,
-                    details: None,
-                },
+                Lane::System => {
+                    let (custom_type, details) = match item.system {
+                        Some(input) => (input.custom_type, input.details),
+                        None => (custom_types::SYSTEM_INPUT.into(), None),
+                    };
+                    Message::CustomMessage {
+                        custom_type,
+                        content: item.content,
+                        details,
+                    }
+                }
                 lane => {
                     let authors = &mut self.state.turn_authors;
                     if !authors.contains(&item.author) && authors.len() < MAX_TURN_AUTHORS {

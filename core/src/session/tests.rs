@@ -157,6 +157,21 @@ impl Harness {
                         .handle_enqueue(now, id, lane, author.into(), rest.into())
                         .unwrap();
                 }
+                "notify" => {
+                    // `notify ID TEXT`: a server message (a child's report) on the system lane.
+                    let (id, text) = rest.split_once(' ').unwrap();
+                    let input = SystemInput {
+                        custom_type: "wuhu_child_status_v1".into(),
+                        details: Some(serde_json::json!({"id": id})),
+                    };
+                    let r = self.session.handle_system_message(
+                        now,
+                        format!("n-{id}"),
+                        input,
+                        text.into(),
+                    );
+                    self.log.push(format!("notify -> {r:?}"));
+                }
                 "cancel" => {
                     let r = self.session.handle_cancel(&format!("q-{rest}"));
                     self.log.push(format!("cancel -> {r:?}"));
@@ -249,6 +264,13 @@ fn render(payload: &EntryPayload) -> String {
             }
             Message::ToolResult(r) => {
                 format!("result {} err={} {}", r.tool_call_id, r.is_error, r.content)
+            }
+            Message::CustomMessage {
+                custom_type,
+                content,
+                ..
+            } if custom_type != custom_types::SYSTEM_INPUT => {
+                format!("system[{custom_type}] {content}")
             }
             Message::CustomMessage { content, .. } => format!("system {content}"),
         },
@@ -692,7 +714,7 @@ fn group_chat_reminder_once_when_another_user_prompts() {
             > follow @bob me too
             queue+ q-me too
             queue- q-me too
-            #6 system System reminder: this session is now a group chat. It belongs to ana; bob has joined. From now on every user message starts with `[username]:` naming its author. Answer the person who wrote each message, and act on requests with the owner's interests in mind.
+            #6 system[wuhu_group_chat_reminder_v1] System reminder: this session is now a group chat. It belongs to ana; bob has joined. From now on every user message starts with `[username]:` naming its author. Answer the person who wrote each message, and act on requests with the owner's interests in mind.
             #7 user(Some(FollowUp)) me too
             status running
             infer 3
@@ -942,4 +964,110 @@ fn items_of_an_old_checkpoint_move_into_rows() {
     assert!(!saved.contains("left over"), "{saved}");
     session.handle_resume(Millis(10_000));
     assert!(matches!(session.poll_effect(), Some(Effect::QueueDelete { id }) if id == "q1"));
+}
+
+#[test]
+fn a_server_message_wakes_an_idle_session_once() {
+    check(
+        "notify c1 child-done
+         notify c1 child-done
+         reply 1 noted
+         notify c1 child-done
+         notify c2 other",
+        expect![[r#"
+            > notify c1 child-done
+            notify -> Ok(true)
+            queue+ n-c1
+            queue- n-c1
+            #2 system[wuhu_child_status_v1] child-done
+            status running
+            infer 1
+            > notify c1 child-done
+            notify -> Ok(false)
+            > reply 1 noted
+            #3 assistant noted
+            status idle
+            idle
+            > notify c1 child-done
+            notify -> Ok(false)
+            > notify c2 other
+            notify -> Ok(true)
+            queue+ n-c2
+            queue- n-c2
+            #4 system[wuhu_child_status_v1] other
+            status running
+            infer 2"#]],
+    );
+}
+
+#[test]
+fn a_server_message_reaches_a_running_session_at_the_next_step_boundary() {
+    check(
+        "follow go
+         calls 1 bash:a list_sessions:b
+         notify c1 child-done
+         done 1 a
+         reply 2 ok",
+        expect![[r#"
+            > follow go
+            queue+ q-go
+            queue- q-go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > calls 1 bash:a list_sessions:b
+            #3 assistant calls a,b
+            run 1 a
+            > notify c1 child-done
+            notify -> Ok(true)
+            queue+ n-c1
+            > done 1 a
+            #4 result a err=false out-a
+            #5 result b err=true Tool call skipped: a new message arrived before it ran.
+            queue- n-c1
+            #6 system[wuhu_child_status_v1] child-done
+            infer 2
+            > reply 2 ok
+            #7 assistant ok
+            status idle
+            idle"#]],
+    );
+}
+
+#[test]
+fn a_server_message_never_resumes_a_stopped_session() {
+    check(
+        "follow go
+         stop
+         notify c1 child-stopped
+         follow again
+         reply 2 ok",
+        expect![[r#"
+            > follow go
+            queue+ q-go
+            queue- q-go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1
+            > stop
+            stopped 0
+            cancel-infer 1
+            #3 custom wuhu_execution_stopped_v1
+            status stopped
+            > notify c1 child-stopped
+            notify -> Ok(true)
+            queue+ n-c1
+            > follow again
+            queue+ q-again
+            status idle
+            queue- n-c1
+            #4 system[wuhu_child_status_v1] child-stopped
+            status running
+            infer 2
+            > reply 2 ok
+            #5 assistant ok
+            queue- q-again
+            #6 user(Some(FollowUp)) again
+            infer 3"#]],
+    );
 }

@@ -238,6 +238,10 @@ pub struct ToolResult {
 pub mod custom_types {
     /// The session was stopped; `data.by` names who stopped it.
     pub const EXECUTION_STOPPED: &str = "wuhu_execution_stopped_v1";
+    /// A child session's lifecycle reached its parent (`custom_message` on the parent's
+    /// `system` lane; `details` is the child's status: `id`, `title`, `state`, `finalText`,
+    /// `message`, `cursor`). See `docs/orchestration.md`.
+    pub const CHILD_STATUS: &str = "wuhu_child_status_v1";
     /// An LLM request failed; `data` has `message`, `status`, `attempt`, `willRetry`.
     pub const LLM_ERROR: &str = "wuhu_llm_error_v1";
     /// A system-lane item delivered to the LLM (a `custom_message`).

@@ -2,6 +2,7 @@
 //! persisted transcript entries). **API Boundary**: changing a type here changes the protocol.
 
 mod api;
+mod children;
 mod entry;
 mod environments;
 pub mod runner;
@@ -9,6 +10,7 @@ mod stream;
 mod tokens;
 
 pub use api::*;
+pub use children::*;
 pub use entry::*;
 pub use environments::*;
 pub use stream::*;

@@ -87,6 +87,8 @@ struct QueueRow {
     author: String,
     content: String,
     enqueued_at: f64,
+    /// `QueueItem::system` as JSON, for items from the server.
+    system: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +138,14 @@ impl Store {
             "CREATE TABLE IF NOT EXISTS queue (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, lane TEXT NOT NULL, author TEXT NOT NULL, content TEXT NOT NULL, enqueued_at INTEGER NOT NULL)",
             None,
         )?;
+        // Added with child sessions (issue 12): the `custom_message` type and details of a
+        // system item. Tables created before get the column.
+        let columns = sql
+            .exec("SELECT * FROM queue LIMIT 0", None)?
+            .column_names();
+        if !columns.iter().any(|c| c == "system") {
+            sql.exec("ALTER TABLE queue ADD COLUMN system TEXT", None)?;
+        }
         Ok(Store { sql, raw })
     }
 
@@ -155,13 +165,19 @@ impl Store {
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
             self.sql.exec(
-                "INSERT INTO queue (id, lane, author, content, enqueued_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO queue (id, lane, author, content, enqueued_at, system) VALUES (?, ?, ?, ?, ?, ?)",
                 vec![
                     item.id.as_str().into(),
                     lane.into(),
                     item.author.as_str().into(),
                     item.content.as_str().into(),
                     item.enqueued_at.into(),
+                    match &item.system {
+                        Some(system) => serde_json::to_string(system)
+                            .map_err(|e| worker::Error::RustError(e.to_string()))?
+                            .into(),
+                        None => SqlStorageValue::Null,
+                    },
                 ],
             )?;
         }
@@ -267,7 +283,7 @@ impl Store {
         let rows: Vec<QueueRow> = self
             .sql
             .exec(
-                "SELECT id, lane, author, content, enqueued_at FROM queue ORDER BY seq",
+                "SELECT id, lane, author, content, enqueued_at, system FROM queue ORDER BY seq",
                 None,
             )?
             .to_array()?;
@@ -278,12 +294,19 @@ impl Store {
                     .map_err(|e| {
                         worker::Error::RustError(format!("corrupt queue row {}: {e}", row.id))
                     })?;
+                let system = match row.system {
+                    Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
+                        worker::Error::RustError(format!("corrupt queue row {}: {e}", row.id))
+                    })?),
+                    None => None,
+                };
                 Ok(QueueItem {
                     id: row.id,
                     lane,
                     author: row.author,
                     content: row.content,
                     enqueued_at: row.enqueued_at as i64,
+                    system,
                 })
             })
             .collect::<SqlResult<Vec<_>>>()?;
