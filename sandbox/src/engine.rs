@@ -30,6 +30,7 @@ use crate::{
     console::{ConsoleBuffer, ConsoleLine},
     memory::{LimitedAllocator, MemoryState},
     nesting::{MAX_JSON_DEPTH, MAX_SOURCE_DEPTH, json_depth_exceeds, source_depth},
+    search::{Direction, find_utf16},
 };
 
 const BASE_PRELUDE: &str = include_str!("js/base.js");
@@ -547,6 +548,48 @@ fn install_natives<'js>(ctx: &Ctx<'js>, shared: &Rc<Shared>) -> rquickjs::Result
                 timer.set("id", id as f64)?;
                 timer.set("promise", promise)?;
                 Ok(timer)
+            },
+        )?,
+    )?;
+
+    // Charges the work budget for a scanning built-in before the base prelude lets it run.
+    let s = Rc::clone(shared);
+    native.set(
+        "work",
+        Function::new(ctx.clone(), move |visits: f64| {
+            // NaN and negatives charge nothing; anything past u64 saturates.
+            let visits = if visits > 0.0 {
+                visits.ceil() as u64
+            } else {
+                0
+            };
+            let allowed = s.memory.charge_visits(visits);
+            if !allowed {
+                s.stop.set(Some(Stop::Steps));
+            }
+            allowed
+        })?,
+    )?;
+
+    // Linear-time string search in UTF-16 units (see search.rs); -2 when a string is not
+    // valid UTF-16 and the prelude must fall back to QuickJS's own search.
+    native.set(
+        "search",
+        Function::new(
+            ctx.clone(),
+            |text: rquickjs::String<'js>,
+             needle: rquickjs::String<'js>,
+             position: f64,
+             backward: bool| {
+                let (Ok(text), Ok(needle)) = (text.to_string(), needle.to_string()) else {
+                    return -2.0;
+                };
+                let direction = if backward {
+                    Direction::Backward
+                } else {
+                    Direction::Forward
+                };
+                find_utf16(&text, &needle, position, direction).map_or(-1.0, |at| at as f64)
             },
         )?,
     )?;

@@ -108,6 +108,14 @@
 //!
 //! The default of 1 000 steps keeps these far below a Durable Object's default 30 s CPU limit
 //! while allowing about ten million simple loop iterations.
+//! Built-ins that loop without polling the interrupt handler and without allocating
+//! (`String.prototype.indexOf`, `Array.prototype.reverse`, typed arrays' `fill`, ...) would be
+//! one tick however long they run; the base prelude wraps them and charges the budget before
+//! they run, by the elements they may visit (a quarter of a million visits per step), and string
+//! searches with needles longer than four units run in linear time in Rust instead of QuickJS's
+//! naive search. What stays unbounded per step: operators on long strings (`===`, `<`, a long
+//! string as a property or `Map` key), which QuickJS evaluates in one bytecode op each.
+//!
 //! Natively the clock works, so [`Limits::time`] is the effective bound there.
 //! Awaiting I/O advances the clock even in production, so [`Limits::time`] still bounds a
 //! script waiting on host calls or timers, through [`Clock::sleep`]; steps are only counted
@@ -268,6 +276,8 @@ mod memory;
 #[cfg(feature = "engine")]
 mod nesting;
 pub mod protocol;
+#[cfg(feature = "engine")]
+mod search;
 
 use std::{fmt, time::Duration};
 

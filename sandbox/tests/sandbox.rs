@@ -356,6 +356,151 @@ fn allocation_counts_against_the_work_budget() {
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
 }
 
+/// A clock that moves, with a limit far above what these scripts may take, so a script that
+/// escapes the work budget fails the test by its deadline instead of hanging it.
+fn budget_failure(code: &str) -> (JsError, Duration) {
+    let limits = Limits {
+        max_steps: 200,
+        time: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let outcome = block_on(run(code, &limits, &NoHost, Rc::new(StdClock::new())));
+    let error = outcome.result.unwrap_err();
+    (error, started.elapsed())
+}
+
+#[test]
+fn scanning_built_ins_count_against_the_work_budget() {
+    // Each is one interrupt tick per call however long the scan: without charging, a loop of
+    // them runs for minutes inside a handful of steps.
+    let scripts = [
+        "const s = 'a'.repeat(1 << 20); for (;;) s.indexOf('b')",
+        "const s = 'a'.repeat(1 << 20); for (;;) s.lastIndexOf('b', 1e9)",
+        "const s = 'a'.repeat(1 << 20); for (;;) s.includes('b')",
+        "const s = 'a'.repeat(1 << 20); for (;;) s.split('b').length",
+        "const s = 'a'.repeat(1 << 20); for (;;) s.replaceAll('b', 'c').length",
+        "const s = 'a'.repeat(1 << 20); for (;;) s.isWellFormed()",
+        // The naive search's worst case, and a lone surrogate forcing the fallback.
+        "const s = 'a'.repeat(1 << 18); const n = 'a'.repeat(1 << 16) + 'b'; for (;;) s.indexOf(n)",
+        "const s = '\\ud800' + 'a'.repeat(1 << 18); const n = 'a'.repeat(1 << 16) + 'b'; for (;;) s.indexOf(n)",
+        "const a = new Array(1 << 20).fill(0); for (;;) a.reverse()",
+        "const a = []; a.length = 2 ** 32 - 1; a.reverse()",
+        "const a = []; a.length = 2 ** 32 - 1; a.join('').length",
+        "const a = []; a.length = 2 ** 32 - 1; [].concat(a).length",
+        "const a = new Array(1 << 20).fill(0); for (;;) { a.unshift(1); a.shift() }",
+        "const u = new Uint8Array(1 << 24); for (;;) u.indexOf(1)",
+        "const u = new Uint8Array(1 << 24); for (;;) u.fill(1)",
+        "const u = new Uint8Array(1 << 22); for (;;) u.sort()",
+        "const u = new Uint8Array(1 << 23); const v = new Uint8Array(1 << 23); for (;;) u.set(v)",
+        // Replacing what the wrappers use does not make them cheaper.
+        "Math.max = () => 0; Math.trunc = () => 0; Reflect.apply = (f, t, a) => 0; const s = 'a'.repeat(1 << 20); for (;;) s.indexOf('b')",
+        "const s = 'a'.repeat(1 << 20); const indexOf = String.prototype.indexOf; for (;;) indexOf.call(s, 'b')",
+    ];
+    for code in scripts {
+        let (error, elapsed) = budget_failure(code);
+        assert_eq!(error.kind, ErrorKind::Timeout, "{code}: {error:?}");
+        assert!(
+            error.message.contains("execution budget of 200 steps"),
+            "{code}: {}",
+            error.message
+        );
+        assert!(elapsed < Duration::from_secs(10), "{code}: {elapsed:?}");
+    }
+}
+
+#[test]
+fn wrapped_built_ins_keep_their_meaning() {
+    let cases = [
+        ("'hello'.indexOf('l')", json!(2)),
+        ("'hello'.indexOf('l', 3)", json!(3)),
+        ("'hello'.indexOf('l', {valueOf() { return 4 }})", json!(-1)),
+        ("'hello'.indexOf('')", json!(0)),
+        ("'hello'.indexOf('', 99)", json!(5)),
+        ("'hello'.lastIndexOf('l')", json!(3)),
+        ("'hello'.lastIndexOf('l', 2)", json!(2)),
+        ("'hello'.lastIndexOf('l', NaN)", json!(3)),
+        ("'hello'.lastIndexOf('l', undefined)", json!(3)),
+        ("'a😀b😀c'.indexOf('😀', 2)", json!(4)),
+        ("'a😀b😀c'.lastIndexOf('😀', 3)", json!(1)),
+        ("'\\ud800abc'.indexOf('b')", json!(2)),
+        ("'\\ud800abc'.lastIndexOf('\\ud800')", json!(0)),
+        // Needles longer than four units take the linear search.
+        ("'xx hello world hello'.indexOf('hello', 4)", json!(15)),
+        ("'xx hello world hello'.lastIndexOf('hello', 14)", json!(3)),
+        ("'xx hello world hello'.lastIndexOf('hello')", json!(15)),
+        ("'a😀😀😀b😀😀😀'.indexOf('😀😀😀', 2)", json!(8)),
+        ("'a😀😀😀b😀😀😀'.lastIndexOf('😀😀😀', 7)", json!(1)),
+        ("'xx hello'.includes('hello', -5)", json!(true)),
+        ("'\\ud800 hello'.indexOf('hello')", json!(2)),
+        ("'hello'.includes('ell')", json!(true)),
+        ("'hello'.includes('ell', 2)", json!(false)),
+        (
+            "try { 'a'.includes(/a/) } catch (e) { e.name }",
+            json!("TypeError"),
+        ),
+        ("String.prototype.indexOf.call(12345, 34)", json!(2)),
+        (
+            "try { String.prototype.indexOf.call(null, 'a') } catch (e) { e.name }",
+            json!("TypeError"),
+        ),
+        ("'a,b,c'.split(',')", json!(["a", "b", "c"])),
+        ("'a1b2'.split(/\\d/)", json!(["a", "b", ""])),
+        ("'aaa'.replace('a', 'b')", json!("baa")),
+        ("'aaa'.replaceAll('a', (m, i) => i)", json!("012")),
+        ("'a-b'.replace(/-/, '+')", json!("a+b")),
+        ("[1, 2, 3].reverse()", json!([3, 2, 1])),
+        ("[1, 2, 3].join('-')", json!("1-2-3")),
+        ("String([1, [2, 3]])", json!("1,2,3")),
+        ("[1, 2, 3, 4].slice(-2)", json!([3, 4])),
+        ("const a = [1, 2, 3]; a.splice(1, 1); a", json!([1, 3])),
+        (
+            "const a = [1, 2]; a.unshift(0); a.shift(); a",
+            json!([1, 2]),
+        ),
+        ("[1].concat([2], 3)", json!([1, 2, 3])),
+        ("new Array(3).fill(7)", json!([7, 7, 7])),
+        ("[1, 2, 3, 4, 5].copyWithin(0, 3)", json!([4, 5, 3, 4, 5])),
+        (
+            "Array.from(new Uint8Array([3, 1, 2]).sort())",
+            json!([1, 2, 3]),
+        ),
+        ("new Uint8Array([1, 2, 3]).indexOf(2)", json!(1)),
+        ("new Uint8Array([1, 2, 3]).includes(4)", json!(false)),
+        (
+            "const u = new Uint8Array(4); u.set([1, 2], 1); Array.from(u)",
+            json!([0, 1, 2, 0]),
+        ),
+        (
+            "try { Uint8Array.prototype.fill.call([], 1) } catch (e) { e.name }",
+            json!("TypeError"),
+        ),
+        (
+            "String.prototype.indexOf.name + String.prototype.indexOf.length",
+            json!("indexOf1"),
+        ),
+    ];
+    for (code, expected) in cases {
+        assert_eq!(value(code), expected, "{code}");
+    }
+}
+
+/// Ordinary scripts over a few megabytes of text stay far inside the budget.
+#[test]
+fn ordinary_searches_are_cheap() {
+    let limits = Limits {
+        max_steps: 1000,
+        ..Limits::default()
+    };
+    let code = "const text = ('lorem ipsum dolor sit amet ' + 'x'.repeat(70) + '\\n').repeat(10000); \
+        let hits = 0; \
+        for (let i = 0; i < 50; i++) hits += text.indexOf('dolor sit amet consectetur') >= 0 ? 1 : 0; \
+        for (const line of text.split('\\n').slice(0, 2000)) if (line.includes('ipsum')) hits++; \
+        hits";
+    let outcome = block_on(run(code, &limits, &NoHost, Rc::new(FrozenClock)));
+    assert_eq!(outcome.result.map_err(|e| e.message), Ok(json!(2000)));
+}
+
 #[test]
 fn a_memory_bomb_runs_out_of_memory() {
     let limits = Limits {

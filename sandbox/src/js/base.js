@@ -219,5 +219,168 @@
     };
   }
 
+  // Scanning built-ins. QuickJS polls its interrupt handler on backward jumps, calls and in the
+  // regex engine, but these built-ins loop over a string or an array without polling and
+  // without allocating, so one call is one tick of the step budget however long it runs
+  // (a loop of `s.indexOf('b')` over a long string could spend a Durable Object's whole CPU
+  // limit inside one step). Each is replaced by a wrapper that first charges the work budget
+  // with the elements it may visit (`native.work`, see src/memory.rs), then calls the original
+  // with the values already converted, so conversions run once, as the original would.
+  // The originals stay in this closure; `Reflect.apply` is captured before user code runs.
+  // Everything the wrappers use is captured now: user code may replace `Math.max` later.
+  const work = native.work;
+  const apply = Reflect.apply;
+  const toStr = String;
+  const toNumber = Number;
+  const toObject = Object;
+  const isArray = Array.isArray;
+  const { trunc, max, min, ceil, log2 } = Math;
+  const symbolMatch = Symbol.match;
+  const symbolSplit = Symbol.split;
+  const symbolReplace = Symbol.replace;
+  function charge(visits) {
+    if (!work(visits)) throw new RangeError('script exceeded its execution budget');
+  }
+  function lengthOf(n) {
+    n = trunc(toNumber(n));
+    if (!(n > 0)) return 0;
+    return n > 9007199254740991 ? 9007199254740991 : n;
+  }
+  // A relative index as the spec resolves it (negative from the end), clamped to [0, len].
+  function relative(index, len, fallback) {
+    if (index === undefined) return fallback;
+    let n = trunc(toNumber(index));
+    if (n !== n) n = 0;
+    if (n < 0) return max(len + n, 0);
+    return min(n, len);
+  }
+  function replaceMethod(proto, name, wrapper) {
+    const original = proto[name];
+    if (typeof original !== 'function') return;
+    const named = { [name](...args) { return wrapper(original, this, args); } }[name];
+    Object.defineProperty(named, 'length', { value: original.length, configurable: true });
+    define(proto, name, named);
+  }
+  // Objects carrying the symbol (a RegExp) take the regex engine's path, which polls.
+  function usesSymbol(value, symbol) {
+    return value !== null && (typeof value === 'object' || typeof value === 'function') && value[symbol] != null;
+  }
+
+  const StringProto = String.prototype;
+  // indexOf, lastIndexOf, includes: QuickJS's search is naive (length × needle length). For
+  // short needles that is cheap and charged as such; longer ones go to `native.search`, which
+  // is linear and charged length + needle length (it copies the text, so it is the dearer
+  // choice for short needles). A string that is not valid UTF-16 falls back to the original,
+  // charged at the naive worst case.
+  const search = native.search;
+  const shortNeedle = 4;
+  for (const name of ['indexOf', 'lastIndexOf', 'includes']) {
+    const backward = name === 'lastIndexOf';
+    replaceMethod(StringProto, name, function (original, self, args) {
+      if (self === null || self === undefined) return apply(original, self, args);
+      const text = toStr(self);
+      const needle = args[0];
+      if (name === 'includes' && usesSymbol(needle, symbolMatch)) return apply(original, text, args);
+      const sought = toStr(needle);
+      // The position converts once, here, as the original would convert it.
+      let position = args.length > 1 ? toNumber(args[1]) : (backward ? Infinity : 0);
+      if (position !== position) position = backward ? Infinity : 0;
+      if (sought.length <= shortNeedle) {
+        charge(text.length * max(1, sought.length));
+        return apply(original, text, [sought, position]);
+      }
+      charge(text.length + sought.length);
+      const found = search(text, sought, trunc(position), backward);
+      if (found !== -2) return name === 'includes' ? found >= 0 : found;
+      charge(text.length * max(1, sought.length));
+      return apply(original, text, [sought, position]);
+    });
+  }
+  // split, replace, replaceAll with a string pattern: the same search, repeated.
+  for (const [name, symbol] of [['split', symbolSplit], ['replace', symbolReplace], ['replaceAll', symbolReplace]]) {
+    replaceMethod(StringProto, name, function (original, self, args) {
+      if (self === null || self === undefined) return apply(original, self, args);
+      const pattern = args[0];
+      if (usesSymbol(pattern, symbol)) return apply(original, self, args);
+      const text = toStr(self);
+      if (pattern !== undefined) {
+        const search = toStr(pattern);
+        charge(text.length * max(1, search.length));
+        args[0] = search;
+      } else {
+        charge(text.length);
+      }
+      return apply(original, text, args);
+    });
+  }
+  replaceMethod(StringProto, 'isWellFormed', function (original, self, args) {
+    if (self === null || self === undefined) return apply(original, self, args);
+    const text = toStr(self);
+    charge(text.length);
+    return apply(original, text, args);
+  });
+
+  // Arrays: the loops that neither poll nor allocate for holes or moved elements.
+  // (indexOf, lastIndexOf, includes, every, some, find, reduce poll; sorting and copying
+  // allocate.) `length` is read once here and again by the original; a getter that changes
+  // it between the two reads only cheats itself of elements, never gains unpaid ones beyond
+  // what it allocates.
+  const ArrayProto = Array.prototype;
+  function arrayLength(self) {
+    return self === null || self === undefined ? 0 : lengthOf(toObject(self).length);
+  }
+  const arrayCosts = {
+    fill: (len, args) => relative(args[2], len, len) - relative(args[1], len, 0),
+    copyWithin: (len, args) => relative(args[2], len, len) - relative(args[1], len, 0),
+    reverse: (len) => len,
+    // toString calls join, which is charged.
+    join: (len) => len,
+    slice: (len, args) => relative(args[1], len, len) - relative(args[0], len, 0),
+    splice: (len, args) => len - relative(args[0], len, 0),
+    shift: (len) => len,
+    unshift: (len, args) => len + args.length,
+    concat: (len, args) => {
+      let total = len;
+      for (const a of args) if (isArray(a)) total += lengthOf(a.length);
+      return total;
+    },
+  };
+  for (const name of ['fill', 'copyWithin', 'reverse', 'join', 'slice', 'splice', 'shift', 'unshift', 'concat']) {
+    const cost = arrayCosts[name];
+    replaceMethod(ArrayProto, name, function (original, self, args) {
+      charge(max(0, cost(arrayLength(self), args)));
+      return apply(original, self, args);
+    });
+  }
+
+  // Typed arrays: every scan is a tight loop without polling. `length` comes from the
+  // prototype's own getter, so an instance cannot lie about it.
+  const TypedArrayProto = Object.getPrototypeOf(Uint8Array.prototype);
+  const typedLength = Object.getOwnPropertyDescriptor(TypedArrayProto, 'length').get;
+  const typedCosts = {
+    indexOf: (len) => len,
+    lastIndexOf: (len) => len,
+    includes: (len) => len,
+    fill: (len, args) => relative(args[2], len, len) - relative(args[1], len, 0),
+    copyWithin: (len, args) => relative(args[2], len, len) - relative(args[1], len, 0),
+    reverse: (len) => len,
+    join: (len) => len,
+    // Without a comparator: n log n compares in C; with one, every compare is a polled call.
+    sort: (len, args) => (args[0] === undefined ? len * max(1, ceil(log2(len + 1))) : len),
+    set: (len, args) => {
+      const source = args[0];
+      return source !== null && typeof source === 'object' ? lengthOf(source.length) : 1;
+    },
+  };
+  for (const name of ['indexOf', 'lastIndexOf', 'includes', 'fill', 'copyWithin', 'reverse', 'join', 'sort', 'set']) {
+    const cost = typedCosts[name];
+    replaceMethod(TypedArrayProto, name, function (original, self, args) {
+      // Not a typed array: the getter throws the same TypeError the original would.
+      const len = apply(typedLength, self, []);
+      charge(max(0, cost(len, args)));
+      return apply(original, self, args);
+    });
+  }
+
   return { stringify };
 })

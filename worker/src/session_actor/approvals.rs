@@ -22,6 +22,7 @@ use wuhu_core::approvals::{self, Answer, AnswerError, Approver, Outcome, REMEMBE
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{EntryPayload, custom_types};
 
+use super::blob_io::storage_error;
 use super::{Actor, now};
 use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult, json_response, parse_json};
@@ -252,7 +253,7 @@ impl ApprovalGate for ActorApprovals {
             }
             // Whoever must approve changed (the environment resolved elsewhere): ask anew.
             Ok(Some(existing)) if existing.state == State::Pending => {
-                end(actor, &existing, State::Withdrawn, None, "withdrawn");
+                end_or_log(actor, &existing, State::Withdrawn, None, "withdrawn");
             }
             Ok(_) => {}
             Err(e) => return ready(Outcome::Refused(format!("Approvals are unavailable: {e}"))),
@@ -319,19 +320,23 @@ impl ApprovalGate for ActorApprovals {
 
 /// Ends `approval` in `state`: stores it, shows the `wuhu_approval_decision_v1` entry, takes the
 /// call's waiting mark off and wakes the call. The caller pumps.
+/// Ends `approval` in `state`: stores it, records the decision in the transcript and wakes
+/// the waiting call. A failed write is returned (the route answers `storage_failed`; the
+/// alarm and stop paths log it), and then nothing else happens: the approval stays pending.
 fn end(
     actor: &Rc<Actor>,
     approval: &StoredApproval,
     state: State,
     by: Option<&str>,
     decision: &str,
-) {
-    let Ok(store) = actor.approval_store() else {
-        return;
-    };
-    if let Err(e) = store.end(&approval.id, state, by) {
-        worker::console_error!("storing the end of approval {} failed: {e}", approval.id);
-    }
+) -> ApiResult<()> {
+    let store = actor.approval_store()?;
+    store.end(&approval.id, state, by).map_err(|e| {
+        storage_error(format!(
+            "storing the end of approval {} failed: {e}",
+            approval.id
+        ))
+    })?;
     let entry = EntryPayload::Custom {
         custom_type: custom_types::APPROVAL_DECIDED.into(),
         data: json!({"approvalId": approval.id, "decision": decision, "by": by}),
@@ -343,6 +348,20 @@ fn end(
     if let Some(outcome) = Outcome::of_state(state, by, approval.timeout_secs) {
         actor.wake_approval(&approval.id, outcome);
     }
+    Ok(())
+}
+
+/// [`end`] where there is no caller to answer (the alarm, stop, a replaced request).
+fn end_or_log(
+    actor: &Rc<Actor>,
+    approval: &StoredApproval,
+    state: State,
+    by: Option<&str>,
+    decision: &str,
+) {
+    if let Err(e) = end(actor, approval, state, by, decision) {
+        worker::console_error!("{}", e.message);
+    }
 }
 
 /// Body of `POST /v1/sessions/:id/approvals/:approvalId`.
@@ -352,8 +371,9 @@ struct AnswerBody {
     decision: String,
 }
 
-/// `POST /approval?id=`: `identity` answers the approval `id`.
-pub(crate) fn answer_route(
+/// `POST /approval?id=`: `identity` answers the approval `id`. Answers 200 only once the
+/// decision and its transcript entry are committed.
+pub(crate) async fn answer_route(
     actor: &Rc<Actor>,
     identity: &Identity,
     id: &str,
@@ -386,8 +406,8 @@ pub(crate) fn answer_route(
         Ok(state) => state,
         Err(AnswerError::Expired) if approval.state == State::Pending => {
             // Answered after the deadline, before the alarm: expire it now.
-            end(actor, &approval, State::Expired, None, "expired");
-            actor.pump();
+            end(actor, &approval, State::Expired, None, "expired")?;
+            actor.pump().wait().await?;
             return Err(refuse(AnswerError::Expired));
         }
         Err(e) => return Err(refuse(e)),
@@ -396,22 +416,22 @@ pub(crate) fn answer_route(
         .with_loaded(|l| l.session.is_tool_running(approval.step, &approval.call_id))
         .unwrap_or(false);
     if !running {
-        end(actor, &approval, State::Withdrawn, None, "withdrawn");
-        actor.pump();
+        end(actor, &approval, State::Withdrawn, None, "withdrawn")?;
+        actor.pump().wait().await?;
         return Err(refuse(AnswerError::Withdrawn));
     }
     let by = identity.sub.as_str();
-    end(actor, &approval, state, Some(by), answer.as_str());
+    end(actor, &approval, state, Some(by), answer.as_str())?;
     if let Some(owner) = approvals::remembered_owner(&approval.approver, answer) {
         store.remember_owner(owner, by, t)?;
         // The owner's other pending approvals in this session are approved with it.
         for other in store.pending()? {
             if approvals::covered_by(&other.approver, owner) {
-                end(actor, &other, State::Approved, Some(by), answer.as_str());
+                end(actor, &other, State::Approved, Some(by), answer.as_str())?;
             }
         }
     }
-    actor.pump();
+    actor.pump().wait().await?;
     Ok(json_response(
         200,
         &json!({"approvalId": approval.id, "decision": answer.as_str()}),
@@ -431,7 +451,7 @@ pub(crate) fn expire_due(actor: &Rc<Actor>) {
         .filter(|a| approvals::is_due(a.state, a.expires_at, t))
         .collect();
     for approval in &due {
-        end(actor, approval, State::Expired, None, "expired");
+        end_or_log(actor, approval, State::Expired, None, "expired");
     }
     if !due.is_empty() {
         actor.pump();
@@ -444,7 +464,7 @@ pub(crate) fn withdraw_pending(actor: &Rc<Actor>) {
         return;
     };
     for approval in store.pending().unwrap_or_default() {
-        end(actor, &approval, State::Withdrawn, None, "withdrawn");
+        end_or_log(actor, &approval, State::Withdrawn, None, "withdrawn");
     }
 }
 

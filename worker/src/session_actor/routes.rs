@@ -163,7 +163,7 @@ impl Actor {
             (worker::Method::Post, "/approval") => {
                 let approval_id = query(&pairs, "id").unwrap_or_default();
                 let body = read_body(&mut req).await?;
-                approvals::answer_route(&self, &identity, &approval_id, &body)
+                approvals::answer_route(&self, &identity, &approval_id, &body).await
             }
             (worker::Method::Post, "/stop") => {
                 self.authorize(&principal, SessionAction::Stop)?;
