@@ -1,15 +1,18 @@
-//! A fake chat platform Web API (Slack's `chat.postMessage` / `chat.update` wire format) on an
-//! ephemeral port, and the signing of hook requests with each platform's real algorithm.
+//! Fake chat platform APIs on an ephemeral port, speaking each platform's real wire format, and
+//! the signing of hook requests with each platform's real algorithm.
 //!
 //! ```text
-//! let slack = FakeSlack::start("xoxb-test");
-//! // a binding with "apiBaseUrl": slack.api_base_url()
-//! slack.fail_next(vec![FakeSlack::rate_limited(1)]); // the next call gets a 429
-//! let posted = slack.wait_for_posts(1, Duration::from_secs(20));
+//! let slack = FakeChat::slack("xoxb-test");          // chat.postMessage / chat.update
+//! let telegram = FakeChat::telegram("123:AA");       // /bot<token>/sendMessage, editMessageText, answerCallbackQuery
+//! let discord = FakeChat::discord("app", "bot");     // channels/:id/messages, webhooks/:app/:token/messages/@original
+//! let generic = FakeChat::generic("secret");         // POST /reply, signature checked
+//! // a binding with "apiBaseUrl": fake.api_base_url() (generic: "replyUrl": fake.reply_url())
+//! fake.fail_next(vec![FakeChat::rate_limited(1)]);   // the next call gets a 429 + Retry-After
+//! let posted = fake.wait_for_posts(1, Duration::from_secs(20));
 //! ```
 //!
-//! Every call is recorded with its method, bearer token and JSON body; a call with another
-//! token answers `{"ok":false,"error":"invalid_auth"}` like Slack.
+//! Every call is recorded ([`ChatCall`]); a call without the right credential is refused the
+//! way the platform refuses it, and recorded as not posted.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -17,108 +20,173 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ed25519_dalek::{Signer, SigningKey};
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::fake_http::HttpReply;
+use crate::fake_openai::RecordedRequest;
 use crate::fake_server::FakeServer;
 
-/// One Web API call the fake received.
+/// One API call the fake received.
 #[derive(Clone, Debug)]
-pub struct SlackCall {
-    /// `chat.postMessage` or `chat.update`.
+pub struct ChatCall {
+    /// What was called, as the platform names it: `chat.postMessage`, `sendMessage`,
+    /// `POST channels/C1/messages`, `PATCH webhooks/app/tok/messages/@original`, `reply`.
     pub method: String,
-    /// The bearer token it carried.
+    /// The credential it carried (Slack bearer token, Telegram token in the path, Discord
+    /// `Bot` token, or `"signed"` for a generic reply whose signature verified).
     pub token: Option<String>,
     /// The JSON body.
     pub body: Value,
-    /// The `ts` the fake answered with (`None` when it answered with an error).
+    /// The message reference the fake answered with (`None`: refused or failed).
     pub ts: Option<String>,
+}
+
+impl ChatCall {
+    /// The message text, whatever the platform calls it.
+    pub fn text(&self) -> &str {
+        ["text", "content"]
+            .iter()
+            .find_map(|k| self.body[*k].as_str())
+            .unwrap_or_default()
+    }
+
+    /// Whether it edits an earlier message.
+    pub fn is_edit(&self) -> bool {
+        self.method == "chat.update"
+            || self.method == "editMessageText"
+            || self.method.starts_with("PATCH ")
+            || self.body.get("replaces").is_some()
+    }
+}
+
+#[derive(Clone)]
+enum Kind {
+    Slack { token: String },
+    Telegram { token: String },
+    Discord { token: String },
+    Generic { secret: String },
 }
 
 #[derive(Default)]
 struct State {
-    calls: Vec<SlackCall>,
+    calls: Vec<ChatCall>,
     failures: VecDeque<HttpReply>,
-    next_ts: u64,
+    next_ref: u64,
 }
 
-/// The fake Slack Web API.
-pub struct FakeSlack {
+/// A fake chat platform API.
+pub struct FakeChat {
     server: FakeServer,
     state: Arc<Mutex<State>>,
+    kind: Kind,
 }
 
-impl FakeSlack {
-    /// Starts a fake that accepts `bot_token`.
-    pub fn start(bot_token: &str) -> FakeSlack {
+/// Kept for the Slack tests' names.
+pub type FakeSlack = FakeChat;
+
+impl FakeChat {
+    /// Slack's Web API accepting `bot_token`.
+    pub fn slack(bot_token: &str) -> FakeChat {
+        FakeChat::start_kind(Kind::Slack {
+            token: bot_token.into(),
+        })
+    }
+
+    /// Same as [`FakeChat::slack`].
+    pub fn start(bot_token: &str) -> FakeChat {
+        FakeChat::slack(bot_token)
+    }
+
+    /// Telegram's Bot API for the bot `bot_token`.
+    pub fn telegram(bot_token: &str) -> FakeChat {
+        FakeChat::start_kind(Kind::Telegram {
+            token: bot_token.into(),
+        })
+    }
+
+    /// Discord's API accepting `Bot <bot_token>`.
+    pub fn discord(bot_token: &str) -> FakeChat {
+        FakeChat::start_kind(Kind::Discord {
+            token: bot_token.into(),
+        })
+    }
+
+    /// A generic receiver of replies signed with `secret`.
+    pub fn generic(secret: &str) -> FakeChat {
+        FakeChat::start_kind(Kind::Generic {
+            secret: secret.into(),
+        })
+    }
+
+    fn start_kind(kind: Kind) -> FakeChat {
         let state = Arc::new(Mutex::new(State {
-            next_ts: 1_700_000_000,
+            next_ref: 1_700_000_000,
             ..State::default()
         }));
         let handler_state = state.clone();
-        let token = bot_token.to_string();
-        let server = FakeServer::start("fake-slack", move |stream, request| {
-            let method = request
-                .path
-                .split('?')
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches("/api/")
-                .to_string();
-            let bearer = request
-                .header("authorization")
-                .and_then(|h| h.strip_prefix("Bearer "))
-                .map(str::to_string);
+        let handler_kind = kind.clone();
+        let server = FakeServer::start("fake-chat", move |stream, request| {
             let reply = {
                 let mut state = handler_state.lock().unwrap();
-                if let Some(failure) = state.failures.pop_front() {
-                    state.calls.push(SlackCall {
-                        method,
-                        token: bearer,
-                        body: request.body.clone(),
-                        ts: None,
-                    });
+                let (method, token) = call_name(&handler_kind, &request);
+                let mut call = ChatCall {
+                    method,
+                    token,
+                    body: request.body.clone(),
+                    ts: None,
+                };
+                let reply = if let Some(failure) = state.failures.pop_front() {
                     failure
-                } else if bearer.as_deref() != Some(token.as_str()) {
-                    state.calls.push(SlackCall {
-                        method,
-                        token: bearer,
-                        body: request.body.clone(),
-                        ts: None,
-                    });
-                    HttpReply::json(&json!({"ok": false, "error": "invalid_auth"}))
-                } else if method == "chat.postMessage" || method == "chat.update" {
-                    state.next_ts += 1;
-                    let ts = match method.as_str() {
-                        "chat.update" => {
-                            request.body["ts"].as_str().unwrap_or_default().to_string()
-                        }
-                        _ => format!("{}.000100", state.next_ts),
-                    };
-                    state.calls.push(SlackCall {
-                        method,
-                        token: bearer,
-                        body: request.body.clone(),
-                        ts: Some(ts.clone()),
-                    });
-                    HttpReply::json(
-                        &json!({"ok": true, "channel": request.body["channel"], "ts": ts}),
-                    )
+                } else if let Some(refusal) = refuse(&handler_kind, &call) {
+                    refusal
                 } else {
-                    HttpReply::json(&json!({"ok": false, "error": "unknown_method"}))
-                }
+                    state.next_ref += 1;
+                    let reference = match &handler_kind {
+                        Kind::Slack { .. } if call.method == "chat.update" => {
+                            call.body["ts"].as_str().unwrap_or_default().to_string()
+                        }
+                        Kind::Slack { .. } => format!("{}.000100", state.next_ref),
+                        Kind::Telegram { .. } if call.method == "editMessageText" => {
+                            call.body["message_id"].to_string()
+                        }
+                        Kind::Discord { .. } if call.method.starts_with("PATCH channels") => call
+                            .method
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or_default()
+                            .to_string(),
+                        _ => state.next_ref.to_string(),
+                    };
+                    call.ts = Some(reference.clone());
+                    success(&handler_kind, &call, &reference)
+                };
+                state.calls.push(call);
+                reply
             };
             write_reply(stream, &reply)?;
             Ok(true)
         });
-        FakeSlack { server, state }
+        FakeChat {
+            server,
+            state,
+            kind,
+        }
     }
 
-    /// `http://127.0.0.1:PORT/api`: a binding's `apiBaseUrl`.
+    /// The binding's `apiBaseUrl`.
     pub fn api_base_url(&self) -> String {
-        format!("http://{}/api", self.server.addr())
+        match self.kind {
+            Kind::Telegram { .. } => format!("http://{}", self.server.addr()),
+            _ => format!("http://{}/api", self.server.addr()),
+        }
+    }
+
+    /// A generic binding's `replyUrl`.
+    pub fn reply_url(&self) -> String {
+        format!("http://{}/reply", self.server.addr())
     }
 
     /// The next calls get these replies instead of a success (recorded all the same).
@@ -126,20 +194,21 @@ impl FakeSlack {
         self.state.lock().unwrap().failures.extend(replies);
     }
 
-    /// A `429` with `Retry-After: secs`, as Slack rate-limits.
+    /// A `429` with `Retry-After: secs`, as every platform rate-limits (with its own body).
     pub fn rate_limited(secs: u64) -> HttpReply {
-        HttpReply::json(&json!({"ok": false, "error": "ratelimited"}))
-            .with_status(429)
-            .with_header("Retry-After", secs.to_string())
+        HttpReply::json(&json!({"ok": false, "error": "ratelimited", "error_code": 429,
+            "parameters": {"retry_after": secs}, "message": "You are being rate limited.", "retry_after": secs}))
+        .with_status(429)
+        .with_header("Retry-After", secs.to_string())
     }
 
     /// Every call so far.
-    pub fn calls(&self) -> Vec<SlackCall> {
+    pub fn calls(&self) -> Vec<ChatCall> {
         self.state.lock().unwrap().calls.clone()
     }
 
     /// The calls that were answered with success.
-    pub fn posts(&self) -> Vec<SlackCall> {
+    pub fn posts(&self) -> Vec<ChatCall> {
         self.calls()
             .into_iter()
             .filter(|c| c.ts.is_some())
@@ -148,11 +217,102 @@ impl FakeSlack {
 
     /// Waits until at least `n` calls succeeded; returns them all.
     #[track_caller]
-    pub fn wait_for_posts(&self, n: usize, timeout: Duration) -> Vec<SlackCall> {
-        crate::util::wait_for(&format!("{n} Slack posts"), timeout, || {
+    pub fn wait_for_posts(&self, n: usize, timeout: Duration) -> Vec<ChatCall> {
+        crate::util::wait_for(&format!("{n} chat posts"), timeout, || {
             let posts = self.posts();
             (posts.len() >= n).then_some(posts)
         })
+    }
+
+    /// Waits until a successful call's text satisfies `pred`; returns all posts then.
+    #[track_caller]
+    pub fn wait_for_text(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Vec<ChatCall> {
+        crate::util::wait_for(what, timeout, || {
+            let posts = self.posts();
+            posts.iter().any(|p| pred(p.text())).then_some(posts)
+        })
+    }
+}
+
+/// The call's name and the credential it carried.
+fn call_name(kind: &Kind, request: &RecordedRequest) -> (String, Option<String>) {
+    let path = request.path.split('?').next().unwrap_or_default();
+    let header = |name: &str| request.header(name).map(str::to_string);
+    match kind {
+        Kind::Slack { .. } => (
+            path.trim_start_matches("/api/").to_string(),
+            header("authorization").and_then(|h| h.strip_prefix("Bearer ").map(str::to_string)),
+        ),
+        Kind::Telegram { .. } => {
+            let rest = path.trim_start_matches("/bot");
+            match rest.rsplit_once('/') {
+                Some((token, method)) => (method.to_string(), Some(token.to_string())),
+                None => (rest.to_string(), None),
+            }
+        }
+        Kind::Discord { .. } => (
+            format!("{} {}", request.method, path.trim_start_matches("/api/")),
+            header("authorization").and_then(|h| h.strip_prefix("Bot ").map(str::to_string)),
+        ),
+        Kind::Generic { secret } => {
+            let signed = wuhu_core::channels::verify::generic(
+                secret,
+                request.header("x-wuhu-timestamp"),
+                request.header("x-wuhu-signature"),
+                request.raw_body.as_bytes(),
+                crate::util::unix_now(),
+            )
+            .is_ok();
+            (
+                path.trim_start_matches('/').to_string(),
+                signed.then(|| "signed".to_string()),
+            )
+        }
+    }
+}
+
+/// The platform's refusal of a call without the right credential.
+fn refuse(kind: &Kind, call: &ChatCall) -> Option<HttpReply> {
+    match kind {
+        Kind::Slack { token } => (call.token.as_deref() != Some(token.as_str()))
+            .then(|| HttpReply::json(&json!({"ok": false, "error": "invalid_auth"}))),
+        Kind::Telegram { token } => (call.token.as_deref() != Some(token.as_str())).then(|| {
+            HttpReply::json(&json!({"ok": false, "error_code": 401, "description": "Unauthorized"}))
+                .with_status(401)
+        }),
+        // The interaction webhook is authorized by its token in the path.
+        Kind::Discord { token } => (!call.method.contains("webhooks/")
+            && call.token.as_deref() != Some(token.as_str()))
+        .then(|| {
+            HttpReply::json(&json!({"message": "401: Unauthorized", "code": 0})).with_status(401)
+        }),
+        Kind::Generic { .. } => call
+            .token
+            .is_none()
+            .then(|| HttpReply::text(401, "bad signature")),
+    }
+}
+
+fn success(kind: &Kind, call: &ChatCall, reference: &str) -> HttpReply {
+    match kind {
+        Kind::Slack { .. } => {
+            HttpReply::json(&json!({"ok": true, "channel": call.body["channel"], "ts": reference}))
+        }
+        Kind::Telegram { .. } if call.method == "answerCallbackQuery" => {
+            HttpReply::json(&json!({"ok": true, "result": true}))
+        }
+        Kind::Telegram { .. } => HttpReply::json(&json!({"ok": true, "result": {
+            "message_id": reference.parse::<i64>().unwrap_or_default(),
+            "chat": {"id": call.body["chat_id"]}, "text": call.body["text"]}})),
+        Kind::Discord { .. } => {
+            HttpReply::json(&json!({"id": reference, "content": call.body["content"]}))
+        }
+        Kind::Generic { .. } => HttpReply::json(&json!({"id": reference})),
     }
 }
 
@@ -170,11 +330,52 @@ fn write_reply(stream: &mut TcpStream, reply: &HttpReply) -> io::Result<()> {
 /// Slack's `X-Slack-Signature` of `body` at `timestamp`: `v0=<hex HMAC-SHA256(secret,
 /// "v0:{timestamp}:{body}")>`.
 pub fn slack_signature(signing_secret: &str, timestamp: i64, body: &[u8]) -> String {
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(signing_secret.as_bytes()).expect("hmac takes any key");
-    mac.update(format!("v0:{timestamp}:").as_bytes());
-    mac.update(body);
-    let bytes = mac.finalize().into_bytes();
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("v0={hex}")
+    format!(
+        "v0={}",
+        hmac_hex(
+            signing_secret,
+            &[format!("v0:{timestamp}:").as_bytes(), body]
+        )
+    )
+}
+
+/// The generic `X-Wuhu-Signature` of `body` at `timestamp`: `sha256=<hex HMAC-SHA256(secret,
+/// "{timestamp}.{body}")>`.
+pub fn generic_signature(secret: &str, timestamp: i64, body: &[u8]) -> String {
+    format!(
+        "sha256={}",
+        hmac_hex(secret, &[format!("{timestamp}.").as_bytes(), body])
+    )
+}
+
+/// Discord's `X-Signature-Ed25519` of `body` at `timestamp`: hex Ed25519 over
+/// `{timestamp}{body}`.
+pub fn discord_signature(key: &SigningKey, timestamp: i64, body: &[u8]) -> String {
+    let mut message = timestamp.to_string().into_bytes();
+    message.extend_from_slice(body);
+    hex_encode(&key.sign(&message).to_bytes())
+}
+
+/// A fresh Ed25519 key pair for a Discord application: the signing key and the public key in
+/// hex, as the Developer Portal shows it.
+pub fn discord_keys() -> (SigningKey, String) {
+    let hex = crate::util::random_hex(32);
+    let seed: [u8; 32] = std::array::from_fn(|i| {
+        u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("random_hex is hex")
+    });
+    let key = SigningKey::from_bytes(&seed);
+    let public = hex_encode(&key.verifying_key().to_bytes());
+    (key, public)
+}
+
+fn hmac_hex(secret: &str, parts: &[&[u8]]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("hmac takes any key");
+    for part in parts {
+        mac.update(part);
+    }
+    hex_encode(&mac.finalize().into_bytes())
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

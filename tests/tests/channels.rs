@@ -1,18 +1,33 @@
-//! Chat channels end to end: the real Worker, a fake Slack Web API on a local port, hook
-//! requests signed in the test with Slack's real algorithm.
+//! Chat channels end to end: the real Worker, a fake platform API per binding on a local port
+//! (Slack Web API, Telegram Bot API, Discord API, a generic reply receiver), hook requests
+//! signed in the test with each platform's real algorithm (Discord's Ed25519 keys generated
+//! here).
 //!
-//! One `wrangler dev` serves every test; each test has its own tenant, binding and fake Slack.
+//! One `wrangler dev` serves every test but the restart one; each test has its own tenant,
+//! bindings and fakes. Most tests are tables over the four platforms: one [`World`] speaks
+//! each platform's wire format, so a rule is checked the same way everywhere.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ed25519_dalek::SigningKey;
 use serde_json::{Value, json};
+use wuhu_core::channels::Platform;
 use wuhu_core::wire::{EntryPayload, Message, Status, custom_types};
-use wuhu_e2e::fake_chat::{FakeSlack, slack_signature};
+use wuhu_e2e::fake_chat::{
+    ChatCall, FakeChat, discord_keys, discord_signature, generic_signature, slack_signature,
+};
 use wuhu_e2e::util::{random_hex, unique_name, unix_now};
 use wuhu_e2e::{Api, Request, Response, Stack, StackOptions, wait_for};
 
 const TURN: Duration = Duration::from_secs(30);
+const PLATFORMS: [Platform; 4] = [
+    Platform::Slack,
+    Platform::Telegram,
+    Platform::Discord,
+    Platform::Generic,
+];
 
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
@@ -24,94 +39,331 @@ fn stack() -> &'static Stack {
     })
 }
 
-/// A tenant with an admin and a Slack binding whose API is a local fake.
-struct SlackWorld {
-    tenant: String,
-    admin: Api,
-    id: String,
-    signing_secret: String,
-    slack: FakeSlack,
+/// How a hook request is signed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Auth {
+    Good,
+    WrongSecret,
+    /// Signed 400 s ago (outside the 300 s window).
+    Stale,
+    Missing,
 }
 
-const BOT_TOKEN: &str = "xoxb-test-token-0123456789";
+/// A tenant with an admin and one binding whose API is a local fake, and the platform's wire
+/// format for what people do (write, click).
+struct World {
+    platform: Platform,
+    admin: Api,
+    id: String,
+    /// Slack signing secret, Telegram secret token, generic secret (Discord signs with a key).
+    secret: String,
+    discord_key: Option<SigningKey>,
+    fake: FakeChat,
+    seq: AtomicU64,
+}
 
-impl SlackWorld {
-    fn new(prefix: &str) -> SlackWorld {
-        let stack = stack();
+const BOT_TOKEN: &str = "bot-test-token-0123456789";
+
+impl World {
+    fn new(platform: Platform, prefix: &str) -> World {
         let tenant = unique_name(prefix);
-        let admin = stack.admin_client("root", &tenant);
-        let slack = FakeSlack::start(BOT_TOKEN);
-        let signing_secret = random_hex(16);
-        let response = admin.post(
-            "/v1/channels",
-            &json!({
-                "platform": "slack",
-                "name": "team",
-                "credentials": {"signingSecret": signing_secret, "botToken": BOT_TOKEN},
-                "apiBaseUrl": slack.api_base_url(),
-            }),
-        );
+        World::in_tenant(platform, stack().admin_client("root", &tenant), json!({}))
+    }
+
+    /// A binding of `platform` for `admin`'s tenant with `options`.
+    fn in_tenant(platform: Platform, admin: Api, options: Value) -> World {
+        let secret = random_hex(16);
+        let (fake, credentials, discord_key) = match platform {
+            Platform::Slack => (
+                FakeChat::slack(BOT_TOKEN),
+                json!({"signingSecret": secret, "botToken": BOT_TOKEN}),
+                None,
+            ),
+            Platform::Telegram => (
+                FakeChat::telegram(BOT_TOKEN),
+                json!({"botToken": BOT_TOKEN, "secretToken": secret}),
+                None,
+            ),
+            Platform::Discord => {
+                let (key, public) = discord_keys();
+                (
+                    FakeChat::discord(BOT_TOKEN),
+                    json!({"applicationId": "app1", "publicKey": public, "botToken": BOT_TOKEN}),
+                    Some(key),
+                )
+            }
+            Platform::Generic => {
+                let fake = FakeChat::generic(&secret);
+                let credentials = json!({"secret": secret, "replyUrl": fake.reply_url()});
+                (fake, credentials, None)
+            }
+        };
+        let mut body = json!({
+            "platform": platform.as_str(),
+            "name": "team",
+            "credentials": credentials,
+            "options": options,
+        });
+        if platform != Platform::Generic {
+            body["apiBaseUrl"] = json!(fake.api_base_url());
+        }
+        let response = admin.post("/v1/channels", &body);
         assert_eq!(response.status, 201, "{response}");
         let id = response.json()["id"].as_str().unwrap().to_string();
-        SlackWorld {
-            tenant,
+        World {
+            platform,
             admin,
             id,
-            signing_secret,
-            slack,
+            secret,
+            discord_key,
+            fake,
+            seq: AtomicU64::new(1),
         }
     }
 
-    /// POSTs `body` to the hook, signed at `timestamp` with `secret`.
-    fn send_signed(
-        &self,
-        body: &[u8],
-        secret: &str,
-        timestamp: i64,
-        extra: &[(&str, &str)],
-    ) -> Response {
-        let mut request = Request::new("POST", stack().url(&format!("/hooks/slack/{}", self.id)))
-            .header("Content-Type", "application/json")
-            .header("X-Slack-Request-Timestamp", timestamp.to_string())
-            .header(
-                "X-Slack-Signature",
-                slack_signature(secret, timestamp, body),
-            )
-            .body(body.to_vec());
-        for (name, value) in extra {
-            request = request.header(name, *value);
+    fn next(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// POSTs `body` to the hook, signed as `auth` says.
+    fn post(&self, body: &[u8], auth: Auth) -> Response {
+        self.post_at(self.platform, &self.id, body, auth)
+    }
+
+    /// POSTs `body` signed as this binding's platform signs, to `/hooks/<platform>/<id>`.
+    fn post_at(&self, platform: Platform, id: &str, body: &[u8], auth: Auth) -> Response {
+        let now = unix_now();
+        let ts = if auth == Auth::Stale { now - 400 } else { now };
+        let secret = if auth == Auth::WrongSecret {
+            "not-the-secret-at-all"
+        } else {
+            self.secret.as_str()
+        };
+        let url = stack().url(&format!("/hooks/{}/{id}", platform.as_str()));
+        let mut request = Request::new("POST", url).body(body.to_vec());
+        let headers: Vec<(&str, String)> = match self.platform {
+            Platform::Slack => vec![
+                ("X-Slack-Request-Timestamp", ts.to_string()),
+                ("X-Slack-Signature", slack_signature(secret, ts, body)),
+                (
+                    "Content-Type",
+                    if body.starts_with(b"payload=") {
+                        "application/x-www-form-urlencoded"
+                    } else {
+                        "application/json"
+                    }
+                    .into(),
+                ),
+            ],
+            Platform::Telegram => vec![("X-Telegram-Bot-Api-Secret-Token", secret.to_string())],
+            Platform::Discord => {
+                let key = match auth {
+                    Auth::WrongSecret => discord_keys().0,
+                    _ => self.discord_key.clone().unwrap(),
+                };
+                vec![
+                    ("X-Signature-Timestamp", ts.to_string()),
+                    ("X-Signature-Ed25519", discord_signature(&key, ts, body)),
+                ]
+            }
+            Platform::Generic => vec![
+                ("X-Wuhu-Timestamp", ts.to_string()),
+                ("X-Wuhu-Signature", generic_signature(secret, ts, body)),
+            ],
+        };
+        for (name, value) in headers {
+            let signature_header = !matches!(name, "Content-Type");
+            if auth == Auth::Missing && signature_header {
+                continue;
+            }
+            request = request.header(name, value);
         }
         request.send().expect("hook request")
     }
 
-    fn send(&self, body: &Value) -> Response {
-        self.send_signed(
-            body.to_string().as_bytes(),
-            &self.signing_secret,
-            unix_now(),
-            &[],
-        )
+    /// A person's id on the platform (`n` tells people apart).
+    fn user(&self, n: u64) -> String {
+        match self.platform {
+            Platform::Slack => format!("U{n}"),
+            Platform::Telegram => format!("{}", 1000 + n),
+            Platform::Discord => format!("{}", 90_000 + n),
+            Platform::Generic => format!("person{n}"),
+        }
     }
 
-    fn tenant(&self) -> String {
-        self.tenant.clone()
+    /// The Wuhu identity of person `n`.
+    fn identity(&self, n: u64) -> String {
+        format!("{}:{}", self.platform.as_str(), self.user(n))
+    }
+
+    /// What person `n` sends in thread `thread`: addressed to the bot (a mention, the
+    /// command) when `addressed`, else a plain message in the thread.
+    fn message_body(&self, user: u64, thread: u64, text: &str, addressed: bool) -> Vec<u8> {
+        let seq = self.next();
+        let user = self.user(user);
+        let body = match self.platform {
+            Platform::Slack => {
+                let root = format!("{thread}.0001");
+                let event = if addressed {
+                    json!({"type": "app_mention", "user": user, "channel": "C1", "ts": root, "text": format!("<@UBOT> {text}")})
+                } else {
+                    json!({"type": "message", "channel_type": "channel", "user": user, "channel": "C1",
+                        "ts": format!("{thread}.{seq:04}9"), "thread_ts": root, "text": text})
+                };
+                json!({"type": "event_callback", "team_id": "T1", "event_id": format!("Ev{seq}"), "event": event})
+            }
+            Platform::Telegram => {
+                let (text, entities) = if addressed {
+                    (
+                        format!("@wuhubot {text}"),
+                        json!([{"type": "mention", "offset": 0, "length": 8}]),
+                    )
+                } else {
+                    (text.to_string(), json!([]))
+                };
+                json!({"update_id": seq, "message": {"message_id": seq,
+                    "from": {"id": user.parse::<i64>().unwrap(), "is_bot": false, "first_name": "P"},
+                    "chat": {"id": -100_000 - thread as i64, "type": "supergroup"},
+                    "text": text, "entities": entities}})
+            }
+            // Discord sends only the application command: every message is addressed.
+            Platform::Discord => {
+                json!({"id": format!("I{seq}"), "application_id": "app1", "type": 2,
+                "token": format!("tok-{seq}"), "channel_id": format!("C{thread}"),
+                "member": {"user": {"id": user}},
+                "data": {"name": "wuhu", "type": 1, "options": [{"name": "text", "type": 3, "value": text}]}})
+            }
+            Platform::Generic => {
+                json!({"thread": format!("t{thread}"), "user": user, "text": text})
+            }
+        };
+        body.to_string().into_bytes()
+    }
+
+    fn say(&self, user: u64, thread: u64, text: &str) -> Response {
+        let response = self.post(&self.message_body(user, thread, text, true), Auth::Good);
+        assert_eq!(response.status, 200, "{response}");
+        response
+    }
+
+    /// A command (`stop`, `new`, `status`, `steer <text>`) in the platform's native form.
+    fn command(&self, user: u64, thread: u64, command: &str) -> Response {
+        let (name, text) = command.split_once(' ').unwrap_or((command, ""));
+        let body = match self.platform {
+            Platform::Discord => {
+                let seq = self.next();
+                let options: Vec<Value> = if text.is_empty() {
+                    vec![]
+                } else {
+                    vec![json!({"name": "text", "type": 3, "value": text})]
+                };
+                json!({"id": format!("I{seq}"), "application_id": "app1", "type": 2,
+                    "token": format!("tok-{seq}"), "channel_id": format!("C{thread}"),
+                    "member": {"user": {"id": self.user(user)}},
+                    "data": {"name": "wuhu", "type": 1, "options": [{"name": name, "type": 1, "options": options}]}})
+                .to_string()
+                .into_bytes()
+            }
+            _ => self.message_body(user, thread, &format!("/{command}"), false),
+        };
+        let response = self.post(&body, Auth::Good);
+        assert_eq!(response.status, 200, "{response}");
+        response
+    }
+
+    /// The text of a command's or click's note: the hook's answer on Discord, else the
+    /// posted message.
+    fn note_text(&self, response: &Response, posts_before: usize) -> String {
+        if self.platform == Platform::Discord {
+            return response.json()["data"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        }
+        wait_for("the note", TURN, || {
+            self.fake
+                .posts()
+                .into_iter()
+                .skip(posts_before)
+                .find(|p| p.method != "answerCallbackQuery")
+                .map(|p| p.text().to_string())
+        })
+    }
+
+    /// Person `n` clicks `value` (a button's value as the platform sent it).
+    fn click(&self, user: u64, thread: u64, value: &str) -> Response {
+        let seq = self.next();
+        let user = self.user(user);
+        let body = match self.platform {
+            Platform::Slack => {
+                let payload = json!({"type": "block_actions", "user": {"id": user},
+                    "actions": [{"action_id": "wuhu_x", "value": value, "action_ts": format!("{seq}.1")}]});
+                format!("payload={}", form_encode(&payload.to_string()))
+            }
+            Platform::Telegram => json!({"update_id": seq, "callback_query": {"id": format!("cb{seq}"),
+                "from": {"id": user.parse::<i64>().unwrap()},
+                "message": {"message_id": 1, "chat": {"id": -100_000 - thread as i64}}, "data": value}})
+            .to_string(),
+            Platform::Discord => json!({"id": format!("I{seq}"), "application_id": "app1", "type": 3,
+                "token": format!("tok-{seq}"), "channel_id": format!("C{thread}"),
+                "member": {"user": {"id": user}}, "data": {"custom_id": value, "component_type": 2}})
+            .to_string(),
+            Platform::Generic => {
+                let (decision, id) = value.split_once(':').unwrap();
+                json!({"thread": format!("t{thread}"), "user": user, "approval": {"id": id, "decision": decision}}).to_string()
+            }
+        };
+        let response = self.post(body.as_bytes(), Auth::Good);
+        assert_eq!(response.status, 200, "{response}");
+        response
+    }
+
+    /// The button values of an approval request post, if it is one.
+    fn buttons(&self, post: &ChatCall) -> Option<Vec<String>> {
+        let values = |list: &Value, field: &str| -> Option<Vec<String>> {
+            let values: Vec<String> = list
+                .as_array()?
+                .iter()
+                .filter_map(|b| b[field].as_str().map(str::to_string))
+                .collect();
+            (!values.is_empty()).then_some(values)
+        };
+        match self.platform {
+            Platform::Slack => values(&post.body["blocks"][1]["elements"], "value"),
+            Platform::Telegram => values(
+                &post.body["reply_markup"]["inline_keyboard"][0],
+                "callback_data",
+            ),
+            Platform::Discord => values(&post.body["components"][0]["components"], "custom_id"),
+            Platform::Generic => post.body["approval"]["id"].as_str().map(|id| {
+                ["approve", "approve_session", "deny"]
+                    .iter()
+                    .map(|d| format!("{d}:{id}"))
+                    .collect()
+            }),
+        }
     }
 
     fn sessions(&self) -> Vec<wuhu_core::wire::SessionInfo> {
         self.admin.list_sessions("").sessions
     }
+
+    fn only_session(&self) -> String {
+        let sessions = self.sessions();
+        assert_eq!(sessions.len(), 1, "{:?}: {sessions:?}", self.platform);
+        sessions[0].id.clone()
+    }
 }
 
-fn event(event_id: &str, event: Value) -> Value {
-    json!({"type": "event_callback", "team_id": "T1", "event_id": event_id, "event": event})
-}
-
-fn mention(user: &str, channel: &str, ts: &str, text: &str) -> Value {
-    json!({"type": "app_mention", "user": user, "channel": channel, "ts": ts, "text": format!("<@UBOT> {text}")})
-}
-
-fn thread_reply(user: &str, channel: &str, ts: &str, thread_ts: &str, text: &str) -> Value {
-    json!({"type": "message", "channel_type": "channel", "user": user, "channel": channel, "ts": ts, "thread_ts": thread_ts, "text": text})
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn user_messages(api: &Api, session: &str) -> Vec<(String, String)> {
@@ -234,172 +486,268 @@ fn grep_dir(dir: &std::path::Path, needles: &[&[u8]]) -> Vec<std::path::PathBuf>
     found
 }
 
+/// Two people in one thread: one session owned by the first, open to the tenant, the group
+/// reminder once, the second person's message prefixed, replies posted where they belong; a
+/// new thread is a new session. On every platform.
 #[test]
-fn a_slack_thread_with_two_people_is_one_group_session() {
+fn a_thread_with_two_people_is_one_group_session() {
     let stack = stack();
     let _guard = stack.guard();
-    let world = SlackWorld::new("chan-thread");
-    // Slack's URL check.
-    let challenge = world.send(&json!({"type": "url_verification", "challenge": "3eZbrw1aB"}));
-    assert_eq!(challenge.status, 200, "{challenge}");
-    assert_eq!(challenge.json()["challenge"], "3eZbrw1aB");
-    // A plain message in an unbound thread starts nothing.
-    let plain = world.send(&event(
-        "Ev0",
-        thread_reply("U9", "C1", "5.0", "4.0", "not for the bot"),
-    ));
-    assert_eq!(plain.status, 200, "{plain}");
-    // alice (U1) mentions the bot; bob (U2) answers in the thread.
-    let first = world.send(&event("Ev1", mention("U1", "C1", "10.0001", "hello")));
-    assert_eq!(first.status, 200, "{first}");
-    let session = first.json()["session"]
-        .as_str()
-        .expect("a session")
-        .to_string();
-    let posts = world.slack.wait_for_posts(1, TURN);
-    let second = world.send(&event(
-        "Ev2",
-        thread_reply("U2", "C1", "11.0001", "10.0001", "me too"),
-    ));
-    assert_eq!(
-        second.json()["session"].as_str(),
-        Some(session.as_str()),
-        "{second}"
-    );
-    let posts = world.slack.wait_for_posts(posts.len() + 1, TURN);
-    // One session, open to the tenant, owned by the first author.
-    let sessions = world.sessions();
-    assert_eq!(sessions.len(), 1, "{sessions:?}");
-    assert_eq!(sessions[0].owner, "slack:U1");
-    assert_eq!(sessions[0].access, wuhu_core::authority::Access::Tenant);
-    assert_eq!(
-        user_messages(&world.admin, &session),
-        vec![
-            ("slack:U1".into(), "hello".into()),
-            ("slack:U2".into(), "me too".into())
-        ]
-    );
-    let transcript = world.admin.transcript(&session);
-    let reminders = transcript
-        .iter()
-        .filter(|e| matches!(&e.payload, EntryPayload::Message { message: Message::CustomMessage { custom_type, .. } } if custom_type == custom_types::GROUP_CHAT_REMINDER))
-        .count();
-    assert_eq!(reminders, 1);
-    // Replies went to the thread, with the bot token; the second shows bob's prefix (the fake
-    // model echoes what it was sent).
-    for post in &posts {
-        assert_eq!(post.method, "chat.postMessage");
-        assert_eq!(post.token.as_deref(), Some(BOT_TOKEN));
-        assert_eq!(post.body["channel"], "C1");
-        assert_eq!(post.body["thread_ts"], "10.0001");
+    for platform in PLATFORMS {
+        let world = World::new(platform, "chan-thread");
+        if platform == Platform::Slack {
+            let challenge = world.post(
+                json!({"type": "url_verification", "challenge": "3eZbrw1aB"})
+                    .to_string()
+                    .as_bytes(),
+                Auth::Good,
+            );
+            assert_eq!(challenge.json()["challenge"], "3eZbrw1aB", "{challenge}");
+        }
+        if platform == Platform::Discord {
+            let ping = world.post(
+                br#"{"type":1,"id":"p","application_id":"app1"}"#,
+                Auth::Good,
+            );
+            assert_eq!(ping.json(), json!({"type": 1}), "{ping}");
+        }
+        if matches!(platform, Platform::Slack | Platform::Telegram) {
+            // A plain message in a thread nobody addressed the bot in starts nothing.
+            let plain = world.post(
+                &world.message_body(9, 4, "not for the bot", false),
+                Auth::Good,
+            );
+            assert_eq!(plain.status, 200, "{plain}");
+            assert!(world.sessions().is_empty(), "{platform:?}");
+        }
+        let first = world.say(1, 10, "hello");
+        if platform == Platform::Discord {
+            // Deferred: "thinking…" until the reply edits it.
+            assert_eq!(first.json(), json!({"type": 5}), "{first}");
+        }
+        let session = world.only_session();
+        let posts = world.fake.wait_for_posts(1, TURN);
+        let second = world.post(&world.message_body(2, 10, "me too", false), Auth::Good);
+        assert_eq!(second.status, 200, "{second}");
+        let posts = world.fake.wait_for_posts(posts.len() + 1, TURN);
+        let sessions = world.sessions();
+        assert_eq!(sessions.len(), 1, "{platform:?}: {sessions:?}");
+        assert_eq!(sessions[0].owner, world.identity(1));
+        assert_eq!(sessions[0].access, wuhu_core::authority::Access::Tenant);
+        assert_eq!(
+            user_messages(&world.admin, &session),
+            vec![
+                (world.identity(1), "hello".into()),
+                (world.identity(2), "me too".into())
+            ],
+            "{platform:?}"
+        );
+        let reminders = world
+            .admin
+            .transcript(&session)
+            .iter()
+            .filter(|e| matches!(&e.payload, EntryPayload::Message { message: Message::CustomMessage { custom_type, .. } } if custom_type == custom_types::GROUP_CHAT_REMINDER))
+            .count();
+        assert_eq!(reminders, 1, "{platform:?}");
+        // The fake model echoes what it was sent: the second reply shows the prefix.
+        let texts: Vec<&str> = posts.iter().map(ChatCall::text).collect();
+        assert_eq!(
+            texts,
+            vec![
+                "echo: hello".to_string(),
+                format!("echo: [{}]:\n\nme too", world.identity(2))
+            ],
+            "{platform:?}"
+        );
+        for post in &posts {
+            let place = match platform {
+                Platform::Slack => format!("{} {}", post.body["channel"], post.body["thread_ts"]),
+                Platform::Telegram => post.body["chat_id"].to_string(),
+                Platform::Discord => post.method.clone(),
+                Platform::Generic => post.body["thread"].to_string(),
+            };
+            let want = match platform {
+                Platform::Slack => "\"C1\" \"10.0001\"".to_string(),
+                Platform::Telegram => "-100010".to_string(),
+                Platform::Discord => "PATCH webhooks/app1/tok-".to_string(),
+                Platform::Generic => "\"t10\"".to_string(),
+            };
+            assert!(place.starts_with(&want), "{platform:?}: {place} {post:?}");
+            if platform == Platform::Telegram {
+                assert_eq!(post.body["parse_mode"], "HTML");
+            }
+            if platform != Platform::Generic {
+                assert_eq!(
+                    post.token.as_deref(),
+                    match platform {
+                        Platform::Discord => None, // the interaction token authorizes
+                        _ => Some(BOT_TOKEN),
+                    },
+                    "{platform:?}"
+                );
+            } else {
+                assert_eq!(post.token.as_deref(), Some("signed"));
+            }
+        }
+        // Another thread: another session.
+        world.say(2, 20, "new topic");
+        world.fake.wait_for_posts(3, TURN);
+        assert_eq!(world.sessions().len(), 2, "{platform:?}");
     }
-    assert_eq!(posts[0].body["text"], "echo: hello");
-    assert_eq!(posts[1].body["text"], "echo: [slack:U2]:\n\nme too");
-    // A mention in a new thread is a new session.
-    let other = world.send(&event("Ev3", mention("U2", "C1", "20.0001", "new topic")));
-    assert_ne!(other.json()["session"].as_str(), Some(session.as_str()));
-    world.slack.wait_for_posts(3, TURN);
-    assert_eq!(world.sessions().len(), 2);
 }
 
+/// Bad or missing signatures, stale timestamps, unknown bindings and the wrong platform are
+/// 401 and enqueue nothing; a delivery replayed or retried is enqueued and answered once.
 #[test]
 fn bad_signatures_are_refused_and_replays_are_enqueued_once() {
     let stack = stack();
     let _guard = stack.guard();
-    let world = SlackWorld::new("chan-verify");
-    let body = event("Ev1", mention("U1", "C1", "30.0001", "once")).to_string();
-    let now = unix_now();
-    // Well outside the 300 s window: the requests are sent a moment after `now` was read (the
-    // window's exact edges are core's table test).
-    let cases: Vec<(&str, Response)> = vec![
-        (
-            "another secret",
-            world.send_signed(body.as_bytes(), "not-the-secret", now, &[]),
-        ),
-        (
-            "stale timestamp",
-            world.send_signed(body.as_bytes(), &world.signing_secret, now - 400, &[]),
-        ),
-        (
-            "future timestamp",
-            world.send_signed(body.as_bytes(), &world.signing_secret, now + 400, &[]),
-        ),
-        (
-            "missing signature",
-            Request::new("POST", stack.url(&format!("/hooks/slack/{}", world.id)))
-                .header("X-Slack-Request-Timestamp", now.to_string())
-                .body(body.clone())
-                .send()
-                .unwrap(),
-        ),
-        (
+    for platform in PLATFORMS {
+        let world = World::new(platform, "chan-verify");
+        let body = world.message_body(1, 30, "once", true);
+        let mut refused: Vec<(&str, Response)> = vec![
+            ("another secret", world.post(&body, Auth::WrongSecret)),
+            ("missing signature", world.post(&body, Auth::Missing)),
+        ];
+        if platform != Platform::Telegram {
+            // Telegram's secret token has no timestamp.
+            refused.push(("stale timestamp", world.post(&body, Auth::Stale)));
+        }
+        refused.push((
             "unknown binding",
-            Request::new("POST", stack.url(&format!("/hooks/slack/{}", uuid_like())))
-                .header("X-Slack-Request-Timestamp", now.to_string())
-                .header(
-                    "X-Slack-Signature",
-                    slack_signature(&world.signing_secret, now, body.as_bytes()),
-                )
-                .body(body.clone())
-                .send()
-                .unwrap(),
-        ),
-        (
-            "wrong platform",
-            Request::new("POST", stack.url(&format!("/hooks/telegram/{}", world.id)))
-                .header("X-Telegram-Bot-Api-Secret-Token", "x")
-                .body(body.clone())
-                .send()
-                .unwrap(),
-        ),
-    ];
-    for (what, response) in &cases {
-        assert_eq!(response.status, 401, "{what}: {response}");
-        assert_eq!(response.json()["error"]["code"], "unauthorized", "{what}");
-    }
-    assert!(
-        world.sessions().is_empty(),
-        "a refused hook created a session"
-    );
-    // The same event delivered four times (Slack's retries carry X-Slack-Retry-Num), plus its
-    // twin `message` event: one user message, one reply.
-    let twin = event(
-        "Ev1b",
-        json!({"type": "message", "channel_type": "channel", "user": "U1", "channel": "C1", "ts": "30.0001", "text": "<@UBOT> once"}),
-    );
-    for (i, body) in [
-        body.clone(),
-        body.clone(),
-        body.clone(),
-        twin.to_string(),
-        body.clone(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let retry = i.to_string();
-        let extra: Vec<(&str, &str)> = if i > 0 {
-            vec![
-                ("X-Slack-Retry-Num", &retry),
-                ("X-Slack-Retry-Reason", "http_timeout"),
-            ]
+            world.post_at(platform, &uuid_like(), &body, Auth::Good),
+        ));
+        let other = if platform == Platform::Slack {
+            Platform::Generic
         } else {
-            vec![]
+            Platform::Slack
         };
-        let response =
-            world.send_signed(body.as_bytes(), &world.signing_secret, unix_now(), &extra);
-        assert_eq!(response.status, 200, "delivery {i}: {response}");
+        refused.push((
+            "wrong platform",
+            world.post_at(other, &world.id, &body, Auth::Good),
+        ));
+        for (what, response) in &refused {
+            assert_eq!(response.status, 401, "{platform:?} {what}: {response}");
+            assert_eq!(
+                response.json()["error"]["code"],
+                "unauthorized",
+                "{platform:?} {what}"
+            );
+        }
+        assert!(
+            world.sessions().is_empty(),
+            "{platform:?}: a refused hook created a session"
+        );
+        // The same delivery four times (Slack marks its retries; a generic sender re-signs
+        // with a new timestamp but the same id), plus Slack's twin `message` event.
+        // An exact replay carries the same signature: signed once here.
+        let signed_once = world.signature_headers(&body);
+        let mut deliveries: Vec<Delivery> = (0..4)
+            .map(|i| {
+                let mut headers = match platform {
+                    // Slack signs each retry anew and marks it.
+                    Platform::Slack => world.signature_headers(&body),
+                    _ => signed_once.clone(),
+                };
+                if platform == Platform::Slack && i > 0 {
+                    headers.push(("X-Slack-Retry-Num", i.to_string()));
+                    headers.push(("X-Slack-Retry-Reason", "http_timeout".to_string()));
+                }
+                (body.clone(), headers)
+            })
+            .collect();
+        match platform {
+            Platform::Slack => {
+                let twin = json!({"type": "event_callback", "event_id": "EvTwin", "event": {"type": "message",
+                    "channel_type": "channel", "user": "U1", "channel": "C1", "ts": "30.0001", "text": "<@UBOT> once"}})
+                .to_string()
+                .into_bytes();
+                let headers = world.signature_headers(&twin);
+                deliveries.push((twin, headers));
+            }
+            Platform::Generic => {
+                let with_id =
+                    json!({"thread": "t31", "user": "person1", "text": "twice?", "id": "m-1"})
+                        .to_string()
+                        .into_bytes();
+                let headers = world.signature_headers(&with_id);
+                deliveries.push((with_id.clone(), headers));
+                // Signed again a second later: another signature, the same id.
+                std::thread::sleep(Duration::from_millis(1100));
+                let headers = world.signature_headers(&with_id);
+                deliveries.push((with_id, headers));
+            }
+            _ => {}
+        }
+        for (i, (body, headers)) in deliveries.iter().enumerate() {
+            let mut request = Request::new(
+                "POST",
+                stack.url(&format!("/hooks/{}/{}", platform.as_str(), world.id)),
+            );
+            for (name, value) in headers {
+                request = request.header(name, value.clone());
+            }
+            let response = request.body(body.clone()).send().unwrap();
+            assert_eq!(
+                response.status, 200,
+                "{platform:?} delivery {i}: {response}"
+            );
+        }
+        let expected_sessions = if platform == Platform::Generic { 2 } else { 1 };
+        world.fake.wait_for_posts(expected_sessions, TURN);
+        let sessions = world.sessions();
+        assert_eq!(sessions.len(), expected_sessions, "{platform:?}");
+        for session in &sessions {
+            world.admin.wait_idle(&session.id, TURN);
+            assert_eq!(
+                user_messages(&world.admin, &session.id).len(),
+                1,
+                "{platform:?}"
+            );
+        }
+        // Give a wrong second reply time to show up: the sessions are idle and were watched
+        // once.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(
+            world.fake.posts().len(),
+            expected_sessions,
+            "{platform:?}: {:?}",
+            world.fake.posts()
+        );
     }
-    world.slack.wait_for_posts(1, TURN);
-    let sessions = world.sessions();
-    assert_eq!(sessions.len(), 1);
-    let session = &sessions[0].id;
-    world.admin.wait_idle(session, TURN);
-    assert_eq!(user_messages(&world.admin, session).len(), 1);
-    // Give a wrong second reply time to show up: the session is idle and was watched once.
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(world.slack.posts().len(), 1, "{:?}", world.slack.posts());
 }
+
+impl World {
+    /// The signature headers of `body` signed now.
+    fn signature_headers(&self, body: &[u8]) -> Vec<(&'static str, String)> {
+        let ts = unix_now();
+        match self.platform {
+            Platform::Slack => vec![
+                ("X-Slack-Request-Timestamp", ts.to_string()),
+                ("X-Slack-Signature", slack_signature(&self.secret, ts, body)),
+                ("Content-Type", "application/json".into()),
+            ],
+            Platform::Telegram => vec![("X-Telegram-Bot-Api-Secret-Token", self.secret.clone())],
+            Platform::Discord => vec![
+                ("X-Signature-Timestamp", ts.to_string()),
+                (
+                    "X-Signature-Ed25519",
+                    discord_signature(self.discord_key.as_ref().unwrap(), ts, body),
+                ),
+            ],
+            Platform::Generic => vec![
+                ("X-Wuhu-Timestamp", ts.to_string()),
+                (
+                    "X-Wuhu-Signature",
+                    generic_signature(&self.secret, ts, body),
+                ),
+            ],
+        }
+    }
+}
+
+/// A hook body and the headers it is sent with.
+type Delivery = (Vec<u8>, Vec<(&'static str, String)>);
 
 fn uuid_like() -> String {
     let h = random_hex(16);
@@ -413,147 +761,168 @@ fn uuid_like() -> String {
     )
 }
 
+/// A platform answering 429 + Retry-After twice: the reply is posted once, after the waits.
 #[test]
 fn a_rate_limited_reply_is_posted_once_after_retry_after() {
     let stack = stack();
     let _guard = stack.guard();
-    let world = SlackWorld::new("chan-429");
-    world
-        .slack
-        .fail_next(vec![FakeSlack::rate_limited(1), FakeSlack::rate_limited(1)]);
-    let response = world.send(&event(
-        "Ev1",
-        mention("U1", "C7", "40.0001", "are you there"),
-    ));
-    assert_eq!(response.status, 200, "{response}");
-    let posts = world.slack.wait_for_posts(1, TURN);
-    let calls = world.slack.calls();
-    assert_eq!(calls.len(), 3, "two 429s, then the post: {calls:?}");
-    assert_eq!(posts[0].body["text"], "echo: are you there");
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(world.slack.posts().len(), 1);
-    let session = &world.sessions()[0].id;
-    assert_eq!(
-        world.admin.wait_idle(session, TURN).session.status,
-        Status::Idle
-    );
+    for platform in PLATFORMS {
+        let world = World::new(platform, "chan-429");
+        world
+            .fake
+            .fail_next(vec![FakeChat::rate_limited(1), FakeChat::rate_limited(1)]);
+        world.say(1, 40, "are you there");
+        let posts = world.fake.wait_for_posts(1, TURN);
+        let calls = world.fake.calls();
+        assert_eq!(
+            calls.len(),
+            3,
+            "{platform:?}: two 429s, then the post: {calls:?}"
+        );
+        assert_eq!(posts[0].text(), "echo: are you there");
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(world.fake.posts().len(), 1, "{platform:?}");
+        let session = world.only_session();
+        assert_eq!(
+            world.admin.wait_idle(&session, TURN).session.status,
+            Status::Idle
+        );
+    }
 }
 
-/// POSTs an Interactivity click of `user` on `button_value`, signed like Slack does.
-fn click(world: &SlackWorld, user: &str, value: &str) -> Response {
-    let payload = json!({
-        "type": "block_actions",
-        "user": {"id": user},
-        "actions": [{"action_id": "wuhu_x", "value": value, "action_ts": format!("{}.{}", unix_now(), random_hex(3))}],
-    });
-    let body = format!("payload={}", form_encode(&payload.to_string()));
-    let ts = unix_now();
-    Request::new("POST", stack().url(&format!("/hooks/slack/{}", world.id)))
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .header("X-Slack-Request-Timestamp", ts.to_string())
-        .header(
-            "X-Slack-Signature",
-            slack_signature(&world.signing_secret, ts, body.as_bytes()),
-        )
-        .body(body)
-        .send()
-        .expect("click")
-}
-
-fn form_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
+/// An approval request becomes buttons; a click from someone in the thread who may not answer
+/// is refused (and said so), the owner's click lets the turn go on. On every platform, one
+/// runner and environment for all of them.
 #[test]
 fn approval_buttons_count_only_from_the_approver() {
     use wuhu_core::wire::runner::RunnerKind;
     use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
     let stack = stack();
     let _guard = stack.guard();
-    let world = SlackWorld::new("chan-approve");
+    let tenant = unique_name("chan-approve");
+    let admin = stack.admin_client("root", &tenant);
     let dir = TempDir::new("wuhu-e2e-chan-approve");
     let guarded = dir.mkdir("guarded");
-    let tenant_name = world.tenant();
     let _cloud = Runner::start(
-        RunnerConfig::new(stack, "ops", &tenant_name, "cloud-1")
+        RunnerConfig::new(stack, "ops", &tenant, "cloud-1")
             .kind(RunnerKind::Cloud)
-            .token(stack.cloud_runner_token("ops", &tenant_name))
+            .token(stack.cloud_runner_token("ops", &tenant))
             .env("guarded", &guarded)
             .workspaces_root(dir.mkdir("workspaces")),
     );
-    let defined = world.admin.post(
+    let defined = admin.post(
         "/v1/environments",
         &json!({"name": "guarded", "kind": "local", "runner": "cloud-1", "path": guarded, "approval": "ask"}),
     );
     assert_eq!(defined.status, 201, "{defined}");
-    // U1 starts the thread (and owns the session) with a turn that attaches `guarded`.
     let directive = json!({"toolCalls": [{"name": "request_environment", "arguments": {"spec": "guarded"}}], "afterTools": "attached it"});
-    let start = world.send(&event(
-        "Ev1",
-        mention("U1", "C3", "50.0001", &format!("@fake {directive}")),
-    ));
-    assert_eq!(start.status, 200, "{start}");
-    let session = start.json()["session"].as_str().unwrap().to_string();
-    let posts = world.slack.wait_for_posts(1, TURN);
-    let request = &posts[0].body;
-    assert_eq!(request["thread_ts"], "50.0001");
-    let buttons = request["blocks"][1]["elements"]
-        .as_array()
-        .expect("buttons")
-        .clone();
-    let value = |decision: &str| {
-        buttons
-            .iter()
-            .find(|b| {
-                b["value"]
-                    .as_str()
-                    .is_some_and(|v| v.starts_with(&format!("{decision}:")))
-            })
-            .and_then(|b| b["value"].as_str())
-            .unwrap_or_else(|| panic!("no {decision} button in {request}"))
-            .to_string()
-    };
-    // U2 (in the thread, not the session's owner) clicks Approve: refused, still waiting.
-    let refused = click(&world, "U2", &value("approve"));
-    assert_eq!(refused.status, 200, "{refused}");
-    assert_eq!(refused.json()["ok"], false, "{refused}");
-    let notes = world.slack.wait_for_posts(2, TURN);
-    assert!(
-        notes[1].body["text"]
-            .as_str()
-            .unwrap()
-            .contains("slack:U2 could not answer"),
-        "{:?}",
-        notes[1].body
-    );
-    assert_eq!(
-        world.admin.session(&session).session.status,
-        Status::Running
-    );
-    // U1 approves: the turn goes on and its answer arrives in the thread.
-    let accepted = click(&world, "U1", &value("approve"));
-    assert_eq!(accepted.json()["ok"], true, "{accepted}");
-    let posts = wait_for("the reply after the approval", TURN, || {
-        let posts = world.slack.posts();
-        posts
-            .iter()
-            .any(|p| p.body["text"] == "attached it")
-            .then_some(posts)
-    });
-    assert!(posts.iter().any(|p| {
-        p.body["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("slack:U1 answered: approve"))
-    }));
-    assert_eq!(
-        world.admin.wait_idle(&session, TURN).session.status,
-        Status::Idle
-    );
+    for platform in PLATFORMS {
+        let world = World::in_tenant(platform, admin.clone(), json!({}));
+        // Person 1 starts the thread (and owns the session) with a turn that attaches
+        // `guarded`, which asks.
+        world.say(1, 50, &format!("@fake {directive}"));
+        let posts = world.fake.wait_for_posts(1, TURN);
+        let session = world
+            .sessions()
+            .into_iter()
+            .find(|s| s.owner == world.identity(1))
+            .expect("the thread's session")
+            .id;
+        let buttons = world
+            .buttons(&posts[0])
+            .unwrap_or_else(|| panic!("{platform:?}: no buttons in {:?}", posts[0]));
+        let value = |decision: &str| {
+            buttons
+                .iter()
+                .find(|v| v.starts_with(&format!("{decision}:")))
+                .unwrap_or_else(|| panic!("no {decision} button in {buttons:?}"))
+                .clone()
+        };
+        // Person 2 (in the thread, not the owner) clicks Approve: refused, still waiting.
+        let before = world.fake.posts().len();
+        let refused = world.click(2, 50, &value("approve"));
+        if platform != Platform::Discord {
+            assert_eq!(refused.json()["ok"], false, "{platform:?}: {refused}");
+        }
+        let note = world.note_text(&refused, before);
+        assert!(
+            note.contains(&format!("{} could not answer", world.identity(2))),
+            "{platform:?}: {note}"
+        );
+        if platform == Platform::Telegram {
+            let acks: Vec<ChatCall> = wait_for("answerCallbackQuery", TURN, || {
+                let acks: Vec<ChatCall> = world
+                    .fake
+                    .posts()
+                    .into_iter()
+                    .filter(|p| p.method == "answerCallbackQuery")
+                    .collect();
+                (!acks.is_empty()).then_some(acks)
+            });
+            assert!(acks[0].text().contains("could not answer"), "{acks:?}");
+        }
+        assert_eq!(
+            world.admin.session(&session).session.status,
+            Status::Running,
+            "{platform:?}"
+        );
+        // The owner approves: the turn goes on and its answer arrives.
+        let before = world.fake.posts().len();
+        let accepted = world.click(1, 50, &value("approve"));
+        let note = world.note_text(&accepted, before);
+        assert!(
+            note.contains(&format!("{} answered: approve", world.identity(1))),
+            "{platform:?}: {note}"
+        );
+        world
+            .fake
+            .wait_for_text("the reply after the approval", TURN, |t| t == "attached it");
+        assert_eq!(
+            world.admin.wait_idle(&session, TURN).session.status,
+            Status::Idle,
+            "{platform:?}"
+        );
+    }
+}
+
+/// Native commands (Telegram `/status`, Discord `/wuhu status`, generic `/status` text):
+/// status, steer, stop and new, each answered with a note. Slack's slash commands are not
+/// built (Slack offers none inside a thread).
+#[test]
+fn native_commands_status_steer_stop_and_new() {
+    let stack = stack();
+    let _guard = stack.guard();
+    for platform in [Platform::Telegram, Platform::Discord, Platform::Generic] {
+        let world = World::new(platform, "chan-cmd");
+        let note = |command: &str| {
+            let before = world.fake.posts().len();
+            let response = world.command(1, 60, command);
+            world.note_text(&response, before)
+        };
+        assert!(note("status").contains("No session"), "{platform:?}");
+        world.say(1, 60, "hello");
+        world
+            .fake
+            .wait_for_text("the first reply", TURN, |t| t == "echo: hello");
+        let session = world.only_session();
+        world.admin.wait_idle(&session, TURN);
+        let status = note("status");
+        assert_eq!(status, format!("Session {session}: idle."), "{platform:?}");
+        let steered = note("steer go left");
+        assert!(steered.contains("steered"), "{platform:?}: {steered}");
+        world
+            .fake
+            .wait_for_text("the steered turn's reply", TURN, |t| t.ends_with("go left"));
+        let stopped = note("stop");
+        assert!(
+            stopped.contains("stopped the turn"),
+            "{platform:?}: {stopped}"
+        );
+        assert!(note("new").contains("new session"), "{platform:?}");
+        world.say(1, 60, "again");
+        world
+            .fake
+            .wait_for_text("the new session's reply", TURN, |t| t == "echo: again");
+        assert_eq!(world.sessions().len(), 2, "{platform:?}");
+    }
 }

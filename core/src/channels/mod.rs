@@ -6,12 +6,17 @@
 //! sealed at rest ([`seal`]), each platform's signature check ([`verify`]), how a Slack delivery
 //! reads and which thread it belongs to ([`slack`]), text for platform limits and dialects
 //! ([`text`]), what a transcript page means for the thread ([`turn`]) and outbound delivery
-//! retries ([`outbox`]). The Worker (`worker/src/channels/`) performs the I/O.
+//! retries ([`outbox`]). Each platform's deliveries and Web API calls: [`slack`], [`telegram`],
+//! [`discord`], [`generic`]; what they share (a decoded delivery, native commands, the hook's
+//! answer) is here. The Worker (`worker/src/channels/`) performs the I/O.
 
 pub mod binding;
+pub mod discord;
+pub mod generic;
 pub mod outbox;
 pub mod seal;
 pub mod slack;
+pub mod telegram;
 pub mod text;
 pub mod turn;
 pub mod verify;
@@ -54,11 +59,190 @@ pub enum ReplyTarget {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         thread_ts: Option<String>,
     },
+    /// A Telegram chat, in a forum topic when `topic` is set.
+    Telegram {
+        /// `chat.id`.
+        chat: i64,
+        /// `message_thread_id` of a forum topic.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        topic: Option<i64>,
+    },
+    /// A Discord channel (a thread is a channel too).
+    Discord {
+        /// Channel id.
+        channel: String,
+        /// The token of the interaction this answers: the first reply edits its deferred
+        /// response. Valid 15 minutes at Discord; it lets the holder answer that one
+        /// interaction only, and is forgotten with the message once posted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        interaction: Option<String>,
+    },
     /// A generic webhook thread (replies go to the binding's `replyUrl`).
     Generic {
         /// The caller's thread id.
         thread: String,
     },
+}
+
+impl ReplyTarget {
+    /// The same place without a per-message handle (Discord's interaction token): where later
+    /// messages of the thread go.
+    pub fn thread_only(&self) -> ReplyTarget {
+        match self {
+            ReplyTarget::Discord { channel, .. } => ReplyTarget::Discord {
+                channel: channel.clone(),
+                interaction: None,
+            },
+            other => other.clone(),
+        }
+    }
+}
+
+/// What a verified hook delivery asks for, on any platform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Answer with this JSON body and do nothing else (Slack's `url_verification` challenge,
+    /// Discord's `PING`).
+    Answer(serde_json::Value),
+    /// A person wrote.
+    Message(Inbound),
+    /// A person gave a native command.
+    Command(Command),
+    /// A person clicked an approval button.
+    Approval(ApprovalClick),
+    /// Nothing to do (another event type, a bot's message, an edit).
+    Ignored(&'static str),
+}
+
+/// A native command (Slack slash command, Telegram `/stop`, Discord application command).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Command {
+    /// What is asked.
+    pub kind: CommandKind,
+    /// Keys that identify this delivery (see [`Inbound::dedupe_keys`]).
+    pub dedupe_keys: Vec<String>,
+    /// The thread it is about.
+    pub thread_key: String,
+    /// Where the answer goes.
+    pub reply_to: ReplyTarget,
+    /// The platform's user id.
+    pub user: String,
+}
+
+/// The native commands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandKind {
+    /// Stop the running turn.
+    Stop,
+    /// Forget the thread's session: the next message starts a new one.
+    New,
+    /// Say what the session is doing.
+    Status,
+    /// Deliver this text at the next step boundary of the running turn.
+    Steer(String),
+}
+
+/// Reads a text command: `/stop`, `/new`, `/status`, `/steer <text>` (a `@botname` suffix on
+/// the command is allowed, as Telegram writes it in groups). `None` for anything else.
+pub fn parse_command(text: &str) -> Option<CommandKind> {
+    let text = text.trim();
+    let rest = text.strip_prefix('/')?;
+    let (word, argument) = match rest.find(char::is_whitespace) {
+        Some(i) => (&rest[..i], rest[i..].trim()),
+        None => (rest, ""),
+    };
+    let name = word.split('@').next().unwrap_or_default();
+    match (name.to_ascii_lowercase().as_str(), argument) {
+        ("stop", _) => Some(CommandKind::Stop),
+        ("new", _) => Some(CommandKind::New),
+        ("status", _) => Some(CommandKind::Status),
+        ("steer", text) if !text.is_empty() => Some(CommandKind::Steer(bounded_text(text))),
+        _ => None,
+    }
+}
+
+/// An approval button click.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalClick {
+    /// Who clicked (the platform's user id).
+    pub user: String,
+    /// The session, when the button says (Slack's buttons do); otherwise the binding looks
+    /// the approval up among the ones it posted.
+    pub session: Option<String>,
+    /// The approval.
+    pub approval_id: String,
+    /// `approve`, `approve_session` or `deny`.
+    pub decision: String,
+    /// Unique per click: dedupes the platform's retries.
+    pub dedupe_key: String,
+    /// Where a note about the click goes.
+    pub reply_to: Option<ReplyTarget>,
+    /// Telegram's `callback_query.id`, answered with `answerCallbackQuery`.
+    pub callback: Option<String>,
+}
+
+/// The decisions an approval button may carry.
+pub const DECISIONS: [&str; 3] = ["approve", "approve_session", "deny"];
+
+/// The value of an approval button on Telegram, Discord and generic: `<decision>:<approval>`
+/// (at most 52 bytes: Telegram's `callback_data` takes 64).
+pub fn button_value(decision: &str, approval_id: &str) -> String {
+    format!("{decision}:{approval_id}")
+}
+
+/// Reads [`button_value`]: `(decision, approval id)`.
+pub fn parse_button_value(value: &str) -> Option<(String, String)> {
+    let (decision, approval) = value.split_once(':')?;
+    if !DECISIONS.contains(&decision) || approval.is_empty() || approval.contains(':') {
+        return None;
+    }
+    Some((decision.to_string(), approval.to_string()))
+}
+
+/// What a hook did, for its answer to the platform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookOutcome {
+    /// The message is in the session's queue.
+    Queued {
+        /// The session.
+        session: String,
+        /// The queue item.
+        queued: String,
+    },
+    /// Seen before: acknowledged, nothing done.
+    Duplicate,
+    /// Nothing to do.
+    Ignored(String),
+    /// A command or click was handled; `text` says how. Platforms that answer inline
+    /// ([`answers_inline`]) show it as the interaction's response, the others get it posted.
+    Note {
+        /// Whether what was asked happened.
+        ok: bool,
+        /// What to tell the person.
+        text: String,
+    },
+}
+
+/// Whether a platform shows a command's or click's note as the hook's own answer (Discord's
+/// interaction response) rather than as a posted message.
+pub fn answers_inline(platform: Platform) -> bool {
+    platform == Platform::Discord
+}
+
+/// The body a hook answers with.
+pub fn hook_answer(platform: Platform, outcome: &HookOutcome) -> serde_json::Value {
+    use serde_json::json;
+    if platform == Platform::Discord {
+        return discord::hook_answer(outcome);
+    }
+    match outcome {
+        HookOutcome::Queued { session, queued } => {
+            json!({"ok": true, "session": session, "queued": queued})
+        }
+        HookOutcome::Duplicate => json!({"ok": true, "duplicate": true}),
+        HookOutcome::Ignored(why) => json!({"ok": true, "ignored": why}),
+        HookOutcome::Note { ok, text } => json!({"ok": ok, "note": text}),
+    }
 }
 
 /// A person's message from a platform, verified and decoded.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::ReplyTarget;
 
 /// A message to post. Stored in the binding's outbox as JSON; the host adds the credentials
-/// when it builds the request ([`super::slack::request`]).
+/// when it builds the request ([`request`]).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Outbound {
@@ -19,6 +19,10 @@ pub enum Outbound {
         /// The platform's reference of a message to edit instead of posting a new one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         edit: Option<String>,
+        /// The outbox key of an earlier message to edit: the host fills `edit` with that
+        /// message's reference when it posts (a progress line posted once, then edited).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        edit_of: Option<String>,
     },
     /// An approval request with buttons.
     #[serde(rename_all = "camelCase")]
@@ -32,14 +36,95 @@ pub enum Outbound {
         /// What is asked.
         text: String,
     },
+    /// Telegram's `answerCallbackQuery`: the small notice the clicker sees.
+    #[serde(rename_all = "camelCase")]
+    CallbackAnswer {
+        /// The chat of the click.
+        target: ReplyTarget,
+        /// `callback_query.id`.
+        callback_id: String,
+        /// The notice.
+        text: String,
+    },
 }
 
 impl Outbound {
     /// Where it goes.
     pub fn target(&self) -> &ReplyTarget {
         match self {
-            Outbound::Text { target, .. } | Outbound::Approval { target, .. } => target,
+            Outbound::Text { target, .. }
+            | Outbound::Approval { target, .. }
+            | Outbound::CallbackAnswer { target, .. } => target,
         }
+    }
+
+    /// A new text message (not an edit).
+    pub fn text(target: ReplyTarget, text: String) -> Outbound {
+        Outbound::Text {
+            target,
+            text,
+            edit: None,
+            edit_of: None,
+        }
+    }
+}
+
+/// The Web API call that delivers `message` with `credentials` (the bot token goes into the
+/// headers or, for Telegram, the URL: never log a call). `now_secs` signs generic replies.
+pub fn request(
+    api_base_url: &str,
+    credentials: &super::Credentials,
+    message: &Outbound,
+    now_secs: i64,
+) -> HttpCall {
+    use super::Credentials;
+    match credentials {
+        Credentials::Slack { bot_token, .. } => {
+            super::slack::request(api_base_url, bot_token, message)
+        }
+        Credentials::Telegram { bot_token, .. } => {
+            super::telegram::request(api_base_url, bot_token, message)
+        }
+        Credentials::Discord {
+            application_id,
+            bot_token,
+            ..
+        } => super::discord::request(api_base_url, application_id, bot_token, message),
+        Credentials::Generic { secret, reply_url } => {
+            super::generic::request(reply_url, secret, message, now_secs)
+        }
+    }
+}
+
+/// What an HTTP answer of `platform` means: its status, its `Retry-After` header and its body
+/// (`Null` when not JSON). Each platform reports errors its own way (Slack: `200` with
+/// `"ok":false`; Telegram: `"ok":false` with `parameters.retry_after`; Discord: a 429 with
+/// `retry_after` in the body).
+pub fn read_answer(
+    platform: super::Platform,
+    status: u16,
+    retry_after: Option<&str>,
+    body: &serde_json::Value,
+) -> Attempt {
+    use super::Platform;
+    let attempt = classify(status, retry_after);
+    match platform {
+        Platform::Slack => match attempt {
+            Attempt::Sent(_) => match super::slack::answer(body) {
+                Ok(reference) => Attempt::Sent(reference),
+                Err(error) if error == "ratelimited" => Attempt::Retry {
+                    retry_after_ms: None,
+                },
+                Err(error) => Attempt::Refused(format!("slack: {error}")),
+            },
+            other => other,
+        },
+        Platform::Telegram => super::telegram::answer(attempt, body),
+        Platform::Discord => super::discord::answer(attempt, body),
+        Platform::Generic => match attempt {
+            Attempt::Sent(_) => Attempt::Sent(body["id"].as_str().map(str::to_string)),
+            other => other,
+        },
     }
 }
 
@@ -165,6 +250,7 @@ mod tests {
             },
             text: "hi".into(),
             edit: None,
+            edit_of: None,
         };
         let json = serde_json::to_string(&message).unwrap();
         assert_eq!(

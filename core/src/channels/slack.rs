@@ -8,38 +8,7 @@
 use serde_json::{Value, json};
 
 use super::outbox::{HttpCall, Outbound};
-use super::{Inbound, ReplyTarget, bounded_text};
-
-/// What a Slack delivery asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Delivery {
-    /// The Events API URL check: answer with the challenge.
-    UrlVerification {
-        /// Echoed back.
-        challenge: String,
-    },
-    /// A person wrote.
-    Message(Inbound),
-    /// A person clicked an approval button.
-    Approval(ApprovalClick),
-    /// Nothing to do (another event type, a bot's message, an edit).
-    Ignored(&'static str),
-}
-
-/// An approval button click (Interactivity `block_actions`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApprovalClick {
-    /// Who clicked (Slack user id).
-    pub user: String,
-    /// The session the approval belongs to.
-    pub session: String,
-    /// The approval.
-    pub approval_id: String,
-    /// `approve`, `approve_session` or `deny`.
-    pub decision: String,
-    /// Unique per click: dedupes Slack's retries.
-    pub dedupe_key: String,
-}
+use super::{ApprovalClick, Delivery, Inbound, ReplyTarget, bounded_text};
 
 /// Decodes a verified delivery from its content type and raw body.
 ///
@@ -65,12 +34,11 @@ pub fn parse(content_type: &str, body: &[u8]) -> Result<Delivery, String> {
     }
     let value: Value = serde_json::from_slice(body).map_err(|_| "body is not JSON".to_string())?;
     match value["type"].as_str() {
-        Some("url_verification") => Ok(Delivery::UrlVerification {
-            challenge: value["challenge"]
+        Some("url_verification") => Ok(Delivery::Answer(json!({
+            "challenge": value["challenge"]
                 .as_str()
-                .ok_or("url_verification without challenge")?
-                .to_string(),
-        }),
+                .ok_or("url_verification without challenge")?,
+        }))),
         Some("event_callback") => Ok(parse_event(&value)),
         _ => Ok(Delivery::Ignored("not an event")),
     }
@@ -162,12 +130,23 @@ fn parse_interaction(payload: &Value) -> Delivery {
         return Delivery::Ignored("not a Wuhu button");
     }
     let action_ts = action["action_ts"].as_str().unwrap_or_default();
+    let reply_to = payload["channel"]["id"]
+        .as_str()
+        .map(|channel| ReplyTarget::Slack {
+            channel: channel.to_string(),
+            thread_ts: payload["message"]["thread_ts"]
+                .as_str()
+                .or(payload["container"]["thread_ts"].as_str())
+                .map(str::to_string),
+        });
     Delivery::Approval(ApprovalClick {
         user: user.to_string(),
-        session: session.to_string(),
+        session: Some(session.to_string()),
         approval_id: approval_id.to_string(),
         decision: decision.to_string(),
         dedupe_key: format!("slack:click:{user}:{approval_id}:{action_ts}"),
+        reply_to,
+        callback: None,
     })
 }
 
@@ -175,7 +154,8 @@ fn parse_interaction(payload: &Value) -> Delivery {
 pub fn request(api_base_url: &str, bot_token: &str, message: &Outbound) -> HttpCall {
     let (channel, thread_ts) = match message.target() {
         ReplyTarget::Slack { channel, thread_ts } => (channel.clone(), thread_ts.clone()),
-        ReplyTarget::Generic { thread } => (thread.clone(), None),
+        // Not a Slack place: Slack answers channel_not_found and the message is dropped.
+        other => (format!("{other:?}"), None),
     };
     let mut body = json!({"channel": channel, "unfurl_links": false});
     if let Some(ts) = thread_ts {
@@ -190,6 +170,7 @@ pub fn request(api_base_url: &str, bot_token: &str, message: &Outbound) -> HttpC
                 body["ts"] = json!(ts);
             }
         }
+        Outbound::CallbackAnswer { text, .. } => body["text"] = json!(text),
         Outbound::Approval {
             session,
             approval_id,
@@ -327,12 +308,7 @@ mod tests {
             br#"{"type":"url_verification","challenge":"abc","token":"t"}"#,
         )
         .unwrap();
-        assert_eq!(
-            d,
-            Delivery::UrlVerification {
-                challenge: "abc".into()
-            }
-        );
+        assert_eq!(d, Delivery::Answer(json!({"challenge": "abc"})));
         assert!(parse("application/json", b"{not json").is_err());
         assert!(parse("application/json", br#"{"type":"url_verification"}"#).is_err());
         assert!(matches!(
@@ -358,7 +334,7 @@ mod tests {
         assert_eq!(
             (
                 click.user.as_str(),
-                click.session.as_str(),
+                click.session.as_deref().unwrap_or_default(),
                 click.approval_id.as_str(),
                 click.decision.as_str()
             ),
@@ -395,6 +371,7 @@ mod tests {
                 target: target.clone(),
                 text: "hi".into(),
                 edit: None,
+                edit_of: None,
             },
         );
         assert_eq!(post.url, "http://127.0.0.1:1/api/chat.postMessage");
@@ -418,6 +395,7 @@ mod tests {
                 target: target.clone(),
                 text: "x".into(),
                 edit: Some("11.0".into()),
+                edit_of: None,
             },
         );
         assert!(update.url.ends_with("/chat.update"));

@@ -6,6 +6,8 @@ pub const SLACK_MAX_CHARS: usize = 4_000;
 pub const TELEGRAM_MAX_CHARS: usize = 4_096;
 /// Discord: message content is at most 2,000 characters.
 pub const DISCORD_MAX_CHARS: usize = 2_000;
+/// Generic webhooks: one reply POST carries at most this many characters.
+pub const GENERIC_MAX_CHARS: usize = 16_000;
 /// Most chunks one reply is posted as; the rest is cut with a note (a runaway answer must not
 /// flood a channel).
 pub const MAX_CHUNKS: usize = 10;
@@ -130,6 +132,147 @@ fn inline_slack(line: &str) -> String {
     out
 }
 
+/// Markdown to Telegram's HTML `parse_mode`: `&`, `<`, `>` escaped; `**bold**` → `<b>`,
+/// `~~s~~` → `<s>`, `` `code` `` → `<code>`, fenced blocks → `<pre>`, `[text](url)` →
+/// `<a href>` (http and https only), `# Heading` → `<b>`. Every tag opened is closed (Telegram
+/// refuses the whole message otherwise), also a fence left open at the end.
+pub fn telegram_html(markdown: &str) -> String {
+    let mut out = String::with_capacity(markdown.len() + 16);
+    let mut in_fence = false;
+    let mut first = true;
+    for line in markdown.split('\n') {
+        let fence = line.trim_start().starts_with("```");
+        if fence {
+            if in_fence {
+                out.push_str("</pre>");
+            } else {
+                if !first {
+                    out.push('\n');
+                }
+                out.push_str("<pre>");
+            }
+            in_fence = !in_fence;
+            first = false;
+            continue;
+        }
+        // A line break between lines, except right after `<pre>`.
+        let at_block_start = in_fence && out.ends_with("<pre>");
+        if !first && !at_block_start {
+            out.push('\n');
+        }
+        first = false;
+        if in_fence {
+            out.push_str(&escape_html(line));
+            continue;
+        }
+        let trimmed = line.trim_start();
+        let heading = trimmed.trim_start_matches('#');
+        if trimmed.starts_with('#')
+            && heading.starts_with(' ')
+            && trimmed.len() - heading.len() <= 6
+        {
+            out.push_str("<b>");
+            out.push_str(&inline_html(heading.trim()));
+            out.push_str("</b>");
+        } else {
+            out.push_str(&inline_html(line));
+        }
+    }
+    if in_fence {
+        out.push_str("</pre>");
+    }
+    out
+}
+
+fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn inline_html(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('`')
+            && let Some(end) = after.find('`')
+        {
+            out.push_str(&format!("<code>{}</code>", escape_html(&after[..end])));
+            rest = &after[end + 1..];
+        } else if let Some(after) = rest.strip_prefix("**")
+            && let Some(end) = after.find("**")
+            && end > 0
+        {
+            out.push_str(&format!("<b>{}</b>", inline_html(&after[..end])));
+            rest = &after[end + 2..];
+        } else if let Some(after) = rest.strip_prefix("~~")
+            && let Some(end) = after.find("~~")
+            && end > 0
+        {
+            out.push_str(&format!("<s>{}</s>", inline_html(&after[..end])));
+            rest = &after[end + 2..];
+        } else if let Some(after) = rest.strip_prefix('[')
+            && let Some(close) = after.find("](")
+            && let Some(end) = after[close + 2..].find(')')
+        {
+            let label = &after[..close];
+            let url = &after[close + 2..close + 2 + end];
+            if url.starts_with("http://") || url.starts_with("https://") {
+                out.push_str(&format!(
+                    "<a href=\"{}\">{}</a>",
+                    escape_html(url),
+                    escape_html(label)
+                ));
+            } else {
+                out.push_str(&escape_html(&rest[..close + 3 + end + 1]));
+            }
+            rest = &after[close + 2 + end + 1..];
+        } else {
+            let c = rest.chars().next().unwrap_or_default();
+            out.push_str(&escape_html(&c.to_string()));
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// The reply `markdown` as `platform` shows it: in its dialect (Slack mrkdwn, Telegram HTML;
+/// Discord and generic take markdown as it is: Discord's pings are turned off by the request's
+/// `allowed_mentions`), in pieces within its length limit. Pieces are cut before conversion,
+/// so no tag or link is ever split; when escaping makes a piece too long the cut is redone
+/// shorter.
+pub fn render(platform: super::Platform, markdown: &str) -> Vec<String> {
+    use super::Platform;
+    let (max, convert): (usize, fn(&str) -> String) = match platform {
+        Platform::Slack => (SLACK_MAX_CHARS, slack_mrkdwn),
+        Platform::Telegram => (TELEGRAM_MAX_CHARS, telegram_html),
+        Platform::Discord => (DISCORD_MAX_CHARS, str::to_string),
+        Platform::Generic => (GENERIC_MAX_CHARS, str::to_string),
+    };
+    let mut limit = max;
+    loop {
+        let pieces: Vec<String> = chunk(markdown, limit).iter().map(|p| convert(p)).collect();
+        // Escaping at most quintuples a character (`"` → `&quot;` is six, `>` → `&gt;` four):
+        // a fifth of the limit always fits.
+        if pieces.iter().all(|p| p.chars().count() <= max) || limit <= max / 6 {
+            return pieces;
+        }
+        limit = (limit * 3 / 4).max(max / 6);
+    }
+}
+
+/// The reply as one piece of `platform`'s dialect, cut to its limit (approval requests,
+/// progress lines, notes).
+pub fn render_one(platform: super::Platform, markdown: &str) -> String {
+    let mut pieces = render(platform, markdown);
+    match pieces.len() {
+        0 => String::new(),
+        1 => pieces.remove(0),
+        _ => format!("{}\n…", pieces.remove(0)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +346,101 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(slack_mrkdwn(input), want, "{input}");
         }
+    }
+
+    #[test]
+    fn telegram_dialect() {
+        let cases = [
+            ("plain", "plain"),
+            (
+                "a < b && c > \"d\"",
+                "a &lt; b &amp;&amp; c &gt; &quot;d&quot;",
+            ),
+            ("**bold** and ~~gone~~", "<b>bold</b> and <s>gone</s>"),
+            (
+                "see [docs](https://x.example/a?b=1&c=2)",
+                "see <a href=\"https://x.example/a?b=1&amp;c=2\">docs</a>",
+            ),
+            ("[x](javascript:alert(1))", "[x](javascript:alert(1))"),
+            ("# Title\n## Sub", "<b>Title</b>\n<b>Sub</b>"),
+            ("`<b>` **x**", "<code>&lt;b&gt;</code> <b>x</b>"),
+            (
+                "```\n**not bold** <x>\n```",
+                "<pre>**not bold** &lt;x&gt;</pre>",
+            ),
+            ("a\n```rust\nlet x;\n```\nb", "a\n<pre>let x;</pre>\nb"),
+            // A fence left open (a piece cut inside a block) is closed.
+            ("```\nopen", "<pre>open</pre>"),
+            ("**unclosed", "**unclosed"),
+            ("#hashtag", "#hashtag"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(telegram_html(input), want, "{input}");
+        }
+    }
+
+    /// Whether every tag of Telegram HTML is closed in order (Telegram refuses the message
+    /// otherwise).
+    fn balanced(html: &str) -> bool {
+        let mut open: Vec<&str> = Vec::new();
+        let mut rest = html;
+        while let Some(i) = rest.find('<') {
+            let Some(end) = rest[i..].find('>') else {
+                return false;
+            };
+            let tag = &rest[i + 1..i + end];
+            rest = &rest[i + end + 1..];
+            if let Some(name) = tag.strip_prefix('/') {
+                if open.pop() != Some(name) {
+                    return false;
+                }
+            } else {
+                open.push(tag.split(' ').next().unwrap_or_default());
+            }
+        }
+        open.is_empty()
+    }
+
+    #[test]
+    fn rendered_pieces_fit_every_platform_and_keep_tags_whole() {
+        use crate::channels::Platform;
+        let inputs = [
+            "<&>\"".repeat(3_000),
+            "**bold words** and `code` ".repeat(500),
+            format!("```\n{}\n```", "line <x>\n".repeat(1_500)),
+            "[a](https://e.example/?q=1&r=2) ".repeat(400),
+            "short".to_string(),
+            String::new(),
+        ];
+        for platform in [
+            Platform::Slack,
+            Platform::Telegram,
+            Platform::Discord,
+            Platform::Generic,
+        ] {
+            let max = match platform {
+                Platform::Slack => SLACK_MAX_CHARS,
+                Platform::Telegram => TELEGRAM_MAX_CHARS,
+                Platform::Discord => DISCORD_MAX_CHARS,
+                Platform::Generic => GENERIC_MAX_CHARS,
+            };
+            for input in &inputs {
+                let pieces = render(platform, input);
+                assert_eq!(pieces.is_empty(), input.is_empty(), "{platform:?}");
+                assert!(pieces.len() <= MAX_CHUNKS);
+                for piece in &pieces {
+                    assert!(
+                        piece.chars().count() <= max,
+                        "{platform:?}: {}",
+                        piece.len()
+                    );
+                    if platform == Platform::Telegram {
+                        assert!(balanced(piece), "unbalanced: {piece}");
+                    }
+                }
+            }
+        }
+        assert_eq!(render(Platform::Telegram, "**hi**"), vec!["<b>hi</b>"]);
+        assert_eq!(render_one(Platform::Slack, "**hi**"), "*hi*");
     }
 }

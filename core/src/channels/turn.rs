@@ -17,6 +17,9 @@ pub struct Scan {
     pub failed: bool,
     /// The newest cursor seen.
     pub through: u64,
+    /// How many tool calls the progress message shows (0: none posted yet).
+    #[serde(default)]
+    pub progress_shown: usize,
 }
 
 /// Folds `entries` (oldest first) into `scan`.
@@ -91,6 +94,24 @@ pub fn progress_text(tool_calls: &[String]) -> String {
             let last = &calls[calls.len() - 1];
             format!("Working… {} tool call(s), latest: {last}", calls.len())
         }
+    }
+}
+
+/// The progress line once the turn is over.
+pub fn progress_done_text(tool_calls: usize) -> String {
+    format!("Done: {tool_calls} tool call(s).")
+}
+
+/// The answer to a status command.
+pub fn status_line(session: &str, status: Status, queued: usize) -> String {
+    let state = match status {
+        Status::Running => "running a turn",
+        Status::Stopped => "stopped",
+        Status::Idle => "idle",
+    };
+    match queued {
+        0 => format!("Session {session}: {state}."),
+        n => format!("Session {session}: {state}, {n} message(s) queued."),
     }
 }
 
@@ -200,5 +221,16 @@ mod tests {
         assert_eq!(poll_interval_ms(59_999), 1_000);
         assert_eq!(poll_interval_ms(60_000), 5_000);
         assert_eq!(poll_interval_ms(MAX_WATCH_MS), 30_000);
+        assert_eq!(status_line("S", Status::Idle, 0), "Session S: idle.");
+        assert_eq!(
+            status_line("S", Status::Running, 2),
+            "Session S: running a turn, 2 message(s) queued."
+        );
+        // Watches stored before progress existed still read.
+        let old: Scan = serde_json::from_str(
+            r#"{"lastText":null,"approvals":[],"toolCalls":[],"failed":false,"through":4}"#,
+        )
+        .unwrap();
+        assert_eq!((old.through, old.progress_shown), (4, 0));
     }
 }

@@ -26,8 +26,9 @@ use wuhu_core::channels::seal::NONCE_BYTES;
 use wuhu_core::channels::turn::{self, Scan};
 use wuhu_core::channels::verify::{self, VerifyError};
 use wuhu_core::channels::{
-    self, ChannelBinding, CreateChannelRequest, Credentials, Inbound, PatchChannelRequest,
-    Platform, ReplyTarget, slack, text,
+    self, ApprovalClick, ChannelBinding, Command, CommandKind, CreateChannelRequest, Credentials,
+    Delivery, HookOutcome, Inbound, PatchChannelRequest, Platform, ReplyTarget, discord, generic,
+    slack, telegram, text,
 };
 use wuhu_core::wire::{EnqueueResponse, GetSessionResponse, SessionInfo};
 
@@ -97,6 +98,19 @@ struct OutboxRow {
     seq: f64,
     body: String,
     attempts: f64,
+    due: f64,
+}
+
+#[derive(Deserialize)]
+struct RefRow {
+    #[serde(rename = "ref")]
+    r#ref: String,
+}
+
+#[derive(Deserialize)]
+struct ApprovalRow {
+    session: String,
+    target: String,
 }
 
 #[derive(Deserialize)]
@@ -122,7 +136,11 @@ impl DurableObject for ChannelActor {
             "CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at INTEGER NOT NULL)",
             "CREATE TABLE IF NOT EXISTS threads (key TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, replied INTEGER NOT NULL, used_at INTEGER NOT NULL)",
             "CREATE TABLE IF NOT EXISTS watches (session TEXT PRIMARY KEY, thread TEXT NOT NULL, target TEXT NOT NULL, author TEXT NOT NULL, scan TEXT NOT NULL, started INTEGER NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, body TEXT NOT NULL, attempts INTEGER NOT NULL, due INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0)",
+            "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, body TEXT NOT NULL, attempts INTEGER NOT NULL, due INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0, ref TEXT)",
+            // Approval requests this binding posted: a click names only the approval.
+            // Outboxes made before edits were tracked (fails harmlessly once the column exists).
+            "ALTER TABLE outbox ADD COLUMN ref TEXT",
+            "CREATE TABLE IF NOT EXISTS approvals (approval_id TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, at INTEGER NOT NULL)",
         ] {
             let _ = sql.exec(ddl, None);
         }
@@ -199,7 +217,14 @@ impl ChannelActor {
                 self.binding_patch(&body)
             }
             (Method::Post, "/binding/delete") => {
-                for table in ["binding", "seen", "threads", "watches", "outbox"] {
+                for table in [
+                    "binding",
+                    "seen",
+                    "threads",
+                    "watches",
+                    "outbox",
+                    "approvals",
+                ] {
                     self.sql
                         .exec(&format!("DELETE FROM {table}"), None)
                         .map_err(sql_err)?;
@@ -420,7 +445,8 @@ impl ChannelActor {
             return Err(refused());
         }
         let header = |name: &str| req.headers().get(name).ok().flatten();
-        match &credentials {
+        let unauthorized = |e: VerifyError| ApiError::unauthorized(e.to_string());
+        let delivery = match &credentials {
             Credentials::Slack { signing_secret, .. } => {
                 verify::slack(
                     signing_secret,
@@ -429,29 +455,91 @@ impl ChannelActor {
                     body,
                     now_secs(),
                 )
-                .map_err(|e: VerifyError| ApiError::unauthorized(e.to_string()))?;
+                .map_err(unauthorized)?;
                 let content_type = header("content-type").unwrap_or_default();
-                let delivery = slack::parse(&content_type, body).map_err(ApiError::bad_request)?;
-                match delivery {
-                    slack::Delivery::UrlVerification { challenge } => {
-                        Ok(json_response(200, &json!({ "challenge": challenge })))
-                    }
-                    slack::Delivery::Ignored(why) => {
-                        Ok(json_response(200, &json!({"ok": true, "ignored": why})))
-                    }
-                    slack::Delivery::Message(inbound) => self.message(&binding, inbound).await,
-                    slack::Delivery::Approval(click) => self.click(&binding, click).await,
-                }
+                slack::parse(&content_type, body)
             }
-            _ => Err(ApiError::new(
-                501,
-                "not_implemented",
-                format!(
-                    "{} hooks are not implemented yet",
-                    binding.platform.as_str()
-                ),
-            )),
+            Credentials::Telegram { secret_token, .. } => {
+                verify::telegram(
+                    secret_token,
+                    header("x-telegram-bot-api-secret-token").as_deref(),
+                )
+                .map_err(unauthorized)?;
+                telegram::parse(body)
+            }
+            Credentials::Discord { public_key, .. } => {
+                verify::discord(
+                    public_key,
+                    header("x-signature-timestamp").as_deref(),
+                    header("x-signature-ed25519").as_deref(),
+                    body,
+                    now_secs(),
+                )
+                .map_err(unauthorized)?;
+                discord::parse(body)
+            }
+            Credentials::Generic { secret, .. } => {
+                let signature = header("x-wuhu-signature");
+                verify::generic(
+                    secret,
+                    header("x-wuhu-timestamp").as_deref(),
+                    signature.as_deref(),
+                    body,
+                    now_secs(),
+                )
+                .map_err(unauthorized)?;
+                generic::parse(body, signature.as_deref().unwrap_or_default())
+            }
         }
+        .map_err(ApiError::bad_request)?;
+        let outcome = match delivery {
+            Delivery::Answer(answer) => return Ok(json_response(200, &answer)),
+            Delivery::Ignored(why) => HookOutcome::Ignored(why.to_string()),
+            Delivery::Message(inbound) => self.message(&binding, inbound).await?,
+            Delivery::Command(command) => self.command(&binding, command).await?,
+            Delivery::Approval(click) => self.click(&binding, click).await?,
+        };
+        Ok(json_response(
+            200,
+            &channels::hook_answer(binding.platform, &outcome),
+        ))
+    }
+
+    /// Tells the person how a command or click went: as the hook's answer on platforms that
+    /// answer inline (the returned outcome), else posted to `target` (and, for a Telegram
+    /// click, as the clicker's notice).
+    async fn note(
+        &self,
+        binding: &ChannelBinding,
+        key: &str,
+        target: Option<ReplyTarget>,
+        callback: Option<&str>,
+        ok: bool,
+        line: String,
+    ) -> ApiResult<HookOutcome> {
+        if !channels::answers_inline(binding.platform) {
+            if let (Some(callback), Some(target)) = (callback, &target) {
+                self.queue(
+                    &format!("ack:{key}"),
+                    &Outbound::CallbackAnswer {
+                        target: target.clone(),
+                        callback_id: callback.to_string(),
+                        text: line.chars().take(200).collect(),
+                    },
+                )?;
+            }
+            if let Some(target) = target {
+                self.queue(
+                    &format!("note:{key}"),
+                    &Outbound::text(
+                        target.thread_only(),
+                        text::render_one(binding.platform, &line),
+                    ),
+                )?;
+            }
+            self.arm_by(now_ms() + 50).await;
+        }
+        Ok(HookOutcome::Note { ok, text: line })
     }
 
     /// Records the delivery's keys; false when any was seen before (a retry or a replay).
@@ -512,12 +600,12 @@ impl ChannelActor {
         Ok(rows.into_iter().next())
     }
 
-    async fn message(&self, binding: &ChannelBinding, inbound: Inbound) -> ApiResult<Response> {
+    async fn message(&self, binding: &ChannelBinding, inbound: Inbound) -> ApiResult<HookOutcome> {
         if !self.first_delivery(&inbound.dedupe_keys)? {
-            return Ok(json_response(200, &json!({"ok": true, "duplicate": true})));
+            return Ok(HookOutcome::Duplicate);
         }
-        match self.deliver(binding, &inbound).await {
-            Ok(response) => Ok(response),
+        match self.deliver(binding, &inbound, None).await {
+            Ok(outcome) => Ok(outcome),
             Err(e) => {
                 // Not enqueued: the platform's retry must get another chance.
                 self.forget_delivery(&inbound.dedupe_keys);
@@ -526,15 +614,20 @@ impl ChannelActor {
         }
     }
 
-    async fn deliver(&self, binding: &ChannelBinding, inbound: &Inbound) -> ApiResult<Response> {
+    /// Enqueues a message in its thread's session (created on a first message that may start
+    /// one) on `lane`, or the binding's lane, and watches the session for the answer.
+    async fn deliver(
+        &self,
+        binding: &ChannelBinding,
+        inbound: &Inbound,
+        lane: Option<&str>,
+    ) -> ApiResult<HookOutcome> {
         let author = channels::platform_identity(binding.platform, &inbound.user);
-        let target = to_json(&inbound.reply_to)?;
         let (session, replied) = match self.thread(&inbound.thread_key)? {
             Some(row) => (row.session, row.replied as u64),
             None if !inbound.may_start => {
-                return Ok(json_response(
-                    200,
-                    &json!({"ok": true, "ignored": "not a mention in an unbound thread"}),
+                return Ok(HookOutcome::Ignored(
+                    "not a mention in an unbound thread".into(),
                 ));
             }
             None => {
@@ -545,7 +638,7 @@ impl ChannelActor {
                         vec![
                             inbound.thread_key.clone().into(),
                             info.id.clone().into(),
-                            target.clone().into(),
+                            to_json(&inbound.reply_to.thread_only())?.into(),
                             (info.last_cursor as i64).into(),
                             (now_ms() as i64).into(),
                         ],
@@ -558,19 +651,13 @@ impl ChannelActor {
                 (info.id, info.last_cursor)
             }
         };
-        let lane = match channels::lane_for(&binding.options) {
+        let lane = lane.unwrap_or(match channels::lane_for(&binding.options) {
             wuhu_core::wire::Lane::Steer => "steer",
             _ => "followUp",
-        };
-        let request = internal::post_request(
-            "session",
-            &format!("/enqueue?lane={lane}"),
-            &binding.tenant,
-            &author,
-            &json!({ "content": inbound.text }),
-        )?;
-        let stub = crate::session_client::stub(&self.env, &binding.tenant, &session)?;
-        let queued: EnqueueResponse = internal::send(&stub, request).await?;
+        });
+        let queued = self
+            .enqueue(binding, &session, &author, lane, &inbound.text)
+            .await?;
         self.sql
             .exec(
                 "UPDATE threads SET used_at = ? WHERE key = ?",
@@ -581,24 +668,151 @@ impl ChannelActor {
             through: replied,
             ..Scan::default()
         };
-        self.sql
+        let watched = self
+            .sql
             .exec(
                 "INSERT OR IGNORE INTO watches (session, thread, target, author, scan, started) VALUES (?, ?, ?, ?, ?, ?)",
                 vec![
                     session.clone().into(),
                     inbound.thread_key.clone().into(),
-                    target.into(),
+                    to_json(&inbound.reply_to)?.into(),
                     author.into(),
                     to_json(&scan)?.into(),
                     (now_ms() as i64).into(),
                 ],
             )
-            .map_err(sql_err)?;
+            .map_err(sql_err)?
+            .rows_written();
+        if watched == 0 && inbound.reply_to != inbound.reply_to.thread_only() {
+            // A turn is already watched and answers through an earlier interaction: this one's
+            // deferred response is resolved now (Discord shows an error if it never is).
+            self.queue(
+                &format!("joined:{}", inbound.dedupe_keys.join(" ")),
+                &Outbound::text(
+                    inbound.reply_to.clone(),
+                    text::render_one(
+                        binding.platform,
+                        "Added to the conversation; the answer follows in this channel.",
+                    ),
+                ),
+            )?;
+        }
         self.arm_by(now_ms() + 200).await;
-        Ok(json_response(
-            200,
-            &json!({"ok": true, "session": session, "queued": queued.id}),
-        ))
+        Ok(HookOutcome::Queued {
+            session,
+            queued: queued.id,
+        })
+    }
+
+    async fn enqueue(
+        &self,
+        binding: &ChannelBinding,
+        session: &str,
+        author: &str,
+        lane: &str,
+        content: &str,
+    ) -> ApiResult<EnqueueResponse> {
+        let request = internal::post_request(
+            "session",
+            &format!("/enqueue?lane={lane}"),
+            &binding.tenant,
+            author,
+            &json!({ "content": content }),
+        )?;
+        let stub = crate::session_client::stub(&self.env, &binding.tenant, session)?;
+        internal::send(&stub, request).await
+    }
+
+    /// A native command: stop, new, status, steer.
+    async fn command(&self, binding: &ChannelBinding, command: Command) -> ApiResult<HookOutcome> {
+        if !self.first_delivery(&command.dedupe_keys)? {
+            return Ok(HookOutcome::Duplicate);
+        }
+        let who = channels::platform_identity(binding.platform, &command.user);
+        let key = command.dedupe_keys.join(" ");
+        let Some(thread) = self.thread(&command.thread_key)? else {
+            let line = match command.kind {
+                CommandKind::New => "The next message starts a new session.",
+                _ => "No session in this thread yet: mention me to start one.",
+            };
+            return self
+                .note(
+                    binding,
+                    &key,
+                    Some(command.reply_to),
+                    None,
+                    true,
+                    line.into(),
+                )
+                .await;
+        };
+        let stub = crate::session_client::stub(&self.env, &binding.tenant, &thread.session)?;
+        let (ok, line) = match &command.kind {
+            CommandKind::Stop => {
+                let request =
+                    internal::post_request("session", "/stop", &binding.tenant, &who, &json!({}))?;
+                match internal::send::<Value>(&stub, request).await {
+                    Ok(_) => (true, format!("{who} stopped the turn.")),
+                    Err(e) => (false, format!("{who} could not stop: {}", e.message)),
+                }
+            }
+            CommandKind::New => {
+                // The session stays (readable in Wuhu); the thread forgets it.
+                for sql in [
+                    "DELETE FROM threads WHERE key = ?",
+                    "DELETE FROM watches WHERE thread = ?",
+                ] {
+                    self.sql
+                        .exec(sql, vec![command.thread_key.clone().into()])
+                        .map_err(sql_err)?;
+                }
+                (true, "The next message starts a new session.".to_string())
+            }
+            CommandKind::Status => {
+                let viewer = Identity {
+                    sub: who.clone(),
+                    tenant: binding.tenant.clone(),
+                    role: Role::Member,
+                    runner_kind: None,
+                };
+                match crate::session_client::transcript(
+                    &self.env,
+                    &viewer,
+                    &thread.session,
+                    thread.replied as u64,
+                    1,
+                )
+                .await
+                {
+                    Ok(page) => (
+                        true,
+                        turn::status_line(&thread.session, page.session.status, page.queue.len()),
+                    ),
+                    Err(e) => (
+                        false,
+                        format!("{who} cannot see the session: {}", e.message),
+                    ),
+                }
+            }
+            CommandKind::Steer(content) => {
+                // Watched like a message (an idle session starts a turn on it); the answer goes
+                // to the thread, not to this command's own response.
+                let inbound = Inbound {
+                    dedupe_keys: command.dedupe_keys.clone(),
+                    thread_key: command.thread_key.clone(),
+                    reply_to: command.reply_to.thread_only(),
+                    user: command.user.clone(),
+                    text: content.clone(),
+                    may_start: false,
+                };
+                match self.deliver(binding, &inbound, Some("steer")).await {
+                    Ok(_) => (true, format!("{who} steered the turn.")),
+                    Err(e) => (false, format!("{who} could not steer: {}", e.message)),
+                }
+            }
+        };
+        self.note(binding, &key, Some(command.reply_to), None, ok, line)
+            .await
     }
 
     /// A session for a new thread: the binding's defaults, created by the first author, open to
@@ -654,28 +868,46 @@ impl ChannelActor {
     async fn click(
         &self,
         binding: &ChannelBinding,
-        click: slack::ApprovalClick,
-    ) -> ApiResult<Response> {
+        click: ApprovalClick,
+    ) -> ApiResult<HookOutcome> {
         if !self.first_delivery(std::slice::from_ref(&click.dedupe_key))? {
-            return Ok(json_response(200, &json!({"ok": true, "duplicate": true})));
+            return Ok(HookOutcome::Duplicate);
         }
-        // Only sessions of this binding's threads take clicks through it.
-        let rows: Vec<BodyRow> = self
+        // Only approvals this binding posted (or, for Slack buttons posted before the binding
+        // kept a list, sessions of its threads) take clicks through it.
+        let posted: Vec<ApprovalRow> = self
             .sql
             .exec(
-                "SELECT target AS body FROM threads WHERE session = ? LIMIT 1",
-                vec![click.session.clone().into()],
+                "SELECT session, target FROM approvals WHERE approval_id = ?",
+                vec![click.approval_id.clone().into()],
             )
             .map_err(sql_err)?
             .to_array()
             .map_err(sql_err)?;
-        let Some(row) = rows.into_iter().next() else {
-            return Ok(json_response(
-                200,
-                &json!({"ok": false, "ignored": "not a session of this channel"}),
+        let found = match posted.into_iter().next() {
+            Some(row) => Some((row.session, row.target)),
+            None => match &click.session {
+                Some(session) => self
+                    .sql
+                    .exec(
+                        "SELECT target AS body FROM threads WHERE session = ? LIMIT 1",
+                        vec![session.clone().into()],
+                    )
+                    .map_err(sql_err)?
+                    .to_array::<BodyRow>()
+                    .map_err(sql_err)?
+                    .into_iter()
+                    .next()
+                    .map(|row| (session.clone(), row.body)),
+                None => None,
+            },
+        };
+        let Some((session, target)) = found else {
+            return Ok(HookOutcome::Ignored(
+                "not an approval of this channel".into(),
             ));
         };
-        let target: ReplyTarget = from_json(&row.body)?;
+        let target: ReplyTarget = from_json(&target)?;
         let who = channels::platform_identity(binding.platform, &click.user);
         let request = internal::post_request(
             "session",
@@ -684,22 +916,21 @@ impl ChannelActor {
             &who,
             &json!({"decision": click.decision}),
         )?;
-        let stub = crate::session_client::stub(&self.env, &binding.tenant, &click.session)?;
+        let stub = crate::session_client::stub(&self.env, &binding.tenant, &session)?;
         let result: ApiResult<Value> = internal::send(&stub, request).await;
         let (ok, line) = match &result {
             Ok(_) => (true, format!("{who} answered: {}", click.decision)),
             Err(e) => (false, format!("{who} could not answer: {}", e.message)),
         };
-        self.queue(
+        self.note(
+            binding,
             &format!("click:{}", click.dedupe_key),
-            &Outbound::Text {
-                target,
-                text: text::slack_mrkdwn(&line),
-                edit: None,
-            },
-        )?;
-        self.arm_by(now_ms() + 50).await;
-        Ok(json_response(200, &json!({"ok": ok})))
+            Some(target),
+            click.callback.as_deref(),
+            ok,
+            line,
+        )
+        .await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -793,29 +1024,84 @@ impl ChannelActor {
             if known.contains(id) {
                 continue;
             }
+            self.sql
+                .exec(
+                    "INSERT OR IGNORE INTO approvals (approval_id, session, target, at) VALUES (?, ?, ?, ?)",
+                    vec![
+                        id.clone().into(),
+                        watch.session.clone().into(),
+                        to_json(&target.thread_only())?.into(),
+                        (now_ms() as i64).into(),
+                    ],
+                )
+                .map_err(sql_err)?;
+            let _ = self.sql.exec(
+                "DELETE FROM approvals WHERE approval_id IN (SELECT approval_id FROM approvals ORDER BY at DESC LIMIT -1 OFFSET ?)",
+                vec![(channels::MAX_THREADS as i64).into()],
+            );
             self.queue(
                 &format!("approval:{id}"),
                 &Outbound::Approval {
-                    target: target.clone(),
+                    target: target.thread_only(),
                     session: watch.session.clone(),
                     approval_id: id.clone(),
-                    text: text::slack_mrkdwn(request),
+                    text: text::render_one(binding.platform, request),
                 },
             )?;
         }
         let over =
             page.next_cursor.is_none() && turn::turn_over(page.session.status, page.queue.len());
+        // The progress line: posted at the first tool call, edited as more come, closed when
+        // the turn is over (on Discord it is the interaction's response, which the reply
+        // replaces).
+        let progress_key = format!("progress:{}:{}", watch.session, watch.started as u64);
+        let progress_edit = |line: String| Outbound::Text {
+            target: target.clone(),
+            text: text::render_one(binding.platform, &line),
+            edit: None,
+            edit_of: Some(progress_key.clone()),
+        };
+        if binding.options.progress && scan.tool_calls.len() > scan.progress_shown {
+            let line = turn::progress_text(&scan.tool_calls);
+            if scan.progress_shown == 0 {
+                self.queue(
+                    &progress_key,
+                    &Outbound::text(target.clone(), text::render_one(binding.platform, &line)),
+                )?;
+            } else if !over {
+                self.queue(
+                    &format!("{progress_key}:{}", scan.tool_calls.len()),
+                    &progress_edit(line),
+                )?;
+            }
+            scan.progress_shown = scan.tool_calls.len();
+        }
         if over {
-            if let Some(reply) = turn::reply(&scan, page.session.status) {
-                let pieces = text::chunk(&text::slack_mrkdwn(&reply), text::SLACK_MAX_CHARS);
-                for (i, piece) in pieces.into_iter().enumerate() {
+            let interaction = target != target.thread_only();
+            if scan.progress_shown > 0 && !interaction {
+                self.queue(
+                    &format!("{progress_key}:done"),
+                    &progress_edit(turn::progress_done_text(scan.tool_calls.len())),
+                )?;
+            }
+            // A Discord interaction waits for an answer even when the turn had no text.
+            let reply = turn::reply(&scan, page.session.status)
+                .or_else(|| interaction.then(|| "Done.".to_string()));
+            if let Some(reply) = reply {
+                for (i, piece) in text::render(binding.platform, &reply)
+                    .into_iter()
+                    .enumerate()
+                {
+                    // The first piece answers the interaction (Discord), the rest are
+                    // messages in the thread.
+                    let to = if i == 0 {
+                        target.clone()
+                    } else {
+                        target.thread_only()
+                    };
                     self.queue(
                         &format!("reply:{}:{}:{i}", watch.session, scan.through),
-                        &Outbound::Text {
-                            target: target.clone(),
-                            text: piece,
-                            edit: None,
-                        },
+                        &Outbound::text(to, piece),
                     )?;
                 }
             }
@@ -848,41 +1134,44 @@ impl ChannelActor {
         let rows: Vec<OutboxRow> = self
             .sql
             .exec(
-                "SELECT seq, body, attempts FROM outbox WHERE sent = 0 ORDER BY seq LIMIT 20",
+                "SELECT seq, body, attempts, due FROM outbox WHERE sent = 0 ORDER BY seq LIMIT 20",
                 None,
             )
             .map_err(sql_err)?
             .to_array()
             .map_err(sql_err)?;
         for row in rows {
-            let due: Vec<DueRow> = self
-                .sql
-                .exec("SELECT due FROM outbox WHERE seq = ?", vec![row.seq.into()])
-                .map_err(sql_err)?
-                .to_array()
-                .map_err(sql_err)?;
-            if due.first().is_some_and(|d| d.due as u64 > now_ms()) {
+            if row.due as u64 > now_ms() {
                 break;
             }
-            let message: Outbound = from_json(&row.body)?;
-            let attempt = post(binding, credentials, &message).await;
-            match attempt {
-                Attempt::Sent(_) => {
-                    self.sql
-                        .exec(
-                            "UPDATE outbox SET sent = ?, body = '' WHERE seq = ?",
-                            vec![(now_ms() as i64).into(), row.seq.into()],
-                        )
-                        .map_err(sql_err)?;
+            let mut message: Outbound = from_json(&row.body)?;
+            if let Outbound::Text { edit, edit_of, .. } = &mut message
+                && let Some(key) = edit_of.take()
+            {
+                // Messages post in order, so the one to edit went before; without a reference
+                // (refused, dropped, or a platform that gave none) there is nothing to edit.
+                let posted: Vec<RefRow> = self
+                    .sql
+                    .exec(
+                        "SELECT ref FROM outbox WHERE key = ? AND ref IS NOT NULL",
+                        vec![key.into()],
+                    )
+                    .map_err(sql_err)?
+                    .to_array()
+                    .map_err(sql_err)?;
+                match posted.into_iter().next() {
+                    Some(row) => *edit = Some(row.r#ref),
+                    None => {
+                        self.mark_sent(row.seq, None)?;
+                        continue;
+                    }
                 }
+            }
+            match post(binding, credentials, &message).await {
+                Attempt::Sent(reference) => self.mark_sent(row.seq, reference)?,
                 Attempt::Refused(why) => {
                     worker::console_error!("a channel message was refused: {why}; dropped");
-                    self.sql
-                        .exec(
-                            "UPDATE outbox SET sent = ?, body = '' WHERE seq = ?",
-                            vec![(now_ms() as i64).into(), row.seq.into()],
-                        )
-                        .map_err(sql_err)?;
+                    self.mark_sent(row.seq, None)?;
                 }
                 Attempt::Retry { retry_after_ms } => {
                     let attempts = row.attempts as u32 + 1;
@@ -904,12 +1193,7 @@ impl ChannelActor {
                             worker::console_error!(
                                 "a channel message failed {attempts} times; dropped"
                             );
-                            self.sql
-                                .exec(
-                                    "UPDATE outbox SET sent = ?, body = '' WHERE seq = ?",
-                                    vec![(now_ms() as i64).into(), row.seq.into()],
-                                )
-                                .map_err(sql_err)?;
+                            self.mark_sent(row.seq, None)?;
                         }
                     }
                 }
@@ -920,6 +1204,22 @@ impl ChannelActor {
             "DELETE FROM outbox WHERE sent > 0 AND sent < ?",
             vec![((now_ms() as i64) - channels::DEDUPE_TTL_SECS * 1000).into()],
         );
+        Ok(())
+    }
+
+    /// Done with an outbox row: its body (which may hold a Discord interaction token) goes,
+    /// its key stays as an idempotency key, with the platform's reference for later edits.
+    fn mark_sent(&self, seq: f64, reference: Option<String>) -> ApiResult<()> {
+        let reference: worker::SqlStorageValue = match reference {
+            Some(r) => r.into(),
+            None => worker::SqlStorageValue::Null,
+        };
+        self.sql
+            .exec(
+                "UPDATE outbox SET sent = ?, body = '', ref = ? WHERE seq = ?",
+                vec![(now_ms() as i64).into(), reference, seq.into()],
+            )
+            .map_err(sql_err)?;
         Ok(())
     }
 
@@ -967,23 +1267,17 @@ impl ChannelActor {
 
 /// One delivery attempt of `message`.
 async fn post(binding: &ChannelBinding, credentials: &Credentials, message: &Outbound) -> Attempt {
-    let call: HttpCall = match credentials {
-        Credentials::Slack { bot_token, .. } => {
-            slack::request(&binding.api_base_url, bot_token, message)
-        }
-        _ => {
-            return Attempt::Refused(format!(
-                "{} replies are not implemented",
-                binding.platform.as_str()
-            ));
-        }
-    };
+    let call: HttpCall = outbox::request(&binding.api_base_url, credentials, message, now_secs());
     let headers = Headers::new();
     for (name, value) in &call.headers {
         let _ = headers.set(name, value);
     }
+    let method = match call.method.as_str() {
+        "PATCH" => Method::Patch,
+        _ => Method::Post,
+    };
     let mut init = RequestInit::new();
-    init.with_method(Method::Post)
+    init.with_method(method)
         .with_headers(headers)
         .with_body(Some(wasm_bindgen::JsValue::from_str(&call.body)));
     let Ok(request) = Request::new_with_init(&call.url, &init) else {
@@ -999,22 +1293,8 @@ async fn post(binding: &ChannelBinding, credentials: &Credentials, message: &Out
     };
     let status = response.status_code();
     let retry_after = response.headers().get("retry-after").ok().flatten();
-    match outbox::classify(status, retry_after.as_deref()) {
-        Attempt::Sent(_) => {
-            let body: Value = response.json().await.unwrap_or(Value::Null);
-            match binding.platform {
-                Platform::Slack => match slack::answer(&body) {
-                    Ok(reference) => Attempt::Sent(reference),
-                    Err(error) if error == "ratelimited" => Attempt::Retry {
-                        retry_after_ms: None,
-                    },
-                    Err(error) => Attempt::Refused(format!("slack: {error}")),
-                },
-                _ => Attempt::Sent(None),
-            }
-        }
-        other => other,
-    }
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    outbox::read_answer(binding.platform, status, retry_after.as_deref(), &body)
 }
 
 /// A binding's view for a reader of `req` (the webhook URL on the public origin).
