@@ -53,6 +53,8 @@ enum Auth {
 /// format for what people do (write, click).
 struct World {
     platform: Platform,
+    /// The Worker's origin (a stack of its own in the restart test).
+    base: String,
     admin: Api,
     id: String,
     /// Slack signing secret, Telegram secret token, generic secret (Discord signs with a key).
@@ -72,6 +74,11 @@ impl World {
 
     /// A binding of `platform` for `admin`'s tenant with `options`.
     fn in_tenant(platform: Platform, admin: Api, options: Value) -> World {
+        World::on_stack(stack(), platform, admin, options)
+    }
+
+    /// A binding on `stack`.
+    fn on_stack(stack: &Stack, platform: Platform, admin: Api, options: Value) -> World {
         let secret = random_hex(16);
         let (fake, credentials, discord_key) = match platform {
             Platform::Slack => (
@@ -112,6 +119,7 @@ impl World {
         let id = response.json()["id"].as_str().unwrap().to_string();
         World {
             platform,
+            base: stack.base_url(),
             admin,
             id,
             secret,
@@ -139,7 +147,7 @@ impl World {
         } else {
             self.secret.as_str()
         };
-        let url = stack().url(&format!("/hooks/{}/{id}", platform.as_str()));
+        let url = format!("{}/hooks/{}/{id}", self.base, platform.as_str());
         let mut request = Request::new("POST", url).body(body.to_vec());
         let headers: Vec<(&str, String)> = match self.platform {
             Platform::Slack => vec![
@@ -682,7 +690,7 @@ fn bad_signatures_are_refused_and_replays_are_enqueued_once() {
         for (i, (body, headers)) in deliveries.iter().enumerate() {
             let mut request = Request::new(
                 "POST",
-                stack.url(&format!("/hooks/{}/{}", platform.as_str(), world.id)),
+                format!("{}/hooks/{}/{}", world.base, platform.as_str(), world.id),
             );
             for (name, value) in headers {
                 request = request.header(name, value.clone());
@@ -924,5 +932,98 @@ fn native_commands_status_steer_stop_and_new() {
             .fake
             .wait_for_text("the new session's reply", TURN, |t| t == "echo: again");
         assert_eq!(world.sessions().len(), 2, "{platform:?}");
+    }
+}
+
+/// With `progress` on, a turn with tool calls shows one progress message, edited when the
+/// turn ends (on Discord the deferred response, which the reply replaces); the reply follows.
+#[test]
+fn progress_is_one_message_edited_while_the_turn_runs() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let directive = json!({"toolCalls": [{"name": "no_such_tool_a"}, {"name": "no_such_tool_b"}],
+        "afterTools": "finished", "delayMs": 300});
+    for platform in PLATFORMS {
+        let tenant = unique_name("chan-progress");
+        let world = World::in_tenant(
+            platform,
+            stack.admin_client("root", &tenant),
+            json!({"progress": true}),
+        );
+        world.say(1, 70, &format!("@fake {directive}"));
+        let posts = world
+            .fake
+            .wait_for_text("the reply", TURN, |t| t == "finished");
+        let session = world.only_session();
+        world.admin.wait_idle(&session, TURN);
+        std::thread::sleep(Duration::from_millis(1500));
+        let posts_now = world.fake.posts();
+        assert_eq!(posts_now.len(), posts.len(), "{platform:?}: {posts_now:?}");
+        let texts: Vec<&str> = posts.iter().map(ChatCall::text).collect();
+        let working = "Working… 2 tool call(s), latest: no_such_tool_b";
+        if platform == Platform::Discord {
+            assert_eq!(texts, vec![working, "finished"], "{posts:?}");
+            assert!(
+                posts
+                    .iter()
+                    .all(|p| p.method.starts_with("PATCH webhooks/app1/tok-")),
+                "{posts:?}"
+            );
+            continue;
+        }
+        assert_eq!(
+            texts,
+            vec![working, "Done: 2 tool call(s).", "finished"],
+            "{platform:?}: {posts:?}"
+        );
+        let flags: Vec<bool> = posts.iter().map(ChatCall::is_edit).collect();
+        assert_eq!(flags, vec![false, true, false], "{platform:?}: {posts:?}");
+        // The edit names the progress message.
+        let edited = match platform {
+            Platform::Slack => posts[1].body["ts"].as_str().map(str::to_string),
+            Platform::Telegram => Some(posts[1].body["message_id"].to_string()),
+            _ => posts[1].body["replaces"].as_str().map(str::to_string),
+        };
+        assert_eq!(edited, posts[0].ts, "{platform:?}: {posts:?}");
+    }
+}
+
+/// Wrangler killed after the turn ended and before its reply could be posted (the platform
+/// answered 429 with a long Retry-After): after the restart the reply is posted, once. Own
+/// stack: it is killed.
+#[test]
+fn a_reply_pending_at_a_crash_is_posted_once_after_restart() {
+    let mut stack = Stack::start_with(StackOptions {
+        fake_delay_ms: Some(0),
+        ..StackOptions::default()
+    });
+    let tenant = unique_name("chan-crash");
+    let admin = stack.admin_client("root", &tenant);
+    let worlds: Vec<World> = PLATFORMS
+        .iter()
+        .map(|platform| World::on_stack(&stack, *platform, admin.clone(), json!({})))
+        .collect();
+    for world in &worlds {
+        world.fake.fail_next(vec![FakeChat::rate_limited(4)]);
+        world.say(1, 80, "survive this");
+    }
+    for world in &worlds {
+        wait_for("the refused first try", TURN, || {
+            (!world.fake.calls().is_empty()).then_some(())
+        });
+    }
+    stack.restart_killed();
+    for world in &worlds {
+        let posts = world
+            .fake
+            .wait_for_text("the reply after the restart", TURN, |t| {
+                t == "echo: survive this"
+            });
+        assert_eq!(posts.len(), 1, "{:?}: {posts:?}", world.platform);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    for world in &worlds {
+        assert_eq!(world.fake.posts().len(), 1, "{:?}", world.platform);
+        assert_eq!(world.fake.calls().len(), 2, "{:?}", world.platform);
     }
 }
