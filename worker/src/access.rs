@@ -12,8 +12,8 @@ use wuhu_core::access::{
 };
 use wuhu_core::wire::AuthVia;
 
-use crate::auth::{Authenticated, Identity, now_secs};
 use crate::http::{ApiError, ApiResult};
+use crate::identity::{Authenticated, Identity, now_secs};
 
 thread_local! {
     /// The team's keys, per isolate. A Worker isolate runs one request at a time per thread.

@@ -4,90 +4,19 @@
 //! `wuhu_core::tokens` and `wuhu_core::access`.
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
-use worker::{Date, Env, Headers, Request};
+use worker::{Env, Request};
 use wuhu_core::authority::{
-    self, DEFAULT_MAX_RUNNER_TOKEN_SECS, DEFAULT_MAX_USER_TOKEN_SECS, Principal, Role, TokenLimits,
+    self, DEFAULT_MAX_RUNNER_TOKEN_SECS, DEFAULT_MAX_USER_TOKEN_SECS, TokenLimits,
 };
 use wuhu_core::browser::check_cross_site;
 use wuhu_core::tokens::{SESSION_COOKIE, SESSION_TYP, cookie_value};
-use wuhu_core::wire::runner::RunnerKind;
 use wuhu_core::wire::{AuthVia, Claims};
 
 pub(crate) use wuhu_core::authority::TokenKind;
 
 use crate::http::{ApiError, ApiResult};
+pub(crate) use crate::identity::{Authenticated, Identity, now_secs};
 use crate::{access, token_registry};
-
-/// The verified identity of a request.
-#[derive(Clone, Debug)]
-pub(crate) struct Identity {
-    pub(crate) sub: String,
-    pub(crate) tenant: String,
-    pub(crate) role: Role,
-    /// Runner tokens only: the kind the token allows.
-    pub(crate) runner_kind: Option<RunnerKind>,
-}
-
-impl Identity {
-    pub(crate) fn principal(&self) -> Principal {
-        Principal {
-            sub: self.sub.clone(),
-            tenant: self.tenant.clone(),
-            role: self.role,
-        }
-    }
-
-    /// Sets the internal identity headers (`x-wuhu-sub`, `x-wuhu-tenant`, `x-wuhu-role`). Only
-    /// the router and actors build internal requests, so these are trusted on the other side.
-    pub(crate) fn set_headers(&self, headers: &Headers) -> worker::Result<()> {
-        headers.set("x-wuhu-sub", &self.sub)?;
-        headers.set("x-wuhu-tenant", &self.tenant)?;
-        headers.set("x-wuhu-role", self.role.as_str())?;
-        if let Some(kind) = self.runner_kind {
-            headers.set("x-wuhu-runner-kind", kind.as_str())?;
-        }
-        Ok(())
-    }
-
-    /// Reads the identity an internal request carries (see [`Identity::set_headers`]).
-    pub(crate) fn from_headers(req: &Request) -> ApiResult<Identity> {
-        let get = |name: &str| req.headers().get(name).ok().flatten();
-        let (Some(sub), Some(tenant)) = (get("x-wuhu-sub"), get("x-wuhu-tenant")) else {
-            return Err(ApiError::internal("internal request without identity"));
-        };
-        let role = get("x-wuhu-role")
-            .and_then(|r| Role::parse(&r))
-            .unwrap_or_default();
-        let runner_kind = match get("x-wuhu-runner-kind").as_deref() {
-            Some("cloud") => Some(RunnerKind::Cloud),
-            Some(_) => Some(RunnerKind::Local),
-            None => None,
-        };
-        Ok(Identity {
-            sub,
-            tenant,
-            role,
-            runner_kind,
-        })
-    }
-}
-
-/// A verified request: who, and by which credential.
-#[derive(Clone, Debug)]
-pub(crate) struct Authenticated {
-    pub(crate) identity: Identity,
-    /// How the credential arrived.
-    pub(crate) via: AuthVia,
-    /// The registered credential's id (`jti`), for tokens from `/v1/tokens` and cookie sessions.
-    pub(crate) jti: Option<String>,
-    /// When the credential expires (unix seconds).
-    pub(crate) expires_at: i64,
-}
-
-/// Unix seconds now.
-pub(crate) fn now_secs() -> i64 {
-    (Date::now().as_millis() / 1000) as i64
-}
 
 /// Authenticates `req` for a route that accepts `kind`.
 ///

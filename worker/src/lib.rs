@@ -13,6 +13,7 @@ mod channels;
 mod cors;
 mod environment_tools;
 mod http;
+mod identity;
 mod internal;
 mod js_tool;
 mod observe;

@@ -20,8 +20,8 @@ use wuhu_core::tokens::{
 };
 use wuhu_core::wire::{CredentialKind, ListTokensResponse};
 
-use crate::auth::{Identity, now_secs};
 use crate::http::{ApiError, ApiResult, json_response, parse_json, query, query_pairs, read_body};
+use crate::identity::{Identity, now_secs};
 use crate::internal;
 
 #[durable_object]

@@ -510,6 +510,18 @@ const WORK_BODIES: &[(&str, &str)] = &[
         "index_of_1kib",
         "const s = 'a'.repeat(1024); for (;;) s.indexOf('b')",
     ),
+    (
+        "index_of_1mib_long_needle",
+        "const s = 'a'.repeat(1 << 20); const n = 'a'.repeat(64) + 'b'; for (;;) s.indexOf(n)",
+    ),
+    (
+        "reverse_1m_array",
+        "const a = new Array(1 << 20).fill(0); for (;;) a.reverse()",
+    ),
+    (
+        "typed_fill_16mib",
+        "const u = new Uint8Array(1 << 24); for (;;) u.fill(1)",
+    ),
 ];
 
 /// Per loop body of [`WORK_BODIES`], the cost of one step of the work budget.
