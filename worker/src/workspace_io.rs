@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
 use worker::{Bucket, Env, Include};
 use wuhu_core::authority::WorkspaceWriter;
 use wuhu_core::workspace::{
@@ -19,39 +18,7 @@ const BUCKET: &str = "ARCHIVE";
 /// R2 custom metadata is limited to 2 KiB in all; frontmatter above this is read from the body.
 const MAX_METADATA_FRONTMATTER: usize = 1500;
 
-/// A document as listed.
-#[derive(Serialize, Clone, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct DocSummary {
-    pub(crate) path: String,
-    pub(crate) size: u64,
-    /// Unix seconds.
-    pub(crate) updated: i64,
-    /// Changes whenever the content does (the object's etag).
-    pub(crate) version: String,
-    pub(crate) frontmatter: Option<serde_json::Value>,
-}
-
-/// A whole document.
-#[derive(Serialize, Clone, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Doc {
-    #[serde(flatten)]
-    pub(crate) summary: DocSummary,
-    /// The whole text, frontmatter included.
-    pub(crate) content: String,
-    /// The text after the frontmatter.
-    pub(crate) body: String,
-}
-
-/// A listing page.
-#[derive(Serialize, Clone, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct DocList {
-    pub(crate) docs: Vec<DocSummary>,
-    /// Pass as `cursor` for the next page.
-    pub(crate) cursor: Option<String>,
-}
+pub(crate) use wuhu_core::wire::{Doc, DocList, DocSummary};
 
 fn root(tenant: &str) -> String {
     format!("{tenant}/workspace/")

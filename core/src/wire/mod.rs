@@ -8,6 +8,7 @@ mod environments;
 pub mod runner;
 mod stream;
 mod tokens;
+mod workspace;
 
 pub use api::*;
 pub use children::*;
@@ -15,6 +16,7 @@ pub use entry::*;
 pub use environments::*;
 pub use stream::*;
 pub use tokens::*;
+pub use workspace::*;
 
 use serde::{Deserialize, Serialize};
 

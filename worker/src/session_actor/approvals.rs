@@ -365,11 +365,7 @@ fn end_or_log(
 }
 
 /// Body of `POST /v1/sessions/:id/approvals/:approvalId`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AnswerBody {
-    decision: String,
-}
+type AnswerBody = wuhu_core::wire::AnswerApprovalRequest;
 
 /// `POST /approval?id=`: `identity` answers the approval `id`. Answers 200 only once the
 /// decision and its transcript entry are committed.
@@ -434,7 +430,10 @@ pub(crate) async fn answer_route(
     actor.pump().wait().await?;
     Ok(json_response(
         200,
-        &json!({"approvalId": approval.id, "decision": answer.as_str()}),
+        &wuhu_core::wire::AnswerApprovalResponse {
+            approval_id: approval.id.clone(),
+            decision: answer.as_str().to_string(),
+        },
     ))
 }
 
