@@ -1,0 +1,640 @@
+//! # wuhu-client
+//!
+//! A typed client of the Wuhu HTTP API v1 (`docs/api.md`) for Rust programs, on `reqwest` and
+//! `tokio`. The request and response bodies are `wuhu_core::wire` types, the same ones the
+//! server serialises, so client and server cannot drift apart.
+//!
+//! * [`Client`]: one server and one bearer token; a method per route.
+//! * [`Error`]: what a call can fail with. [`Error::Api`] carries the server's status and its
+//!   stable `code` (`not_found`, `unauthorized`, `queue_full`, ...).
+//! * [`Follow`]: the follow stream of one session. It reconnects by itself after a dropped
+//!   connection, a `lagged` or `error` event or a server restart, resuming with
+//!   `Last-Event-ID` from the last entry it yielded, with exponential back-off; it never yields
+//!   an entry twice and never skips one.
+//!
+//! ```no_run
+//! use wuhu_client::{Client, FollowEvent, FollowOptions};
+//! use wuhu_core::wire::{Lane, StreamEvent};
+//!
+//! # async fn run() -> Result<(), wuhu_client::Error> {
+//! let client = Client::new("http://127.0.0.1:8787", Some("eyJ…".to_string()))?;
+//! let session = client.create_session(&Default::default()).await?;
+//! client.enqueue(&session.id, Lane::FollowUp, "hello").await?;
+//! let mut follow = client.follow(&session.id, FollowOptions::until_idle());
+//! while let Some(event) = follow.next().await {
+//!     match event? {
+//!         FollowEvent::Event(StreamEvent::AssistantTextDelta { delta }) => print!("{delta}"),
+//!         FollowEvent::Event(StreamEvent::EntryAppended { entry }) => {
+//!             eprintln!("entry {}", entry.cursor)
+//!         }
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+
+mod follow;
+
+use std::time::Duration;
+
+use reqwest::{Method, RequestBuilder, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use wuhu_core::wire::{
+    AnswerApprovalRequest, AnswerApprovalResponse, CancelRequest, CancelResponse,
+    CreateEnvironmentRequest, CreateSessionRequest, Doc, DocList, DocSummary, EnqueueRequest,
+    EnqueueResponse, Entry, EnvironmentDefinition, ErrorBody, GetSessionResponse, Lane,
+    ListEnvironmentsResponse, ListRunnersResponse, ListSessionsResponse, PatchSessionRequest,
+    SessionInfo, StopResponse, UpdateEnvironmentRequest,
+};
+
+pub use follow::{Backoff, Follow, FollowEvent, FollowOptions, MAX_FRAME_BYTES, SILENCE_TIMEOUT};
+
+/// How long an ordinary request may take, head and body (follow streams have no such limit).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long connecting may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most transcript entries one page asks for (the server's maximum).
+pub const TRANSCRIPT_PAGE_LIMIT: u32 = 1000;
+
+/// What a call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server answered with an error body: `status` and its stable `code`.
+    #[error("{message} ({code}, HTTP {status})")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The server's machine code, such as `not_found` or `unauthorized`.
+        code: String,
+        /// The server's human message.
+        message: String,
+    },
+    /// The request did not reach the server, or its answer did not arrive whole.
+    #[error("cannot reach the server: {0}")]
+    Transport(#[source] reqwest::Error),
+    /// The server answered something this client does not understand.
+    #[error("unexpected answer (HTTP {status}): {message}")]
+    Decode {
+        /// HTTP status.
+        status: u16,
+        /// What did not parse.
+        message: String,
+    },
+    /// The server URL cannot be used.
+    #[error("invalid server url {url:?}: {message}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// The follow stream gave up: too many failed reconnects in a row, or a frame over the bound.
+    #[error("follow stream ended: {0}")]
+    Follow(String),
+}
+
+impl Error {
+    /// The server's error code, for [`Error::Api`].
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, when the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Api { status, .. } | Error::Decode { status, .. } => Some(*status),
+            Error::Transport(error) => error.status().map(|s| s.as_u16()),
+            Error::InvalidUrl { .. } | Error::Follow(_) => None,
+        }
+    }
+
+    /// Whether trying again later may succeed: the server was unreachable, or answered 429,
+    /// 502, 503 or 504.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Transport(_) => true,
+            Error::Api { status, .. } => matches!(status, 429 | 502 | 503 | 504),
+            Error::Decode { status, .. } => *status >= 500,
+            Error::InvalidUrl { .. } | Error::Follow(_) => false,
+        }
+    }
+}
+
+/// Query of `GET /v1/sessions/:id`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TranscriptQuery {
+    /// Entries after this cursor.
+    pub since_cursor: Option<u64>,
+    /// Entries created after this unix second.
+    pub since_time: Option<i64>,
+    /// At most this many entries (1–1000).
+    pub limit: Option<u32>,
+}
+
+/// A client of one server, bound to one bearer token. Cheap to clone (the connection pool is
+/// shared).
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    token: Option<String>,
+}
+
+impl Client {
+    /// A client of the server at `base` (`https://wuhu.example.com`, `http://127.0.0.1:8787`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] when `base` is not an `http` or `https` URL.
+    pub fn new(base: &str, token: Option<String>) -> Result<Client, Error> {
+        let invalid = |message: &str| Error::InvalidUrl {
+            url: base.to_string(),
+            message: message.to_string(),
+        };
+        let mut url = Url::parse(base).map_err(|e| invalid(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+            return Err(invalid("must be an http or https url"));
+        }
+        // Routes are appended as segments: a base path keeps its segments, without a trailing
+        // empty one.
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty();
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("wuhu-client/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| invalid(&e.to_string()))?;
+        Ok(Client {
+            http,
+            base: url,
+            token,
+        })
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// The bearer token, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// The URL of a route given as path segments (each one percent-encoded as needed).
+    pub fn url<'a>(&self, segments: impl IntoIterator<Item = &'a str>) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.extend(segments);
+        }
+        url
+    }
+
+    /// A request with the bearer token set, for routes this client has no method for.
+    pub fn request(&self, method: Method, url: Url) -> RequestBuilder {
+        let request = self.http.request(method, url);
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// `GET /healthz`: whether the server answers `{"ok":true}`.
+    ///
+    /// # Errors
+    /// As every call: [`Error::Transport`], [`Error::Api`], [`Error::Decode`].
+    pub async fn healthz(&self) -> Result<bool, Error> {
+        let value: serde_json::Value = self.get(self.url(["healthz"])).await?;
+        Ok(value["ok"] == true)
+    }
+
+    /// `POST /v1/sessions`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn create_session(&self, body: &CreateSessionRequest) -> Result<SessionInfo, Error> {
+        self.send_json(Method::POST, self.url(["v1", "sessions"]), body)
+            .await
+    }
+
+    /// `GET /v1/sessions?limit=&before=`: one page, newest first.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn list_sessions(
+        &self,
+        limit: Option<u32>,
+        before: Option<&str>,
+    ) -> Result<ListSessionsResponse, Error> {
+        let mut url = self.url(["v1", "sessions"]);
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(limit) = limit {
+                query.append_pair("limit", &limit.to_string());
+            }
+            if let Some(before) = before {
+                query.append_pair("before", before);
+            }
+        }
+        strip_empty_query(&mut url);
+        self.get(url).await
+    }
+
+    /// `GET /v1/sessions/:id`: the session, one transcript page and the queue.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn session(
+        &self,
+        id: &str,
+        query: TranscriptQuery,
+    ) -> Result<GetSessionResponse, Error> {
+        let mut url = self.url(["v1", "sessions", id]);
+        {
+            let mut pairs = url.query_pairs_mut();
+            if let Some(cursor) = query.since_cursor {
+                pairs.append_pair("sinceCursor", &cursor.to_string());
+            }
+            if let Some(time) = query.since_time {
+                pairs.append_pair("sinceTime", &time.to_string());
+            }
+            if let Some(limit) = query.limit {
+                pairs.append_pair("limit", &limit.to_string());
+            }
+        }
+        strip_empty_query(&mut url);
+        self.get(url).await
+    }
+
+    /// The whole transcript after `since_cursor`, paging until `nextCursor` is null; the
+    /// session and queue are those of the last page.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn transcript(
+        &self,
+        id: &str,
+        since_cursor: u64,
+    ) -> Result<GetSessionResponse, Error> {
+        let mut cursor = since_cursor;
+        let mut entries: Vec<Entry> = Vec::new();
+        loop {
+            let mut page = self
+                .session(
+                    id,
+                    TranscriptQuery {
+                        since_cursor: Some(cursor),
+                        since_time: None,
+                        limit: Some(TRANSCRIPT_PAGE_LIMIT),
+                    },
+                )
+                .await?;
+            entries.append(&mut page.transcript);
+            match page.next_cursor {
+                // A page always holds at least one entry, so this advances.
+                Some(next) if next > cursor => cursor = next,
+                _ => {
+                    page.transcript = entries;
+                    page.next_cursor = None;
+                    return Ok(page);
+                }
+            }
+        }
+    }
+
+    /// `POST /v1/sessions/:id/enqueue?lane=`: queues a message; a session at rest starts a turn.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for [`Lane::System`] (internal).
+    pub async fn enqueue(
+        &self,
+        id: &str,
+        lane: Lane,
+        content: &str,
+    ) -> Result<EnqueueResponse, Error> {
+        let mut url = self.url(["v1", "sessions", id, "enqueue"]);
+        let lane = match lane {
+            Lane::Steer => "steer",
+            Lane::FollowUp => "followUp",
+            Lane::System => "system",
+        };
+        url.query_pairs_mut().append_pair("lane", lane);
+        let body = EnqueueRequest {
+            content: content.to_string(),
+        };
+        self.send_json(Method::POST, url, &body).await
+    }
+
+    /// `POST /v1/sessions/:id/cancel`: withdraws a queued item not yet delivered.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `409 already_delivered` when it is in the transcript already.
+    pub async fn cancel(&self, id: &str, item_id: &str) -> Result<CancelResponse, Error> {
+        let body = CancelRequest {
+            id: item_id.to_string(),
+        };
+        self.send_json(
+            Method::POST,
+            self.url(["v1", "sessions", id, "cancel"]),
+            &body,
+        )
+        .await
+    }
+
+    /// `POST /v1/sessions/:id/stop`: ends the current turn.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn stop(&self, id: &str) -> Result<StopResponse, Error> {
+        self.send_json(
+            Method::POST,
+            self.url(["v1", "sessions", id, "stop"]),
+            &serde_json::json!({}),
+        )
+        .await
+    }
+
+    /// `PATCH /v1/sessions/:id`: title and/or access.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn patch_session(
+        &self,
+        id: &str,
+        body: &PatchSessionRequest,
+    ) -> Result<SessionInfo, Error> {
+        self.send_json(Method::PATCH, self.url(["v1", "sessions", id]), body)
+            .await
+    }
+
+    /// `GET /v1/sessions/:id/stats`: storage use of the session's actor.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn stats(&self, id: &str) -> Result<serde_json::Value, Error> {
+        self.get(self.url(["v1", "sessions", id, "stats"])).await
+    }
+
+    /// `POST /v1/sessions/:id/approvals/:approvalId` with `approve`, `approve_session` or
+    /// `deny`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `403`, `404`, `409 already_decided|expired|withdrawn`.
+    pub async fn answer_approval(
+        &self,
+        id: &str,
+        approval_id: &str,
+        decision: &str,
+    ) -> Result<AnswerApprovalResponse, Error> {
+        let body = AnswerApprovalRequest {
+            decision: decision.to_string(),
+        };
+        let url = self.url(["v1", "sessions", id, "approvals", approval_id]);
+        self.send_json(Method::POST, url, &body).await
+    }
+
+    /// `GET /v1/environments`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn list_environments(&self) -> Result<ListEnvironmentsResponse, Error> {
+        self.get(self.url(["v1", "environments"])).await
+    }
+
+    /// `GET /v1/environments/:idOrName`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn environment(&self, id_or_name: &str) -> Result<EnvironmentDefinition, Error> {
+        self.get(self.url(["v1", "environments", id_or_name])).await
+    }
+
+    /// `POST /v1/environments`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn create_environment(
+        &self,
+        body: &CreateEnvironmentRequest,
+    ) -> Result<EnvironmentDefinition, Error> {
+        self.send_json(Method::POST, self.url(["v1", "environments"]), body)
+            .await
+    }
+
+    /// `PATCH /v1/environments/:idOrName`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn update_environment(
+        &self,
+        id_or_name: &str,
+        body: &UpdateEnvironmentRequest,
+    ) -> Result<EnvironmentDefinition, Error> {
+        let url = self.url(["v1", "environments", id_or_name]);
+        self.send_json(Method::PATCH, url, body).await
+    }
+
+    /// `DELETE /v1/environments/:idOrName`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn delete_environment(&self, id_or_name: &str) -> Result<(), Error> {
+        let url = self.url(["v1", "environments", id_or_name]);
+        self.send_empty(self.request(Method::DELETE, url)).await
+    }
+
+    /// `GET /v1/runners`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn list_runners(&self) -> Result<ListRunnersResponse, Error> {
+        self.get(self.url(["v1", "runners"])).await
+    }
+
+    /// `GET /v1/workspace/docs?prefix=&limit=&cursor=`: one page.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn list_docs(
+        &self,
+        prefix: &str,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<DocList, Error> {
+        let mut url = self.url(["v1", "workspace", "docs"]);
+        {
+            let mut query = url.query_pairs_mut();
+            if !prefix.is_empty() {
+                query.append_pair("prefix", prefix);
+            }
+            if let Some(limit) = limit {
+                query.append_pair("limit", &limit.to_string());
+            }
+            if let Some(cursor) = cursor {
+                query.append_pair("cursor", cursor);
+            }
+        }
+        strip_empty_query(&mut url);
+        self.get(url).await
+    }
+
+    /// `GET /v1/workspace/docs/{path}`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `404` when absent.
+    pub async fn doc(&self, path: &str) -> Result<Doc, Error> {
+        self.get(self.doc_url(path)).await
+    }
+
+    /// `PUT /v1/workspace/docs/{path}` with the raw text.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for invalid frontmatter, `413` over 1 MiB.
+    pub async fn put_doc(&self, path: &str, content: &str) -> Result<DocSummary, Error> {
+        let request = self
+            .request(Method::PUT, self.doc_url(path))
+            .header("content-type", "text/markdown; charset=utf-8")
+            .body(content.to_string());
+        self.send(request).await
+    }
+
+    /// `DELETE /v1/workspace/docs/{path}`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `404` when absent.
+    pub async fn delete_doc(&self, path: &str) -> Result<(), Error> {
+        self.send_empty(self.request(Method::DELETE, self.doc_url(path)))
+            .await
+    }
+
+    /// The follow stream of session `id` (see [`Follow`]).
+    pub fn follow(&self, id: &str, options: FollowOptions) -> Follow {
+        Follow::new(self.clone(), id.to_string(), options)
+    }
+
+    fn doc_url(&self, path: &str) -> Url {
+        let mut segments = vec!["v1", "workspace", "docs"];
+        segments.extend(path.split('/'));
+        self.url(segments)
+    }
+
+    async fn get<T: DeserializeOwned>(&self, url: Url) -> Result<T, Error> {
+        self.send(self.request(Method::GET, url)).await
+    }
+
+    async fn send_json<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: &B,
+    ) -> Result<T, Error> {
+        self.send(self.request(method, url).json(body)).await
+    }
+
+    async fn send<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T, Error> {
+        let response = request
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(Error::Transport)?;
+        if !(200..300).contains(&status) {
+            return Err(api_error(status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+            status,
+            message: e.to_string(),
+        })
+    }
+
+    async fn send_empty(&self, request: RequestBuilder) -> Result<(), Error> {
+        let response = request
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(Error::Transport)?;
+        if !(200..300).contains(&status) {
+            return Err(api_error(status, &bytes));
+        }
+        Ok(())
+    }
+}
+
+/// The error a non-2xx answer stands for: its `{error:{code,message}}` body, or, when the body
+/// is something else (a proxy's page), a code made from the status.
+pub(crate) fn api_error(status: u16, body: &[u8]) -> Error {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(body) => Error::Api {
+            status,
+            code: body.error.code,
+            message: body.error.message,
+        },
+        Err(_) => {
+            let text = String::from_utf8_lossy(body);
+            let text: String = text.trim().chars().take(200).collect();
+            Error::Api {
+                status,
+                code: format!("http_{status}"),
+                message: if text.is_empty() {
+                    format!("the server answered HTTP {status}")
+                } else {
+                    text
+                },
+            }
+        }
+    }
+}
+
+/// `Url::query_pairs_mut` leaves a bare `?` when nothing was appended.
+fn strip_empty_query(url: &mut Url) {
+    if url.query() == Some("") {
+        url.set_query(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_appended_as_encoded_segments() {
+        let client = Client::new("http://127.0.0.1:9/base/", None).unwrap();
+        assert_eq!(
+            client.url(["v1", "sessions", "a b/c"]).as_str(),
+            "http://127.0.0.1:9/base/v1/sessions/a%20b%2Fc"
+        );
+        assert_eq!(
+            client.doc_url("notes/ideas #1.md").as_str(),
+            "http://127.0.0.1:9/base/v1/workspace/docs/notes/ideas%20%231.md"
+        );
+        assert!(Client::new("ftp://x", None).is_err());
+        assert!(Client::new("not a url", None).is_err());
+    }
+
+    #[test]
+    fn error_bodies_keep_the_server_code() {
+        let error = api_error(
+            404,
+            br#"{"error":{"code":"not_found","message":"no session"}}"#,
+        );
+        assert_eq!(error.code(), Some("not_found"));
+        assert_eq!(error.status(), Some(404));
+        assert!(!error.is_transient());
+        let error = api_error(502, b"<html>bad gateway</html>");
+        assert_eq!(error.code(), Some("http_502"));
+        assert!(error.is_transient());
+        assert_eq!(
+            api_error(503, b"").to_string(),
+            "the server answered HTTP 503 (http_503, HTTP 503)"
+        );
+    }
+}
