@@ -1,0 +1,269 @@
+//! `wuhu chat`: an interactive chat with one session in the terminal.
+//!
+//! Lines typed while the session is at rest start a turn; lines typed while a turn runs steer
+//! it (delivered at the next step), or queue a follow-up when they start with `+ `. Streamed
+//! text appears as it arrives, tool calls with their status, approvals addressed to you are
+//! asked inline (`y`/`n`). `Ctrl-C` once stops the turn; twice within three seconds exits.
+//! When stdin ends (a pipe), the chat exits once everything it sent has been answered.
+//!
+//! The follow stream runs in its own task and resumes by itself after a dropped connection
+//! (saying so once); nothing the session records is lost or shown twice.
+
+use std::collections::{HashSet, VecDeque};
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+use wuhu_client::{Client, FollowEvent, FollowOptions, TranscriptQuery};
+use wuhu_core::wire::{
+    CreateSessionRequest, EntryPayload, Lane, Message, Status, StreamEvent, custom_types,
+};
+
+use crate::commands::{ChatArgs, pending_approvals};
+use crate::exit;
+use crate::render::{Renderer, Style};
+
+/// A second `Ctrl-C` within this long exits.
+const DOUBLE_CTRL_C: Duration = Duration::from_secs(3);
+
+/// Prefix of a line that queues a follow-up instead of steering.
+const FOLLOW_UP_PREFIX: &str = "+ ";
+
+/// Runs the chat until the user exits (or stdin ends and the session is at rest).
+///
+/// # Errors
+/// The session cannot be read or created, or the follow stream gave up.
+pub async fn run(client: Client, args: ChatArgs) -> Result<u8> {
+    let style = Style::detect(false);
+    let claims = client
+        .token()
+        .and_then(|t| crate::token::read_claims(t).ok())
+        .unwrap_or_default();
+    let me = claims["sub"].as_str().unwrap_or_default().to_string();
+    let admin = claims["role"] == "admin";
+
+    let session = match &args.session {
+        Some(id) => {
+            client
+                .session(
+                    id,
+                    TranscriptQuery {
+                        limit: Some(1),
+                        ..TranscriptQuery::default()
+                    },
+                )
+                .await?
+                .session
+        }
+        None => {
+            client
+                .create_session(&CreateSessionRequest {
+                    title: args.title.clone(),
+                    ..CreateSessionRequest::default()
+                })
+                .await?
+        }
+    };
+    let since = session.last_cursor.saturating_sub(args.history as u64);
+    let history = client.transcript(&session.id, since).await?;
+    let mut renderer = Renderer::new(style);
+    let mut stdout = std::io::stdout();
+    writeln!(
+        stdout,
+        "{} {}",
+        style.bold(session.title.as_deref().unwrap_or("wuhu chat")),
+        style.dim(&format!("session {}", session.id))
+    )?;
+    writeln!(
+        stdout,
+        "{}",
+        style.dim(
+            "Type a message. While a turn runs a line steers it (\"+ text\" queues a follow-up). \
+Ctrl-C stops the turn, twice exits; /quit exits."
+        )
+    )?;
+    for entry in &history.transcript {
+        renderer.entry(&mut stdout, entry)?;
+    }
+    stdout.flush()?;
+
+    let mut running = history.session.status == Status::Running;
+    let mut my_approvals: VecDeque<String> = pending_approvals(&session.id, &history.transcript)
+        .into_iter()
+        .filter(|a| admin || a["approver"]["sub"] == me.as_str())
+        .filter_map(|a| a["approvalId"].as_str().map(str::to_string))
+        .collect();
+    for id in &my_approvals {
+        writeln!(stdout, "{}", style.yellow(&format!("approve {id}? [y/n]")))?;
+    }
+
+    let last_cursor = history
+        .transcript
+        .last()
+        .map(|e| e.cursor)
+        .unwrap_or(since)
+        .max(history.session.last_cursor);
+    let (events_tx, mut events) = mpsc::channel::<Result<FollowEvent, wuhu_client::Error>>(256);
+    let mut follow = client.follow(&session.id, FollowOptions::live_after(last_cursor));
+    tokio::spawn(async move {
+        while let Some(event) = follow.next().await {
+            if events_tx.send(event).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut input_open = true;
+    let stdin_is_terminal = std::io::stdin().is_terminal();
+    // Queue items sent and not yet seen in the transcript.
+    let mut outstanding: HashSet<String> = HashSet::new();
+    let mut last_ctrl_c: Option<Instant> = None;
+    // One listener for the whole chat: from here on Ctrl-C never kills the process by default.
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+
+    loop {
+        if !input_open && !running && outstanding.is_empty() {
+            renderer.line_break(&mut stdout)?;
+            return Ok(exit::OK);
+        }
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else {
+                    renderer.line_break(&mut stdout)?;
+                    return Ok(exit::OK);
+                };
+                let event = event?;
+                match &event {
+                    FollowEvent::Event(StreamEvent::Status { status }) => {
+                        running = *status == Status::Running;
+                    }
+                    FollowEvent::Event(StreamEvent::Idle) => running = false,
+                    FollowEvent::Event(StreamEvent::EntryAppended { entry }) => {
+                        match &entry.payload {
+                            EntryPayload::Message { message: Message::User { queue_item_id: Some(id), .. } } => {
+                                outstanding.remove(id);
+                            }
+                            EntryPayload::Custom { custom_type, data } => {
+                                let id = data["approvalId"].as_str().unwrap_or_default().to_string();
+                                if custom_type == custom_types::APPROVAL_REQUESTED
+                                    && (admin || data["approver"]["sub"] == me.as_str())
+                                {
+                                    my_approvals.push_back(id.clone());
+                                    renderer.event(&mut stdout, &event)?;
+                                    writeln!(stdout, "{}", style.yellow(&format!("approve {id}? [y/n]")))?;
+                                    stdout.flush()?;
+                                    continue;
+                                }
+                                if custom_type == custom_types::APPROVAL_DECIDED {
+                                    my_approvals.retain(|a| *a != id);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    _ => {}
+                }
+                renderer.event(&mut stdout, &event)?;
+            }
+            line = lines.next_line(), if input_open => {
+                let line = match line {
+                    Ok(Some(line)) => line,
+                    Ok(None) | Err(_) => {
+                        input_open = false;
+                        continue;
+                    }
+                };
+                // A terminal echoed the line (and its Enter) into whatever was streaming.
+                renderer.interrupt(stdin_is_terminal);
+                let text = line.trim();
+                if text.is_empty() {
+                    continue;
+                }
+                if let Some(approval) = my_approvals.front().cloned() {
+                    let decision = match text.to_lowercase().as_str() {
+                        "y" | "yes" => Some("approve"),
+                        "n" | "no" => Some("deny"),
+                        _ => None,
+                    };
+                    if let Some(decision) = decision {
+                        my_approvals.pop_front();
+                        match client.answer_approval(&session.id, &approval, decision).await {
+                            Ok(answer) => writeln!(stdout, "{}", style.dim(&format!("{}: {}", answer.approval_id, answer.decision)))?,
+                            Err(error) => writeln!(stdout, "{}", style.red(&format!("✗ {error}")))?,
+                        }
+                        continue;
+                    }
+                }
+                match text {
+                    "/quit" | "/exit" => {
+                        renderer.line_break(&mut stdout)?;
+                        return Ok(exit::OK);
+                    }
+                    "/stop" => {
+                        stop(&client, &session.id, &mut renderer, &mut stdout).await?;
+                        continue;
+                    }
+                    _ => {}
+                }
+                let (lane, content) = match text.strip_prefix(FOLLOW_UP_PREFIX) {
+                    Some(rest) => (Lane::FollowUp, rest),
+                    None if running => (Lane::Steer, text),
+                    None => (Lane::FollowUp, text),
+                };
+                match client.enqueue(&session.id, lane, content).await {
+                    Ok(item) => {
+                        renderer.own_items.push(item.id.clone());
+                        outstanding.insert(item.id);
+                        if running {
+                            let what = if lane == Lane::Steer { "↪ steering" } else { "↪ queued as a follow-up" };
+                            renderer.line_break(&mut stdout)?;
+                            writeln!(stdout, "{}", style.dim(what))?;
+                        }
+                    }
+                    Err(error) => {
+                        renderer.line_break(&mut stdout)?;
+                        writeln!(stdout, "{}", style.red(&format!("✗ {error}")))?;
+                        if error.status() == Some(401) {
+                            return Ok(exit::AUTH);
+                        }
+                    }
+                }
+                stdout.flush()?;
+            }
+            _ = interrupts.recv() => {
+                if last_ctrl_c.is_some_and(|t| t.elapsed() < DOUBLE_CTRL_C) {
+                    renderer.line_break(&mut stdout)?;
+                    return Ok(exit::OK);
+                }
+                last_ctrl_c = Some(Instant::now());
+                if running {
+                    stop(&client, &session.id, &mut renderer, &mut stdout).await?;
+                    writeln!(stdout, "{}", style.dim("(Ctrl-C again to exit)"))?;
+                } else {
+                    renderer.line_break(&mut stdout)?;
+                    writeln!(stdout, "{}", style.dim("(Ctrl-C again to exit)"))?;
+                }
+                stdout.flush()?;
+            }
+        }
+    }
+}
+
+async fn stop(
+    client: &Client,
+    session_id: &str,
+    renderer: &mut Renderer,
+    stdout: &mut std::io::Stdout,
+) -> Result<()> {
+    renderer.line_break(stdout)?;
+    let style = renderer.style;
+    match client.stop(session_id).await {
+        Ok(_) => writeln!(stdout, "{}", style.yellow("■ stopping the turn"))?,
+        Err(error) => writeln!(stdout, "{}", style.red(&format!("✗ {error}")))?,
+    }
+    stdout.flush()?;
+    Ok(())
+}

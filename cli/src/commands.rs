@@ -1,0 +1,1158 @@
+//! Every command but `chat`: argument types and what each one does.
+
+use std::io::{IsTerminal, Read, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use wuhu_client::{Client, FollowEvent, FollowOptions};
+use wuhu_core::wire::{
+    ApprovalPolicy, CreateEnvironmentRequest, CreateSessionRequest, Entry, EntryPayload, Lane,
+    PatchSessionRequest, StreamEvent, UpdateEnvironmentRequest, custom_types,
+};
+
+use crate::config::{self, Inputs, Resolved};
+use crate::render::{Renderer, Style, summarize};
+use crate::token::{self, MintRequest};
+use crate::{Cli, Command, Global, exit};
+
+/// An error with a chosen exit code (client-side conditions the server never saw).
+#[derive(Debug)]
+pub struct Exit {
+    /// Exit code.
+    pub code: u8,
+    /// Message.
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    Exit {
+        code: exit::USAGE,
+        message: message.into(),
+    }
+    .into()
+}
+
+/// The exit code and the text to print for an error (JSON text under `--json` is the caller's
+/// choice: this returns the human text; see [`error_json`]).
+pub fn describe_error(error: &anyhow::Error) -> (u8, String) {
+    let code = exit_code(error);
+    if crate::Cli::json_requested() {
+        return (code, error_json(error, code).to_string());
+    }
+    (code, format!("{error:#}"))
+}
+
+fn exit_code(error: &anyhow::Error) -> u8 {
+    if let Some(exit) = error.downcast_ref::<Exit>() {
+        return exit.code;
+    }
+    match error.downcast_ref::<wuhu_client::Error>() {
+        Some(wuhu_client::Error::Api { status, .. }) => match status {
+            400 | 413 | 422 => exit::USAGE,
+            401 | 403 => exit::AUTH,
+            404 => exit::NOT_FOUND,
+            _ => exit::SERVER,
+        },
+        Some(wuhu_client::Error::InvalidUrl { .. }) => exit::USAGE,
+        Some(_) => exit::SERVER,
+        // Local failures (files, stdin) are the caller's to fix.
+        None => exit::USAGE,
+    }
+}
+
+/// `{"error":{"code","message","status","exit"}}` for `--json`.
+fn error_json(error: &anyhow::Error, exit_code: u8) -> Value {
+    let (code, status) = match error.downcast_ref::<wuhu_client::Error>() {
+        Some(e @ wuhu_client::Error::Api { code, .. }) => (code.clone(), e.status()),
+        Some(wuhu_client::Error::Transport(_)) => ("unreachable".to_string(), None),
+        Some(e) => ("client".to_string(), e.status()),
+        None => (
+            match exit_code {
+                exit::AUTH => "not_logged_in",
+                _ => "usage",
+            }
+            .to_string(),
+            None,
+        ),
+    };
+    json!({"error": {"code": code, "message": format!("{error:#}"), "status": status, "exit": exit_code}})
+}
+
+impl Cli {
+    /// Whether `--json` is on the command line (read again for errors, which are printed after
+    /// the parsed command is gone).
+    pub fn json_requested() -> bool {
+        std::env::args().any(|a| a == "--json")
+    }
+}
+
+/// `wuhu chat`.
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// The session (default: a new one).
+    pub session: Option<String>,
+    /// Title of a new session.
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Transcript entries shown before the chat starts.
+    #[arg(long, default_value_t = 20)]
+    pub history: usize,
+}
+
+/// `wuhu sessions …`.
+#[derive(Subcommand, Debug)]
+pub enum SessionsCommand {
+    /// Newest first.
+    List {
+        /// Page size (1–200).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Start after this session id (a previous page's `nextBefore`).
+        #[arg(long)]
+        before: Option<String>,
+    },
+    /// Create a session.
+    New {
+        /// Title.
+        #[arg(long)]
+        title: Option<String>,
+        /// Provider (`fake`, `openai-compatible`).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Model.
+        #[arg(long)]
+        model: Option<String>,
+        /// System prompt.
+        #[arg(long)]
+        system_prompt: Option<String>,
+    },
+    /// The session, its transcript and its queue.
+    Show {
+        /// Session id.
+        id: String,
+        /// Only entries after this cursor.
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+    },
+    /// Stream the session's events (resumes by itself after a dropped connection).
+    Follow {
+        /// Session id.
+        id: String,
+        /// End when the session is idle.
+        #[arg(long)]
+        until_idle: bool,
+        /// Start after this cursor (default: the whole transcript).
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// End after this many seconds.
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
+    /// Queue a message (`-` reads it from stdin).
+    Send {
+        /// Session id.
+        id: String,
+        /// The message.
+        message: String,
+        /// `followUp` (default: after the current turn) or `steer` (at the next step).
+        #[arg(long, default_value = "followUp", value_parser = ["followUp", "steer"])]
+        lane: String,
+        /// Then follow the session until it is idle.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Stop the current turn.
+    Stop {
+        /// Session id.
+        id: String,
+    },
+    /// Withdraw a queued message not yet delivered.
+    Cancel {
+        /// Session id.
+        id: String,
+        /// Queue item id (printed by `send`).
+        item: String,
+    },
+    /// Change the title.
+    Rename {
+        /// Session id.
+        id: String,
+        /// New title.
+        title: String,
+    },
+}
+
+/// Fields of an environment definition, for `add` and `edit`.
+#[derive(Args, Debug, Default)]
+pub struct EnvFields {
+    /// `local`, `folder-template` or `worktree`.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Runner name.
+    #[arg(long)]
+    pub runner: Option<String>,
+    /// Whose runner `--runner` is.
+    #[arg(long)]
+    pub runner_owner: Option<String>,
+    /// `local`: directory on the runner.
+    #[arg(long)]
+    pub path: Option<String>,
+    /// `folder-template`: template directory.
+    #[arg(long)]
+    pub template_path: Option<String>,
+    /// `folder-template`: startup script.
+    #[arg(long)]
+    pub startup_script: Option<String>,
+    /// `worktree`: repository path.
+    #[arg(long)]
+    pub repo_path: Option<String>,
+    /// `worktree`: base ref.
+    #[arg(long)]
+    pub base_ref: Option<String>,
+    /// `auto` or `ask`.
+    #[arg(long, value_parser = ["auto", "ask"])]
+    pub approval: Option<String>,
+    /// Extra variable names for the snapshot whitelist (repeatable).
+    #[arg(long = "extra-env-var")]
+    pub extra_env_vars: Vec<String>,
+}
+
+/// `wuhu envs …`.
+#[derive(Subcommand, Debug)]
+pub enum EnvsCommand {
+    /// All definitions.
+    List,
+    /// Create a definition.
+    Add {
+        /// Name.
+        name: String,
+        /// Fields.
+        #[command(flatten)]
+        fields: EnvFields,
+    },
+    /// Change a definition.
+    Edit {
+        /// Id or name.
+        name: String,
+        /// New name.
+        #[arg(long)]
+        rename: Option<String>,
+        /// Fields to clear (runner, runner-owner, path, template-path, startup-script, repo-path, base-ref).
+        #[arg(long)]
+        unset: Vec<String>,
+        /// Fields.
+        #[command(flatten)]
+        fields: EnvFields,
+    },
+    /// Delete a definition.
+    Rm {
+        /// Id or name.
+        name: String,
+    },
+}
+
+/// `wuhu runners …`.
+#[derive(Subcommand, Debug)]
+pub enum RunnersCommand {
+    /// Every runner of the tenant.
+    List,
+}
+
+/// `wuhu approvals …`.
+#[derive(Subcommand, Debug)]
+pub enum ApprovalsCommand {
+    /// Approvals waiting for an answer (in SESSION, or in every running session).
+    List {
+        /// Session id.
+        session: Option<String>,
+    },
+    /// Let the call run.
+    Approve {
+        /// Session id.
+        session: String,
+        /// Approval id.
+        approval: String,
+        /// Also stop asking this runner owner in this session.
+        #[arg(long)]
+        for_session: bool,
+    },
+    /// Refuse the call.
+    Deny {
+        /// Session id.
+        session: String,
+        /// Approval id.
+        approval: String,
+    },
+}
+
+/// `wuhu docs …`.
+#[derive(Subcommand, Debug)]
+pub enum DocsCommand {
+    /// Documents under PREFIX.
+    Ls {
+        /// Path prefix.
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+    /// Print a document.
+    Get {
+        /// Path.
+        path: String,
+    },
+    /// Write a document from FILE (or stdin).
+    Put {
+        /// Path.
+        path: String,
+        /// File to upload (`-` or absent: stdin).
+        file: Option<String>,
+    },
+    /// Delete a document.
+    Rm {
+        /// Path.
+        path: String,
+    },
+}
+
+/// `wuhu token …`.
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Sign a token with the server's secret (operators only).
+    Mint {
+        /// The server's WUHU_JWT_SECRET.
+        #[arg(long, env = "WUHU_JWT_SECRET", hide_env_values = true)]
+        secret: String,
+        /// Username.
+        #[arg(long)]
+        sub: String,
+        /// Tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Lifetime in days.
+        #[arg(long, default_value_t = 30.0)]
+        days: f64,
+        /// `admin` or `member`.
+        #[arg(long)]
+        role: Option<String>,
+        /// A runner token.
+        #[arg(long)]
+        runner: bool,
+        /// `local` or `cloud` (implies --runner).
+        #[arg(long)]
+        runner_kind: Option<String>,
+    },
+}
+
+/// Runs a parsed command; returns the exit code.
+///
+/// # Errors
+/// Whatever the command failed with (see [`describe_error`]).
+pub async fn run(cli: Cli) -> Result<u8> {
+    let global = cli.global;
+    match cli.command {
+        Command::Token(TokenCommand::Mint {
+            secret,
+            sub,
+            tenant,
+            days,
+            role,
+            runner,
+            runner_kind,
+        }) => {
+            let request = MintRequest {
+                sub,
+                tenant,
+                days,
+                role,
+                runner,
+                runner_kind,
+            };
+            let claims = token::claims(&request, unix_now()).map_err(|e| usage(e.to_string()))?;
+            if secret.len() < token::MIN_SECRET_BYTES {
+                eprintln!(
+                    "wuhu: warning: the server refuses secrets shorter than {} bytes",
+                    token::MIN_SECRET_BYTES
+                );
+            }
+            let token = token::sign(secret.as_bytes(), &claims)?;
+            if global.json {
+                print_json(&json!({"token": token, "claims": claims}));
+            } else {
+                println!("{token}");
+            }
+            Ok(exit::OK)
+        }
+        Command::Login { no_verify } => login(&global, no_verify).await,
+        Command::Logout => logout(&global),
+        Command::Whoami => whoami(&global).await,
+        Command::Chat(args) => {
+            let client = connect(&global)?;
+            crate::chat::run(client, args).await
+        }
+        Command::Sessions(command) => sessions(&global, command).await,
+        Command::Envs(command) => envs(&global, command).await,
+        Command::Runners(RunnersCommand::List) => {
+            let client = connect(&global)?;
+            let runners = client.list_runners().await?;
+            if global.json {
+                print_json(&runners);
+            } else {
+                let rows = runners.runners.iter().map(|r| {
+                    vec![
+                        r.name.clone(),
+                        r.owner.clone(),
+                        format!("{:?}", r.kind).to_lowercase(),
+                        format!("{}/{}", r.os, r.arch),
+                        if r.connected { "connected" } else { "offline" }.to_string(),
+                        ago(r.last_seen),
+                        r.environments
+                            .iter()
+                            .map(|e| e.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ]
+                });
+                table(
+                    &["NAME", "OWNER", "KIND", "PLATFORM", "STATE", "SEEN", "ENVS"],
+                    rows,
+                );
+            }
+            Ok(exit::OK)
+        }
+        Command::Approvals(command) => approvals(&global, command).await,
+        Command::Docs(command) => docs(&global, command).await,
+    }
+}
+
+/// The configuration file, its path and what this command resolves to.
+fn resolve(global: &Global) -> Result<(std::path::PathBuf, config::ConfigFile, Resolved)> {
+    let path = config::config_path().map_err(|e| usage(format!("{e:#}")))?;
+    let file = config::load(&path).map_err(|e| usage(format!("{e:#}")))?;
+    let inputs = Inputs::from_env(
+        global.server.clone(),
+        global.token.clone(),
+        global.profile.clone(),
+    );
+    let resolved = file.resolve(&inputs);
+    Ok((path, file, resolved))
+}
+
+/// A client for a command that needs a token.
+fn connect(global: &Global) -> Result<Client> {
+    let (_, _, resolved) = resolve(global)?;
+    if resolved.token.is_none() {
+        return Err(Exit {
+            code: exit::AUTH,
+            message: format!(
+                "not logged in (profile {:?}): run `wuhu login --server URL` or set WUHU_TOKEN",
+                resolved.profile
+            ),
+        }
+        .into());
+    }
+    Ok(Client::new(&resolved.server, resolved.token)?)
+}
+
+async fn login(global: &Global, no_verify: bool) -> Result<u8> {
+    let (path, mut file, resolved) = resolve(global)?;
+    let token = match &global.token {
+        Some(token) => token.clone(),
+        None => {
+            if std::io::stdin().is_terminal() {
+                eprint!("Paste a token for {}: ", resolved.server);
+                let _ = std::io::stderr().flush();
+            }
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("cannot read the token from stdin")?;
+            line.trim().to_string()
+        }
+    };
+    if token.is_empty() {
+        return Err(usage("no token given (pass --token or paste one on stdin)"));
+    }
+    let claims = token::read_claims(&token).map_err(|e| usage(format!("{e:#}")))?;
+    let client = Client::new(&resolved.server, Some(token.clone()))?;
+    if !no_verify {
+        client.list_sessions(Some(1), None).await?;
+    }
+    let profile = file.profiles.entry(resolved.profile.clone()).or_default();
+    profile.server = Some(resolved.server.clone());
+    profile.token = Some(token);
+    file.current = Some(resolved.profile.clone());
+    config::save(&path, &file)?;
+    let who = format!(
+        "{}@{}",
+        claims["sub"].as_str().unwrap_or("?"),
+        claims["tenant"].as_str().unwrap_or("?")
+    );
+    if global.json {
+        print_json(&json!({
+            "profile": resolved.profile,
+            "server": resolved.server,
+            "sub": claims["sub"],
+            "tenant": claims["tenant"],
+            "verified": !no_verify,
+            "config": path,
+        }));
+    } else {
+        println!(
+            "Logged in to {} as {who} (profile {}, saved in {})",
+            resolved.server,
+            resolved.profile,
+            path.display()
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn logout(global: &Global) -> Result<u8> {
+    let (path, mut file, resolved) = resolve(global)?;
+    let removed = file
+        .profiles
+        .get_mut(&resolved.profile)
+        .and_then(|p| p.token.take())
+        .is_some();
+    if removed {
+        config::save(&path, &file)?;
+    }
+    if global.json {
+        print_json(&json!({"profile": resolved.profile, "removed": removed}));
+    } else if removed {
+        println!("Removed the token of profile {}", resolved.profile);
+    } else {
+        println!("Profile {} has no token", resolved.profile);
+    }
+    Ok(exit::OK)
+}
+
+async fn whoami(global: &Global) -> Result<u8> {
+    let (path, _, resolved) = resolve(global)?;
+    let client = connect(global)?;
+    let token = client.token().unwrap_or_default();
+    let claims = token::read_claims(token).map_err(|e| Exit {
+        code: exit::AUTH,
+        message: format!("{e:#}"),
+    })?;
+    // The server is the judge: an accepted token lists sessions.
+    client.list_sessions(Some(1), None).await?;
+    if global.json {
+        print_json(&json!({
+            "server": resolved.server,
+            "serverSource": resolved.server_source,
+            "profile": resolved.profile,
+            "tokenSource": resolved.token_source,
+            "config": path,
+            "sub": claims["sub"],
+            "tenant": claims["tenant"],
+            "role": claims.get("role").cloned().unwrap_or(json!("member")),
+            "exp": claims["exp"],
+            "accepted": true,
+        }));
+    } else {
+        let exp = claims["exp"].as_i64().unwrap_or(0);
+        println!(
+            "{}@{} ({}) on {}",
+            claims["sub"].as_str().unwrap_or("?"),
+            claims["tenant"].as_str().unwrap_or("?"),
+            claims["role"].as_str().unwrap_or("member"),
+            resolved.server
+        );
+        println!(
+            "token from {:?}, server from {:?} (profile {}); expires in {}",
+            resolved.token_source,
+            resolved.server_source,
+            resolved.profile,
+            duration_text(exp - unix_now())
+        );
+    }
+    Ok(exit::OK)
+}
+
+async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
+    let client = connect(global)?;
+    let style = Style::detect(global.json);
+    match command {
+        SessionsCommand::List { limit, before } => {
+            let page = client.list_sessions(Some(limit), before.as_deref()).await?;
+            if global.json {
+                print_json(&page);
+            } else {
+                let rows = page.sessions.iter().map(|s| {
+                    vec![
+                        s.id.clone(),
+                        s.status.as_str().to_string(),
+                        s.owner.clone(),
+                        ago(s.updated_at),
+                        s.title.clone().unwrap_or_default(),
+                    ]
+                });
+                table(&["ID", "STATUS", "OWNER", "UPDATED", "TITLE"], rows);
+                if let Some(next) = page.next_before {
+                    println!("{}", style.dim(&format!("more: --before {next}")));
+                }
+            }
+        }
+        SessionsCommand::New {
+            title,
+            provider,
+            model,
+            system_prompt,
+        } => {
+            let session = client
+                .create_session(&CreateSessionRequest {
+                    provider,
+                    model,
+                    system_prompt,
+                    title,
+                })
+                .await?;
+            if global.json {
+                print_json(&session);
+            } else {
+                println!("{}", session.id);
+            }
+        }
+        SessionsCommand::Show { id, since } => {
+            let page = client.transcript(&id, since).await?;
+            if global.json {
+                print_json(&page);
+            } else {
+                let s = &page.session;
+                println!(
+                    "{} {}",
+                    style.bold(s.title.as_deref().unwrap_or("(untitled)")),
+                    style.dim(&s.id)
+                );
+                println!(
+                    "{} · {}/{} · owner {} · {} · updated {}",
+                    s.status.as_str(),
+                    s.provider,
+                    s.model,
+                    s.owner,
+                    format!("{:?}", s.access).to_lowercase(),
+                    ago(s.updated_at)
+                );
+                let mut renderer = Renderer::new(style);
+                let mut out = std::io::stdout().lock();
+                for entry in &page.transcript {
+                    renderer.entry(&mut out, entry)?;
+                }
+                for item in &page.queue {
+                    writeln!(
+                        out,
+                        "{}",
+                        style.dim(&format!(
+                            "queued {} ({:?}) {}: {}",
+                            item.id,
+                            item.lane,
+                            item.author,
+                            summarize(&item.content, 60)
+                        ))
+                    )?;
+                }
+            }
+        }
+        SessionsCommand::Follow {
+            id,
+            until_idle,
+            since,
+            timeout,
+        } => {
+            let options = FollowOptions {
+                since_cursor: since,
+                stop_after_idle: until_idle,
+                timeout: timeout.map(Duration::from_secs),
+                ..FollowOptions::default()
+            };
+            follow(&client, &id, options, global.json, style).await?;
+        }
+        SessionsCommand::Send {
+            id,
+            message,
+            lane,
+            wait,
+        } => {
+            let content = if message == "-" {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("cannot read the message from stdin")?;
+                text
+            } else {
+                message
+            };
+            let lane = if lane == "steer" {
+                Lane::Steer
+            } else {
+                Lane::FollowUp
+            };
+            // Follow from the current end so `--wait` shows only this turn.
+            let since = if wait {
+                client
+                    .session(&id, Default::default())
+                    .await?
+                    .session
+                    .last_cursor
+            } else {
+                0
+            };
+            let item = client.enqueue(&id, lane, &content).await?;
+            if global.json {
+                print_json(&item);
+            } else {
+                println!("{}", item.id);
+            }
+            if wait {
+                let options = FollowOptions {
+                    since_cursor: since,
+                    stop_after_idle: true,
+                    ..FollowOptions::default()
+                };
+                follow(&client, &id, options, global.json, style).await?;
+            }
+        }
+        SessionsCommand::Stop { id } => {
+            let stopped = client.stop(&id).await?;
+            if global.json {
+                print_json(&stopped);
+            } else {
+                println!(
+                    "stopped ({} tool call(s) stopped)",
+                    stopped.stopped_tool_calls
+                );
+            }
+        }
+        SessionsCommand::Cancel { id, item } => {
+            let cancelled = client.cancel(&id, &item).await?;
+            if global.json {
+                print_json(&cancelled);
+            } else {
+                println!("cancelled {}", cancelled.id);
+            }
+        }
+        SessionsCommand::Rename { id, title } => {
+            let session = client
+                .patch_session(
+                    &id,
+                    &PatchSessionRequest {
+                        title: Some(title),
+                        access: None,
+                    },
+                )
+                .await?;
+            if global.json {
+                print_json(&session);
+            } else {
+                println!("{}", session.title.unwrap_or_default());
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Prints a follow stream: rendered, or one JSON object per line under `--json` (stream
+/// events as the server sends them, plus `{"type":"disconnected"}` / `{"type":"resumed"}`).
+async fn follow(
+    client: &Client,
+    id: &str,
+    options: FollowOptions,
+    json: bool,
+    style: Style,
+) -> Result<()> {
+    let mut stream = client.follow(id, options);
+    let mut renderer = Renderer::new(style);
+    while let Some(event) = stream.next().await {
+        let event = event?;
+        let mut out = std::io::stdout().lock();
+        if json {
+            let value = match &event {
+                FollowEvent::Event(event) => serde_json::to_value(event)?,
+                FollowEvent::Disconnected { reason } => {
+                    json!({"type": "disconnected", "reason": reason})
+                }
+                FollowEvent::Resumed { cursor } => json!({"type": "resumed", "cursor": cursor}),
+            };
+            writeln!(out, "{value}")?;
+            out.flush()?;
+        } else {
+            // Notices go to stderr so piped output stays the transcript.
+            if matches!(
+                event,
+                FollowEvent::Disconnected { .. } | FollowEvent::Resumed { .. }
+            ) {
+                renderer.line_break(&mut out)?;
+                renderer.event(&mut std::io::stderr(), &event)?;
+            } else {
+                renderer.event(&mut out, &event)?;
+            }
+        }
+        if matches!(event, FollowEvent::Event(StreamEvent::Done)) {
+            break;
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    renderer.line_break(&mut out)?;
+    Ok(())
+}
+
+async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
+    let client = connect(global)?;
+    match command {
+        EnvsCommand::List => {
+            let list = client.list_environments().await?;
+            if global.json {
+                print_json(&list);
+            } else {
+                let rows = list.environments.iter().map(|e| {
+                    let place = e
+                        .path
+                        .clone()
+                        .or_else(|| e.template_path.clone())
+                        .or_else(|| e.repo_path.clone())
+                        .unwrap_or_default();
+                    vec![
+                        e.name.clone(),
+                        wuhu_core::wire::kind_name(e.kind).to_string(),
+                        e.runner.clone().unwrap_or_else(|| "(cloud)".into()),
+                        e.approval.as_str().to_string(),
+                        e.owner.clone().unwrap_or_default(),
+                        place,
+                    ]
+                });
+                table(
+                    &["NAME", "KIND", "RUNNER", "APPROVAL", "OWNER", "PATH"],
+                    rows,
+                );
+            }
+        }
+        EnvsCommand::Add { name, fields } => {
+            let kind = fields
+                .kind
+                .as_deref()
+                .ok_or_else(|| usage("--kind is required (local, folder-template, worktree)"))?;
+            let request = CreateEnvironmentRequest {
+                name,
+                kind: parse_kind(kind)?,
+                runner: fields.runner,
+                runner_owner: fields.runner_owner,
+                path: fields.path,
+                template_path: fields.template_path,
+                startup_script: fields.startup_script,
+                repo_path: fields.repo_path,
+                base_ref: fields.base_ref,
+                approval: fields.approval.as_deref().map(parse_approval),
+                extra_env_vars: (!fields.extra_env_vars.is_empty())
+                    .then_some(fields.extra_env_vars),
+            };
+            let definition = client.create_environment(&request).await?;
+            if global.json {
+                print_json(&definition);
+            } else {
+                println!("{} {}", definition.name, definition.id);
+            }
+        }
+        EnvsCommand::Edit {
+            name,
+            rename,
+            unset,
+            fields,
+        } => {
+            let mut request = UpdateEnvironmentRequest {
+                name: rename,
+                kind: fields.kind.as_deref().map(parse_kind).transpose()?,
+                runner: fields.runner.map(Some),
+                runner_owner: fields.runner_owner.map(Some),
+                path: fields.path.map(Some),
+                template_path: fields.template_path.map(Some),
+                startup_script: fields.startup_script.map(Some),
+                repo_path: fields.repo_path.map(Some),
+                base_ref: fields.base_ref.map(Some),
+                approval: fields.approval.as_deref().map(parse_approval),
+                extra_env_vars: (!fields.extra_env_vars.is_empty())
+                    .then_some(fields.extra_env_vars),
+            };
+            for field in &unset {
+                let slot = match field.as_str() {
+                    "runner" => &mut request.runner,
+                    "runner-owner" => &mut request.runner_owner,
+                    "path" => &mut request.path,
+                    "template-path" => &mut request.template_path,
+                    "startup-script" => &mut request.startup_script,
+                    "repo-path" => &mut request.repo_path,
+                    "base-ref" => &mut request.base_ref,
+                    other => return Err(usage(format!("--unset: no optional field {other:?}"))),
+                };
+                *slot = Some(None);
+            }
+            let definition = client.update_environment(&name, &request).await?;
+            if global.json {
+                print_json(&definition);
+            } else {
+                println!("{} {}", definition.name, definition.id);
+            }
+        }
+        EnvsCommand::Rm { name } => {
+            client.delete_environment(&name).await?;
+            if global.json {
+                print_json(&json!({"deleted": name}));
+            } else {
+                println!("deleted {name}");
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn parse_kind(kind: &str) -> Result<wuhu_core::wire::runner::EnvironmentKind> {
+    serde_json::from_value(json!(kind)).map_err(|_| {
+        usage(format!(
+            "--kind must be local, folder-template or worktree, not {kind:?}"
+        ))
+    })
+}
+
+fn parse_approval(approval: &str) -> ApprovalPolicy {
+    if approval == "ask" {
+        ApprovalPolicy::Ask
+    } else {
+        ApprovalPolicy::Auto
+    }
+}
+
+/// A pending approval found in a transcript.
+pub fn pending_approvals(session_id: &str, entries: &[Entry]) -> Vec<Value> {
+    let mut pending: Vec<Value> = Vec::new();
+    for entry in entries {
+        let EntryPayload::Custom { custom_type, data } = &entry.payload else {
+            continue;
+        };
+        let id = data["approvalId"].as_str().unwrap_or_default();
+        match custom_type.as_str() {
+            custom_types::APPROVAL_REQUESTED => pending.push(json!({
+                "sessionId": session_id,
+                "approvalId": id,
+                "tool": data["tool"],
+                "environment": data["environment"],
+                "runner": data["runner"],
+                "approver": data["approver"],
+                "requestedBy": data["requestedBy"],
+                "expiresAt": data["expiresAt"],
+                "text": data["text"],
+            })),
+            custom_types::APPROVAL_DECIDED => pending.retain(|p| p["approvalId"] != id),
+            _ => {}
+        }
+    }
+    pending
+}
+
+async fn approvals(global: &Global, command: ApprovalsCommand) -> Result<u8> {
+    let client = connect(global)?;
+    let (session, approval, decision) = match command {
+        ApprovalsCommand::List { session } => {
+            let ids = match session {
+                Some(id) => vec![id],
+                // Only a running turn can wait for an approval.
+                None => client
+                    .list_sessions(Some(200), None)
+                    .await?
+                    .sessions
+                    .into_iter()
+                    .filter(|s| s.status == wuhu_core::wire::Status::Running)
+                    .map(|s| s.id)
+                    .collect(),
+            };
+            let mut all = Vec::new();
+            for id in ids {
+                let page = client.transcript(&id, 0).await?;
+                all.extend(pending_approvals(&id, &page.transcript));
+            }
+            if global.json {
+                print_json(&json!({"approvals": all}));
+            } else if all.is_empty() {
+                println!("no approvals waiting");
+            } else {
+                let rows = all.iter().map(|a| {
+                    vec![
+                        a["sessionId"].as_str().unwrap_or_default().to_string(),
+                        a["approvalId"].as_str().unwrap_or_default().to_string(),
+                        a["tool"].as_str().unwrap_or_default().to_string(),
+                        a["approver"]["sub"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        summarize(a["text"].as_str().unwrap_or_default(), 60),
+                    ]
+                });
+                table(&["SESSION", "APPROVAL", "TOOL", "APPROVER", "TEXT"], rows);
+            }
+            return Ok(exit::OK);
+        }
+        ApprovalsCommand::Approve {
+            session,
+            approval,
+            for_session,
+        } => (
+            session,
+            approval,
+            if for_session {
+                "approve_session"
+            } else {
+                "approve"
+            },
+        ),
+        ApprovalsCommand::Deny { session, approval } => (session, approval, "deny"),
+    };
+    let answer = client
+        .answer_approval(&session, &approval, decision)
+        .await?;
+    if global.json {
+        print_json(&answer);
+    } else {
+        println!("{}: {}", answer.approval_id, answer.decision);
+    }
+    Ok(exit::OK)
+}
+
+async fn docs(global: &Global, command: DocsCommand) -> Result<u8> {
+    let client = connect(global)?;
+    match command {
+        DocsCommand::Ls { prefix } => {
+            let mut docs = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = client.list_docs(&prefix, None, cursor.as_deref()).await?;
+                docs.extend(page.docs);
+                match page.cursor {
+                    Some(next) if Some(&next) != cursor.as_ref() => cursor = Some(next),
+                    _ => break,
+                }
+            }
+            if global.json {
+                print_json(&json!({"docs": docs}));
+            } else {
+                let rows = docs
+                    .iter()
+                    .map(|d| vec![d.path.clone(), d.size.to_string(), ago(d.updated)]);
+                table(&["PATH", "BYTES", "UPDATED"], rows);
+            }
+        }
+        DocsCommand::Get { path } => {
+            let doc = client.doc(&path).await?;
+            if global.json {
+                print_json(&doc);
+            } else {
+                print!("{}", doc.content);
+                if !doc.content.ends_with('\n') {
+                    println!();
+                }
+            }
+        }
+        DocsCommand::Put { path, file } => {
+            let content = match file.as_deref() {
+                None | Some("-") => {
+                    let mut text = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut text)
+                        .context("cannot read the document from stdin")?;
+                    text
+                }
+                Some(file) => std::fs::read_to_string(file)
+                    .map_err(|e| usage(format!("cannot read {file}: {e}")))?,
+            };
+            let summary = client.put_doc(&path, &content).await?;
+            if global.json {
+                print_json(&summary);
+            } else {
+                println!("{} ({} bytes)", summary.path, summary.size);
+            }
+        }
+        DocsCommand::Rm { path } => {
+            client.delete_doc(&path).await?;
+            if global.json {
+                print_json(&json!({"deleted": path}));
+            } else {
+                println!("deleted {path}");
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Prints pretty JSON on stdout.
+pub fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("wuhu: error: cannot encode output: {e}"),
+    }
+}
+
+/// Prints rows under headers, columns padded (the last one is not).
+fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let n = cells.len();
+        let mut text = String::new();
+        for (i, cell) in cells.into_iter().enumerate() {
+            if i + 1 == n {
+                text.push_str(&cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                text.push_str(&cell);
+                text.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        text.trim_end().to_string()
+    };
+    println!("{}", line(headers.iter().map(|h| h.to_string()).collect()));
+    for row in rows {
+        println!("{}", line(row));
+    }
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `5m ago`-style text for a unix time.
+fn ago(unix: i64) -> String {
+    let seconds = unix_now() - unix;
+    if seconds < 0 {
+        return "just now".into();
+    }
+    format!("{} ago", duration_text(seconds))
+}
+
+/// `42s`, `5m`, `3h`, `2d`.
+fn duration_text(seconds: i64) -> String {
+    match seconds {
+        s if s < 0 => "expired".into(),
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}

@@ -1,0 +1,311 @@
+//! Human output: transcript entries and follow events as terminal text, with colour only when
+//! stdout is a terminal and `NO_COLOR` is unset.
+
+use std::io::{IsTerminal, Write};
+
+use wuhu_client::FollowEvent;
+use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, Message, StreamEvent, custom_types};
+
+/// Colours on or off.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    color: bool,
+}
+
+impl Style {
+    /// Colour when stdout is a terminal, `NO_COLOR` is unset (or empty) and output is not JSON.
+    pub fn detect(json: bool) -> Style {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Style {
+            color: !json && !no_color && std::io::stdout().is_terminal(),
+        }
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    /// Dim text.
+    pub fn dim(&self, text: &str) -> String {
+        self.paint("2", text)
+    }
+    /// Bold text.
+    pub fn bold(&self, text: &str) -> String {
+        self.paint("1", text)
+    }
+    /// Red text (errors).
+    pub fn red(&self, text: &str) -> String {
+        self.paint("31", text)
+    }
+    /// Green text (success).
+    pub fn green(&self, text: &str) -> String {
+        self.paint("32", text)
+    }
+    /// Yellow text (waiting, warnings).
+    pub fn yellow(&self, text: &str) -> String {
+        self.paint("33", text)
+    }
+    /// Cyan text (people).
+    pub fn cyan(&self, text: &str) -> String {
+        self.paint("36", text)
+    }
+}
+
+/// Renders a follow stream as text: assistant deltas as they come, then each entry once. It
+/// remembers the streamed text so the finished assistant entry only adds what the deltas did
+/// not show (all of it when deltas were lost to a reconnect).
+#[derive(Debug)]
+pub struct Renderer {
+    /// Colours.
+    pub style: Style,
+    /// Streamed assistant text not yet confirmed by an entry.
+    streamed: String,
+    /// Whether the cursor is at the start of a line.
+    at_line_start: bool,
+    /// Queue items this process sent (their user entries are already on screen).
+    pub own_items: Vec<String>,
+}
+
+impl Renderer {
+    /// A renderer writing with `style`.
+    pub fn new(style: Style) -> Renderer {
+        Renderer {
+            style,
+            streamed: String::new(),
+            at_line_start: true,
+            own_items: Vec::new(),
+        }
+    }
+
+    /// Renders one follow event to `out`.
+    pub fn event(&mut self, out: &mut impl Write, event: &FollowEvent) -> std::io::Result<()> {
+        match event {
+            FollowEvent::Event(StreamEvent::AssistantTextDelta { delta }) => {
+                self.streamed.push_str(delta);
+                write!(out, "{delta}")?;
+                self.at_line_start = delta.ends_with('\n');
+            }
+            FollowEvent::Event(StreamEvent::EntryAppended { entry }) => self.entry(out, entry)?,
+            FollowEvent::Event(StreamEvent::Lagged { .. } | StreamEvent::Error { .. }) => {}
+            FollowEvent::Event(
+                StreamEvent::Status { .. } | StreamEvent::Idle | StreamEvent::Done,
+            ) => {}
+            FollowEvent::Disconnected { reason } => {
+                // The notice breaks the streamed line: the entry will show the whole text.
+                self.streamed.clear();
+                self.line_break(out)?;
+                let text = format!("⚠ connection lost ({reason}); reconnecting…");
+                writeln!(out, "{}", self.style.yellow(&text))?;
+            }
+            FollowEvent::Resumed { cursor } => {
+                self.line_break(out)?;
+                let text = format!("✓ reconnected; resuming after entry {cursor}, nothing lost");
+                writeln!(out, "{}", self.style.green(&text))?;
+            }
+        }
+        out.flush()
+    }
+
+    /// Something else was printed (or typed and echoed) in the middle of streamed text: the
+    /// finished entry is shown whole on its own lines instead of completing the broken line.
+    pub fn interrupt(&mut self, echoed_newline: bool) {
+        self.streamed.clear();
+        if echoed_newline {
+            self.at_line_start = true;
+        }
+    }
+
+    /// Ends a partial line.
+    pub fn line_break(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if !self.at_line_start {
+            writeln!(out)?;
+            self.at_line_start = true;
+        }
+        Ok(())
+    }
+
+    /// Renders one transcript entry.
+    pub fn entry(&mut self, out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
+        let style = self.style;
+        match &entry.payload {
+            EntryPayload::Header(_) => {}
+            EntryPayload::Message { message } => match message {
+                Message::User {
+                    author,
+                    content,
+                    queue_item_id,
+                    lane,
+                } => {
+                    if queue_item_id
+                        .as_ref()
+                        .is_some_and(|id| self.own_items.contains(id))
+                    {
+                        return Ok(());
+                    }
+                    self.line_break(out)?;
+                    let lane = match lane {
+                        Some(wuhu_core::wire::Lane::Steer) => " (steer)",
+                        _ => "",
+                    };
+                    writeln!(out, "{} {content}", style.cyan(&format!("{author}{lane}:")))?;
+                }
+                Message::Assistant(assistant) => {
+                    let text = assistant.text();
+                    let streamed = std::mem::take(&mut self.streamed);
+                    if let Some(rest) = text.strip_prefix(streamed.as_str()) {
+                        write!(out, "{rest}")?;
+                        if !text.is_empty() {
+                            self.at_line_start = text.ends_with('\n');
+                        }
+                    } else {
+                        self.line_break(out)?;
+                        write!(out, "{text}")?;
+                        self.at_line_start = text.is_empty() || text.ends_with('\n');
+                    }
+                    self.line_break(out)?;
+                    for block in &assistant.content {
+                        if let ContentBlock::ToolCall(call) = block {
+                            let args = summarize(&call.arguments.to_string(), 80);
+                            let line = format!("⋯ {} {args}", call.name);
+                            writeln!(out, "{}", style.yellow(&line))?;
+                        }
+                    }
+                }
+                Message::ToolResult(result) => {
+                    self.line_break(out)?;
+                    let n_lines = result.content.lines().count();
+                    let first = summarize(result.content.lines().next().unwrap_or(""), 100);
+                    let more = if n_lines > 1 {
+                        format!(" (+{} lines)", n_lines - 1)
+                    } else {
+                        String::new()
+                    };
+                    if result.is_error {
+                        let line = format!("✗ {}: {first}{more}", result.tool_name);
+                        writeln!(out, "{}", style.red(&line))?;
+                    } else {
+                        let line = format!("✓ {}: {first}{more}", result.tool_name);
+                        writeln!(out, "{}", style.green(&line))?;
+                    }
+                }
+                Message::CustomMessage { custom_type, .. } => {
+                    self.line_break(out)?;
+                    writeln!(out, "{}", style.dim(&format!("[{custom_type}]")))?;
+                }
+            },
+            EntryPayload::Custom { custom_type, data } => {
+                self.line_break(out)?;
+                let text = data["text"].as_str().map(str::to_string);
+                let line = match custom_type.as_str() {
+                    custom_types::EXECUTION_STOPPED => style.yellow(&format!(
+                        "■ stopped by {}",
+                        data["by"].as_str().unwrap_or("?")
+                    )),
+                    custom_types::LLM_ERROR => style.red(&format!(
+                        "✗ model error: {}{}",
+                        data["message"].as_str().unwrap_or("?"),
+                        if data["willRetry"] == true {
+                            " (retrying)"
+                        } else {
+                            ""
+                        }
+                    )),
+                    custom_types::APPROVAL_REQUESTED => style.yellow(&format!(
+                        "? approval {} needed: {}",
+                        data["approvalId"].as_str().unwrap_or("?"),
+                        text.unwrap_or_default()
+                    )),
+                    custom_types::APPROVAL_DECIDED => style.dim(&format!(
+                        "approval {}: {}{}",
+                        data["approvalId"].as_str().unwrap_or("?"),
+                        data["decision"].as_str().unwrap_or("?"),
+                        data["by"]
+                            .as_str()
+                            .map(|by| format!(" by {by}"))
+                            .unwrap_or_default()
+                    )),
+                    other => style.dim(&text.unwrap_or_else(|| format!("[{other}]"))),
+                };
+                writeln!(out, "{line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first `max` characters of one line of `text`, with `…` when cut.
+pub fn summarize(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or("");
+    if line.chars().count() <= max {
+        line.to_string()
+    } else {
+        let mut cut: String = line.chars().take(max).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wuhu_core::wire::{AssistantMessage, StopReason};
+
+    fn assistant(cursor: u64, text: &str) -> FollowEvent {
+        FollowEvent::Event(StreamEvent::EntryAppended {
+            entry: Entry {
+                cursor,
+                id: format!("e{cursor}"),
+                created_at: 0,
+                payload: EntryPayload::Message {
+                    message: Message::Assistant(AssistantMessage {
+                        content: vec![ContentBlock::Text { text: text.into() }],
+                        stop_reason: StopReason::Stop,
+                        ..AssistantMessage::default()
+                    }),
+                },
+            },
+        })
+    }
+
+    fn delta(text: &str) -> FollowEvent {
+        FollowEvent::Event(StreamEvent::AssistantTextDelta { delta: text.into() })
+    }
+
+    fn render(events: &[FollowEvent]) -> String {
+        let mut renderer = Renderer::new(Style { color: false });
+        let mut out = Vec::new();
+        for event in events {
+            renderer.event(&mut out, event).unwrap();
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn streamed_text_is_shown_once_even_when_deltas_were_lost() {
+        assert_eq!(
+            render(&[delta("echo: "), delta("hi"), assistant(3, "echo: hi")]),
+            "echo: hi\n"
+        );
+        // A reconnect lost the second delta: the entry completes the line.
+        assert_eq!(
+            render(&[
+                delta("echo: "),
+                FollowEvent::Disconnected { reason: "x".into() },
+                FollowEvent::Resumed { cursor: 2 },
+                assistant(3, "echo: hi"),
+            ]),
+            "echo: \n⚠ connection lost (x); reconnecting…\n✓ reconnected; resuming after entry 2, nothing lost\necho: hi\n"
+        );
+        assert_eq!(render(&[assistant(3, "plain")]), "plain\n");
+    }
+
+    #[test]
+    fn summaries_are_cut_on_characters() {
+        assert_eq!(summarize("héllo wörld", 5), "héllo…");
+        assert_eq!(summarize("a\nb", 5), "a");
+    }
+}
