@@ -14,12 +14,15 @@
 //! * [`drop_proxy::DropProxy`]: a TCP proxy that can cut every connection through it (dropped streams).
 //! * [`FakeHttp`]: a plain HTTP server with fixed replies per path, recording requests (what
 //!   the `js` tool's `fetch` reaches).
+//! * [`cli`]: the real `wuhu` binary: one-shot runs in a private `HOME`, background runs, `tmux`
+//!   for `wuhu chat`, and a TCP relay whose connections a test can cut.
 //! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
 //!
 //! The harness needs `worker/build` (built by `scripts/test`) and wrangler from
 //! `node_modules` (or `$WRANGLER_BIN`). Set `WUHU_E2E_KEEP=1` to keep every temp dir.
 
 pub mod api;
+pub mod cli;
 pub mod drop_proxy;
 pub mod entries;
 pub mod fake_anthropic;

@@ -1,0 +1,599 @@
+//! The `wuhu` binary against the real Worker: profiles and resolution order, every command's
+//! `--json` shape, exit codes with the server's error code, a follow whose connection is cut
+//! mid-turn (nothing lost, nothing twice, said once), and `wuhu chat` in a terminal (streamed
+//! reply, a steer into a running turn, Ctrl-C stops the turn and a second one exits).
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wuhu_core::wire::{
+    DocList, Entry, EntryPayload, GetSessionResponse, Lane, ListEnvironmentsResponse,
+    ListRunnersResponse, ListSessionsResponse, Message, SessionInfo, Status, StreamEvent,
+};
+use wuhu_e2e::cli::{Relay, Tmux, Wuhu, wuhu_bin};
+use wuhu_e2e::entries::{assert_contiguous, assistant, describe, fake_directive, user_content};
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Stack, wait_for};
+
+const TURN: Duration = Duration::from_secs(60);
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        // Built before the stack starts, so a slow build does not eat a test's deadlines.
+        wuhu_bin();
+        Stack::start()
+    })
+}
+
+/// A user whose `WUHU_SERVER`/`WUHU_TOKEN` point at the shared stack.
+fn user(sub: &str, tenant: &str) -> Wuhu {
+    Wuhu::new()
+        .env("WUHU_SERVER", &stack().base_url())
+        .env("WUHU_TOKEN", &stack().user_token(sub, tenant))
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port in url")
+}
+
+#[test]
+fn login_saves_a_private_profile_and_flags_beat_env_beat_profile() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-login");
+    let token = stack.user_token("ana", &tenant);
+    let wuhu = Wuhu::new();
+
+    // Nothing configured: the command needs a token (exit 2), says how to log in.
+    let ran = wuhu.run(&["whoami"]);
+    assert_eq!(ran.code(), 2, "{ran:?}");
+    assert!(ran.stderr.contains("wuhu login"), "{ran:?}");
+
+    // A bad token is refused by the server and nothing is saved.
+    let bad = stack.bad_signature_token("ana", &tenant);
+    let ran = wuhu.run(&["login", "--server", &stack.base_url(), "--token", &bad]);
+    assert_eq!(ran.code(), 2, "{ran:?}");
+    assert!(ran.stderr.contains("unauthorized"), "{ran:?}");
+    assert!(!wuhu.config_path().exists());
+
+    // The token pasted on stdin.
+    wuhu.run_with_stdin(
+        &["login", "--server", &stack.base_url()],
+        &format!("{token}\n"),
+    )
+    .ok();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(wuhu.config_path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let who = wuhu.run(&["whoami", "--json"]).ok().json();
+    assert_eq!(who["sub"], "ana");
+    assert_eq!(who["tenant"], tenant.as_str());
+    assert_eq!(who["serverSource"], "profile");
+    assert_eq!(who["tokenSource"], "profile");
+    assert_eq!(who["accepted"], true);
+
+    // Env beats the profile, the flag beats env.
+    let other = stack.user_token("bob", &tenant);
+    let as_env = Wuhu::new()
+        .env("HOME", "/nonexistent")
+        .env("WUHU_CONFIG", wuhu.config_path().to_str().unwrap())
+        .env("WUHU_TOKEN", &other);
+    let who = as_env.run(&["whoami", "--json"]).ok().json();
+    assert_eq!(
+        (who["sub"].as_str(), who["tokenSource"].as_str()),
+        (Some("bob"), Some("env"))
+    );
+    let who = as_env
+        .run(&["whoami", "--json", "--token", &token])
+        .ok()
+        .json();
+    assert_eq!(
+        (who["sub"].as_str(), who["tokenSource"].as_str()),
+        (Some("ana"), Some("flag"))
+    );
+    // A wrong server from env beats the profile's good one: unreachable is exit 4.
+    let unreachable = format!("http://127.0.0.1:{}", wuhu_e2e::stack::free_port());
+    let ran = as_env.env("WUHU_SERVER", &unreachable).run(&["whoami"]);
+    assert_eq!(ran.code(), 4, "{ran:?}");
+
+    // A second profile, then `--profile` picks it; logout removes only its token.
+    wuhu.run(&[
+        "login",
+        "--profile",
+        "second",
+        "--server",
+        &stack.base_url(),
+        "--token",
+        &other,
+    ])
+    .ok();
+    let who = wuhu.run(&["whoami", "--json"]).ok().json();
+    assert_eq!(
+        (who["sub"].as_str(), who["profile"].as_str()),
+        (Some("bob"), Some("second"))
+    );
+    let who = wuhu
+        .run(&["whoami", "--json", "--profile", "default"])
+        .ok()
+        .json();
+    assert_eq!(who["sub"], "ana");
+    wuhu.run(&["logout"]).ok();
+    assert_eq!(wuhu.run(&["whoami"]).code(), 2);
+    wuhu.run(&["whoami", "--profile", "default"]).ok();
+}
+
+#[test]
+fn token_mint_signs_what_the_server_and_the_node_script_agree_on() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-mint");
+    let args = [
+        "--sub", "op", "--tenant", &tenant, "--days", "2", "--role", "admin",
+    ];
+    let mut mint = vec!["token", "mint", "--json"];
+    mint.extend(args);
+    let minted = Wuhu::new()
+        .env("WUHU_JWT_SECRET", stack.secret())
+        .run(&mint)
+        .ok()
+        .json();
+    let token = minted["token"].as_str().expect("token").to_string();
+    let who = Wuhu::new()
+        .env("WUHU_SERVER", &stack.base_url())
+        .env("WUHU_TOKEN", &token)
+        .run(&["whoami", "--json"])
+        .ok()
+        .json();
+    assert_eq!(
+        (who["sub"].as_str(), who["role"].as_str()),
+        (Some("op"), Some("admin"))
+    );
+
+    // The Node script's claims for the same arguments are the same (exp within a second).
+    let node = std::process::Command::new("node")
+        .arg(wuhu_e2e::stack::repo_root().join("scripts/lib/mint-token.mjs"))
+        .args(["--secret", stack.secret()])
+        .args(args)
+        .output()
+        .expect("run node");
+    assert!(node.status.success(), "{node:?}");
+    let node_token = String::from_utf8_lossy(&node.stdout).trim().to_string();
+    let claims = |token: &str| -> Value {
+        let payload = token.split('.').nth(1).expect("payload");
+        let bytes = base64_url_decode(payload);
+        serde_json::from_slice(&bytes).expect("claims json")
+    };
+    let (mut ours, mut theirs) = (claims(&token), claims(&node_token));
+    let (exp_a, exp_b) = (
+        ours["exp"].as_i64().unwrap(),
+        theirs["exp"].as_i64().unwrap(),
+    );
+    assert!((exp_a - exp_b).abs() <= 2, "{exp_a} vs {exp_b}");
+    ours["exp"] = json!(0);
+    theirs["exp"] = json!(0);
+    assert_eq!(ours, theirs);
+
+    // A runner token is refused on user routes (exit 2), a bad role is a usage error (exit 1).
+    let runner = Wuhu::new()
+        .env("WUHU_JWT_SECRET", stack.secret())
+        .run(&[
+            "token",
+            "mint",
+            "--sub",
+            "r",
+            "--tenant",
+            &tenant,
+            "--runner-kind",
+            "cloud",
+        ])
+        .ok();
+    let ran = Wuhu::new()
+        .env("WUHU_SERVER", &stack.base_url())
+        .env("WUHU_TOKEN", runner.stdout.trim())
+        .run(&["sessions", "list"]);
+    assert_eq!(ran.code(), 2, "{ran:?}");
+    let ran = Wuhu::new().env("WUHU_JWT_SECRET", stack.secret()).run(&[
+        "token", "mint", "--sub", "r", "--tenant", &tenant, "--role", "root",
+    ]);
+    assert_eq!(ran.code(), 1, "{ran:?}");
+}
+
+fn base64_url_decode(text: &str) -> Vec<u8> {
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bits = 0u32;
+    let mut n_bits = 0;
+    let mut out = Vec::new();
+    for c in text.bytes() {
+        let v = alphabet.iter().position(|&a| a == c).expect("base64url") as u32;
+        bits = (bits << 6) | v;
+        n_bits += 6;
+        if n_bits >= 8 {
+            n_bits -= 8;
+            out.push((bits >> n_bits) as u8);
+            bits &= (1 << n_bits) - 1;
+        }
+    }
+    out
+}
+
+/// Parses NDJSON follow output into stream events (plus the client's own notices).
+fn follow_events(lines: &[String]) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn entries_of(events: &[Value]) -> Vec<Entry> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "entry_appended")
+        .map(
+            |e| match serde_json::from_value::<StreamEvent>(e.clone()).expect("a stream event") {
+                StreamEvent::EntryAppended { entry } => entry,
+                _ => unreachable!(),
+            },
+        )
+        .collect()
+}
+
+#[test]
+fn sessions_commands_print_the_wire_types_and_follow_to_idle() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-sessions");
+    let wuhu = user("carla", &tenant);
+
+    let created: SessionInfo = serde_json::from_value(
+        wuhu.run(&["sessions", "new", "--title", "first", "--json"])
+            .ok()
+            .json(),
+    )
+    .expect("sessions new --json is a SessionInfo");
+    assert_eq!(created.title.as_deref(), Some("first"));
+    let id = created.id.as_str();
+    // Human output is the id alone (for `$(wuhu sessions new)`).
+    let plain = wuhu.run(&["sessions", "new"]).ok();
+    assert_eq!(plain.stdout.trim().len(), 36, "{plain:?}");
+
+    let sent = wuhu
+        .run(&["sessions", "send", id, "hello cli", "--json"])
+        .ok()
+        .json();
+    let item = sent["id"].as_str().expect("queue item id").to_string();
+    let followed = wuhu
+        .run(&["sessions", "follow", id, "--until-idle", "--json"])
+        .ok();
+    let events = follow_events(
+        &followed
+            .stdout
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>(),
+    );
+    let names: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(names[names.len() - 2..], ["idle", "done"], "{names:?}");
+    let entries = entries_of(&events);
+    assert_contiguous(&entries);
+    assert_eq!(entries.first().map(|e| e.cursor), Some(1));
+    assert!(
+        entries.iter().any(|e| user_content(e) == Some("hello cli")),
+        "{}",
+        describe(&entries)
+    );
+    assert!(
+        entries
+            .iter()
+            .filter_map(assistant)
+            .any(|m| m.text() == "echo: hello cli"),
+        "{}",
+        describe(&entries)
+    );
+
+    // `send --wait` follows just this turn and prints it as text.
+    let waited = wuhu
+        .run(&["sessions", "send", id, "second message", "--wait"])
+        .ok();
+    assert!(waited.stdout.contains("echo: second message"), "{waited:?}");
+    assert!(!waited.stdout.contains("echo: hello cli"), "{waited:?}");
+
+    let shown: GetSessionResponse =
+        serde_json::from_value(wuhu.run(&["sessions", "show", id, "--json"]).ok().json())
+            .expect("sessions show --json is a GetSessionResponse");
+    assert_eq!(shown.session.status, Status::Idle);
+    assert_contiguous(&shown.transcript);
+    let text = wuhu.run(&["sessions", "show", id]).ok().stdout;
+    assert!(
+        text.contains("first") && text.contains("echo: hello cli"),
+        "{text}"
+    );
+
+    let listed: ListSessionsResponse =
+        serde_json::from_value(wuhu.run(&["sessions", "list", "--json"]).ok().json())
+            .expect("sessions list --json is a ListSessionsResponse");
+    assert_eq!(listed.sessions.len(), 2);
+    assert!(listed.sessions.iter().any(|s| s.id == id));
+
+    let renamed = wuhu
+        .run(&["sessions", "rename", id, "renamed", "--json"])
+        .ok()
+        .json();
+    assert_eq!(renamed["title"], "renamed");
+    let stopped = wuhu.run(&["sessions", "stop", id, "--json"]).ok().json();
+    assert_eq!(stopped["status"], "stopped");
+
+    // A delivered item cannot be cancelled: the server's 409 code, exit 4.
+    let ran = wuhu.run(&["sessions", "cancel", id, &item, "--json"]);
+    assert_eq!(ran.code(), 4, "{ran:?}");
+    assert_eq!(ran.error_json()["error"]["code"], "already_delivered");
+    assert_eq!(ran.error_json()["error"]["status"], 409);
+
+    // Docs, environments and runners print their wire types too.
+    let doc = "---\ntitle: Notes\n---\nbody text\n";
+    let put = wuhu.run_with_stdin(&["docs", "put", "notes/a.md", "--json"], doc);
+    assert_eq!(put.code(), 0, "{put:?}");
+    assert_eq!(put.json()["path"], "notes/a.md");
+    let got = wuhu.run(&["docs", "get", "notes/a.md"]).ok();
+    assert_eq!(got.stdout, doc);
+    let listed: DocList =
+        serde_json::from_value(wuhu.run(&["docs", "ls", "notes/", "--json"]).ok().json())
+            .expect("docs ls --json has docs");
+    assert_eq!(listed.docs.len(), 1);
+    wuhu.run(&["docs", "rm", "notes/a.md"]).ok();
+    assert_eq!(wuhu.run(&["docs", "get", "notes/a.md"]).code(), 3);
+
+    wuhu.run(&[
+        "envs",
+        "add",
+        "tmpl",
+        "--kind",
+        "folder-template",
+        "--template-path",
+        "/srv/t",
+        "--approval",
+        "ask",
+    ])
+    .ok();
+    let edited = wuhu
+        .run(&["envs", "edit", "tmpl", "--startup-script", "true", "--json"])
+        .ok()
+        .json();
+    assert_eq!(edited["startupScript"], "true");
+    assert_eq!(edited["approval"], "ask");
+    let envs: ListEnvironmentsResponse =
+        serde_json::from_value(wuhu.run(&["envs", "list", "--json"]).ok().json())
+            .expect("envs list --json");
+    assert_eq!(envs.environments.len(), 1);
+    wuhu.run(&["envs", "rm", "tmpl"]).ok();
+    assert_eq!(wuhu.run(&["envs", "rm", "tmpl"]).code(), 3);
+    let _: ListRunnersResponse =
+        serde_json::from_value(wuhu.run(&["runners", "list", "--json"]).ok().json())
+            .expect("runners list --json");
+    let approvals = wuhu.run(&["approvals", "list", id, "--json"]).ok().json();
+    assert_eq!(approvals["approvals"], json!([]));
+}
+
+#[test]
+fn errors_exit_with_their_class_and_carry_the_server_code() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-errors");
+    let wuhu = user("dan", &tenant);
+    let missing = "00000000-0000-4000-8000-000000000000";
+
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["sessions", "show", missing, "--json"], 3, "not_found"),
+        (
+            &["sessions", "send", missing, "hi", "--json"],
+            3,
+            "not_found",
+        ),
+        (&["sessions", "follow", missing, "--json"], 3, "not_found"),
+        (
+            &["approvals", "approve", missing, "a1", "--json"],
+            3,
+            "not_found",
+        ),
+        (
+            &["envs", "add", "x", "--kind", "local", "--json"],
+            1,
+            "bad_request",
+        ),
+    ];
+    for (args, code, server_code) in cases {
+        let ran = wuhu.run(args);
+        assert_eq!(ran.code(), *code, "{args:?}: {ran:?}");
+        assert_eq!(
+            ran.error_json()["error"]["code"],
+            *server_code,
+            "{args:?}: {ran:?}"
+        );
+    }
+    // A title the server refuses: 400 is a usage error, the message is the server's.
+    let id = wuhu
+        .run(&["sessions", "new"])
+        .ok()
+        .stdout
+        .trim()
+        .to_string();
+    let ran = wuhu.run(&["sessions", "rename", &id, "   "]);
+    assert_eq!(ran.code(), 1, "{ran:?}");
+    assert!(
+        ran.stderr.contains("bad_request") && ran.stderr.contains("title"),
+        "{ran:?}"
+    );
+    // Another tenant's session does not exist for this user.
+    let other = user("dan", &unique_name("cli-errors-other"));
+    assert_eq!(other.run(&["sessions", "show", &id]).code(), 3);
+    // Expired token: auth, with the server's code.
+    let expired = Wuhu::new()
+        .env("WUHU_SERVER", &stack.base_url())
+        .env("WUHU_TOKEN", &stack.expired_token("dan", &tenant));
+    let ran = expired.run(&["sessions", "list", "--json"]);
+    assert_eq!(ran.code(), 2, "{ran:?}");
+    assert_eq!(ran.error_json()["error"]["code"], "unauthorized");
+    // Usage errors never reach the server.
+    assert_eq!(wuhu.run(&["sessions", "frobnicate"]).code(), 1);
+    assert_eq!(
+        wuhu.run(&["sessions", "send", &id, "x", "--lane", "sideways"])
+            .code(),
+        1
+    );
+    assert_eq!(wuhu.run(&["--help"]).code(), 0);
+}
+
+/// A follow whose connection is cut twice mid-turn: the CLI reconnects with `Last-Event-ID`,
+/// says so once per cut, and prints every entry exactly once, in order, up to the idle.
+#[test]
+fn a_follow_cut_mid_turn_resumes_without_loss_or_duplicates() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-cut");
+    let relay = Relay::start(port_of(&stack.base_url()));
+    let wuhu = user("eve", &tenant).env("WUHU_SERVER", &relay.url());
+    let api = stack.client("eve", &tenant);
+    let session = api.create_fake_session();
+    // A turn of three steps (two tool calls, then a reply) streamed slowly enough to cut twice.
+    let content = fake_directive(&json!({
+        "toolCalls": [{"name": "list_sessions"}, {"name": "list_sessions", "arguments": {"limit": 1}}],
+        "afterTools": "all done after the cuts",
+        "chunks": 12,
+        "delayMs": 150,
+    }));
+    // Enqueued first: a follow `--until-idle` of a session at rest ends at once.
+    api.enqueue(&session.id, "followUp", &content);
+    let mut follow = wuhu.spawn(&["sessions", "follow", &session.id, "--until-idle", "--json"]);
+    follow.wait_line("the first delta", TURN, |l| {
+        l.contains("assistant_text_delta")
+    });
+    assert!(relay.cut() > 0, "the follow went through the relay");
+    follow.wait_line("the reconnect", TURN, |l| l.contains("\"resumed\""));
+    follow.wait_line("a tool result", TURN, |l| l.contains("tool_result"));
+    assert!(relay.cut() > 0);
+    let status = follow.wait_exit(TURN);
+    assert!(status.success(), "{status:?} {}", follow.stderr());
+
+    let events = follow_events(&follow.lines());
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let n = |kind: &str| kinds.iter().filter(|k| **k == kind).count();
+    assert_eq!((n("disconnected"), n("resumed")), (2, 2), "{kinds:?}");
+    assert_eq!(kinds[kinds.len() - 2..], ["idle", "done"], "{kinds:?}");
+    let printed = entries_of(&events);
+    let unique: HashSet<u64> = printed.iter().map(|e| e.cursor).collect();
+    assert_eq!(
+        unique.len(),
+        printed.len(),
+        "an entry printed twice: {}",
+        describe(&printed)
+    );
+    assert_eq!(
+        printed,
+        api.transcript(&session.id),
+        "printed != transcript"
+    );
+    assert!(
+        printed
+            .iter()
+            .filter_map(assistant)
+            .any(|m| m.text() == "all done after the cuts"),
+        "{}",
+        describe(&printed)
+    );
+}
+
+/// `wuhu chat` in a terminal: a streamed reply, a line typed during a turn steers it, Ctrl-C
+/// once stops the running turn, twice exits.
+#[test]
+fn chat_streams_steers_and_stops_in_a_terminal() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-chat");
+    let api = stack.client("fay", &tenant);
+    let session = api.create_fake_session();
+    let bin = wuhu_bin().display().to_string();
+    let token = stack.user_token("fay", &tenant);
+    let home = Wuhu::new();
+    let tmux = Tmux::start(
+        &format!("{bin} chat {}", session.id),
+        &[
+            ("WUHU_SERVER", &stack.base_url()),
+            ("WUHU_TOKEN", &token),
+            ("HOME", home.home().to_str().unwrap()),
+            ("NO_COLOR", "1"),
+        ],
+    );
+    tmux.wait_screen("the chat banner", TURN, |s| s.contains("Type a message"));
+
+    // A slow reply: the line typed while it streams steers the turn. The typed directive is
+    // echoed too, so "shown" means "on screen once more than typed".
+    let slow = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
+    tmux.type_line(&fake_directive(
+        &json!({"reply": slow, "chunks": 14, "delayMs": 250}),
+    ));
+    tmux.wait_screen("the reply streaming", TURN, |s| {
+        s.matches("one two").count() >= 2
+    });
+    tmux.type_line("please steer");
+    tmux.wait_screen("the steer acknowledged", TURN, |s| s.contains("steering"));
+    let screen = tmux.wait_screen("the steered reply", TURN, |s| {
+        s.contains("echo: please steer")
+    });
+    // The streamed line was broken by the typed steer: the finished reply is shown whole.
+    assert!(
+        screen.matches(slow).count() >= 2,
+        "the first reply whole:\n{screen}"
+    );
+    api.wait_idle(&session.id, TURN);
+    let entries = api.transcript(&session.id);
+    let steer = entries
+        .iter()
+        .find(|e| user_content(e) == Some("please steer"))
+        .unwrap_or_else(|| panic!("no steer in {}", describe(&entries)));
+    assert!(
+        matches!(
+            &steer.payload,
+            EntryPayload::Message {
+                message: Message::User {
+                    lane: Some(Lane::Steer),
+                    ..
+                }
+            }
+        ),
+        "{}",
+        describe(&entries)
+    );
+    // The steered reply appears once.
+    let screen = tmux.capture();
+    assert_eq!(screen.matches("echo: please steer").count(), 1, "{screen}");
+
+    // Ctrl-C once stops a running turn; twice exits.
+    let second = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi";
+    tmux.type_line(&fake_directive(
+        &json!({"reply": second, "chunks": 14, "delayMs": 400}),
+    ));
+    tmux.wait_screen("the second reply streaming", TURN, |s| {
+        s.matches("alpha beta").count() >= 2
+    });
+    tmux.send("C-c", false);
+    tmux.wait_screen("the stop", TURN, |s| s.contains("stopping the turn"));
+    assert!(!tmux.exited(), "one Ctrl-C does not exit");
+    // The second one within three seconds of the first.
+    tmux.send("C-c", false);
+    wait_for("chat to exit after a second Ctrl-C", TURN, || {
+        tmux.exited().then_some(())
+    });
+    api.wait_status(&session.id, Status::Stopped, TURN);
+}
