@@ -14,6 +14,7 @@ use wuhu_core::wire::{
 };
 use wuhu_e2e::cli::{Relay, Tmux, Wuhu, wuhu_bin};
 use wuhu_e2e::entries::{assert_contiguous, assistant, describe, fake_directive, user_content};
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Stack, wait_for};
 
@@ -596,4 +597,74 @@ fn chat_streams_steers_and_stops_in_a_terminal() {
         tmux.exited().then_some(())
     });
     api.wait_status(&session.id, Status::Stopped, TURN);
+}
+
+/// An approval addressed to the person chatting is asked inline: bob's command on alice's
+/// runner waits until alice answers `y` in her `wuhu chat`, then runs.
+#[test]
+fn chat_asks_the_runner_owner_inline_and_y_approves() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-approve");
+    let alice = stack.client("alice", &tenant);
+    let bob = stack.client("bob", &tenant);
+    let dir = TempDir::new("wuhu-e2e-cli-approve");
+    let api_dir = dir.mkdir("api");
+    let _mac = Runner::start(
+        RunnerConfig::new(stack, "alice", &tenant, "mac")
+            .env("api", &api_dir)
+            .workspaces_root(dir.mkdir("workspaces")),
+    );
+    let session = alice.create_fake_session().id;
+    let shared = alice.patch(
+        &format!("/v1/sessions/{session}"),
+        &json!({"access": "tenant"}),
+    );
+    assert_eq!(shared.status, 200, "{shared}");
+    // alice attaches her own environment: nobody is asked.
+    let (results, entries) = ToolTurn::start(
+        &alice,
+        &session,
+        &[(
+            "request_environment",
+            json!({"spec": "mac:api", "name": "api"}),
+        )],
+    )
+    .finish(&alice, TURN);
+    assert!(!results[0].is_error, "{}", describe(&entries));
+
+    let bin = wuhu_bin().display().to_string();
+    let home = Wuhu::new();
+    let tmux = Tmux::start(
+        &format!("{bin} chat {session}"),
+        &[
+            ("WUHU_SERVER", &stack.base_url()),
+            ("WUHU_TOKEN", &stack.user_token("alice", &tenant)),
+            ("HOME", home.home().to_str().unwrap()),
+            ("NO_COLOR", "1"),
+        ],
+    );
+    tmux.wait_screen("the chat banner", TURN, |s| s.contains("Type a message"));
+
+    let marker = api_dir.join("approved-by-alice");
+    let turn = ToolTurn::start(
+        &bob,
+        &session,
+        &[(
+            "bash",
+            json!({"command": format!("touch '{}'", marker.display())}),
+        )],
+    );
+    let screen = tmux.wait_screen("the inline question", TURN, |s| s.contains("? [y/n]"));
+    assert!(screen.contains("bob:"), "bob's prompt is shown:\n{screen}");
+    assert!(!marker.exists(), "ran before the approval");
+    tmux.type_line("y");
+    let (results, entries) = turn.finish(&bob, TURN);
+    assert!(!results[0].is_error, "{}", describe(&entries));
+    assert!(marker.exists(), "the approved command did not run");
+    tmux.wait_screen("the decision", TURN, |s| s.contains("approve by alice"));
+    tmux.type_line("/quit");
+    wait_for("chat to exit on /quit", TURN, || {
+        tmux.exited().then_some(())
+    });
 }
