@@ -72,6 +72,15 @@ ensure_clang() {
   fi
 }
 
+# tmux, for the end-to-end test that drives `wuhu chat` in a terminal (tests/tests/cli.rs).
+ensure_tmux() {
+  if ! command -v tmux >/dev/null 2>&1; then
+    log "installing tmux (apt)"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq tmux >&2
+  fi
+}
+
 # Builds the js sandbox's own wasm module (sandbox-guest/, QuickJS inside) into
 # worker/build/sandbox_guest.wasm, which worker/entry.mjs imports. Plain cargo for
 # wasm32-unknown-unknown: no wasm-bindgen, no network. Run after worker-build, which replaces
