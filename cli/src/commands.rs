@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wuhu_client::{Client, FollowEvent, FollowOptions};
 use wuhu_core::wire::{
     ApprovalPolicy, CreateEnvironmentRequest, CreateSessionRequest, Entry, EntryPayload, Lane,
-    PatchSessionRequest, StreamEvent, UpdateEnvironmentRequest, custom_types,
+    MintTokenRequest, PatchSessionRequest, StreamEvent, UpdateEnvironmentRequest, custom_types,
 };
 
 use crate::config::{self, Inputs, Resolved};
@@ -350,6 +350,13 @@ pub enum TokenCommand {
         #[arg(long)]
         runner_kind: Option<String>,
     },
+    /// Your tokens registered with the server (`GET /v1/tokens`).
+    List,
+    /// Revoke a registered token at once (`DELETE /v1/tokens/JTI`).
+    Revoke {
+        /// The token's id (`wuhu token list`).
+        jti: String,
+    },
 }
 
 /// Runs a parsed command; returns the exit code.
@@ -391,7 +398,41 @@ pub async fn run(cli: Cli) -> Result<u8> {
             }
             Ok(exit::OK)
         }
-        Command::Login { no_verify } => login(&global, no_verify).await,
+        Command::Login {
+            no_verify,
+            mint,
+            ttl_days,
+        } => login(&global, no_verify, mint, ttl_days).await,
+        Command::Token(TokenCommand::List) => {
+            let client = connect(&global)?;
+            let tokens = client.list_tokens().await?;
+            if global.json {
+                print_json(&tokens);
+            } else {
+                let rows = tokens.tokens.iter().map(|t| {
+                    vec![
+                        t.jti.clone(),
+                        t.name.clone(),
+                        format!("{:?}", t.kind).to_lowercase(),
+                        t.sub.clone(),
+                        t.role.clone(),
+                        ago(t.created_at),
+                    ]
+                });
+                table(&["JTI", "NAME", "KIND", "SUB", "ROLE", "CREATED"], rows);
+            }
+            Ok(exit::OK)
+        }
+        Command::Token(TokenCommand::Revoke { jti }) => {
+            let client = connect(&global)?;
+            let answer = client.revoke_token(&jti).await?;
+            if global.json {
+                print_json(&answer);
+            } else {
+                println!("Revoked {jti}");
+            }
+            Ok(exit::OK)
+        }
         Command::Logout => logout(&global),
         Command::Whoami => whoami(&global).await,
         Command::Chat(args) => {
@@ -462,7 +503,12 @@ fn connect(global: &Global) -> Result<Client> {
     Ok(Client::new(&resolved.server, resolved.token)?)
 }
 
-async fn login(global: &Global, no_verify: bool) -> Result<u8> {
+async fn login(
+    global: &Global,
+    no_verify: bool,
+    mint: Option<String>,
+    ttl_days: Option<i64>,
+) -> Result<u8> {
     let (path, mut file, resolved) = resolve(global)?;
     let token = match &global.token {
         Some(token) => token.clone(),
@@ -481,9 +527,27 @@ async fn login(global: &Global, no_verify: bool) -> Result<u8> {
     if token.is_empty() {
         return Err(usage("no token given (pass --token or paste one on stdin)"));
     }
+    let mut token = token;
+    let mut minted = None;
+    if let Some(name) = mint {
+        // The given token is used once, to mint; only the minted (revocable) one is saved.
+        let client = Client::new(&resolved.server, Some(token.clone()))?;
+        let answer = client
+            .mint_token(&MintTokenRequest {
+                name,
+                kind: "user".to_string(),
+                ttl_days,
+                sub: None,
+                role: None,
+                runner_kind: None,
+            })
+            .await?;
+        token = answer.token;
+        minted = Some(answer.info);
+    }
     let claims = token::read_claims(&token).map_err(|e| usage(format!("{e:#}")))?;
     let client = Client::new(&resolved.server, Some(token.clone()))?;
-    if !no_verify {
+    if !no_verify && minted.is_none() {
         client.list_sessions(Some(1), None).await?;
     }
     let profile = file.profiles.entry(resolved.profile.clone()).or_default();
@@ -503,9 +567,16 @@ async fn login(global: &Global, no_verify: bool) -> Result<u8> {
             "sub": claims["sub"],
             "tenant": claims["tenant"],
             "verified": !no_verify,
+            "minted": minted,
             "config": path,
         }));
     } else {
+        if let Some(info) = &minted {
+            println!(
+                "Minted token {:?} (jti {}, revoke with `wuhu token revoke {}`)",
+                info.name, info.jti, info.jti
+            );
+        }
         println!(
             "Logged in to {} as {who} (profile {}, saved in {})",
             resolved.server,

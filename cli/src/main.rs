@@ -76,11 +76,18 @@ pub struct Global {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Save a server and token as a profile: `wuhu login --server URL [--token T]` (without
-    /// --token the token is read from stdin: paste it).
+    /// --token the token is read from stdin: paste it). With `--mint NAME` the given token is
+    /// used once to mint a named, revocable token (`POST /v1/tokens`), which is saved instead.
     Login {
         /// Save without checking the token with the server.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "mint")]
         no_verify: bool,
+        /// Mint a new user token with this name through the server and save that one.
+        #[arg(long, value_name = "NAME")]
+        mint: Option<String>,
+        /// Lifetime of the minted token in whole days (server default 30).
+        #[arg(long, requires = "mint")]
+        ttl_days: Option<i64>,
     },
     /// Remove the token from a profile.
     Logout,
@@ -103,7 +110,7 @@ pub enum Command {
     /// The tenant's workspace documents.
     #[command(subcommand)]
     Docs(commands::DocsCommand),
-    /// Tokens (operators: needs the server's secret).
+    /// Tokens: mint with the secret (operators), list and revoke registered ones.
     #[command(subcommand)]
     Token(commands::TokenCommand),
 }

@@ -46,8 +46,9 @@ use wuhu_core::wire::{
     AnswerApprovalRequest, AnswerApprovalResponse, CancelRequest, CancelResponse,
     CreateEnvironmentRequest, CreateSessionRequest, Doc, DocList, DocSummary, EnqueueRequest,
     EnqueueResponse, Entry, EnvironmentDefinition, ErrorBody, GetSessionResponse, Lane,
-    ListEnvironmentsResponse, ListRunnersResponse, ListSessionsResponse, PatchSessionRequest,
-    SessionInfo, StopResponse, UpdateEnvironmentRequest,
+    ListEnvironmentsResponse, ListRunnersResponse, ListSessionsResponse, ListTokensResponse,
+    MintTokenRequest, MintTokenResponse, PatchSessionRequest, SessionInfo, StopResponse,
+    UpdateEnvironmentRequest,
 };
 
 pub use follow::{Backoff, Follow, FollowEvent, FollowOptions, MAX_FRAME_BYTES, SILENCE_TIMEOUT};
@@ -510,6 +511,32 @@ impl Client {
     /// As [`Client::healthz`]; `404` when absent.
     pub async fn delete_doc(&self, path: &str) -> Result<(), Error> {
         self.send_empty(self.request(Method::DELETE, self.doc_url(path)))
+            .await
+    }
+
+    /// `POST /v1/tokens`: a named, revocable token; the answer holds the token, shown this once.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `403` for what only admins may mint, `429 too_many_tokens`.
+    pub async fn mint_token(&self, body: &MintTokenRequest) -> Result<MintTokenResponse, Error> {
+        self.send_json(Method::POST, self.url(["v1", "tokens"]), body)
+            .await
+    }
+
+    /// `GET /v1/tokens`: the caller's registered tokens, newest first.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn list_tokens(&self) -> Result<ListTokensResponse, Error> {
+        self.get(self.url(["v1", "tokens"])).await
+    }
+
+    /// `DELETE /v1/tokens/{jti}`: revoke a token at once.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `404` for an unknown, revoked or (for members) another user's token.
+    pub async fn revoke_token(&self, jti: &str) -> Result<serde_json::Value, Error> {
+        self.send(self.request(Method::DELETE, self.url(["v1", "tokens", jti])))
             .await
     }
 

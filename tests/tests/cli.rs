@@ -211,6 +211,63 @@ fn token_mint_signs_what_the_server_and_the_node_script_agree_on() {
     assert_eq!(ran.code(), 1, "{ran:?}");
 }
 
+#[test]
+fn login_mints_a_revocable_token_and_revoke_locks_the_profile_out() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-mint-login");
+    let operator = stack.user_token("ana", &tenant);
+    let wuhu = Wuhu::new();
+
+    // The operator token is used once to mint; the minted token is what the profile keeps.
+    let login = wuhu
+        .run(&[
+            "login",
+            "--json",
+            "--server",
+            &stack.base_url(),
+            "--token",
+            &operator,
+            "--mint",
+            "laptop",
+            "--ttl-days",
+            "3",
+        ])
+        .ok()
+        .json();
+    let jti = login["minted"]["jti"]
+        .as_str()
+        .expect("minted jti")
+        .to_string();
+    assert_eq!(login["minted"]["name"], "laptop");
+    let saved = std::fs::read_to_string(wuhu.config_path()).unwrap();
+    assert!(
+        !saved.contains(&operator),
+        "the operator token is not saved"
+    );
+    let who = wuhu.run(&["whoami", "--json"]).ok().json();
+    assert_eq!(
+        (who["sub"].as_str(), who["accepted"].as_bool()),
+        (Some("ana"), Some(true))
+    );
+
+    // Listed with its name, then revoked: the profile's token is refused at once (exit 2).
+    let listed = wuhu.run(&["token", "list", "--json"]).ok().json();
+    let names: Vec<(&str, &str)> = listed["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["jti"].as_str().unwrap(), t["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, vec![(jti.as_str(), "laptop")]);
+    wuhu.run(&["token", "revoke", &jti]).ok();
+    let ran = wuhu.run(&["sessions", "list"]);
+    assert_eq!(ran.code(), 2, "{ran:?}");
+    // Revoking again is a 404: exit 3, with the operator's token (the profile's is dead).
+    let ran = wuhu.run(&["token", "revoke", &jti, "--token", &operator]);
+    assert_eq!(ran.code(), 3, "{ran:?}");
+}
+
 fn base64_url_decode(text: &str) -> Vec<u8> {
     let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut bits = 0u32;
