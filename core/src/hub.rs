@@ -30,6 +30,13 @@ pub const PERSIST_EVERY_MS: i64 = 10_000;
 /// How long after it was last seen a runner name stays reserved for its owner: 30 days.
 pub const NAME_RESERVED_MS: i64 = 30 * 86_400 * 1000;
 
+/// When a restarted session cancels a runner call its dead step left running and the runner is
+/// not connected, the cancel is tried again after each of these pauses (about 30 s in all).
+/// A runner kills what it runs when its connection drops, so this is for the runner that comes
+/// back before it noticed (a half-open connection, or a restart of the Worker that the runner
+/// rides out by reconnecting); after the last pause the call is forgotten.
+pub const ORPHAN_CANCEL_RETRY_MS: &[u64] = &[250, 500, 1_000, 2_000, 4_000, 8_000, 16_000];
+
 /// Most environments a `hello` may offer.
 pub const MAX_OFFERED_ENVIRONMENTS: usize = 256;
 /// Most capabilities a `hello` may list.

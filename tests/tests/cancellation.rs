@@ -346,11 +346,13 @@ fn after_a_wrangler_restart_mid_command_the_command_is_gone_and_its_call_is_canc
     stack.restart_killed();
     let api = stack.client("ana", &world.tenant);
 
-    // The raw runner comes back (same name), then the restarted session is woken: it cancels
-    // the call its dead step left running, through the hub, although no one waits for it.
-    let mut raw = raw_runner(&stack, &world.tenant, "raw", "held", &raw_root);
+    // The restarted session is woken before the raw runner is back (an alarm may wake it as
+    // early): it tries to cancel the call its dead step left running, finds the runner not
+    // connected, and tries again; the runner comes back (same name) and gets the cancel,
+    // although no one waits for it.
     let woken = Instant::now();
     let page = api.session(&raw_session);
+    let mut raw = raw_runner(&stack, &world.tenant, "raw", "held", &raw_root);
     let cancelled = loop {
         match next_request(&mut raw) {
             ServerMessage::Cancel { id } => break id,

@@ -8,30 +8,45 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use std::time::Duration;
+
 use serde::Deserialize;
-use worker::{Env, SqlStorage};
+use worker::{Delay, Env, SqlStorage};
+use wuhu_core::hub::ORPHAN_CANCEL_RETRY_MS;
 
 use crate::{internal, runner_client};
 
-/// Sends `cancel` for `call` to its runner through the hub; forgets the call once delivered.
+/// Sends `cancel` for `call` to its runner through the hub, again after each of
+/// [`ORPHAN_CANCEL_RETRY_MS`] while the runner is not connected; forgets the call once delivered
+/// or given up.
 pub(crate) async fn cancel_on_runner(
     env: Env,
     tenant: String,
     calls: Rc<RunnerCalls>,
     call: RunnerCall,
 ) {
-    let result = runner_client::cancel(
-        &env,
-        &tenant,
-        &call.sub,
-        &call.runner,
-        &call.owner,
-        &call.id,
-    )
-    .await;
+    let mut pauses = ORPHAN_CANCEL_RETRY_MS.iter();
+    let result = loop {
+        let result = runner_client::cancel(
+            &env,
+            &tenant,
+            &call.sub,
+            &call.runner,
+            &call.owner,
+            &call.id,
+        )
+        .await;
+        match (&result, pauses.next()) {
+            // Not connected (yet): a runner that reconnects within the pauses still gets it.
+            (Err(e), Some(&pause)) if e.code == internal::codes::RUNNER_NOT_CONNECTED => {
+                Delay::from(Duration::from_millis(pause)).await;
+            }
+            _ => break result,
+        }
+    };
     match result {
-        // Delivered, or the runner has no live connection: a runner cancels everything it
-        // runs when its connection drops, so there is nothing left to stop.
+        // Delivered, or the runner stayed away: a runner cancels everything it runs when its
+        // connection drops, so there is nothing left to stop.
         Ok(()) => calls.forget(&call.id),
         Err(e) if e.code == internal::codes::RUNNER_NOT_CONNECTED => calls.forget(&call.id),
         Err(e) => {
