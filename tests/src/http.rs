@@ -1,16 +1,19 @@
-//! A tiny HTTP/1.1 client over `std::net::TcpStream`, enough for the Worker's JSON API.
+//! Requests and responses as tests write them: [`Request`] (a builder sent on the shared
+//! `reqwest` client of [`crate::net`]) and [`Response`] (status, headers in order, the whole
+//! body, with assertions such as [`Response::expect_error`]).
 //!
-//! Every request opens a fresh connection with `Connection: close`; responses are read by
-//! `Content-Length`, chunked transfer coding or until EOF. The incremental pieces
-//! ([`read_head`], [`BodyDecoder`]) are shared with the SSE client and the fake servers.
+//! The socket-level pieces ([`read_head`], [`BodyDecoder`]) remain for the fake servers, which
+//! still serve from `std::net` sockets.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use wuhu_core::wire::ErrorDetail;
+
+use crate::net;
 
 /// The default time a whole request may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -74,74 +77,56 @@ impl Request {
         self
     }
 
-    /// Sends the request and reads the whole response.
+    /// Sends the request and reads the whole response (on the shared `reqwest` client, see
+    /// [`crate::net`]). A `POST`, `PUT` or `PATCH` without a body is sent with
+    /// `Content-Length: 0`.
     ///
     /// # Errors
-    /// Connection, timeout and protocol errors.
+    /// Connection, timeout and protocol errors, as [`crate::net::io_error`] classifies them; an
+    /// invalid method or header is `InvalidInput`.
     pub fn send(&self) -> io::Result<Response> {
-        let deadline = Instant::now() + self.timeout;
-        let mut stream = self.open(deadline)?;
-        let mut raw = Vec::new();
-        let head = read_head(&mut stream, &mut raw, deadline)?;
-        let mut decoder = BodyDecoder::for_response(&self.method, head.status, &head.headers)?;
-        let mut body = Vec::new();
-        loop {
-            decoder.decode(&mut raw, &mut body)?;
-            if decoder.is_done() {
-                break;
-            }
-            match read_some(&mut stream, &mut raw, deadline)? {
-                0 if decoder.ends_at_eof() => break,
-                0 => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "response body cut short",
-                    ));
-                }
-                _ => {}
-            }
-        }
-        Ok(Response {
-            status: head.status,
-            headers: head.headers,
-            body,
+        let request = self.build()?;
+        net::block_on(async {
+            let response = net::client()
+                .execute(request)
+                .await
+                .map_err(net::io_error)?;
+            let status = response.status().as_u16();
+            let headers = net::headers_of(response.headers());
+            let body = response.bytes().await.map_err(net::io_error)?;
+            Ok(Response {
+                status,
+                headers,
+                body: body.to_vec(),
+            })
         })
     }
 
-    /// Connects and writes the request; the caller reads the response.
-    pub(crate) fn open(&self, deadline: Instant) -> io::Result<TcpStream> {
-        let url = Url::parse(&self.url)?;
-        let mut stream = connect(&url.host_port, deadline)?;
-        let mut head = format!(
-            "{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            self.method, url.path, url.host_port
-        );
+    /// The `reqwest` request: method, URL, headers in order, body and the deadline.
+    pub(crate) fn build(&self) -> io::Result<reqwest::Request> {
+        let method = reqwest::Method::from_bytes(self.method.as_bytes())
+            .map_err(|e| invalid_input(format!("method {:?}: {e}", self.method)))?;
+        let mut builder = net::client()
+            .request(method, &self.url)
+            .timeout(self.timeout);
         for (name, value) in &self.headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
+            builder = builder.header(name.as_str(), value.as_str());
         }
-        if let Some(body) = &self.body {
-            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-        } else if matches!(self.method.as_str(), "POST" | "PUT" | "PATCH") {
-            head.push_str("Content-Length: 0\r\n");
-        }
-        head.push_str("\r\n");
-        stream.set_write_timeout(Some(remaining(deadline)?))?;
-        stream.write_all(head.as_bytes())?;
-        if let Some(body) = &self.body {
-            // A server may answer (413) and close before reading a huge body: keep going and
-            // read whatever response it sent.
-            if let Err(err) = stream.write_all(body)
-                && !matches!(
-                    err.kind(),
-                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
-                )
-            {
-                return Err(err);
+        match &self.body {
+            Some(body) => builder = builder.body(body.clone()),
+            None if matches!(self.method.as_str(), "POST" | "PUT" | "PATCH") => {
+                builder = builder.header("Content-Length", "0");
             }
+            None => {}
         }
-        stream.flush()?;
-        Ok(stream)
+        builder
+            .build()
+            .map_err(|e| invalid_input(format!("{} {}: {e}", self.method, self.url)))
     }
+}
+
+fn invalid_input(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
 }
 
 /// A complete response.

@@ -7,6 +7,7 @@
 //! * [`Stack`]: starts wrangler (own process group, log captured, killed on drop or when the
 //!   test process exits), restarts it on the same state after a SIGKILL, mints tokens.
 //! * [`Api`]: a JSON client bound to one token; typed helpers for every route.
+//! * [`net`]: the `reqwest` client and tokio runtime under [`Request`] and [`SseStream`].
 //! * [`SseStream`]: reads a follow stream incrementally with read deadlines.
 //! * [`FakeOpenAi`]: a fake LLM server scripted per model, recording requests; it speaks OpenAI
 //!   Chat Completions, OpenAI Responses ([`fake_responses`]) and Anthropic Messages
@@ -33,6 +34,7 @@ pub mod fake_responses;
 pub mod fake_server;
 pub mod http;
 pub mod jwt;
+pub mod net;
 pub mod runner;
 pub mod sse;
 pub mod stack;

@@ -1,5 +1,6 @@
 //! Server-Sent Events: [`SseParser`] (JSON frames over `wuhu_core::sse`, the one decoder) and a client
-//! ([`SseStream`]) that reads a follow stream from a socket with read deadlines.
+//! ([`SseStream`]) that reads a follow stream through the shared `reqwest` client
+//! ([`crate::net`]) with read deadlines.
 //!
 //! The client keeps all decoding state in the struct, so a read that times out loses nothing:
 //! call [`SseStream::next_item`] again with a later deadline. Dropping the stream closes the
@@ -7,13 +8,13 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use wuhu_core::sse::{self, SseDecoder};
 
-use crate::http::{self, BodyDecoder, Request, Response};
+use crate::http::{self, Request, Response};
+use crate::net;
 
 /// One parsed SSE frame.
 #[derive(Clone, Debug, PartialEq)]
@@ -165,10 +166,7 @@ impl FollowOpen {
 /// A live SSE response being read incrementally.
 #[derive(Debug)]
 pub struct SseStream {
-    stream: TcpStream,
-    raw: Vec<u8>,
-    decoded: Vec<u8>,
-    decoder: BodyDecoder,
+    response: reqwest::Response,
     parser: SseParser,
     eof: bool,
     last_event_id: Option<u64>,
@@ -182,47 +180,43 @@ impl SseStream {
     /// # Errors
     /// Connection and protocol errors. A non-200 answer is [`FollowOpen::Rejected`], not an error.
     pub fn open(request: &Request, connect_timeout: Duration) -> io::Result<FollowOpen> {
-        let deadline = Instant::now() + connect_timeout;
-        let mut stream = request.open(deadline)?;
-        let mut raw = Vec::new();
-        let head = http::read_head(&mut stream, &mut raw, deadline)?;
-        let decoder = BodyDecoder::for_response("GET", head.status, &head.headers)?;
-        let is_stream = head.status == 200
-            && http::find_header(&head.headers, "content-type")
+        // The stream lives longer than any request deadline: only the head is timed here.
+        let mut request = request.clone();
+        request.timeout = Duration::from_secs(24 * 3600);
+        let request = request.build()?;
+        let response =
+            // `execute` arms its timer when called: call it inside the runtime.
+            net::block_on_within(connect_timeout, async { net::client().execute(request).await })?
+                .map_err(net::io_error)?;
+        let status = response.status().as_u16();
+        let headers = net::headers_of(response.headers());
+        let is_stream = status == 200
+            && http::find_header(&headers, "content-type")
                 .is_some_and(|t| t.starts_with("text/event-stream"));
         if !is_stream {
             // Read the rest as a plain response.
-            let mut decoder = decoder;
-            let mut body = Vec::new();
-            loop {
-                decoder.decode(&mut raw, &mut body)?;
-                if decoder.is_done() || http::read_some(&mut stream, &mut raw, deadline)? == 0 {
-                    break;
-                }
-            }
+            let body =
+                net::block_on_within(connect_timeout, response.bytes())?.map_err(net::io_error)?;
             return Ok(FollowOpen::Rejected(Response {
-                status: head.status,
-                headers: head.headers,
-                body,
+                status,
+                headers,
+                body: body.to_vec(),
             }));
         }
         Ok(FollowOpen::Stream(SseStream {
-            stream,
-            raw,
-            decoded: Vec::new(),
-            decoder,
+            response,
             parser: SseParser::new(),
             eof: false,
             last_event_id: None,
-            headers: head.headers,
+            headers,
         }))
     }
 
     /// The next event or comment. `Ok(None)` when the server ended the stream.
     ///
     /// # Errors
-    /// `TimedOut` when nothing complete arrived before `deadline` (the stream stays usable);
-    /// other I/O errors.
+    /// `TimedOut` when nothing complete arrived before `deadline` (the stream stays usable:
+    /// a chunk is taken from the body whole or not at all); other I/O errors.
     pub fn next_item(&mut self, deadline: Instant) -> io::Result<Option<SseItem>> {
         loop {
             if let Some(item) = self.parser.next_item() {
@@ -234,22 +228,18 @@ impl SseStream {
             if self.eof {
                 return Ok(None);
             }
-            self.decoder.decode(&mut self.raw, &mut self.decoded)?;
-            if !self.decoded.is_empty() {
-                let pushed = self.parser.push(&self.decoded);
-                self.decoded.clear();
-                pushed?;
-                continue;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
             }
-            if self.decoder.is_done() {
-                self.eof = true;
-                self.parser.finish()?;
-                continue;
-            }
-            if http::read_some(&mut self.stream, &mut self.raw, deadline)? == 0 {
-                self.eof = true;
-                // Complete a final frame that lacked its blank line.
-                self.parser.finish()?;
+            match net::block_on_within(left, self.response.chunk())? {
+                Ok(Some(bytes)) => self.parser.push(&bytes)?,
+                Ok(None) => {
+                    self.eof = true;
+                    // Complete a final frame that lacked its blank line.
+                    self.parser.finish()?;
+                }
+                Err(error) => return Err(net::io_error(error)),
             }
         }
     }
@@ -312,9 +302,10 @@ impl SseStream {
         self.last_event_id
     }
 
-    /// Closes the connection at once (as a browser tab that goes away).
+    /// Closes the connection at once (as a browser tab that goes away): dropping an unfinished
+    /// `reqwest` response closes its connection.
     pub fn close(self) {
-        let _ = self.stream.shutdown(Shutdown::Both);
+        drop(self.response);
     }
 }
 
@@ -404,7 +395,12 @@ mod tests {
             let (mut conn, _) = listener.accept().unwrap();
             let mut head = [0u8; 1024];
             let n = conn.read(&mut head).unwrap();
-            assert!(String::from_utf8_lossy(&head[..n]).contains("Last-Event-ID: 4"));
+            // Header names travel lowercase over reqwest.
+            assert!(
+                String::from_utf8_lossy(&head[..n])
+                    .to_ascii_lowercase()
+                    .contains("last-event-id: 4")
+            );
             let frame1 = b"id: 5\nevent: entry_appended\ndata: {\"type\":\"entry_appended\"}\n\n: heartbeat\n\n";
             let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
             out.extend(format!("{:x}\r\n", frame1.len()).as_bytes());
