@@ -197,6 +197,15 @@ impl Renderer {
                     writeln!(out, "{}", style.dim(&format!("[{custom_type}]")))?;
                 }
             },
+            EntryPayload::Compaction(compaction) => {
+                self.line_break(out)?;
+                let line = format!(
+                    "⋯ context compacted ({}): entries before {} summarised",
+                    compaction.reason.as_str(),
+                    compaction.first_kept_cursor
+                );
+                writeln!(out, "{}", style.dim(&line))?;
+            }
             EntryPayload::Custom { custom_type, data } => {
                 self.line_break(out)?;
                 let text = data["text"].as_str().map(str::to_string);

@@ -1,32 +1,39 @@
 //! Which transcript entries the LLM sees, and in what shape.
 //!
-//! Until compaction exists the context is a sliding window: the host passes the newest entries
-//! it keeps hot (see [`crate::archive::HOT_TAIL_KEEP`]); the window starts at the first user
-//! message in them, so it never opens with an orphaned tool result. A tool call without a result
-//! (possible only after an interruption) gets a synthetic error result, because providers reject
-//! a call with no answer.
+//! The host keeps a [`ContextWindow`]: the newest entries (see [`crate::archive::HOT_TAIL_KEEP`])
+//! plus the older ones the context still needs (the pinned global context and AGENTS.md, the
+//! latest `compaction` entry; see [`crate::compaction::Anchors`]). [`crate::compaction`] builds
+//! each request from it. Without a compaction the context opens at the first user message of the
+//! window, so never with an orphaned tool result. A tool call without a result (possible only
+//! after an interruption) gets a synthetic error result, because providers reject a call with no
+//! answer.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::archive::HOT_TAIL_KEEP;
+use crate::compaction::Anchors;
 use crate::llm::{LlmRequest, ToolSchema};
-use crate::wire::{Entry, EntryPayload, Header, Message, ToolResult};
+use crate::wire::{Entry, Header, Message, ToolResult};
 
 /// Most JSON bytes of entries the context window holds in memory.
 pub const WINDOW_MAX_BYTES: usize = 8 * 1024 * 1024;
 
-/// The newest entries a host keeps in memory for the LLM context (decision 0001): at most
+/// The entries a host keeps in memory for the LLM context: the newest ones, at most
 /// [`HOT_TAIL_KEEP`] entries and [`WINDOW_MAX_BYTES`] of entry JSON, oldest evicted first, but
-/// never the newest entry (a single larger entry stays alone).
+/// never the newest entry (a single larger entry stays alone); and the anchored ones (pinned
+/// messages, the latest compaction: at most `MAX_PINNED + 1`), whatever their age.
 #[derive(Debug, Default)]
 pub struct ContextWindow {
     entries: VecDeque<(Entry, usize)>,
     bytes: usize,
+    anchors: Anchors,
+    anchored: BTreeMap<u64, Entry>,
 }
 
 impl ContextWindow {
     /// Appends `entry`, whose JSON has `bytes` bytes, and evicts what no longer fits.
     pub fn push(&mut self, entry: Entry, bytes: usize) {
+        self.observe(&entry);
         self.entries.push_back((entry, bytes));
         self.bytes += bytes;
         while self.entries.len() > HOT_TAIL_KEEP as usize
@@ -38,12 +45,43 @@ impl ContextWindow {
         }
     }
 
-    /// The entries held, oldest first.
+    /// Notes an older entry the context needs (read by the cursors of the checkpoint's
+    /// anchors when loading), before the newest entries are pushed, oldest first.
+    pub fn push_anchor(&mut self, entry: Entry) {
+        self.observe(&entry);
+    }
+
+    fn observe(&mut self, entry: &Entry) {
+        for dropped in self.anchors.observe(entry) {
+            self.anchored.remove(&dropped);
+        }
+        if self.anchors.cursors().contains(&entry.cursor) {
+            self.anchored.insert(entry.cursor, entry.clone());
+        }
+    }
+
+    /// The newest entries held, oldest first.
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.iter().map(|(entry, _)| entry)
     }
 
-    /// How many entries are held.
+    /// The pinned messages held (global context, attached environments' AGENTS.md), oldest
+    /// first.
+    pub fn pinned(&self) -> impl Iterator<Item = &Entry> {
+        let pinned: Vec<u64> = self.anchors.pinned.iter().map(|p| p.cursor).collect();
+        self.anchored
+            .values()
+            .filter(move |e| pinned.contains(&e.cursor))
+    }
+
+    /// The latest `compaction` entry, if held.
+    pub fn compaction(&self) -> Option<&Entry> {
+        self.anchors
+            .compaction
+            .and_then(|c| self.anchored.get(&c.cursor))
+    }
+
+    /// How many of the newest entries are held.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -53,13 +91,14 @@ impl ContextWindow {
         self.entries.is_empty()
     }
 
-    /// JSON bytes of the entries held.
+    /// JSON bytes of the newest entries held.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
 }
 
-/// Builds the request for one step from `entries` (oldest first).
+/// Builds the request for one step from `entries` (oldest first, no anchors): see
+/// [`crate::compaction::build`].
 ///
 /// `group_chat_since` is the cursor of the session's group-chat reminder, if any: user messages
 /// after it reach the LLM as `[author]:\n\n<content>`; earlier ones are unchanged. The
@@ -70,28 +109,15 @@ pub fn build_request(
     group_chat_since: Option<u64>,
     tools: Vec<ToolSchema>,
 ) -> LlmRequest {
-    let mut messages: Vec<Message> = entries
-        .iter()
-        .filter_map(|entry| match &entry.payload {
-            EntryPayload::Message { message } => {
-                Some(render(entry.cursor, message, group_chat_since))
-            }
-            EntryPayload::Header(_) | EntryPayload::Custom { .. } => None,
-        })
-        .skip_while(|m| !matches!(m, Message::User { .. } | Message::CustomMessage { .. }))
-        .collect();
-    repair_tool_results(&mut messages);
-    LlmRequest {
-        model: header.model.clone(),
-        system_prompt: header.system_prompt.clone(),
-        messages,
-        tools,
-        max_output_tokens: None,
+    let mut window = ContextWindow::default();
+    for entry in entries {
+        window.push(entry.clone(), 0);
     }
+    crate::compaction::build(header, &window, group_chat_since, tools).0
 }
 
 /// A transcript message as the LLM sees it: in a group chat, user messages name their author.
-fn render(cursor: u64, message: &Message, group_chat_since: Option<u64>) -> Message {
+pub(crate) fn render(cursor: u64, message: &Message, group_chat_since: Option<u64>) -> Message {
     match message {
         Message::User {
             author,
@@ -110,7 +136,7 @@ fn render(cursor: u64, message: &Message, group_chat_since: Option<u64>) -> Mess
 
 /// Gives every tool call a result right after its assistant message and drops results whose
 /// call is not in the context.
-fn repair_tool_results(messages: &mut Vec<Message>) {
+pub(crate) fn repair_tool_results(messages: &mut Vec<Message>) {
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
     let mut open_calls: Vec<(String, String)> = Vec::new();
     let close_open = |open: &mut Vec<(String, String)>, out: &mut Vec<Message>| {
@@ -162,7 +188,7 @@ fn repair_tool_results(messages: &mut Vec<Message>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{AssistantMessage, ContentBlock, StopReason, ToolCall};
+    use crate::wire::{AssistantMessage, ContentBlock, EntryPayload, StopReason, ToolCall};
 
     fn entry(cursor: u64, message: Message) -> Entry {
         Entry {

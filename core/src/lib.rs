@@ -31,6 +31,7 @@ pub mod archive;
 pub mod authority;
 pub mod browser;
 pub mod channels;
+pub mod compaction;
 pub mod context;
 pub mod egress;
 pub mod environments;

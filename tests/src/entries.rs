@@ -110,6 +110,12 @@ pub fn describe(entries: &[Entry]) -> String {
             EntryPayload::Header(header) => {
                 format!("header provider={} model={}", header.provider, header.model)
             }
+            EntryPayload::Compaction(c) => format!(
+                "compaction {} keeping from {}: {:?}",
+                c.reason.as_str(),
+                c.first_kept_cursor,
+                c.summary.chars().take(80).collect::<String>()
+            ),
             EntryPayload::Message { message } => match message {
                 Message::User {
                     author,

@@ -210,6 +210,10 @@ fn render_entry(entry: &Entry) -> String {
     let body = match &entry.payload {
         EntryPayload::Header(h) => format!("[header] model {} ({})", h.model, h.provider),
         EntryPayload::Custom { custom_type, data } => format!("[notice {custom_type}] {data}"),
+        EntryPayload::Compaction(c) => format!(
+            "[compaction, entries from {} kept] {}",
+            c.first_kept_cursor, c.summary
+        ),
         EntryPayload::Message { message } => match message {
             Message::User {
                 author, content, ..

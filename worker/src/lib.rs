@@ -158,7 +158,7 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
                 "v1",
                 "sessions",
                 id,
-                action @ ("enqueue" | "cancel" | "stop"),
+                action @ ("enqueue" | "cancel" | "stop" | "compact"),
             ],
             Method::Post,
         ) => forward(&mut req, &env, &identity, id, action, Method::Post).await,
@@ -177,7 +177,7 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
                 "v1",
                 "sessions",
                 _,
-                "enqueue" | "cancel" | "stop" | "follow" | "stats" | "usage",
+                "enqueue" | "cancel" | "stop" | "compact" | "follow" | "stats" | "usage",
             ],
             _,
         ) => Err(method_not_allowed()),
@@ -456,9 +456,9 @@ async fn forward(
         None
     };
     // Validate JSON at the edge so bad input never costs an actor wake-up... except an
-    // empty stop body, which is allowed.
+    // empty stop or compact body, which is allowed.
     if let Some(text) = &body
-        && (action != "stop" || !text.trim().is_empty())
+        && (!matches!(action, "stop" | "compact") || !text.trim().is_empty())
     {
         let _: serde_json::Value = parse_json(text.as_bytes())?;
     }

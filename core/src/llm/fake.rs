@@ -18,6 +18,10 @@
 //! | `chunks` | number of text chunks (default: pieces of about 3 words) |
 //! | `error` | `{status?, message?, retryable?, afterChunks?}`: fail the request |
 //! | `afterTools` | reply text of the step after the tool results come back |
+//! | `recall` | reply with the first `fact:` line about this word in the earlier context, naming where it was (`message`, `summary`, `context`) |
+//!
+//! A summary request of a compaction (system prompt `crate::compaction::SUMMARY_SYSTEM_PROMPT`)
+//! is answered with every `fact:` line of its material, once each.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -63,17 +67,26 @@ pub fn respond(request: &LlmRequest) -> FakeReply {
         Some(Message::ToolResult(_))
     );
     let plan = match messages.last() {
+        _ if request.system_prompt == crate::compaction::SUMMARY_SYSTEM_PROMPT => {
+            summary_step(messages)
+        }
         _ if after_tools => after_tools_step(messages),
         Some(Message::User { content, .. } | Message::CustomMessage { content, .. }) => {
-            first_step(content, messages.len())
+            first_step(content, messages)
         }
         Some(Message::ToolResult(_)) => after_tools_step(messages),
         Some(Message::Assistant(_)) | None => Plan::text("echo: ".to_string()),
     };
-    let input_chars: usize = messages
-        .iter()
-        .map(message_chars)
-        .fold(0, usize::saturating_add);
+    // Like a real provider, the input counts the system prompt and the tool definitions.
+    let input_chars: usize =
+        messages
+            .iter()
+            .map(message_chars)
+            .chain([request.system_prompt.chars().count()])
+            .chain(request.tools.iter().map(|t| {
+                t.name.len() + t.description.chars().count() + t.parameters.to_string().len()
+            }))
+            .fold(0, usize::saturating_add);
     plan.into_reply(input_chars)
 }
 
@@ -88,6 +101,7 @@ struct Directive {
     chunks: Option<usize>,
     error: Option<FakeError>,
     after_tools: Option<String>,
+    recall: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,7 +194,8 @@ impl Plan {
 }
 
 /// The step answering a user or custom message.
-fn first_step(content: &str, message_count: usize) -> Plan {
+fn first_step(content: &str, messages: &[Message]) -> Plan {
+    let message_count = messages.len();
     let directive = match directive(content) {
         None => return Plan::text(format!("echo: {content}")),
         Some(Err(error)) => return Plan::text(format!("fake: invalid @fake directive: {error}")),
@@ -204,7 +219,9 @@ fn first_step(content: &str, message_count: usize) -> Plan {
         })
         .collect();
     let reply = directive.reply.unwrap_or_else(|| {
-        if tool_calls.is_empty() {
+        if let Some(topic) = &directive.recall {
+            recall(messages, topic)
+        } else if tool_calls.is_empty() {
             format!("echo: {content}")
         } else {
             String::new()
@@ -237,6 +254,56 @@ fn first_step(content: &str, message_count: usize) -> Plan {
         tool_calls,
         error,
     }
+}
+
+/// Lines holding `fact:` in `text`, from `fact:` on.
+fn facts(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .filter_map(|line| line.find("fact:").map(|i| line[i..].trim_end()))
+}
+
+/// A summary request (`crate::compaction::SUMMARY_SYSTEM_PROMPT`): the fake keeps every
+/// `fact:` line of the material (the previous summary's included), once each.
+fn summary_step(messages: &[Message]) -> Plan {
+    let mut kept: Vec<&str> = Vec::new();
+    for message in messages {
+        if let Message::User { content, .. } = message {
+            for fact in facts(content) {
+                if !kept.contains(&fact) {
+                    kept.push(fact);
+                }
+            }
+        }
+    }
+    Plan::text(format!(
+        "Summary written by the fake provider ({} facts).\n{}",
+        kept.len(),
+        kept.join("\n")
+    ))
+}
+
+/// The `recall` directive: the first `fact:` line about `topic` in the context before the last
+/// message, naming where it was (`summary` when it came from a compaction's summary).
+fn recall(messages: &[Message], topic: &str) -> String {
+    let earlier = &messages[..messages.len().saturating_sub(1)];
+    for message in earlier {
+        let (content, source) = match message {
+            Message::User { content, .. } => (content, "message"),
+            Message::CustomMessage {
+                content,
+                custom_type,
+                ..
+            } if custom_type == crate::wire::custom_types::COMPACTION_SUMMARY => {
+                (content, "summary")
+            }
+            Message::CustomMessage { content, .. } => (content, "context"),
+            _ => continue,
+        };
+        if let Some(fact) = facts(content).find(|f| f.contains(topic)) {
+            return format!("recalled from the {source}: {fact}");
+        }
+    }
+    format!("recalled nothing about {topic}")
 }
 
 /// The step after tool results came back.
@@ -526,11 +593,12 @@ mod tests {
                 events: vec![
                     LlmEvent::TextDelta("echo: one two ".to_string()),
                     LlmEvent::TextDelta("three four five".to_string()),
-                    // 23 chars / 4 = 5; "echo: one two three four five" is 29 chars: 29/4+1 = 8
+                    // 23 chars and the 3-char system prompt / 4 = 6; "echo: one two three
+                    // four five" is 29 chars: 29/4+1 = 8
                     LlmEvent::Usage(Usage {
-                        input_tokens: 5,
+                        input_tokens: 6,
                         output_tokens: 8,
-                        total_tokens: 13,
+                        total_tokens: 14,
                         ..Usage::default()
                     }),
                     LlmEvent::Finish(StopReason::Stop),

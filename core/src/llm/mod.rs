@@ -151,6 +151,28 @@ impl LlmFailure {
         failure
     }
 
+    /// Whether the provider refused the request because its context is too long (OpenAI
+    /// `context_length_exceeded`, Anthropic "prompt is too long", and the like). Such a
+    /// request never succeeds as it is: the host compacts once and tries again.
+    pub fn is_context_overflow(&self) -> bool {
+        if !matches!(self.status, Some(400 | 413)) {
+            return false;
+        }
+        let message = self.message.to_ascii_lowercase();
+        [
+            "context_length_exceeded",
+            "context length",
+            "context window",
+            "context limit",
+            "prompt is too long",
+            "too many tokens",
+            "input is too long",
+            "request too large",
+        ]
+        .iter()
+        .any(|needle| message.contains(needle))
+    }
+
     /// A network-level failure.
     pub fn network(message: impl Into<String>) -> Self {
         LlmFailure {

@@ -130,6 +130,24 @@ pub fn lookup(model: &str) -> Option<&'static ModelInfo> {
     })
 }
 
+/// Prefix of `fake` provider models whose context window the name sets: `fake-window-4000`
+/// has a 4,000-token window (end-to-end tests of compaction use small windows).
+pub const FAKE_WINDOW_PREFIX: &str = "fake-window-";
+
+/// The context window of `model` on `provider`: the table's, a `fake-window-N` model's `N`,
+/// or [`UNKNOWN_CONTEXT_WINDOW`].
+pub fn context_window(provider: &str, model: &str) -> u64 {
+    if provider == super::fake::PROVIDER
+        && let Some(n) = model
+            .strip_prefix(FAKE_WINDOW_PREFIX)
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|n| *n > 0)
+    {
+        return n;
+    }
+    lookup(model).map_or(UNKNOWN_CONTEXT_WINDOW, |m| m.context_window)
+}
+
 /// What `usage` cost on `model`, in dollars; `None` for a model without a price.
 pub fn cost_usd(model: &str, usage: &Usage) -> Option<f64> {
     let info = lookup(model)?;
@@ -224,31 +242,35 @@ pub struct ModelUsage {
 }
 
 impl SessionUsage {
-    /// Adds the assistant messages among `entries` (other entries are ignored). Messages
-    /// without reported usage are not counted.
+    /// Adds the assistant messages and compaction summaries among `entries` (other entries
+    /// are ignored). Requests without reported usage are not counted.
     pub fn add_entries(&mut self, entries: &[crate::wire::Entry]) {
         use crate::wire::{EntryPayload, Message};
         for entry in entries {
-            let EntryPayload::Message {
-                message: Message::Assistant(message),
-            } = &entry.payload
-            else {
-                continue;
+            // Summaries of compactions are requests too: they count.
+            let (provider, model, usage) = match &entry.payload {
+                EntryPayload::Message {
+                    message: Message::Assistant(message),
+                } => (&message.provider, &message.model, &message.usage),
+                EntryPayload::Compaction(compaction) => {
+                    (&compaction.provider, &compaction.model, &compaction.usage)
+                }
+                _ => continue,
             };
-            let Some(usage) = &message.usage else {
+            let Some(usage) = usage else {
                 continue;
             };
             self.total.add(usage);
             let row = match self
                 .by_model
                 .iter()
-                .position(|m| m.provider == message.provider && m.model == message.model)
+                .position(|m| &m.provider == provider && &m.model == model)
             {
                 Some(i) => &mut self.by_model[i],
                 None => {
                     self.by_model.push(ModelUsage {
-                        provider: message.provider.clone(),
-                        model: message.model.clone(),
+                        provider: provider.clone(),
+                        model: model.clone(),
                         totals: UsageTotals::default(),
                     });
                     let last = self.by_model.len() - 1;

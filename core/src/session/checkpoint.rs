@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::Millis;
+use crate::compaction::Anchors;
 use crate::wire::{Lane, Status, ToolCall};
 
 /// The loop state the host writes after every drain, in one row.
@@ -47,6 +48,13 @@ pub struct Checkpoint {
     /// Cursor of the group-chat reminder, once another user than the owner prompted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_chat_since: Option<u64>,
+    /// The older entries the LLM context needs (pinned messages, the latest compaction).
+    #[serde(default, skip_serializing_if = "is_default_anchors")]
+    pub context: Anchors,
+}
+
+fn is_default_anchors(anchors: &Anchors) -> bool {
+    *anchors == Anchors::default()
 }
 
 impl Default for Checkpoint {
@@ -62,6 +70,7 @@ impl Default for Checkpoint {
             awaiting_approval: Vec::new(),
             owner: None,
             group_chat_since: None,
+            context: Anchors::default(),
         }
     }
 }

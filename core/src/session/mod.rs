@@ -47,8 +47,8 @@ use crate::llm::retry::RetryPolicy;
 use crate::rng::SplitMix64;
 use crate::tools;
 use crate::wire::{
-    AssistantMessage, Entry, EntryPayload, Header, Lane, Message, Status, ToolCall, ToolResult,
-    custom_types,
+    AssistantMessage, Compaction, Entry, EntryPayload, Header, Lane, Message, Status, ToolCall,
+    ToolResult, custom_types,
 };
 
 /// Milliseconds since the Unix epoch, supplied by the host.
@@ -148,6 +148,16 @@ pub enum EnqueueError {
         /// Bytes of the refused item.
         item: usize,
     },
+}
+
+/// Why a compaction was not recorded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "compaction keeping entries from cursor {first_kept_cursor} does not move the context forward"
+)]
+pub struct CompactionRefused {
+    /// The refused compaction's first kept cursor.
+    pub first_kept_cursor: u64,
 }
 
 /// One session's loop state. See the module docs for the call order.
@@ -523,6 +533,35 @@ impl Session {
         }
     }
 
+    /// Records a compaction (its summary written by the host's LLM call): appends the
+    /// `compaction` entry, from which later requests are built (`crate::compaction`). Allowed
+    /// in any phase: the summary covers only entries before `first_kept_cursor`, and every
+    /// later one stays in the context. Returns the entry's cursor.
+    ///
+    /// # Errors
+    /// [`CompactionRefused`] when `first_kept_cursor` is not after the latest compaction's
+    /// (a concurrent compaction won) or is not an entry of this session.
+    pub fn handle_compaction(
+        &mut self,
+        now: Millis,
+        compaction: Compaction,
+    ) -> Result<u64, CompactionRefused> {
+        if compaction.first_kept_cursor == 0
+            || compaction.first_kept_cursor > self.last_cursor()
+            || !self.state.context.accepts(compaction.first_kept_cursor)
+        {
+            return Err(CompactionRefused {
+                first_kept_cursor: compaction.first_kept_cursor,
+            });
+        }
+        Ok(self.append(now, EntryPayload::Compaction(compaction)))
+    }
+
+    /// The older entries the context needs (see [`crate::compaction::Anchors`]).
+    pub fn context_anchors(&self) -> &crate::compaction::Anchors {
+        &self.state.context
+    }
+
     /// Delivers one tool result. Stale or unknown calls are ignored.
     pub fn handle_tool_done(
         &mut self,
@@ -846,6 +885,7 @@ impl Session {
             created_at: now.unix_seconds(),
             payload,
         };
+        let _ = self.state.context.observe(&entry);
         self.effects.push_back(Effect::AppendEntry(entry));
         cursor
     }

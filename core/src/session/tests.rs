@@ -252,6 +252,7 @@ fn render(payload: &EntryPayload) -> String {
     match payload {
         EntryPayload::Header(h) => format!("header {}", h.model),
         EntryPayload::Custom { custom_type, .. } => format!("custom {custom_type}"),
+        EntryPayload::Compaction(c) => format!("compaction from {}", c.first_kept_cursor),
         EntryPayload::Message { message } => match message {
             Message::User { content, lane, .. } => format!("user({lane:?}) {content}"),
             Message::Assistant(a) => {

@@ -131,6 +131,28 @@ pub struct PatchSessionRequest {
     pub access: Option<crate::authority::Access>,
 }
 
+/// `POST /v1/sessions/:id/compact` (the body may be empty).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompactRequest {
+    /// What the summary should focus on (at most [`MAX_COMPACT_INSTRUCTIONS_BYTES`] bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// Longest instructions of a manual compaction, in bytes.
+pub const MAX_COMPACT_INSTRUCTIONS_BYTES: usize = 4096;
+
+/// The answer to `POST /v1/sessions/:id/compact`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactResponse {
+    /// Cursor of the `compaction` entry.
+    pub cursor: u64,
+    /// The entry's content.
+    pub compaction: super::Compaction,
+}
+
 /// Longest session title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
 

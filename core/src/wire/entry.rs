@@ -28,6 +28,10 @@ pub enum EntryPayload {
         /// The message.
         message: Message,
     },
+    /// The context was compacted: later requests send the pinned context (system prompt,
+    /// global context, attached environments' AGENTS.md), then `summary`, then the entries
+    /// from `first_kept_cursor` on. Earlier entries stay in the transcript.
+    Compaction(Compaction),
     /// A notice for people and tools; never sent to the LLM.
     Custom {
         /// A versioned type name such as `wuhu_execution_stopped_v1`.
@@ -36,6 +40,54 @@ pub enum EntryPayload {
         #[serde(default)]
         data: serde_json::Value,
     },
+}
+
+/// A `compaction` entry (see [`EntryPayload::Compaction`] and `crate::compaction`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Compaction {
+    /// What the LLM wrote about the entries before `first_kept_cursor`.
+    pub summary: String,
+    /// The oldest entry later requests send as it is.
+    pub first_kept_cursor: u64,
+    /// The estimated input tokens of the context before it was compacted.
+    pub tokens_before: u64,
+    /// Why: `auto` (the next request would pass the threshold), `overflow` (the provider
+    /// refused the context as too long), `manual` (`POST /v1/sessions/:id/compact`).
+    pub reason: CompactionReason,
+    /// Instructions given to a manual compaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Provider of the model that wrote the summary.
+    pub provider: String,
+    /// Model that wrote the summary.
+    pub model: String,
+    /// Tokens and cost of the summary request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// Why a context was compacted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionReason {
+    /// The next request would have passed the threshold (or the entry bound).
+    Auto,
+    /// The provider answered that the context was too long.
+    Overflow,
+    /// Someone asked for it.
+    Manual,
+}
+
+impl CompactionReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionReason::Auto => "auto",
+            CompactionReason::Overflow => "overflow",
+            CompactionReason::Manual => "manual",
+        }
+    }
 }
 
 /// Session settings recorded at creation.
@@ -273,6 +325,9 @@ pub mod custom_types {
     /// The saved loop state was behind the stored transcript and was moved past it on load
     /// (`custom`; `data.text`, `data.checkpointNextCursor`, `data.newestStoredCursor`).
     pub const STORAGE_REPAIRED: &str = "wuhu_storage_repaired_v1";
+    /// The summary of a compaction as the LLM sees it (a `custom_message` built for requests;
+    /// the transcript holds the `compaction` entry instead).
+    pub const COMPACTION_SUMMARY: &str = "wuhu_compaction_summary_v1";
     /// Stands in a row or an archive segment for an entry stored out of line (see
     /// `wuhu_core::out_of_line`). Never returned by the API: reads put the entry back.
     pub const OUT_OF_LINE: &str = "wuhu_out_of_line_v1";

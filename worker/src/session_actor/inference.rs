@@ -8,15 +8,16 @@ use futures::StreamExt;
 use futures::future::{Either, select};
 use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Request, RequestInit};
 use wuhu_core::archive::HOT_TAIL_KEEP;
-use wuhu_core::context::{ContextWindow, build_request};
+use wuhu_core::compaction::{self, CompactionJob, StepPlan};
+use wuhu_core::context::ContextWindow;
 use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{
     AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake, models,
 };
 use wuhu_core::tools::catalogue;
-use wuhu_core::wire::{AssistantMessage, Entry, Header, StreamEvent};
+use wuhu_core::wire::{AssistantMessage, Compaction, CompactionReason, Entry, Header, StreamEvent};
 
-use super::{Actor, blob_io, now};
+use super::{Actor, archive, blob_io, now};
 
 /// A provider that sends nothing for this long has failed.
 const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -31,25 +32,108 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
     }
 }
 
+/// What a provider request is for: a step's reply (streamed to followers) or a compaction's
+/// summary (during a step, or outside one for a manual compaction).
+#[derive(Clone, Copy)]
+pub(crate) enum Purpose {
+    Step(u64),
+    Summary(Option<u64>),
+}
+
+impl Purpose {
+    fn current(self, actor: &Actor) -> bool {
+        match self {
+            Purpose::Step(step) | Purpose::Summary(Some(step)) => actor.inference_current(step),
+            Purpose::Summary(None) => true,
+        }
+    }
+}
+
+fn transcript_unreadable() -> LlmFailure {
+    LlmFailure {
+        status: None,
+        message: "could not read the transcript for the llm context".into(),
+        retryable: true,
+        retry_after_ms: None,
+    }
+}
+
 /// `None` when the step was cancelled (stop) while streaming.
+///
+/// The plan (`wuhu_core::compaction`) may ask to compact first; a provider's context-overflow
+/// refusal compacts once and tries again. A step compacts at most once.
 async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, LlmFailure>> {
-    let Some((header, entries)) = actor.context_inputs().await else {
-        return Some(Err(LlmFailure {
-            status: None,
-            message: "could not read the transcript for the llm context".into(),
-            retryable: true,
-            retry_after_ms: None,
-        }));
-    };
-    let group_chat_since = actor
-        .with_loaded(|l| l.session.group_chat_since())
-        .flatten();
-    let request = build_request(&header, &entries, group_chat_since, catalogue());
+    let mut compacted = false;
+    loop {
+        let Some(header) = context_window(actor).await else {
+            return Some(Err(transcript_unreadable()));
+        };
+        let group_chat_since = actor
+            .with_loaded(|l| l.session.group_chat_since())
+            .flatten();
+        let plan = {
+            let tail = actor.tail.borrow();
+            let Some(window) = tail.as_ref() else {
+                continue;
+            };
+            compaction::plan_step(&header, window, group_chat_since, catalogue(), !compacted)
+        };
+        let request = match plan {
+            StepPlan::Compact(job) => {
+                compacted = true;
+                match compact(actor, Purpose::Summary(Some(step)), &header, job).await {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return None,
+                    Err(failure) => return Some(Err(failure)),
+                }
+            }
+            StepPlan::Send { request, .. } => request,
+        };
+        match call(actor, Purpose::Step(step), &header, &request).await {
+            Ok(Some(message)) => return Some(Ok(message)),
+            Ok(None) => return None,
+            Err(failure) if failure.is_context_overflow() && !compacted => {
+                compacted = true;
+                let job = {
+                    let tail = actor.tail.borrow();
+                    let Some(window) = tail.as_ref() else {
+                        return Some(Err(failure));
+                    };
+                    compaction::plan_compaction(
+                        &header,
+                        window,
+                        group_chat_since,
+                        &catalogue(),
+                        CompactionReason::Overflow,
+                        None,
+                    )
+                };
+                let Ok(job) = job else {
+                    return Some(Err(failure));
+                };
+                match compact(actor, Purpose::Summary(Some(step)), &header, job).await {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return None,
+                    Err(summary_failure) => return Some(Err(summary_failure)),
+                }
+            }
+            Err(failure) => return Some(Err(failure)),
+        }
+    }
+}
+
+/// Makes one provider request. `Ok(None)` when its purpose lapsed (the step was stopped).
+async fn call(
+    actor: &Rc<Actor>,
+    purpose: Purpose,
+    header: &Header,
+    request: &LlmRequest,
+) -> Result<Option<AssistantMessage>, LlmFailure> {
     let mut builder = AssistantBuilder::default();
     let result = match header.provider.as_str() {
-        fake::PROVIDER => run_fake(actor, step, &request, &mut builder).await,
+        fake::PROVIDER => run_fake(actor, purpose, request, &mut builder).await,
         other => match HttpProvider::named(other) {
-            Some(provider) => run_http(actor, step, provider, &request, &mut builder).await,
+            Some(provider) => run_http(actor, purpose, provider, request, &mut builder).await,
             None => Err(LlmFailure {
                 status: None,
                 message: format!("unknown provider {other:?}"),
@@ -64,19 +148,61 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             if let Some(usage) = message.usage.as_mut() {
                 usage.cost_usd = models::cost_usd(&header.model, usage);
             }
-            Some(Ok(message))
+            Ok(Some(message))
         }
-        Ok(false) => None,
-        Err(failure) => Some(Err(failure)),
+        Ok(false) => Ok(None),
+        Err(failure) => Err(failure),
     }
 }
 
-/// Applies one event; returns false when the step is no longer current.
-fn apply(actor: &Actor, step: u64, builder: &mut AssistantBuilder, event: LlmEvent) -> bool {
-    if !actor.inference_current(step) {
+/// Runs a compaction: the summary request, then the `compaction` entry, committed (so the
+/// context window holds it). `Ok(None)` when the step it serves was stopped.
+pub(crate) async fn compact(
+    actor: &Rc<Actor>,
+    purpose: Purpose,
+    header: &Header,
+    job: CompactionJob,
+) -> Result<Option<(u64, Compaction)>, LlmFailure> {
+    let summary_failed = |message: String| LlmFailure {
+        status: None,
+        message: format!("compacting the context failed: {message}"),
+        retryable: true,
+        retry_after_ms: None,
+    };
+    let reply = match call(actor, purpose, header, &job.request).await {
+        Ok(Some(reply)) => reply,
+        Ok(None) => return Ok(None),
+        Err(failure) => {
+            return Err(LlmFailure {
+                message: format!("compacting the context failed: {}", failure.message),
+                ..failure
+            });
+        }
+    };
+    if !purpose.current(actor) {
+        return Ok(None);
+    }
+    let Some(compaction) = job.finish(header, &reply) else {
+        return Err(summary_failed("the summary was empty".into()));
+    };
+    let recorded = actor
+        .with_session(|s| s.handle_compaction(now(), compaction.clone()))
+        .ok_or_else(|| summary_failed("the session is not loaded".into()))?;
+    let cursor = recorded.map_err(|e| summary_failed(e.to_string()))?;
+    actor
+        .pump()
+        .wait()
+        .await
+        .map_err(|e| summary_failed(e.message))?;
+    Ok(Some((cursor, compaction)))
+}
+
+/// Applies one event; returns false when the purpose lapsed.
+fn apply(actor: &Actor, purpose: Purpose, builder: &mut AssistantBuilder, event: LlmEvent) -> bool {
+    if !purpose.current(actor) {
         return false;
     }
-    if let LlmEvent::TextDelta(delta) = &event {
+    if let (Purpose::Step(_), LlmEvent::TextDelta(delta)) = (purpose, &event) {
         actor.broadcast(StreamEvent::AssistantTextDelta {
             delta: delta.clone(),
         });
@@ -87,7 +213,7 @@ fn apply(actor: &Actor, step: u64, builder: &mut AssistantBuilder, event: LlmEve
 
 async fn run_fake(
     actor: &Rc<Actor>,
-    step: u64,
+    purpose: Purpose,
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
 ) -> Result<bool, LlmFailure> {
@@ -109,7 +235,7 @@ async fn run_fake(
             Delay::from(Duration::from_millis(delay)).await;
         }
         let is_delta = matches!(event, LlmEvent::TextDelta(_));
-        if !apply(actor, step, builder, event) {
+        if !apply(actor, purpose, builder, event) {
             return Ok(false);
         }
         // Without a delay the whole reply is computed at once; yield to the event loop after the
@@ -121,7 +247,7 @@ async fn run_fake(
     }
     match reply.failure {
         Some(failure) => Err(failure),
-        None => Ok(actor.inference_current(step)),
+        None => Ok(purpose.current(actor)),
     }
 }
 
@@ -134,7 +260,7 @@ pub(crate) fn retry_policy(env: &worker::Env) -> RetryPolicy {
 /// Streams one step from an HTTP provider (Chat Completions or Anthropic Messages).
 async fn run_http(
     actor: &Rc<Actor>,
-    step: u64,
+    purpose: Purpose,
     provider: HttpProvider,
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
@@ -205,17 +331,17 @@ async fn run_http(
             None => break,
         };
         for event in events {
-            if !apply(actor, step, builder, event) {
+            if !apply(actor, purpose, builder, event) {
                 return Ok(false);
             }
         }
     }
     for event in decoder.finish()? {
-        if !apply(actor, step, builder, event) {
+        if !apply(actor, purpose, builder, event) {
             return Ok(false);
         }
     }
-    Ok(actor.inference_current(step))
+    Ok(purpose.current(actor))
 }
 
 /// Aborts its controller when dropped (the request's future was dropped mid-flight).
@@ -238,35 +364,41 @@ impl Drop for AbortOnDrop {
     }
 }
 
-impl Actor {
-    /// Context entries for the LLM: the context window, from memory (read from SQLite once, with
-    /// out-of-line entries put back).
-    async fn context_inputs(&self) -> Option<(Header, Vec<Entry>)> {
-        let header = self.with_loaded(|l| l.meta.header.clone())?;
-        while self.tail.borrow().is_none() {
-            let commits = self.commits.get();
-            let rows = self
-                .store()
-                .ok()?
-                .newest_entries(HOT_TAIL_KEEP as usize)
-                .ok()?;
-            let entries = rows.into_iter().map(|(entry, _)| entry).collect();
-            let entries = blob_io::resolve(&self.env, &self.tenant(), &self.session_id(), entries)
-                .await
-                .ok()?;
-            // A commit during the reads pushed nothing (no tail yet): read again.
-            if self.commits.get() != commits {
-                continue;
-            }
-            let mut loaded = ContextWindow::default();
-            for entry in entries {
-                let bytes = serde_json::to_string(&entry).map_or(0, |j| j.len());
-                loaded.push(entry, bytes);
-            }
-            *self.tail.borrow_mut() = Some(loaded);
+/// Makes sure the context window is in memory (read from SQLite once: the anchored entries by
+/// cursor, then the newest ones, with out-of-line entries put back). Returns the header.
+pub(crate) async fn context_window(actor: &Rc<Actor>) -> Option<Header> {
+    let header = actor.with_loaded(|l| l.meta.header.clone())?;
+    while actor.tail.borrow().is_none() {
+        let commits = actor.commits.get();
+        let anchors = actor.with_loaded(|l| l.session.context_anchors().cursors())?;
+        let rows = actor
+            .store()
+            .ok()?
+            .newest_entries(HOT_TAIL_KEEP as usize)
+            .ok()?;
+        let entries: Vec<Entry> = rows.into_iter().map(|(entry, _)| entry).collect();
+        let entries = blob_io::resolve(&actor.env, &actor.tenant(), &actor.session_id(), entries)
+            .await
+            .ok()?;
+        let oldest = entries.first().map_or(u64::MAX, |e| e.cursor);
+        let mut anchored = Vec::new();
+        for cursor in anchors.into_iter().filter(|c| *c < oldest) {
+            let (page, _) = archive::read_page(actor, cursor - 1, 1).await.ok()?;
+            anchored.extend(page.into_iter().filter(|e| e.cursor == cursor));
         }
-        let tail = self.tail.borrow();
-        let entries = tail.as_ref()?.entries().cloned().collect();
-        Some((header, entries))
+        // A commit during the reads pushed nothing (no tail yet): read again.
+        if actor.commits.get() != commits {
+            continue;
+        }
+        let mut loaded = ContextWindow::default();
+        for entry in anchored {
+            loaded.push_anchor(entry);
+        }
+        for entry in entries {
+            let bytes = serde_json::to_string(&entry).map_or(0, |j| j.len());
+            loaded.push(entry, bytes);
+        }
+        *actor.tail.borrow_mut() = Some(loaded);
     }
+    Some(header)
 }

@@ -9,7 +9,8 @@ use wuhu_core::authority::{self, Access, Principal, SessionAction, SessionFacts,
 use wuhu_core::llm::{self, fake};
 use wuhu_core::session::{CancelError, Session};
 use wuhu_core::wire::{
-    CancelRequest, EnqueueRequest, EnqueueResponse, GetSessionResponse, Header, Lane, Message,
+    CancelRequest, CompactRequest, CompactResponse, CompactionReason, EnqueueRequest,
+    EnqueueResponse, GetSessionResponse, Header, Lane, MAX_COMPACT_INSTRUCTIONS_BYTES, Message,
     PatchSessionRequest, Status, StopResponse, custom_types,
 };
 
@@ -215,6 +216,25 @@ impl Actor {
                 Ok(json_response(200, &info))
             }
             (worker::Method::Get, "/follow") => follow::handle(self.clone(), &req, &pairs).await,
+            (worker::Method::Post, "/compact") => {
+                self.authorize(&principal, SessionAction::Prompt)?;
+                let body = read_body(&mut req).await?;
+                let request: CompactRequest = if body.iter().all(u8::is_ascii_whitespace) {
+                    CompactRequest::default()
+                } else {
+                    parse_json(&body)?
+                };
+                if request
+                    .instructions
+                    .as_ref()
+                    .is_some_and(|i| i.len() > MAX_COMPACT_INSTRUCTIONS_BYTES)
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "instructions must be at most {MAX_COMPACT_INSTRUCTIONS_BYTES} bytes"
+                    )));
+                }
+                self.compact(request.instructions).await
+            }
             (worker::Method::Get, "/usage") => {
                 // Every page, archived ones included: O(transcript), like reading it whole.
                 let mut usage = wuhu_core::llm::models::SessionUsage::default();
@@ -245,6 +265,49 @@ impl Actor {
                 ))
             }
             _ => Err(ApiError::new(404, "not_found", "no such route")),
+        }
+    }
+
+    /// A manual compaction: the summary request, then the `compaction` entry. It may run
+    /// while a turn runs (the summary covers only entries before the kept ones); of two at
+    /// once, the second is refused (409).
+    async fn compact(self: Rc<Self>, instructions: Option<String>) -> ApiResult<Response> {
+        let header = inference::context_window(&self)
+            .await
+            .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
+        let group_chat_since = self.with_loaded(|l| l.session.group_chat_since()).flatten();
+        let job = {
+            let tail = self.tail.borrow();
+            let window = tail
+                .as_ref()
+                .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
+            wuhu_core::compaction::plan_compaction(
+                &header,
+                window,
+                group_chat_since,
+                &wuhu_core::tools::catalogue(),
+                CompactionReason::Manual,
+                instructions,
+            )
+        }
+        .map_err(|e| ApiError::new(409, "nothing_to_compact", e.to_string()))?;
+        match inference::compact(&self, inference::Purpose::Summary(None), &header, job).await {
+            Ok(Some((cursor, compaction))) => {
+                Ok(json_response(200, &CompactResponse { cursor, compaction }))
+            }
+            Ok(None) => Err(ApiError::new(
+                409,
+                "conflict",
+                "the compaction was abandoned",
+            )),
+            Err(failure)
+                if failure
+                    .message
+                    .contains("does not move the context forward") =>
+            {
+                Err(ApiError::new(409, "conflict", failure.message))
+            }
+            Err(failure) => Err(ApiError::new(502, "llm_error", failure.message)),
         }
     }
 

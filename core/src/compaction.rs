@@ -1,0 +1,711 @@
+//! Context that fits the model's window: token estimates, when to compact, where to cut, the
+//! summary request, and the request of a compacted session (decision 0011).
+//!
+//! The context of a step is, in order: the system prompt and tools, the *pinned* messages (the
+//! global context and the AGENTS.md of each attached environment) when they are older than
+//! what is sent as it is, the latest compaction's summary, then the *tail*: the entries from the
+//! compaction's `first_kept_cursor` on (all held entries when there was no compaction).
+//!
+//! Tokens are estimated from bytes per dialect ([`bytes_per_token`]) and corrected by the
+//! provider's report: the newest assistant message of the tail (after the latest compaction, same
+//! model) reported the input tokens of the request before it, so the next request costs that,
+//! plus its output, plus the estimate of what came after it.
+//!
+//! [`plan_step`] compacts when the estimate would pass [`COMPACT_AT_PERCENT`] of the window, or
+//! when the tail holds more than [`MAX_TAIL_ENTRIES`] entries (the host keeps at most
+//! `HOT_TAIL_KEEP` in memory; compacting first means nothing leaves the context unsummarised).
+//! The cut keeps the newest [`KEEP_TAIL_PERCENT`] of the window as it is, and never separates a
+//! tool call from its result.
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::{ContextWindow, render, repair_tool_results};
+use crate::llm::{LlmRequest, ToolSchema, models};
+use crate::wire::{
+    AssistantMessage, Compaction, CompactionReason, ContentBlock, Entry, EntryPayload, Header,
+    Message, custom_types,
+};
+
+/// Compact when the next request's estimated input passes this share of the window.
+pub const COMPACT_AT_PERCENT: u64 = 80;
+/// The share of the window a compaction keeps as it is (the newest entries).
+pub const KEEP_TAIL_PERCENT: u64 = 20;
+/// Compact when the tail holds more entries than this (the host's in-memory window holds 1024).
+pub const MAX_TAIL_ENTRIES: usize = 768;
+/// The share of the window the material of a summary request may fill; older material is left
+/// out (with a note) beyond it.
+pub const SUMMARY_INPUT_PERCENT: u64 = 60;
+/// Output tokens a summary request asks for.
+pub const SUMMARY_MAX_OUTPUT_TOKENS: u32 = 4096;
+/// Longest summary stored, in bytes (longer ones are cut at a character boundary).
+pub const MAX_SUMMARY_BYTES: usize = 32 * 1024;
+/// Characters of one tool result, tool call or context message quoted in a summary request.
+pub const QUOTED_CHARS: usize = 2000;
+/// Most pinned messages remembered (global context plus one AGENTS.md per environment).
+pub const MAX_PINNED: usize = 32;
+/// Tokens counted per message for its framing (role, separators).
+const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
+
+/// The system prompt of a summary request. The `fake` provider recognises it.
+pub const SUMMARY_SYSTEM_PROMPT: &str = "You write the summary that replaces the beginning of a conversation between users and an AI agent that works with tools. The agent will continue from your summary and the newest messages, and will not see the summarised messages again. Keep every fact, name, number, identifier, file path, decision, result, open question and unfinished task, and what the users asked for; drop pleasantries and repetition. Write plain text, without preamble: the summary only.";
+
+/// Bytes per token of a provider's tokenizer on typical English text and code (conservative:
+/// Anthropic's tokenizer yields more tokens per byte than OpenAI's `o200k`).
+pub fn bytes_per_token(provider: &str) -> f64 {
+    match provider {
+        "anthropic" => 3.5,
+        _ => 4.0,
+    }
+}
+
+fn tokens_of(bytes: usize, provider: &str) -> u64 {
+    (bytes as f64 / bytes_per_token(provider)).ceil() as u64
+}
+
+/// Estimated tokens of one message.
+pub fn estimate_message(provider: &str, message: &Message) -> u64 {
+    let bytes = match message {
+        Message::User { content, .. } | Message::CustomMessage { content, .. } => content.len(),
+        Message::ToolResult(result) => result.content.len() + result.tool_name.len(),
+        Message::Assistant(assistant) => assistant
+            .content
+            .iter()
+            .map(|block| match block {
+                ContentBlock::Text { text } => text.len(),
+                ContentBlock::ToolCall(call) => {
+                    call.name.len() + call.id.len() + call.arguments.to_string().len()
+                }
+                ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                } => thinking.len() + signature.len() / 4,
+                ContentBlock::RedactedThinking { data } => data.len() / 4,
+                ContentBlock::Reasoning {
+                    summary,
+                    encrypted_content,
+                    ..
+                } => {
+                    summary.iter().map(String::len).sum::<usize>()
+                        + encrypted_content.as_ref().map_or(0, |c| c.len() / 4)
+                }
+            })
+            .sum(),
+    };
+    tokens_of(bytes, provider) + MESSAGE_OVERHEAD_TOKENS
+}
+
+/// Estimated tokens of the system prompt and the tool definitions.
+pub fn estimate_fixed(provider: &str, system_prompt: &str, tools: &[ToolSchema]) -> u64 {
+    let tool_bytes: usize = tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum();
+    tokens_of(system_prompt.len() + tool_bytes, provider)
+}
+
+/// Which older entries the context needs besides the newest ones: kept in the checkpoint, so
+/// a host that loads only its newest entries knows which others to read.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Anchors {
+    /// Pinned messages, oldest first (at most [`MAX_PINNED`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned: Vec<Pinned>,
+    /// The latest compaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionAnchor>,
+}
+
+/// A pinned message: the global context, or an environment's AGENTS.md.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Pinned {
+    /// Its entry.
+    pub cursor: u64,
+    /// The environment whose AGENTS.md it is (`None`: the global context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+}
+
+/// Where the latest compaction is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionAnchor {
+    /// The `compaction` entry.
+    pub cursor: u64,
+    /// Its `first_kept_cursor`.
+    pub first_kept_cursor: u64,
+}
+
+/// How an entry changes the anchors.
+enum AnchorChange<'a> {
+    Pin(Option<&'a str>),
+    Unpin(&'a str),
+    Compaction(u64),
+}
+
+fn anchor_change(entry: &Entry) -> Option<AnchorChange<'_>> {
+    match &entry.payload {
+        EntryPayload::Message {
+            message:
+                Message::CustomMessage {
+                    custom_type,
+                    details,
+                    ..
+                },
+        } if custom_type == custom_types::GLOBAL_CONTEXT => {
+            let _ = details;
+            Some(AnchorChange::Pin(None))
+        }
+        EntryPayload::Message {
+            message:
+                Message::CustomMessage {
+                    custom_type,
+                    details,
+                    ..
+                },
+        } if custom_type == custom_types::AGENTS_MD => Some(AnchorChange::Pin(Some(
+            details
+                .as_ref()
+                .and_then(|d| d.get("environment"))
+                .and_then(|e| e.as_str())
+                .unwrap_or(""),
+        ))),
+        EntryPayload::Custom { custom_type, data }
+            if custom_type == custom_types::ENVIRONMENT_DETACHED =>
+        {
+            data.get("environment")
+                .and_then(|e| e.as_str())
+                .map(AnchorChange::Unpin)
+        }
+        EntryPayload::Compaction(compaction) => {
+            Some(AnchorChange::Compaction(compaction.first_kept_cursor))
+        }
+        _ => None,
+    }
+}
+
+impl Anchors {
+    /// Notes an appended entry. Returns the cursors no longer anchored (a replaced AGENTS.md,
+    /// a detached environment's, the previous compaction, the oldest pin beyond the bound).
+    pub fn observe(&mut self, entry: &Entry) -> Vec<u64> {
+        let mut dropped = Vec::new();
+        match anchor_change(entry) {
+            None => {}
+            Some(AnchorChange::Pin(environment)) => {
+                let environment = environment.map(str::to_string);
+                self.pinned.retain(|p| {
+                    let keep = p.environment != environment;
+                    if !keep {
+                        dropped.push(p.cursor);
+                    }
+                    keep
+                });
+                self.pinned.push(Pinned {
+                    cursor: entry.cursor,
+                    environment,
+                });
+                if self.pinned.len() > MAX_PINNED {
+                    dropped.push(self.pinned.remove(0).cursor);
+                }
+            }
+            Some(AnchorChange::Unpin(name)) => self.pinned.retain(|p| {
+                let keep = p.environment.as_deref() != Some(name);
+                if !keep {
+                    dropped.push(p.cursor);
+                }
+                keep
+            }),
+            Some(AnchorChange::Compaction(first_kept_cursor)) => {
+                if let Some(previous) = self.compaction {
+                    dropped.push(previous.cursor);
+                }
+                self.compaction = Some(CompactionAnchor {
+                    cursor: entry.cursor,
+                    first_kept_cursor,
+                });
+            }
+        }
+        dropped
+    }
+
+    /// Every anchored cursor, ascending.
+    pub fn cursors(&self) -> Vec<u64> {
+        let mut cursors: Vec<u64> = self.pinned.iter().map(|p| p.cursor).collect();
+        cursors.extend(self.compaction.map(|c| c.cursor));
+        cursors.sort_unstable();
+        cursors
+    }
+
+    /// Whether a compaction that keeps entries from `first_kept_cursor` on moves the context
+    /// forward (it must keep less than the latest one did).
+    pub fn accepts(&self, first_kept_cursor: u64) -> bool {
+        self.compaction
+            .is_none_or(|c| first_kept_cursor > c.first_kept_cursor)
+    }
+}
+
+/// One message of the tail, with what the plan needs to know of it.
+#[derive(Clone, Debug)]
+struct Item {
+    cursor: u64,
+    message: Message,
+    tokens: u64,
+    /// Whether the tail may start here: not a tool result, and no tool call of the messages
+    /// before it waits for its result.
+    cut: bool,
+}
+
+/// The parts of a step's context.
+struct Parts {
+    /// Pinned messages not in the tail, oldest first.
+    pinned: Vec<Message>,
+    /// The latest compaction, if any (its entry cursor and the entry).
+    compaction: Option<(u64, Compaction)>,
+    /// The tail's messages.
+    items: Vec<Item>,
+    /// How many entries (of every kind) the tail spans.
+    tail_entries: usize,
+    /// Tokens of the system prompt and tools.
+    fixed: u64,
+}
+
+fn summary_message(compaction: &Compaction) -> Message {
+    Message::CustomMessage {
+        custom_type: custom_types::COMPACTION_SUMMARY.into(),
+        content: format!(
+            "Summary of the earlier part of this session (the messages it replaces are not shown):\n\n{}",
+            compaction.summary
+        ),
+        details: None,
+    }
+}
+
+fn parts(
+    header: &Header,
+    window: &ContextWindow,
+    group_chat_since: Option<u64>,
+    tools: &[ToolSchema],
+) -> Parts {
+    let provider = header.provider.as_str();
+    let compaction = window.compaction().and_then(|entry| match &entry.payload {
+        EntryPayload::Compaction(c) => Some((entry.cursor, c.clone())),
+        _ => None,
+    });
+    let first_kept = compaction.as_ref().map_or(0, |(_, c)| c.first_kept_cursor);
+    let tail: Vec<&Entry> = window
+        .entries()
+        .filter(|e| e.cursor >= first_kept)
+        .collect();
+    let tail_start = tail.first().map_or(u64::MAX, |e| e.cursor);
+    let pinned: Vec<Message> = window
+        .pinned()
+        .filter(|e| e.cursor < tail_start)
+        .filter_map(|e| match &e.payload {
+            EntryPayload::Message { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut items: Vec<Item> = Vec::new();
+    let mut open_calls: Vec<String> = Vec::new();
+    for entry in &tail {
+        let EntryPayload::Message { message } = &entry.payload else {
+            continue;
+        };
+        let message = render(entry.cursor, message, group_chat_since);
+        let cut = match &message {
+            Message::ToolResult(result) => {
+                open_calls.retain(|id| *id != result.tool_call_id);
+                false
+            }
+            Message::Assistant(assistant) => {
+                open_calls = assistant.tool_calls().map(|c| c.id.clone()).collect();
+                true
+            }
+            _ => open_calls.is_empty(),
+        };
+        items.push(Item {
+            cursor: entry.cursor,
+            tokens: estimate_message(provider, &message),
+            message,
+            cut,
+        });
+    }
+    if compaction.is_none() {
+        // Without a summary the context must open with a person's (or the system's) message,
+        // never with a reply or an orphaned tool result (decision 0001's window).
+        let start = items
+            .iter()
+            .position(|i| {
+                matches!(
+                    i.message,
+                    Message::User { .. } | Message::CustomMessage { .. }
+                )
+            })
+            .unwrap_or(items.len());
+        items.drain(..start);
+    } else {
+        let start = items
+            .iter()
+            .position(|i| !matches!(i.message, Message::ToolResult(_)))
+            .unwrap_or(items.len());
+        items.drain(..start);
+    }
+    if let Some(first) = items.first_mut() {
+        // The tail's first message is where the context resumes: cutting there summarises
+        // nothing new.
+        first.cut = false;
+    }
+    Parts {
+        pinned,
+        compaction,
+        items,
+        tail_entries: tail.len(),
+        fixed: estimate_fixed(provider, &header.system_prompt, tools),
+    }
+}
+
+impl Parts {
+    /// The estimate without the provider's report, and the corrected one.
+    fn estimate(&self, header: &Header) -> (u64, u64) {
+        let provider = header.provider.as_str();
+        let prefix: u64 = self
+            .pinned
+            .iter()
+            .map(|m| estimate_message(provider, m))
+            .sum::<u64>()
+            + self
+                .compaction
+                .as_ref()
+                .map_or(0, |(_, c)| estimate_message(provider, &summary_message(c)));
+        let items: u64 = self.items.iter().map(|i| i.tokens).sum();
+        let raw = self.fixed + prefix + items;
+        let compaction_cursor = self.compaction.as_ref().map_or(0, |(cursor, _)| *cursor);
+        let reported = self.items.iter().enumerate().rev().find_map(|(i, item)| {
+            let Message::Assistant(assistant) = &item.message else {
+                return None;
+            };
+            let usage = assistant.usage.as_ref()?;
+            (item.cursor > compaction_cursor
+                && assistant.model == header.model
+                && assistant.provider == header.provider
+                && usage.input_tokens > 0)
+                .then(|| {
+                    usage.input_tokens.saturating_add(usage.output_tokens)
+                        + self.items[i + 1..].iter().map(|i| i.tokens).sum::<u64>()
+                })
+        });
+        (raw, reported.unwrap_or(raw))
+    }
+
+    fn into_request(self, header: &Header, tools: Vec<ToolSchema>) -> LlmRequest {
+        let mut messages = self.pinned;
+        if let Some((_, compaction)) = &self.compaction {
+            messages.push(summary_message(compaction));
+        }
+        messages.extend(self.items.into_iter().map(|i| i.message));
+        repair_tool_results(&mut messages);
+        LlmRequest {
+            model: header.model.clone(),
+            system_prompt: header.system_prompt.clone(),
+            messages,
+            tools,
+            max_output_tokens: None,
+        }
+    }
+}
+
+/// The request of one step and its estimated input tokens, from `window`.
+pub fn build(
+    header: &Header,
+    window: &ContextWindow,
+    group_chat_since: Option<u64>,
+    tools: Vec<ToolSchema>,
+) -> (LlmRequest, u64) {
+    let parts = parts(header, window, group_chat_since, &tools);
+    let (_, estimate) = parts.estimate(header);
+    (parts.into_request(header, tools), estimate)
+}
+
+/// What the host does for a step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepPlan {
+    /// Send this request.
+    Send {
+        /// The request.
+        request: LlmRequest,
+        /// Its estimated input tokens.
+        estimated_tokens: u64,
+    },
+    /// Compact first (send the job's request, then [`CompactionJob::finish`] and
+    /// `Session::handle_compaction`), then plan again.
+    Compact(CompactionJob),
+}
+
+/// A summary request to make, and what its compaction keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionJob {
+    /// The summary request.
+    pub request: LlmRequest,
+    /// The oldest entry kept as it is.
+    pub first_kept_cursor: u64,
+    /// Estimated input tokens of the context being compacted.
+    pub tokens_before: u64,
+    /// Why.
+    pub reason: CompactionReason,
+    /// Instructions of a manual compaction.
+    pub instructions: Option<String>,
+}
+
+/// Why nothing can be compacted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("nothing to compact: the context has no earlier message to summarise")]
+pub struct NothingToCompact;
+
+/// The request for the next step, or a compaction first when the request would pass
+/// [`COMPACT_AT_PERCENT`] of the model's window or the tail would pass [`MAX_TAIL_ENTRIES`].
+/// `may_compact`: false once this step compacted (it then sends what it has).
+pub fn plan_step(
+    header: &Header,
+    window: &ContextWindow,
+    group_chat_since: Option<u64>,
+    tools: Vec<ToolSchema>,
+    may_compact: bool,
+) -> StepPlan {
+    let parts = parts(header, window, group_chat_since, &tools);
+    let (_, estimate) = parts.estimate(header);
+    let context_window = models::context_window(&header.provider, &header.model);
+    let over_tokens = estimate > context_window * COMPACT_AT_PERCENT / 100;
+    let over_entries = parts.tail_entries > MAX_TAIL_ENTRIES;
+    if may_compact
+        && (over_tokens || over_entries)
+        && let Ok(job) = job_from_parts(header, &parts, CompactionReason::Auto, None)
+    {
+        return StepPlan::Compact(job);
+    }
+    StepPlan::Send {
+        request: parts.into_request(header, tools),
+        estimated_tokens: estimate,
+    }
+}
+
+/// A compaction of the current context (manual, or after the provider refused it as too long).
+///
+/// # Errors
+/// [`NothingToCompact`] when the tail has no place to cut after its first message.
+pub fn plan_compaction(
+    header: &Header,
+    window: &ContextWindow,
+    group_chat_since: Option<u64>,
+    tools: &[ToolSchema],
+    reason: CompactionReason,
+    instructions: Option<String>,
+) -> Result<CompactionJob, NothingToCompact> {
+    let parts = parts(header, window, group_chat_since, tools);
+    job_from_parts(header, &parts, reason, instructions)
+}
+
+fn job_from_parts(
+    header: &Header,
+    parts: &Parts,
+    reason: CompactionReason,
+    instructions: Option<String>,
+) -> Result<CompactionJob, NothingToCompact> {
+    let (raw, estimate) = parts.estimate(header);
+    // Per-message estimates scaled by what the provider reported for the whole.
+    let scale = if raw == 0 {
+        1.0
+    } else {
+        estimate as f64 / raw as f64
+    };
+    let context_window = models::context_window(&header.provider, &header.model);
+    let keep_budget = context_window * KEEP_TAIL_PERCENT / 100;
+    // Tokens and entries from each item to the end.
+    let mut suffix_tokens = vec![0u64; parts.items.len() + 1];
+    for (i, item) in parts.items.iter().enumerate().rev() {
+        suffix_tokens[i] = suffix_tokens[i + 1] + item.tokens;
+    }
+    let last_cursor = parts.items.last().map_or(0, |i| i.cursor);
+    let cuts: Vec<usize> = (0..parts.items.len())
+        .filter(|&i| parts.items[i].cut)
+        .collect();
+    let fits = |i: usize| {
+        (suffix_tokens[i] as f64 * scale) as u64 <= keep_budget
+            && (last_cursor - parts.items[i].cursor) as usize <= MAX_TAIL_ENTRIES / 2
+    };
+    let cut = cuts
+        .iter()
+        .copied()
+        .find(|&i| fits(i))
+        .or_else(|| cuts.last().copied())
+        .ok_or(NothingToCompact)?;
+    let first_kept_cursor = parts.items[cut].cursor;
+    let request = summary_request(
+        header,
+        parts.compaction.as_ref().map(|(_, c)| c.summary.as_str()),
+        &parts.items[..cut],
+        instructions.as_deref(),
+        context_window,
+    );
+    Ok(CompactionJob {
+        request,
+        first_kept_cursor,
+        tokens_before: estimate,
+        reason,
+        instructions,
+    })
+}
+
+/// `text` cut to at most `max` characters, with a note of how much was left out.
+fn quote(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((end, _)) => format!(
+            "{} […{} more characters]",
+            &text[..end],
+            text[end..].chars().count()
+        ),
+    }
+}
+
+/// One summarised message as a line of the summary request.
+fn transcript_line(message: &Message) -> Option<String> {
+    match message {
+        Message::User {
+            author, content, ..
+        } => Some(format!(
+            "[user {author}]: {}",
+            quote(content, QUOTED_CHARS * 4)
+        )),
+        Message::CustomMessage {
+            custom_type,
+            content,
+            ..
+        } => Some(format!(
+            "[context {custom_type}]: {}",
+            quote(content, QUOTED_CHARS)
+        )),
+        Message::ToolResult(result) => Some(format!(
+            "[tool result {}{}]: {}",
+            result.tool_name,
+            if result.is_error { ", error" } else { "" },
+            quote(&result.content, QUOTED_CHARS)
+        )),
+        Message::Assistant(assistant) => {
+            let mut parts: Vec<String> = Vec::new();
+            let text = assistant.text();
+            if !text.is_empty() {
+                parts.push(format!("[assistant]: {}", quote(&text, QUOTED_CHARS * 4)));
+            }
+            for call in assistant.tool_calls() {
+                parts.push(format!(
+                    "[assistant calls {}]: {}",
+                    call.name,
+                    quote(&call.arguments.to_string(), QUOTED_CHARS)
+                ));
+            }
+            (!parts.is_empty()).then(|| parts.join("\n"))
+        }
+    }
+}
+
+/// The summary request: the previous summary and the messages before the cut as one text.
+/// Beyond [`SUMMARY_INPUT_PERCENT`] of the window the oldest lines are left out.
+fn summary_request(
+    header: &Header,
+    previous: Option<&str>,
+    summarised: &[Item],
+    instructions: Option<&str>,
+    context_window: u64,
+) -> LlmRequest {
+    let budget_bytes = ((context_window * SUMMARY_INPUT_PERCENT / 100) as f64
+        * bytes_per_token(&header.provider)) as usize;
+    let fixed = SUMMARY_SYSTEM_PROMPT.len()
+        + previous.map_or(0, str::len)
+        + instructions.map_or(0, str::len)
+        + 256;
+    let mut lines: Vec<String> = summarised
+        .iter()
+        .filter_map(|i| transcript_line(&i.message))
+        .collect();
+    let mut bytes: usize = fixed + lines.iter().map(|l| l.len() + 1).sum::<usize>();
+    let mut omitted = 0usize;
+    while bytes > budget_bytes && lines.len() > 1 {
+        bytes -= lines[omitted].len() + 1;
+        omitted += 1;
+        if omitted == lines.len() - 1 {
+            break;
+        }
+    }
+    let lines = lines.split_off(omitted);
+    let mut text = String::new();
+    if let Some(previous) = previous {
+        text.push_str("Summary so far:\n\n");
+        text.push_str(previous);
+        text.push_str("\n\n");
+    }
+    text.push_str("Messages since then:\n\n");
+    if omitted > 0 {
+        text.push_str(&format!(
+            "[… {omitted} older messages left out: they did not fit …]\n"
+        ));
+    }
+    for line in &lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push_str("\nWrite the new summary: it replaces the summary so far and these messages.");
+    if let Some(instructions) = instructions {
+        text.push_str("\nInstructions for this summary: ");
+        text.push_str(instructions);
+    }
+    LlmRequest {
+        model: header.model.clone(),
+        system_prompt: SUMMARY_SYSTEM_PROMPT.into(),
+        messages: vec![Message::User {
+            author: "wuhu".into(),
+            content: text,
+            queue_item_id: None,
+            lane: None,
+        }],
+        tools: Vec::new(),
+        max_output_tokens: Some(SUMMARY_MAX_OUTPUT_TOKENS),
+    }
+}
+
+impl CompactionJob {
+    /// The `compaction` entry's payload, from the summary reply. `None` when the reply has no
+    /// text (the compaction failed).
+    pub fn finish(self, header: &Header, reply: &AssistantMessage) -> Option<Compaction> {
+        let text = reply.text();
+        let text = text.trim();
+        if text.is_empty() {
+            return None;
+        }
+        let summary = if text.len() > MAX_SUMMARY_BYTES {
+            let end = (0..=MAX_SUMMARY_BYTES)
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            format!(
+                "{} [summary cut at {MAX_SUMMARY_BYTES} bytes]",
+                &text[..end]
+            )
+        } else {
+            text.to_string()
+        };
+        Some(Compaction {
+            summary,
+            first_kept_cursor: self.first_kept_cursor,
+            tokens_before: self.tokens_before,
+            reason: self.reason,
+            instructions: self.instructions,
+            provider: header.provider.clone(),
+            model: header.model.clone(),
+            usage: reply.usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
