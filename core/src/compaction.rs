@@ -147,16 +147,8 @@ enum AnchorChange<'a> {
 fn anchor_change(entry: &Entry) -> Option<AnchorChange<'_>> {
     match &entry.payload {
         EntryPayload::Message {
-            message:
-                Message::CustomMessage {
-                    custom_type,
-                    details,
-                    ..
-                },
-        } if custom_type == custom_types::GLOBAL_CONTEXT => {
-            let _ = details;
-            Some(AnchorChange::Pin(None))
-        }
+            message: Message::CustomMessage { custom_type, .. },
+        } if custom_type == custom_types::GLOBAL_CONTEXT => Some(AnchorChange::Pin(None)),
         EntryPayload::Message {
             message:
                 Message::CustomMessage {
