@@ -818,7 +818,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                     &id,
                     &PatchSessionRequest {
                         title: Some(title),
-                        access: None,
+                        ..PatchSessionRequest::default()
                     },
                 )
                 .await?;

@@ -448,3 +448,133 @@ fn config_documents_list_providers_and_the_model_table_without_keys() {
         );
     }
 }
+
+#[test]
+fn switching_from_anthropic_to_openai_mid_session_converts_the_transcript() {
+    let _guard = stack().guard();
+    let (api, id, claude) = anthropic_session("use tools");
+    stack().openai().script(
+        &claude,
+        [
+            Reply::tool_calls([("list_sessions", json!({"limit": 2}))])
+                .with_text("Checking.")
+                .with_thinking("private chain of thought", "sig-anthropic"),
+            Reply::text("One session."),
+        ],
+    );
+    api.enqueue(&id, "followUp", "how many sessions?");
+    api.wait_idle(&id, TURN);
+    let path = format!("/v1/sessions/{id}");
+    for bad in [
+        json!({"provider": "gemini"}),
+        json!({"model": ""}),
+        json!({"model": 7}),
+    ] {
+        let response = api.patch(&path, &bad);
+        assert_eq!(response.status, 400, "{bad}: {response}");
+    }
+    let gpt = unique_name("gpt-test");
+    let response = api.patch(&path, &json!({"provider": "openai", "model": gpt}));
+    response.expect_status(200);
+    let info = response.json();
+    assert_eq!(
+        (info["provider"].as_str(), info["model"].as_str()),
+        (Some("openai"), Some(gpt.as_str()))
+    );
+    stack()
+        .openai()
+        .script(&gpt, [Reply::text("Still one session.")]);
+    api.enqueue(&id, "followUp", "and now?");
+    api.wait_idle(&id, TURN);
+
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    let text = describe(&transcript);
+    let notices = customs(&transcript, custom_types::MODEL_CHANGED);
+    assert_eq!(notices.len(), 1, "{text}");
+    assert_eq!(notices[0]["from"]["provider"], "anthropic", "{text}");
+    assert_eq!(notices[0]["to"]["model"], gpt.as_str(), "{text}");
+    assert_eq!(notices[0]["by"], "ada", "{text}");
+    let replies = assistants(&transcript);
+    let last = replies.last().expect("a reply");
+    assert_eq!(
+        (last.provider.as_str(), last.model.as_str(), last.text()),
+        ("openai", gpt.as_str(), "Still one session.".to_string())
+    );
+    let call_id = replies[0].tool_calls().next().expect("a call").id.clone();
+
+    // The new provider got the history in its own dialect: the call and its output as items,
+    // Anthropic's signed thinking left out.
+    let requests = stack().openai().requests_for(&gpt);
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.path, "/v1/responses");
+    let items = request.body["input"].as_array().expect("input items");
+    let of_type = |t: &str| items.iter().filter(|i| i["type"] == t).collect::<Vec<_>>();
+    let calls = of_type("function_call");
+    assert_eq!(calls.len(), 1, "{items:?}");
+    assert_eq!(calls[0]["call_id"], call_id.as_str());
+    assert_eq!(calls[0]["name"], "list_sessions");
+    let outputs = of_type("function_call_output");
+    assert_eq!(outputs.len(), 1, "{items:?}");
+    assert_eq!(outputs[0]["call_id"], call_id.as_str());
+    assert!(of_type("reasoning").is_empty(), "{items:?}");
+    assert!(!request.raw_body.contains("sig-anthropic"));
+    assert!(!request.raw_body.contains("private chain of thought"));
+    // Usage is kept per model.
+    let usage = api.get(&format!("/v1/sessions/{id}/usage")).json();
+    assert_eq!(
+        usage["byModel"].as_array().map(Vec::len),
+        Some(2),
+        "{usage}"
+    );
+}
+
+#[test]
+fn a_spent_budget_ends_the_turn_with_a_notice_and_enqueue_answers_402_until_raised() {
+    let _guard = stack().guard();
+    let api = stack().client("ada", &unique_name("budget"));
+    let id = api.create_fake_session().id;
+    let path = format!("/v1/sessions/{id}");
+    for bad in [
+        json!({"budget": {"maxUsd": -1}}),
+        json!({"budget": {"maxTokens": "many"}}),
+        json!({"budget": {"maxCoins": 3}}),
+    ] {
+        let response = api.patch(&path, &bad);
+        assert_eq!(response.status, 400, "{bad}: {response}");
+    }
+    api.patch(&path, &json!({"budget": {"maxTokens": 1}}))
+        .expect_status(200);
+    // The first request runs (nothing spent yet) and calls a tool; the step after the tool
+    // result would pass the budget: the turn ends there.
+    api.enqueue(
+        &id,
+        "followUp",
+        r#"@fake {"toolCalls":[{"name":"list_sessions","arguments":{"limit":1}}]}"#,
+    );
+    api.wait_idle(&id, TURN);
+    let transcript = api.transcript(&id);
+    let text = describe(&transcript);
+    assert_eq!(assistants(&transcript).len(), 1, "{text}");
+    assert!(
+        transcript.iter().any(|e| tool_result(e).is_some()),
+        "{text}"
+    );
+    let notices = customs(&transcript, custom_types::BUDGET_EXCEEDED);
+    assert_eq!(notices.len(), 1, "{text}");
+    assert_eq!(notices[0]["limit"], "tokens");
+    let response = api.enqueue_raw(&id, "followUp", "more please");
+    assert_eq!(response.status, 402, "{response}");
+    assert_eq!(response.json()["error"]["code"], "budget_exceeded");
+    let usage = api.get(&format!("/v1/sessions/{id}/usage")).json();
+    assert_eq!(usage["budget"]["maxTokens"], 1, "{usage}");
+    assert!(usage["spent"]["tokens"].as_u64() > Some(1), "{usage}");
+    // Raised (removed): the session continues.
+    api.patch(&path, &json!({"budget": {}})).expect_status(200);
+    api.enqueue(&id, "followUp", "more please");
+    api.wait_idle(&id, TURN);
+    let transcript = api.transcript(&id);
+    assert_eq!(assistants(&transcript).len(), 2);
+    assert_eq!(customs(&transcript, custom_types::BUDGET_SET).len(), 2);
+}

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Millis;
 use crate::compaction::Anchors;
+use crate::wire::{Budget, Spent};
 use crate::wire::{Lane, Status, ToolCall};
 
 /// The loop state the host writes after every drain, in one row.
@@ -48,6 +49,13 @@ pub struct Checkpoint {
     /// Cursor of the group-chat reminder, once another user than the owner prompted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_chat_since: Option<u64>,
+    /// Tokens and dollars the session's requests used (replies and compaction summaries)
+    /// since budgets exist.
+    #[serde(default, skip_serializing_if = "Spent::is_zero")]
+    pub spent: Spent,
+    /// The session's budget, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// The older entries the LLM context needs (pinned messages, the latest compaction).
     #[serde(default, skip_serializing_if = "is_default_anchors")]
     pub context: Anchors,
@@ -71,6 +79,8 @@ impl Default for Checkpoint {
             owner: None,
             group_chat_since: None,
             context: Anchors::default(),
+            spent: Spent::default(),
+            budget: None,
         }
     }
 }

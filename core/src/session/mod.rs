@@ -34,6 +34,8 @@
 //! [`Session::handle_stored_cursor`] and [`Session::handle_storage_failure`]): memory never runs
 //! ahead of storage.
 
+#[cfg(test)]
+mod budget_tests;
 mod checkpoint;
 #[cfg(test)]
 mod tests;
@@ -47,8 +49,8 @@ use crate::llm::retry::RetryPolicy;
 use crate::rng::SplitMix64;
 use crate::tools;
 use crate::wire::{
-    AssistantMessage, Compaction, Entry, EntryPayload, Header, Lane, Message, Status, ToolCall,
-    ToolResult, custom_types,
+    AssistantMessage, Budget, Compaction, Entry, EntryPayload, Header, Lane, Message, Spent,
+    Status, ToolCall, ToolResult, custom_types,
 };
 
 /// Milliseconds since the Unix epoch, supplied by the host.
@@ -147,6 +149,12 @@ pub enum EnqueueError {
         queued: usize,
         /// Bytes of the refused item.
         item: usize,
+    },
+    /// The session spent its budget (see [`Session::handle_budget`]).
+    #[error("the session's budget is spent ({limit}): raise it to continue")]
+    BudgetExceeded {
+        /// `tokens` or `usd`.
+        limit: &'static str,
     },
 }
 
@@ -339,6 +347,9 @@ impl Session {
                 queued: self.queue_bytes,
                 item: content.len(),
             });
+        }
+        if let Some(limit) = self.budget_exceeded() {
+            return Err(EnqueueError::BudgetExceeded { limit });
         }
         let item = QueueItem {
             id: item_id,
@@ -557,6 +568,72 @@ impl Session {
         Ok(self.append(now, EntryPayload::Compaction(compaction)))
     }
 
+    /// Records that `by` switched the session from `from` to `to` (the host stores the new
+    /// header): a `wuhu_model_changed_v1` notice. The next request is built for the new model,
+    /// in its dialect; reasoning of another provider's replies is not sent (it cannot be
+    /// verified there), and the notice says so.
+    pub fn handle_model_changed(&mut self, now: Millis, from: &Header, to: &Header, by: &str) {
+        let mut text = format!(
+            "{by} switched the model from {} ({}) to {} ({}).",
+            from.model, from.provider, to.model, to.provider
+        );
+        if from.provider != to.provider {
+            text.push_str(&format!(
+                " Reasoning of earlier {} replies is not sent to {}.",
+                from.provider, to.provider
+            ));
+        }
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::MODEL_CHANGED.into(),
+                data: serde_json::json!({
+                    "text": text,
+                    "from": {"provider": from.provider, "model": from.model},
+                    "to": {"provider": to.provider, "model": to.model},
+                    "by": by,
+                }),
+            },
+        );
+    }
+
+    /// `by` sets the session's budget (an empty one: no limit), recorded in a
+    /// `wuhu_budget_set_v1` notice. A raised budget lets the next enqueue start a turn again.
+    pub fn handle_budget(&mut self, now: Millis, budget: Budget, by: &str) {
+        self.state.budget = (budget != Budget::default()).then_some(budget);
+        let spent = self.state.spent;
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::BUDGET_SET.into(),
+                data: serde_json::json!({
+                    "text": format!("{by} set the session's budget."),
+                    "budget": budget,
+                    "spent": spent,
+                    "by": by,
+                }),
+            },
+        );
+    }
+
+    /// What the session's requests used.
+    pub fn spent(&self) -> Spent {
+        self.state.spent
+    }
+
+    /// The session's budget.
+    pub fn budget(&self) -> Option<Budget> {
+        self.state.budget
+    }
+
+    /// Which limit of the budget is reached, if any.
+    pub fn budget_exceeded(&self) -> Option<&'static str> {
+        self.state
+            .budget
+            .as_ref()
+            .and_then(|b| b.exceeded_by(&self.state.spent))
+    }
+
     /// The older entries the context needs (see [`crate::compaction::Anchors`]).
     pub fn context_anchors(&self) -> &crate::compaction::Anchors {
         &self.state.context
@@ -702,6 +779,30 @@ impl Session {
         let mut delivered = self.deliver(now, |lane| matches!(lane, Lane::Steer | Lane::System));
         if !after_tools && delivered == 0 {
             delivered = self.deliver(now, |lane| lane == Lane::FollowUp);
+        }
+        if (after_tools || delivered > 0)
+            && let Some(limit) = self.budget_exceeded()
+        {
+            // A request starts only under the budget: the turn ends here, visibly.
+            let spent = self.state.spent;
+            let budget = self.state.budget.unwrap_or_default();
+            self.append(
+                now,
+                EntryPayload::Custom {
+                    custom_type: custom_types::BUDGET_EXCEEDED.into(),
+                    data: serde_json::json!({
+                        "text": format!(
+                            "The session's budget is spent ({} tokens, ${:.4} used): the turn ended. Raise the budget to continue.",
+                            spent.tokens, spent.usd
+                        ),
+                        "limit": limit,
+                        "spent": spent,
+                        "budget": budget,
+                    }),
+                },
+            );
+            self.go_idle();
+            return;
         }
         if after_tools || delivered > 0 {
             self.state.step += 1;
@@ -886,6 +987,18 @@ impl Session {
             payload,
         };
         let _ = self.state.context.observe(&entry);
+        match &entry.payload {
+            EntryPayload::Message {
+                message:
+                    Message::Assistant(AssistantMessage {
+                        usage: Some(usage), ..
+                    }),
+            } => self.state.spent.add(usage),
+            EntryPayload::Compaction(Compaction {
+                usage: Some(usage), ..
+            }) => self.state.spent.add(usage),
+            _ => {}
+        }
         self.effects.push_back(Effect::AppendEntry(entry));
         cursor
     }

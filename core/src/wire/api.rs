@@ -120,7 +120,7 @@ pub struct CancelRequest {
 }
 
 /// `PATCH /v1/sessions/:id`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchSessionRequest {
     /// New title (1 to [`MAX_TITLE_CHARS`] characters after trimming).
@@ -129,7 +129,88 @@ pub struct PatchSessionRequest {
     /// New access (owner or admin only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<crate::authority::Access>,
+    /// Switch to this provider (one of `crate::llm::PROVIDERS`); without `model`, its
+    /// default model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Switch to this model (1 to [`MAX_MODEL_CHARS`] characters); without `provider`, on the
+    /// session's provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A new budget (`{}` removes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
+
+/// A session's budget: requests start only while what the session spent is under every limit
+/// set (so one request may overshoot).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Budget {
+    /// Most input plus output tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Most US dollars (from the model table's prices; unpriced models cost nothing here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usd: Option<f64>,
+}
+
+/// What a session's requests used.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Spent {
+    /// Input plus output tokens.
+    pub tokens: u64,
+    /// US dollars.
+    pub usd: f64,
+}
+
+impl Spent {
+    /// Whether nothing was spent.
+    pub fn is_zero(&self) -> bool {
+        self.tokens == 0 && self.usd == 0.0
+    }
+
+    /// Adds one request's usage.
+    pub fn add(&mut self, usage: &super::Usage) {
+        self.tokens = self
+            .tokens
+            .saturating_add(usage.input_tokens.saturating_add(usage.output_tokens));
+        if let Some(cost) = usage.cost_usd.filter(|c| c.is_finite() && *c > 0.0) {
+            self.usd += cost;
+        }
+    }
+}
+
+impl Budget {
+    /// Which limit `spent` reached, if any: `"tokens"` or `"usd"`.
+    pub fn exceeded_by(&self, spent: &Spent) -> Option<&'static str> {
+        if self.max_tokens.is_some_and(|max| spent.tokens >= max) {
+            return Some("tokens");
+        }
+        if self.max_usd.is_some_and(|max| spent.usd >= max) {
+            return Some("usd");
+        }
+        None
+    }
+
+    /// Checks the limits.
+    ///
+    /// # Errors
+    /// A message for a 400 when a dollar limit is negative or not a number.
+    pub fn validate(&self) -> Result<(), String> {
+        if self
+            .max_usd
+            .is_some_and(|usd| !usd.is_finite() || usd < 0.0)
+        {
+            return Err("budget.maxUsd must be a number of dollars, 0 or more".into());
+        }
+        Ok(())
+    }
+}
+
+/// Longest model name, in characters.
+pub const MAX_MODEL_CHARS: usize = 200;
 
 /// `POST /v1/sessions/:id/compact` (the body may be empty).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -174,13 +255,56 @@ impl PatchSessionRequest {
     /// # Errors
     /// A message for a 400.
     pub fn validate(&self) -> Result<(), String> {
-        if self.title.is_none() && self.access.is_none() {
-            return Err("patch needs title or access".into());
+        if self.title.is_none()
+            && self.access.is_none()
+            && self.provider.is_none()
+            && self.model.is_none()
+            && self.budget.is_none()
+        {
+            return Err("patch needs title, access, provider, model or budget".into());
+        }
+        if let Some(budget) = &self.budget {
+            budget.validate()?;
         }
         if let Some(title) = &self.title {
             normalize_title(title)?;
         }
+        if let Some(provider) = &self.provider
+            && !crate::llm::PROVIDERS.contains(&provider.as_str())
+        {
+            return Err(format!(
+                "unknown provider {provider:?}: use one of {}",
+                crate::llm::PROVIDERS.map(|p| format!("{p:?}")).join(", ")
+            ));
+        }
+        if let Some(model) = &self.model
+            && (model.trim().is_empty() || model.chars().count() > MAX_MODEL_CHARS)
+        {
+            return Err(format!("model must be 1 to {MAX_MODEL_CHARS} characters"));
+        }
         Ok(())
+    }
+
+    /// The session's provider and model after this patch, from `current`; `None` when the
+    /// patch does not change them.
+    pub fn switched(&self, current: &super::Header) -> Option<super::Header> {
+        if self.provider.is_none() && self.model.is_none() {
+            return None;
+        }
+        let provider = self
+            .provider
+            .clone()
+            .unwrap_or_else(|| current.provider.clone());
+        let model = match (&self.model, &self.provider) {
+            (Some(model), _) => model.trim().to_string(),
+            (None, Some(_)) if provider == current.provider => current.model.clone(),
+            (None, _) => crate::llm::default_model(&provider).to_string(),
+        };
+        (provider != current.provider || model != current.model).then(|| super::Header {
+            system_prompt: current.system_prompt.clone(),
+            provider,
+            model,
+        })
     }
 }
 
@@ -261,4 +385,56 @@ pub struct Claims {
     /// Audience (a string or an array); checked when `WUHU_JWT_AUDIENCE` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aud: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_patch_switches_only_what_it_names() {
+        let current = super::super::Header {
+            system_prompt: "s".into(),
+            provider: "anthropic".into(),
+            model: "claude-sonnet-4-5".into(),
+        };
+        let patch = |body: serde_json::Value| -> Result<Option<(String, String)>, String> {
+            let request: PatchSessionRequest =
+                serde_json::from_value(body).map_err(|e| e.to_string())?;
+            request.validate()?;
+            Ok(request.switched(&current).map(|h| (h.provider, h.model)))
+        };
+        let some = |p: &str, m: &str| Ok(Some((p.to_string(), m.to_string())));
+        let cases = [
+            (serde_json::json!({"title": "t"}), Ok(None)),
+            (
+                serde_json::json!({"model": "claude-haiku-4-5"}),
+                some("anthropic", "claude-haiku-4-5"),
+            ),
+            (
+                serde_json::json!({"provider": "openai"}),
+                some("openai", crate::llm::default_model("openai")),
+            ),
+            (
+                serde_json::json!({"provider": "openai", "model": " gpt-5 "}),
+                some("openai", "gpt-5"),
+            ),
+            // The same provider and model: nothing changes (no notice).
+            (serde_json::json!({"provider": "anthropic"}), Ok(None)),
+            (serde_json::json!({"model": "claude-sonnet-4-5"}), Ok(None)),
+        ];
+        for (body, expected) in cases {
+            assert_eq!(patch(body.clone()), expected, "{body}");
+        }
+        for bad in [
+            serde_json::json!({}),
+            serde_json::json!({"provider": "gemini"}),
+            serde_json::json!({"model": " "}),
+            serde_json::json!({"model": "m".repeat(MAX_MODEL_CHARS + 1)}),
+            serde_json::json!({"model": 3}),
+        ] {
+            assert!(patch(bad.clone()).is_err(), "{bad} accepted");
+        }
+        assert!(patch(serde_json::json!({"model": "m".repeat(MAX_MODEL_CHARS)})).is_ok());
+    }
 }

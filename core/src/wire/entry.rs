@@ -325,6 +325,15 @@ pub mod custom_types {
     /// The saved loop state was behind the stored transcript and was moved past it on load
     /// (`custom`; `data.text`, `data.checkpointNextCursor`, `data.newestStoredCursor`).
     pub const STORAGE_REPAIRED: &str = "wuhu_storage_repaired_v1";
+    /// The session's provider or model changed (`custom`; `data.text`, `data.from` and
+    /// `data.to` as `{provider, model}`, `data.by`).
+    pub const MODEL_CHANGED: &str = "wuhu_model_changed_v1";
+    /// The session's budget was reached: the turn ended (`custom`; `data.text`, `data.limit`
+    /// (`tokens` or `usd`), `data.spent`, `data.budget`).
+    pub const BUDGET_EXCEEDED: &str = "wuhu_budget_exceeded_v1";
+    /// Someone set the session's budget (`custom`; `data.text`, `data.budget`, `data.spent`,
+    /// `data.by`).
+    pub const BUDGET_SET: &str = "wuhu_budget_set_v1";
     /// The summary of a compaction as the LLM sees it (a `custom_message` built for requests;
     /// the transcript holds the `compaction` entry instead).
     pub const COMPACTION_SUMMARY: &str = "wuhu_compaction_summary_v1";

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use worker::{Request, Response};
 use wuhu_core::authority::{self, Access, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::llm::{self, fake};
-use wuhu_core::session::{CancelError, Session};
+use wuhu_core::session::{CancelError, EnqueueError, Session};
 use wuhu_core::wire::{
     CancelRequest, CompactRequest, CompactResponse, CompactionReason, EnqueueRequest,
     EnqueueResponse, GetSessionResponse, Header, Lane, MAX_COMPACT_INSTRUCTIONS_BYTES, Message,
@@ -115,7 +115,12 @@ impl Actor {
                     s.handle_enqueue(now(), id.clone(), lane, author, request.content)
                 })
                 .ok_or_else(|| ApiError::internal("session not loaded"))?
-                .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
+                .map_err(|e| match e {
+                    EnqueueError::BudgetExceeded { .. } => {
+                        ApiError::new(402, "budget_exceeded", e.to_string())
+                    }
+                    _ => ApiError::new(429, "queue_full", e.to_string()),
+                })?;
                 // Acknowledged only once the item's row is committed.
                 self.pump().wait().await?;
                 Ok(json_response(200, &EnqueueResponse { id }))
@@ -193,11 +198,24 @@ impl Actor {
                 if request.access.is_some() {
                     self.authorize(&principal, SessionAction::ChangeAccess)?;
                 }
+                // Limits on spending are for those who may rename the session.
+                if request.budget.is_some() {
+                    self.authorize(&principal, SessionAction::Rename)?;
+                }
+                // Whoever may prompt may choose the model the prompts go to.
+                if request.provider.is_some() || request.model.is_some() {
+                    self.authorize(&principal, SessionAction::Prompt)?;
+                }
+                let mut switched = None;
                 {
                     let mut loaded = self.loaded.borrow_mut();
                     if let Some(loaded) = loaded.as_mut() {
                         // Memory changes only after storage did.
                         let mut meta = loaded.meta.clone();
+                        if let Some(header) = request.switched(&meta.header) {
+                            switched = Some((meta.header.clone(), header.clone()));
+                            meta.header = header;
+                        }
                         if let Some(title) = &request.title {
                             meta.title = wuhu_core::wire::normalize_title(title).ok();
                         }
@@ -208,6 +226,14 @@ impl Actor {
                         self.store()?.save_meta(&meta)?;
                         loaded.meta = meta;
                     }
+                }
+                if let Some((from, to)) = switched {
+                    self.with_session(|s| s.handle_model_changed(now(), &from, &to, &author));
+                    self.pump().wait().await?;
+                }
+                if let Some(budget) = request.budget {
+                    self.with_session(|s| s.handle_budget(now(), budget, &author));
+                    self.pump().wait().await?;
                 }
                 // Visibility in the list changes with access: the index learns it before we
                 // answer, so a list right after the patch is right.
@@ -248,7 +274,14 @@ impl Actor {
                         _ => break,
                     }
                 }
-                Ok(json_response(200, &usage))
+                let mut body =
+                    serde_json::to_value(&usage).map_err(|e| ApiError::internal(e.to_string()))?;
+                let (spent, budget) = self
+                    .with_loaded(|l| (l.session.spent(), l.session.budget()))
+                    .ok_or_else(|| ApiError::internal("session not loaded"))?;
+                body["spent"] = serde_json::json!(spent);
+                body["budget"] = serde_json::json!(budget);
+                Ok(json_response(200, &body))
             }
             (worker::Method::Get, "/stats") => {
                 let store = self.store()?;
