@@ -62,6 +62,8 @@ struct World {
     discord_key: Option<SigningKey>,
     fake: FakeChat,
     seq: AtomicU64,
+    /// People mapped to a Wuhu `sub` through `/v1/channels/:id/members` (by `n`).
+    members: std::sync::Mutex<Vec<(u64, String)>>,
 }
 
 const BOT_TOKEN: &str = "bot-test-token-0123456789";
@@ -126,6 +128,7 @@ impl World {
             discord_key,
             fake,
             seq: AtomicU64::new(1),
+            members: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -199,9 +202,35 @@ impl World {
         }
     }
 
-    /// The Wuhu identity of person `n`.
+    /// The Wuhu identity of person `n`: their mapped `sub`, else `<platform>:<id>`.
     fn identity(&self, n: u64) -> String {
-        format!("{}:{}", self.platform.as_str(), self.user(n))
+        let members = self.members.lock().unwrap();
+        match members.iter().find(|(m, _)| *m == n) {
+            Some((_, sub)) => sub.clone(),
+            None => format!("{}:{}", self.platform.as_str(), self.user(n)),
+        }
+    }
+
+    /// Maps person `n` to `sub` (the binding's whole member list is replaced).
+    fn map_member(&self, n: u64, sub: &str) {
+        let mut members = self.members.lock().unwrap();
+        members.retain(|(m, _)| *m != n);
+        members.push((n, sub.to_string()));
+        let list: Vec<Value> = members
+            .iter()
+            .map(|(m, sub)| json!({"user": self.user(*m), "sub": sub}))
+            .collect();
+        let path = format!("/v1/channels/{}/members", self.id);
+        let response = self.admin.send(
+            self.admin
+                .request("PUT", &path)
+                .body(json!({ "members": list }).to_string().into_bytes()),
+        );
+        assert_eq!(response.status, 200, "{response}");
+        assert_eq!(
+            response.json()["members"].as_array().unwrap().len(),
+            members.len()
+        );
     }
 
     /// What person `n` sends in thread `thread`: addressed to the bot (a mention, the
@@ -400,6 +429,8 @@ fn bindings_are_for_admins_and_never_show_credentials() {
     let body = json!({"platform": "slack", "name": "ops", "credentials": {"signingSecret": secret, "botToken": token}});
     assert_eq!(member.post("/v1/channels", &body).status, 403);
     assert_eq!(member.get("/v1/channels").status, 403);
+    let members_path = format!("/v1/channels/{}/members", uuid_like());
+    assert_eq!(member.get(&members_path).status, 403);
     let created = admin.post("/v1/channels", &body);
     assert_eq!(created.status, 201, "{created}");
     let view = created.json();
@@ -440,7 +471,46 @@ fn bindings_are_for_admins_and_never_show_credentials() {
     assert_eq!(patched.status, 200, "{patched}");
     assert_eq!(patched.json()["name"], "ops2");
     assert_eq!(patched.json()["options"]["busyLane"], "steer");
+    // Members: checked, bounded, replaced whole, cleared; another tenant cannot see them.
+    let members = format!("/v1/channels/{id}/members");
+    let put = |body: Value| {
+        admin.send(
+            admin
+                .request("PUT", &members)
+                .body(body.to_string().into_bytes()),
+        )
+    };
+    let many: Vec<Value> = (0..1001)
+        .map(|i| json!({"user": format!("U{i}"), "sub": format!("p{i}")}))
+        .collect();
+    for (bad, why) in [
+        (
+            json!({"members": [{"user": "U1", "sub": "slack:U2"}]}),
+            "sub",
+        ),
+        (
+            json!({"members": [{"user": "u-1", "sub": "alice"}]}),
+            "user id",
+        ),
+        (json!({"members": many}), "at most 1000"),
+    ] {
+        let response = put(bad);
+        assert_eq!(response.status, 400, "{response}");
+        assert!(response.text().contains(why), "{response}");
+    }
+    assert_eq!(member.get(&members).status, 403);
+    let stored =
+        put(json!({"members": [{"user": "U2", "sub": "bob"}, {"user": "U1", "sub": "alice"}]}));
+    assert_eq!(stored.status, 200, "{stored}");
+    assert_eq!(
+        admin.get(&members).json()["members"],
+        json!([{"user": "U1", "sub": "alice"}, {"user": "U2", "sub": "bob"}])
+    );
     let other = stack.admin_client("root", &unique_name("chan-other"));
+    assert_eq!(other.get(&members).status, 404);
+    let cleared = admin.send(admin.request("DELETE", &members));
+    assert_eq!(cleared.status, 200, "{cleared}");
+    assert_eq!(admin.get(&members).json()["members"], json!([]));
     assert_eq!(other.get(&format!("/v1/channels/{id}")).status, 404);
     assert_eq!(
         other
@@ -826,6 +896,9 @@ fn approval_buttons_count_only_from_the_approver() {
     let directive = json!({"toolCalls": [{"name": "request_environment", "arguments": {"spec": "guarded"}}], "afterTools": "attached it"});
     for platform in PLATFORMS {
         let world = World::in_tenant(platform, admin.clone(), json!({}));
+        // Person 1 is mapped to a Wuhu person: their message, their session and their click
+        // are that person's. Person 2 is not mapped and stays `<platform>:<id>`.
+        world.map_member(1, &format!("pat-{}", platform.as_str()));
         // Person 1 starts the thread (and owns the session) with a turn that attaches
         // `guarded`, which asks.
         world.say(1, 50, &format!("@fake {directive}"));
@@ -836,6 +909,12 @@ fn approval_buttons_count_only_from_the_approver() {
             .find(|s| s.owner == world.identity(1))
             .expect("the thread's session")
             .id;
+        assert_eq!(world.identity(1), format!("pat-{}", platform.as_str()));
+        assert_eq!(
+            user_messages(&world.admin, &session)[0].0,
+            world.identity(1),
+            "{platform:?}: the mapped person authors their message"
+        );
         let buttons = world
             .buttons(&posts[0])
             .unwrap_or_else(|| panic!("{platform:?}: no buttons in {:?}", posts[0]));

@@ -13,6 +13,7 @@
 pub mod binding;
 pub mod discord;
 pub mod generic;
+pub mod members;
 pub mod outbox;
 pub mod seal;
 pub mod slack;

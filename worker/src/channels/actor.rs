@@ -21,6 +21,7 @@ use worker::{
 };
 use wuhu_core::authority::Role;
 use wuhu_core::channels::binding::{self, MAX_BINDINGS_PER_TENANT};
+use wuhu_core::channels::members::{self, Member, Members};
 use wuhu_core::channels::outbox::{self, Attempt, HttpCall, Outbound};
 use wuhu_core::channels::seal::NONCE_BYTES;
 use wuhu_core::channels::turn::{self, Scan};
@@ -141,6 +142,8 @@ impl DurableObject for ChannelActor {
             // Outboxes made before edits were tracked (fails harmlessly once the column exists).
             "ALTER TABLE outbox ADD COLUMN ref TEXT",
             "CREATE TABLE IF NOT EXISTS approvals (approval_id TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, at INTEGER NOT NULL)",
+            // Platform users mapped to Wuhu people (at most `MAX_MEMBERS_PER_BINDING`).
+            "CREATE TABLE IF NOT EXISTS members (user TEXT PRIMARY KEY, sub TEXT NOT NULL)",
         ] {
             let _ = sql.exec(ddl, None);
         }
@@ -208,6 +211,33 @@ impl ChannelActor {
                     .map_err(sql_err)?;
                 Ok(Response::empty()?.with_status(204))
             }
+            (method @ (Method::Get | Method::Put | Method::Delete), "/registry/members") => {
+                let id = query(&pairs, "id").unwrap_or_default();
+                self.listed(&id)?;
+                let body = match method {
+                    Method::Put => read_body(&mut req).await?,
+                    _ => b"{}".to_vec(),
+                };
+                let path = match method {
+                    Method::Get => "/binding/members/get",
+                    Method::Put => "/binding/members/put",
+                    _ => "/binding/members/delete",
+                };
+                let members: Members =
+                    send_binding(&self.env, &id, path, Method::Post, &body).await?;
+                Ok(json_response(200, &members))
+            }
+            (Method::Post, "/binding/members/get") => Ok(json_response(200, &self.members()?)),
+            (Method::Post, "/binding/members/put") => {
+                let body = read_body(&mut req).await?;
+                self.put_members(&body)
+            }
+            (Method::Post, "/binding/members/delete") => {
+                self.sql
+                    .exec("DELETE FROM members", None)
+                    .map_err(sql_err)?;
+                Ok(json_response(200, &self.members()?))
+            }
             (Method::Post, "/binding/init") => {
                 let body = read_body(&mut req).await?;
                 self.binding_init(&body)
@@ -224,6 +254,7 @@ impl ChannelActor {
                     "watches",
                     "outbox",
                     "approvals",
+                    "members",
                 ] {
                     self.sql
                         .exec(&format!("DELETE FROM {table}"), None)
@@ -394,6 +425,58 @@ impl ChannelActor {
                 binding: next,
                 masked: credentials.masked(),
             },
+        ))
+    }
+
+    /// Every mapped member, in user order.
+    fn members(&self) -> ApiResult<Members> {
+        let members: Vec<Member> = self
+            .sql
+            .exec("SELECT user, sub FROM members ORDER BY user", None)
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        Ok(Members { members })
+    }
+
+    /// Replaces the member list with a checked one.
+    fn put_members(&self, body: &[u8]) -> ApiResult<Response> {
+        let (binding, _) = self
+            .load_binding()?
+            .ok_or_else(|| ApiError::not_found("no such channel"))?;
+        let next: Members = parse_json(body)?;
+        members::check(binding.platform, &next).map_err(ApiError::bad_request)?;
+        // One synchronous block: no await between the delete and the inserts, so no hook sees
+        // a half-written list.
+        self.sql
+            .exec("DELETE FROM members", None)
+            .map_err(sql_err)?;
+        for member in &next.members {
+            self.sql
+                .exec(
+                    "INSERT INTO members (user, sub) VALUES (?, ?)",
+                    vec![member.user.clone().into(), member.sub.clone().into()],
+                )
+                .map_err(sql_err)?;
+        }
+        Ok(json_response(200, &self.members()?))
+    }
+
+    /// Who platform user `user` is in Wuhu: their mapped `sub`, else `<platform>:<id>`.
+    fn who(&self, binding: &ChannelBinding, user: &str) -> ApiResult<String> {
+        let mapped: Vec<Member> = self
+            .sql
+            .exec(
+                "SELECT user, sub FROM members WHERE user = ?",
+                vec![user.into()],
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        Ok(members::identity(
+            binding.platform,
+            user,
+            mapped.first().map(|m| m.sub.as_str()),
         ))
     }
 
@@ -622,7 +705,7 @@ impl ChannelActor {
         inbound: &Inbound,
         lane: Option<&str>,
     ) -> ApiResult<HookOutcome> {
-        let author = channels::platform_identity(binding.platform, &inbound.user);
+        let author = self.who(binding, &inbound.user)?;
         let (session, replied) = match self.thread(&inbound.thread_key)? {
             Some(row) => (row.session, row.replied as u64),
             None if !inbound.may_start => {
@@ -728,7 +811,7 @@ impl ChannelActor {
         if !self.first_delivery(&command.dedupe_keys)? {
             return Ok(HookOutcome::Duplicate);
         }
-        let who = channels::platform_identity(binding.platform, &command.user);
+        let who = self.who(binding, &command.user)?;
         let key = command.dedupe_keys.join(" ");
         let Some(thread) = self.thread(&command.thread_key)? else {
             let line = match command.kind {
@@ -908,7 +991,7 @@ impl ChannelActor {
             ));
         };
         let target: ReplyTarget = from_json(&target)?;
-        let who = channels::platform_identity(binding.platform, &click.user);
+        let who = self.who(binding, &click.user)?;
         let request = internal::post_request(
             "session",
             &format!("/approval?id={}", click.approval_id),

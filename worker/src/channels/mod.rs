@@ -53,7 +53,8 @@ fn origin(req: &Request, env: &Env) -> String {
         .unwrap_or_default()
 }
 
-/// `GET|POST /v1/channels`, `GET|PATCH|DELETE /v1/channels/:id`: admins only.
+/// `GET|POST /v1/channels`, `GET|PATCH|DELETE /v1/channels/:id`,
+/// `GET|PUT|DELETE /v1/channels/:id/members`: admins only.
 pub(crate) async fn api(
     req: &mut Request,
     env: &Env,
@@ -84,7 +85,13 @@ pub(crate) async fn api(
             };
             (format!("/registry/{action}?id={id}"), Some(*id))
         }
-        (["v1", "channels"] | ["v1", "channels", _], _) => {
+        (["v1", "channels", id, "members"], Method::Get | Method::Put | Method::Delete) => {
+            if !valid_binding_id(id) {
+                return Err(ApiError::not_found("no such channel"));
+            }
+            (format!("/registry/members?id={id}"), Some(*id))
+        }
+        (["v1", "channels"] | ["v1", "channels", _] | ["v1", "channels", _, "members"], _) => {
             return Err(ApiError::new(
                 405,
                 "method_not_allowed",
@@ -95,7 +102,7 @@ pub(crate) async fn api(
     };
     let _ = target;
     let body = match method {
-        Method::Post | Method::Patch => Some(read_body(req).await?),
+        Method::Post | Method::Patch | Method::Put => Some(read_body(req).await?),
         _ => None,
     };
     let headers = Headers::new();
