@@ -91,8 +91,12 @@ impl Renderer {
             }
             FollowEvent::Event(StreamEvent::EntryAppended { entry }) => self.entry(out, entry)?,
             FollowEvent::Event(StreamEvent::Lagged { .. } | StreamEvent::Error { .. }) => {}
+            // A child's idle, failure or stop also arrives as a `wuhu_child_status_v1` entry.
             FollowEvent::Event(
-                StreamEvent::Status { .. } | StreamEvent::Idle | StreamEvent::Done,
+                StreamEvent::Status { .. }
+                | StreamEvent::Idle
+                | StreamEvent::Done
+                | StreamEvent::ChildStatus { .. },
             ) => {}
             FollowEvent::Disconnected { reason } => {
                 // The notice breaks the streamed line: the entry will show the whole text.

@@ -58,6 +58,7 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 &context.viewer(),
                 limit,
                 args.before.as_deref(),
+                None,
             )
             .await
             .map_err(|e| format!("Listing sessions failed: {}", e.message))?;

@@ -35,6 +35,10 @@ globalThis.wuhu = Object.freeze({
   sessions: Object.freeze({
     list: (options) => __host.call("sessions.list", options ?? {}),
     get: (id, options) => __host.call("sessions.get", { ...(options ?? {}), id }),
+    spawn: (args) => __host.call("sessions.spawn", args ?? {}),
+    send: (args) => __host.call("sessions.send", args ?? {}),
+    wait: (args) => __host.call("sessions.wait", args ?? {}),
+    stop: (args) => __host.call("sessions.stop", args ?? {}),
   }),
   workspace: Object.freeze({
     read: (path) => __host.call("workspace.read", { path }),
@@ -181,6 +185,9 @@ impl JsHost<'_> {
         };
         match name {
             "fetch" => self.fetch(arg.clone()).await,
+            "sessions.spawn" | "sessions.send" | "sessions.wait" | "sessions.stop" => {
+                crate::orchestration_tools::js_call(ctx, name, &arg).await
+            }
             "sessions.list" => {
                 let limit = arg
                     .get("limit")
@@ -188,7 +195,7 @@ impl JsHost<'_> {
                     .unwrap_or(20)
                     .clamp(1, 100) as u32;
                 let before = arg.get("before").and_then(Value::as_str);
-                let page = tenant_index::list(&ctx.env, &ctx.viewer(), limit, before)
+                let page = tenant_index::list(&ctx.env, &ctx.viewer(), limit, before, None)
                     .await
                     .map_err(|e| e.message)?;
                 serde_json::to_value(page).map_err(|e| e.to_string())

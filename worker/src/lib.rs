@@ -17,6 +17,7 @@ mod identity;
 mod internal;
 mod js_tool;
 mod observe;
+mod orchestration_tools;
 mod runner_calls;
 mod runner_client;
 mod runner_hub;
@@ -435,8 +436,15 @@ async fn list_sessions(req: &Request, env: &Env, identity: &Identity) -> ApiResu
         return Err(ApiError::bad_request("limit must be between 1 and 200"));
     }
     let before = query(&pairs, "before").filter(|b| !b.is_empty());
-    let page: ListSessionsResponse =
-        tenant_index::list(env, identity, limit as u32, before.as_deref()).await?;
+    let parent = query(&pairs, "parentId").filter(|p| !p.is_empty());
+    let page: ListSessionsResponse = tenant_index::list(
+        env,
+        identity,
+        limit as u32,
+        before.as_deref(),
+        parent.as_deref(),
+    )
+    .await?;
     Ok(json_response(200, &page))
 }
 

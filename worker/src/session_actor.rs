@@ -8,13 +8,17 @@
 //! - [`routes`]: the internal routes (reached only through the router, which has already
 //!   authenticated; identity arrives in `x-wuhu-tenant` / `x-wuhu-sub`): `POST /init`,
 //!   `GET /info`, `GET /transcript`, `POST /enqueue`, `POST /cancel`, `POST /approval`,
-//!   `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`.
+//!   `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`; between actors only
+//!   `POST /child_event`, `POST /child_input`, `POST /start`.
 //! - [`persist`]: loading, and committing each drain before it is performed (durability rules);
 //!   [`store`] is its SQLite schema, [`blob_io`] the out-of-line objects in R2.
 //! - [`effects`]: performing a committed drain (followers, tasks, alarm, index, flush).
 //! - [`tasks`]: inference and tool tasks under abort handles; [`inference`] and [`tools`] are
 //!   what those tasks run.
 //! - [`approvals`]: stored approvals and the gate a tool call waits at.
+//! - [`children`]: child sessions: the parent's `children` table and `/child_event`, a child's
+//!   lifecycle reports, its input through the concurrency gate (`/child_input`, `/start`), and
+//!   the stop cascade.
 //! - [`archive`]: flushing to R2 and reading contiguous pages; [`follow`]: the follow stream.
 //!
 //! No module outside this folder imports the actor: tools get a complete
@@ -40,6 +44,7 @@ use store::{RawStorage, SessionMeta, Store};
 mod approvals;
 mod archive;
 mod blob_io;
+mod children;
 mod effects;
 mod follow;
 mod inference;
@@ -85,6 +90,8 @@ pub(crate) struct Actor {
     validated: RefCell<HashMap<String, u64>>,
     /// Approvals (SQLite tables of their own).
     approval_store: Result<ApprovalStore, String>,
+    /// The children this session spawned (a table of its own).
+    child_store: Result<children::ChildStore, String>,
     /// Wakes the tool call waiting for each pending approval, by approval id. Empty after a
     /// restart until the resumed calls wait again; the stored approval is the truth.
     approval_waiters: RefCell<HashMap<String, futures::channel::oneshot::Sender<Outcome>>>,
@@ -131,6 +138,8 @@ impl DurableObject for SessionActor {
             .and_then(|raw| Store::open(state.storage().sql(), raw))
             .map_err(|e| e.to_string());
         let approval_store = ApprovalStore::open(state.storage().sql()).map_err(|e| e.to_string());
+        let child_store =
+            children::ChildStore::open(state.storage().sql()).map_err(|e| e.to_string());
         let runner_calls = Rc::new(RunnerCalls::open(state.storage().sql()));
         let actor = Actor {
             state,
@@ -150,6 +159,7 @@ impl DurableObject for SessionActor {
             attachments: RefCell::new(Vec::new()),
             validated: RefCell::new(HashMap::new()),
             approval_store,
+            child_store,
             approval_waiters: RefCell::new(HashMap::new()),
             pending_writes: RefCell::new(std::collections::VecDeque::new()),
             writing: Cell::new(false),
@@ -203,6 +213,10 @@ impl DurableObject for SessionActor {
             }
             if let Ok(Some(at)) = actor.approval_store().and_then(|s| Ok(s.next_expiry()?)) {
                 actor.arm_alarm_by(at);
+            }
+            // A child whose input waits for a slot asks the gate again (a `/start` may be lost).
+            if let Err(e) = actor.start_pending().await {
+                worker::console_error!("asking the gate again failed: {}", e.message);
             }
         }
         Response::ok("ok")
@@ -261,6 +275,8 @@ impl Actor {
             created_at: l.meta.created_at,
             updated_at: l.meta.updated_at,
             last_cursor: l.session.last_cursor(),
+            parent_id: l.meta.lineage.parent_id.clone(),
+            depth: l.meta.lineage.depth,
         })
         .ok_or_else(|| ApiError::not_found("session not found"))
     }

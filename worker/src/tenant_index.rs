@@ -1,11 +1,15 @@
-//! `TenantIndex`: one Durable Object per tenant, listing its sessions newest first.
-//! Internal routes: `POST /upsert` (SessionInfo), `GET /list?limit&before`.
+//! `TenantIndex`: one Durable Object per tenant, listing its sessions newest first, and holding
+//! the tenant's concurrency gate for spawned sessions (`wuhu_core::orchestration::Gate`, saved
+//! whole after every change, so it survives restarts).
+//! Internal routes: `POST /upsert` (SessionInfo), `GET /list?limit&before&parentId`,
+//! `POST /gate/request` (a [`Slot`]), `POST /gate/release` (`{child}`).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use worker::{
     DurableObject, Env, Method, Request, RequestInit, Response, SqlStorage, State, durable_object,
 };
 use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
+use wuhu_core::orchestration::{Admission, Gate, Limits, Slot};
 use wuhu_core::wire::{ListSessionsResponse, SessionInfo};
 
 use crate::auth::Identity;
@@ -17,6 +21,26 @@ use crate::http::{
 #[durable_object]
 pub struct TenantIndex {
     sql: SqlStorage,
+    env: Env,
+    limits: Limits,
+}
+
+#[derive(Deserialize)]
+struct ValueRow {
+    state: String,
+}
+
+/// The gate's answer to `POST /gate/request`.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(tag = "admission", rename_all = "camelCase")]
+pub(crate) enum GateAnswer {
+    Granted,
+    Queued { position: u32, reason: String },
+}
+
+#[derive(Deserialize)]
+struct ReleaseRequest {
+    child: String,
 }
 
 #[derive(Deserialize)]
@@ -51,14 +75,22 @@ struct SeqRow {
 }
 
 impl DurableObject for TenantIndex {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
         // `seq` orders sessions by creation: ids are random and times only have seconds.
         let _ = sql.exec(
             "CREATE TABLE IF NOT EXISTS session_list (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, info TEXT NOT NULL)",
             None,
         );
-        TenantIndex { sql }
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS gate (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
+            None,
+        );
+        TenantIndex {
+            sql,
+            limits: crate::session_client::orchestration_limits(&env),
+            env,
+        }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -70,8 +102,60 @@ impl DurableObject for TenantIndex {
 }
 
 impl TenantIndex {
+    fn load_gate(&self) -> ApiResult<Gate> {
+        let rows: Vec<ValueRow> = self
+            .sql
+            .exec("SELECT state FROM gate WHERE k = 0", None)?
+            .to_array()?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| serde_json::from_str(&r.state).ok())
+            .unwrap_or_default())
+    }
+
+    fn save_gate(&self, gate: &Gate) -> ApiResult<()> {
+        let json = serde_json::to_string(gate).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.sql.exec(
+            "INSERT INTO gate (k, state) VALUES (0, ?) ON CONFLICT(k) DO UPDATE SET state = excluded.state",
+            vec![json.into()],
+        )?;
+        Ok(())
+    }
+
     async fn route(&self, mut req: Request) -> ApiResult<Response> {
         match (req.method(), req.path().as_str()) {
+            (Method::Post, "/gate/request") => {
+                let body = read_body(&mut req).await?;
+                let slot: Slot = parse_json(&body)?;
+                let mut gate = self.load_gate()?;
+                // Limits may have grown since the last change: whoever fits now runs.
+                let granted = gate.admit(&self.limits);
+                let answer = match gate.request(slot, &self.limits) {
+                    Ok(Admission::Granted) => GateAnswer::Granted,
+                    Ok(Admission::Queued { position, reason }) => {
+                        GateAnswer::Queued { position, reason }
+                    }
+                    Err(full) => return Err(ApiError::new(429, "gate_full", full.to_string())),
+                };
+                self.save_gate(&gate)?;
+                if !granted.is_empty() {
+                    let env = self.env.clone();
+                    let tenant = Identity::from_headers(&req)?.tenant;
+                    wasm_bindgen_futures::spawn_local(async move {
+                        crate::session_client::start_granted(&env, &tenant, granted).await;
+                    });
+                }
+                Ok(json_response(200, &answer))
+            }
+            (Method::Post, "/gate/release") => {
+                let body = read_body(&mut req).await?;
+                let release: ReleaseRequest = parse_json(&body)?;
+                let mut gate = self.load_gate()?;
+                let granted = gate.release(&release.child, &self.limits);
+                self.save_gate(&gate)?;
+                Ok(json_response(200, &granted))
+            }
             (Method::Post, "/upsert") => {
                 let body = read_body(&mut req).await?;
                 let info: SessionInfo = parse_json(&body)?;
@@ -90,6 +174,7 @@ impl TenantIndex {
                 if limit == 0 || limit > 200 {
                     return Err(ApiError::bad_request("limit must be between 1 and 200"));
                 }
+                let parent = query(&pairs, "parentId").filter(|p| !p.is_empty());
                 let mut anchor = match query(&pairs, "before").filter(|b| !b.is_empty()) {
                     None => i64::MAX,
                     Some(before) => {
@@ -132,7 +217,10 @@ impl TenantIndex {
                             continue;
                         };
                         last_scanned = Some(info.id.clone());
-                        if sessions.len() <= limit as usize && visible(&viewer, &info) {
+                        let in_tree = parent
+                            .as_deref()
+                            .is_none_or(|p| info.parent_id.as_deref() == Some(p));
+                        if sessions.len() <= limit as usize && in_tree && visible(&viewer, &info) {
                             sessions.push(info);
                         }
                     }
@@ -182,16 +270,21 @@ pub(crate) async fn upsert(env: &Env, tenant: &str, info: &SessionInfo) -> ApiRe
         .map(|_: serde_json::Value| ())
 }
 
-/// Lists the sessions of `viewer`'s tenant that `viewer` may see, newest first.
+/// Lists the sessions of `viewer`'s tenant that `viewer` may see, newest first; only the
+/// children of `parent` when given.
 pub(crate) async fn list(
     env: &Env,
     viewer: &Identity,
     limit: u32,
     before: Option<&str>,
+    parent: Option<&str>,
 ) -> ApiResult<ListSessionsResponse> {
     let mut url = url_with_query("https://index/list", &[("limit", &limit.to_string())]);
     if let Some(before) = before {
         url = url_with_query(&url, &[("before", before)]);
+    }
+    if let Some(parent) = parent {
+        url = url_with_query(&url, &[("parentId", parent)]);
     }
     let headers = worker::Headers::new();
     viewer.set_headers(&headers)?;
@@ -206,4 +299,17 @@ fn url_with_query(base: &str, pairs: &[(&str, &str)]) -> String {
     let mut url = worker::Url::parse(base).expect("static base url parses");
     url.query_pairs_mut().extend_pairs(pairs);
     url.to_string()
+}
+
+/// Asks the tenant's gate for a slot for `slot.child`.
+pub(crate) async fn gate_request(env: &Env, tenant: &str, slot: &Slot) -> ApiResult<GateAnswer> {
+    let request = crate::internal::post_request("index", "/gate/request", tenant, "wuhu", slot)?;
+    crate::internal::send(&stub(env, tenant)?, request).await
+}
+
+/// Frees `child`'s slot (or its place in line); returns the spawns granted in its stead.
+pub(crate) async fn gate_release(env: &Env, tenant: &str, child: &str) -> ApiResult<Vec<Slot>> {
+    let body = serde_json::json!({ "child": child });
+    let request = crate::internal::post_request("index", "/gate/release", tenant, "wuhu", &body)?;
+    crate::internal::send(&stub(env, tenant)?, request).await
 }

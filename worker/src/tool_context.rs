@@ -9,9 +9,10 @@ use futures::future::LocalBoxFuture;
 use serde_json::Value;
 use worker::Env;
 use wuhu_core::approvals::{Action, Approver, Outcome, Target};
-use wuhu_core::authority::{Role, WorkspaceWriter};
+use wuhu_core::authority::{Access, Role, WorkspaceWriter};
 use wuhu_core::environments::Attachment;
-use wuhu_core::wire::EntryPayload;
+use wuhu_core::orchestration::{Limits, Lineage};
+use wuhu_core::wire::{ChildStatus, EntryPayload};
 
 use crate::auth::Identity;
 use crate::runner_calls::RunnerCallScope;
@@ -36,6 +37,32 @@ pub(crate) struct ToolContext {
     pub(crate) approvals: Rc<dyn ApprovalGate>,
     /// Where runner calls are recorded, so stopping the step cancels them on the runner.
     pub(crate) runner_calls: RunnerCallScope,
+    /// Where the session sits in its tree (the spawn tools' recursion guard).
+    pub(crate) lineage: Lineage,
+    /// The configured orchestration limits.
+    pub(crate) limits: Limits,
+    /// The session's children as it knows them.
+    pub(crate) children: Rc<dyn Children>,
+    /// What a child inherits from this session.
+    pub(crate) parent_session: ParentFacts,
+}
+
+/// What a child inherits from the session that spawns it.
+#[derive(Clone, Default)]
+pub(crate) struct ParentFacts {
+    pub(crate) access: Access,
+    pub(crate) provider: String,
+    pub(crate) model: String,
+}
+
+/// The session's children (`session_actor::children`): what the spawn tools read and record.
+pub(crate) trait Children {
+    /// Every child, in spawn order, as last heard of.
+    fn list(&self) -> Vec<ChildStatus>;
+
+    /// Records what is now known of a child (kept only when newer than what is recorded),
+    /// and shows it to followers.
+    fn record(&self, status: ChildStatus) -> Result<(), String>;
 }
 
 impl ToolContext {

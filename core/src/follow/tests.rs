@@ -56,6 +56,7 @@ fn render(frame: &Frame) -> String {
         StreamEvent::AssistantTextDelta { delta } => format!("delta {delta}"),
         StreamEvent::Status { status } => format!("status {}", status.as_str()),
         StreamEvent::Idle => "idle".into(),
+        StreamEvent::ChildStatus { child } => format!("child {}", child.id),
         StreamEvent::Done => "done".into(),
         StreamEvent::Lagged { cursor } => format!("lagged {cursor}"),
         StreamEvent::Error { message } => format!("error {message}"),

@@ -4,7 +4,8 @@
 //! The reply depends only on the request. It is driven by the last message:
 //!
 //! * a user or custom message: its `@fake` directive (a line `@fake {json}`), or else the reply
-//!   `echo: <content>`;
+//!   `echo: <content>` (trailing custom messages delivered together count as one content, joined
+//!   by a blank line);
 //! * a tool result (the step after tool calls): the `afterTools` text of the directive of the
 //!   message that started the turn, or else a summary `tool results: <tool>: <content>; …`.
 //!
@@ -71,8 +72,20 @@ pub fn respond(request: &LlmRequest) -> FakeReply {
             summary_step(messages)
         }
         _ if after_tools => after_tools_step(messages),
-        Some(Message::User { content, .. } | Message::CustomMessage { content, .. }) => {
-            first_step(content, messages)
+        Some(Message::User { content, .. }) => first_step(content, messages),
+        // Server messages delivered together (children finishing at once) are answered
+        // together: the reply covers every trailing custom message, not only the last.
+        Some(Message::CustomMessage { .. }) => {
+            let trailing: Vec<&str> = messages
+                .iter()
+                .rev()
+                .map_while(|m| match m {
+                    Message::CustomMessage { content, .. } => Some(content.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let content: Vec<&str> = trailing.into_iter().rev().collect();
+            first_step(&content.join("\n\n"), messages)
         }
         Some(Message::ToolResult(_)) => after_tools_step(messages),
         Some(Message::Assistant(_)) | None => Plan::text("echo: ".to_string()),
@@ -511,6 +524,23 @@ mod tests {
                     details: None,
                 }],
                 "echo: ping",
+            ),
+            (
+                "trailing custom messages are answered together",
+                vec![
+                    user("spawn"),
+                    Message::CustomMessage {
+                        custom_type: "wuhu_child_status_v1".to_string(),
+                        content: "a done".to_string(),
+                        details: None,
+                    },
+                    Message::CustomMessage {
+                        custom_type: "wuhu_child_status_v1".to_string(),
+                        content: "b done".to_string(),
+                        details: None,
+                    },
+                ],
+                "echo: a done\n\nb done",
             ),
             (
                 "directive reply",

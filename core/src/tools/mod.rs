@@ -43,7 +43,24 @@ pub mod names {
     pub const FIND: &str = "find";
     /// Searches file contents in an environment.
     pub const GREP: &str = "grep";
+    /// Creates a child session with a task.
+    pub const SPAWN_SESSION: &str = "spawn_session";
+    /// Steers or follows up a child session.
+    pub const SEND_TO_SESSION: &str = "send_to_session";
+    /// Waits for child sessions to settle.
+    pub const WAIT_SESSIONS: &str = "wait_sessions";
+    /// Stops a child session.
+    pub const STOP_SESSION: &str = "stop_session";
 }
+
+/// The tools that act on child sessions: a session at the maximum depth is not offered them
+/// (`crate::orchestration::may_spawn`).
+pub const SPAWN_TOOLS: [&str; 4] = [
+    names::SPAWN_SESSION,
+    names::SEND_TO_SESSION,
+    names::WAIT_SESSIONS,
+    names::STOP_SESSION,
+];
 
 /// Tools that run on a runner, in an attached environment (`read`/`write` too, for plain paths
 /// and `wuhu://env/` URLs).
@@ -78,6 +95,17 @@ pub fn traits(name: &str) -> Option<ToolTraits> {
                 idempotent: false,
             })
         }
+        // Children are independent: spawns of one step run together. A spawn or a message
+        // repeated after a restart would act twice.
+        names::SPAWN_SESSION | names::SEND_TO_SESSION => Some(ToolTraits {
+            parallel_safe: true,
+            idempotent: false,
+        }),
+        // Waiting again, or stopping what is stopped, changes nothing.
+        names::WAIT_SESSIONS | names::STOP_SESSION => Some(ToolTraits {
+            parallel_safe: true,
+            idempotent: true,
+        }),
         // A script may have side effects (fetch, writes): never run twice, never concurrently.
         names::JS => Some(ToolTraits {
             parallel_safe: false,
@@ -85,6 +113,15 @@ pub fn traits(name: &str) -> Option<ToolTraits> {
         }),
         _ => None,
     }
+}
+
+/// The tools a session is offered: every tool, without [`SPAWN_TOOLS`] when it may not spawn
+/// (the recursion guard). A session's depth never changes, so its list is stable.
+pub fn catalogue_for(may_spawn: bool) -> Vec<ToolSchema> {
+    catalogue()
+        .into_iter()
+        .filter(|t| may_spawn || !SPAWN_TOOLS.contains(&t.name))
+        .collect()
 }
 
 /// Every tool, in a stable order (a stable list keeps provider prompt caches warm).
@@ -217,13 +254,67 @@ pub fn catalogue() -> Vec<ToolSchema> {
         },
         ToolSchema {
             name: names::JS,
-            description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path). Limits: 5 s, 32 MiB.",
+            description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.sessions.spawn/send/wait/stop({...}) (the arguments of spawn_session, send_to_session, wait_sessions, stop_session), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path). Limits: 5 s, 32 MiB.",
             parameters: json!({
                 "type": "object",
                 "properties": {
                     "code": {"type": "string", "description": "The script"}
                 },
                 "required": ["code"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::SPAWN_SESSION,
+            description: "Start a child session that works on `task` on its own (same owner, same access), and return its id at once; its lifecycle (idle with its final message, failed, stopped) reaches you later as a system message, which wakes you when you are idle. With `wait: true`, return its final message instead. Children beyond the concurrency limits wait for a slot; the result says so. `environment`: \"none\" (default), \"inherit\" (your attached environments), or an environment spec to attach for it. A detached child keeps running when you are stopped.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "task": {"type": "string", "description": "The child's first message"},
+                    "title": {"type": "string"},
+                    "model": {"type": "string", "description": "Model (default: yours)"},
+                    "environment": {"type": "string", "description": "none, inherit, or an environment spec"},
+                    "wait": {"type": "boolean", "description": "Wait for its first turn to end (default false)"},
+                    "detached": {"type": "boolean", "description": "Keep running when this session is stopped (default false)"}
+                },
+                "required": ["task"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::SEND_TO_SESSION,
+            description: "Send a message to one of your child sessions: `steer` reaches it at its next step, `followUp` when it would stop. An idle child starts a turn (through the concurrency gate).",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "content": {"type": "string"},
+                    "lane": {"type": "string", "enum": ["steer", "followUp"], "description": "Default followUp"}
+                },
+                "required": ["id", "content"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::WAIT_SESSIONS,
+            description: "Wait until the given child sessions are idle, failed or stopped (or the timeout passes); returns each one's state and final message.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "description": "Default 300, at most 3600"}
+                },
+                "required": ["ids"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::STOP_SESSION,
+            description: "Stop one of your child sessions (and its own running children).",
+            parameters: json!({
+                "type": "object",
+                "properties": {"id": {"type": "string"}},
+                "required": ["id"],
                 "additionalProperties": false
             }),
         },
@@ -449,6 +540,17 @@ mod tests {
         assert_eq!(got.lines_kept, 2000);
         assert_eq!(got.total_lines, 3000);
         assert!(got.text.starts_with("line 1000\n") && got.text.ends_with("line 2999\n"));
+    }
+
+    #[test]
+    fn the_recursion_guard_removes_exactly_the_spawn_tools() {
+        let all: Vec<&str> = catalogue().iter().map(|t| t.name).collect();
+        let guarded: Vec<&str> = catalogue_for(false).iter().map(|t| t.name).collect();
+        assert_eq!(catalogue_for(true), catalogue());
+        for name in SPAWN_TOOLS {
+            assert!(all.contains(&name) && !guarded.contains(&name), "{name}");
+        }
+        assert_eq!(guarded.len() + SPAWN_TOOLS.len(), all.len());
     }
 
     #[test]

@@ -50,6 +50,12 @@ pub struct SessionInfo {
     pub updated_at: i64,
     /// Cursor of the newest entry.
     pub last_cursor: u64,
+    /// The session that spawned it (absent for a root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// 0 for a root, its parent's depth + 1 for a child.
+    #[serde(default)]
+    pub depth: u32,
 }
 
 /// `GET /v1/sessions`.
@@ -77,6 +83,9 @@ pub struct GetSessionResponse {
     /// Environments attached now.
     #[serde(default)]
     pub environments: Vec<crate::environments::Attachment>,
+    /// The sessions it spawned, oldest first, as it last heard of them.
+    #[serde(default)]
+    pub children: Vec<super::ChildStatus>,
 }
 
 /// A queued item not yet delivered.

@@ -25,6 +25,11 @@ pub enum StreamEvent {
     },
     /// The session has nothing left to do.
     Idle,
+    /// A child session's lifecycle changed (see `docs/orchestration.md`).
+    ChildStatus {
+        /// The child as the session now knows it.
+        child: super::ChildStatus,
+    },
     /// The stream ends after this.
     Done,
     /// This follower fell too far behind (its buffer of live events is bounded) and the stream
@@ -49,6 +54,7 @@ impl StreamEvent {
             StreamEvent::AssistantTextDelta { .. } => "assistant_text_delta",
             StreamEvent::Status { .. } => "status",
             StreamEvent::Idle => "idle",
+            StreamEvent::ChildStatus { .. } => "child_status",
             StreamEvent::Done => "done",
             StreamEvent::Lagged { .. } => "lagged",
             StreamEvent::Error { .. } => "error",

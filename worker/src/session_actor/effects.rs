@@ -36,6 +36,8 @@ impl Actor {
                 }
             }
         }
+        // A child tells its parent what the drain means (running, idle, failed, stopped).
+        self.report_drain(&effects);
         let mut flush = false;
         let mut index = false;
         for effect in effects {

@@ -14,7 +14,7 @@ use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{
     AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake, models,
 };
-use wuhu_core::tools::catalogue;
+use wuhu_core::tools::catalogue_for;
 use wuhu_core::wire::{AssistantMessage, Compaction, CompactionReason, Entry, Header, StreamEvent};
 
 use super::{Actor, archive, blob_io, now};
@@ -63,6 +63,11 @@ fn transcript_unreadable() -> LlmFailure {
 /// The plan (`wuhu_core::compaction`) may ask to compact first; a provider's context-overflow
 /// refusal compacts once and tries again. A step compacts at most once.
 async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, LlmFailure>> {
+    // The recursion guard: a session at the maximum depth is not offered the spawn tools.
+    let may_spawn = wuhu_core::orchestration::may_spawn(
+        actor.lineage().depth,
+        &crate::session_client::orchestration_limits(&actor.env),
+    );
     let mut compacted = false;
     loop {
         let Some(header) = context_window(actor).await else {
@@ -76,7 +81,13 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             let Some(window) = tail.as_ref() else {
                 continue;
             };
-            compaction::plan_step(&header, window, group_chat_since, catalogue(), !compacted)
+            compaction::plan_step(
+                &header,
+                window,
+                group_chat_since,
+                catalogue_for(may_spawn),
+                !compacted,
+            )
         };
         let request = match plan {
             StepPlan::Compact(job) => {
@@ -103,7 +114,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
                         &header,
                         window,
                         group_chat_since,
-                        &catalogue(),
+                        &catalogue_for(may_spawn),
                         CompactionReason::Overflow,
                         None,
                     )

@@ -3,13 +3,12 @@
 
 use std::rc::Rc;
 
-use serde::Deserialize;
 use worker::{Request, Response};
-use wuhu_core::authority::{self, Access, Principal, SessionAction, SessionFacts, Verdict};
+use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::llm::{self, fake};
 use wuhu_core::session::{CancelError, EnqueueError, Session};
 use wuhu_core::wire::{
-    CancelRequest, CompactRequest, CompactResponse, CompactionReason, EnqueueRequest,
+    CancelRequest, ChildStatus, CompactRequest, CompactResponse, CompactionReason, EnqueueRequest,
     EnqueueResponse, GetSessionResponse, Header, Lane, MAX_COMPACT_INSTRUCTIONS_BYTES, Message,
     PatchSessionRequest, Status, StopResponse, custom_types,
 };
@@ -20,32 +19,11 @@ use crate::auth::Identity;
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
+use crate::session_client::{ChildCreated, ChildInput, InitRequest};
 use crate::tenant_index;
 
 /// Default system prompt.
 const DEFAULT_SYSTEM_PROMPT: &str = "You are Wuhu, a helpful agent. You start without an environment; use your tools when they help.";
-
-/// Body of the internal `POST /init`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct InitRequest {
-    pub(crate) id: String,
-    pub(crate) tenant: String,
-    pub(crate) created_by: String,
-    pub(crate) provider: Option<String>,
-    pub(crate) model: Option<String>,
-    pub(crate) system_prompt: Option<String>,
-    pub(crate) title: Option<String>,
-    /// `{path, version, content}` of the user's global context document.
-    pub(crate) global_context: Option<GlobalContext>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct GlobalContext {
-    path: String,
-    version: String,
-    content: String,
-}
 
 impl Actor {
     pub(super) async fn route(self: Rc<Self>, mut req: Request) -> ApiResult<Response> {
@@ -59,6 +37,33 @@ impl Actor {
         }
         if !self.ensure_loaded()? {
             return Err(ApiError::not_found("session not found"));
+        }
+        // Routes between a parent's and a child's actors. The router never forwards to them
+        // (only its named actions), so only actors of this tenant reach them.
+        match (&method, path.as_str()) {
+            (worker::Method::Post, "/child_event") => {
+                let body = read_body(&mut req).await?;
+                let status: ChildStatus = parse_json(&body)?;
+                let accepted = self.child_event(status).await?;
+                return Ok(json_response(
+                    200,
+                    &serde_json::json!({ "accepted": accepted }),
+                ));
+            }
+            (worker::Method::Post, "/child_input") => {
+                let body = read_body(&mut req).await?;
+                let input: ChildInput = parse_json(&body)?;
+                if input.content.trim().is_empty() {
+                    return Err(ApiError::bad_request("content must not be empty"));
+                }
+                let admission = self.submit_input(input, false).await?;
+                return Ok(json_response(200, &admission));
+            }
+            (worker::Method::Post, "/start") => {
+                self.start_pending().await?;
+                return Ok(json_response(200, &serde_json::json!({ "ok": true })));
+            }
+            _ => {}
         }
         let identity = Identity::from_headers(&req)?;
         let principal = identity.principal();
@@ -94,6 +99,7 @@ impl Actor {
                     queue: self.queue_info(),
                     next_cursor,
                     environments: self.attachments(),
+                    children: self.children_list(),
                 };
                 Ok(json_response(200, &response))
             }
@@ -175,10 +181,14 @@ impl Actor {
                 self.authorize(&principal, SessionAction::Stop)?;
                 // Waiting approvals end as withdrawn; their calls get a "stopped" result.
                 approvals::withdraw_pending(&self);
+                // Input a child keeps for a slot is dropped: stopped means stopped.
+                self.take_pending()?;
                 let stopped = self
                     .with_session(|s| s.handle_stop(now(), &author))
                     .unwrap_or(0);
                 self.pump().wait().await?;
+                // Running children stop with it, unless spawned detached.
+                self.cascade_stop().await;
                 let status = self.status().unwrap_or(Status::Stopped);
                 Ok(json_response(
                     200,
@@ -348,6 +358,7 @@ impl Actor {
         if self.ensure_loaded()? {
             return Err(ApiError::new(409, "conflict", "session already exists"));
         }
+        let child = init.child;
         let provider = init.provider.unwrap_or_else(|| fake::PROVIDER.to_string());
         let model = init
             .model
@@ -381,9 +392,20 @@ impl Actor {
             updated_at: t.unix_seconds(),
             title: init.title,
             header: header.clone(),
-            access: Access::default(),
+            access: child.as_ref().map(|c| c.access).unwrap_or_default(),
+            lineage: child
+                .as_ref()
+                .map(|c| c.lineage.clone())
+                .unwrap_or_default(),
+            pending: Vec::new(),
         };
         self.store()?.save_meta(&meta)?;
+        if let Some(child) = &child
+            && !child.attachments.is_empty()
+        {
+            self.store()?.save_attachments(&child.attachments)?;
+            *self.attachments.borrow_mut() = child.attachments.clone();
+        }
         let mut session = Session::create(t, seed(), header, context);
         session.set_retry_policy(inference::retry_policy(&self.env));
         *self.loaded.borrow_mut() = Some(Loaded { session, meta });
@@ -392,7 +414,27 @@ impl Actor {
         // The index learns of the session before the caller does, so a list right after
         // creation shows it.
         tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
-        Ok(json_response(201, &info))
+        let Some(child) = child else {
+            return Ok(json_response(201, &info));
+        };
+        // A child's task goes through the concurrency gate.
+        let admission = self
+            .submit_input(
+                ChildInput {
+                    content: child.task,
+                    lane: Lane::FollowUp,
+                    author: info.created_by.clone(),
+                },
+                true,
+            )
+            .await?;
+        Ok(json_response(
+            201,
+            &ChildCreated {
+                session: self.info()?,
+                admission,
+            },
+        ))
     }
 
     /// Checks `action` by `who` against the session's owner, creator and access

@@ -42,6 +42,22 @@ pub(crate) struct SessionMeta {
     /// Who may see and prompt the session.
     #[serde(default)]
     pub(crate) access: wuhu_core::authority::Access,
+    /// Where it sits in its session tree (a root has the default).
+    #[serde(default)]
+    pub(crate) lineage: wuhu_core::orchestration::Lineage,
+    /// A child's input that waits for a slot of the concurrency gate (at most
+    /// `children::MAX_PENDING_INPUTS`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) pending: Vec<PendingInput>,
+}
+
+/// A message a child keeps until the gate gives it a slot.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PendingInput {
+    pub(crate) content: String,
+    pub(crate) lane: Lane,
+    pub(crate) author: String,
 }
 
 #[derive(Clone)]

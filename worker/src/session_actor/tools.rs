@@ -8,10 +8,11 @@ use wuhu_core::tools::names;
 use wuhu_core::wire::ToolCall;
 
 use super::approvals::ActorApprovals;
+use super::children::ActorChildren;
 use super::{Actor, now};
 use crate::runner_calls::RunnerCallScope;
-use crate::tool_context::{AttachmentChange, ToolContext, ToolOutput};
-use crate::{builtin_tools, environment_tools};
+use crate::tool_context::{AttachmentChange, ParentFacts, ToolContext, ToolOutput};
+use crate::{builtin_tools, environment_tools, orchestration_tools};
 
 /// One tool call of `step`, run as an actor task (see [`super::tasks`]): aborting the task
 /// drops this future wherever it waits.
@@ -32,6 +33,8 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     let context = actor.tool_context(step);
     let output = if environment_tools::handles(&call) {
         environment_tools::execute(&context, &call).await
+    } else if orchestration_tools::handles(&call) {
+        ToolOutput::text(orchestration_tools::execute(&context, &call).await)
     } else {
         ToolOutput::text(builtin_tools::execute(&context, &call).await)
     };
@@ -56,6 +59,18 @@ impl Actor {
                 step,
             }),
             runner_calls: RunnerCallScope::new(self.runner_calls.clone(), step),
+            lineage: self.lineage(),
+            limits: crate::session_client::orchestration_limits(&self.env),
+            children: Rc::new(ActorChildren {
+                actor: self.clone(),
+            }),
+            parent_session: self
+                .with_loaded(|l| ParentFacts {
+                    access: l.meta.access,
+                    provider: l.meta.header.provider.clone(),
+                    model: l.meta.header.model.clone(),
+                })
+                .unwrap_or_default(),
         }
     }
 

@@ -1,0 +1,459 @@
+//! Child sessions end to end (issue 12, `docs/orchestration.md`): an orchestrator spawns
+//! children in parallel that work in its inherited environment on a real runner and wakes on
+//! their `idle` events; the recursion guard at the maximum depth; the per-tenant concurrency
+//! gate queueing a fourth child; the stop cascade sparing detached children.
+//!
+//! One `wrangler dev` for the file, with `WUHU_MAX_RUNNING_SESSIONS=3`; every test has its own
+//! tenant (the gate is per tenant).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wuhu_core::wire::{ChildLifecycle, ChildStatus, Entry, EntryPayload, Message, custom_types};
+use wuhu_e2e::entries::{assistant, describe, fake_directive, tool_result};
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Api, Reply, Stack, StackOptions, wait_for};
+
+const TURN: Duration = Duration::from_secs(90);
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        Stack::start_with(StackOptions {
+            fake_delay_ms: Some(0),
+            vars: vec![("WUHU_MAX_RUNNING_SESSIONS".into(), "3".into())],
+            ..StackOptions::default()
+        })
+    })
+}
+
+fn client(prefix: &str) -> (Api, String) {
+    let tenant = unique_name(prefix);
+    (stack().client("ana", &tenant), tenant)
+}
+
+/// A message whose fake reply calls `calls` and then says `after`.
+fn calls_then(calls: &[(&str, Value)], after: &str) -> String {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(name, arguments)| json!({"name": name, "arguments": arguments}))
+        .collect();
+    fake_directive(&json!({"toolCalls": calls, "afterTools": after}))
+}
+
+/// The `wuhu_child_status_v1` messages of a transcript, as the child statuses they carry.
+fn child_messages(entries: &[Entry]) -> Vec<(u64, ChildStatus)> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EntryPayload::Message {
+                message:
+                    Message::CustomMessage {
+                        custom_type,
+                        details: Some(details),
+                        ..
+                    },
+            } if custom_type == custom_types::CHILD_STATUS => {
+                Some((e.cursor, serde_json::from_value(details.clone()).unwrap()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn children(api: &Api, id: &str) -> Vec<ChildStatus> {
+    api.session(id).children
+}
+
+/// Waits until every child of `parent` recorded there is settled, and `parent` is idle.
+#[track_caller]
+fn wait_all_settled(api: &Api, parent: &str, count: usize) -> Vec<ChildStatus> {
+    wait_for("every child settled", TURN, || {
+        let page = api.session(parent);
+        let done = page.children.len() == count
+            && page.children.iter().all(|c| c.lifecycle.is_settled())
+            && page.session.status == wuhu_core::wire::Status::Idle;
+        done.then_some(page.children)
+    })
+}
+
+#[test]
+fn an_orchestrator_spawns_three_children_in_parallel_and_wakes_on_their_idle_events() {
+    let (api, tenant) = client("orch-three");
+    let dir = TempDir::new("wuhu-e2e-orch-three");
+    let work = dir.mkdir("work");
+    let _runner = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac")
+            .workspaces_root(dir.mkdir("workspaces"))
+            .env("work", &work),
+    );
+    let parent = api.create_fake_session().id;
+    let attach = api.run_tool(
+        &parent,
+        "request_environment",
+        json!({"spec": "work"}),
+        TURN,
+    );
+    assert!(!attach.is_error, "{}", attach.content);
+    let mut follow = api.follow(&parent, "");
+
+    let names = ["a", "b", "c"];
+    let spawns: Vec<(&str, Value)> = names
+        .iter()
+        .map(|name| {
+            let task = calls_then(
+                &[(
+                    "write",
+                    json!({"path": format!("{name}.txt"), "content": format!("from {name}")}),
+                )],
+                &format!("wrote {name}.txt"),
+            );
+            (
+                "spawn_session",
+                json!({"task": task, "title": name, "environment": "inherit"}),
+            )
+        })
+        .collect();
+    api.enqueue(&parent, "followUp", &calls_then(&spawns, "spawned three"));
+
+    // Followers see each child's lifecycle, up to its idle.
+    let mut idle_seen = std::collections::BTreeSet::new();
+    let events = follow.collect_until(TURN, |event| {
+        if event.event == "child_status" && event.data["child"]["state"] == "idle" {
+            idle_seen.insert(event.data["child"]["id"].as_str().unwrap().to_string());
+        }
+        idle_seen.len() == 3
+    });
+    let states: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e.event == "child_status")
+        .map(|e| {
+            (
+                e.data["child"]["id"].as_str().unwrap().to_string(),
+                e.data["child"]["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for id in &idle_seen {
+        let seen: Vec<&str> = states
+            .iter()
+            .filter(|(i, _)| i == id)
+            .map(|(_, s)| s.as_str())
+            .collect();
+        // Each child's states arrive in lifecycle order (a report may be skipped when a newer
+        // one overtook it, never reordered).
+        let order = ["spawning", "queued", "created", "running", "idle"];
+        let ranks: Vec<usize> = seen
+            .iter()
+            .map(|s| order.iter().position(|o| o == s).unwrap())
+            .collect();
+        assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{id}: {seen:?}");
+        assert_eq!(seen.first(), Some(&"spawning"), "{id}: {seen:?}");
+        assert_eq!(seen.last(), Some(&"idle"), "{id}: {seen:?}");
+    }
+
+    let settled = wait_all_settled(&api, &parent, 3);
+    // Every child wrote its file in the parent's environment and said so.
+    for name in names {
+        let child = settled
+            .iter()
+            .find(|c| c.title.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no child {name}: {settled:?}"));
+        assert_eq!(
+            child.lifecycle,
+            ChildLifecycle::Idle {
+                final_text: Some(format!("wrote {name}.txt"))
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(work.join(format!("{name}.txt"))).unwrap(),
+            format!("from {name}")
+        );
+        let info = api.session(&child.id).session;
+        assert_eq!(info.parent_id.as_deref(), Some(parent.as_str()));
+        assert_eq!(info.depth, 1);
+        assert_eq!(info.owner, "ana");
+    }
+
+    // The parent got one system message per idle child, and answered after them: the last
+    // child's message woke it (it was idle after "spawned three").
+    let entries = api.transcript(&parent);
+    let text = describe(&entries);
+    let messages = child_messages(&entries);
+    let idle: Vec<&ChildStatus> = messages
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| matches!(s.lifecycle, ChildLifecycle::Idle { .. }))
+        .collect();
+    assert_eq!(idle.len(), 3, "{text}");
+    let spawned_at = entries
+        .iter()
+        .position(|e| assistant(e).is_some_and(|m| m.text() == "spawned three"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let last_message = messages.iter().map(|(c, _)| *c).max().unwrap();
+    let replies: String = entries
+        .iter()
+        .skip(spawned_at + 1)
+        .filter_map(assistant)
+        .map(|m| m.text())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for name in names {
+        assert!(
+            replies.contains(&format!("wrote {name}.txt")),
+            "the parent reports {name}:\n{text}"
+        );
+    }
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.cursor > last_message && assistant(e).is_some()),
+        "the parent answered the last child's message:\n{text}"
+    );
+
+    // The tree is listed.
+    let listed = api.list_sessions(&format!("parentId={parent}"));
+    let mut listed_ids: Vec<String> = listed.sessions.iter().map(|s| s.id.clone()).collect();
+    let mut child_ids: Vec<String> = settled.iter().map(|c| c.id.clone()).collect();
+    listed_ids.sort();
+    child_ids.sort();
+    assert_eq!(listed_ids, child_ids);
+    assert!(api.list_sessions("").sessions.len() >= 4);
+}
+
+#[test]
+fn a_child_at_the_maximum_depth_gets_no_spawn_tools_and_its_spawn_is_refused() {
+    let (api, _tenant) = client("orch-depth");
+    let fake = stack().openai();
+    let root_model = unique_name("depth-root");
+    let child_model = unique_name("depth-child");
+    let grand_model = unique_name("depth-grand");
+    // Each generation spawns the next with its own model, so the fake tells their requests
+    // apart; the grandchild (depth 2) tries anyway.
+    fake.script(
+        &root_model,
+        [Reply::tool_calls([(
+            "spawn_session",
+            json!({"task": "go", "model": child_model, "wait": true}),
+        )])],
+    );
+    fake.script_always(&root_model, Reply::text("root done"));
+    fake.script(
+        &child_model,
+        [Reply::tool_calls([(
+            "spawn_session",
+            json!({"task": "go deeper", "model": grand_model, "wait": true}),
+        )])],
+    );
+    fake.script_always(&child_model, Reply::text("child done"));
+    fake.script(
+        &grand_model,
+        [Reply::tool_calls([(
+            "spawn_session",
+            json!({"task": "too deep"}),
+        )])],
+    );
+    fake.script_always(&grand_model, Reply::text("grandchild done"));
+    let root = api
+        .create_session(json!({"provider": "openai-compatible", "model": root_model}))
+        .id;
+    api.enqueue(&root, "followUp", "start");
+    let root_children = wait_all_settled(&api, &root, 1);
+    let child = &root_children[0].id;
+    let grandchild = &children(&api, child)[0].id;
+    assert_eq!(api.session(grandchild).session.depth, 2);
+    assert!(children(&api, grandchild).is_empty());
+
+    let spawn_tools = [
+        "spawn_session",
+        "send_to_session",
+        "wait_sessions",
+        "stop_session",
+    ];
+    for (model, offered) in [
+        (&root_model, true),
+        (&child_model, true),
+        (&grand_model, false),
+    ] {
+        let requests = fake.requests_for(model);
+        assert!(!requests.is_empty(), "{model}");
+        for request in requests {
+            let tools = request.tool_names();
+            for tool in spawn_tools {
+                assert_eq!(
+                    tools.iter().any(|t| t == tool),
+                    offered,
+                    "{model} offered {tool}: {tools:?}"
+                );
+            }
+        }
+    }
+    let entries = api.transcript(grandchild);
+    let refused = entries
+        .iter()
+        .filter_map(tool_result)
+        .find(|r| r.tool_name == "spawn_session")
+        .unwrap_or_else(|| panic!("{}", describe(&entries)));
+    assert!(refused.is_error, "{}", refused.content);
+    assert!(refused.content.contains("depth 2"), "{}", refused.content);
+    // The wait of each generation returned the next one's final message.
+    let waited = api
+        .transcript(child)
+        .iter()
+        .filter_map(tool_result)
+        .find(|r| r.tool_name == "spawn_session")
+        .cloned()
+        .unwrap();
+    assert!(
+        waited.content.contains("grandchild done"),
+        "{}",
+        waited.content
+    );
+}
+
+#[test]
+fn the_tenant_gate_queues_the_fourth_child_until_a_slot_frees() {
+    let (api, _tenant) = client("orch-gate");
+    let parent = api.create_fake_session().id;
+    let mut follow = api.follow(&parent, "");
+    // Each child streams for a while (8 chunks, 250 ms apart), so the first three hold their
+    // slots while the fourth asks.
+    let task = fake_directive(
+        &json!({"reply": "one two three four five six seven eight", "chunks": 8, "delayMs": 250}),
+    );
+    let spawns: Vec<(&str, Value)> = (0..4)
+        .map(|i| {
+            (
+                "spawn_session",
+                json!({"task": task, "title": format!("c{i}")}),
+            )
+        })
+        .collect();
+    api.enqueue(&parent, "followUp", &calls_then(&spawns, "spawned four"));
+    let settled = wait_all_settled(&api, &parent, 4);
+    assert!(
+        settled
+            .iter()
+            .all(|c| matches!(c.lifecycle, ChildLifecycle::Idle { .. }))
+    );
+
+    let entries = api.transcript(&parent);
+    let text = describe(&entries);
+    let results: Vec<String> = entries
+        .iter()
+        .filter_map(tool_result)
+        .filter(|r| r.tool_name == "spawn_session")
+        .map(|r| r.content.clone())
+        .collect();
+    assert_eq!(results.len(), 4, "{text}");
+    let queued: Vec<&String> = results
+        .iter()
+        .filter(|r| r.contains("waits for a slot: place 1"))
+        .collect();
+    assert_eq!(queued.len(), 1, "exactly one waits:\n{results:#?}");
+    assert!(
+        queued[0].contains("limit 3, WUHU_MAX_RUNNING_SESSIONS"),
+        "{}",
+        queued[0]
+    );
+
+    // On the follow stream, the queued child runs only after another child went idle, and
+    // never more than three run at once.
+    let mut idle = 0;
+    let events = follow.collect_until(TURN, |e| {
+        if e.event == "child_status" && e.data["child"]["state"] == "idle" {
+            idle += 1;
+        }
+        idle == 4
+    });
+    let mut running = std::collections::BTreeSet::new();
+    let mut queued_id = None;
+    let mut idle_before_queued_ran = 0;
+    let mut idle_count = 0;
+    for e in events.iter().filter(|e| e.event == "child_status") {
+        let id = e.data["child"]["id"].as_str().unwrap().to_string();
+        match e.data["child"]["state"].as_str().unwrap() {
+            "queued" => queued_id = Some(id),
+            "running" => {
+                running.insert(id.clone());
+                assert!(running.len() <= 3, "{running:?}");
+                if Some(&id) == queued_id.as_ref() {
+                    idle_before_queued_ran = idle_count;
+                }
+            }
+            "idle" => {
+                running.remove(&id);
+                idle_count += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(queued_id.is_some(), "no queued event");
+    assert!(
+        idle_before_queued_ran >= 1,
+        "the queued child ran before any slot freed"
+    );
+}
+
+#[test]
+fn stopping_a_parent_stops_its_running_children_but_not_detached_ones() {
+    let (api, _tenant) = client("orch-stop");
+    let parent = api.create_fake_session().id;
+    // Long enough to be stopped mid-turn: 40 chunks, 1 s apart.
+    let task = fake_directive(
+        &json!({"reply": "a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n", "chunks": 40, "delayMs": 1000}),
+    );
+    api.enqueue(
+        &parent,
+        "followUp",
+        &calls_then(
+            &[
+                ("spawn_session", json!({"task": task, "title": "attached"})),
+                (
+                    "spawn_session",
+                    json!({"task": task, "title": "detached", "detached": true}),
+                ),
+            ],
+            "spawned two",
+        ),
+    );
+    let running = wait_for("both children running", TURN, || {
+        let c = children(&api, &parent);
+        (c.len() == 2 && c.iter().all(|c| c.lifecycle == ChildLifecycle::Running)).then_some(c)
+    });
+    api.wait_idle(&parent, TURN);
+    let by_title = |t: &str| {
+        running
+            .iter()
+            .find(|c| c.title.as_deref() == Some(t))
+            .unwrap()
+            .id
+            .clone()
+    };
+    let (attached, detached) = (by_title("attached"), by_title("detached"));
+
+    api.stop(&parent);
+    // The stop answered after the cascade: the attached child is stopped already.
+    assert_eq!(
+        api.session(&attached).session.status,
+        wuhu_core::wire::Status::Stopped
+    );
+    assert_eq!(
+        api.session(&detached).session.status,
+        wuhu_core::wire::Status::Running
+    );
+    // The parent hears of it, but a stopped parent stays stopped.
+    wait_for("the parent records the stop", TURN, || {
+        children(&api, &parent)
+            .iter()
+            .any(|c| c.id == attached && c.lifecycle == ChildLifecycle::Stopped)
+            .then_some(())
+    });
+    assert_eq!(
+        api.session(&parent).session.status,
+        wuhu_core::wire::Status::Stopped
+    );
+    api.stop(&detached);
+}
