@@ -199,7 +199,11 @@ fn run_scripts(api: &Api, scripts: &[(String, String)], calls_per_turn: usize) -
 /// One turn of `js` calls in a fresh session: waits for idle through one-entry pages (never
 /// the whole transcript, which holds every script twice), then reads the transcript once.
 fn run_batch(api: &Api, batch: &[(String, String)]) -> Vec<ToolResult> {
-    let session = api.create_fake_session().id;
+    // A batch holds megabytes of script (twice): on the fake's default window the session would
+    // compact mid-turn and summarise away the directive this test drives the fake with.
+    let session = api
+        .create_session(json!({"model": "fake-window-1000000000"}))
+        .id;
     let marker = "after the tool calls";
     let calls: Vec<Value> = batch
         .iter()
