@@ -64,7 +64,7 @@ pub fn hmac_hex(secret: &[u8], message: &[&[u8]]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Slack's request signing (v0).
+/// Slack's request signing (v0): `v0=` + hex HMAC-SHA256 of `v0:{timestamp}:{body}`.
 ///
 /// # Errors
 /// A [`VerifyError`]; the delivery must be refused with 401.
@@ -75,21 +75,15 @@ pub fn slack(
     body: &[u8],
     now_secs: i64,
 ) -> Result<(), VerifyError> {
-    let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
-        return Err(VerifyError::Missing);
+    let scheme = TimestampedHmac {
+        signature_prefix: "v0=",
+        message_lead: b"v0:",
+        separator: b":",
     };
-    fresh(timestamp, now_secs)?;
-    let hex_signature = signature
-        .strip_prefix("v0=")
-        .ok_or(VerifyError::BadSignature)?;
-    hmac_hex_matches(
-        signing_secret.as_bytes(),
-        &[b"v0:", timestamp.as_bytes(), b":", body],
-        hex_signature,
-    )
+    scheme.verify(signing_secret, timestamp, signature, body, now_secs)
 }
 
-/// The generic webhook signature.
+/// The generic webhook signature: `sha256=` + hex HMAC-SHA256 of `{timestamp}.{body}`.
 ///
 /// # Errors
 /// A [`VerifyError`]; the delivery must be refused with 401.
@@ -100,18 +94,49 @@ pub fn generic(
     body: &[u8],
     now_secs: i64,
 ) -> Result<(), VerifyError> {
-    let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
-        return Err(VerifyError::Missing);
+    let scheme = TimestampedHmac {
+        signature_prefix: "sha256=",
+        message_lead: b"",
+        separator: b".",
     };
-    fresh(timestamp, now_secs)?;
-    let hex_signature = signature
-        .strip_prefix("sha256=")
-        .ok_or(VerifyError::BadSignature)?;
-    hmac_hex_matches(
-        secret.as_bytes(),
-        &[timestamp.as_bytes(), b".", body],
-        hex_signature,
-    )
+    scheme.verify(secret, timestamp, signature, body, now_secs)
+}
+
+/// A signature over `{lead}{timestamp}{separator}{body}` with a fresh timestamp: Slack's and
+/// the generic hook's scheme differ only in these three strings.
+struct TimestampedHmac {
+    signature_prefix: &'static str,
+    message_lead: &'static [u8],
+    separator: &'static [u8],
+}
+
+impl TimestampedHmac {
+    fn verify(
+        &self,
+        secret: &str,
+        timestamp: Option<&str>,
+        signature: Option<&str>,
+        body: &[u8],
+        now_secs: i64,
+    ) -> Result<(), VerifyError> {
+        let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
+            return Err(VerifyError::Missing);
+        };
+        fresh(timestamp, now_secs)?;
+        let hex_signature = signature
+            .strip_prefix(self.signature_prefix)
+            .ok_or(VerifyError::BadSignature)?;
+        hmac_hex_matches(
+            secret.as_bytes(),
+            &[
+                self.message_lead,
+                timestamp.as_bytes(),
+                self.separator,
+                body,
+            ],
+            hex_signature,
+        )
+    }
 }
 
 /// Telegram's `X-Telegram-Bot-Api-Secret-Token`.
