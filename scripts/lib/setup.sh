@@ -149,7 +149,24 @@ build_worker() {
   build_web
   log "building the worker (release)"
   (cd "$WUHU_ROOT/worker" && "$WORKER_BUILD_BIN" --release >&2)
+  strip_worker_names
   build_sandbox_guest
+}
+
+# worker-build keeps the wasm "name" section (wasm-opt --debuginfo), which is 11 % of the
+# Worker's compressed size (about 88 KB of 1.1 MB gzip) and only feeds stack traces: a panic's
+# message and file:line reach the log without it. Dropped by default to keep the bundle under
+# its budget (docs/benchmarks.md); WUHU_WASM_NAMES=1 keeps it for a debugging build.
+strip_worker_names() {
+  if [ "${WUHU_WASM_NAMES:-0}" = 1 ]; then
+    log "keeping the worker's wasm name section (WUHU_WASM_NAMES=1)"
+    return
+  fi
+  local wasm="$WUHU_ROOT/worker/build/index_bg.wasm"
+  "$WASM_OPT_BIN" --strip-debug --strip-producers --enable-mutable-globals --enable-sign-ext \
+    --enable-nontrapping-float-to-int --enable-bulk-memory --enable-multivalue \
+    --enable-reference-types --enable-exception-handling "$wasm" -o "$wasm.partial" >&2
+  mv -f "$wasm.partial" "$wasm"
 }
 
 export WRANGLER_SEND_METRICS=false
