@@ -24,8 +24,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
-use crate::sse::{SseDecoder, SseItem};
 use crate::wire::{ContentBlock, Message, StopReason, Usage, custom_types};
 
 /// Provider id, as recorded in session headers and assistant messages.
@@ -40,10 +40,6 @@ pub const API_VERSION: &str = "2023-06-01";
 /// model accepts it.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
-/// The longest SSE line (and the largest joined `data` payload) the decoder buffers.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-/// Start of the message for a data line that is not JSON.
-const MALFORMED_JSON: &str = "provider stream has malformed json in a data line";
 /// How much of a provider's in-stream error message is kept.
 const MAX_ERROR_CHARS: usize = 500;
 /// What an empty user message becomes: the API rejects empty text blocks.
@@ -289,17 +285,7 @@ impl RawUsage {
 /// Feed the body with [`push`](Self::push) in pieces of any size, then call
 /// [`finish`](Self::finish) when the body ends. After an error the decoder keeps returning it.
 #[derive(Debug)]
-pub struct StreamDecoder {
-    sse: SseDecoder,
-    /// Content blocks by their stream index.
-    blocks: Vec<(usize, Block)>,
-    usage: RawUsage,
-    /// `message_delta` gave a stop reason.
-    finished: bool,
-    /// `message_stop` was seen; everything after it is ignored.
-    done: bool,
-    failed: Option<LlmFailure>,
-}
+pub struct StreamDecoder(SseStream<MessagesStream>);
 
 impl Default for StreamDecoder {
     fn default() -> Self {
@@ -310,101 +296,61 @@ impl Default for StreamDecoder {
 impl StreamDecoder {
     /// A decoder at the start of a response body.
     pub fn new() -> Self {
-        StreamDecoder {
-            sse: SseDecoder::new(MAX_LINE_BYTES),
+        StreamDecoder(SseStream::new(MessagesStream {
             blocks: Vec::new(),
             usage: RawUsage::default(),
             finished: false,
             done: false,
-            failed: None,
-        }
+        }))
     }
 
     /// Decodes the next piece of the body.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<LlmEvent>, LlmFailure> {
-        if let Some(failure) = &self.failed {
-            return Err(failure.clone());
-        }
-        let mut events = Vec::new();
-        let outcome = if self.done {
-            Ok(())
-        } else {
-            let mut frames = Vec::new();
-            let result = self.sse.push(bytes, &mut frames);
-            self.handle_frames(frames, &mut events)
-                .and_then(|()| match result {
-                    Err(_) if !self.done => Err(too_large()),
-                    _ => Ok(()),
-                })
-        };
-        match outcome {
-            Ok(()) => Ok(events),
-            Err(failure) => {
-                self.failed = Some(failure.clone());
-                Err(failure)
-            }
-        }
+        self.0.push(bytes)
     }
 
     /// Ends the body: decodes a trailing event that lacks its blank line, and fails if the
     /// stream never finished (neither `message_stop` nor a stop reason).
-    pub fn finish(mut self) -> Result<Vec<LlmEvent>, LlmFailure> {
-        if let Some(failure) = self.failed.take() {
-            return Err(failure);
-        }
-        let mut events = Vec::new();
-        if !self.done {
-            let mut frames = Vec::new();
-            let result = self.sse.finish(&mut frames);
-            let trailing = self
-                .handle_frames(frames, &mut events)
-                .and_then(|()| result.map_err(|_| too_large()));
-            let complete = self.done || self.finished;
-            match trailing {
-                // A cut-off last event is an early end, not a provider bug.
-                Err(failure) if !complete && failure.message.starts_with(MALFORMED_JSON) => {
-                    return Err(ended_early());
-                }
-                Err(failure) => return Err(failure),
-                Ok(()) if !complete => return Err(ended_early()),
-                Ok(()) => {}
-            }
-        }
-        Ok(events)
+    pub fn finish(self) -> Result<Vec<LlmEvent>, LlmFailure> {
+        self.0.finish()
     }
+}
 
-    fn handle_frames(
+/// The Messages dialect's state between events.
+#[derive(Debug)]
+struct MessagesStream {
+    /// Content blocks by their stream index.
+    blocks: Vec<(usize, Block)>,
+    usage: RawUsage,
+    /// `message_delta` gave a stop reason.
+    finished: bool,
+    /// `message_stop` was seen; everything after it is ignored.
+    done: bool,
+}
+
+impl Dialect for MessagesStream {
+    fn handle(
         &mut self,
-        frames: Vec<SseItem>,
+        data: &str,
+        sse_event: Option<&str>,
         events: &mut Vec<LlmEvent>,
     ) -> Result<(), LlmFailure> {
-        for item in frames {
-            if self.done {
-                break;
-            }
-            if let SseItem::Frame(frame) = item {
-                let data = frame.data.trim();
-                if data.is_empty() {
-                    continue;
-                }
-                let event: Value = serde_json::from_str(data).map_err(|error| LlmFailure {
-                    message: format!("{MALFORMED_JSON}: {error}"),
-                    retryable: true,
-                    ..LlmFailure::default()
-                })?;
-                // The data's `type` names the event; the SSE `event` field is the fallback.
-                let kind = event
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .or(frame.event.as_deref())
-                    .unwrap_or("")
-                    .to_string();
-                self.handle_event(&kind, &event, events)?;
-            }
-        }
-        Ok(())
+        let event = parse_json(data)?;
+        // The data's `type` names the event; the SSE `event` field is the fallback.
+        let kind = event_kind(&event, sse_event).to_string();
+        self.handle_event(&kind, &event, events)
     }
 
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn complete(&self) -> bool {
+        self.done || self.finished
+    }
+}
+
+impl MessagesStream {
     fn handle_event(
         &mut self,
         kind: &str,
@@ -572,22 +518,6 @@ fn stream_error(error: &Value) -> LlmFailure {
                 | "billing_error"
         ),
         retry_after_ms: None,
-    }
-}
-
-fn ended_early() -> LlmFailure {
-    LlmFailure {
-        message: "provider stream ended early".to_string(),
-        retryable: true,
-        ..LlmFailure::default()
-    }
-}
-
-fn too_large() -> LlmFailure {
-    LlmFailure {
-        message: format!("provider stream line exceeds {MAX_LINE_BYTES} bytes"),
-        retryable: true,
-        ..LlmFailure::default()
     }
 }
 

@@ -11,6 +11,7 @@ pub mod models;
 pub mod openai;
 pub mod responses;
 pub mod retry;
+pub(crate) mod stream;
 
 use crate::wire::{AssistantMessage, ContentBlock, Message, StopReason, ToolCall, Usage};
 

@@ -7,8 +7,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::stream::{Dialect, SseStream, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
-use crate::sse::{SseDecoder, SseItem};
 use crate::wire::{Message, StopReason, Usage};
 
 /// Provider id, as recorded in session headers and assistant messages.
@@ -18,10 +18,6 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// Model used when none is configured.
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
 
-/// The longest SSE line (and the largest joined `data` payload) the decoder buffers.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-/// Start of the message for a data line that is not JSON.
-const MALFORMED_JSON: &str = "provider stream has malformed json in a data line";
 /// How much of a provider's in-stream error message is kept.
 const MAX_ERROR_CHARS: usize = 500;
 
@@ -150,18 +146,7 @@ struct CallState {
 /// Feed the body with [`push`](Self::push) in pieces of any size, then call
 /// [`finish`](Self::finish) when the body ends. After an error the decoder keeps returning it.
 #[derive(Debug)]
-pub struct StreamDecoder {
-    /// The event-stream layer (lines, fields, frames): the one decoder in `crate::sse`.
-    sse: SseDecoder,
-    /// Tool calls, in order of first appearance.
-    calls: Vec<CallState>,
-    /// `data: [DONE]` was seen; everything after it is ignored.
-    done: bool,
-    /// A `finish_reason` was seen.
-    finished: bool,
-    /// The error returned, returned again by later calls.
-    failed: Option<LlmFailure>,
-}
+pub struct StreamDecoder(SseStream<ChatStream>);
 
 impl Default for StreamDecoder {
     fn default() -> Self {
@@ -172,91 +157,61 @@ impl Default for StreamDecoder {
 impl StreamDecoder {
     /// A decoder at the start of a response body.
     pub fn new() -> Self {
-        StreamDecoder {
-            sse: SseDecoder::new(MAX_LINE_BYTES),
+        StreamDecoder(SseStream::new(ChatStream {
             calls: Vec::new(),
             done: false,
             finished: false,
-            failed: None,
-        }
+        }))
     }
 
     /// Decodes the next piece of the body.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<LlmEvent>, LlmFailure> {
-        if let Some(failure) = &self.failed {
-            return Err(failure.clone());
-        }
-        let mut events = Vec::new();
-        match self.push_bytes(bytes, &mut events) {
-            Ok(()) => Ok(events),
-            Err(failure) => {
-                self.failed = Some(failure.clone());
-                Err(failure)
-            }
-        }
+        self.0.push(bytes)
     }
 
     /// Ends the body: decodes a trailing event that lacks its blank line, and fails if the
     /// stream never said it finished (neither `[DONE]` nor a `finish_reason`).
-    pub fn finish(mut self) -> Result<Vec<LlmEvent>, LlmFailure> {
-        if let Some(failure) = self.failed.take() {
-            return Err(failure);
-        }
-        let mut events = Vec::new();
-        if !self.done {
-            let trailing = self.finish_trailing(&mut events);
-            let complete = self.done || self.finished;
-            match trailing {
-                // A cut-off last event is an early end, not a provider bug.
-                Err(failure) if !complete && failure.message.starts_with(MALFORMED_JSON) => {
-                    return Err(ended_early());
-                }
-                Err(failure) => return Err(failure),
-                Ok(()) if !complete => return Err(ended_early()),
-                Ok(()) => self.flush_unstarted_calls(&mut events),
-            }
-        }
-        Ok(events)
+    pub fn finish(self) -> Result<Vec<LlmEvent>, LlmFailure> {
+        self.0.finish()
     }
+}
 
-    fn finish_trailing(&mut self, events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
-        let mut frames = Vec::new();
-        let result = self.sse.finish(&mut frames);
-        self.handle_frames(frames, events)?;
-        result.map_err(|_| too_large())
-    }
+/// The Chat Completions dialect's state between events. Comments, `event` and `id` fields
+/// carry nothing it needs: only each event's data.
+#[derive(Debug)]
+struct ChatStream {
+    /// Tool calls, in order of first appearance.
+    calls: Vec<CallState>,
+    /// `data: [DONE]` was seen; everything after it is ignored.
+    done: bool,
+    /// A `finish_reason` was seen.
+    finished: bool,
+}
 
-    fn push_bytes(&mut self, bytes: &[u8], events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
-        if self.done {
-            return Ok(());
-        }
-        let mut frames = Vec::new();
-        let result = self.sse.push(bytes, &mut frames);
-        self.handle_frames(frames, events)?;
-        match result {
-            // What follows `[DONE]` is ignored, even when it is too large.
-            Err(_) if !self.done => Err(too_large()),
-            _ => Ok(()),
-        }
-    }
-
-    /// The data of each frame until `[DONE]`; comments, `event` and `id` carry nothing we need.
-    fn handle_frames(
+impl Dialect for ChatStream {
+    fn handle(
         &mut self,
-        frames: Vec<SseItem>,
+        data: &str,
+        _sse_event: Option<&str>,
         events: &mut Vec<LlmEvent>,
     ) -> Result<(), LlmFailure> {
-        for item in frames {
-            if self.done {
-                break;
-            }
-            if let SseItem::Frame(frame) = item {
-                self.handle_data(frame.data.trim(), events)?;
-            }
-        }
-        Ok(())
+        self.handle_data(data, events)
     }
 
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn complete(&self) -> bool {
+        self.done || self.finished
+    }
+
+    fn on_end(&mut self, events: &mut Vec<LlmEvent>) {
+        self.flush_unstarted_calls(events);
+    }
+}
+
+impl ChatStream {
     /// Handles the data of one event: `[DONE]` or a `chat.completion.chunk`.
     fn handle_data(&mut self, data: &str, events: &mut Vec<LlmEvent>) -> Result<(), LlmFailure> {
         if data == "[DONE]" {
@@ -267,12 +222,7 @@ impl StreamDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|error| LlmFailure {
-            status: None,
-            message: format!("{MALFORMED_JSON}: {error}"),
-            retryable: true,
-            retry_after_ms: None,
-        })?;
+        let chunk = parse_json(data)?;
         if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
             return Err(stream_error(error));
         }
@@ -413,24 +363,6 @@ fn stream_error(error: &Value) -> LlmFailure {
             "provider stream error: {}",
             detail.chars().take(MAX_ERROR_CHARS).collect::<String>()
         ),
-        retryable: true,
-        retry_after_ms: None,
-    }
-}
-
-fn ended_early() -> LlmFailure {
-    LlmFailure {
-        status: None,
-        message: "provider stream ended early".to_string(),
-        retryable: true,
-        retry_after_ms: None,
-    }
-}
-
-fn too_large() -> LlmFailure {
-    LlmFailure {
-        status: None,
-        message: format!("provider stream line exceeds {MAX_LINE_BYTES} bytes"),
         retryable: true,
         retry_after_ms: None,
     }

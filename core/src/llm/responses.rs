@@ -17,8 +17,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
-use crate::sse::{SseDecoder, SseItem};
 use crate::wire::{ContentBlock, Message, StopReason, Usage};
 
 /// Provider id, as recorded in session headers and assistant messages.
@@ -26,10 +26,6 @@ pub const PROVIDER: &str = "openai";
 /// Model used when none is configured.
 pub const DEFAULT_MODEL: &str = "gpt-5-mini";
 
-/// The longest SSE line (and the largest joined `data` payload) the decoder buffers.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-/// Start of the message for a data line that is not JSON.
-const MALFORMED_JSON: &str = "provider stream has malformed json in a data line";
 /// How much of a provider's in-stream error message is kept.
 const MAX_ERROR_CHARS: usize = 500;
 
@@ -160,13 +156,7 @@ struct Call {
 /// Feed the body with [`push`](Self::push) in pieces of any size, then call
 /// [`finish`](Self::finish) when the body ends. After an error the decoder keeps returning it.
 #[derive(Debug)]
-pub struct StreamDecoder {
-    sse: SseDecoder,
-    calls: Vec<Call>,
-    /// A terminal event (`response.completed` / `.incomplete`) was seen.
-    done: bool,
-    failed: Option<LlmFailure>,
-}
+pub struct StreamDecoder(SseStream<ResponsesStream>);
 
 impl Default for StreamDecoder {
     fn default() -> Self {
@@ -177,96 +167,55 @@ impl Default for StreamDecoder {
 impl StreamDecoder {
     /// A decoder at the start of a response body.
     pub fn new() -> Self {
-        StreamDecoder {
-            sse: SseDecoder::new(MAX_LINE_BYTES),
+        StreamDecoder(SseStream::new(ResponsesStream {
             calls: Vec::new(),
             done: false,
-            failed: None,
-        }
+        }))
     }
 
     /// Decodes the next piece of the body.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<LlmEvent>, LlmFailure> {
-        if let Some(failure) = &self.failed {
-            return Err(failure.clone());
-        }
-        let mut events = Vec::new();
-        let outcome = if self.done {
-            Ok(())
-        } else {
-            let mut frames = Vec::new();
-            let result = self.sse.push(bytes, &mut frames);
-            self.handle_frames(frames, &mut events)
-                .and_then(|()| match result {
-                    Err(_) if !self.done => Err(too_large()),
-                    _ => Ok(()),
-                })
-        };
-        match outcome {
-            Ok(()) => Ok(events),
-            Err(failure) => {
-                self.failed = Some(failure.clone());
-                Err(failure)
-            }
-        }
+        self.0.push(bytes)
     }
 
     /// Ends the body: decodes a trailing event that lacks its blank line, and fails if the
     /// response never completed.
-    pub fn finish(mut self) -> Result<Vec<LlmEvent>, LlmFailure> {
-        if let Some(failure) = self.failed.take() {
-            return Err(failure);
-        }
-        let mut events = Vec::new();
-        if !self.done {
-            let mut frames = Vec::new();
-            let result = self.sse.finish(&mut frames);
-            let trailing = self
-                .handle_frames(frames, &mut events)
-                .and_then(|()| result.map_err(|_| too_large()));
-            match trailing {
-                Err(failure) if !self.done && failure.message.starts_with(MALFORMED_JSON) => {
-                    return Err(ended_early());
-                }
-                Err(failure) => return Err(failure),
-                Ok(()) if !self.done => return Err(ended_early()),
-                Ok(()) => {}
-            }
-        }
-        Ok(events)
+    pub fn finish(self) -> Result<Vec<LlmEvent>, LlmFailure> {
+        self.0.finish()
     }
+}
 
-    fn handle_frames(
+/// The Responses dialect's state between events.
+#[derive(Debug)]
+struct ResponsesStream {
+    calls: Vec<Call>,
+    /// A terminal event (`response.completed` / `.incomplete`) was seen.
+    done: bool,
+}
+
+impl Dialect for ResponsesStream {
+    fn handle(
         &mut self,
-        frames: Vec<SseItem>,
+        data: &str,
+        sse_event: Option<&str>,
         events: &mut Vec<LlmEvent>,
     ) -> Result<(), LlmFailure> {
-        for item in frames {
-            if self.done {
-                break;
-            }
-            if let SseItem::Frame(frame) = item {
-                let data = frame.data.trim();
-                if data.is_empty() || data == "[DONE]" {
-                    continue;
-                }
-                let event: Value = serde_json::from_str(data).map_err(|error| LlmFailure {
-                    message: format!("{MALFORMED_JSON}: {error}"),
-                    retryable: true,
-                    ..LlmFailure::default()
-                })?;
-                let kind = event
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .or(frame.event.as_deref())
-                    .unwrap_or("")
-                    .to_string();
-                self.handle_event(&kind, &event, events)?;
-            }
+        // Some compatible servers end with Chat Completions' `[DONE]`; the terminal event
+        // has already been seen (or the body ends early).
+        if data == "[DONE]" {
+            return Ok(());
         }
-        Ok(())
+        let event = parse_json(data)?;
+        let kind = event_kind(&event, sse_event).to_string();
+        self.handle_event(&kind, &event, events)
     }
 
+    fn done(&self) -> bool {
+        self.done
+    }
+}
+
+impl ResponsesStream {
     fn handle_event(
         &mut self,
         kind: &str,
@@ -461,22 +410,6 @@ fn stream_error(error: &Value) -> LlmFailure {
                 | "insufficient_quota"
         ),
         retry_after_ms: None,
-    }
-}
-
-fn ended_early() -> LlmFailure {
-    LlmFailure {
-        message: "provider stream ended early".to_string(),
-        retryable: true,
-        ..LlmFailure::default()
-    }
-}
-
-fn too_large() -> LlmFailure {
-    LlmFailure {
-        message: format!("provider stream line exceeds {MAX_LINE_BYTES} bytes"),
-        retryable: true,
-        ..LlmFailure::default()
     }
 }
 
