@@ -67,6 +67,7 @@ pub(crate) async fn verify(token: &str, config: &AccessConfig) -> ApiResult<Auth
     validation.validate_nbf = false;
     validation.validate_aud = false;
     validation.required_spec_claims.clear();
+    crate::jwt_crypto::install();
     let data = decode::<AccessClaims>(token, &decoding, &validation)
         .map_err(|_| ApiError::unauthorized("bad access token signature"))?;
     let grant = check_access_claims(&data.claims, config, now_secs())

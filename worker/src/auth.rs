@@ -169,6 +169,7 @@ fn verify(
         validation.set_issuer(&[iss]);
         validation.required_spec_claims.insert("iss".into());
     }
+    crate::jwt_crypto::install();
     let data = decode::<Claims>(
         token,
         &DecodingKey::from_secret(secret.as_bytes()),
@@ -208,6 +209,7 @@ pub(crate) fn sign(env: &Env, claims: &Claims) -> ApiResult<String> {
     authority::check_secret(secret.as_deref())
         .map_err(|e| ApiError::new(500, "server_misconfigured", e.to_string()))?;
     let secret = secret.unwrap_or_default();
+    crate::jwt_crypto::install();
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(Algorithm::HS256),
         claims,

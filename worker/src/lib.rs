@@ -16,6 +16,7 @@ mod http;
 mod identity;
 mod internal;
 mod js_tool;
+mod jwt_crypto;
 mod observe;
 mod orchestration_tools;
 mod runner_calls;
