@@ -1,5 +1,6 @@
 // Mints an HS256 bearer token for the local stack.
 // Usage: node scripts/lib/mint-token.mjs --secret S --sub NAME --tenant T [--days N]
+//   (or the secret in WUHU_JWT_SECRET, which keeps it out of `ps`)
 //          [--role admin|member] [--runner [--runner-kind local|cloud]]
 // A runner token with --runner-kind cloud may serve every member of the tenant: mint it only for
 // a machine the tenant's operators run (docs/security.md).
@@ -10,9 +11,9 @@ const opt = (name, fallback) => {
   const i = args.indexOf(`--${name}`);
   return i >= 0 && i + 1 < args.length ? args[i + 1] : fallback;
 };
-const secret = opt("secret");
+const secret = opt("secret") ?? process.env.WUHU_JWT_SECRET;
 if (!secret) {
-  console.error("mint-token: --secret is required");
+  console.error("mint-token: --secret (or WUHU_JWT_SECRET) is required");
   process.exit(2);
 }
 const days = Number(opt("days", "30"));
