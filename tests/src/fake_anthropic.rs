@@ -27,7 +27,8 @@ use std::thread;
 use serde_json::{Value, json};
 
 use crate::fake_openai::{
-    Reply, StreamReply, split_text, write_chunk, write_json_with, write_stream_head,
+    DEFAULT_TEXT_PARTS, Reply, StreamReply, split_text, write_chunk, write_json_with,
+    write_stream_head,
 };
 
 static MESSAGE_COUNTER: AtomicU64 = AtomicU64::new(1);
@@ -107,6 +108,7 @@ fn text_only(text: String) -> StreamReply {
         usage: None,
         cache: (0, 0),
         thinking: None,
+        text_parts: DEFAULT_TEXT_PARTS,
     }
 }
 
@@ -142,7 +144,7 @@ pub fn stream_frames(model: &str, reply: &StreamReply) -> Vec<String> {
     if !reply.text.is_empty() {
         events.push(json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}));
         events.push(json!({"type": "ping"}));
-        for piece in split_text(&reply.text, 4) {
+        for piece in split_text(&reply.text, reply.text_parts) {
             events.push(json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}));
         }
         events.push(json!({"type": "content_block_stop", "index": index}));

@@ -80,7 +80,12 @@ pub struct StreamReply {
     pub cache: (u64, u64),
     /// A thinking block `(text, signature)` before the text, where the dialect has one.
     pub thinking: Option<(String, String)>,
+    /// Content deltas the text is split into (at most one per character).
+    pub text_parts: usize,
 }
+
+/// Content deltas of a text reply unless [`Reply::with_text_parts`] says otherwise.
+pub const DEFAULT_TEXT_PARTS: usize = 4;
 
 impl Reply {
     /// A text reply.
@@ -92,6 +97,7 @@ impl Reply {
             usage: Some((11, 7)),
             cache: (0, 0),
             thinking: None,
+            text_parts: DEFAULT_TEXT_PARTS,
         })
     }
 
@@ -107,6 +113,7 @@ impl Reply {
             usage: Some((23, 9)),
             cache: (0, 0),
             thinking: None,
+            text_parts: DEFAULT_TEXT_PARTS,
         })
     }
 
@@ -195,6 +202,14 @@ impl Reply {
     pub fn with_text(mut self, text: impl Into<String>) -> Reply {
         if let Reply::Stream(stream) = &mut self {
             stream.text = text.into();
+        }
+        self
+    }
+
+    /// Splits the text of a stream reply into `parts` content deltas.
+    pub fn with_text_parts(mut self, parts: usize) -> Reply {
+        if let Reply::Stream(stream) = &mut self {
+            stream.text_parts = parts.max(1);
         }
         self
     }
@@ -409,6 +424,7 @@ fn respond(
                 usage: None,
                 cache: (0, 0),
                 thinking: None,
+                text_parts: DEFAULT_TEXT_PARTS,
             };
             let frames = stream_frames(&model, &reply, false);
             for frame in frames.iter().filter(|f| f.contains("\"content\"")) {
@@ -452,6 +468,7 @@ fn respond(
                 usage: None,
                 cache: (0, 0),
                 thinking: None,
+                text_parts: DEFAULT_TEXT_PARTS,
             };
             let frames = stream_frames(&model, &reply, false);
             // Role chunk and the content chunks, but no finish, usage or [DONE].
@@ -556,7 +573,7 @@ pub fn stream_frames(model: &str, reply: &StreamReply, with_usage: bool) -> Vec<
         json!({"role": "assistant", "content": "", "refusal": null}),
         Value::Null,
     )];
-    for piece in split_text(&reply.text, 4) {
+    for piece in split_text(&reply.text, reply.text_parts) {
         frames.push(chunk(json!({"content": piece}), Value::Null));
     }
     for (index, (name, arguments)) in reply.tool_calls.iter().enumerate() {

@@ -13,7 +13,8 @@ use std::thread;
 use serde_json::{Value, json};
 
 use crate::fake_openai::{
-    Reply, StreamReply, split_text, write_chunk, write_json_with, write_stream_head,
+    DEFAULT_TEXT_PARTS, Reply, StreamReply, split_text, write_chunk, write_json_with,
+    write_stream_head,
 };
 
 static RESPONSE_COUNTER: AtomicU64 = AtomicU64::new(1);
@@ -97,6 +98,7 @@ fn text_only(text: String) -> StreamReply {
         usage: None,
         cache: (0, 0),
         thinking: None,
+        text_parts: DEFAULT_TEXT_PARTS,
     }
 }
 
@@ -129,7 +131,7 @@ pub fn stream_frames(model: &str, reply: &StreamReply) -> Vec<String> {
         events.push(json!({"type": "response.output_item.added", "output_index": index, "item": {
             "id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": [],
         }}));
-        for piece in split_text(&reply.text, 4) {
+        for piece in split_text(&reply.text, reply.text_parts) {
             events.push(json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": index, "content_index": 0, "delta": piece}));
         }
         events.push(json!({"type": "response.output_text.done", "item_id": item_id, "output_index": index, "content_index": 0, "text": reply.text}));

@@ -5,7 +5,12 @@
 //! root) with machine info and a timestamp.
 //!
 //! Benchmarks are entries of [`BENCHMARKS`]: a name, a description and a function from the
-//! running stack to named sample series. Add new ones (runner tool round trip, ...) there.
+//! running stack to named sample series (plus facts that are not samples: counts, ratios). Add
+//! new ones there. `peer` (in `peer.rs`) measures Cloudflare's `agents` side by side; `load.rs`
+//! holds the load figures.
+
+mod load;
+mod peer;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -23,7 +28,23 @@ use wuhu_e2e::{Api, SseEvent, Stack, StackOptions};
 struct Benchmark {
     name: &'static str,
     description: &'static str,
-    run: fn(&Stack, &Config) -> Vec<Series>,
+    run: fn(&Stack, &Config) -> Measured,
+}
+
+/// What a benchmark measured: sample series, and facts that are not samples (counts, ratios,
+/// versions), written to the JSON as they are.
+struct Measured {
+    series: Vec<Series>,
+    facts: Vec<(&'static str, Value)>,
+}
+
+impl From<Vec<Series>> for Measured {
+    fn from(series: Vec<Series>) -> Measured {
+        Measured {
+            series,
+            facts: Vec::new(),
+        }
+    }
 }
 
 /// Every benchmark, in run order.
@@ -32,13 +53,13 @@ const BENCHMARKS: &[Benchmark] = &[
         name: "first_delta",
         description: "time from sending POST /enqueue to the first assistant_text_delta on an open follow stream \
                       (fake provider, WUHU_FAKE_DELAY_MS=0); the next turn starts after idle",
-        run: first_delta,
+        run: |stack, config| first_delta(stack, config).into(),
     },
     Benchmark {
         name: "http_baseline",
         description: "round trip of GET /healthz (Worker only, no auth) and of GET /v1/sessions/:id?limit=1 \
                       (auth + session actor), each on a fresh connection: the floor under first_delta",
-        run: http_baseline,
+        run: |stack, config| http_baseline(stack, config).into(),
     },
     Benchmark {
         name: "js_round_trip",
@@ -47,7 +68,7 @@ const BENCHMARKS: &[Benchmark] = &[
                       js building ~100 KB of JSON then parsing, transforming and stringifying it, and the \
                       `read` tool on wuhu://config/server.json as the floor of any tool call; \
                       js_1plus1_minus_read pairs the 1+1 and read samples of each round",
-        run: js_round_trip,
+        run: |stack, config| js_round_trip(stack, config).into(),
     },
     Benchmark {
         name: "js_work_budget",
@@ -56,7 +77,7 @@ const BENCHMARKS: &[Benchmark] = &[
                       budget stops it − of a turn with one js `1+1`) / 100; at_default_budget is that × 1000 \
                       (the Worker's default budget), the CPU one call may take before the budget ends it. \
                       Each series is one loop body; samples = min(--turns, 5)",
-        run: js_work_budget,
+        run: |stack, config| js_work_budget(stack, config).into(),
     },
     Benchmark {
         name: "runner_round_trip",
@@ -69,7 +90,41 @@ const BENCHMARKS: &[Benchmark] = &[
                       to a long one), so the mean is the robust figure; ws_heartbeat_rtt is a runner \
                       heartbeat → heartbeat_ack round trip on a raw connection, the floor of any frame \
                       exchange with a runner",
-        run: runner_round_trip,
+        run: |stack, config| runner_round_trip(stack, config).into(),
+    },
+    Benchmark {
+        name: "peer",
+        description: "side by side with Cloudflare `agents` (AIChatAgent + the AI SDK's OpenAI-compatible provider, \
+                      pinned in tests/bench-peer/, installed by scripts/bench outside the workspace), both served \
+                      by the same wrangler and streaming the same 20-chunk reply from the stack's zero-delay fake \
+                      Chat Completions server: first text delta, full turn and turns/s over --turns sequential \
+                      turns after --warmup, 3 runs alternating; medians of the runs' figures and agents/wuhu \
+                      ratios; cold start is spawn → first answer of each wrangler",
+        run: peer::peer,
+    },
+    Benchmark {
+        name: "followers",
+        description: "200 follow streams opened on one session, then one 1,000-delta reply (fake provider): \
+                      followers admitted and refused (the per-session cap), followers that got every delta, \
+                      and each delta's delivery lag (arrival minus its earliest arrival at any follower)",
+        run: load::followers,
+    },
+    Benchmark {
+        name: "sessions",
+        description: "200 sessions of one tenant each take one turn at the same moment (fake provider): \
+                      enqueue → idle per session, errors counted",
+        run: load::sessions,
+    },
+    Benchmark {
+        name: "enqueue_burst",
+        description: "100 enqueues sent at once to one session: response latency, refusals, and each message \
+                      found exactly once in the transcript afterwards",
+        run: load::enqueue_burst,
+    },
+    Benchmark {
+        name: "runner_idle_rss",
+        description: "resident memory of a connected, idle wuhu-runner (VmRSS, 20 samples 100 ms apart; target ≤ 15 MB)",
+        run: load::runner_idle_rss,
     },
 ];
 
@@ -77,6 +132,8 @@ const BENCHMARKS: &[Benchmark] = &[
 struct Config {
     turns: usize,
     warmup: usize,
+    /// How long the stack took from spawning wrangler to its first answer.
+    stack_start: Duration,
 }
 
 /// A named series of samples in milliseconds. The first series is the headline: its stats are
@@ -86,10 +143,17 @@ struct Series {
     samples_ms: Vec<f64>,
 }
 
+impl Series {
+    fn new(name: &'static str, samples_ms: Vec<f64>) -> Series {
+        Series { name, samples_ms }
+    }
+}
+
 fn main() {
     let mut config = Config {
         turns: 200,
         warmup: 10,
+        stack_start: Duration::ZERO,
     };
     let mut only: Option<String> = None;
     let mut out = repo_root().join("bench-results/latest.json");
@@ -140,21 +204,26 @@ fn main() {
     }
 
     eprintln!("bench: starting wrangler dev…");
+    let starting = Instant::now();
     let stack = Stack::start_with(StackOptions {
         fake_delay_ms: Some(0),
         ..StackOptions::default()
     });
+    config.stack_start = starting.elapsed();
     let mut results = serde_json::Map::new();
     for bench in selected {
         eprintln!(
             "bench: {} ({} turns after {} warm-up)…",
             bench.name, config.turns, config.warmup
         );
-        let series = (bench.run)(&stack, &config);
+        println!("{}", bench.name);
+        let Measured { series, facts } = (bench.run)(&stack, &config);
         let mut entry = serde_json::Map::new();
         entry.insert("description".into(), json!(bench.description));
         entry.insert("unit".into(), json!("ms"));
-        println!("{}", bench.name);
+        for (name, value) in facts {
+            entry.insert(name.into(), value);
+        }
         for (i, s) in series.iter().enumerate() {
             let stats = Stats::of(&s.samples_ms);
             print_stats(s.name, &stats);
@@ -824,14 +893,7 @@ impl Stats {
     fn of(samples: &[f64]) -> Stats {
         let mut sorted = samples.to_vec();
         sorted.sort_by(f64::total_cmp);
-        // Nearest-rank percentiles.
-        let pick = |p: f64| -> f64 {
-            if sorted.is_empty() {
-                return f64::NAN;
-            }
-            let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-            sorted[rank.min(sorted.len()) - 1]
-        };
+        let pick = |p: f64| nearest_rank(&sorted, p);
         Stats {
             n: sorted.len(),
             p50: pick(50.0),
@@ -847,6 +909,22 @@ impl Stats {
         let r = |x: f64| (x * 1000.0).round() / 1000.0;
         json!({"n": self.n, "p50": r(self.p50), "p95": r(self.p95), "p99": r(self.p99), "mean": r(self.mean), "min": r(self.min), "max": r(self.max)})
     }
+}
+
+/// The nearest-rank `p`th percentile of `sorted` (ascending); NaN when empty.
+fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// The nearest-rank `p`th percentile of unsorted `samples`.
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    nearest_rank(&sorted, p)
 }
 
 fn print_stats(name: &str, s: &Stats) {
