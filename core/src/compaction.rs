@@ -15,7 +15,10 @@
 //! when the tail holds more than [`MAX_TAIL_ENTRIES`] entries (the host keeps at most
 //! `HOT_TAIL_KEEP` in memory; compacting first means nothing leaves the context unsummarised).
 //! The cut keeps the newest [`KEEP_TAIL_PERCENT`] of the window as it is, and never separates a
-//! tool call from its result.
+//! tool call from its result. It never loses the user messages of the turn being answered (those
+//! after the last reply that ended a turn): it falls before them when such a cut fits; otherwise
+//! (a turn too long for the kept share) it falls inside the turn and the compaction *carries*
+//! them: later requests send them as they are, right after the summary (`kept_cursors`).
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +46,8 @@ pub const MAX_SUMMARY_BYTES: usize = 32 * 1024;
 pub const QUOTED_CHARS: usize = 2000;
 /// Most pinned messages remembered (global context plus one AGENTS.md per environment).
 pub const MAX_PINNED: usize = 32;
+/// Most user messages a compaction carries (the turn's first one and its newest others).
+pub const MAX_KEPT_MESSAGES: usize = 16;
 /// Tokens counted per message for its framing (role, separators).
 const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
 
@@ -128,20 +133,23 @@ pub struct Pinned {
 }
 
 /// Where the latest compaction is.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionAnchor {
     /// The `compaction` entry.
     pub cursor: u64,
     /// Its `first_kept_cursor`.
     pub first_kept_cursor: u64,
+    /// Its `kept_cursors` (the user messages it carries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<u64>,
 }
 
 /// How an entry changes the anchors.
 enum AnchorChange<'a> {
     Pin(Option<&'a str>),
     Unpin(&'a str),
-    Compaction(u64),
+    Compaction(&'a Compaction),
 }
 
 fn anchor_change(entry: &Entry) -> Option<AnchorChange<'_>> {
@@ -170,9 +178,7 @@ fn anchor_change(entry: &Entry) -> Option<AnchorChange<'_>> {
                 .and_then(|e| e.as_str())
                 .map(AnchorChange::Unpin)
         }
-        EntryPayload::Compaction(compaction) => {
-            Some(AnchorChange::Compaction(compaction.first_kept_cursor))
-        }
+        EntryPayload::Compaction(compaction) => Some(AnchorChange::Compaction(compaction)),
         _ => None,
     }
 }
@@ -208,13 +214,20 @@ impl Anchors {
                 }
                 keep
             }),
-            Some(AnchorChange::Compaction(first_kept_cursor)) => {
-                if let Some(previous) = self.compaction {
+            Some(AnchorChange::Compaction(compaction)) => {
+                if let Some(previous) = self.compaction.take() {
                     dropped.push(previous.cursor);
+                    dropped.extend(
+                        previous
+                            .kept
+                            .into_iter()
+                            .filter(|c| !compaction.kept_cursors.contains(c)),
+                    );
                 }
                 self.compaction = Some(CompactionAnchor {
                     cursor: entry.cursor,
-                    first_kept_cursor,
+                    first_kept_cursor: compaction.first_kept_cursor,
+                    kept: compaction.kept_cursors.clone(),
                 });
             }
         }
@@ -224,7 +237,10 @@ impl Anchors {
     /// Every anchored cursor, ascending.
     pub fn cursors(&self) -> Vec<u64> {
         let mut cursors: Vec<u64> = self.pinned.iter().map(|p| p.cursor).collect();
-        cursors.extend(self.compaction.map(|c| c.cursor));
+        if let Some(compaction) = &self.compaction {
+            cursors.push(compaction.cursor);
+            cursors.extend(&compaction.kept);
+        }
         cursors.sort_unstable();
         cursors
     }
@@ -233,6 +249,7 @@ impl Anchors {
     /// forward (it must keep less than the latest one did).
     pub fn accepts(&self, first_kept_cursor: u64) -> bool {
         self.compaction
+            .as_ref()
             .is_none_or(|c| first_kept_cursor > c.first_kept_cursor)
     }
 }
@@ -254,6 +271,8 @@ struct Parts {
     pinned: Vec<Message>,
     /// The latest compaction, if any (its entry cursor and the entry).
     compaction: Option<(u64, Compaction)>,
+    /// The user messages the latest compaction carries, not in the tail, oldest first.
+    kept: Vec<Item>,
     /// The tail's messages.
     items: Vec<Item>,
     /// How many entries (of every kind) the tail spans.
@@ -295,6 +314,22 @@ fn parts(
         .filter(|e| e.cursor < tail_start)
         .filter_map(|e| match &e.payload {
             EntryPayload::Message { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    let kept: Vec<Item> = window
+        .kept()
+        .filter(|e| e.cursor < tail_start)
+        .filter_map(|e| match &e.payload {
+            EntryPayload::Message { message } => {
+                let message = render(e.cursor, message, group_chat_since);
+                Some(Item {
+                    cursor: e.cursor,
+                    tokens: estimate_message(provider, &message),
+                    message,
+                    cut: false,
+                })
+            }
             _ => None,
         })
         .collect();
@@ -351,6 +386,7 @@ fn parts(
     Parts {
         pinned,
         compaction,
+        kept,
         items,
         tail_entries: tail.len(),
         fixed: estimate_fixed(provider, &header.system_prompt, tools),
@@ -369,7 +405,8 @@ impl Parts {
             + self
                 .compaction
                 .as_ref()
-                .map_or(0, |(_, c)| estimate_message(provider, &summary_message(c)));
+                .map_or(0, |(_, c)| estimate_message(provider, &summary_message(c)))
+            + self.kept.iter().map(|i| i.tokens).sum::<u64>();
         let items: u64 = self.items.iter().map(|i| i.tokens).sum();
         let raw = self.fixed + prefix + items;
         let compaction_cursor = self.compaction.as_ref().map_or(0, |(cursor, _)| *cursor);
@@ -395,6 +432,7 @@ impl Parts {
         if let Some((_, compaction)) = &self.compaction {
             messages.push(summary_message(compaction));
         }
+        messages.extend(self.kept.into_iter().map(|i| i.message));
         messages.extend(self.items.into_iter().map(|i| i.message));
         repair_tool_results(&mut messages);
         LlmRequest {
@@ -441,6 +479,8 @@ pub struct CompactionJob {
     pub request: LlmRequest,
     /// The oldest entry kept as it is.
     pub first_kept_cursor: u64,
+    /// The user messages before `first_kept_cursor` carried as they are (see the module doc).
+    pub kept_cursors: Vec<u64>,
     /// Estimated input tokens of the context being compacted.
     pub tokens_before: u64,
     /// Why.
@@ -521,17 +561,22 @@ fn job_from_parts(
     let cuts: Vec<usize> = (0..parts.items.len())
         .filter(|&i| parts.items[i].cut)
         .collect();
+    let turn = Turn::of(parts);
     let fits = |i: usize| {
-        (suffix_tokens[i] as f64 * scale) as u64 <= keep_budget
+        ((suffix_tokens[i] + turn.carried_tokens(parts, i)) as f64 * scale) as u64 <= keep_budget
             && (last_cursor - parts.items[i].cursor) as usize <= MAX_TAIL_ENTRIES / 2
     };
+    // The earliest cut that fits and keeps the turn's user messages in the tail; else the
+    // earliest that fits carrying them; else the newest.
     let cut = cuts
         .iter()
         .copied()
-        .find(|&i| fits(i))
+        .find(|&i| !turn.carries(i) && fits(i))
+        .or_else(|| cuts.iter().copied().find(|&i| fits(i)))
         .or_else(|| cuts.last().copied())
         .ok_or(NothingToCompact)?;
     let first_kept_cursor = parts.items[cut].cursor;
+    let kept_cursors = turn.carried(parts, cut);
     let request = summary_request(
         header,
         parts.compaction.as_ref().map(|(_, c)| c.summary.as_str()),
@@ -542,10 +587,78 @@ fn job_from_parts(
     Ok(CompactionJob {
         request,
         first_kept_cursor,
+        kept_cursors,
         tokens_before: estimate,
         reason,
         instructions,
     })
+}
+
+/// The user messages of the turn being answered: those of the tail after the last reply that
+/// ended a turn (an assistant message without tool calls), and, while no such reply follows the
+/// latest compaction, the ones it carries.
+struct Turn {
+    /// The latest compaction carries messages of this turn (`Parts::kept`).
+    carries_previous: bool,
+    /// Indices in `Parts::items` of the turn's user messages.
+    users: Vec<usize>,
+}
+
+impl Turn {
+    fn of(parts: &Parts) -> Turn {
+        let start = parts
+            .items
+            .iter()
+            .rposition(
+                |i| matches!(&i.message, Message::Assistant(a) if a.tool_calls().next().is_none()),
+            )
+            .map(|i| i + 1);
+        Turn {
+            carries_previous: start.is_none() && !parts.kept.is_empty(),
+            users: (start.unwrap_or(0)..parts.items.len())
+                .filter(|&i| matches!(parts.items[i].message, Message::User { .. }))
+                .collect(),
+        }
+    }
+
+    /// Whether a cut at item `cut` leaves some of the turn's user messages before it.
+    fn carries(&self, cut: usize) -> bool {
+        self.carries_previous || self.users.first().is_some_and(|&u| u < cut)
+    }
+
+    /// The items a cut at `cut` carries: the turn's first user message and its newest others,
+    /// at most [`MAX_KEPT_MESSAGES`].
+    fn carried_items<'a>(&self, parts: &'a Parts, cut: usize) -> Vec<&'a Item> {
+        let mut carried: Vec<&Item> = if self.carries_previous {
+            parts.kept.iter().collect()
+        } else {
+            Vec::new()
+        };
+        carried.extend(
+            self.users
+                .iter()
+                .filter(|&&u| u < cut)
+                .map(|&u| &parts.items[u]),
+        );
+        if carried.len() > MAX_KEPT_MESSAGES {
+            carried.drain(1..carried.len() + 1 - MAX_KEPT_MESSAGES);
+        }
+        carried
+    }
+
+    fn carried_tokens(&self, parts: &Parts, cut: usize) -> u64 {
+        self.carried_items(parts, cut)
+            .iter()
+            .map(|i| i.tokens)
+            .sum()
+    }
+
+    fn carried(&self, parts: &Parts, cut: usize) -> Vec<u64> {
+        self.carried_items(parts, cut)
+            .iter()
+            .map(|i| i.cursor)
+            .collect()
+    }
 }
 
 /// `text` cut to at most `max` characters, with a note of how much was left out.
@@ -689,6 +802,7 @@ impl CompactionJob {
         Some(Compaction {
             summary,
             first_kept_cursor: self.first_kept_cursor,
+            kept_cursors: self.kept_cursors,
             tokens_before: self.tokens_before,
             reason: self.reason,
             instructions: self.instructions,

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::archive::HOT_TAIL_KEEP;
 use crate::compaction::Anchors;
 use crate::llm::{LlmRequest, ToolSchema};
-use crate::wire::{Entry, Header, Message, ToolResult};
+use crate::wire::{Entry, EntryPayload, Header, Message, ToolResult};
 
 /// Most JSON bytes of entries the context window holds in memory.
 pub const WINDOW_MAX_BYTES: usize = 8 * 1024 * 1024;
@@ -21,7 +21,8 @@ pub const WINDOW_MAX_BYTES: usize = 8 * 1024 * 1024;
 /// The entries a host keeps in memory for the LLM context: the newest ones, at most
 /// [`HOT_TAIL_KEEP`] entries and [`WINDOW_MAX_BYTES`] of entry JSON, oldest evicted first, but
 /// never the newest entry (a single larger entry stays alone); and the anchored ones (pinned
-/// messages, the latest compaction: at most `MAX_PINNED + 1`), whatever their age.
+/// messages, the latest compaction and the user messages it carries: at most
+/// `MAX_PINNED + 1 + MAX_KEPT_MESSAGES`), whatever their age.
 #[derive(Debug, Default)]
 pub struct ContextWindow {
     entries: VecDeque<(Entry, usize)>,
@@ -49,14 +50,27 @@ impl ContextWindow {
     /// anchors when loading), before the newest entries are pushed, oldest first.
     pub fn push_anchor(&mut self, entry: Entry) {
         self.observe(&entry);
+        // Every anchor the checkpoint names is needed, including the user messages a
+        // compaction carries, which come before the compaction that anchors them.
+        self.anchored.insert(entry.cursor, entry);
     }
 
     fn observe(&mut self, entry: &Entry) {
         for dropped in self.anchors.observe(entry) {
             self.anchored.remove(&dropped);
         }
-        if self.anchors.cursors().contains(&entry.cursor) {
+        let cursors = self.anchors.cursors();
+        if cursors.contains(&entry.cursor) {
             self.anchored.insert(entry.cursor, entry.clone());
+        }
+        if matches!(entry.payload, EntryPayload::Compaction(_)) {
+            // The user messages it carries are held among the newest entries (or anchored
+            // already): keep them once those are evicted.
+            for (held, _) in &self.entries {
+                if cursors.contains(&held.cursor) && !self.anchored.contains_key(&held.cursor) {
+                    self.anchored.insert(held.cursor, held.clone());
+                }
+            }
         }
     }
 
@@ -78,7 +92,17 @@ impl ContextWindow {
     pub fn compaction(&self) -> Option<&Entry> {
         self.anchors
             .compaction
+            .as_ref()
             .and_then(|c| self.anchored.get(&c.cursor))
+    }
+
+    /// The user messages the latest compaction carries, held, oldest first.
+    pub fn kept(&self) -> impl Iterator<Item = &Entry> {
+        self.anchors
+            .compaction
+            .iter()
+            .flat_map(|c| c.kept.iter())
+            .filter_map(|cursor| self.anchored.get(cursor))
     }
 
     /// How many of the newest entries are held.

@@ -258,3 +258,55 @@ fn manual_compaction_takes_instructions_and_refuses_what_it_cannot_do() {
     assert!(matches!(entry.payload, EntryPayload::Compaction(_)));
     assert_eq!(api.get(&path).status, 405);
 }
+
+#[test]
+fn a_compaction_inside_a_turn_keeps_the_turns_large_user_message() {
+    let _guard = stack().guard();
+    // About 2,000 tokens of conversation fit under the threshold: the turn's message (about
+    // 1,000 tokens) fits, its tool result (about 1,500) passes it and the next step compacts.
+    let fixed = estimate_fixed("fake", SYSTEM_PROMPT, &catalogue());
+    let window = (fixed + 2000) * 100 / COMPACT_AT_PERCENT;
+    let api = stack().client("ada", &unique_name("compaction-turn"));
+    let id = api
+        .create_session(json!({
+            "provider": "fake",
+            "model": format!("{FAKE_WINDOW_PREFIX}{window}"),
+            "systemPrompt": SYSTEM_PROMPT,
+        }))
+        .id;
+    for turn in 0..2 {
+        api.enqueue(&id, "followUp", &format!("fact: warm-up {turn}"));
+        api.wait_idle(&id, TURN);
+    }
+    let task = format!(
+        "task: {}\n@fake {}",
+        "please read this carefully ".repeat(150),
+        json!({
+            "toolCalls": [{"name": "js", "arguments": {"code": "'r'.repeat(6000)"}}],
+            "afterTools": "done with the task",
+        })
+    );
+    api.enqueue(&id, "followUp", &task);
+    api.wait_idle(&id, TURN);
+
+    let transcript = api.transcript(&id);
+    let text = describe(&transcript);
+    let task_cursor = user_cursor(&transcript, &task);
+    let compactions = compactions(&transcript);
+    let (_, compaction) = compactions
+        .iter()
+        .find(|(cursor, _)| *cursor > task_cursor)
+        .unwrap_or_else(|| panic!("no compaction inside the turn: {text}"));
+    assert_eq!(compaction.reason, CompactionReason::Auto, "{text}");
+    assert!(
+        compaction.first_kept_cursor <= task_cursor
+            || compaction.kept_cursors.contains(&task_cursor),
+        "the turn's message was summarised away: {compaction:?}"
+    );
+    // The step after the tool result still reads the turn's directive.
+    assert_eq!(
+        assistants(&transcript).last().unwrap().text(),
+        "done with the task",
+        "{text}"
+    );
+}

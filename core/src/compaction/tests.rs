@@ -89,9 +89,15 @@ fn detached(env: &str) -> EntryPayload {
 }
 
 fn compaction(summary: &str, first_kept_cursor: u64) -> EntryPayload {
+    carrying(summary, first_kept_cursor, vec![])
+}
+
+/// A compaction that carries the user messages at `kept_cursors`.
+fn carrying(summary: &str, first_kept_cursor: u64, kept_cursors: Vec<u64>) -> EntryPayload {
     EntryPayload::Compaction(Compaction {
         summary: summary.into(),
         first_kept_cursor,
+        kept_cursors,
         tokens_before: 0,
         reason: CompactionReason::Auto,
         instructions: None,
@@ -445,6 +451,10 @@ fn plans_compact_past_the_threshold_and_cut_where_nothing_is_lost() {
                         // leave out the oldest lines only beyond its budget).
                         let material = shape(&job.request.messages);
                         let mut with_compaction = payloads.clone();
+                        assert!(
+                            job.kept_cursors.is_empty(),
+                            "{label}: no turn being answered"
+                        );
                         with_compaction.push(compaction("S", job.first_kept_cursor));
                         let compacted = window_of(with_compaction);
                         let (request, after) = build(&h, &compacted, None, vec![]);
@@ -554,6 +564,7 @@ fn finishing_bounds_the_summary_and_refuses_an_empty_one() {
             max_output_tokens: None,
         },
         first_kept_cursor: 7,
+        kept_cursors: vec![],
         tokens_before: 99,
         reason: CompactionReason::Overflow,
         instructions: None,
@@ -660,11 +671,17 @@ fn sessions_record_compactions_that_move_the_context_forward_only() {
                 session
                     .context_anchors()
                     .compaction
+                    .as_ref()
                     .map(|c| c.first_kept_cursor),
                 Some(first_kept)
             );
             assert_eq!(
-                session.checkpoint().context.compaction.map(|c| c.cursor),
+                session
+                    .checkpoint()
+                    .context
+                    .compaction
+                    .as_ref()
+                    .map(|c| c.cursor),
                 Some(session.last_cursor())
             );
         }
@@ -717,4 +734,249 @@ fn the_fake_summarises_facts_and_recalls_them_from_the_summary() {
         text,
         "recalled from the summary: fact: the vault code is 7193"
     );
+}
+
+/// The user messages of `messages`, as sent.
+fn user_texts(messages: &[Message]) -> Vec<&str> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Appends a compaction of `payloads` planned by `job` and returns its cursor.
+fn record(payloads: &mut Vec<EntryPayload>, job: &CompactionJob) -> u64 {
+    payloads.push(carrying(
+        "S",
+        job.first_kept_cursor,
+        job.kept_cursors.clone(),
+    ));
+    payloads.len() as u64
+}
+
+/// `steps` tool calls of the turn, `from` on, each with a result of `size` bytes.
+fn steps(payloads: &mut Vec<EntryPayload>, from: usize, steps: usize, size: usize) {
+    for s in from..from + steps {
+        payloads.push(call(&format!("t{s}")));
+        payloads.push(result(&format!("t{s}"), &"r".repeat(size)));
+    }
+}
+
+#[test]
+fn a_compaction_never_loses_the_user_messages_of_the_turn_being_answered() {
+    let mut carried_cases = 0;
+    for window_tokens in [1000u64, 4000] {
+        for history in [0usize, 3, 20] {
+            for task_size in [10usize, 1200, 3000] {
+                for queued in [0usize, 2] {
+                    for n_steps in [0usize, 1, 3, 12] {
+                        for steer in [false, true] {
+                            for result_size in [50usize, 600] {
+                                let label = format!(
+                                    "window {window_tokens}, history {history}, task {task_size}, queued {queued}, steps {n_steps}, steer {steer}, results {result_size}"
+                                );
+                                let h = header(window_tokens);
+                                let mut payloads = session(history, 100);
+                                let mut turn: Vec<String> =
+                                    vec![format!("task {}", "t".repeat(task_size))];
+                                turn.extend((0..queued).map(|q| format!("queued {q}")));
+                                for text in &turn {
+                                    payloads.push(user(text));
+                                }
+                                steps(&mut payloads, 0, n_steps, result_size);
+                                if steer {
+                                    turn.push("steer: use the other file".into());
+                                    payloads.push(user(turn.last().unwrap()));
+                                    steps(&mut payloads, n_steps, 2, result_size);
+                                }
+                                // Two compactions in the same turn, more steps between them.
+                                for round in 0..2 {
+                                    let label = format!("{label}, round {round}");
+                                    let window = window_of(payloads.clone());
+                                    let Ok(job) = plan_compaction(
+                                        &h,
+                                        &window,
+                                        None,
+                                        &[],
+                                        CompactionReason::Manual,
+                                        None,
+                                    ) else {
+                                        continue;
+                                    };
+                                    if !job.kept_cursors.is_empty() {
+                                        carried_cases += 1;
+                                    }
+                                    let cursor = record(&mut payloads, &job);
+                                    let (request, _) =
+                                        build(&h, &window_of(payloads.clone()), None, vec![]);
+                                    assert_eq!(
+                                        user_texts(&request.messages)
+                                            .iter()
+                                            .filter(|t| turn.iter().any(|u| u == *t))
+                                            .count(),
+                                        turn.len(),
+                                        "{label}: {}",
+                                        shape(&request.messages)
+                                    );
+                                    assert!(calls_answered(&request.messages), "{label}");
+                                    // A host that loads the anchors by cursor, then only the
+                                    // entries from the cut on, builds the same request.
+                                    let mut anchors = Anchors::default();
+                                    for (i, p) in payloads.iter().enumerate() {
+                                        let _ = anchors.observe(&at(i as u64 + 1, p.clone()));
+                                    }
+                                    let mut loaded = ContextWindow::default();
+                                    for c in anchors.cursors() {
+                                        if c < job.first_kept_cursor {
+                                            loaded.push_anchor(at(
+                                                c,
+                                                payloads[c as usize - 1].clone(),
+                                            ));
+                                        }
+                                    }
+                                    for (i, p) in payloads.iter().enumerate() {
+                                        let c = i as u64 + 1;
+                                        if c >= job.first_kept_cursor {
+                                            loaded.push(at(c, p.clone()), 0);
+                                        }
+                                    }
+                                    let (reloaded, _) = build(&h, &loaded, None, vec![]);
+                                    assert_eq!(reloaded, request, "{label}: reloaded");
+                                    assert!(cursor > job.first_kept_cursor);
+                                    steps(&mut payloads, 100 + round * 10, 4, result_size);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(carried_cases > 20, "{carried_cases} compactions carried");
+}
+
+#[test]
+fn the_cut_keeps_the_turn_in_the_tail_when_that_fits_and_carries_it_otherwise() {
+    let h = header(1000);
+    // (turn's tool steps, result bytes, carried)
+    let cases = [(1usize, 50usize, false), (2, 50, false), (8, 600, true)];
+    for (n_steps, size, carried) in cases {
+        let mut payloads = session(10, 100);
+        payloads.push(user("q1"));
+        let q1 = payloads.len() as u64;
+        payloads.push(user("q2"));
+        steps(&mut payloads, 0, n_steps, size);
+        let job = plan_compaction(
+            &h,
+            &window_of(payloads.clone()),
+            None,
+            &[],
+            CompactionReason::Auto,
+            None,
+        )
+        .unwrap();
+        if carried {
+            assert!(job.first_kept_cursor > q1 + 1, "{n_steps}");
+            assert_eq!(job.kept_cursors, [q1, q1 + 1], "{n_steps}");
+        } else {
+            assert!(job.first_kept_cursor <= q1, "{n_steps}");
+            assert!(job.kept_cursors.is_empty(), "{n_steps}");
+        }
+    }
+    // Once a reply ends the turn, its carried messages are summarised like any other.
+    let mut payloads = session(10, 100);
+    payloads.push(user("q1"));
+    steps(&mut payloads, 0, 8, 600);
+    let job = plan_compaction(
+        &h,
+        &window_of(payloads.clone()),
+        None,
+        &[],
+        CompactionReason::Auto,
+        None,
+    )
+    .unwrap();
+    assert_eq!(job.kept_cursors.len(), 1);
+    record(&mut payloads, &job);
+    payloads.push(reply("done"));
+    payloads.push(user("next"));
+    steps(&mut payloads, 50, 8, 600);
+    let job = plan_compaction(
+        &h,
+        &window_of(payloads.clone()),
+        None,
+        &[],
+        CompactionReason::Auto,
+        None,
+    )
+    .unwrap();
+    assert_eq!(job.kept_cursors, [payloads.len() as u64 - 16]);
+}
+
+#[test]
+fn carried_messages_outlive_the_entries_held_in_memory() {
+    let h = header(100_000);
+    let mut payloads = vec![user("old"), reply("ok"), user("the task")];
+    steps(&mut payloads, 0, 5, 10);
+    payloads.push(carrying("S", 8, vec![3]));
+    let mut window = window_of(payloads.clone());
+    let mut cursor = payloads.len() as u64;
+    for s in 0..HOT_TAIL_KEEP_FOR_TESTS {
+        cursor += 1;
+        window.push(at(cursor, call(&format!("late{s}"))), 0);
+        cursor += 1;
+        window.push(at(cursor, result(&format!("late{s}"), "r")), 0);
+    }
+    assert!(window.entries().all(|e| e.cursor > 8));
+    assert_eq!(window.kept().map(|e| e.cursor).collect::<Vec<_>>(), [3]);
+    let (request, _) = build(&h, &window, None, vec![]);
+    assert!(shape(&request.messages).starts_with("summary:S u:the task"));
+}
+
+const HOT_TAIL_KEEP_FOR_TESTS: u64 = crate::archive::HOT_TAIL_KEEP;
+
+#[test]
+fn sessions_refuse_carried_cursors_that_are_not_before_the_cut() {
+    use crate::session::{Millis, Session};
+    let mut session = Session::create(Millis(0), 1, header(100), vec![]);
+    for i in 0..12 {
+        session
+            .handle_enqueue(
+                Millis(1),
+                format!("q{i}"),
+                crate::wire::Lane::FollowUp,
+                "ana".into(),
+                "hi".into(),
+            )
+            .unwrap();
+        session.handle_inference_done(Millis(2), i + 1, Ok(AssistantMessage::default()));
+    }
+    while session.poll_effect().is_some() {}
+    let too_many: Vec<u64> = (1..=MAX_KEPT_MESSAGES as u64 + 1).collect();
+    // (first kept cursor, carried cursors, recorded)
+    let cases: Vec<(u64, Vec<u64>, bool)> = vec![
+        (6, vec![6], false),
+        (6, vec![0, 2], false),
+        (6, vec![3, 2], false),
+        (6, vec![2, 2], false),
+        (20, too_many, false),
+        (6, vec![2, 4], true),
+        (8, vec![], true),
+    ];
+    for (first_kept, kept, recorded) in cases {
+        let EntryPayload::Compaction(payload) = carrying("s", first_kept, kept.clone()) else {
+            unreachable!()
+        };
+        let result = session.handle_compaction(Millis(3), payload);
+        assert_eq!(result.is_ok(), recorded, "{first_kept} {kept:?}");
+        while session.poll_effect().is_some() {}
+        if recorded {
+            let anchors = session.context_anchors();
+            assert_eq!(anchors.compaction.as_ref().unwrap().kept, kept);
+            assert!(kept.iter().all(|c| anchors.cursors().contains(c)));
+        }
+    }
 }

@@ -551,15 +551,23 @@ impl Session {
     ///
     /// # Errors
     /// [`CompactionRefused`] when `first_kept_cursor` is not after the latest compaction's
-    /// (a concurrent compaction won) or is not an entry of this session.
+    /// (a concurrent compaction won) or is not an entry of this session, or `kept_cursors` is
+    /// not an ascending list of at most `MAX_KEPT_MESSAGES` entries before it.
     pub fn handle_compaction(
         &mut self,
         now: Millis,
         compaction: Compaction,
     ) -> Result<u64, CompactionRefused> {
+        let kept_ok = compaction.kept_cursors.len() <= crate::compaction::MAX_KEPT_MESSAGES
+            && compaction.kept_cursors.windows(2).all(|w| w[0] < w[1])
+            && compaction
+                .kept_cursors
+                .iter()
+                .all(|&c| c > 0 && c < compaction.first_kept_cursor);
         if compaction.first_kept_cursor == 0
             || compaction.first_kept_cursor > self.last_cursor()
             || !self.state.context.accepts(compaction.first_kept_cursor)
+            || !kept_ok
         {
             return Err(CompactionRefused {
                 first_kept_cursor: compaction.first_kept_cursor,

@@ -30,7 +30,8 @@ pub enum EntryPayload {
     },
     /// The context was compacted: later requests send the pinned context (system prompt,
     /// global context, attached environments' AGENTS.md), then `summary`, then the entries
-    /// from `first_kept_cursor` on. Earlier entries stay in the transcript.
+    /// at `kept_cursors` (the user messages of a turn cut inside), then the entries from
+    /// `first_kept_cursor` on. Earlier entries stay in the transcript.
     Compaction(Compaction),
     /// A notice for people and tools; never sent to the LLM.
     Custom {
@@ -50,6 +51,11 @@ pub struct Compaction {
     pub summary: String,
     /// The oldest entry later requests send as it is.
     pub first_kept_cursor: u64,
+    /// Older entries later requests still send as they are, right after the summary: the
+    /// user messages of the turn being answered when the cut fell inside that turn (ascending,
+    /// each before `first_kept_cursor`, at most `crate::compaction::MAX_KEPT_MESSAGES`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_cursors: Vec<u64>,
     /// The estimated input tokens of the context before it was compacted.
     pub tokens_before: u64,
     /// Why: `auto` (the next request would pass the threshold), `overflow` (the provider
