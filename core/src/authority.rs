@@ -274,6 +274,27 @@ pub struct SessionFacts<'a> {
     pub access: Access,
 }
 
+/// Whether a session's own tool may do `action` to it (`set_model`, js
+/// `wuhu.session.setModel`): only when every person the current turn acts for (`turn_authors`)
+/// may do it through the API, as a member of `tenant`: a tool never has more than they have.
+/// A turn that acts for nobody (started by the system lane) may not.
+pub fn turn_allows(
+    tenant: &str,
+    turn_authors: &[String],
+    session: SessionFacts<'_>,
+    action: SessionAction<'_>,
+) -> bool {
+    !turn_authors.is_empty()
+        && turn_authors.iter().all(|author| {
+            let who = Principal {
+                sub: author.clone(),
+                tenant: tenant.to_string(),
+                role: Role::Member,
+            };
+            session_allows(&who, session, action) == Verdict::Allow
+        })
+}
+
 /// Something a person may try to do to a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionAction<'a> {
@@ -631,6 +652,53 @@ mod tests {
                     facts.access
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_turn_may_do_what_everyone_it_acts_for_may() {
+        let private = SessionFacts {
+            owner: "alice",
+            created_by: "carol",
+            access: Access::Private,
+        };
+        let group = SessionFacts {
+            access: Access::Tenant,
+            ..private
+        };
+        let authors = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        // (session, turn authors, action, allowed)
+        let cases = [
+            (private, authors(&["alice"]), SessionAction::Prompt, true),
+            (private, authors(&["carol"]), SessionAction::Prompt, true),
+            (
+                private,
+                authors(&["alice", "bob"]),
+                SessionAction::Prompt,
+                false,
+            ),
+            (private, authors(&["bob"]), SessionAction::Prompt, false),
+            (private, authors(&[]), SessionAction::Prompt, false),
+            (group, authors(&["bob"]), SessionAction::Prompt, true),
+            (
+                group,
+                authors(&["alice", "bob"]),
+                SessionAction::Prompt,
+                true,
+            ),
+            (group, authors(&[]), SessionAction::Prompt, false),
+            (group, authors(&["bob"]), SessionAction::Rename, false),
+            (group, authors(&["alice"]), SessionAction::Rename, true),
+            // An admin's turn counts as a member's.
+            (private, authors(&["root"]), SessionAction::Prompt, false),
+        ];
+        for (facts, turn_authors, action, allowed) in cases {
+            assert_eq!(
+                turn_allows("t", &turn_authors, facts, action),
+                allowed,
+                "{turn_authors:?} {:?} {action:?}",
+                facts.access
+            );
         }
     }
 

@@ -531,6 +531,76 @@ fn switching_from_anthropic_to_openai_mid_session_converts_the_transcript() {
 }
 
 #[test]
+fn the_set_model_tool_and_js_set_model_switch_like_the_patch() {
+    let _guard = stack().guard();
+    let api = stack().client("ada", &unique_name("set-model"));
+    let id = api.create_fake_session().id;
+    let model_of = |api: &Api| {
+        let session = api.session(&id);
+        (
+            session.session.provider.clone(),
+            session.session.model.clone(),
+        )
+    };
+    let bad = api.run_tool(&id, "set_model", json!({"provider": "gemini"}), TURN);
+    assert!(
+        bad.is_error && bad.content.contains("unknown provider"),
+        "{bad:?}"
+    );
+    let same = api.run_tool(&id, "set_model", json!({"model": "fake-echo"}), TURN);
+    assert!(
+        !same.is_error && same.content.contains("already uses"),
+        "{same:?}"
+    );
+    assert_eq!(
+        model_of(&api),
+        ("fake".to_string(), "fake-echo".to_string())
+    );
+
+    let set = api.run_tool(&id, "set_model", json!({"model": "fake-two"}), TURN);
+    assert!(!set.is_error, "{set:?}");
+    assert_eq!(model_of(&api), ("fake".to_string(), "fake-two".to_string()));
+    // The step after the tool result already went to the new model.
+    let transcript = api.transcript(&id);
+    let text = describe(&transcript);
+    assert_eq!(
+        assistants(&transcript).last().unwrap().model,
+        "fake-two",
+        "{text}"
+    );
+
+    let result = api.run_tool(
+        &id,
+        "js",
+        json!({"code": "await wuhu.session.setModel({model: 'fake-three'})"}),
+        TURN,
+    );
+    assert!(!result.is_error, "{result:?}");
+    let value: Value = serde_json::from_str(&result.content).expect("a JSON value");
+    assert_eq!(
+        value,
+        json!({"provider": "fake", "model": "fake-three", "switched": true})
+    );
+    assert_eq!(
+        model_of(&api),
+        ("fake".to_string(), "fake-three".to_string())
+    );
+    let listed = api.list_sessions("");
+    let info = listed.sessions.iter().find(|s| s.id == id).expect("listed");
+    assert_eq!(info.model, "fake-three");
+
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    let text = describe(&transcript);
+    let notices = customs(&transcript, custom_types::MODEL_CHANGED);
+    assert_eq!(notices.len(), 2, "{text}");
+    assert_eq!(notices[0]["to"]["model"], "fake-two", "{text}");
+    assert_eq!(notices[1]["from"]["model"], "fake-two", "{text}");
+    assert_eq!(notices[1]["to"]["model"], "fake-three", "{text}");
+    assert!(notices.iter().all(|n| n["by"] == "ada"), "{text}");
+}
+
+#[test]
 fn a_spent_budget_ends_the_turn_with_a_notice_and_enqueue_answers_402_until_raised() {
     let _guard = stack().guard();
     let api = stack().client("ada", &unique_name("budget"));

@@ -4,7 +4,7 @@
 //! module (`sandbox-guest/`, imported by `worker/entry.mjs` as a compiled module) and drives it
 //! with `wuhu_sandbox::drive_guest`: the guest runs the script until it waits on a host call or
 //! timer, this file performs those (`fetch` under the egress policy, `wuhu.sessions.*`,
-//! `wuhu.workspace.*`, timers) and resumes it. Every exception out of the instance (a trap, a
+//! `wuhu.workspace.*`, `wuhu.session.setModel`, timers) and resumes it. Every exception out of the instance (a trap, a
 //! stack overflow deep in QuickJS's C code) is caught at the call and becomes a tool error; the
 //! instance is then dropped, so nothing of it is ever run again.
 
@@ -39,6 +39,9 @@ globalThis.wuhu = Object.freeze({
     send: (args) => __host.call("sessions.send", args ?? {}),
     wait: (args) => __host.call("sessions.wait", args ?? {}),
     stop: (args) => __host.call("sessions.stop", args ?? {}),
+  }),
+  session: Object.freeze({
+    setModel: (args) => __host.call("session.setModel", args ?? {}),
   }),
   workspace: Object.freeze({
     read: (path) => __host.call("workspace.read", { path }),
@@ -187,6 +190,10 @@ impl JsHost<'_> {
             "fetch" => self.fetch(arg.clone()).await,
             "sessions.spawn" | "sessions.send" | "sessions.wait" | "sessions.stop" => {
                 crate::orchestration_tools::js_call(ctx, name, &arg).await
+            }
+            "session.setModel" => {
+                let set = crate::builtin_tools::set_model(ctx, &arg)?;
+                Ok(json!({"provider": set.provider, "model": set.model, "switched": set.switched}))
             }
             "sessions.list" => {
                 let limit = arg

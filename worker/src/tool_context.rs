@@ -2,6 +2,7 @@
 //! `js_tool`) see only these types, never the session actor: the actor builds a complete
 //! [`ToolContext`] for each call and applies the [`ToolOutput`] (`session_actor::tools`).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -26,6 +27,8 @@ pub(crate) struct ToolContext {
     /// other sessions and workspace documents are seen, and a definition's
     /// `"approval":"ask"` waits, on their behalf.
     pub(crate) owner: String,
+    /// The session's creator (with `owner` and the access: who may do what to it).
+    pub(crate) created_by: String,
     /// Who the current turn acts for (`Session::turn_authors`): a call that reaches the local
     /// runner of anyone else waits for that runner's owner.
     pub(crate) turn_authors: Vec<String>,
@@ -45,6 +48,9 @@ pub(crate) struct ToolContext {
     pub(crate) children: Rc<dyn Children>,
     /// What a child inherits from this session.
     pub(crate) parent_session: ParentFacts,
+    /// The provider and model `set_model` (or js `wuhu.session.setModel`) asked for: the actor
+    /// switches when the call finishes.
+    pub(crate) model_switch: RefCell<Option<(String, String)>>,
 }
 
 /// What a child inherits from the session that spawns it.

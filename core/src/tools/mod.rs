@@ -51,6 +51,8 @@ pub mod names {
     pub const WAIT_SESSIONS: &str = "wait_sessions";
     /// Stops a child session.
     pub const STOP_SESSION: &str = "stop_session";
+    /// Switches the session's provider and model.
+    pub const SET_MODEL: &str = "set_model";
 }
 
 /// The tools that act on child sessions: a session at the maximum depth is not offered them
@@ -107,6 +109,11 @@ pub fn traits(name: &str) -> Option<ToolTraits> {
             idempotent: true,
         }),
         // A script may have side effects (fetch, writes): never run twice, never concurrently.
+        // Switching to the model it already uses changes nothing.
+        names::SET_MODEL => Some(ToolTraits {
+            parallel_safe: false,
+            idempotent: true,
+        }),
         names::JS => Some(ToolTraits {
             parallel_safe: false,
             idempotent: false,
@@ -254,13 +261,25 @@ pub fn catalogue() -> Vec<ToolSchema> {
         },
         ToolSchema {
             name: names::JS,
-            description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.sessions.spawn/send/wait/stop({...}) (the arguments of spawn_session, send_to_session, wait_sessions, stop_session), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path). Limits: 5 s, 32 MiB.",
+            description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.sessions.spawn/send/wait/stop({...}) (the arguments of spawn_session, send_to_session, wait_sessions, stop_session), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path), wuhu.session.setModel({provider, model}) (as set_model). Limits: 5 s, 32 MiB.",
             parameters: json!({
                 "type": "object",
                 "properties": {
                     "code": {"type": "string", "description": "The script"}
                 },
                 "required": ["code"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::SET_MODEL,
+            description: "Switch this session to another model: the next request goes to it (the transcript is converted to its dialect; reasoning of another provider's replies is not sent). `provider` defaults to the current one, `model` to the provider's default. Allowed when everyone this turn acts for may prompt the session; a notice records the switch.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "provider": {"type": "string", "enum": crate::llm::PROVIDERS},
+                    "model": {"type": "string", "description": "Model id, such as claude-sonnet-4-5 or gpt-5-mini"}
+                },
                 "additionalProperties": false
             }),
         },
@@ -379,6 +398,39 @@ pub fn page_lines(text: &str, offset: usize, limit: Option<usize>) -> String {
         ));
     }
     out
+}
+
+/// What `set_model` (and js `wuhu.session.setModel`) asks for, from its arguments: the header
+/// after the switch, or `None` when `current` already uses that model. The same rules as
+/// `PATCH /v1/sessions/:id {provider, model}`.
+///
+/// # Errors
+/// A message for the tool result: arguments not an object of `provider` and/or `model`
+/// strings, an unknown provider, an empty or too long model.
+pub fn model_switch(
+    arguments: &serde_json::Value,
+    current: &crate::wire::Header,
+) -> Result<Option<crate::wire::Header>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Arguments {
+        #[serde(default)]
+        provider: Option<String>,
+        #[serde(default)]
+        model: Option<String>,
+    }
+    let arguments: Arguments = serde_json::from_value(arguments.clone())
+        .map_err(|e| format!("set_model takes {{provider?, model?}}: {e}"))?;
+    if arguments.provider.is_none() && arguments.model.is_none() {
+        return Err("set_model needs provider, model or both".into());
+    }
+    let request = crate::wire::PatchSessionRequest {
+        provider: arguments.provider,
+        model: arguments.model,
+        ..Default::default()
+    };
+    request.validate()?;
+    Ok(request.switched(current))
 }
 
 /// Output limits shared by tools: at most this many lines...
@@ -540,6 +592,54 @@ mod tests {
         assert_eq!(got.lines_kept, 2000);
         assert_eq!(got.total_lines, 3000);
         assert!(got.text.starts_with("line 1000\n") && got.text.ends_with("line 2999\n"));
+    }
+
+    #[test]
+    fn set_model_switches_like_the_patch() {
+        let current = crate::wire::Header {
+            system_prompt: "s".into(),
+            provider: "anthropic".into(),
+            model: "claude-sonnet-4-5".into(),
+        };
+        let header = |provider: &str, model: &str| crate::wire::Header {
+            system_prompt: "s".into(),
+            provider: provider.into(),
+            model: model.into(),
+        };
+        // (arguments, outcome: Ok(None) no change, Err(part of the message))
+        let cases: Vec<(serde_json::Value, Result<Option<crate::wire::Header>, &str>)> = vec![
+            (
+                json!({"provider": "openai", "model": "gpt-5"}),
+                Ok(Some(header("openai", "gpt-5"))),
+            ),
+            (
+                json!({"provider": "openai"}),
+                Ok(Some(header("openai", crate::llm::default_model("openai")))),
+            ),
+            (
+                json!({"model": " claude-opus-4-1 "}),
+                Ok(Some(header("anthropic", "claude-opus-4-1"))),
+            ),
+            (json!({"provider": "anthropic"}), Ok(None)),
+            (json!({"model": "claude-sonnet-4-5"}), Ok(None)),
+            (json!({}), Err("needs provider, model or both")),
+            (json!({"provider": "bard"}), Err("unknown provider")),
+            (json!({"model": " "}), Err("model must be")),
+            (json!({"model": "x".repeat(300)}), Err("model must be")),
+            (json!({"model": 3}), Err("set_model takes")),
+            (json!({"model": "m", "title": "t"}), Err("set_model takes")),
+            (json!("gpt-5"), Err("set_model takes")),
+        ];
+        for (arguments, want) in cases {
+            let got = model_switch(&arguments, &current);
+            match want {
+                Ok(header) => assert_eq!(got, Ok(header), "{arguments}"),
+                Err(part) => assert!(
+                    got.as_ref().is_err_and(|e| e.contains(part)),
+                    "{arguments}: {got:?}"
+                ),
+            }
+        }
     }
 
     #[test]

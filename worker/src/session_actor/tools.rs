@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use wuhu_core::tools::names;
-use wuhu_core::wire::ToolCall;
+use wuhu_core::wire::{Header, ToolCall};
 
 use super::approvals::ActorApprovals;
 use super::children::ActorChildren;
@@ -31,14 +31,23 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
         return; // Stopped before it started.
     }
     let context = actor.tool_context(step);
-    let output = if environment_tools::handles(&call) {
+    let output = if call.name == names::SET_MODEL {
+        ToolOutput::text(builtin_tools::set_model(&context, &call.arguments).map(|s| s.text))
+    } else if environment_tools::handles(&call) {
         environment_tools::execute(&context, &call).await
     } else if orchestration_tools::handles(&call) {
         ToolOutput::text(orchestration_tools::execute(&context, &call).await)
     } else {
         ToolOutput::text(builtin_tools::execute(&context, &call).await)
     };
-    actor.finish_tool(step, &call.id, output);
+    let model_switch = context.model_switch.take();
+    let switched = actor.finish_tool(step, &call.id, output, model_switch);
+    if switched {
+        // The list shows each session's model.
+        if let Ok(info) = actor.info() {
+            let _ = crate::tenant_index::upsert(&actor.env, &actor.tenant(), &info).await;
+        }
+    }
 }
 
 impl Actor {
@@ -49,6 +58,9 @@ impl Actor {
             tenant: self.tenant(),
             session_id: self.session_id(),
             owner: self.owner(),
+            created_by: self
+                .with_loaded(|l| l.meta.created_by.clone())
+                .unwrap_or_default(),
             turn_authors: self
                 .with_loaded(|l| l.session.turn_authors().to_vec())
                 .unwrap_or_default(),
@@ -71,18 +83,35 @@ impl Actor {
                     model: l.meta.header.model.clone(),
                 })
                 .unwrap_or_default(),
+            model_switch: Default::default(),
         }
     }
 
-    /// Applies a finished tool's output: attachment changes, entries before the result, the
-    /// result. All synchronous, so it commits as one write. A call that no longer runs (stopped,
-    /// or from before a restart) changes nothing.
-    fn finish_tool(self: &Rc<Self>, step: u64, call_id: &str, output: ToolOutput) {
+    /// Applies a finished tool's output: attachment changes, a model switch, entries before
+    /// the result, the result. All synchronous, so it commits as one write. A call that no
+    /// longer runs (stopped, or from before a restart) changes nothing. Returns whether the
+    /// model was switched.
+    fn finish_tool(
+        self: &Rc<Self>,
+        step: u64,
+        call_id: &str,
+        output: ToolOutput,
+        model_switch: Option<(String, String)>,
+    ) -> bool {
         let running = self
             .with_loaded(|l| l.session.is_tool_running(step, call_id))
             .unwrap_or(false);
         if !running {
-            return;
+            return false;
+        }
+        let switched =
+            model_switch.and_then(|(provider, model)| self.switch_model(provider, model));
+        if let Some((from, to)) = &switched {
+            let by = self
+                .with_loaded(|l| l.session.turn_author().map(str::to_string))
+                .flatten()
+                .unwrap_or_default();
+            self.with_session(|s| s.handle_model_changed(now(), from, to, &by));
         }
         self.validated.borrow_mut().extend(output.validated);
         if let Some(change) = output.change {
@@ -105,5 +134,32 @@ impl Actor {
             s.handle_tool_done(now(), step, call_id, output.content, output.is_error);
         });
         self.pump();
+        switched.is_some()
+    }
+
+    /// Stores the session's new provider and model (memory changes only after storage did).
+    /// Returns the headers before and after, or `None` when nothing changed or storing failed.
+    fn switch_model(&self, provider: String, model: String) -> Option<(Header, Header)> {
+        let mut loaded = self.loaded.borrow_mut();
+        let loaded = loaded.as_mut()?;
+        let from = loaded.meta.header.clone();
+        if from.provider == provider && from.model == model {
+            return None;
+        }
+        let mut meta = loaded.meta.clone();
+        meta.header.provider = provider;
+        meta.header.model = model;
+        meta.updated_at = now().unix_seconds();
+        let saved = match self.store() {
+            Ok(store) => store.save_meta(&meta).map_err(|e| e.to_string()),
+            Err(e) => Err(e.message),
+        };
+        if let Err(e) = saved {
+            worker::console_error!("saving the model switch failed: {e}");
+            return None;
+        }
+        let to = meta.header.clone();
+        loaded.meta = meta;
+        Some((from, to))
     }
 }
