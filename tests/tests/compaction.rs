@@ -1,6 +1,6 @@
-//! Context compaction end to end: automatic compaction of a long session on a small window,
-//! a provider's context-overflow refusal answered by one compaction and one retry, and the
-//! manual `POST /v1/sessions/:id/compact`.
+//! Context end to end: automatic compaction of a long session on a small window, a provider's
+//! context-overflow refusal answered by one compaction and one retry, the manual
+//! `POST /v1/sessions/:id/compact`, and forks (`POST /v1/sessions/:id/fork`).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -9,8 +9,10 @@ use serde_json::{Value, json};
 use wuhu_core::compaction::{COMPACT_AT_PERCENT, SUMMARY_SYSTEM_PROMPT, estimate_fixed};
 use wuhu_core::llm::models::FAKE_WINDOW_PREFIX;
 use wuhu_core::tools::catalogue;
-use wuhu_core::wire::{Compaction, CompactionReason, Entry, EntryPayload, Message};
-use wuhu_e2e::entries::{assert_contiguous, assistants, describe};
+use wuhu_core::wire::{
+    Compaction, CompactionReason, Entry, EntryPayload, Message, SessionInfo, custom_types,
+};
+use wuhu_e2e::entries::{assert_contiguous, assistants, customs, describe};
 use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Reply, Stack};
 
@@ -309,4 +311,121 @@ fn a_compaction_inside_a_turn_keeps_the_turns_large_user_message() {
         "done with the task",
         "{text}"
     );
+}
+
+#[test]
+fn a_fork_continues_from_a_cursor_reading_its_history_by_reference() {
+    let _guard = stack().guard();
+    let tenant = unique_name("fork");
+    let ada = stack().client("ada", &tenant);
+    let bob = stack().client("bob", &tenant);
+    let parent = ada.create_fake_session().id;
+    ada.enqueue(&parent, "followUp", "fact: the launch code is 4242");
+    ada.wait_idle(&parent, TURN);
+    for turn in 0..3 {
+        ada.enqueue(&parent, "followUp", &format!("turn {turn}"));
+        ada.wait_idle(&parent, TURN);
+    }
+    let at = ada.session(&parent).session.last_cursor;
+    ada.enqueue(&parent, "followUp", "fact: the color is red");
+    ada.wait_idle(&parent, TURN);
+    let parent_before = ada.transcript(&parent);
+    let path = format!("/v1/sessions/{parent}/fork");
+
+    // Bad input, and a session the caller may not read.
+    for bad in [
+        json!({}),
+        json!({"atCursor": 0}),
+        json!({"atCursor": parent_before.len() as u64 + 1}),
+        json!({"atCursor": "3"}),
+        json!({"atCursor": 3, "color": "red"}),
+        json!({"atCursor": 3, "title": ""}),
+    ] {
+        let response = ada.post(&path, &bad);
+        assert_eq!(response.status, 400, "{bad}: {response}");
+        assert_eq!(response.json()["error"]["code"], "bad_request");
+    }
+    assert_eq!(ada.get(&path).status, 405);
+    assert_eq!(bob.post(&path, &json!({"atCursor": 3})).status, 404);
+
+    let response = ada.post(&path, &json!({"atCursor": at, "title": "what if"}));
+    assert_eq!(response.status, 201, "{response}");
+    let fork: SessionInfo = serde_json::from_value(response.json()).unwrap();
+    assert_eq!(fork.title.as_deref(), Some("what if"));
+    assert_eq!(fork.created_by, "ada");
+    assert_eq!(fork.last_cursor, at + 1);
+    let forked_from = fork.forked_from.clone().expect("forkedFrom");
+    assert_eq!(
+        (forked_from.session_id.as_str(), forked_from.cursor),
+        (parent.as_str(), at)
+    );
+
+    // Its history is the parent's first entries, then a notice of its own.
+    let transcript = ada.transcript(&fork.id);
+    assert_contiguous(&transcript);
+    assert_eq!(transcript.len() as u64, at + 1);
+    assert_eq!(&transcript[..at as usize], &parent_before[..at as usize]);
+    let notices = customs(&transcript, custom_types::FORKED);
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0]["atCursor"], at);
+    // Nothing archived was copied: the fork's own storage holds only its own entries.
+    let stats = ada.get(&format!("/v1/sessions/{}/stats", fork.id)).json();
+    assert_eq!(stats["hotEntries"], 1, "{stats}");
+    assert!(stats["segments"].as_u64() <= Some(1), "{stats}");
+    let parent_stats = ada.get(&format!("/v1/sessions/{parent}/stats")).json();
+    assert!(
+        parent_stats["segments"].as_u64() > Some(0),
+        "{parent_stats}"
+    );
+
+    // It continues from its history, without what the parent said after the cursor.
+    ada.enqueue(&fork.id, "followUp", r#"@fake {"recall":"launch"}"#);
+    ada.wait_idle(&fork.id, TURN);
+    ada.enqueue(&fork.id, "followUp", r#"@fake {"recall":"color"}"#);
+    ada.wait_idle(&fork.id, TURN);
+    let transcript = ada.transcript(&fork.id);
+    let replies: Vec<String> = assistants(&transcript).iter().map(|m| m.text()).collect();
+    let own = &replies[replies.len() - 2..];
+    assert_eq!(
+        own,
+        [
+            "recalled from the message: fact: the launch code is 4242",
+            "recalled nothing about color"
+        ]
+    );
+    // The parent is unchanged; the fork's usage is its own.
+    assert_eq!(ada.transcript(&parent), parent_before);
+    let usage = ada.get(&format!("/v1/sessions/{}/usage", fork.id)).json();
+    assert_eq!(usage["messages"], 2, "{usage}");
+
+    // A fork of a fork reads through both; a member who may read a tenant session forks it as
+    // their own (private) session.
+    let response = ada.post(
+        &format!("/v1/sessions/{}/fork", fork.id),
+        &json!({"atCursor": at + 2}),
+    );
+    assert_eq!(response.status, 201, "{response}");
+    let grandchild: SessionInfo = serde_json::from_value(response.json()).unwrap();
+    assert_eq!(grandchild.title.as_deref(), Some("what if"));
+    let transcript = ada.transcript(&grandchild.id);
+    assert_contiguous(&transcript);
+    assert_eq!(transcript.len() as u64, at + 3);
+    assert_eq!(
+        user_cursor(&transcript, r#"@fake {"recall":"launch"}"#),
+        at + 2
+    );
+    ada.patch(
+        &format!("/v1/sessions/{parent}"),
+        &json!({"access": "tenant"}),
+    )
+    .expect_status(200);
+    let response = bob.post(&path, &json!({"atCursor": 2}));
+    assert_eq!(response.status, 201, "{response}");
+    let bobs: SessionInfo = serde_json::from_value(response.json()).unwrap();
+    assert_eq!(
+        (bobs.created_by.as_str(), bobs.owner.as_str()),
+        ("bob", "bob")
+    );
+    assert_eq!(ada.get(&format!("/v1/sessions/{}", bobs.id)).status, 404);
+    assert_eq!(bob.transcript(&bobs.id).len(), 3);
 }

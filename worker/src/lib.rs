@@ -152,6 +152,10 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
         (["v1", "sessions", id], Method::Get) => {
             forward(&mut req, &env, &identity, id, "transcript", Method::Get).await
         }
+        (["v1", "sessions", id, "fork"], Method::Post) => {
+            fork_session(&mut req, &env, &identity, id).await
+        }
+        (["v1", "sessions", _, "fork"], _) => Err(method_not_allowed()),
         (["v1", "sessions", id], Method::Patch) => {
             forward(&mut req, &env, &identity, id, "title", Method::Post).await
         }
@@ -428,6 +432,37 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         None,
     )?;
     Ok(stub.fetch_with_request(internal).await?)
+}
+
+/// `POST /v1/sessions/:id/fork`: whoever may read the session (and so create one) forks it.
+async fn fork_session(
+    req: &mut Request,
+    env: &Env,
+    identity: &Identity,
+    id: &str,
+) -> ApiResult<Response> {
+    let body = read_body(req).await?;
+    let request: wuhu_core::wire::ForkRequest = parse_json(&body)?;
+    let forked = session_client::info(env, identity, id).await?;
+    request
+        .validate(forked.last_cursor)
+        .map_err(ApiError::bad_request)?;
+    let init = session_client::ForkInit {
+        id: uuid::Uuid::new_v4().to_string(),
+        tenant: identity.tenant.clone(),
+        created_by: identity.sub.clone(),
+        title: request
+            .title
+            .as_deref()
+            .map(|t| t.trim().to_string())
+            .or(forked.title),
+        from: wuhu_core::wire::ForkedFrom {
+            session_id: forked.id,
+            cursor: request.at_cursor,
+        },
+    };
+    let info = session_client::fork_init(env, &init).await?;
+    Ok(json_response(201, &info))
 }
 
 async fn list_sessions(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {

@@ -277,6 +277,7 @@ impl Actor {
             last_cursor: l.session.last_cursor(),
             parent_id: l.meta.lineage.parent_id.clone(),
             depth: l.meta.lineage.depth,
+            forked_from: l.meta.forked_from.clone(),
         })
         .ok_or_else(|| ApiError::not_found("session not found"))
     }

@@ -9,7 +9,8 @@ use wuhu_core::authority::Access;
 use wuhu_core::environments::Attachment;
 use wuhu_core::orchestration::Lineage;
 use wuhu_core::wire::{
-    ChildLifecycle, ChildStatus, GetSessionResponse, Lane, SessionInfo, StopResponse,
+    ChildLifecycle, ChildStatus, Entry, ForkedFrom, GetSessionResponse, Lane, SessionInfo,
+    StopResponse,
 };
 
 use crate::auth::Identity;
@@ -131,6 +132,77 @@ async fn post<B: Serialize, T: DeserializeOwned>(
 ) -> ApiResult<T> {
     let request = crate::internal::post_request("session", path, tenant, sub, body)?;
     crate::internal::send(&stub(env, tenant, id)?, request).await
+}
+
+/// Body of a fork's internal `POST /fork_init`: from the router, once the person may read the
+/// session forked (anyone may create sessions).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForkInit {
+    pub(crate) id: String,
+    pub(crate) tenant: String,
+    pub(crate) created_by: String,
+    pub(crate) title: Option<String>,
+    pub(crate) from: ForkedFrom,
+}
+
+/// Body of a session's internal `POST /prefix` (between actors: a fork reads its history).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PrefixRequest {
+    pub(crate) since_cursor: u64,
+    pub(crate) limit: u64,
+    /// The last cursor of the history.
+    pub(crate) through: u64,
+}
+
+/// A page of a history: entries after `since_cursor` and at most `through`, contiguous.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PrefixPage {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) next_cursor: Option<u64>,
+}
+
+/// Entries of session `id` after `since` and at most `through` (at most `limit`, a page's
+/// bytes), read without an authority check: for a fork's actor only.
+pub(crate) async fn prefix(
+    env: &Env,
+    tenant: &str,
+    id: &str,
+    since: u64,
+    limit: u64,
+    through: u64,
+) -> ApiResult<PrefixPage> {
+    let request = PrefixRequest {
+        since_cursor: since,
+        limit,
+        through,
+    };
+    post(env, tenant, "wuhu", id, "/prefix", &request).await
+}
+
+/// Creates fork `init.id`.
+pub(crate) async fn fork_init(env: &Env, init: &ForkInit) -> ApiResult<SessionInfo> {
+    post(
+        env,
+        &init.tenant,
+        &init.created_by,
+        &init.id,
+        "/fork_init",
+        init,
+    )
+    .await
+}
+
+/// Session `id` as `viewer` sees it (404 when they may not read it).
+pub(crate) async fn info(env: &Env, viewer: &Identity, id: &str) -> ApiResult<SessionInfo> {
+    let headers = worker::Headers::new();
+    viewer.set_headers(&headers)?;
+    let mut init = worker::RequestInit::new();
+    init.with_method(worker::Method::Get).with_headers(headers);
+    let req = worker::Request::new_with_init("https://session/info", &init)?;
+    crate::internal::send(&stub(env, &viewer.tenant, id)?, req).await
 }
 
 /// Creates child session `init.id` (see [`ChildInit`]).

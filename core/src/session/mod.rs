@@ -37,12 +37,14 @@
 #[cfg(test)]
 mod budget_tests;
 mod checkpoint;
+mod fork;
 #[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
 
 pub use checkpoint::{Checkpoint, Phase, QueueItem, SystemInput};
+pub use fork::ForkPrefix;
 
 use crate::llm::LlmFailure;
 use crate::llm::retry::RetryPolicy;

@@ -56,6 +56,49 @@ pub struct SessionInfo {
     /// 0 for a root, its parent's depth + 1 for a child.
     #[serde(default)]
     pub depth: u32,
+    /// The session it was forked from and where: its history is that session's first
+    /// `cursor` entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
+}
+
+/// Where a fork's history comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkedFrom {
+    /// The session forked.
+    pub session_id: String,
+    /// Its entries `1..=cursor` are the fork's history.
+    pub cursor: u64,
+}
+
+/// `POST /v1/sessions/:id/fork`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkRequest {
+    /// The fork's history is the first `at_cursor` entries (1 to the session's last cursor).
+    pub at_cursor: u64,
+    /// The fork's title (default: the forked session's).
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+impl ForkRequest {
+    /// Checks the request against the forked session's last cursor.
+    ///
+    /// # Errors
+    /// A message for a 400.
+    pub fn validate(&self, last_cursor: u64) -> Result<(), String> {
+        if self.at_cursor == 0 || self.at_cursor > last_cursor {
+            return Err(format!(
+                "atCursor must be between 1 and the session's last cursor ({last_cursor})"
+            ));
+        }
+        if let Some(title) = &self.title {
+            normalize_title(title)?;
+        }
+        Ok(())
+    }
 }
 
 /// `GET /v1/sessions`.

@@ -334,6 +334,8 @@ pub mod custom_types {
     /// The session's provider or model changed (`custom`; `data.text`, `data.from` and
     /// `data.to` as `{provider, model}`, `data.by`).
     pub const MODEL_CHANGED: &str = "wuhu_model_changed_v1";
+    /// The first entry of a fork: `from` (session id), `atCursor`, `by`, `text`.
+    pub const FORKED: &str = "wuhu_forked_v1";
     /// The session's budget was reached: the turn ended (`custom`; `data.text`, `data.limit`
     /// (`tokens` or `usd`), `data.spent`, `data.budget`).
     pub const BUDGET_EXCEEDED: &str = "wuhu_budget_exceeded_v1";

@@ -86,6 +86,30 @@ pub(crate) async fn read_page(
     limit: usize,
 ) -> ApiResult<(Vec<Entry>, Option<u64>)> {
     let max_bytes = archive::MAX_PAGE_BYTES;
+    // A fork's history is the forked session's: read there, never copied.
+    if let Some(fork) = actor
+        .with_loaded(|l| l.meta.forked_from.clone())
+        .flatten()
+        .filter(|f| since < f.cursor)
+    {
+        let page = crate::session_client::prefix(
+            &actor.env,
+            &actor.tenant(),
+            &fork.session_id,
+            since,
+            limit as u64,
+            fork.cursor,
+        )
+        .await?;
+        let last = page.entries.last().map(|e| e.cursor).ok_or_else(|| {
+            ApiError::internal(format!(
+                "the history after cursor {since} is missing from {}",
+                fork.session_id
+            ))
+        })?;
+        // The fork's own entries follow its history.
+        return Ok((page.entries, Some(last)));
+    }
     for _ in 0..READ_ATTEMPTS {
         let (segments, hot_first) = {
             let store = actor.store()?;

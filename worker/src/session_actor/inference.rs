@@ -388,9 +388,31 @@ pub(crate) async fn context_window(actor: &Rc<Actor>) -> Option<Header> {
             .newest_entries(HOT_TAIL_KEEP as usize)
             .ok()?;
         let entries: Vec<Entry> = rows.into_iter().map(|(entry, _)| entry).collect();
-        let entries = blob_io::resolve(&actor.env, &actor.tenant(), &actor.session_id(), entries)
-            .await
-            .ok()?;
+        let mut entries =
+            blob_io::resolve(&actor.env, &actor.tenant(), &actor.session_id(), entries)
+                .await
+                .ok()?;
+        // A young fork holds only its own entries: the newest of its history (read from the
+        // session forked) complete the window.
+        let fork = actor.with_loaded(|l| l.meta.forked_from.clone()).flatten();
+        if let Some(fork) = fork
+            && entries.len() < HOT_TAIL_KEEP as usize
+            && entries.first().is_none_or(|e| e.cursor == fork.cursor + 1)
+        {
+            let want = HOT_TAIL_KEEP - entries.len() as u64;
+            let mut since = fork.cursor.saturating_sub(want);
+            let mut history = Vec::new();
+            while since < fork.cursor {
+                let (page, _) = archive::read_page(actor, since, wuhu_core::archive::MAX_PAGE)
+                    .await
+                    .ok()?;
+                let last = page.last()?.cursor;
+                history.extend(page.into_iter().filter(|e| e.cursor <= fork.cursor));
+                since = last;
+            }
+            history.append(&mut entries);
+            entries = history;
+        }
         let oldest = entries.first().map_or(u64::MAX, |e| e.cursor);
         let mut anchored = Vec::new();
         for cursor in anchors.into_iter().filter(|c| *c < oldest) {

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use worker::{Request, Response};
 use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::llm::{self, fake};
-use wuhu_core::session::{CancelError, EnqueueError, Session};
+use wuhu_core::session::{CancelError, EnqueueError, ForkPrefix, Session};
 use wuhu_core::wire::{
     CancelRequest, ChildStatus, CompactRequest, CompactResponse, CompactionReason, EnqueueRequest,
     EnqueueResponse, GetSessionResponse, Header, Lane, MAX_COMPACT_INSTRUCTIONS_BYTES, Message,
@@ -19,7 +19,9 @@ use crate::auth::Identity;
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
-use crate::session_client::{ChildCreated, ChildInput, InitRequest};
+use crate::session_client::{
+    ChildCreated, ChildInput, ForkInit, InitRequest, PrefixPage, PrefixRequest,
+};
 use crate::tenant_index;
 
 /// Default system prompt.
@@ -34,6 +36,11 @@ impl Actor {
             let body = read_body(&mut req).await?;
             let init: InitRequest = parse_json(&body)?;
             return self.init(init).await;
+        }
+        if path == "/fork_init" {
+            let body = read_body(&mut req).await?;
+            let init: ForkInit = parse_json(&body)?;
+            return self.fork_init(init).await;
         }
         if !self.ensure_loaded()? {
             return Err(ApiError::not_found("session not found"));
@@ -58,6 +65,11 @@ impl Actor {
                 }
                 let admission = self.submit_input(input, false).await?;
                 return Ok(json_response(200, &admission));
+            }
+            (worker::Method::Post, "/prefix") => {
+                let body = read_body(&mut req).await?;
+                let request: PrefixRequest = parse_json(&body)?;
+                return Ok(json_response(200, &self.prefix(request).await?));
             }
             (worker::Method::Post, "/start") => {
                 self.start_pending().await?;
@@ -274,7 +286,11 @@ impl Actor {
             (worker::Method::Get, "/usage") => {
                 // Every page, archived ones included: O(transcript), like reading it whole.
                 let mut usage = wuhu_core::llm::models::SessionUsage::default();
-                let mut since = 0;
+                // A fork counts what it spent itself, not its history.
+                let mut since = self
+                    .with_loaded(|l| l.meta.forked_from.as_ref().map(|f| f.cursor))
+                    .flatten()
+                    .unwrap_or(0);
                 loop {
                     let (entries, next_cursor) =
                         archive::read_page(&self, since, wuhu_core::archive::MAX_PAGE).await?;
@@ -398,6 +414,7 @@ impl Actor {
                 .map(|c| c.lineage.clone())
                 .unwrap_or_default(),
             pending: Vec::new(),
+            forked_from: None,
         };
         self.store()?.save_meta(&meta)?;
         if let Some(child) = &child
@@ -435,6 +452,96 @@ impl Actor {
                 admission,
             },
         ))
+    }
+
+    /// A fork: reads its history from the session forked, page by page, to derive its state
+    /// (`Session::fork`); nothing of the history is copied.
+    pub(super) async fn fork_init(self: Rc<Self>, init: ForkInit) -> ApiResult<Response> {
+        if self.ensure_loaded()? {
+            return Err(ApiError::new(409, "conflict", "session already exists"));
+        }
+        let mut prefix = ForkPrefix::default();
+        while prefix.last_cursor() < init.from.cursor {
+            let page = crate::session_client::prefix(
+                &self.env,
+                &init.tenant,
+                &init.from.session_id,
+                prefix.last_cursor(),
+                wuhu_core::archive::MAX_PAGE as u64,
+                init.from.cursor,
+            )
+            .await?;
+            if page.entries.is_empty() {
+                return Err(ApiError::internal(format!(
+                    "the history of the fork ended at cursor {} of {}",
+                    prefix.last_cursor(),
+                    init.from.cursor
+                )));
+            }
+            for entry in &page.entries {
+                if entry.cursor != prefix.last_cursor() + 1 {
+                    return Err(ApiError::internal(format!(
+                        "the history of the fork skips from cursor {} to {}",
+                        prefix.last_cursor(),
+                        entry.cursor
+                    )));
+                }
+                prefix.observe(entry);
+            }
+        }
+        let header = prefix
+            .header()
+            .cloned()
+            .ok_or_else(|| ApiError::internal("the history of the fork has no header"))?;
+        let t = now();
+        let meta = SessionMeta {
+            id: init.id,
+            tenant: init.tenant,
+            created_by: init.created_by.clone(),
+            created_at: t.unix_seconds(),
+            updated_at: t.unix_seconds(),
+            title: init.title,
+            header,
+            access: Default::default(),
+            lineage: Default::default(),
+            pending: Vec::new(),
+            forked_from: Some(init.from.clone()),
+        };
+        self.store()?.save_meta(&meta)?;
+        let mut session = Session::fork(t, seed(), prefix, &init.from, &init.created_by);
+        session.set_retry_policy(inference::retry_policy(&self.env));
+        *self.loaded.borrow_mut() = Some(Loaded { session, meta });
+        self.pump().wait().await?;
+        let info = self.info()?;
+        tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
+        Ok(json_response(201, &info))
+    }
+
+    /// Entries of this session up to `through`, for a fork of it (see `session_client::prefix`).
+    async fn prefix(self: &Rc<Self>, request: PrefixRequest) -> ApiResult<PrefixPage> {
+        let max = wuhu_core::archive::MAX_PAGE as u64;
+        if request.limit == 0 || request.limit > max {
+            return Err(ApiError::bad_request(format!(
+                "limit must be between 1 and {max}"
+            )));
+        }
+        if request.through > self.committed_cursor() {
+            return Err(ApiError::bad_request("through is past the last entry"));
+        }
+        if request.since_cursor >= request.through {
+            return Ok(PrefixPage {
+                entries: Vec::new(),
+                next_cursor: None,
+            });
+        }
+        let (mut entries, _) =
+            archive::read_page(self, request.since_cursor, request.limit as usize).await?;
+        entries.retain(|e| e.cursor <= request.through);
+        let last = entries.last().map_or(request.since_cursor, |e| e.cursor);
+        Ok(PrefixPage {
+            entries,
+            next_cursor: (last < request.through).then_some(last),
+        })
     }
 
     /// Checks `action` by `who` against the session's owner, creator and access

@@ -49,6 +49,10 @@ pub(crate) struct SessionMeta {
     /// `children::MAX_PENDING_INPUTS`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) pending: Vec<PendingInput>,
+    /// For a fork: the session whose entries `1..=cursor` are its history (read from there,
+    /// never copied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) forked_from: Option<wuhu_core::wire::ForkedFrom>,
 }
 
 /// A message a child keeps until the gate gives it a slot.
