@@ -87,6 +87,9 @@ impl FollowOptions {
 }
 
 /// What [`Follow::next`] yields.
+// Nearly every value is an `Event`: boxing it would add an allocation per event to save space
+// only on the rare reconnect notices.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum FollowEvent {
     /// An event of the stream. `entry_appended` comes once per entry, in cursor order; `lagged`

@@ -175,7 +175,8 @@ mod tests {
     fn a_fork_continues_from_the_state_its_history_implies() {
         let history = history();
         // (at cursor, model in effect, group chat since, pinned cursors, compaction cursor)
-        let cases: Vec<(u64, Option<&str>, Option<u64>, Vec<u64>, Option<u64>)> = vec![
+        type Case<'a> = (u64, Option<&'a str>, Option<u64>, Vec<u64>, Option<u64>);
+        let cases: Vec<Case> = vec![
             (1, Some("m1"), None, vec![], None),
             (2, Some("m1"), None, vec![2], None),
             // An environment's AGENTS.md is not pinned: a fork has no environment.
