@@ -2,7 +2,7 @@
 //! the signing of hook requests with each platform's real algorithm.
 //!
 //! ```text
-//! let slack = FakeChat::slack("xoxb-test");          // chat.postMessage / chat.update
+//! let slack = FakeChat::slack("xoxb-test");          // chat.postMessage / chat.update, slash response_url
 //! let telegram = FakeChat::telegram("123:AA");       // /bot<token>/sendMessage, editMessageText, answerCallbackQuery
 //! let discord = FakeChat::discord("app", "bot");     // channels/:id/messages, webhooks/:app/:token/messages/@original
 //! let generic = FakeChat::generic("secret");         // POST /reply, signature checked
@@ -73,6 +73,8 @@ struct State {
     calls: Vec<ChatCall>,
     failures: VecDeque<HttpReply>,
     next_ref: u64,
+    /// Discord: every interaction token is past its 15 minutes.
+    interactions_expired: bool,
 }
 
 /// A fake chat platform API.
@@ -138,6 +140,15 @@ impl FakeChat {
                 };
                 let reply = if let Some(failure) = state.failures.pop_front() {
                     failure
+                } else if state.interactions_expired && call.method.contains(" webhooks/") {
+                    // What Discord answers for a token past its 15 minutes.
+                    HttpReply::json(&json!({"message": "Invalid Webhook Token", "code": 50027}))
+                        .with_status(401)
+                } else if call.method == SLACK_RESPONSE_URL {
+                    // A slash command's response_url: the URL authorizes; Slack answers `ok`.
+                    state.next_ref += 1;
+                    call.ts = Some(state.next_ref.to_string());
+                    HttpReply::text(200, "ok")
                 } else if let Some(refusal) = refuse(&handler_kind, &call) {
                     refusal
                 } else {
@@ -181,6 +192,17 @@ impl FakeChat {
         }
     }
 
+    /// Slack: a slash command's `response_url` (as Slack makes them:
+    /// `…/commands/<team>/<id>/<secret>`), answered here; its calls are named
+    /// [`SLACK_RESPONSE_URL`].
+    pub fn slack_response_url(&self, n: u64) -> String {
+        format!(
+            "http://{}/commands/T1/{n}/{}",
+            self.server.addr(),
+            crate::util::random_hex(8)
+        )
+    }
+
     /// A generic binding's `replyUrl`.
     pub fn reply_url(&self) -> String {
         format!("http://{}/reply", self.server.addr())
@@ -189,6 +211,12 @@ impl FakeChat {
     /// The next calls get these replies instead of a success (recorded all the same).
     pub fn fail_next(&self, replies: Vec<HttpReply>) {
         self.state.lock().unwrap().failures.extend(replies);
+    }
+
+    /// Discord: from now on every interaction token is expired (as 15 minutes after the
+    /// interaction): answering through it is refused with `401 Invalid Webhook Token`.
+    pub fn expire_interactions(&self) {
+        self.state.lock().unwrap().interactions_expired = true;
     }
 
     /// A `429` with `Retry-After: secs`, as every platform rate-limits (with its own body).
@@ -236,11 +264,18 @@ impl FakeChat {
     }
 }
 
+/// The [`ChatCall::method`] of a POST to a Slack slash command's `response_url`.
+pub const SLACK_RESPONSE_URL: &str = "response_url";
+
 /// The call's name and the credential it carried.
 fn call_name(kind: &Kind, request: &RecordedRequest) -> (String, Option<String>) {
     let path = request.path.split('?').next().unwrap_or_default();
     let header = |name: &str| request.header(name).map(str::to_string);
     match kind {
+        Kind::Slack { .. } if path.starts_with("/commands/") => (
+            SLACK_RESPONSE_URL.to_string(),
+            header("authorization").and_then(|h| h.strip_prefix("Bearer ").map(str::to_string)),
+        ),
         Kind::Slack { .. } => (
             path.trim_start_matches("/api/").to_string(),
             header("authorization").and_then(|h| h.strip_prefix("Bearer ").map(str::to_string)),

@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 use wuhu_core::channels::Platform;
 use wuhu_core::wire::{EntryPayload, Message, Status, custom_types};
 use wuhu_e2e::fake_chat::{
-    ChatCall, FakeChat, discord_keys, discord_signature, generic_signature, slack_signature,
+    ChatCall, FakeChat, SLACK_RESPONSE_URL, discord_keys, discord_signature, generic_signature,
+    slack_signature,
 };
 use wuhu_e2e::util::{random_hex, unique_name, unix_now};
 use wuhu_e2e::{Api, Request, Response, Stack, StackOptions, wait_for};
@@ -158,10 +159,11 @@ impl World {
                 ("X-Slack-Signature", slack_signature(secret, ts, body)),
                 (
                     "Content-Type",
-                    if body.starts_with(b"payload=") {
-                        "application/x-www-form-urlencoded"
-                    } else {
+                    // Events are JSON; interactions and slash commands are forms.
+                    if body.starts_with(b"{") {
                         "application/json"
+                    } else {
+                        "application/x-www-form-urlencoded"
                     }
                     .into(),
                 ),
@@ -270,11 +272,28 @@ impl World {
                 "member": {"user": {"id": user}},
                 "data": {"name": "wuhu", "type": 1, "options": [{"name": "text", "type": 3, "value": text}]}})
             }
+            // A sender that names its messages (`id`): two with the same text in one second
+            // are two.
             Platform::Generic => {
-                json!({"thread": format!("t{thread}"), "user": user, "text": text})
+                json!({"thread": format!("t{thread}"), "user": user, "text": text, "id": format!("m{seq}")})
             }
         };
         body.to_string().into_bytes()
+    }
+
+    /// Person `n`'s message addressed to the bot in thread `thread`, which may be a thread's
+    /// first (on Slack a mention inside the thread, not its root).
+    fn mention_in_thread(&self, user: u64, thread: u64, text: &str) -> Vec<u8> {
+        if self.platform != Platform::Slack {
+            return self.message_body(user, thread, text, true);
+        }
+        let seq = self.next();
+        json!({"type": "event_callback", "team_id": "T1", "event_id": format!("Ev{seq}"),
+            "event": {"type": "app_mention", "user": self.user(user), "channel": "C1",
+                "ts": format!("{thread}.{seq:04}7"), "thread_ts": format!("{thread}.0001"),
+                "text": format!("<@UBOT> {text}")}})
+        .to_string()
+        .into_bytes()
     }
 
     fn say(&self, user: u64, thread: u64, text: &str) -> Response {
@@ -283,10 +302,36 @@ impl World {
         response
     }
 
-    /// A command (`stop`, `new`, `status`, `steer <text>`) in the platform's native form.
+    /// A command (`stop`, `new`, `status`, `steer <text>`) in the platform's native form (on
+    /// Slack the slash command `/wuhu <command>` in channel `C1`, which acts on its latest
+    /// thread).
     fn command(&self, user: u64, thread: u64, command: &str) -> Response {
         let (name, text) = command.split_once(' ').unwrap_or((command, ""));
         let body = match self.platform {
+            Platform::Slack => {
+                let seq = self.next();
+                let fields = [
+                    ("token", "legacy-verification-token".to_string()),
+                    ("team_id", "T1".into()),
+                    ("team_domain", "acme".into()),
+                    ("channel_id", "C1".into()),
+                    ("channel_name", "general".into()),
+                    ("user_id", self.user(user)),
+                    ("user_name", format!("person{user}")),
+                    ("command", "/wuhu".into()),
+                    ("text", command.to_string()),
+                    ("api_app_id", "A1".into()),
+                    ("is_enterprise_install", "false".into()),
+                    ("response_url", self.fake.slack_response_url(seq)),
+                    ("trigger_id", format!("{seq}.738474920.8088930838d88f008e0")),
+                ];
+                fields
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", form_encode(v)))
+                    .collect::<Vec<_>>()
+                    .join("&")
+                    .into_bytes()
+            }
             Platform::Discord => {
                 let seq = self.next();
                 let options: Vec<Value> = if text.is_empty() {
@@ -317,12 +362,14 @@ impl World {
                 .unwrap_or_default()
                 .to_string();
         }
+        // A turn's reply may come first (a steer's turn can end before its note is queued):
+        // the fake model's replies start with "echo:", notes never do.
         wait_for("the note", TURN, || {
             self.fake
                 .posts()
                 .into_iter()
                 .skip(posts_before)
-                .find(|p| p.method != "answerCallbackQuery")
+                .find(|p| p.method != "answerCallbackQuery" && !p.text().starts_with("echo:"))
                 .map(|p| p.text().to_string())
         })
     }
@@ -972,20 +1019,56 @@ fn approval_buttons_count_only_from_the_approver() {
     }
 }
 
-/// Native commands (Telegram `/status`, Discord `/wuhu status`, generic `/status` text):
-/// status, steer, stop and new, each answered with a note. Slack's slash commands are not
-/// built (Slack offers none inside a thread).
+/// Native commands (Slack `/wuhu status`, Telegram `/status`, Discord `/wuhu status`, generic
+/// `/status` text): status, steer, stop and new, each answered with a note, acting as the
+/// person (mapped to a Wuhu `sub` here). Slack's slash command is acknowledged at once with an
+/// empty body and answered through its `response_url`.
 #[test]
 fn native_commands_status_steer_stop_and_new() {
     let stack = stack();
     let _guard = stack.guard();
-    for platform in [Platform::Telegram, Platform::Discord, Platform::Generic] {
+    for platform in PLATFORMS {
         let world = World::new(platform, "chan-cmd");
-        let note = |command: &str| {
+        world.map_member(1, &format!("sam-{}", platform.as_str()));
+        let note_from = |person: u64, command: &str| {
             let before = world.fake.posts().len();
-            let response = world.command(1, 60, command);
+            let started = std::time::Instant::now();
+            let response = world.command(person, 60, command);
+            if platform == Platform::Slack {
+                assert!(
+                    started.elapsed() < Duration::from_secs(3),
+                    "Slack's 3 s: {:?}",
+                    started.elapsed()
+                );
+                assert!(response.body.is_empty(), "{response}");
+                let answer = wait_for("the response_url answer", TURN, || {
+                    world
+                        .fake
+                        .posts()
+                        .into_iter()
+                        .skip(before)
+                        .find(|p| p.method == SLACK_RESPONSE_URL)
+                });
+                assert_eq!(
+                    answer.token, None,
+                    "the bot token never goes to a response_url"
+                );
+                let shared = ["steer", "stop", "new"]
+                    .iter()
+                    .any(|c| command.starts_with(c))
+                    && !answer.text().contains("No session")
+                    && !answer.text().contains("could not");
+                assert_eq!(
+                    answer.body["response_type"],
+                    if shared { "in_channel" } else { "ephemeral" },
+                    "{command}: {answer:?}"
+                );
+            }
             world.note_text(&response, before)
         };
+        let note = |command: &str| note_from(1, command);
+        assert!(note("status").contains("No session"), "{platform:?}");
+        // The same command again at once (the same text within the second): answered again.
         assert!(note("status").contains("No session"), "{platform:?}");
         world.say(1, 60, "hello");
         world
@@ -997,21 +1080,121 @@ fn native_commands_status_steer_stop_and_new() {
         assert_eq!(status, format!("Session {session}: idle."), "{platform:?}");
         let steered = note("steer go left");
         assert!(steered.contains("steered"), "{platform:?}: {steered}");
-        world
+        let posts = world
             .fake
             .wait_for_text("the steered turn's reply", TURN, |t| t.ends_with("go left"));
-        let stopped = note("stop");
+        if platform == Platform::Slack {
+            // Steered from the channel, answered in the thread.
+            let reply = posts
+                .iter()
+                .find(|p| p.text().ends_with("go left"))
+                .unwrap();
+            assert_eq!(reply.body["thread_ts"], "60.0001", "{reply:?}");
+        }
+        // Someone else in the thread may steer (a prompt) but not stop: only the session's
+        // managers may (docs/security.md).
+        let refused = note_from(2, "stop");
         assert!(
-            stopped.contains("stopped the turn"),
-            "{platform:?}: {stopped}"
+            refused.starts_with(&format!("{} could not stop", world.identity(2))),
+            "{platform:?}: {refused}"
+        );
+        let stopped = note("stop");
+        assert_eq!(
+            stopped,
+            format!("{} stopped the turn.", world.identity(1)),
+            "{platform:?}"
         );
         assert!(note("new").contains("new session"), "{platform:?}");
-        world.say(1, 60, "again");
+        // Addressed again in the same thread (on Slack a mention inside it): a new session.
+        let again = world.post(&world.mention_in_thread(1, 60, "again"), Auth::Good);
+        assert_eq!(again.status, 200, "{again}");
         world
             .fake
             .wait_for_text("the new session's reply", TURN, |t| t == "echo: again");
         assert_eq!(world.sessions().len(), 2, "{platform:?}");
     }
+}
+
+/// Two people's first messages in a new thread arriving at the same moment make one session
+/// holding both, however the hooks interleave: many tries, on every platform.
+#[test]
+fn first_messages_arriving_together_make_one_session() {
+    const TRIES: u64 = 8;
+    let stack = stack();
+    let _guard = stack.guard();
+    for platform in PLATFORMS {
+        let world = World::new(platform, "chan-race");
+        for thread in 100..100 + TRIES {
+            let bodies = [
+                world.mention_in_thread(1, thread, "one"),
+                world.mention_in_thread(2, thread, "two"),
+            ];
+            let barrier = std::sync::Barrier::new(bodies.len());
+            std::thread::scope(|scope| {
+                let posting: Vec<_> = bodies
+                    .iter()
+                    .map(|body| {
+                        scope.spawn(|| {
+                            barrier.wait();
+                            world.post(body, Auth::Good)
+                        })
+                    })
+                    .collect();
+                for post in posting {
+                    let response = post.join().expect("a hook request");
+                    assert_eq!(response.status, 200, "{platform:?}: {response}");
+                }
+            });
+        }
+        let sessions = world.sessions();
+        assert_eq!(
+            sessions.len(),
+            TRIES as usize,
+            "{platform:?}: one session per thread: {sessions:?}"
+        );
+        for session in &sessions {
+            world.admin.wait_idle(&session.id, TURN);
+            let mut texts: Vec<String> = user_messages(&world.admin, &session.id)
+                .into_iter()
+                .map(|(_, content)| content)
+                .collect();
+            texts.sort();
+            assert_eq!(texts, vec!["one", "two"], "{platform:?} {}", session.id);
+        }
+    }
+}
+
+/// Discord takes an interaction's token for 15 minutes: an answer it refuses for its token (a
+/// turn that took longer) is posted in the channel instead, once.
+#[test]
+fn a_discord_answer_after_its_token_expired_goes_to_the_channel() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let world = World::new(Platform::Discord, "chan-expired");
+    world.fake.expire_interactions();
+    let deferred = world.say(1, 90, "late answer");
+    assert_eq!(deferred.json(), json!({"type": 5}), "{deferred}");
+    let posts = world
+        .fake
+        .wait_for_text("the reply", TURN, |t| t == "echo: late answer");
+    let session = world.only_session();
+    world.admin.wait_idle(&session, TURN);
+    std::thread::sleep(Duration::from_millis(1500));
+    let calls: Vec<String> = world
+        .fake
+        .calls()
+        .iter()
+        .map(|c| c.method.clone())
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            "PATCH webhooks/app1/tok-1/messages/@original",
+            "POST channels/C90/messages"
+        ],
+        "{posts:?}"
+    );
+    assert_eq!(world.fake.posts()[0].token.as_deref(), Some(BOT_TOKEN));
 }
 
 /// With `progress` on, a turn with tool calls shows one progress message, edited when the

@@ -653,7 +653,7 @@ pub fn setup_steps(platform: Platform, url: &str) -> Vec<String> {
             "Register the /wuhu application command (options: text) for your application".into(),
         ],
         Platform::Generic => vec![format!(
-            "POST {url} with body {{\"thread\",\"user\",\"text\"}}, headers X-Wuhu-Timestamp: <unix seconds> and X-Wuhu-Signature: sha256=<hex HMAC-SHA256(secret, \"<timestamp>.<body>\")>; replies arrive at replyUrl signed the same way"
+            "POST {url} with body {{\"thread\",\"user\",\"text\",\"id\"}} (id: your message id, optional), headers X-Wuhu-Timestamp: <unix seconds> and X-Wuhu-Signature: sha256=<hex HMAC-SHA256(secret, \"<timestamp>.<body>\")>; replies arrive at replyUrl signed the same way"
         )],
     }
 }

@@ -23,6 +23,13 @@ use super::{
 /// The application command's name.
 pub const COMMAND: &str = "wuhu";
 
+/// How long Discord takes an interaction's token: 15 minutes.
+pub const INTERACTION_TOKEN_SECS: i64 = 15 * 60;
+/// How long after its interaction a token is used: a minute short of
+/// [`INTERACTION_TOKEN_SECS`], for a request on its way and clocks apart. Later, a reply goes to
+/// the channel as a message of its own.
+pub const INTERACTION_TOKEN_USABLE_SECS: i64 = INTERACTION_TOKEN_SECS - 60;
+
 /// `PING` is answered with `PONG`.
 const PONG: u64 = 1;
 /// `CHANNEL_MESSAGE_WITH_SOURCE`.
@@ -32,11 +39,12 @@ const DEFERRED: u64 = 5;
 /// The `EPHEMERAL` message flag: only the person who asked sees it.
 const EPHEMERAL: u64 = 64;
 
-/// Decodes a verified interaction.
+/// Decodes a verified interaction received at `now_secs` (unix seconds; its token is used
+/// until [`INTERACTION_TOKEN_USABLE_SECS`] later).
 ///
 /// # Errors
 /// A message for a 400 (not an interaction).
-pub fn parse(body: &[u8]) -> Result<Delivery, String> {
+pub fn parse(body: &[u8], now_secs: i64) -> Result<Delivery, String> {
     let interaction: Value =
         serde_json::from_slice(body).map_err(|_| "body is not JSON".to_string())?;
     let kind = interaction["type"]
@@ -67,6 +75,7 @@ pub fn parse(body: &[u8]) -> Result<Delivery, String> {
     let reply_to = ReplyTarget::Discord {
         channel: channel.to_string(),
         interaction: Some(token.to_string()),
+        since: Some(now_secs),
     };
     let thread_key = format!("discord:{channel}");
     match kind {
@@ -147,6 +156,8 @@ fn parse_command(
         dedupe_keys: vec![dedupe_key],
         thread_key,
         reply_to,
+        latest_thread_under: None,
+        response_url: None,
         user: user.to_string(),
     })
 }
@@ -162,19 +173,54 @@ pub fn hook_answer(outcome: &HookOutcome) -> Value {
     }
 }
 
-/// The API call that delivers `message`.
+/// Whether an interaction's token, received at `since`, may still be used at `now_secs`
+/// (unknown age: yes; Discord's refusal then sends the message to the channel, see
+/// [`without_interaction`]).
+pub fn token_usable(since: Option<i64>, now_secs: i64) -> bool {
+    since.is_none_or(|since| now_secs.saturating_sub(since) < INTERACTION_TOKEN_USABLE_SECS)
+}
+
+/// `message` without its interaction, after Discord refused the interaction's token (expired
+/// or unknown): a new message answering the interaction goes to the channel instead. An edit
+/// (a progress line) has nothing to fall back to.
+pub fn without_interaction(message: &Outbound) -> Option<Outbound> {
+    match message {
+        Outbound::Text {
+            target:
+                target @ ReplyTarget::Discord {
+                    interaction: Some(_),
+                    ..
+                },
+            text,
+            edit: None,
+            edit_of: None,
+        } => Some(Outbound::text(target.thread_only(), text.clone())),
+        _ => None,
+    }
+}
+
+/// The API call that delivers `message` at `now_secs`: an interaction's answer edits its
+/// original response while the token is usable ([`token_usable`]), else it is a channel
+/// message.
 pub fn request(
     api_base_url: &str,
     application_id: &str,
     bot_token: &str,
     message: &Outbound,
+    now_secs: i64,
 ) -> HttpCall {
     let base = api_base_url.trim_end_matches('/');
     let (channel, interaction) = match message.target() {
         ReplyTarget::Discord {
             channel,
             interaction,
-        } => (channel.clone(), interaction.clone()),
+            since,
+        } => (
+            channel.clone(),
+            interaction
+                .clone()
+                .filter(|_| token_usable(*since, now_secs)),
+        ),
         other => (format!("{other:?}"), None),
     };
     let bot = ("authorization".to_string(), format!("Bot {bot_token}"));
@@ -225,12 +271,14 @@ pub fn request(
                 body: body.to_string(),
             }
         }
-        Outbound::CallbackAnswer { text, .. } => HttpCall {
-            method: "POST".into(),
-            url: format!("{base}/channels/{channel}/messages"),
-            headers: vec![json_type, bot],
-            body: json!({"content": text, "allowed_mentions": no_pings}).to_string(),
-        },
+        Outbound::CallbackAnswer { text, .. } | Outbound::CommandResponse { text, .. } => {
+            HttpCall {
+                method: "POST".into(),
+                url: format!("{base}/channels/{channel}/messages"),
+                headers: vec![json_type, bot],
+                body: json!({"content": text, "allowed_mentions": no_pings}).to_string(),
+            }
+        }
     }
 }
 
@@ -258,10 +306,12 @@ mod tests {
     use super::*;
     use crate::channels::outbox::classify;
 
+    const NOW: i64 = 1_800_000_000;
+
     fn interaction(kind: u64, data: Value) -> Delivery {
         let body = json!({"id": "I1", "application_id": "app", "type": kind, "token": "tok",
             "channel_id": "C1", "member": {"user": {"id": "U1"}}, "data": data});
-        parse(body.to_string().as_bytes()).unwrap()
+        parse(body.to_string().as_bytes(), NOW).unwrap()
     }
 
     fn sub(name: &str, text: Option<&str>) -> Value {
@@ -274,7 +324,7 @@ mod tests {
     #[test]
     fn ping_commands_and_clicks() {
         assert_eq!(
-            parse(br#"{"type":1,"id":"x"}"#).unwrap(),
+            parse(br#"{"type":1,"id":"x"}"#, NOW).unwrap(),
             Delivery::Answer(json!({"type": 1}))
         );
         let direct = json!({"name": "wuhu", "type": 1, "options": [{"name": "text", "type": 3, "value": " hi "}]});
@@ -296,7 +346,8 @@ mod tests {
                 m.reply_to,
                 ReplyTarget::Discord {
                     channel: "C1".into(),
-                    interaction: Some("tok".into())
+                    interaction: Some("tok".into()),
+                    since: Some(NOW),
                 }
             );
         }
@@ -340,7 +391,8 @@ mod tests {
             a.reply_to,
             Some(ReplyTarget::Discord {
                 channel: "C1".into(),
-                interaction: None
+                interaction: None,
+                since: None,
             })
         );
         assert!(matches!(
@@ -350,11 +402,11 @@ mod tests {
         // A direct message names the person in `user`.
         let dm = json!({"id": "I2", "type": 2, "token": "t", "channel_id": "D1", "user": {"id": "U9"},
             "data": {"name": "wuhu", "options": [{"name": "text", "type": 3, "value": "x"}]}});
-        let Delivery::Message(m) = parse(dm.to_string().as_bytes()).unwrap() else {
+        let Delivery::Message(m) = parse(dm.to_string().as_bytes(), NOW).unwrap() else {
             panic!()
         };
         assert_eq!(m.user, "U9");
-        assert!(parse(b"{}").is_err());
+        assert!(parse(b"{}", NOW).is_err());
     }
 
     #[test]
@@ -381,6 +433,7 @@ mod tests {
         let with_interaction = ReplyTarget::Discord {
             channel: "C1".into(),
             interaction: Some("tok".into()),
+            since: Some(NOW),
         };
         let channel = with_interaction.thread_only();
         let cases = [
@@ -409,7 +462,7 @@ mod tests {
             ),
         ];
         for (message, method, url, authorized) in cases {
-            let call = request("http://127.0.0.1:1/api/", "app", "bot-token", &message);
+            let call = request("http://127.0.0.1:1/api/", "app", "bot-token", &message, NOW);
             assert_eq!((call.method.as_str(), call.url.as_str()), (method, url));
             assert_eq!(
                 call.headers
@@ -430,6 +483,7 @@ mod tests {
                 approval_id: "A".into(),
                 text: "ok?".into(),
             },
+            NOW,
         );
         let body: Value = serde_json::from_str(&approval.body).unwrap();
         assert_eq!(
@@ -437,6 +491,86 @@ mod tests {
             "approve:A"
         );
         assert!(button_value("approve_session", &"f".repeat(36)).len() <= 100);
+    }
+
+    /// An interaction's token is used for its first 14 minutes; later (Discord takes it 15) the
+    /// answer is a channel message, and so is an answer Discord refused for its token. Edits
+    /// have nothing to fall back to.
+    #[test]
+    fn expired_interactions_answer_in_the_channel() {
+        let answer = |received: Option<i64>| {
+            Outbound::text(
+                ReplyTarget::Discord {
+                    channel: "C1".into(),
+                    interaction: Some("tok".into()),
+                    since: received,
+                },
+                "the reply".into(),
+            )
+        };
+        let cases = [
+            (Some(NOW), "PATCH webhooks/app/tok/messages/@original"),
+            (
+                Some(NOW - 13 * 60),
+                "PATCH webhooks/app/tok/messages/@original",
+            ),
+            (
+                Some(NOW - INTERACTION_TOKEN_USABLE_SECS + 1),
+                "PATCH webhooks/app/tok/messages/@original",
+            ),
+            (
+                Some(NOW - INTERACTION_TOKEN_USABLE_SECS),
+                "POST channels/C1/messages",
+            ),
+            (
+                Some(NOW - INTERACTION_TOKEN_SECS),
+                "POST channels/C1/messages",
+            ),
+            (Some(NOW - 86_400), "POST channels/C1/messages"),
+            // Stored before the time was kept: tried, and a refusal falls back.
+            (None, "PATCH webhooks/app/tok/messages/@original"),
+        ];
+        for (received, want) in cases {
+            let call = request("https://d/api", "app", "bot", &answer(received), NOW);
+            let got = format!(
+                "{} {}",
+                call.method,
+                call.url.trim_start_matches("https://d/api/")
+            );
+            assert_eq!(got, want, "{received:?}");
+            // Only the channel route carries the bot token.
+            assert_eq!(
+                call.headers.iter().any(|(k, _)| k == "authorization"),
+                want.starts_with("POST"),
+                "{received:?}"
+            );
+            let body: Value = serde_json::from_str(&call.body).unwrap();
+            assert_eq!(body["content"], "the reply");
+        }
+        let fallback = without_interaction(&answer(Some(NOW))).expect("a channel message");
+        let call = request("https://d/api", "app", "bot", &fallback, NOW);
+        assert_eq!(
+            (call.method.as_str(), call.url.as_str()),
+            ("POST", "https://d/api/channels/C1/messages")
+        );
+        let edit = Outbound::Text {
+            target: ReplyTarget::Discord {
+                channel: "C1".into(),
+                interaction: Some("tok".into()),
+                since: Some(NOW),
+            },
+            text: "Working…".into(),
+            edit: Some("M1".into()),
+            edit_of: None,
+        };
+        assert_eq!(without_interaction(&edit), None);
+        assert_eq!(
+            without_interaction(&Outbound::text(
+                answer(None).target().thread_only(),
+                "x".into()
+            )),
+            None
+        );
     }
 
     #[test]

@@ -73,10 +73,14 @@ pub fn parse(body: &[u8], signature: &str) -> Result<Delivery, String> {
     {
         return Err(format!("id must be 1 to {MAX_ID_BYTES} bytes"));
     }
-    let mut dedupe_keys = vec![format!("generic:sig:{}", signature.trim())];
-    if let Some(id) = &body.id {
-        dedupe_keys.push(format!("generic:id:{id}"));
-    }
+    // With an `id` the sender names its messages: the same id is the same message (a retry,
+    // re-signed or not), and two messages with the same text in the same second are two.
+    // Without one, the signature is the message: an exact replay is caught, and two identical
+    // bodies signed in the same second are one.
+    let dedupe_keys = match &body.id {
+        Some(id) => vec![format!("generic:id:{id}")],
+        None => vec![format!("generic:sig:{}", signature.trim())],
+    };
     let reply_to = ReplyTarget::Generic {
         thread: body.thread.clone(),
     };
@@ -108,6 +112,8 @@ pub fn parse(body: &[u8], signature: &str) -> Result<Delivery, String> {
                     dedupe_keys,
                     thread_key,
                     reply_to,
+                    latest_thread_under: None,
+                    response_url: None,
                     user: body.user,
                 }));
             }
@@ -152,7 +158,7 @@ pub fn request(reply_url: &str, secret: &str, message: &Outbound, now_secs: i64)
             "kind": "approval",
             "approval": {"id": approval_id, "text": text, "decisions": DECISIONS},
         }),
-        Outbound::CallbackAnswer { text, .. } => {
+        Outbound::CallbackAnswer { text, .. } | Outbound::CommandResponse { text, .. } => {
             json!({"thread": thread, "kind": "text", "text": text})
         }
     };
@@ -189,10 +195,19 @@ mod tests {
             (m.thread_key.as_str(), m.user.as_str(), m.text.as_str()),
             ("generic:t-1", "ann", "hi")
         );
-        assert_eq!(
-            m.dedupe_keys,
-            vec!["generic:sig:sha256=ab", "generic:id:m1"]
-        );
+        assert_eq!(m.dedupe_keys, vec!["generic:id:m1"]);
+        // The same text twice: one message without ids (the same signature: a replay), two
+        // with two ids, one with one id however it is signed.
+        let keys = |body: &[u8], signature: &str| match parse(body, signature).unwrap() {
+            Delivery::Message(m) => m.dedupe_keys,
+            other => panic!("{other:?}"),
+        };
+        let plain = br#"{"thread":"t","user":"ann","text":"yes"}"#;
+        assert_eq!(keys(plain, "sha256=aa"), keys(plain, "sha256=aa"));
+        let first = br#"{"thread":"t","user":"ann","text":"yes","id":"1"}"#;
+        let second = br#"{"thread":"t","user":"ann","text":"yes","id":"2"}"#;
+        assert_ne!(keys(first, "sha256=aa"), keys(second, "sha256=bb"));
+        assert_eq!(keys(first, "sha256=aa"), keys(first, "sha256=cc"));
         assert!(m.may_start);
         let Delivery::Command(c) = parse(
             br#"{"thread":"t","user":"ann","text":"/steer go left"}"#,

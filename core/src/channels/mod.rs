@@ -77,6 +77,11 @@ pub enum ReplyTarget {
         /// interaction only, and is forgotten with the message once posted.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         interaction: Option<String>,
+        /// When the interaction arrived (unix seconds): past
+        /// [`discord::INTERACTION_TOKEN_USABLE_SECS`] the token is not used, the message goes
+        /// to the channel instead. `None` in targets stored before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<i64>,
     },
     /// A generic webhook thread (replies go to the binding's `replyUrl`).
     Generic {
@@ -93,6 +98,7 @@ impl ReplyTarget {
             ReplyTarget::Discord { channel, .. } => ReplyTarget::Discord {
                 channel: channel.clone(),
                 interaction: None,
+                since: None,
             },
             other => other.clone(),
         }
@@ -124,8 +130,14 @@ pub struct Command {
     pub dedupe_keys: Vec<String>,
     /// The thread it is about.
     pub thread_key: String,
+    /// When no thread has `thread_key` (a Slack slash command knows its channel, not the
+    /// thread it was typed under): the command is about the most recently active thread whose
+    /// key starts with this.
+    pub latest_thread_under: Option<String>,
     /// Where the answer goes.
     pub reply_to: ReplyTarget,
+    /// Where the note goes instead of the thread: a Slack slash command's `response_url`.
+    pub response_url: Option<String>,
     /// The platform's user id.
     pub user: String,
 }

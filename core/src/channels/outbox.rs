@@ -36,6 +36,20 @@ pub enum Outbound {
         /// What is asked.
         text: String,
     },
+    /// An answer to a Slack slash command through its `response_url` (which authorizes it:
+    /// Slack takes up to 5 answers within 30 minutes).
+    #[serde(rename_all = "camelCase")]
+    CommandResponse {
+        /// The channel of the command (where other platforms would post it).
+        target: ReplyTarget,
+        /// The command's `response_url`.
+        response_url: String,
+        /// The answer, in the platform's dialect.
+        text: String,
+        /// Shown to the whole channel (`in_channel`) rather than to the person only
+        /// (`ephemeral`).
+        in_channel: bool,
+    },
     /// Telegram's `answerCallbackQuery`: the small notice the clicker sees.
     #[serde(rename_all = "camelCase")]
     CallbackAnswer {
@@ -54,6 +68,7 @@ impl Outbound {
         match self {
             Outbound::Text { target, .. }
             | Outbound::Approval { target, .. }
+            | Outbound::CommandResponse { target, .. }
             | Outbound::CallbackAnswer { target, .. } => target,
         }
     }
@@ -70,7 +85,8 @@ impl Outbound {
 }
 
 /// The Web API call that delivers `message` with `credentials` (the bot token goes into the
-/// headers or, for Telegram, the URL: never log a call). `now_secs` signs generic replies.
+/// headers or, for Telegram, the URL: never log a call). `now_secs` signs generic replies and
+/// tells whether a Discord interaction token is still usable.
 pub fn request(
     api_base_url: &str,
     credentials: &super::Credentials,
@@ -89,11 +105,18 @@ pub fn request(
             application_id,
             bot_token,
             ..
-        } => super::discord::request(api_base_url, application_id, bot_token, message),
+        } => super::discord::request(api_base_url, application_id, bot_token, message, now_secs),
         Credentials::Generic { secret, reply_url } => {
             super::generic::request(reply_url, secret, message, now_secs)
         }
     }
+}
+
+/// What to post instead of `message` after the platform refused it for good, if anything: a
+/// reply to a Discord interaction whose token Discord no longer takes (expired after 15
+/// minutes, or unknown) goes to the channel as a message of its own.
+pub fn fallback(message: &Outbound) -> Option<Outbound> {
+    super::discord::without_interaction(message)
 }
 
 /// What an HTTP answer of `platform` means: its status, its `Retry-After` header and its body

@@ -4,11 +4,29 @@
 //! (form with `command`). Bot messages (ours included) and edits are ignored, so the bot never
 //! answers itself. A mention arrives twice when the app subscribes to both `app_mention` and
 //! `message.*` (two event ids); the message key (`channel` + `ts`) makes it one.
+//!
+//! The slash command (`/wuhu status|steer <text>|stop|new`) names a channel, not a thread:
+//! in a direct message it is about that conversation's session, in a channel about the thread
+//! there that was active last (or the thread itself, should Slack ever send `thread_ts`). Its
+//! note goes to the command's `response_url`.
 
 use serde_json::{Value, json};
 
 use super::outbox::{HttpCall, Outbound};
-use super::{ApprovalClick, Delivery, Inbound, ReplyTarget, bounded_text};
+use super::{
+    ApprovalClick, Command, CommandKind, Delivery, Inbound, ReplyTarget, bounded_text,
+    parse_command,
+};
+
+/// What the slash command answers to anything but a command it knows.
+pub const SLASH_USAGE: &str = "Usage: `/wuhu status`, `/wuhu steer &lt;text&gt;`, `/wuhu stop`, `/wuhu new`. In a direct message they act on our conversation; in a channel on the thread here I was last active in. To talk to me, mention me.";
+
+/// Whether a slash command's note is shown to the whole channel (`in_channel`): what changed
+/// the session everyone shares (stop, steer, new) when it happened; a status, a refusal or a
+/// usage goes to the person only.
+pub fn slash_note_in_channel(kind: &CommandKind, ok: bool) -> bool {
+    ok && !matches!(kind, CommandKind::Status)
+}
 
 /// Decodes a verified delivery from its content type and raw body.
 ///
@@ -30,7 +48,10 @@ pub fn parse(content_type: &str, body: &[u8]) -> Result<Delivery, String> {
                 serde_json::from_str(payload).map_err(|_| "payload is not JSON".to_string())?;
             return Ok(parse_interaction(&payload));
         }
-        return Ok(Delivery::Ignored("slash commands are not supported yet"));
+        if get("command").is_some() {
+            return Ok(parse_slash_command(&get));
+        }
+        return Ok(Delivery::Ignored("a form without payload or command"));
     }
     let value: Value = serde_json::from_slice(body).map_err(|_| "body is not JSON".to_string())?;
     match value["type"].as_str() {
@@ -92,6 +113,44 @@ fn parse_event(value: &Value) -> Delivery {
     })
 }
 
+/// A slash command's form: `command`, `text`, `user_id`, `channel_id`, `response_url`,
+/// `trigger_id` (unique per invocation: the dedupe key), ….
+fn parse_slash_command<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Delivery {
+    let usage = || Delivery::Answer(json!({"response_type": "ephemeral", "text": SLASH_USAGE}));
+    let (Some(user), Some(channel), Some(trigger)) =
+        (get("user_id"), get("channel_id"), get("trigger_id"))
+    else {
+        return usage();
+    };
+    let Some(kind) = parse_command(&format!("/{}", get("text").unwrap_or_default().trim())) else {
+        return usage();
+    };
+    let direct = get("channel_name") == Some("directmessage") || channel.starts_with('D');
+    let (thread_key, latest_thread_under) = match get("thread_ts") {
+        Some(root) if !direct => (format!("slack:{channel}:{root}"), None),
+        _ if direct => (format!("slack:{channel}"), None),
+        // No thread key is only a channel: the latest thread under it.
+        _ => (
+            format!("slack:{channel}"),
+            Some(format!("slack:{channel}:")),
+        ),
+    };
+    Delivery::Command(Command {
+        kind,
+        dedupe_keys: vec![format!("slack:slash:{trigger}")],
+        thread_key,
+        latest_thread_under,
+        reply_to: ReplyTarget::Slack {
+            channel: channel.to_string(),
+            thread_ts: None,
+        },
+        // Only a URL the server may call; without one the note goes to the channel.
+        response_url: get("response_url")
+            .and_then(|url| super::binding::check_url("response_url", url).ok()),
+        user: user.to_string(),
+    })
+}
+
 /// Removes user mentions (`<@U123>`) at the start, where people address the bot.
 fn strip_mentions(text: &str) -> String {
     let mut rest = text.trim_start();
@@ -150,8 +209,31 @@ fn parse_interaction(payload: &Value) -> Delivery {
     })
 }
 
-/// The Web API call that delivers `message` (`chat.postMessage`, or `chat.update` for an edit).
+/// The Web API call that delivers `message` (`chat.postMessage`, or `chat.update` for an edit;
+/// a slash command's answer goes to its `response_url`, without the bot token).
 pub fn request(api_base_url: &str, bot_token: &str, message: &Outbound) -> HttpCall {
+    if let Outbound::CommandResponse {
+        response_url,
+        text,
+        in_channel,
+        ..
+    } = message
+    {
+        let response_type = if *in_channel {
+            "in_channel"
+        } else {
+            "ephemeral"
+        };
+        return HttpCall {
+            method: "POST".into(),
+            url: response_url.clone(),
+            headers: vec![(
+                "content-type".into(),
+                "application/json; charset=utf-8".into(),
+            )],
+            body: json!({"response_type": response_type, "text": text}).to_string(),
+        };
+    }
     let (channel, thread_ts) = match message.target() {
         ReplyTarget::Slack { channel, thread_ts } => (channel.clone(), thread_ts.clone()),
         // Not a Slack place: Slack answers channel_not_found and the message is dropped.
@@ -170,7 +252,9 @@ pub fn request(api_base_url: &str, bot_token: &str, message: &Outbound) -> HttpC
                 body["ts"] = json!(ts);
             }
         }
-        Outbound::CallbackAnswer { text, .. } => body["text"] = json!(text),
+        Outbound::CallbackAnswer { text, .. } | Outbound::CommandResponse { text, .. } => {
+            body["text"] = json!(text)
+        }
         Outbound::Approval {
             session,
             approval_id,
@@ -215,8 +299,12 @@ pub fn request(api_base_url: &str, bot_token: &str, message: &Outbound) -> HttpC
 }
 
 /// The message reference (`ts`) of a successful answer, or the error Slack gave. Slack answers
-/// `200 {"ok":false,"error":…}` for most failures; `ratelimited` comes as a 429.
+/// `200 {"ok":false,"error":…}` for most failures; `ratelimited` comes as a 429. A
+/// `response_url` answers a plain `ok` (not JSON: `Null` here), which is a success.
 pub fn answer(body: &Value) -> Result<Option<String>, String> {
+    if body.is_null() {
+        return Ok(None);
+    }
     if body["ok"].as_bool() == Some(true) {
         Ok(body["ts"].as_str().map(str::to_string))
     } else {
@@ -358,6 +446,114 @@ mod tests {
         }
     }
 
+    fn slash(fields: &[(&str, &str)]) -> Delivery {
+        let body: String = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        parse(
+            "application/x-www-form-urlencoded; charset=utf-8",
+            body.as_bytes(),
+        )
+        .unwrap()
+    }
+
+    /// Slack's slash-command form, as Slack posts it.
+    fn slash_form<'a>(channel: &'a str, text: &'a str) -> Vec<(&'a str, &'a str)> {
+        vec![
+            ("token", "legacy-verification-token"),
+            ("team_id", "T1"),
+            ("team_domain", "acme"),
+            ("channel_id", channel),
+            (
+                "channel_name",
+                if channel.starts_with('D') {
+                    "directmessage"
+                } else {
+                    "general"
+                },
+            ),
+            ("user_id", "U7"),
+            ("user_name", "ann"),
+            ("command", "/wuhu"),
+            ("text", text),
+            ("api_app_id", "A1"),
+            ("is_enterprise_install", "false"),
+            ("response_url", "https://hooks.slack.com/commands/T1/1/abc"),
+            ("trigger_id", "13345224609.738474920.8088930838d88f008e0"),
+        ]
+    }
+
+    #[test]
+    fn slash_commands() {
+        let cases = [
+            ("status", CommandKind::Status),
+            ("stop", CommandKind::Stop),
+            (" new ", CommandKind::New),
+            ("steer go left", CommandKind::Steer("go left".into())),
+            ("STOP", CommandKind::Stop),
+        ];
+        for (text, want) in cases {
+            let Delivery::Command(c) = slash(&slash_form("C1", text)) else {
+                panic!("{text}")
+            };
+            assert_eq!(c.kind, want, "{text}");
+            assert_eq!(c.user, "U7");
+            assert_eq!(
+                c.dedupe_keys,
+                vec!["slack:slash:13345224609.738474920.8088930838d88f008e0"]
+            );
+            // A channel: the thread there that was active last.
+            assert_eq!(c.thread_key, "slack:C1");
+            assert_eq!(c.latest_thread_under.as_deref(), Some("slack:C1:"));
+            assert_eq!(
+                c.response_url.as_deref(),
+                Some("https://hooks.slack.com/commands/T1/1/abc")
+            );
+        }
+        // A direct message: the conversation's session, as its messages key it.
+        let Delivery::Command(c) = slash(&slash_form("D9", "status")) else {
+            panic!()
+        };
+        assert_eq!(
+            (c.thread_key.as_str(), c.latest_thread_under),
+            ("slack:D9", None)
+        );
+        // A thread, should Slack say which.
+        let mut form = slash_form("C1", "stop");
+        form.push(("thread_ts", "10.1"));
+        let Delivery::Command(c) = slash(&form) else {
+            panic!()
+        };
+        assert_eq!(
+            (c.thread_key.as_str(), c.latest_thread_under),
+            ("slack:C1:10.1", None)
+        );
+        // Anything else is answered with the usage, ephemeral, and does nothing.
+        for text in ["", "help", "steer", "hello there", "/stop"] {
+            let d = slash(&slash_form("C1", text));
+            assert!(
+                matches!(&d, Delivery::Answer(a) if a["response_type"] == "ephemeral" && a["text"] == SLASH_USAGE),
+                "{text}: {d:?}"
+            );
+        }
+        let mut no_trigger = slash_form("C1", "stop");
+        no_trigger.retain(|(k, _)| *k != "trigger_id");
+        assert!(matches!(slash(&no_trigger), Delivery::Answer(_)));
+        // A response_url the server may not call is not kept (the note goes to the channel).
+        for url in ["http://evil.example/x", "file:///etc/passwd", "not a url"] {
+            let mut form = slash_form("C1", "stop");
+            form.retain(|(k, _)| *k != "response_url");
+            form.push(("response_url", url));
+            let Delivery::Command(c) = slash(&form) else {
+                panic!()
+            };
+            assert_eq!(c.response_url, None, "{url}");
+        }
+        assert!(slash_note_in_channel(&CommandKind::Stop, true));
+        assert!(!slash_note_in_channel(&CommandKind::Stop, false));
+        assert!(!slash_note_in_channel(&CommandKind::Status, true));
+    }
+
     #[test]
     fn web_api_calls() {
         let target = ReplyTarget::Slack {
@@ -419,5 +615,32 @@ mod tests {
             answer(&json!({"ok":false,"error":"channel_not_found"})),
             Err("channel_not_found".into())
         );
+        // A slash command's answer: to its response_url, never with the bot token.
+        let response = request(
+            "https://slack.com/api",
+            "xoxb-secret",
+            &Outbound::CommandResponse {
+                target: ReplyTarget::Slack {
+                    channel: "C1".into(),
+                    thread_ts: None,
+                },
+                response_url: "https://hooks.slack.com/commands/T1/1/abc".into(),
+                text: "stopped".into(),
+                in_channel: true,
+            },
+        );
+        assert_eq!(response.url, "https://hooks.slack.com/commands/T1/1/abc");
+        assert!(
+            !response
+                .headers
+                .iter()
+                .any(|(_, v)| v.contains("xoxb-secret"))
+        );
+        let body: Value = serde_json::from_str(&response.body).unwrap();
+        assert_eq!(
+            body,
+            json!({"response_type": "in_channel", "text": "stopped"})
+        );
+        assert_eq!(answer(&Value::Null), Ok(None));
     }
 }

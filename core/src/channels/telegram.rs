@@ -49,7 +49,9 @@ pub fn parse(body: &[u8]) -> Result<Delivery, String> {
             kind,
             dedupe_keys,
             thread_key,
+            latest_thread_under: None,
             reply_to,
+            response_url: None,
             user,
         }));
     }
@@ -177,6 +179,12 @@ pub fn request(api_base_url: &str, bot_token: &str, message: &Outbound) -> HttpC
         } => {
             body = json!({"callback_query_id": callback_id, "text": text});
             "answerCallbackQuery"
+        }
+        // Slack's only; a plain message here.
+        Outbound::CommandResponse { text, .. } => {
+            body["text"] = json!(text);
+            body["parse_mode"] = json!("HTML");
+            "sendMessage"
         }
     };
     if let Some(topic) = topic

@@ -11,7 +11,10 @@
 //! for (`watches`), queues what to post (`outbox`), and posts it with retries. A hook answers as
 //! soon as the message is enqueued in the session.
 
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+use futures::channel::oneshot;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -42,6 +45,25 @@ pub struct ChannelActor {
     sql: SqlStorage,
     state: State,
     env: Env,
+    /// Threads whose session is being created, with the deliveries waiting for it: a thread's
+    /// first messages arriving together (handlers interleave at every await) make one session.
+    /// Borrows never cross an await.
+    creating: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
+}
+
+/// Marks a thread's session as being created until dropped; dropping wakes the deliveries
+/// waiting for it (also when the creation failed or its request went away), which then look
+/// the thread up again.
+struct Creating<'a> {
+    creating: &'a RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    thread_key: String,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        // Dropping the senders wakes the waiters.
+        self.creating.borrow_mut().remove(&self.thread_key);
+    }
 }
 
 fn now_ms() -> u64 {
@@ -82,6 +104,7 @@ struct CountRow {
 struct ThreadRow {
     session: String,
     replied: f64,
+    target: String,
 }
 
 #[derive(Deserialize)]
@@ -147,7 +170,12 @@ impl DurableObject for ChannelActor {
         ] {
             let _ = sql.exec(ddl, None);
         }
-        ChannelActor { sql, state, env }
+        ChannelActor {
+            sql,
+            state,
+            env,
+            creating: RefCell::new(HashMap::new()),
+        }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -559,7 +587,7 @@ impl ChannelActor {
                     now_secs(),
                 )
                 .map_err(unauthorized)?;
-                discord::parse(body)
+                discord::parse(body, now_secs())
             }
             Credentials::Generic { secret, .. } => {
                 let signature = header("x-wuhu-signature");
@@ -579,6 +607,12 @@ impl ChannelActor {
             Delivery::Answer(answer) => return Ok(json_response(200, &answer)),
             Delivery::Ignored(why) => HookOutcome::Ignored(why.to_string()),
             Delivery::Message(inbound) => self.message(&binding, inbound).await?,
+            // A slash command is acknowledged with an empty 200 (Slack shows a body as a
+            // message); its note follows through the `response_url`.
+            Delivery::Command(command) if command.response_url.is_some() => {
+                self.command(&binding, command).await?;
+                return Ok(Response::empty()?.with_status(200));
+            }
             Delivery::Command(command) => self.command(&binding, command).await?,
             Delivery::Approval(click) => self.click(&binding, click).await?,
         };
@@ -674,7 +708,7 @@ impl ChannelActor {
         let rows: Vec<ThreadRow> = self
             .sql
             .exec(
-                "SELECT session, replied FROM threads WHERE key = ?",
+                "SELECT session, replied, target FROM threads WHERE key = ?",
                 vec![key.into()],
             )
             .map_err(sql_err)?
@@ -706,33 +740,58 @@ impl ChannelActor {
         lane: Option<&str>,
     ) -> ApiResult<HookOutcome> {
         let author = self.who(binding, &inbound.user)?;
-        let (session, replied) = match self.thread(&inbound.thread_key)? {
-            Some(row) => (row.session, row.replied as u64),
-            None if !inbound.may_start => {
+        let (session, replied) = loop {
+            if let Some(row) = self.thread(&inbound.thread_key)? {
+                break (row.session, row.replied as u64);
+            }
+            if !inbound.may_start {
                 return Ok(HookOutcome::Ignored(
                     "not a mention in an unbound thread".into(),
                 ));
             }
-            None => {
-                let info = self.create_session(binding, &author, &inbound.text).await?;
-                self.sql
-                    .exec(
-                        "INSERT OR REPLACE INTO threads (key, session, target, replied, used_at) VALUES (?, ?, ?, ?, ?)",
-                        vec![
-                            inbound.thread_key.clone().into(),
-                            info.id.clone().into(),
-                            to_json(&inbound.reply_to.thread_only())?.into(),
-                            (info.last_cursor as i64).into(),
-                            (now_ms() as i64).into(),
-                        ],
-                    )
-                    .map_err(sql_err)?;
-                let _ = self.sql.exec(
-                    "DELETE FROM threads WHERE key IN (SELECT key FROM threads ORDER BY used_at DESC LIMIT -1 OFFSET ?)",
-                    vec![(channels::MAX_THREADS as i64).into()],
-                );
-                (info.id, info.last_cursor)
+            // One creation per thread at a time: a delivery that finds one under way waits for
+            // it and looks again (then the thread has its session; had the creation failed,
+            // this delivery creates).
+            let waiting = {
+                let mut creating = self.creating.borrow_mut();
+                match creating.get_mut(&inbound.thread_key) {
+                    Some(waiters) => {
+                        let (tx, rx) = oneshot::channel();
+                        waiters.push(tx);
+                        Some(rx)
+                    }
+                    None => {
+                        creating.insert(inbound.thread_key.clone(), Vec::new());
+                        None
+                    }
+                }
+            };
+            if let Some(rx) = waiting {
+                let _ = rx.await;
+                continue;
             }
+            let _creating = Creating {
+                creating: &self.creating,
+                thread_key: inbound.thread_key.clone(),
+            };
+            let info = self.create_session(binding, &author, &inbound.text).await?;
+            self.sql
+                .exec(
+                    "INSERT OR REPLACE INTO threads (key, session, target, replied, used_at) VALUES (?, ?, ?, ?, ?)",
+                    vec![
+                        inbound.thread_key.clone().into(),
+                        info.id.clone().into(),
+                        to_json(&inbound.reply_to.thread_only())?.into(),
+                        (info.last_cursor as i64).into(),
+                        (now_ms() as i64).into(),
+                    ],
+                )
+                .map_err(sql_err)?;
+            let _ = self.sql.exec(
+                "DELETE FROM threads WHERE key IN (SELECT key FROM threads ORDER BY used_at DESC LIMIT -1 OFFSET ?)",
+                vec![(channels::MAX_THREADS as i64).into()],
+            );
+            break (info.id, info.last_cursor);
         };
         let lane = lane.unwrap_or(match channels::lane_for(&binding.options) {
             wuhu_core::wire::Lane::Steer => "steer",
@@ -812,21 +871,13 @@ impl ChannelActor {
             return Ok(HookOutcome::Duplicate);
         }
         let who = self.who(binding, &command.user)?;
-        let key = command.dedupe_keys.join(" ");
-        let Some(thread) = self.thread(&command.thread_key)? else {
+        let Some((thread_key, thread)) = self.command_thread(&command)? else {
             let line = match command.kind {
                 CommandKind::New => "The next message starts a new session.",
                 _ => "No session in this thread yet: mention me to start one.",
             };
             return self
-                .note(
-                    binding,
-                    &key,
-                    Some(command.reply_to),
-                    None,
-                    true,
-                    line.into(),
-                )
+                .command_note(binding, &command, true, line.into())
                 .await;
         };
         let stub = crate::session_client::stub(&self.env, &binding.tenant, &thread.session)?;
@@ -846,7 +897,7 @@ impl ChannelActor {
                     "DELETE FROM watches WHERE thread = ?",
                 ] {
                     self.sql
-                        .exec(sql, vec![command.thread_key.clone().into()])
+                        .exec(sql, vec![thread_key.clone().into()])
                         .map_err(sql_err)?;
                 }
                 (true, "The next message starts a new session.".to_string())
@@ -882,8 +933,8 @@ impl ChannelActor {
                 // to the thread, not to this command's own response.
                 let inbound = Inbound {
                     dedupe_keys: command.dedupe_keys.clone(),
-                    thread_key: command.thread_key.clone(),
-                    reply_to: command.reply_to.thread_only(),
+                    thread_key: thread_key.clone(),
+                    reply_to: from_json::<ReplyTarget>(&thread.target)?.thread_only(),
                     user: command.user.clone(),
                     text: content.clone(),
                     may_start: false,
@@ -894,8 +945,67 @@ impl ChannelActor {
                 }
             }
         };
-        self.note(binding, &key, Some(command.reply_to), None, ok, line)
-            .await
+        self.command_note(binding, &command, ok, line).await
+    }
+
+    /// The thread a command is about and its row: the one it names, else (a Slack slash
+    /// command in a channel) the most recently active thread under its prefix.
+    fn command_thread(&self, command: &Command) -> ApiResult<Option<(String, ThreadRow)>> {
+        if let Some(row) = self.thread(&command.thread_key)? {
+            return Ok(Some((command.thread_key.clone(), row)));
+        }
+        let Some(prefix) = &command.latest_thread_under else {
+            return Ok(None);
+        };
+        // `LIKE` would read `_` and `%` in the prefix as patterns: compare the start instead.
+        let rows: Vec<BodyRow> = self
+            .sql
+            .exec(
+                "SELECT key AS body FROM threads WHERE substr(key, 1, ?) = ? ORDER BY used_at DESC LIMIT 1",
+                vec![(prefix.len() as i64).into(), prefix.clone().into()],
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        let Some(key) = rows.into_iter().next().map(|row| row.body) else {
+            return Ok(None);
+        };
+        Ok(self.thread(&key)?.map(|row| (key, row)))
+    }
+
+    /// Tells the person how a command went: through a Slack slash command's `response_url`
+    /// (to the channel when it changed the shared session), else as [`Self::note`] does.
+    async fn command_note(
+        &self,
+        binding: &ChannelBinding,
+        command: &Command,
+        ok: bool,
+        line: String,
+    ) -> ApiResult<HookOutcome> {
+        let key = command.dedupe_keys.join(" ");
+        let Some(response_url) = &command.response_url else {
+            return self
+                .note(
+                    binding,
+                    &key,
+                    Some(command.reply_to.clone()),
+                    None,
+                    ok,
+                    line,
+                )
+                .await;
+        };
+        self.queue(
+            &format!("note:{key}"),
+            &Outbound::CommandResponse {
+                target: command.reply_to.clone(),
+                response_url: response_url.clone(),
+                text: text::render_one(binding.platform, &line),
+                in_channel: slack::slash_note_in_channel(&command.kind, ok),
+            },
+        )?;
+        self.arm_by(now_ms() + 50).await;
+        Ok(HookOutcome::Note { ok, text: line })
     }
 
     /// A session for a new thread: the binding's defaults, created by the first author, open to
@@ -1250,7 +1360,25 @@ impl ChannelActor {
                     }
                 }
             }
-            match post(binding, credentials, &message).await {
+            let mut attempt = post(binding, credentials, &message).await;
+            if let Attempt::Refused(why) = &attempt
+                && let Some(instead) = outbox::fallback(&message)
+            {
+                // A Discord interaction's token refused (expired, unknown): the answer goes
+                // to the channel. Stored first, so a retry of it goes there too.
+                worker::console_log!(
+                    "an interaction answer was refused ({why}); posting it in the channel"
+                );
+                self.sql
+                    .exec(
+                        "UPDATE outbox SET body = ? WHERE seq = ?",
+                        vec![to_json(&instead)?.into(), row.seq.into()],
+                    )
+                    .map_err(sql_err)?;
+                message = instead;
+                attempt = post(binding, credentials, &message).await;
+            }
+            match attempt {
                 Attempt::Sent(reference) => self.mark_sent(row.seq, reference)?,
                 Attempt::Refused(why) => {
                     worker::console_error!("a channel message was refused: {why}; dropped");
