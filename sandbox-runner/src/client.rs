@@ -425,6 +425,17 @@ fn dispatch(
             arguments,
             timeout_ms,
         } => {
+            // The context comes from the server: its root and cwd must be places this runner
+            // offers (the attach policy), or the call is refused unrun.
+            if let Err(error) = host.check_call_context(&environment) {
+                (options.status)(&format!("refused {tool} call {id}: {}", error.message));
+                let _ = out.send(RunnerMessage::Error {
+                    id: Some(id),
+                    code: error.code,
+                    message: error.message,
+                });
+                return;
+            }
             let (handle, signal) = CancelSignal::new();
             {
                 let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());

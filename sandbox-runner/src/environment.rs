@@ -91,6 +91,41 @@ impl EnvironmentHost {
         ))
     }
 
+    /// Refuses a call whose context (sent by the server with every `tool_call` and `detach`)
+    /// has its `root` or snapshot `cwd` outside the allowed roots: the same policy as attach,
+    /// so a server cannot point a call anywhere the runner does not offer (security review
+    /// M11). A path that exists is checked after resolving symlinks; one that does not, after
+    /// resolving `..` and the part of it that exists.
+    ///
+    /// # Errors
+    /// [`codes::PATH_NOT_ALLOWED`], naming `--env` and `--allow-any-path`.
+    pub fn check_call_context(&self, context: &EnvironmentContext) -> Result<(), ErrorBody> {
+        if self.allowed_roots.is_none() {
+            return Ok(());
+        }
+        let paths = [("root", &context.root), ("cwd", &context.snapshot.cwd)];
+        for (what, raw) in paths {
+            if what == "cwd" && raw.is_empty() {
+                continue; // The root.
+            }
+            let what = format!("environment {:?}'s {what}", context.name);
+            let path = Path::new(raw);
+            if !path.is_absolute() {
+                return Err(ErrorBody::new(
+                    codes::PATH_NOT_ALLOWED,
+                    format!("{what} {raw} is not an absolute path"),
+                ));
+            }
+            let resolved = path.canonicalize().unwrap_or_else(|_| {
+                crate::tools::path::resolve_existing_prefix(
+                    &crate::tools::path::normalize_lexically(path),
+                )
+            });
+            self.check_allowed(&resolved, &what)?;
+        }
+        Ok(())
+    }
+
     /// Materialises `spec` for `session_id`. On failure nothing is left behind.
     ///
     /// # Errors
@@ -156,6 +191,7 @@ impl EnvironmentHost {
     ///
     /// [`codes::GIT_FAILED`] when git refuses to remove the worktree.
     pub async fn detach(&self, environment: &EnvironmentContext) -> Result<Detached, ErrorBody> {
+        self.check_call_context(environment)?;
         match environment.kind {
             EnvironmentKind::Local | EnvironmentKind::FolderTemplate => Ok(Detached {
                 removed: false,
@@ -569,6 +605,86 @@ mod tests {
         // --allow-any-path: anything existing.
         host.allow_paths_in(None);
         assert!(host.attach("s3", &local(&outside)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn call_contexts_stay_inside_offered_directories() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let offered = base_path.join("offered");
+        let outside = base_path.join("outside");
+        std::fs::create_dir_all(offered.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, offered.join("escape")).unwrap();
+        std::fs::create_dir_all(base_path.join("workspaces/s1")).unwrap();
+        let mut host = host(&base_path);
+        host.allow_paths_in(Some(vec![offered.clone()]));
+        let text = |p: &Path| p.to_string_lossy().into_owned();
+        let context = |root: String, cwd: String| EnvironmentContext {
+            name: String::from("api"),
+            kind: EnvironmentKind::Local,
+            root,
+            repo_path: None,
+            branch: None,
+            snapshot: wuhu_core::wire::runner::Snapshot {
+                cwd,
+                env: Default::default(),
+                captured_at: 1,
+            },
+        };
+        // (root, cwd) → allowed
+        let cases = [
+            (text(&offered), String::new(), true),
+            (text(&offered), text(&offered.join("sub")), true),
+            (
+                text(&offered.join("sub")),
+                text(&offered.join("missing/deeper")),
+                true,
+            ),
+            (text(&base_path.join("workspaces/s1")), String::new(), true),
+            (text(&outside), String::new(), false),
+            (text(&outside), text(&offered), false),
+            (text(&offered), text(&outside), false),
+            (text(&offered), text(&offered.join("escape")), false),
+            (text(&offered.join("escape")), String::new(), false),
+            (
+                text(&offered),
+                text(&offered.join("sub/../../outside")),
+                false,
+            ),
+            (
+                text(&offered),
+                text(&offered.join("missing/../../outside/x")),
+                false,
+            ),
+            (text(&offered), String::from("/"), false),
+            (text(&offered), String::from("sub"), false),
+            (String::from("relative"), String::new(), false),
+            (text(&base_path), String::new(), false),
+        ];
+        for (root, cwd, allowed) in cases {
+            let got = host.check_call_context(&context(root.clone(), cwd.clone()));
+            match (allowed, got) {
+                (true, Ok(())) => {}
+                (false, Err(e)) => {
+                    assert_eq!(e.code, codes::PATH_NOT_ALLOWED, "{root} {cwd}");
+                    assert!(e.message.contains("\"api\""), "{}", e.message);
+                }
+                (allowed, got) => panic!("root {root} cwd {cwd} allowed={allowed}: {got:?}"),
+            }
+        }
+        // A detach with such a context is refused the same way.
+        let refused = host
+            .detach(&context(text(&outside), String::new()))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code, codes::PATH_NOT_ALLOWED);
+        // --allow-any-path: anything.
+        host.allow_paths_in(None);
+        assert!(
+            host.check_call_context(&context(text(&outside), String::from("/")))
+                .is_ok()
+        );
     }
 
     fn spec(source: EnvironmentSource) -> EnvironmentSpec {

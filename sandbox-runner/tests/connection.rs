@@ -279,6 +279,43 @@ async fn serves_tools_survives_garbage_and_reconnects() {
         }
     );
 
+    // A context pointing outside what the runner offers (its --env directories and
+    // workspaces root) is refused unrun, whether by its root or its cwd.
+    let outside = home_path.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let marker = outside.join("ran");
+    let mut by_root = context.clone();
+    by_root.root = outside.to_string_lossy().into_owned();
+    by_root.snapshot.cwd = by_root.root.clone();
+    let mut by_cwd = context.clone();
+    by_cwd.snapshot.cwd = outside.to_string_lossy().into_owned();
+    for (id, environment) in [("t-root", by_root), ("t-cwd", by_cwd)] {
+        peer.send(&ServerMessage::ToolCall {
+            id: id.to_string(),
+            session_id: String::from("s-1"),
+            environment,
+            tool: String::from("bash"),
+            arguments: json!({ "command": format!("touch {}", marker.display()) }),
+            timeout_ms: None,
+        })
+        .await;
+        let RunnerMessage::Error {
+            id: got,
+            code,
+            message,
+        } = peer.recv().await
+        else {
+            panic!("{id}: an error answer");
+        };
+        assert_eq!(
+            (got.as_deref(), code.as_str()),
+            (Some(id), codes::PATH_NOT_ALLOWED),
+            "{message}"
+        );
+        assert!(message.contains("--allow-any-path"), "{message}");
+    }
+    assert!(!marker.exists(), "a refused call ran");
+
     // Garbage → error frame; the connection stays usable.
     peer.send_text("this is not json").await;
     let RunnerMessage::Error { id, code, .. } = peer.recv().await else {

@@ -82,7 +82,7 @@ pub fn normalize_lexically(path: &Path) -> PathBuf {
 
 /// Canonicalises the longest existing ancestor of `path` (resolving symlinks) and appends the
 /// rest.
-fn resolve_existing_prefix(path: &Path) -> PathBuf {
+pub(crate) fn resolve_existing_prefix(path: &Path) -> PathBuf {
     let mut existing = path.to_path_buf();
     let mut rest = Vec::new();
     loop {
