@@ -413,6 +413,13 @@ pub fn may_edit_definition(who: &Principal, owner: &str) -> bool {
     who.is_admin() || who.sub == owner
 }
 
+/// Whether `who` may free the runner name `owner` holds (`DELETE /v1/runners/:owner/:name`:
+/// the row goes, and a live connection of it is refused for good). Runners are listed
+/// tenant-wide, so anyone else is told no (403), not that it does not exist.
+pub fn may_free_runner_name(who: &Principal, owner: &str) -> bool {
+    who.is_admin() || who.sub == owner
+}
+
 /// Whether a `local` or `worktree` definition by `who` may name a runner owned by
 /// `runner_owner` (of kind `runner_kind`). Admins may name any runner; others only their own
 /// or a cloud runner.
@@ -755,6 +762,22 @@ mod tests {
         assert!(may_edit_definition(&alice, "alice"));
         assert!(!may_edit_definition(&alice, "bob"));
         assert!(may_edit_definition(&admin, "bob"));
+        // (who, the name's owner) → may free it
+        let bob = user("bob", Role::Member);
+        for (who, owner, want) in [
+            (&alice, "alice", true),
+            (&alice, "bob", false),
+            (&bob, "alice", false),
+            (&admin, "alice", true),
+            (&admin, "root", true),
+        ] {
+            assert_eq!(
+                may_free_runner_name(who, owner),
+                want,
+                "{} {owner}",
+                who.sub
+            );
+        }
         assert!(may_name_runner(&alice, "alice", RunnerKind::Local));
         assert!(!may_name_runner(&alice, "bob", RunnerKind::Local));
         assert!(may_name_runner(&alice, "ops", RunnerKind::Cloud));

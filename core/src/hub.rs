@@ -11,6 +11,13 @@
 //!   refused ([`codes::NAME_TAKEN`], permanent). The same user connecting again replaces their
 //!   older connection (which may not have noticed yet that it is dead).
 //! * Every `hello` field is bounded and checked ([`check_hello`]) before anything is stored.
+//! * Runner rows (name reservations) are bounded: a `hello` that would add a row past
+//!   [`MAX_RUNNER_ROWS_PER_OWNER`] or [`MAX_RUNNER_ROWS_PER_TENANT`] is refused
+//!   ([`codes::TOO_MANY_RUNNERS`], permanent). A row whose runner is not connected and was last
+//!   seen [`NAME_RESERVED_MS`] or more ago has expired ([`reservation_expired`]): it never
+//!   counts, and the hub deletes it ([`expired_rows`]) when a runner says hello, when runners
+//!   are listed, and in its alarm.
+//! * Environment definitions are bounded per owner and per tenant ([`admit_definition`]).
 
 use std::collections::BTreeSet;
 
@@ -27,8 +34,70 @@ pub const SILENCE_LIMIT_MS: i64 = 3 * DEFAULT_HEARTBEAT_SECONDS as i64 * 1000;
 pub const HELLO_DEADLINE_MS: i64 = 30_000;
 /// `last_seen` is written to storage at most this often per runner (besides connect/close).
 pub const PERSIST_EVERY_MS: i64 = 10_000;
-/// How long after it was last seen a runner name stays reserved for its owner: 30 days.
+/// How long after it was last seen a runner name stays reserved for its owner: 30 days. After
+/// that the reservation (the runner's row) expires: see [`reservation_expired`].
 pub const NAME_RESERVED_MS: i64 = 30 * 86_400 * 1000;
+/// Most runner rows (names, connected or reserved) one owner holds in a tenant.
+pub const MAX_RUNNER_ROWS_PER_OWNER: usize = 64;
+/// Most runner rows (names, connected or reserved) a tenant holds.
+pub const MAX_RUNNER_ROWS_PER_TENANT: usize = 1024;
+/// Most environment definitions one owner holds in a tenant.
+pub const MAX_DEFINITIONS_PER_OWNER: usize = 100;
+/// Most environment definitions a tenant holds.
+pub const MAX_DEFINITIONS_PER_TENANT: usize = 500;
+
+/// Whether a stored runner's name reservation has expired at `now_ms`: its runner is not
+/// connected (`live`) and was last seen [`NAME_RESERVED_MS`] or more ago.
+pub fn reservation_expired(now_ms: i64, last_seen_ms: i64, live: bool) -> bool {
+    !live && now_ms.saturating_sub(last_seen_ms) >= NAME_RESERVED_MS
+}
+
+/// Whether `row`'s runner has an open, welcomed connection.
+fn is_live(row: &KnownRunner<'_>, open: &[OpenConnection<'_>]) -> bool {
+    open.iter()
+        .any(|c| c.owner == row.owner && c.name == Some(row.name))
+}
+
+/// The indexes in `known` of the rows whose reservation expired at `now_ms` (to delete).
+pub fn expired_rows(
+    now_ms: i64,
+    known: &[KnownRunner<'_>],
+    open: &[OpenConnection<'_>],
+) -> Vec<usize> {
+    known
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| reservation_expired(now_ms, row.last_seen_ms, is_live(row, open)))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Whether `owner` may store one more environment definition, given the owners of the
+/// tenant's definitions (`None` for a legacy definition without an owner).
+///
+/// # Errors
+/// The message of a `409 too_many_environments`.
+pub fn admit_definition<'a>(
+    owner: &str,
+    owners: impl IntoIterator<Item = Option<&'a str>>,
+) -> Result<(), String> {
+    let (mut all, mut own) = (0usize, 0usize);
+    for other in owners {
+        all += 1;
+        own += usize::from(other == Some(owner));
+    }
+    if own >= MAX_DEFINITIONS_PER_OWNER {
+        return Err(format!(
+            "{owner} already has {MAX_DEFINITIONS_PER_OWNER} environment definitions in this tenant; delete one first"
+        ));
+    }
+    if all >= MAX_DEFINITIONS_PER_TENANT {
+        return Err(format!(
+            "this tenant already has {MAX_DEFINITIONS_PER_TENANT} environment definitions; delete one first"
+        ));
+    }
+    Ok(())
+}
 
 /// When a restarted session cancels a runner call its dead step left running and the runner is
 /// not connected, the cancel is tried again after each of these pauses (about 30 s in all).
@@ -213,7 +282,8 @@ pub enum HelloDecision {
 
 /// Decides what to do with `hello` on connection `epoch` of `owner`, whose token allows
 /// `token_kind`. `open` lists the tenant's open connections (this one included or not),
-/// `known` the stored runners; `now_ms` is the hub's clock.
+/// `known` all the tenant's stored runners (expired rows are ignored); `now_ms` is the hub's
+/// clock.
 pub fn on_hello(
     owner: &str,
     epoch: u64,
@@ -242,9 +312,11 @@ pub fn on_hello(
     let live_other = open
         .iter()
         .find(|c| c.epoch != epoch && c.owner != owner && c.name == Some(name));
-    let recent_other = known
-        .iter()
-        .find(|r| r.owner != owner && r.name == name && now_ms - r.last_seen_ms < NAME_RESERVED_MS);
+    let recent_other = known.iter().find(|r| {
+        r.owner != owner
+            && r.name == name
+            && !reservation_expired(now_ms, r.last_seen_ms, is_live(r, open))
+    });
     if let Some(holder) = live_other
         .map(|c| c.owner)
         .or(recent_other.map(|r| r.owner))
@@ -256,6 +328,32 @@ pub fn on_hello(
                 NAME_RESERVED_MS / 86_400_000
             ),
         };
+    }
+    // A name new to this owner adds a row: bounded per owner and per tenant.
+    if !known.iter().any(|r| r.owner == owner && r.name == name) {
+        let kept = || {
+            known
+                .iter()
+                .filter(|r| !reservation_expired(now_ms, r.last_seen_ms, is_live(r, open)))
+        };
+        let days = NAME_RESERVED_MS / 86_400_000;
+        let refusal = if kept().filter(|r| r.owner == owner).count() >= MAX_RUNNER_ROWS_PER_OWNER {
+            Some(format!(
+                "{owner:?} already holds {MAX_RUNNER_ROWS_PER_OWNER} runner names in this tenant; reuse one with --name, or free one with DELETE /v1/runners/{owner}/NAME (a name is kept {days} days after its runner was last seen)"
+            ))
+        } else if kept().count() >= MAX_RUNNER_ROWS_PER_TENANT {
+            Some(format!(
+                "this tenant already holds {MAX_RUNNER_ROWS_PER_TENANT} runner names; reuse one with --name, or ask an admin to free one with DELETE /v1/runners/OWNER/NAME (a name is kept {days} days after its runner was last seen)"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            return HelloDecision::Refuse {
+                code: codes::TOO_MANY_RUNNERS,
+                message,
+            };
+        }
     }
     let replace = open
         .iter()
@@ -616,6 +714,191 @@ mod tests {
         }
         assert!(!codes::refusal_is_permanent(codes::NAME_IN_USE));
         assert!(codes::refusal_is_permanent(codes::NAME_TAKEN));
+    }
+
+    #[test]
+    fn a_reservation_expires_thirty_days_after_last_seen_unless_connected() {
+        assert_eq!(NAME_RESERVED_MS, 30 * 24 * 3600 * 1000);
+        let day = 86_400_000;
+        // (last seen how long ago, live?) → expired?
+        let cases = [
+            (0, false, false),
+            (day, false, false),
+            (NAME_RESERVED_MS - 1, false, false),
+            (NAME_RESERVED_MS, false, true),
+            (NAME_RESERVED_MS + 1, false, true),
+            (365 * day, false, true),
+            // A connected runner's reservation never expires.
+            (NAME_RESERVED_MS, true, false),
+            (365 * day, true, false),
+            // A clock that went backwards does not expire anything.
+            (-day, false, false),
+        ];
+        for (ago, live, want) in cases {
+            assert_eq!(
+                reservation_expired(NOW, NOW - ago, live),
+                want,
+                "{ago} ms ago, live {live}"
+            );
+        }
+        let known = [
+            KnownRunner {
+                owner: "ana",
+                name: "old",
+                last_seen_ms: NOW - NAME_RESERVED_MS,
+            },
+            KnownRunner {
+                owner: "ana",
+                name: "new",
+                last_seen_ms: NOW - 1,
+            },
+            KnownRunner {
+                owner: "bob",
+                name: "old",
+                last_seen_ms: NOW - 40 * day,
+            },
+            KnownRunner {
+                owner: "bob",
+                name: "up",
+                last_seen_ms: NOW - 40 * day,
+            },
+        ];
+        let open = [
+            OpenConnection {
+                epoch: 1,
+                owner: "bob",
+                name: Some("up"),
+            },
+            // Ana's connection that has not said hello holds nothing.
+            OpenConnection {
+                epoch: 2,
+                owner: "ana",
+                name: None,
+            },
+        ];
+        assert_eq!(expired_rows(NOW, &known, &open), vec![0, 2]);
+        // An expired name is free for another user.
+        let decision = on_hello(
+            "cy",
+            9,
+            RunnerKind::Local,
+            &hello("old", RunnerKind::Local),
+            &open,
+            &known,
+            NOW,
+        );
+        assert!(
+            matches!(decision, HelloDecision::Welcome { .. }),
+            "{decision:?}"
+        );
+    }
+
+    #[test]
+    fn runner_rows_are_capped_per_owner_and_tenant() {
+        let names: Vec<String> = (0..MAX_RUNNER_ROWS_PER_TENANT + 1)
+            .map(|i| format!("r{i}"))
+            .collect();
+        let bob_names: Vec<String> = (0..MAX_RUNNER_ROWS_PER_TENANT)
+            .map(|i| format!("b{i}"))
+            .collect();
+        let day = 86_400_000;
+        // `ana` rows of ana's, `others` rows of bob's; `stale` of ana's rows last seen 30 days
+        // ago (expired); then ana says hello as `name`.
+        let decide = |ana: usize, others: usize, stale: usize, name: &str| {
+            let mut known: Vec<KnownRunner<'_>> = Vec::new();
+            for (i, n) in names.iter().take(ana).enumerate() {
+                let ago = if i < stale { NAME_RESERVED_MS } else { day };
+                known.push(KnownRunner {
+                    owner: "ana",
+                    name: n,
+                    last_seen_ms: NOW - ago,
+                });
+            }
+            for n in bob_names.iter().take(others) {
+                known.push(KnownRunner {
+                    owner: "bob",
+                    name: n,
+                    last_seen_ms: NOW,
+                });
+            }
+            match on_hello(
+                "ana",
+                7,
+                RunnerKind::Local,
+                &hello(name, RunnerKind::Local),
+                &[],
+                &known,
+                NOW,
+            ) {
+                HelloDecision::Welcome { .. } => Ok(()),
+                HelloDecision::Refuse { code, message } => Err((code, message)),
+            }
+        };
+        let own = MAX_RUNNER_ROWS_PER_OWNER;
+        let all = MAX_RUNNER_ROWS_PER_TENANT;
+        // (ana's rows, bob's rows, of ana's expired, name) → welcomed?
+        let cases = [
+            (0, 0, 0, "fresh", true),
+            (own - 1, 0, 0, "fresh", true),
+            (own, 0, 0, "fresh", false),
+            // A name ana already holds adds no row: always welcomed.
+            (own, 0, 0, "r0", true),
+            (own, all - own, 0, "r3", true),
+            // Expired rows do not count.
+            (own, 0, 1, "fresh", true),
+            (own + 5, 0, 6, "fresh", true),
+            (0, all - 1, 0, "fresh", true),
+            (0, all, 0, "fresh", false),
+            (1, all - 1, 0, "fresh", false),
+            (1, all - 1, 1, "fresh", true),
+        ];
+        for (ana, bob, stale, name, welcomed) in cases {
+            let got = decide(ana, bob, stale, name);
+            match (&got, welcomed) {
+                (Ok(()), true) => {}
+                (Err((code, message)), false) => {
+                    assert_eq!(*code, codes::TOO_MANY_RUNNERS, "{message}");
+                    assert!(message.contains("DELETE /v1/runners/"), "{message}");
+                    assert!(
+                        message.contains(if ana >= own {
+                            "64 runner names"
+                        } else {
+                            "1024 runner names"
+                        }),
+                        "{message}"
+                    );
+                    assert!(codes::refusal_is_permanent(code));
+                }
+                _ => panic!("ana {ana}, bob {bob}, stale {stale}, {name}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn definitions_are_capped_per_owner_and_tenant() {
+        let owners = |ana: usize, bob: usize, legacy: usize| -> Vec<Option<&'static str>> {
+            let mut v = vec![Some("ana"); ana];
+            v.extend(std::iter::repeat_n(Some("bob"), bob));
+            v.extend(std::iter::repeat_n(None, legacy));
+            v
+        };
+        let own = MAX_DEFINITIONS_PER_OWNER;
+        let all = MAX_DEFINITIONS_PER_TENANT;
+        // (ana's, bob's, legacy) → may ana add one?
+        let cases = [
+            (0, 0, 0, true),
+            (own - 1, 0, 0, true),
+            (own, 0, 0, false),
+            (0, own, 0, true),
+            (0, all - 1, 0, true),
+            (0, all, 0, false),
+            (1, all - 2, 1, false),
+            (1, all - 3, 1, true),
+        ];
+        for (ana, bob, legacy, want) in cases {
+            let got = admit_definition("ana", owners(ana, bob, legacy));
+            assert_eq!(got.is_ok(), want, "{ana} {bob} {legacy}: {got:?}");
+        }
     }
 
     #[test]

@@ -464,9 +464,125 @@ fn the_runner_refuses_attach_paths_outside_its_directories_and_names_the_flag() 
 
     // With the flag, the same definitions attach.
     drop(_mac);
-    let _open = Runner::start(world.runner("alice", "mac").allow_any_path(true));
+    let open = Runner::start(world.runner("alice", "mac").allow_any_path(true));
     let ok = request(&world.alice, &session, json!({"spec": "outside"}));
     assert!(!ok.is_error, "{}", ok.content);
+
+    // The runner comes back without the flag: calls in the environment attached meanwhile
+    // (whose root and cwd the server sends with each call) are refused unrun; the offered one
+    // still runs.
+    drop(open);
+    let _strict = Runner::start(
+        world
+            .runner("alice", "mac")
+            .env("offered", &offered)
+            .allow_any_path(false),
+    );
+    let marker = outside.join("ran.txt");
+    let turn = ToolTurn::start(
+        &world.alice,
+        &session,
+        &[
+            (
+                "bash",
+                json!({"command": format!("touch {}", marker.display()), "environment": "outside"}),
+            ),
+            ("bash", json!({"command": "pwd", "environment": "inside"})),
+        ],
+    );
+    let (results, _) = turn.finish(&world.alice, TURN);
+    assert!(
+        results[0].is_error
+            && results[0].content.contains("path_not_allowed")
+            && results[0].content.contains("--allow-any-path"),
+        "{}",
+        results[0].content
+    );
+    assert!(!marker.exists(), "a refused call ran");
+    assert!(
+        !results[1].is_error && results[1].content.contains("offered/sub"),
+        "{}",
+        results[1].content
+    );
+}
+
+#[test]
+fn only_the_owner_or_an_admin_frees_a_runner_name() {
+    let _guard = stack().guard();
+    let world = World::new("free");
+    let delete = |api: &Api, path: &str| api.send(api.request("DELETE", path));
+    let mut mac = Runner::start(world.runner("alice", "mac"));
+    let (_bob_raw, answer) = world.raw_runner("bob", "bob-mac", RunnerKind::Local);
+    assert!(
+        matches!(answer, ServerMessage::Welcome { .. }),
+        "{answer:?}"
+    );
+
+    // Bob may not free alice's name: 403 JSON, and her runner keeps serving.
+    let refused = delete(&world.bob, "/v1/runners/alice/mac");
+    assert_eq!(refused.status, 403, "{refused}");
+    assert_eq!(refused.json()["error"]["code"], "forbidden", "{refused}");
+    assert_eq!(
+        world.listed_runner("alice", "mac").expect("listed")["connected"],
+        true
+    );
+    // Unknown names, and names of another tenant, are 404 JSON.
+    for (api, path) in [
+        (&world.alice, "/v1/runners/alice/nope"),
+        (&world.alice, "/v1/runners/nobody/mac"),
+        (&world.admin, "/v1/runners/alice/nope"),
+    ] {
+        let missing = delete(api, path);
+        assert_eq!(missing.status, 404, "{path}: {missing}");
+        assert_eq!(missing.json()["error"]["code"], "not_found", "{missing}");
+    }
+    let stranger = stack().client("alice", &unique_name("elsewhere"));
+    let missing = delete(&stranger, "/v1/runners/alice/mac");
+    assert_eq!(missing.status, 404, "{missing}");
+    let wrong = world
+        .alice
+        .send(world.alice.request("GET", "/v1/runners/alice/mac"));
+    assert_eq!(wrong.status, 405, "{wrong}");
+
+    // Alice frees her own name: her connected runner is told why and stops for good.
+    let freed = delete(&world.alice, "/v1/runners/alice/mac");
+    assert_eq!(freed.status, 204, "{freed}");
+    let status = mac
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("the freed runner kept going:\n{}", mac.log_tail(20)));
+    assert_eq!(status.code(), Some(2), "{}", mac.log_tail(20));
+    assert!(
+        mac.log().contains("was freed by \"alice\""),
+        "{}",
+        mac.log_tail(20)
+    );
+    assert!(world.listed_runner("alice", "mac").is_none());
+    // The name is free: bob may take it now.
+    let (_taken, answer) = world.raw_runner("bob", "mac", RunnerKind::Local);
+    assert!(
+        matches!(answer, ServerMessage::Welcome { .. }),
+        "{answer:?}"
+    );
+
+    // An admin frees bob's name; the raw connection gets the refusal and the close reason.
+    let (mut raw, answer) = world.raw_runner("bob", "bob-2", RunnerKind::Local);
+    assert!(
+        matches!(answer, ServerMessage::Welcome { .. }),
+        "{answer:?}"
+    );
+    let freed = delete(&world.admin, "/v1/runners/bob/bob-2");
+    assert_eq!(freed.status, 204, "{freed}");
+    match raw.next_message(FRAME_WAIT) {
+        ServerMessage::Refused { code, message } => {
+            assert_eq!(code, "runner_removed", "{message}");
+            assert!(message.contains("\"root\""), "{message}");
+        }
+        other => panic!("expected refused, got {other:?}"),
+    }
+    let (code, reason) = raw.next_close(FRAME_WAIT).expect("closed");
+    assert_eq!(code, 1008, "{reason}");
+    assert!(reason.starts_with("runner_removed: "), "{reason}");
+    assert!(world.listed_runner("bob", "bob-2").is_none());
 }
 
 #[test]

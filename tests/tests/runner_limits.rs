@@ -1,20 +1,35 @@
 //! Bounded runner connections: frames over 8 KiB before `welcome` and over 1 MiB after close the
 //! socket at once (never parsed), exactly at each bound they are served; anything but `hello`
 //! before welcome is refused; runner sockets per owner are bounded; and the hub keeps serving
-//! every other runner throughout.
+//! every other runner throughout. Stored runner names are bounded per owner (64) and per tenant
+//! (1,024), a freed name makes room, and environment definitions are bounded per owner (100)
+//! and per tenant (500). The 30-day expiry of names is `wuhu_core::hub`'s table test (a test
+//! cannot wait 30 days, and the Worker has no clock to turn).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use wuhu_core::hub::{
+    MAX_DEFINITIONS_PER_OWNER, MAX_DEFINITIONS_PER_TENANT, MAX_RUNNER_ROWS_PER_OWNER,
+    MAX_RUNNER_ROWS_PER_TENANT,
+};
 use wuhu_core::wire::runner::{
     HEARTBEAT_ACK_FRAME, MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, ServerMessage,
 };
-use wuhu_e2e::runner::RawRunner;
+use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig};
 use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Stack, StackOptions};
 
 const WAIT: Duration = Duration::from_secs(15);
+
+/// Held by the tests that time a close ("at once") and by those that register hundreds of
+/// names or definitions, so the load of the second never delays the first.
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn timing() -> std::sync::MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|p| p.into_inner())
+}
 /// "At once": the close arrives this soon after the frame was sent.
 const PROMPT: Duration = Duration::from_secs(3);
 
@@ -76,6 +91,7 @@ fn assert_closes(raw: &mut RawRunner, frame: &str, what: &str) {
 #[test]
 fn oversized_frames_close_the_socket_at_once_and_frames_at_the_bound_are_served() {
     let _guard = stack().guard();
+    let _timing = timing();
     let tenant = unique_name("frames");
     // A welcomed bystander, which must be served throughout.
     let mut bystander = connect(&tenant, "bea");
@@ -178,4 +194,211 @@ fn runner_sockets_per_owner_are_bounded() {
         RawRunner::connect(&stack().base_url(), &token).ok()
     });
     drop(again);
+}
+
+/// Connects as `sub` (retrying while the owner's socket cap is full of closing sockets), says
+/// hello as `name`, and returns the answer and the connection.
+fn say_hello(tenant: &str, sub: &str, name: &str) -> (ServerMessage, RawRunner) {
+    let token = stack().runner_token(sub, tenant);
+    let mut raw = wuhu_e2e::wait_for("a runner socket", WAIT, || {
+        RawRunner::connect(&stack().base_url(), &token).ok()
+    });
+    raw.send_text(&RawRunner::hello(name, RunnerKind::Local));
+    (raw.next_message(WAIT), raw)
+}
+
+/// Registers `sub`'s runner `name` (welcome, then close): one stored name.
+#[track_caller]
+fn register(tenant: &str, sub: &str, name: &str) {
+    let (answer, raw) = say_hello(tenant, sub, name);
+    assert!(
+        matches!(answer, ServerMessage::Welcome { .. }),
+        "{sub}/{name}: {answer:?}"
+    );
+    raw.close();
+}
+
+/// Says hello as `name` and asserts a `too_many_runners` refusal mentioning `cap`, in the frame
+/// and the close.
+#[track_caller]
+fn assert_refused_for_names(tenant: &str, sub: &str, name: &str, cap: &str) {
+    let (answer, mut raw) = say_hello(tenant, sub, name);
+    match &answer {
+        ServerMessage::Refused { code, message } => {
+            assert_eq!(code, "too_many_runners", "{answer:?}");
+            assert!(
+                message.contains(cap) && message.contains("DELETE /v1/runners/"),
+                "{message}"
+            );
+        }
+        other => panic!("{sub}/{name} past the cap was not refused: {other:?}"),
+    }
+    let (code, reason) = raw
+        .next_close(WAIT)
+        .expect("the hub closes the refused connection");
+    assert_eq!(code, 1008, "{reason}");
+    assert!(reason.starts_with("too_many_runners: "), "{reason}");
+}
+
+fn delete(api: &wuhu_e2e::Api, path: &str) -> wuhu_e2e::http::Response {
+    api.send(api.request("DELETE", path))
+}
+
+fn listed_names(tenant: &str) -> Vec<(String, String)> {
+    let listed = stack().client("lister", tenant).get("/v1/runners");
+    assert_eq!(listed.status, 200, "{listed}");
+    listed.json()["runners"]
+        .as_array()
+        .expect("runners")
+        .iter()
+        .map(|r| {
+            (
+                r["owner"].as_str().unwrap_or_default().to_string(),
+                r["name"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn runner_names_are_capped_per_owner_and_a_freed_name_makes_room() {
+    let _guard = stack().guard();
+    let _timing = timing();
+    let tenant = unique_name("names");
+    let started = Instant::now();
+    for i in 0..MAX_RUNNER_ROWS_PER_OWNER {
+        register(&tenant, "ana", &format!("n{i}"));
+    }
+    eprintln!(
+        "runner_limits: {MAX_RUNNER_ROWS_PER_OWNER} names in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(listed_names(&tenant).len(), MAX_RUNNER_ROWS_PER_OWNER);
+    // One more name: refused, in the frame and the close reason.
+    assert_refused_for_names(&tenant, "ana", "one-more", "64 runner names");
+    // A name she holds is always welcomed (no new row); another owner is not limited by hers.
+    register(&tenant, "ana", "n7");
+    register(&tenant, "bea", "bea-1");
+    // The runner binary stops (exit 2) and prints why.
+    let mut binary = Runner::spawn(RunnerConfig::new(stack(), "ana", &tenant, "binary"));
+    let status = binary
+        .wait_exit(WAIT)
+        .unwrap_or_else(|| panic!("the runner kept trying:\n{}", binary.log_tail(20)));
+    assert_eq!(status.code(), Some(2), "{}", binary.log_tail(20));
+    assert!(
+        binary.log().contains("64 runner names"),
+        "{}",
+        binary.log_tail(20)
+    );
+    let names = listed_names(&tenant);
+    assert_eq!(names.len(), MAX_RUNNER_ROWS_PER_OWNER + 1, "{names:?}");
+    assert!(!names.iter().any(|(_, n)| n == "one-more" || n == "binary"));
+    // Freeing one of her names makes room for exactly one new one.
+    let ana = stack().client("ana", &tenant);
+    let freed = delete(&ana, "/v1/runners/ana/n0");
+    assert_eq!(freed.status, 204, "{freed}");
+    register(&tenant, "ana", "one-more");
+    assert_refused_for_names(&tenant, "ana", "two-more", "64 runner names");
+}
+
+#[test]
+fn runner_names_are_capped_per_tenant() {
+    let _guard = stack().guard();
+    let _timing = timing();
+    let tenant = unique_name("tenant-names");
+    let owners = MAX_RUNNER_ROWS_PER_TENANT / MAX_RUNNER_ROWS_PER_OWNER;
+    assert_eq!(
+        owners * MAX_RUNNER_ROWS_PER_OWNER,
+        MAX_RUNNER_ROWS_PER_TENANT
+    );
+    let started = Instant::now();
+    // Four threads, each registering the names of its owners in turn.
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let tenant = &tenant;
+            scope.spawn(move || {
+                for o in (t..owners).step_by(4) {
+                    for i in 0..MAX_RUNNER_ROWS_PER_OWNER {
+                        register(tenant, &format!("u{o}"), &format!("u{o}-{i}"));
+                    }
+                }
+            });
+        }
+    });
+    eprintln!(
+        "runner_limits: {MAX_RUNNER_ROWS_PER_TENANT} names in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(listed_names(&tenant).len(), MAX_RUNNER_ROWS_PER_TENANT);
+    // A new owner's first name: refused for the tenant's cap; a held name is still welcomed.
+    assert_refused_for_names(&tenant, "newcomer", "first", "1024 runner names");
+    register(&tenant, "u3", "u3-5");
+    // An admin frees one name of someone else's; the newcomer gets it.
+    let admin = stack().admin_client("root", &tenant);
+    let freed = delete(&admin, "/v1/runners/u3/u3-5");
+    assert_eq!(freed.status, 204, "{freed}");
+    register(&tenant, "newcomer", "first");
+    assert_refused_for_names(&tenant, "newcomer", "second", "1024 runner names");
+}
+
+#[test]
+fn environment_definitions_are_capped_per_owner_and_tenant() {
+    let _guard = stack().guard();
+    let _timing = timing();
+    let tenant = unique_name("defs");
+    let define = |sub: &str, name: &str| {
+        stack().client(sub, &tenant).post(
+            "/v1/environments",
+            &json!({"name": name, "kind": "folder-template", "templatePath": "/srv/templates/py"}),
+        )
+    };
+    let owners = MAX_DEFINITIONS_PER_TENANT / MAX_DEFINITIONS_PER_OWNER;
+    assert_eq!(
+        owners * MAX_DEFINITIONS_PER_OWNER,
+        MAX_DEFINITIONS_PER_TENANT
+    );
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for o in 0..owners {
+            let define = &define;
+            scope.spawn(move || {
+                for i in 0..MAX_DEFINITIONS_PER_OWNER {
+                    let created = define(&format!("u{o}"), &format!("u{o}-{i}"));
+                    assert_eq!(created.status, 201, "{created}");
+                }
+            });
+        }
+    });
+    eprintln!(
+        "runner_limits: {MAX_DEFINITIONS_PER_TENANT} definitions in {:?}",
+        started.elapsed()
+    );
+    let refused = |response: &wuhu_e2e::http::Response, cap: &str| {
+        assert_eq!(response.status, 409, "{response}");
+        let error = &response.json()["error"];
+        assert_eq!(error["code"], "too_many_environments", "{response}");
+        assert!(
+            error["message"].as_str().unwrap_or_default().contains(cap),
+            "{response}"
+        );
+    };
+    // Owner u0 is at 100: refused for the owner's cap; a newcomer for the tenant's.
+    refused(&define("u0", "extra"), "100 environment definitions");
+    refused(&define("newcomer", "extra"), "500 environment definitions");
+    let listed = stack().client("u1", &tenant).get("/v1/environments");
+    assert_eq!(listed.status, 200, "{listed}");
+    assert_eq!(
+        listed.json()["environments"].as_array().map(Vec::len),
+        Some(MAX_DEFINITIONS_PER_TENANT)
+    );
+    // A PATCH adds nothing and is not refused.
+    let u0 = stack().client("u0", &tenant);
+    let renamed = u0.patch("/v1/environments/u0-1", &json!({"name": "u0-renamed"}));
+    assert_eq!(renamed.status, 200, "{renamed}");
+    // Deleting one makes room for one.
+    let deleted = delete(&u0, "/v1/environments/u0-0");
+    assert_eq!(deleted.status, 204, "{deleted}");
+    let created = define("u0", "extra");
+    assert_eq!(created.status, 201, "{created}");
+    refused(&define("u0", "extra-2"), "100 environment definitions");
 }

@@ -17,6 +17,7 @@ use wuhu_core::wire::runner::ServerMessage;
 use wuhu_core::wire::{ErrorBody, RunnerCallRequest, RunnerCallResponse};
 
 use crate::http::{ApiError, ApiResult};
+use crate::identity::Identity;
 
 /// Code of an error where the callee gave no answer (its `fetch` failed).
 pub(crate) const UNREACHABLE: &str = "unreachable";
@@ -99,6 +100,45 @@ pub(crate) fn post_request<B: Serialize>(
     )?)
 }
 
+/// Decodes an empty success reply (`204`), or turns an error reply into an [`ApiError`] as
+/// [`expect_ok`] does.
+pub(crate) async fn expect_empty(resp: Response) -> ApiResult<()> {
+    if (200..300).contains(&resp.status_code()) {
+        return Ok(());
+    }
+    expect_ok::<serde_json::Value>(resp).await.map(|_| ())
+}
+
+/// A request of `method` to `https://<host><path>` on behalf of `who` (its sub, tenant and
+/// role), with `body` as JSON when given.
+pub(crate) fn request_as<B: Serialize>(
+    host: &str,
+    method: Method,
+    path: &str,
+    who: &Identity,
+    body: Option<&B>,
+) -> ApiResult<Request> {
+    let headers = Headers::new();
+    who.set_headers(&headers)?;
+    let mut init = RequestInit::new();
+    if let Some(body) = body {
+        let body = serde_json::to_string(body)
+            .map_err(|e| ApiError::internal(format!("encoding an internal request: {e}")))?;
+        headers.set("content-type", "application/json")?;
+        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
+    }
+    init.with_method(method).with_headers(headers);
+    Ok(Request::new_with_init(
+        &format!("https://{host}{path}"),
+        &init,
+    )?)
+}
+
+/// A path segment, percent-encoded for an internal URL.
+fn segment(text: &str) -> String {
+    String::from(js_sys::encode_uri_component(text))
+}
+
 /// The tenant's runner hub.
 pub(crate) fn hub(env: &Env, tenant: &str) -> ApiResult<Stub> {
     Ok(env
@@ -137,4 +177,112 @@ pub(crate) async fn runner_call(
         timeout_ms,
     };
     hub_post(env, tenant, sub, "/call", &request).await
+}
+
+/// The runner hub's routes for people (`/v1/runners`, `/v1/environments`), as typed calls on
+/// behalf of a verified identity. The hub applies the authority rules; errors keep its code.
+pub(crate) mod hub_api {
+    use worker::{Env, Headers, Method, Request, RequestInit, Response};
+    use wuhu_core::wire::{
+        CreateEnvironmentRequest, EnvironmentDefinition, ListEnvironmentsResponse,
+        ListRunnersResponse, UpdateEnvironmentRequest,
+    };
+
+    use super::{expect_empty, expect_ok, hub, request_as, segment};
+    use crate::http::{ApiError, ApiResult};
+    use crate::identity::Identity;
+
+    /// No body.
+    const NONE: Option<&()> = None;
+
+    async fn fetch(env: &Env, who: &Identity, request: Request) -> ApiResult<Response> {
+        hub(env, &who.tenant)?
+            .fetch_with_request(request)
+            .await
+            .map_err(|e| ApiError::new(503, super::UNREACHABLE, format!("no answer: {e}")))
+    }
+
+    /// Hands a runner's WebSocket upgrade (`GET /v1/runners/connect`) to its tenant's hub, with
+    /// the runner's verified identity; the client's own `x-wuhu-*` and `authorization` headers
+    /// are dropped. The answer (`101` with the socket, or an error) is passed through as is.
+    pub(crate) async fn connect(env: &Env, who: &Identity, req: &Request) -> ApiResult<Response> {
+        let headers = Headers::new();
+        for (name, value) in req.headers().entries() {
+            if name != "authorization" && !name.starts_with("x-wuhu-") {
+                headers.set(&name, &value)?;
+            }
+        }
+        who.set_headers(&headers)?;
+        let mut init = RequestInit::new();
+        init.with_method(Method::Get).with_headers(headers);
+        let internal = Request::new_with_init("https://hub/connect", &init)?;
+        fetch(env, who, internal).await
+    }
+
+    /// `GET /v1/runners`.
+    pub(crate) async fn list_runners(env: &Env, who: &Identity) -> ApiResult<ListRunnersResponse> {
+        let request = request_as("hub", Method::Get, "/runners", who, NONE)?;
+        expect_ok(fetch(env, who, request).await?).await
+    }
+
+    /// `DELETE /v1/runners/:owner/:name`.
+    pub(crate) async fn free_runner(
+        env: &Env,
+        who: &Identity,
+        owner: &str,
+        name: &str,
+    ) -> ApiResult<()> {
+        let path = format!("/runners/{}/{}", segment(owner), segment(name));
+        let request = request_as("hub", Method::Delete, &path, who, NONE)?;
+        expect_empty(fetch(env, who, request).await?).await
+    }
+
+    /// `GET /v1/environments`.
+    pub(crate) async fn list_environments(
+        env: &Env,
+        who: &Identity,
+    ) -> ApiResult<ListEnvironmentsResponse> {
+        let request = request_as("hub", Method::Get, "/environments", who, NONE)?;
+        expect_ok(fetch(env, who, request).await?).await
+    }
+
+    /// `POST /v1/environments`.
+    pub(crate) async fn create_environment(
+        env: &Env,
+        who: &Identity,
+        body: &CreateEnvironmentRequest,
+    ) -> ApiResult<EnvironmentDefinition> {
+        let request = request_as("hub", Method::Post, "/environments", who, Some(body))?;
+        expect_ok(fetch(env, who, request).await?).await
+    }
+
+    /// `GET /v1/environments/:idOrName`.
+    pub(crate) async fn environment(
+        env: &Env,
+        who: &Identity,
+        key: &str,
+    ) -> ApiResult<EnvironmentDefinition> {
+        let path = format!("/environments/{}", segment(key));
+        let request = request_as("hub", Method::Get, &path, who, NONE)?;
+        expect_ok(fetch(env, who, request).await?).await
+    }
+
+    /// `PATCH /v1/environments/:idOrName`.
+    pub(crate) async fn update_environment(
+        env: &Env,
+        who: &Identity,
+        key: &str,
+        body: &UpdateEnvironmentRequest,
+    ) -> ApiResult<EnvironmentDefinition> {
+        let path = format!("/environments/{}", segment(key));
+        let request = request_as("hub", Method::Patch, &path, who, Some(body))?;
+        expect_ok(fetch(env, who, request).await?).await
+    }
+
+    /// `DELETE /v1/environments/:idOrName`.
+    pub(crate) async fn delete_environment(env: &Env, who: &Identity, key: &str) -> ApiResult<()> {
+        let path = format!("/environments/{}", segment(key));
+        let request = request_as("hub", Method::Delete, &path, who, NONE)?;
+        expect_empty(fetch(env, who, request).await?).await
+    }
 }

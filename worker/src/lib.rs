@@ -38,6 +38,7 @@ use crate::auth::{Identity, TokenKind, authenticate};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
+use crate::internal::hub_api;
 use wuhu_core::authority::WorkspaceWriter;
 
 pub use channels::ChannelActor;
@@ -119,19 +120,47 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
         (["v1", "tokens" | "auth", ..], method) => {
             signin::route(&mut req, &env, &authenticated, &segments[1..], method).await
         }
-        (["v1", "runners"], Method::Get) => {
-            to_hub(&mut req, &env, &identity, "/runners", Method::Get).await
+        (["v1", "runners"], Method::Get) => Ok(json_response(
+            200,
+            &hub_api::list_runners(&env, &identity).await?,
+        )),
+        (["v1", "runners", owner, name], Method::Delete) => {
+            let (owner, name) = (decode_segment(owner)?, decode_segment(name)?);
+            hub_api::free_runner(&env, &identity, &owner, &name).await?;
+            Ok(Response::empty()?.with_status(204))
         }
-        (["v1", "environments"], method @ (Method::Get | Method::Post)) => {
-            to_hub(&mut req, &env, &identity, "/environments", method).await
+        (["v1", "environments"], Method::Get) => Ok(json_response(
+            200,
+            &hub_api::list_environments(&env, &identity).await?,
+        )),
+        (["v1", "environments"], Method::Post) => {
+            let body = parse_json(&read_body(&mut req).await?)?;
+            let created = hub_api::create_environment(&env, &identity, &body).await?;
+            Ok(json_response(201, &created))
         }
-        (["v1", "environments", key], method @ (Method::Get | Method::Patch | Method::Delete)) => {
-            let path = format!("/environments/{key}");
-            to_hub(&mut req, &env, &identity, &path, method).await
+        (["v1", "environments", key], Method::Get) => {
+            let key = decode_segment(key)?;
+            let found = hub_api::environment(&env, &identity, &key).await?;
+            Ok(json_response(200, &found))
         }
-        (["v1", "runners"] | ["v1", "environments"] | ["v1", "environments", _], _) => {
-            Err(method_not_allowed())
+        (["v1", "environments", key], Method::Patch) => {
+            let key = decode_segment(key)?;
+            let body = parse_json(&read_body(&mut req).await?)?;
+            let updated = hub_api::update_environment(&env, &identity, &key, &body).await?;
+            Ok(json_response(200, &updated))
         }
+        (["v1", "environments", key], Method::Delete) => {
+            let key = decode_segment(key)?;
+            hub_api::delete_environment(&env, &identity, &key).await?;
+            Ok(Response::empty()?.with_status(204))
+        }
+        (
+            ["v1", "runners"]
+            | ["v1", "runners", _, _]
+            | ["v1", "environments"]
+            | ["v1", "environments", _],
+            _,
+        ) => Err(method_not_allowed()),
         (["v1", "sessions", id, "approvals", approval_id], Method::Post) => {
             let query = format!("id={approval_id}");
             let stub = session_client::stub(&env, &identity.tenant, id)?;
@@ -299,13 +328,6 @@ async fn global_context(env: &Env, identity: &Identity) -> ApiResult<Option<serd
     }))
 }
 
-fn hub(env: &Env, tenant: &str) -> ApiResult<worker::Stub> {
-    Ok(env
-        .durable_object("RUNNERS")?
-        .id_from_name(tenant)?
-        .get_stub()?)
-}
-
 /// Hands a runner's WebSocket upgrade to its tenant's hub.
 async fn connect_runner(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
     let upgrade = req
@@ -321,53 +343,15 @@ async fn connect_runner(req: &Request, env: &Env, identity: &Identity) -> ApiRes
             "connect with a WebSocket upgrade",
         ));
     }
-    let headers = Headers::new();
-    for (name, value) in req.headers().entries() {
-        // Internal identity headers come only from the verified token, never from the client.
-        if name != "authorization" && !name.starts_with("x-wuhu-") {
-            headers.set(&name, &value)?;
-        }
-    }
-    identity.set_headers(&headers)?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Get).with_headers(headers);
-    let internal = Request::new_with_init("https://hub/connect", &init)?;
-    Ok(hub(env, &identity.tenant)?
-        .fetch_with_request(internal)
-        .await?)
+    hub_api::connect(env, identity, req).await
 }
 
-/// Forwards a user request to the tenant's hub (runners, environment definitions).
-async fn to_hub(
-    req: &mut Request,
-    env: &Env,
-    identity: &Identity,
-    path: &str,
-    method: Method,
-) -> ApiResult<Response> {
-    let body = match method {
-        Method::Post | Method::Patch => {
-            Some(String::from_utf8_lossy(&read_body(req).await?).into_owned())
-        }
-        _ => None,
-    };
-    let headers = Headers::new();
-    identity.set_headers(&headers)?;
-    headers.set("content-type", "application/json")?;
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    if let Some(body) = body {
-        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    }
-    let query = req.url().ok().and_then(|u| u.query().map(str::to_string));
-    let url = match query {
-        Some(q) => format!("https://hub{path}?{q}"),
-        None => format!("https://hub{path}"),
-    };
-    let internal = Request::new_with_init(&url, &init)?;
-    Ok(hub(env, &identity.tenant)?
-        .fetch_with_request(internal)
-        .await?)
+/// A percent-encoded path segment, decoded.
+fn decode_segment(segment: &str) -> ApiResult<String> {
+    js_sys::decode_uri_component(segment)
+        .ok()
+        .and_then(|v| v.as_string())
+        .ok_or_else(|| ApiError::bad_request("invalid percent-encoding in path"))
 }
 
 fn method_not_allowed() -> ApiError {

@@ -6,6 +6,7 @@
 //! Internal routes (every request carries `x-wuhu-tenant` and `x-wuhu-sub`, already verified):
 //! * `GET /connect`: WebSocket upgrade from a runner (`x-wuhu-sub` is the runner's owner).
 //! * `GET /runners`: [`wuhu_core::wire::ListRunnersResponse`].
+//! * `DELETE /runners/:owner/:name`: frees a runner name (204; 403, 404).
 //! * `GET|POST /environments`, `GET|PATCH|DELETE /environments/:idOrName`: definitions.
 //! * `POST /resolve`: [`wuhu_core::wire::ResolveEnvironmentRequest`] →
 //!   [`wuhu_core::wire::ResolveEnvironmentResponse`].
@@ -128,17 +129,20 @@ impl RunnerHub {
         match (method, path.as_str()) {
             (Method::Get, "/connect") => sockets.accept(&req, &sub).await,
             (Method::Get, "/runners") => definitions::list_runners(&sockets),
+            (Method::Delete, p) if p.starts_with("/runners/") => {
+                let rest: Vec<String> = p["/runners/".len()..].split('/').map(decode).collect();
+                match rest.as_slice() {
+                    [owner, name] => sockets.free(&who, owner, name),
+                    _ => Err(ApiError::not_found("no such route")),
+                }
+            }
             (Method::Get, "/environments") => definitions::list(&self.sql),
             (Method::Post, "/environments") => {
                 let body = read_body(&mut req).await?;
                 definitions::create(&sockets, &who, &body)
             }
             (method, p) if p.starts_with("/environments/") => {
-                let raw = &p["/environments/".len()..];
-                let key = js_sys::decode_uri_component(raw)
-                    .ok()
-                    .and_then(|v| v.as_string())
-                    .unwrap_or_else(|| raw.to_string());
+                let key = decode(&p["/environments/".len()..]);
                 match method {
                     Method::Get => Ok(crate::http::json_response(
                         200,
@@ -167,6 +171,14 @@ impl RunnerHub {
             _ => Err(ApiError::not_found("no such route")),
         }
     }
+}
+
+/// A path segment, percent-decoded (as given when it does not decode).
+fn decode(raw: &str) -> String {
+    js_sys::decode_uri_component(raw)
+        .ok()
+        .and_then(|v| v.as_string())
+        .unwrap_or_else(|| raw.to_string())
 }
 
 fn method_not_allowed() -> ApiError {

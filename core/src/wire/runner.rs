@@ -119,6 +119,13 @@ pub mod codes {
     /// Refusal: the runner name belongs to another user of the tenant (one of their runners is
     /// connected with it, or was seen recently). Permanent: start with another `--name`.
     pub const NAME_TAKEN: &str = "name_taken";
+    /// Refusal: the runner would be one more name than its owner (64) or the tenant (1,024) may
+    /// hold (`wuhu_core::hub::MAX_RUNNER_ROWS_PER_OWNER`). Permanent: reuse a name, or free
+    /// one with `DELETE /v1/runners/:owner/:name`.
+    pub const TOO_MANY_RUNNERS: &str = "too_many_runners";
+    /// Refusal: the runner's owner or an admin freed its name (`DELETE
+    /// /v1/runners/:owner/:name`) while it was connected. Permanent.
+    pub const RUNNER_REMOVED: &str = "runner_removed";
     /// Refusal: the first frame was not `hello`. Permanent.
     pub const HELLO_REQUIRED: &str = "hello_required";
     /// Result error: the tool name is unknown to this runner.

@@ -4,6 +4,7 @@
 
 use worker::{Response, SqlStorage};
 use wuhu_core::authority::{self, Principal};
+use wuhu_core::hub;
 use wuhu_core::resolve::{self, ResolveError, RunnerView};
 use wuhu_core::wire::{
     CreateEnvironmentRequest, EnvironmentDefinition, ListEnvironmentsResponse, ListRunnersResponse,
@@ -13,6 +14,10 @@ use wuhu_core::wire::{
 use super::sockets::{Sockets, now_ms};
 use super::store;
 use crate::http::{ApiError, ApiResult, json_response, parse_json};
+
+/// `409` code of a definition past [`hub::MAX_DEFINITIONS_PER_OWNER`] or
+/// [`hub::MAX_DEFINITIONS_PER_TENANT`].
+const TOO_MANY_ENVIRONMENTS: &str = "too_many_environments";
 
 /// The tenant's runners as resolution sees them (stored rows, with whether each is connected).
 fn runner_views(sockets: &Sockets<'_>) -> ApiResult<Vec<RunnerView>> {
@@ -39,6 +44,7 @@ fn runner_views(sockets: &Sockets<'_>) -> ApiResult<Vec<RunnerView>> {
 /// `GET /runners`.
 pub(super) fn list_runners(sockets: &Sockets<'_>) -> ApiResult<Response> {
     let open = sockets.open();
+    sockets.purge_expired(now_ms(), &open)?;
     let runners = store::runners(sockets.sql)?
         .into_iter()
         .map(|row| {
@@ -112,6 +118,9 @@ pub(super) fn create(sockets: &Sockets<'_>, who: &Principal, body: &[u8]) -> Api
     if store::name_taken(sockets.sql, &definition.name, &definition.id)? {
         return Err(name_conflict(&definition.name));
     }
+    let existing = store::definitions(sockets.sql)?;
+    hub::admit_definition(&who.sub, existing.iter().map(|d| d.owner.as_deref()))
+        .map_err(|message| ApiError::new(409, TOO_MANY_ENVIRONMENTS, message))?;
     store::put_definition(sockets.sql, &definition)?;
     Ok(json_response(201, &definition))
 }

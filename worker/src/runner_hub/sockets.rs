@@ -16,6 +16,8 @@ use wuhu_core::wire::runner::{
     decode_frame_within, encode_frame,
 };
 
+use wuhu_core::authority::{self, Principal};
+
 use super::store;
 use super::waiters::Waiters;
 use crate::http::{ApiError, ApiResult};
@@ -113,6 +115,17 @@ fn runner_label(info: &SocketInfo) -> String {
         .as_ref()
         .map(|r| format!("runner {:?}", r.name))
         .unwrap_or_else(|| String::from("runner"))
+}
+
+/// The open sockets as the hub rules see them.
+fn connections(open: &[(WebSocket, SocketInfo)]) -> Vec<OpenConnection<'_>> {
+    open.iter()
+        .map(|(_, info)| OpenConnection {
+            epoch: info.epoch,
+            owner: &info.owner,
+            name: info.runner.as_ref().map(|r| r.name.as_str()),
+        })
+        .collect()
 }
 
 /// The hub's runner sockets, with what acting on them needs.
@@ -357,19 +370,26 @@ impl Sockets<'_> {
         };
         let now = now_ms();
         let open = self.open();
-        let connections: Vec<OpenConnection<'_>> = open
-            .iter()
-            .map(|(_, other)| OpenConnection {
-                epoch: other.epoch,
-                owner: &other.owner,
-                name: other.runner.as_ref().map(|r| r.name.as_str()),
-            })
-            .collect();
-        let rows = match store::runners_named(self.sql, &hello.name) {
+        let connections = connections(&open);
+        // Expired reservations go first, so they neither hold a name nor count against a cap.
+        let rows = match self.purge_expired(now, &open) {
             Ok(rows) => rows,
             Err(e) => {
+                // Without the rows neither names nor caps can be checked: refuse for now.
                 worker::console_error!("runner hub: reading runners failed: {}", e.message);
-                Vec::new()
+                send(
+                    ws,
+                    &ServerMessage::Refused {
+                        code: codes::NAME_IN_USE.to_string(),
+                        message: String::from(
+                            "the server could not read its runner list; retrying",
+                        ),
+                    },
+                );
+                info.closed = true;
+                save_info(ws, &info);
+                close(ws, 1011, "runner list unavailable");
+                return;
             }
         };
         let known: Vec<KnownRunner<'_>> = rows
@@ -463,6 +483,87 @@ impl Sockets<'_> {
         self.arm_alarm(now + SILENCE_LIMIT_MS).await;
     }
 
+    /// The tenant's runner names after deleting those whose reservation expired
+    /// ([`hub::expired_rows`]); `open` are the open sockets.
+    pub(super) fn purge_expired(
+        &self,
+        now: i64,
+        open: &[(WebSocket, SocketInfo)],
+    ) -> ApiResult<Vec<store::NameRow>> {
+        let mut rows = store::names(self.sql)?;
+        let connections = connections(open);
+        let expired = {
+            let known: Vec<KnownRunner<'_>> = rows
+                .iter()
+                .map(|row| KnownRunner {
+                    owner: &row.owner,
+                    name: &row.name,
+                    last_seen_ms: row.last_seen_ms,
+                })
+                .collect();
+            hub::expired_rows(now, &known, &connections)
+        };
+        for &i in expired.iter().rev() {
+            let row = rows.remove(i);
+            worker::console_log!(
+                "runner hub: name {:?} of {} expired (last seen {} days ago)",
+                row.name,
+                row.owner,
+                (now - row.last_seen_ms) / 86_400_000
+            );
+            store::delete_runner(self.sql, &row.owner, &row.name)?;
+        }
+        Ok(rows)
+    }
+
+    /// `DELETE /runners/:owner/:name`: frees `owner`'s runner name. A live connection of it is
+    /// refused for good ([`codes::RUNNER_REMOVED`]: the runner stops instead of reconnecting)
+    /// and its calls fail. 404 when there is no such runner, 403 unless `who` is the owner or an
+    /// admin ([`authority::may_free_runner_name`]).
+    pub(super) fn free(&self, who: &Principal, owner: &str, name: &str) -> ApiResult<Response> {
+        let live: Vec<(WebSocket, SocketInfo)> = self
+            .open()
+            .into_iter()
+            .filter(|(_, info)| info.serves(owner, name))
+            .collect();
+        if live.is_empty() && store::runner(self.sql, owner, name)?.is_none() {
+            return Err(ApiError::not_found(format!(
+                "no runner {name:?} of {owner:?}"
+            )));
+        }
+        if !authority::may_free_runner_name(who, owner) {
+            return Err(ApiError::new(
+                403,
+                "forbidden",
+                format!(
+                    "runner {name:?} is {owner:?}'s; only its owner or an admin may free its name"
+                ),
+            ));
+        }
+        let message = format!(
+            "runner name {name:?} of {owner:?} was freed by {:?}; this runner no longer serves the tenant (start it again to register anew)",
+            who.sub
+        );
+        for (ws, info) in live {
+            worker::console_log!("runner hub: {message}");
+            send(
+                &ws,
+                &ServerMessage::Refused {
+                    code: codes::RUNNER_REMOVED.to_string(),
+                    message: message.clone(),
+                },
+            );
+            self.close_for_good(
+                &ws,
+                info,
+                1008,
+                &close_reason(&format!("{}: {message}", codes::RUNNER_REMOVED)),
+            );
+        }
+        store::delete_runner(self.sql, owner, name)?;
+        Ok(Response::empty()?.with_status(204))
+    }
+
     /// A socket closed or failed: fail its calls, mark its runner offline.
     pub(super) fn on_gone(&self, ws: &WebSocket, why: &str) {
         let Some(mut info) = info_of(ws) else {
@@ -524,6 +625,9 @@ impl Sockets<'_> {
             })
             .collect();
         let plan = hub::sweep(now, &facts);
+        if let Err(e) = self.purge_expired(now, &open) {
+            worker::console_error!("runner hub: expiring runner names failed: {}", e.message);
+        }
         for (ws, mut info) in open {
             if let Some((_, reason)) = plan.drop.iter().find(|(e, _)| *e == info.epoch) {
                 let last = self.last_seen_ms(&ws, &info);

@@ -81,14 +81,39 @@ pub(super) fn runners(sql: &SqlStorage) -> ApiResult<Vec<RunnerRow>> {
         .to_array()?)
 }
 
-/// Every known runner named `name` (of any owner).
-pub(super) fn runners_named(sql: &SqlStorage, name: &str) -> ApiResult<Vec<RunnerRow>> {
+/// A runner row's name reservation: whose, which name, when last seen.
+#[derive(Deserialize, Clone, Debug)]
+pub(super) struct NameRow {
+    pub(super) owner: String,
+    pub(super) name: String,
+    pub(super) last_seen_ms: i64,
+}
+
+/// Every runner row's reservation (the cheap read `hello` and expiry need).
+pub(super) fn names(sql: &SqlStorage) -> ApiResult<Vec<NameRow>> {
     Ok(sql
-        .exec(
-            "SELECT owner, name, kind, os, arch, environments, capabilities, version, last_seen_ms FROM runners WHERE name = ?",
-            vec![name.into()],
-        )?
+        .exec("SELECT owner, name, last_seen_ms FROM runners", None)?
         .to_array()?)
+}
+
+/// The row of `owner`'s runner `name`, if any.
+pub(super) fn runner(sql: &SqlStorage, owner: &str, name: &str) -> ApiResult<Option<RunnerRow>> {
+    let rows: Vec<RunnerRow> = sql
+        .exec(
+            "SELECT owner, name, kind, os, arch, environments, capabilities, version, last_seen_ms FROM runners WHERE owner = ? AND name = ?",
+            vec![owner.into(), name.into()],
+        )?
+        .to_array()?;
+    Ok(rows.into_iter().next())
+}
+
+/// Deletes `owner`'s runner `name` (frees the name).
+pub(super) fn delete_runner(sql: &SqlStorage, owner: &str, name: &str) -> ApiResult<()> {
+    sql.exec(
+        "DELETE FROM runners WHERE owner = ? AND name = ?",
+        vec![owner.into(), name.into()],
+    )?;
+    Ok(())
 }
 
 /// What a `hello` says about a runner.
