@@ -22,6 +22,7 @@
 //! * [`access`]: Cloudflare Access identities and the team's key set.
 //! * [`browser`]: cross-site checks for cookie credentials, CORS.
 //! * [`orchestration`]: child sessions: lineage, recursion guard, lifecycle, concurrency gate.
+//! * [`jobs`]: background jobs: how a session concludes a job ended (or was lost).
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
 #![warn(missing_docs, unreachable_pub)]
 
@@ -37,6 +38,7 @@ pub mod egress;
 pub mod environments;
 pub mod follow;
 pub mod hub;
+pub mod jobs;
 pub mod llm;
 pub mod orchestration;
 pub mod out_of_line;

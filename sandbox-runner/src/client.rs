@@ -17,13 +17,14 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use wuhu_core::wire::runner::{
     AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, MAX_FRAME_BYTES,
     MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerMessage, ServerMessage,
-    capabilities, codes, decode_frame, encode_frame, os_display_name,
+    capabilities, codes, decode_frame, encode_frame, jobs, os_display_name,
 };
 
 use crate::backoff::Backoff;
 use crate::config::{RunnerConfig, connect_url};
 use crate::environment::EnvironmentHost;
 use crate::executor::{ToolCall, execute};
+use crate::jobs::Jobs;
 use crate::snapshot::validate_snapshot;
 use crate::tools::{CancelHandle, CancelSignal};
 
@@ -85,10 +86,14 @@ pub async fn run(config: RunnerConfig, host: EnvironmentHost, options: ClientOpt
         Ok(url) => url,
         Err(e) => return Fatal::Config(e.to_string()),
     };
+    let jobs = Arc::new(Jobs::new(
+        host.dirs.log_dir.clone(),
+        host.dirs.temp_root.clone(),
+    ));
     let host = Arc::new(host);
     let mut backoff = Backoff::new(options.jitter_seed);
     loop {
-        let ended = serve_once(&url, &config, &host, &options).await;
+        let ended = serve_once(&url, &config, &host, &jobs, &options).await;
         let reason = match ended {
             Ended::Fatal(fatal) => {
                 (options.status)(&fatal.to_string());
@@ -129,6 +134,7 @@ pub fn hello(config: &RunnerConfig) -> RunnerMessage {
             capabilities::ENV_LOCAL,
             capabilities::ENV_FOLDER_TEMPLATE,
             capabilities::ENV_WORKTREE,
+            capabilities::BACKGROUND_JOBS,
         ]
         .map(String::from),
     );
@@ -162,6 +168,7 @@ async fn serve_once(
     url: &str,
     config: &RunnerConfig,
     host: &Arc<EnvironmentHost>,
+    jobs: &Arc<Jobs>,
     options: &ClientOptions,
 ) -> Ended {
     let mut request = match url.into_client_request() {
@@ -283,6 +290,8 @@ async fn serve_once(
 
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<RunnerMessage>();
     let calls: Calls = Arc::new(Mutex::new(HashMap::new()));
+    // Jobs that ended while no connection was up are reported now.
+    jobs.connected(out_tx.clone());
     let mut ticker = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_heard = Instant::now();
@@ -303,11 +312,12 @@ async fn serve_once(
                             Ok(ServerMessage::Refused { code, message }) => {
                                 if codes::refusal_is_permanent(&code) {
                                     cancel_all(&calls);
+                                    jobs.disconnected();
                                     return Ended::Fatal(Fatal::Refused { code, message });
                                 }
                                 break format!("refused: {message}");
                             }
-                            Ok(message) => dispatch(message, host, &calls, &out_tx, options),
+                            Ok(message) => dispatch(message, host, jobs, &calls, &out_tx, options),
                             Err(e) => {
                                 let _ = out_tx.send(protocol_error_frame(&e));
                             }
@@ -339,7 +349,9 @@ async fn serve_once(
             }
         }
     };
-    // Results can no longer be delivered: stop everything still running.
+    // Results can no longer be delivered: stop every call still running. Background jobs run
+    // on; their ends wait for the next connection.
+    jobs.disconnected();
     cancel_all(&calls);
     let _ = tokio::time::timeout(Duration::from_secs(1), ws.close(None)).await;
     Ended::Retry {
@@ -351,6 +363,7 @@ async fn serve_once(
 fn dispatch(
     message: ServerMessage,
     host: &Arc<EnvironmentHost>,
+    jobs: &Arc<Jobs>,
     calls: &Calls,
     out: &mpsc::UnboundedSender<RunnerMessage>,
     options: &ClientOptions,
@@ -427,7 +440,9 @@ fn dispatch(
         } => {
             // The context comes from the server: its root and cwd must be places this runner
             // offers (the attach policy), or the call is refused unrun.
-            if let Err(error) = host.check_call_context(&environment) {
+            // Job tools read no environment (the job's session is their authority).
+            let job_tool = tool == jobs::STATUS_TOOL || tool == jobs::KILL_TOOL;
+            if !job_tool && let Err(error) = host.check_call_context(&environment) {
                 (options.status)(&format!("refused {tool} call {id}: {}", error.message));
                 let _ = out.send(RunnerMessage::Error {
                     id: Some(id),
@@ -454,6 +469,7 @@ fn dispatch(
                 environment.name
             ));
             let host = host.clone();
+            let jobs = jobs.clone();
             let out = out.clone();
             let calls = calls.clone();
             tokio::spawn(async move {
@@ -465,6 +481,8 @@ fn dispatch(
                         tool: &tool,
                         arguments,
                         deadline: timeout_ms.map(Duration::from_millis),
+                        session_id: &session_id,
+                        jobs: Some(&jobs),
                     },
                     signal,
                 )

@@ -288,6 +288,7 @@ impl EnvironmentHost {
             env: snapshot.env,
             temp_dir: temp_dir.clone(),
             log_dir: self.dirs.log_dir.clone(),
+            job_logs: None,
             cancel: CancelSignal::never(),
         };
         let command = format!("set -euo pipefail\n{script}");

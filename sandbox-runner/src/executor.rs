@@ -7,9 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use wuhu_core::wire::runner::EnvironmentContext;
+use wuhu_core::wire::runner::jobs::{KILL_TOOL, STATUS_TOOL};
 
+use crate::jobs::{Jobs, session_log_dir};
 use crate::tools::{CancelSignal, ToolContext, ToolOutput, run_tool};
 
 /// Directories the runner uses for its own bookkeeping.
@@ -45,11 +49,31 @@ pub struct ToolCall<'a> {
     pub arguments: Value,
     /// The server's deadline for the whole call.
     pub deadline: Option<Duration>,
+    /// The session the call is for.
+    pub session_id: &'a str,
+    /// The runner's background jobs (`bash {background: true}`, `job_status`, `job_kill`);
+    /// without them those are refused.
+    pub jobs: Option<&'a Arc<Jobs>>,
+}
+
+/// Whether `arguments` ask `bash` to run as a background job.
+pub fn is_background(tool: &str, arguments: &Value) -> bool {
+    tool == "bash" && arguments.get("background").and_then(Value::as_bool) == Some(true)
 }
 
 /// Runs one tool call to its answer. Never fails: problems are error outputs.
 pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal) -> ToolOutput {
     let env = call.environment;
+    if call.tool == STATUS_TOOL || call.tool == KILL_TOOL {
+        let Some(jobs) = call.jobs else {
+            return ToolOutput::error("this runner runs no background jobs");
+        };
+        return if call.tool == STATUS_TOOL {
+            jobs.status(call.session_id, &call.arguments)
+        } else {
+            jobs.kill(call.session_id, &call.arguments).await
+        };
+    }
     let root = match Path::new(&env.root).canonicalize() {
         Ok(root) if root.is_dir() => root,
         _ => {
@@ -86,8 +110,23 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
         env: env.snapshot.env.clone(),
         temp_dir: temp_dir.clone(),
         log_dir: dirs.log_dir.clone(),
+        job_logs: Some(session_log_dir(&dirs.log_dir, call.session_id)),
         cancel: inner_signal,
     };
+    if is_background(call.tool, &call.arguments) {
+        let _ = std::fs::remove_dir(&temp_dir);
+        let Some(jobs) = call.jobs else {
+            return ToolOutput::error("this runner runs no background jobs");
+        };
+        let mut arguments = call.arguments;
+        if let Value::Object(map) = &mut arguments {
+            map.remove("background");
+        }
+        return match serde_json::from_value::<crate::tools::bash::BashArgs>(arguments) {
+            Ok(args) => jobs.start(&ctx, call.session_id, &env.name, args),
+            Err(e) => ToolOutput::error(format!("invalid arguments for bash: {e}")),
+        };
+    }
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let deadline = call.deadline.map(|d| tokio::time::Instant::now() + d);
     let mut outer = cancel;
@@ -191,6 +230,8 @@ mod tests {
                 tool: "bash",
                 arguments: json!({"command": "pwd; echo $GREETING; echo $TMPDIR; touch \"$TMPDIR/x\""}),
                 deadline: None,
+                session_id: "s1",
+                jobs: None,
             },
             CancelSignal::never(),
         )
@@ -210,6 +251,8 @@ mod tests {
                 tool: "write",
                 arguments: json!({"path": "f.txt", "content": "x"}),
                 deadline: None,
+                session_id: "s1",
+                jobs: None,
             },
             CancelSignal::never(),
         )
@@ -234,6 +277,8 @@ mod tests {
                 tool: "bash",
                 arguments: json!({"command": "echo before; sleep 30"}),
                 deadline: Some(Duration::from_millis(300)),
+                session_id: "s1",
+                jobs: None,
             },
             CancelSignal::never(),
         )
@@ -254,6 +299,8 @@ mod tests {
                 tool: "ls",
                 arguments: json!({}),
                 deadline: None,
+                session_id: "s1",
+                jobs: None,
             },
             CancelSignal::never(),
         )

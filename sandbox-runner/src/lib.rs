@@ -16,6 +16,8 @@
 //! * [`executor`]: builds each tool call's context (cwd and env from the snapshot, a per-call
 //!   temp dir, cancellation, deadline) and dispatches to [`tools`]. Tools never reach back into
 //!   a session: everything they need arrives with the call (seed 003).
+//! * [`jobs`]: background jobs (`bash {background: true}`, `job_status`, `job_kill`): they
+//!   belong to the runner process and outlive its connections.
 //! * [`tools`]: `bash`, `read`, `write`, `edit`, `ls`, `find`, `grep` with Wuhu semantics.
 //!
 //! The runner keeps no per-session state: every request carries the environment context the
@@ -28,6 +30,7 @@ pub mod client;
 pub mod config;
 pub mod environment;
 pub mod executor;
+pub mod jobs;
 pub mod snapshot;
 pub mod tools;
 

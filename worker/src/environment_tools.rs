@@ -18,7 +18,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use wuhu_core::approvals::{self, Action, Facts, Target};
 use wuhu_core::environments::{self, Attachment};
+use wuhu_core::jobs::JobRecord;
 use wuhu_core::tools::names;
+use wuhu_core::wire::runner::JobState;
 use wuhu_core::wire::runner::{
     AttachOutcome, DetachOutcome, EnvironmentContext, RunnerMessage, ServerMessage,
 };
@@ -34,6 +36,8 @@ use crate::tool_context::{Ask, AttachmentChange, ToolContext, ToolOutput};
 const ATTACH_TIMEOUT_MS: u64 = 10 * 60 * 1000;
 /// Tool calls without their own timeout.
 const DEFAULT_TOOL_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+/// How long starting a background job may take.
+const JOB_START_TIMEOUT_MS: u64 = 60_000;
 
 /// Sends `message` to a runner on behalf of the session's owner. A `tool_call` is recorded
 /// while it runs, so stopping the step (or a restart) cancels it on the runner.
@@ -150,6 +154,7 @@ fn runner_error(runner: &str, e: &ApiError) -> String {
 pub(crate) fn handles(call: &ToolCall) -> bool {
     match call.name.as_str() {
         names::REQUEST_ENVIRONMENT | names::DETACH_ENVIRONMENT => true,
+        names::JOB_STATUS | names::JOB_KILL => true,
         names::READ | names::WRITE => {
             let path = call
                 .arguments
@@ -166,6 +171,7 @@ pub(crate) async fn execute(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     match call.name.as_str() {
         names::REQUEST_ENVIRONMENT => request_environment(ctx, call).await,
         names::DETACH_ENVIRONMENT => detach_environment(ctx, call).await,
+        names::JOB_STATUS | names::JOB_KILL => job_tool(ctx, call).await,
         _ => run_on_runner(ctx, call).await,
     }
 }
@@ -444,11 +450,26 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     if !ctx.validated.contains_key(&name) {
         validate(ctx, &attachment, &context, &mut output).await;
     }
-    let timeout_ms = arguments
-        .get("timeout")
-        .and_then(Value::as_f64)
-        .map(|s| (s * 1000.0) as u64 + 5_000)
-        .unwrap_or(DEFAULT_TOOL_TIMEOUT_MS);
+    let background = call.name == names::BASH
+        && arguments.get("background").and_then(Value::as_bool) == Some(true);
+    if background && let Err(refusal) = wuhu_core::jobs::may_start(ctx.jobs.running()) {
+        return ToolOutput::text(Err(refusal));
+    }
+    let timeout_ms = if background {
+        // Only the start waits; the job's own `timeout` is the runner's business.
+        JOB_START_TIMEOUT_MS
+    } else {
+        arguments
+            .get("timeout")
+            .and_then(Value::as_f64)
+            .map(|s| (s * 1000.0) as u64 + 5_000)
+            .unwrap_or(DEFAULT_TOOL_TIMEOUT_MS)
+    };
+    let command = arguments
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let message = ServerMessage::ToolCall {
         id: uuid::Uuid::new_v4().to_string(),
         session_id: ctx.session_id.clone(),
@@ -469,11 +490,39 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         Ok((
             epoch,
             Some(RunnerMessage::ToolResult {
-                content, is_error, ..
+                content,
+                is_error,
+                details,
+                ..
             }),
         )) => {
             output.content = content;
             output.is_error = is_error;
+            let job_id = details
+                .as_ref()
+                .and_then(|d| d.get("jobId"))
+                .and_then(Value::as_str);
+            if background
+                && !is_error
+                && let Some(job_id) = job_id
+            {
+                let record = JobRecord {
+                    job_id: job_id.to_string(),
+                    runner: attachment.runner.clone(),
+                    runner_owner: attachment.runner_owner.clone(),
+                    environment: name.clone(),
+                    command: short_command(&command),
+                    started_at_ms: worker::Date::now().as_millis(),
+                    state: JobState::Running,
+                    absent_since_ms: None,
+                    report: None,
+                };
+                if let Err(e) = ctx.jobs.record(record) {
+                    output.content.push_str(&format!(
+                        "\n\n(Warning: the session could not record the job ({e}); its end may not be reported.)"
+                    ));
+                }
+            }
             let known = output
                 .validated
                 .get(&name)
@@ -504,6 +553,67 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         }
     }
     output
+}
+
+/// The command line as a job record keeps it: at most 200 bytes, on one line.
+fn short_command(command: &str) -> String {
+    let one_line = command.trim().replace('\n', "; ");
+    if one_line.len() <= 200 {
+        return one_line;
+    }
+    let mut end = 199;
+    while !one_line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &one_line[..end])
+}
+
+/// `job_status {id}` / `job_kill {id}`: asks the job's runner (the session's owner asks; the
+/// job was approved when it started). A finished job's status comes from the session's record.
+async fn job_tool(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
+    let Some(id) = call.arguments.get("id").and_then(Value::as_str) else {
+        return ToolOutput::text(Err(format!(
+            "Invalid arguments for {}: `id` (the job id bash returned) is required",
+            call.name
+        )));
+    };
+    let Some(record) = ctx.jobs.get(id) else {
+        return ToolOutput::text(Err(format!(
+            "No background job {id:?} in this session (bash with background: true returns a job id)."
+        )));
+    };
+    if record.state.is_finished() {
+        let text = match &record.report {
+            Some(report) => wuhu_core::jobs::finished_message(&record, report, None).content,
+            None => format!("Job {id} {}.", record.state.as_str()),
+        };
+        return ToolOutput::text(Ok(text));
+    }
+    let answer = runner_client::ask_job(
+        &ctx.env,
+        &ctx.tenant,
+        &ctx.owner,
+        &ctx.session_id,
+        &record,
+        &call.name,
+    )
+    .await;
+    match answer {
+        Ok(RunnerMessage::ToolResult {
+            content, is_error, ..
+        }) => ToolOutput::text(if is_error { Err(content) } else { Ok(content) }),
+        Ok(other) => ToolOutput::text(Err(format!(
+            "Runner {:?} answered unexpectedly: {other:?}",
+            record.runner
+        ))),
+        Err(e) if e.code == codes::RUNNER_NOT_CONNECTED => ToolOutput::text(Err(format!(
+            "Runner {:?} is not connected, so job {id} cannot be reached now. If the runner \
+             does not come back soon, the job counts as lost and a wuhu_job_finished_v1 \
+             message says so.",
+            record.runner
+        ))),
+        Err(e) => ToolOutput::text(Err(runner_error(&record.runner, &e))),
+    }
 }
 
 /// Where calls to an attached environment go. The definition's policy applied when it was

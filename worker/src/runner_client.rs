@@ -2,7 +2,10 @@
 
 use serde::Deserialize;
 use worker::Env;
-use wuhu_core::wire::runner::{RunnerMessage, ServerMessage};
+use wuhu_core::jobs::JobRecord;
+use wuhu_core::wire::runner::{
+    EnvironmentContext, EnvironmentKind, RunnerMessage, ServerMessage, Snapshot,
+};
 use wuhu_core::wire::{ResolveEnvironmentRequest, RunnerPreference};
 
 use crate::http::{ApiError, ApiResult};
@@ -74,4 +77,54 @@ pub(crate) async fn cancel(
     internal::runner_call(env, tenant, sub, runner, owner, &message, None)
         .await
         .map(|_| ())
+}
+
+/// How long one question about a job waits for the runner's answer.
+const JOB_QUESTION_TIMEOUT_MS: u64 = 20_000;
+
+/// The environment context a job request carries: the runner answers `job_status` from its
+/// own records and reads none of it.
+fn job_context(record: &JobRecord) -> EnvironmentContext {
+    EnvironmentContext {
+        name: record.environment.clone(),
+        kind: EnvironmentKind::Local,
+        root: String::from("/"),
+        snapshot: Snapshot {
+            cwd: String::new(),
+            env: Default::default(),
+            captured_at: 0,
+        },
+        repo_path: None,
+        branch: None,
+    }
+}
+
+/// Asks `record`'s runner how its job stands (the session's owner asks).
+pub(crate) async fn ask_job(
+    env: &worker::Env,
+    tenant: &str,
+    owner: &str,
+    session_id: &str,
+    record: &JobRecord,
+    tool: &str,
+) -> ApiResult<RunnerMessage> {
+    let message = ServerMessage::ToolCall {
+        id: uuid::Uuid::new_v4().to_string(),
+        session_id: session_id.to_string(),
+        environment: job_context(record),
+        tool: tool.to_string(),
+        arguments: serde_json::json!({ "id": record.job_id }),
+        timeout_ms: Some(JOB_QUESTION_TIMEOUT_MS),
+    };
+    let (_, answer) = call(
+        env,
+        tenant,
+        owner,
+        &record.runner,
+        &record.runner_owner,
+        &message,
+        JOB_QUESTION_TIMEOUT_MS,
+    )
+    .await?;
+    answer.ok_or_else(|| ApiError::internal("the runner gave no answer"))
 }

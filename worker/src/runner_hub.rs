@@ -13,6 +13,10 @@
 //! * `POST /call`: [`RunnerCallRequest`] → [`wuhu_core::wire::RunnerCallResponse`]; 503
 //!   `runner_not_connected`, 502 `runner_disconnected`, 504 `timeout`.
 //!
+//! A runner's `job_finished_v1` event goes on to the session it names (`POST /job_event` on
+//! the session actor, with the runner's name and owner; the session heeds only jobs it started
+//! on that runner).
+//!
 //! By job: `sockets` (accepting runners, per-socket state, `hello`, frames, the liveness
 //! sweep), `waiters` (`/call`s waiting for an answer), `calls` (`/call`), `definitions`
 //! (listings, definitions, `/resolve`), `store` (SQLite). The rules they apply are
@@ -40,12 +44,13 @@ use waiters::Waiters;
 #[durable_object]
 pub struct RunnerHub {
     state: State,
+    env: Env,
     sql: SqlStorage,
     waiters: Waiters,
 }
 
 impl DurableObject for RunnerHub {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
         store::migrate(&sql);
         // Heartbeats are answered by the runtime, without waking the hub.
@@ -54,6 +59,7 @@ impl DurableObject for RunnerHub {
         }
         RunnerHub {
             state,
+            env,
             sql,
             waiters: Waiters::new(),
         }
@@ -114,6 +120,7 @@ impl RunnerHub {
     fn sockets(&self) -> Sockets<'_> {
         Sockets {
             state: &self.state,
+            env: &self.env,
             sql: &self.sql,
             waiters: &self.waiters,
         }

@@ -9,7 +9,8 @@
 //!   authenticated; identity arrives in `x-wuhu-tenant` / `x-wuhu-sub`): `POST /init`,
 //!   `GET /info`, `GET /transcript`, `POST /enqueue`, `POST /cancel`, `POST /approval`,
 //!   `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`; between actors only
-//!   `POST /child_event`, `POST /child_input`, `POST /start`.
+//!   `POST /child_event`, `POST /child_input`, `POST /start`; from the runner hub only
+//!   `POST /job_event`.
 //! - [`persist`]: loading, and committing each drain before it is performed (durability rules);
 //!   [`store`] is its SQLite schema, [`blob_io`] the out-of-line objects in R2.
 //! - [`effects`]: performing a committed drain (followers, tasks, alarm, index, flush).
@@ -19,6 +20,8 @@
 //! - [`children`]: child sessions: the parent's `children` table and `/child_event`, a child's
 //!   lifecycle reports, its input through the concurrency gate (`/child_input`, `/start`), and
 //!   the stop cascade.
+//! - [`jobs`]: background jobs: the `jobs` table, `/job_event` from the runner hub, the poll
+//!   of running jobs from the alarm, their endings on the `system` lane.
 //! - [`archive`]: flushing to R2 and reading contiguous pages; [`follow`]: the follow stream.
 //!
 //! No module outside this folder imports the actor: tools get a complete
@@ -48,6 +51,7 @@ mod children;
 mod effects;
 mod follow;
 mod inference;
+mod jobs;
 mod persist;
 mod routes;
 mod store;
@@ -92,6 +96,11 @@ pub(crate) struct Actor {
     approval_store: Result<ApprovalStore, String>,
     /// The children this session spawned (a table of its own).
     child_store: Result<children::ChildStore, String>,
+    /// The background jobs this session started (a table of its own).
+    job_store: Result<jobs::JobStore, String>,
+    /// When the alarm next asks about running jobs (ms); `None` when not scheduled in this
+    /// isolate (the alarm then asks at once if a job runs).
+    job_poll_at: Cell<Option<u64>>,
     /// Wakes the tool call waiting for each pending approval, by approval id. Empty after a
     /// restart until the resumed calls wait again; the stored approval is the truth.
     approval_waiters: RefCell<HashMap<String, futures::channel::oneshot::Sender<Outcome>>>,
@@ -141,6 +150,7 @@ impl DurableObject for SessionActor {
         let child_store =
             children::ChildStore::open(state.storage().sql()).map_err(|e| e.to_string());
         let runner_calls = Rc::new(RunnerCalls::open(state.storage().sql()));
+        let job_store = jobs::JobStore::open(state.storage().sql()).map_err(|e| e.to_string());
         let actor = Actor {
             state,
             env,
@@ -160,6 +170,8 @@ impl DurableObject for SessionActor {
             validated: RefCell::new(HashMap::new()),
             approval_store,
             child_store,
+            job_store,
+            job_poll_at: Cell::new(None),
             approval_waiters: RefCell::new(HashMap::new()),
             pending_writes: RefCell::new(std::collections::VecDeque::new()),
             writing: Cell::new(false),
@@ -217,6 +229,14 @@ impl DurableObject for SessionActor {
             // A child whose input waits for a slot asks the gate again (a `/start` may be lost).
             if let Err(e) = actor.start_pending().await {
                 worker::console_error!("asking the gate again failed: {}", e.message);
+            }
+            // Running background jobs are asked about when their poll is due (at once in a
+            // fresh isolate, which does not know when the last poll was).
+            if actor.job_poll_at.get().is_none_or(|at| at <= now().0 + 500) {
+                actor.job_poll_at.set(None);
+                actor.poll_jobs().await;
+            } else {
+                actor.schedule_job_poll();
             }
         }
         Response::ok("ok")

@@ -46,6 +46,8 @@ pub(crate) struct ToolContext {
     pub(crate) limits: Limits,
     /// The session's children as it knows them.
     pub(crate) children: Rc<dyn Children>,
+    /// The session's background jobs.
+    pub(crate) jobs: Rc<dyn Jobs>,
     /// What a child inherits from this session.
     pub(crate) parent_session: ParentFacts,
     /// The provider and model `set_model` (or js `wuhu.session.setModel`) asked for: the actor
@@ -69,6 +71,19 @@ pub(crate) trait Children {
     /// Records what is now known of a child (kept only when newer than what is recorded),
     /// and shows it to followers.
     fn record(&self, status: ChildStatus) -> Result<(), String>;
+}
+
+/// The session's background jobs (`session_actor::jobs`): what `bash {background: true}`,
+/// `job_status` and `job_kill` read and record.
+pub(crate) trait Jobs {
+    /// The job `id`, if this session started it (and still remembers it).
+    fn get(&self, id: &str) -> Option<wuhu_core::jobs::JobRecord>;
+
+    /// How many of its jobs run.
+    fn running(&self) -> usize;
+
+    /// Records a job the session just started; its poll begins.
+    fn record(&self, record: wuhu_core::jobs::JobRecord) -> Result<(), String>;
 }
 
 impl ToolContext {

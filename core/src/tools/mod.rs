@@ -53,7 +53,14 @@ pub mod names {
     pub const STOP_SESSION: &str = "stop_session";
     /// Switches the session's provider and model.
     pub const SET_MODEL: &str = "set_model";
+    /// Tells how a background job stands, with its output so far.
+    pub const JOB_STATUS: &str = "job_status";
+    /// Kills a background job's process group.
+    pub const JOB_KILL: &str = "job_kill";
 }
+
+/// The tools that act on background jobs (`bash {background: true}`), on the job's runner.
+pub const JOB_TOOLS: [&str; 2] = [names::JOB_STATUS, names::JOB_KILL];
 
 /// The tools that act on child sessions: a session at the maximum depth is not offered them
 /// (`crate::orchestration::may_spawn`).
@@ -105,6 +112,11 @@ pub fn traits(name: &str) -> Option<ToolTraits> {
         }),
         // Waiting again, or stopping what is stopped, changes nothing.
         names::WAIT_SESSIONS | names::STOP_SESSION => Some(ToolTraits {
+            parallel_safe: true,
+            idempotent: true,
+        }),
+        // Asking again, or killing what is dead, changes nothing.
+        names::JOB_STATUS | names::JOB_KILL => Some(ToolTraits {
             parallel_safe: true,
             idempotent: true,
         }),
@@ -185,15 +197,36 @@ pub fn catalogue() -> Vec<ToolSchema> {
         },
         ToolSchema {
             name: names::BASH,
-            description: "Run a shell command (bash -c, non-interactive, CI=1, no pager) in an attached environment's working directory. Returns the exit code and output (the tail when long).",
+            description: "Run a shell command (bash -c, non-interactive, CI=1, no pager) in an attached environment's working directory. Returns the exit code and output (the tail when long). With background: true it returns a job id at once and the command runs on; when it ends, a wuhu_job_finished_v1 message brings its exit code, duration and the tail of its output (job_status and job_kill take the id).",
             parameters: json!({
                 "type": "object",
                 "properties": {
                     "command": {"type": "string"},
                     "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds (default: none)"},
+                    "background": {"type": "boolean", "description": "Run as a background job (default false)"},
                     "environment": {"type": "string", "description": "Environment name (needed when several are attached)"}
                 },
                 "required": ["command"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::JOB_STATUS,
+            description: "How a background job (bash with background: true) stands: running or how it ended, exit code, duration, and the tail of its output so far.",
+            parameters: json!({
+                "type": "object",
+                "properties": {"id": {"type": "string", "description": "The job id bash returned"}},
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSchema {
+            name: names::JOB_KILL,
+            description: "Kill a background job's whole process group. Its wuhu_job_finished_v1 message follows (state killed).",
+            parameters: json!({
+                "type": "object",
+                "properties": {"id": {"type": "string", "description": "The job id bash returned"}},
+                "required": ["id"],
                 "additionalProperties": false
             }),
         },

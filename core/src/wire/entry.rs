@@ -300,6 +300,10 @@ pub mod custom_types {
     /// `system` lane; `details` is the child's status: `id`, `title`, `state`, `finalText`,
     /// `message`, `cursor`). See `docs/orchestration.md`.
     pub const CHILD_STATUS: &str = "wuhu_child_status_v1";
+    /// A background job ended (`custom_message` on the session's `system` lane; `details` is
+    /// the runner's job report plus `runner`, `environment` and, for a lost job, `reason`).
+    /// See `docs/orchestration.md`.
+    pub const JOB_FINISHED: &str = "wuhu_job_finished_v1";
     /// An LLM request failed; `data` has `message`, `status`, `attempt`, `willRetry`.
     pub const LLM_ERROR: &str = "wuhu_llm_error_v1";
     /// A system-lane item delivered to the LLM (a `custom_message`).

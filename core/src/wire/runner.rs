@@ -96,6 +96,126 @@ pub mod capabilities {
     pub const ENV_WORKTREE: &str = "environment:worktree";
     /// The environment tools, in the order the runner lists them.
     pub const TOOLS: [&str; 7] = [BASH, READ, WRITE, EDIT, LS, FIND, GREP];
+    /// Runs `bash {background: true}` as a job and answers `job_status` / `job_kill`
+    /// (see [`super::jobs`]).
+    pub const BACKGROUND_JOBS: &str = "bash:background";
+}
+
+/// Background jobs: `bash {command, background: true}` answers at once with a job id; the
+/// runner keeps the process (it outlives the connection, not the runner process) and sends an
+/// `event` named [`jobs::FINISHED_EVENT`] with a [`JobReport`] when it ends. `job_status {id}`
+/// and `job_kill {id}` arrive as `tool_call`s of those names. The rules the session applies to
+/// what it hears are `crate::jobs`'.
+pub mod jobs {
+    /// The `event` name of a finished job; its `data` is a [`super::JobReport`].
+    pub const FINISHED_EVENT: &str = "job_finished_v1";
+    /// The `tool_call` tool that answers a job's state (`arguments: {id}`).
+    pub const STATUS_TOOL: &str = "job_status";
+    /// The `tool_call` tool that kills a job's process group (`arguments: {id}`).
+    pub const KILL_TOOL: &str = "job_kill";
+    /// Jobs running at once on one runner; a start beyond it is refused.
+    pub const MAX_RUNNING_PER_RUNNER: usize = 32;
+    /// Jobs running at once for one session on one runner; a start beyond it is refused.
+    pub const MAX_RUNNING_PER_SESSION: usize = 8;
+    /// Finished jobs a runner remembers (for `job_status` and redelivery); the oldest is
+    /// forgotten first, with its output file.
+    pub const MAX_FINISHED_KEPT: usize = 64;
+    /// Lines of output a [`super::JobReport`]'s `outputTail` keeps at most.
+    pub const TAIL_LINES: usize = 200;
+    /// Bytes of output a [`super::JobReport`]'s `outputTail` keeps at most.
+    pub const TAIL_BYTES: usize = 16 * 1024;
+    /// `details.unknownJob` of a `job_status` / `job_kill` answer for a job this runner process
+    /// does not know (it never ran it, or it restarted since, or forgot it).
+    pub const UNKNOWN_JOB: &str = "unknownJob";
+}
+
+/// Between the runner hub and a session actor (`POST /job_event`, never from outside): a
+/// runner reported the end of a job of that session. The session heeds it only for a job it
+/// started on that very runner (`runner`, `runnerOwner`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobEvent {
+    /// The reporting runner's name.
+    pub runner: String,
+    /// Its owner (from its token).
+    pub runner_owner: String,
+    /// What it reported.
+    pub report: JobReport,
+}
+
+/// How a background job stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Its process runs.
+    Running,
+    /// It exited with code 0.
+    Succeeded,
+    /// It exited with another code, or was killed by a signal or its timeout.
+    Failed,
+    /// `job_kill` killed it.
+    Killed,
+    /// Its runner lost it (the runner process died or restarted, or stayed disconnected);
+    /// only the session concludes this, never a runner.
+    Lost,
+}
+
+impl JobState {
+    /// Whether the job is over.
+    pub fn is_finished(self) -> bool {
+        self != JobState::Running
+    }
+
+    /// The name on the wire (`running`, `succeeded`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Killed => "killed",
+            JobState::Lost => "lost",
+        }
+    }
+}
+
+/// What a runner says about a job: the `data` of a [`jobs::FINISHED_EVENT`] event, and the
+/// `details.job` of a `job_status` / `job_kill` answer (there without `outputTail`, which is
+/// the answer's `content`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobReport {
+    /// The runner's id for it (`job-` and 16 hex digits).
+    pub job_id: String,
+    /// The command line, cut to 200 bytes.
+    pub command: String,
+    /// Where it stands.
+    pub state: JobState,
+    /// Exit code, when it exited by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Killed by its own `timeout`.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// Unix ms when it started.
+    pub started_at_ms: u64,
+    /// How long it ran (so far, while running), ms.
+    pub duration_ms: u64,
+    /// Lines of output in all.
+    #[serde(default)]
+    pub total_lines: u64,
+    /// The tail of its output ([`jobs::TAIL_LINES`] lines / [`jobs::TAIL_BYTES`] at most).
+    #[serde(default)]
+    pub output_tail: String,
+    /// Whether `outputTail` is only the tail; the whole output is in `fullOutputPath`, which
+    /// the session's `read` pages.
+    #[serde(default)]
+    pub truncated: bool,
+    /// The file with the whole output, on the runner, when it was cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_output_path: Option<String>,
 }
 
 /// Error and refusal codes used in `error`, `refused` and failed results.

@@ -38,6 +38,10 @@ pub struct ToolContext {
     pub temp_dir: PathBuf,
     /// Where full outputs of truncated `bash` calls are kept.
     pub log_dir: PathBuf,
+    /// The calling session's background-job logs (`crate::jobs::session_log_dir`): file tools
+    /// may read absolute paths below it whatever the environment's kind, so `read` pages a
+    /// job's whole output. Other sessions' logs stay outside.
+    pub job_logs: Option<PathBuf>,
     /// Fires when the call is cancelled or hits its deadline.
     pub cancel: CancelSignal,
 }
@@ -223,6 +227,7 @@ pub(crate) mod tests {
             env,
             temp_dir,
             log_dir: dir.path().canonicalize().unwrap().join("logs"),
+            job_logs: None,
             cancel: CancelSignal::never(),
         };
         (dir, ctx)

@@ -38,7 +38,12 @@ pub fn resolve_path(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
         return Ok(normal);
     }
     let resolved = resolve_existing_prefix(&normal);
-    if resolved.starts_with(&ctx.root) {
+    let job_log = absolute_input
+        && ctx
+            .job_logs
+            .as_ref()
+            .is_some_and(|logs| resolved.starts_with(resolve_existing_prefix(logs)));
+    if resolved.starts_with(&ctx.root) || job_log {
         Ok(resolved)
     } else {
         let why = if absolute_input {

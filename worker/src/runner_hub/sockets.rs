@@ -11,9 +11,9 @@ use wuhu_core::hub::{
     self, DropReason, Hello, HelloDecision, KnownRunner, Liveness, OpenConnection, SILENCE_LIMIT_MS,
 };
 use wuhu_core::wire::runner::{
-    CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, MAX_FRAME_BYTES,
-    MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, RunnerMessage, ServerMessage, codes,
-    decode_frame_within, encode_frame,
+    CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, JobEvent, JobReport,
+    MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, RunnerMessage, ServerMessage,
+    codes, decode_frame_within, encode_frame, jobs,
 };
 
 use wuhu_core::authority::{self, Principal};
@@ -31,6 +31,9 @@ const OPEN: u16 = 1;
 #[serde(rename_all = "camelCase")]
 pub(super) struct SocketInfo {
     pub(super) owner: String,
+    /// The tenant (from the verified token); empty on sockets accepted before it was kept.
+    #[serde(default)]
+    tenant: String,
     /// The kind the runner's token allows (its `runnerKind` claim): the kind it is registered as.
     #[serde(default)]
     token_kind: RunnerKind,
@@ -131,6 +134,7 @@ fn connections(open: &[(WebSocket, SocketInfo)]) -> Vec<OpenConnection<'_>> {
 /// The hub's runner sockets, with what acting on them needs.
 pub(super) struct Sockets<'a> {
     pub(super) state: &'a State,
+    pub(super) env: &'a worker::Env,
     pub(super) sql: &'a SqlStorage,
     pub(super) waiters: &'a Waiters,
 }
@@ -168,6 +172,12 @@ impl Sockets<'_> {
             &pair.server,
             &SocketInfo {
                 owner: sub.to_string(),
+                tenant: req
+                    .headers()
+                    .get("x-wuhu-tenant")
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default(),
                 token_kind,
                 epoch,
                 connected_at_ms: now,
@@ -328,6 +338,15 @@ impl Sockets<'_> {
             }
             RunnerMessage::Event {
                 name,
+                session_id: Some(session_id),
+                data,
+                ..
+            } if name == jobs::FINISHED_EVENT => {
+                self.forward_job_event(&info, &runner.name, &session_id, data)
+                    .await;
+            }
+            RunnerMessage::Event {
+                name,
                 session_id,
                 environment,
                 data,
@@ -361,6 +380,54 @@ impl Sockets<'_> {
                     );
                 }
             }
+        }
+    }
+
+    /// Hands a job's end to the session it names. A session that refuses it (not its job, or
+    /// not from this runner) or cannot be reached is logged: the session's poll finds the
+    /// job's end anyway.
+    async fn forward_job_event(
+        &self,
+        info: &SocketInfo,
+        runner: &str,
+        session_id: &str,
+        data: serde_json::Value,
+    ) {
+        let report: JobReport = match serde_json::from_value(data) {
+            Ok(report) => report,
+            Err(e) => {
+                worker::console_log!(
+                    "runner hub: a job event from {}/{runner} does not fit: {e}",
+                    info.owner
+                );
+                return;
+            }
+        };
+        let event = JobEvent {
+            runner: runner.to_string(),
+            runner_owner: info.owner.clone(),
+            report,
+        };
+        let sent = async {
+            let stub = crate::session_client::stub(self.env, &info.tenant, session_id)?;
+            let request = crate::internal::post_request(
+                "session",
+                "/job_event",
+                &info.tenant,
+                "wuhu",
+                &event,
+            )?;
+            crate::internal::send::<serde_json::Value>(&stub, request).await
+        }
+        .await;
+        if let Err(e) = sent {
+            worker::console_log!(
+                "runner hub: job {} of {}/{runner} did not reach session {session_id} ({}): {}",
+                event.report.job_id,
+                info.owner,
+                e.code,
+                e.message
+            );
         }
     }
 

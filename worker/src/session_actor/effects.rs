@@ -130,6 +130,12 @@ impl Actor {
             Ok(Ok(Some(expiry))) if expiry < at => expiry,
             _ => at,
         };
+        // ... and never later than the next poll of running background jobs (an overdue poll
+        // a second from now: the alarm that runs it is on its way).
+        let at = match self.job_poll_at.get().map(|poll| poll.max(now().0 + 1000)) {
+            Some(poll) if poll < at.0 => Millis(poll),
+            _ => at,
+        };
         if self.alarm_armed_for.get() == Some(at.0) {
             return;
         }

@@ -71,6 +71,15 @@ impl Actor {
                 let request: PrefixRequest = parse_json(&body)?;
                 return Ok(json_response(200, &self.prefix(request).await?));
             }
+            (worker::Method::Post, "/job_event") => {
+                let body = read_body(&mut req).await?;
+                let event: wuhu_core::wire::runner::JobEvent = parse_json(&body)?;
+                let accepted = self.job_event(event).await?;
+                return Ok(json_response(
+                    200,
+                    &serde_json::json!({ "accepted": accepted }),
+                ));
+            }
             (worker::Method::Post, "/start") => {
                 self.start_pending().await?;
                 return Ok(json_response(200, &serde_json::json!({ "ok": true })));

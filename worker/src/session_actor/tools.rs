@@ -9,6 +9,7 @@ use wuhu_core::wire::{Header, ToolCall};
 
 use super::approvals::ActorApprovals;
 use super::children::ActorChildren;
+use super::jobs::ActorJobs;
 use super::{Actor, now};
 use crate::runner_calls::RunnerCallScope;
 use crate::tool_context::{AttachmentChange, ParentFacts, ToolContext, ToolOutput};
@@ -74,6 +75,9 @@ impl Actor {
             lineage: self.lineage(),
             limits: crate::session_client::orchestration_limits(&self.env),
             children: Rc::new(ActorChildren {
+                actor: self.clone(),
+            }),
+            jobs: Rc::new(ActorJobs {
                 actor: self.clone(),
             }),
             parent_session: self
