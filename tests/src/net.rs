@@ -80,8 +80,7 @@ pub fn io_error(error: reqwest::Error) -> io::Error {
     io::Error::new(kind, message)
 }
 
-/// Headers as the harness keeps them (responses, and the requests the fakes record): lowercase
-/// names, each name's values together, lossy UTF-8 values.
+/// Response headers as the harness keeps them: in order, lossy UTF-8 values.
 pub fn headers_of(map: &reqwest::header::HeaderMap) -> Vec<(String, String)> {
     map.iter()
         .map(|(name, value)| {
