@@ -15,6 +15,8 @@
 //! way the platform refuses it, and recorded as not posted.
 
 use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,7 +130,7 @@ impl FakeChat {
         }));
         let handler_state = state.clone();
         let handler_kind = kind.clone();
-        let server = FakeServer::start("fake-chat", move |request| {
+        let server = FakeServer::start("fake-chat", move |stream, request| {
             let reply = {
                 let mut state = handler_state.lock().unwrap();
                 let (method, token) = call_name(&handler_kind, &request);
@@ -175,7 +177,8 @@ impl FakeChat {
                 state.calls.push(call);
                 reply
             };
-            reply.response()
+            write_reply(stream, &reply)?;
+            Ok(true)
         });
         FakeChat {
             server,
@@ -346,6 +349,17 @@ fn success(kind: &Kind, call: &ChatCall, reference: &str) -> HttpReply {
         }
         Kind::Generic { .. } => HttpReply::json(&json!({"id": reference})),
     }
+}
+
+fn write_reply(stream: &mut TcpStream, reply: &HttpReply) -> io::Result<()> {
+    let mut head = format!("HTTP/1.1 {} Fake\r\n", reply.status);
+    for (name, value) in &reply.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", reply.body.len()));
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(&reply.body)?;
+    stream.flush()
 }
 
 /// Slack's `X-Slack-Signature` of `body` at `timestamp`: `v0=<hex HMAC-SHA256(secret,

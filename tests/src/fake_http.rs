@@ -10,18 +10,17 @@
 //! ```
 //!
 //! Unrouted paths answer `404 {"error":"no route for GET /x"}`. Connections are kept alive
-//! unless the client says `Connection: close` (hyper's HTTP/1 server, see
-//! [`crate::fake_server`]).
+//! unless the client says `Connection: close`.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 
-use hyper::Response;
 use serde_json::{Value, json};
 
 use crate::fake_openai::RecordedRequest;
-use crate::fake_server::{self, Body, FakeServer};
+use crate::fake_server::FakeServer;
 
 /// A fixed answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,8 +82,9 @@ impl FakeHttp {
     pub fn start() -> FakeHttp {
         let state = Arc::new(Mutex::new(State::default()));
         let handler_state = state.clone();
-        let server =
-            FakeServer::start("fake-http", move |request| respond(&handler_state, request));
+        let server = FakeServer::start("fake-http", move |stream, request| {
+            respond(stream, &handler_state, request)
+        });
         FakeHttp { server, state }
     }
 
@@ -136,25 +136,39 @@ impl FakeHttp {
     }
 }
 
-/// Answers one request from the routes.
-fn respond(state: &Mutex<State>, request: RecordedRequest) -> Response<Body> {
-    let mut state = state.lock().unwrap();
-    let route = request.path.split('?').next().unwrap_or_default();
-    let reply = state.routes.get(route).cloned().unwrap_or_else(|| {
-        HttpReply::json(
-            &json!({"error": format!("no route for {} {}", request.method, request.path)}),
-        )
-        .with_status(404)
-    });
-    state.requests.push(request);
-    reply.response()
+/// Answers one request from the routes. Returns whether the connection may serve another.
+fn respond(
+    stream: &mut TcpStream,
+    state: &Mutex<State>,
+    request: RecordedRequest,
+) -> io::Result<bool> {
+    let reply = {
+        let mut state = state.lock().unwrap();
+        let route = request.path.split('?').next().unwrap_or_default();
+        let reply = state.routes.get(route).cloned().unwrap_or_else(|| {
+            HttpReply::json(
+                &json!({"error": format!("no route for {} {}", request.method, request.path)}),
+            )
+            .with_status(404)
+        });
+        state.requests.push(request.clone());
+        reply
+    };
+    write_reply(stream, &reply, request.method == "HEAD")?;
+    Ok(true)
 }
 
-impl HttpReply {
-    /// As a response (hyper leaves out the body of an answer to `HEAD`).
-    pub(crate) fn response(self) -> Response<Body> {
-        fake_server::full(self.status, &self.headers, self.body)
+fn write_reply(stream: &mut TcpStream, reply: &HttpReply, head_only: bool) -> io::Result<()> {
+    let mut head = format!("HTTP/1.1 {} Fake\r\n", reply.status);
+    for (name, value) in &reply.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", reply.body.len()));
+    stream.write_all(head.as_bytes())?;
+    if !head_only {
+        stream.write_all(&reply.body)?;
+    }
+    stream.flush()
 }
 
 #[cfg(test)]
