@@ -51,6 +51,7 @@ impl Role {
 
 /// Who may see and prompt a session.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     /// Only the owner, the creator and admins (the default).

@@ -8,6 +8,7 @@ use crate::wire::runner::{AttachedEnvironment, RunnerKind, StaleItem};
 
 /// An environment attached to a session, as the session stores it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
     /// What the runner materialised (name, kind, root, snapshot, ...).

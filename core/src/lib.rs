@@ -40,6 +40,8 @@ pub mod follow;
 pub mod hub;
 pub mod jobs;
 pub mod llm;
+#[cfg(test)]
+mod openapi;
 pub mod orchestration;
 pub mod out_of_line;
 pub mod resolve;

@@ -140,6 +140,26 @@ ensure_chromium() {
   export WUHU_CHROMIUM="${WUHU_CHROMIUM:-/usr/bin/chromium}"
 }
 
+# schemathesis (PyPI) in its own virtualenv under $WUHU_TOOL_CACHE, pinned; sets SCHEMATHESIS_BIN.
+# It fuzzes the OpenAPI document against a running stack (scripts/test, run_schemathesis).
+SCHEMATHESIS_VERSION="4.32.5"
+ensure_schemathesis() {
+  local root="$WUHU_TOOL_CACHE/schemathesis-$SCHEMATHESIS_VERSION"
+  # A virtualenv's scripts name its own path, so it is built where it stays; the stamp, written
+  # last, tells a finished install from an interrupted one.
+  if [ ! -f "$root/.wuhu-installed" ]; then
+    log "installing schemathesis $SCHEMATHESIS_VERSION into $root (once per machine)"
+    rm -rf "$root"
+    mkdir -p "$WUHU_TOOL_CACHE"
+    python3 -m venv "$root" >&2
+    "$root/bin/pip" install --quiet --disable-pip-version-check \
+      "schemathesis==$SCHEMATHESIS_VERSION" >&2
+    touch "$root/.wuhu-installed"
+  fi
+  SCHEMATHESIS_BIN="$root/bin/schemathesis"
+  export SCHEMATHESIS_BIN
+}
+
 # Builds the Worker (release) into worker/build: worker-build's output and the sandbox module;
 # and the web app it serves.
 build_worker() {

@@ -32,7 +32,7 @@ mod workspace_io;
 
 use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};
 use wuhu_core::llm::{self, anthropic, fake, openai};
-use wuhu_core::wire::{CreateSessionRequest, ListSessionsResponse};
+use wuhu_core::wire::{CreateSessionRequest, ListSessionsResponse, OkResponse};
 
 use crate::auth::{Identity, TokenKind, authenticate};
 use crate::http::{
@@ -98,7 +98,17 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     let method = req.method();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     if segments.as_slice() == ["healthz"] {
-        return Ok(json_response(200, &serde_json::json!({"ok": true})));
+        return match method {
+            Method::Get | Method::Head => Ok(json_response(200, &OkResponse { ok: true })),
+            _ => Err(method_not_allowed()),
+        };
+    }
+    // The API's description is public, like the repository's docs/openapi.json it is.
+    if segments.as_slice() == ["v1", "openapi.json"] {
+        return match method {
+            Method::Get | Method::Head => Ok(openapi_response()),
+            _ => Err(method_not_allowed()),
+        };
     }
     if segments.first() == Some(&"hooks") {
         return channels::hook(req, &env, &segments).await;
@@ -111,6 +121,9 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     if segments.as_slice() == ["v1", "runners", "connect"] {
         let identity = authenticate(&req, &env, TokenKind::Runner).await?.identity;
         *caller = Some(identity.clone());
+        if method != Method::Get {
+            return Err(method_not_allowed());
+        }
         return connect_runner(&req, &env, &identity).await;
     }
     let authenticated = authenticate(&req, &env, TokenKind::User).await?;
@@ -175,6 +188,7 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             )?;
             Ok(stub.fetch_with_request(internal).await?)
         }
+        (["v1", "sessions", _, "approvals", _], _) => Err(method_not_allowed()),
         (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
         (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
         (["v1", "sessions"], _) => Err(method_not_allowed()),
@@ -352,6 +366,20 @@ fn decode_segment(segment: &str) -> ApiResult<String> {
         .ok()
         .and_then(|v| v.as_string())
         .ok_or_else(|| ApiError::bad_request("invalid percent-encoding in path"))
+}
+
+/// `docs/openapi.json`, generated from the wire types by `wuhu-core`'s test (`core/src/openapi.rs`)
+/// and embedded as it is committed, so the Worker links no schema generator.
+const OPENAPI_JSON: &str = include_str!("../../docs/openapi.json");
+
+fn openapi_response() -> Response {
+    let headers = Headers::new();
+    let _ = headers.set("content-type", "application/json");
+    let _ = headers.set("cache-control", "public, max-age=300");
+    Response::builder()
+        .with_status(200)
+        .with_headers(headers)
+        .fixed(OPENAPI_JSON.as_bytes().to_vec())
 }
 
 fn method_not_allowed() -> ApiError {

@@ -8,7 +8,7 @@ use wuhu_core::tokens::{
     session_set_cookie,
 };
 use wuhu_core::wire::{
-    AuthVia, Claims, CredentialKind, MintTokenRequest, MintTokenResponse, WhoAmI,
+    AuthVia, Claims, CredentialKind, MintTokenRequest, MintTokenResponse, OkResponse, WhoAmI,
 };
 
 use crate::auth::{Authenticated, TokenConfig, now_secs, sign};
@@ -167,7 +167,7 @@ async fn logout(env: &Env, auth: &Authenticated) -> ApiResult<Response> {
         return Ok(revoked);
     }
     with_cookie(
-        json_response(200, &serde_json::json!({"ok": true})),
+        json_response(200, &OkResponse { ok: true }),
         &session_clear_cookie(),
     )
 }

@@ -18,7 +18,7 @@ use worker::{
 use wuhu_core::tokens::{
     CredentialRecord, credential_live, may_manage_tokens, may_register, sessions_to_evict,
 };
-use wuhu_core::wire::{CredentialKind, ListTokensResponse};
+use wuhu_core::wire::{CredentialKind, ListTokensResponse, RevokeTokenResponse};
 
 use crate::http::{ApiError, ApiResult, json_response, parse_json, query, query_pairs, read_body};
 use crate::identity::{Identity, now_secs};
@@ -146,7 +146,10 @@ impl TokenRegistry {
                 )?;
                 Ok(json_response(
                     200,
-                    &serde_json::json!({"jti": record.jti, "revoked": true}),
+                    &RevokeTokenResponse {
+                        jti: record.jti,
+                        revoked: true,
+                    },
                 ))
             }
             _ => Err(ApiError::not_found("no such registry route")),

@@ -159,10 +159,20 @@ pub(crate) async fn list(
         .prefix(format!("{root}{prefix}"))
         .limit(limit)
         .include(vec![Include::CustomMetadata]);
+    let with_cursor = cursor.is_some();
     if let Some(cursor) = cursor {
         request = request.cursor(cursor);
     }
-    let page = request.execute().await?;
+    let page = match request.execute().await {
+        Ok(page) => page,
+        // A cursor is opaque and comes from the client: one R2 does not know is bad input.
+        Err(_) if with_cursor => {
+            return Err(ApiError::bad_request(
+                "invalid cursor: pass the cursor of the previous page",
+            ));
+        }
+        Err(error) => return Err(error.into()),
+    };
     let mut docs = Vec::new();
     for object in page.objects() {
         let metadata = object.custom_metadata().unwrap_or_default();

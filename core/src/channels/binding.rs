@@ -21,6 +21,7 @@ pub const MAX_URL_BYTES: usize = 2048;
 
 /// A chat platform.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Platform {
     /// Slack Events API + Interactivity.
@@ -68,6 +69,7 @@ impl Platform {
 
 /// Settings of the sessions a binding creates.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChannelDefaults {
     /// `fake` or `openai-compatible`; the server's default when absent.
@@ -86,6 +88,7 @@ pub struct ChannelDefaults {
 
 /// How a binding behaves.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChannelOptions {
     /// The lane of a message that arrives while a turn runs: `followUp` (default: answered
@@ -113,6 +116,7 @@ impl Default for ChannelOptions {
 
 /// `POST /v1/channels`.
 #[derive(Deserialize, Clone, Debug)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateChannelRequest {
     /// The platform.
@@ -120,6 +124,7 @@ pub struct CreateChannelRequest {
     /// A name people recognise.
     pub name: String,
     /// Platform credentials; see [`Credentials::parse`].
+    #[cfg_attr(test, schemars(with = "CredentialFields"))]
     pub credentials: Value,
     /// Another API host for the platform (tests point it at local fakes).
     #[serde(default)]
@@ -134,6 +139,7 @@ pub struct CreateChannelRequest {
 
 /// `PATCH /v1/channels/:id`: every field optional; `credentials` replaces all of them.
 #[derive(Deserialize, Clone, Debug, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchChannelRequest {
     /// New name.
@@ -141,6 +147,7 @@ pub struct PatchChannelRequest {
     pub name: Option<String>,
     /// New credentials (all fields of the platform).
     #[serde(default)]
+    #[cfg_attr(test, schemars(with = "Option<CredentialFields>"))]
     pub credentials: Option<Value>,
     /// New API host.
     #[serde(default)]
@@ -155,6 +162,7 @@ pub struct PatchChannelRequest {
 
 /// A binding as stored, without its credentials.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelBinding {
     /// Opaque id (a UUID); part of the webhook URL.
@@ -181,6 +189,7 @@ pub struct ChannelBinding {
 
 /// A binding as reads show it: credentials masked, plus where to paste what.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelView {
     /// The binding.
@@ -193,6 +202,14 @@ pub struct ChannelView {
     pub webhook_url: String,
     /// What to paste where, in order.
     pub setup: Vec<String>,
+}
+
+/// `GET /v1/channels`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct ListChannelsResponse {
+    /// Oldest first.
+    pub channels: Vec<ChannelView>,
 }
 
 /// A binding's credentials, one variant per platform.
@@ -242,7 +259,21 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// The schema of `credentials` in create and patch bodies: exactly the fields of the binding's
+/// platform (what [`Credentials::parse`] accepts).
+#[cfg(test)]
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum CredentialFields {
+    Slack(SlackFields),
+    Telegram(TelegramFields),
+    Discord(DiscordFields),
+    Generic(GenericFields),
+}
+
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SlackFields {
     signing_secret: String,
@@ -250,6 +281,7 @@ struct SlackFields {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TelegramFields {
     bot_token: String,
@@ -257,6 +289,7 @@ struct TelegramFields {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct DiscordFields {
     application_id: String,
@@ -265,6 +298,7 @@ struct DiscordFields {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct GenericFields {
     secret: String,

@@ -18,6 +18,7 @@ pub const MAX_USER_ID_BYTES: usize = 128;
 
 /// One platform user mapped to a Wuhu person.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Member {
     /// The platform's user id.
@@ -28,6 +29,7 @@ pub struct Member {
 
 /// The body of `PUT /v1/channels/:id/members` and of its `GET`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Members {
     /// Every mapped user.

@@ -24,7 +24,7 @@ pub mod verify;
 
 pub use binding::{
     ChannelBinding, ChannelDefaults, ChannelOptions, ChannelView, CreateChannelRequest,
-    Credentials, PatchChannelRequest, Platform,
+    Credentials, ListChannelsResponse, PatchChannelRequest, Platform,
 };
 
 /// The identity a platform user has in Wuhu: `<platform>:<user id>` (`slack:U123`).

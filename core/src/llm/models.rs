@@ -177,6 +177,7 @@ pub fn table_json() -> serde_json::Value {
 
 /// Token and cost totals over assistant messages (`GET /v1/sessions/:id/usage`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageTotals {
     /// Assistant messages counted.
@@ -219,6 +220,7 @@ impl UsageTotals {
 
 /// Usage of one session: the totals and the same per `(provider, model)`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionUsage {
     /// Over every assistant message.
@@ -230,6 +232,7 @@ pub struct SessionUsage {
 
 /// [`UsageTotals`] of one provider and model.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelUsage {
     /// Provider id.

@@ -6,6 +6,7 @@ use super::{Entry, Status};
 
 /// `POST /v1/sessions`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSessionRequest {
     /// `fake` (default) or `openai-compatible`.
@@ -24,6 +25,7 @@ pub struct CreateSessionRequest {
 
 /// A session as the API shows it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     /// UUID.
@@ -64,6 +66,7 @@ pub struct SessionInfo {
 
 /// Where a fork's history comes from.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ForkedFrom {
     /// The session forked.
@@ -74,6 +77,7 @@ pub struct ForkedFrom {
 
 /// `POST /v1/sessions/:id/fork`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkRequest {
     /// The fork's history is the first `at_cursor` entries (1 to the session's last cursor).
@@ -103,6 +107,7 @@ impl ForkRequest {
 
 /// `GET /v1/sessions`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ListSessionsResponse {
     /// Newest first.
@@ -113,6 +118,7 @@ pub struct ListSessionsResponse {
 
 /// `GET /v1/sessions/:id`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GetSessionResponse {
     /// The session.
@@ -133,6 +139,7 @@ pub struct GetSessionResponse {
 
 /// A queued item not yet delivered.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueItemInfo {
     /// Queue item id.
@@ -149,6 +156,7 @@ pub struct QueueItemInfo {
 
 /// `POST /v1/sessions/:id/enqueue?lane=`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnqueueRequest {
     /// The message text.
@@ -157,6 +165,7 @@ pub struct EnqueueRequest {
 
 /// Reply to an enqueue.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct EnqueueResponse {
     /// Queue item id, for cancel.
@@ -165,6 +174,7 @@ pub struct EnqueueResponse {
 
 /// `POST /v1/sessions/:id/cancel`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CancelRequest {
     /// Queue item id.
@@ -173,6 +183,7 @@ pub struct CancelRequest {
 
 /// `PATCH /v1/sessions/:id`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchSessionRequest {
     /// New title (1 to [`MAX_TITLE_CHARS`] characters after trimming).
@@ -197,6 +208,7 @@ pub struct PatchSessionRequest {
 /// A session's budget: requests start only while what the session spent is under every limit
 /// set (so one request may overshoot).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Budget {
     /// Most input plus output tokens.
@@ -209,6 +221,7 @@ pub struct Budget {
 
 /// What a session's requests used.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Spent {
     /// Input plus output tokens.
@@ -266,6 +279,7 @@ pub const MAX_MODEL_CHARS: usize = 200;
 
 /// `POST /v1/sessions/:id/compact` (the body may be empty).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompactRequest {
     /// What the summary should focus on (at most [`MAX_COMPACT_INSTRUCTIONS_BYTES`] bytes).
@@ -278,6 +292,7 @@ pub const MAX_COMPACT_INSTRUCTIONS_BYTES: usize = 4096;
 
 /// The answer to `POST /v1/sessions/:id/compact`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CompactResponse {
     /// Cursor of the `compaction` entry.
@@ -362,6 +377,7 @@ impl PatchSessionRequest {
 
 /// `POST /v1/sessions/:id/stop`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StopResponse {
     /// Status after the stop.
@@ -370,8 +386,58 @@ pub struct StopResponse {
     pub stopped_tool_calls: usize,
 }
 
+/// `GET /v1/sessions/:id/stats`: storage use of the session's actor.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStats {
+    /// Size of the actor's SQLite database.
+    pub database_bytes: u64,
+    /// Entries held in SQLite.
+    pub hot_entries: u64,
+    /// Entries not yet archived to R2.
+    pub unarchived: u64,
+    /// Archived segments.
+    pub segments: u64,
+    /// Live follow streams.
+    pub followers: u64,
+}
+
+/// `GET /v1/sessions/:id/usage`: the totals, per model, and the budget.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct UsageResponse {
+    /// Tokens and cost over the assistant messages and compaction summaries.
+    #[serde(flatten)]
+    pub usage: crate::llm::models::SessionUsage,
+    /// What the session's requests spent since budgets were counted.
+    pub spent: Spent,
+    /// The session's budget, if any.
+    pub budget: Option<Budget>,
+}
+
+/// `{"ok":true}`: the answer of routes that have nothing else to say (`POST /v1/auth/logout`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct OkResponse {
+    /// Always `true`.
+    pub ok: bool,
+}
+
+/// `DELETE /v1/tokens/:jti`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct RevokeTokenResponse {
+    /// The token revoked.
+    pub jti: String,
+    /// Always `true` (failures are errors).
+    pub revoked: bool,
+}
+
 /// Every API error: `{"error":{"code","message"}}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
@@ -379,6 +445,7 @@ pub struct ErrorBody {
 
 /// Machine code and human message.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct ErrorDetail {
     /// Stable snake_case code such as `not_found`.
     pub code: String,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// Where a child is in its lifecycle. The order of the variants is the order a child passes
 /// through them in one turn (see `wuhu_core::orchestration::lifecycle_rank`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum ChildLifecycle {
     /// The parent is creating it.
@@ -68,6 +69,7 @@ impl ChildLifecycle {
 /// One child as its parent knows it; also the `child_status` follow event and the body a child
 /// reports with (`POST /child_event` between actors).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ChildStatus {
     /// The child's session id.

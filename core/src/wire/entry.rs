@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// One transcript entry. `cursor` is monotonic per session and is the SSE event id.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     /// Position in the transcript, starting at 1, strictly increasing, never reused.
@@ -19,6 +20,7 @@ pub struct Entry {
 
 /// The kinds of entry.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EntryPayload {
     /// The first entry: system prompt and model settings.
@@ -45,6 +47,7 @@ pub enum EntryPayload {
 
 /// A `compaction` entry (see [`EntryPayload::Compaction`] and `crate::compaction`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Compaction {
     /// What the LLM wrote about the entries before `first_kept_cursor`.
@@ -75,6 +78,7 @@ pub struct Compaction {
 
 /// Why a context was compacted.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CompactionReason {
     /// The next request would have passed the threshold (or the entry bound).
@@ -98,6 +102,7 @@ impl CompactionReason {
 
 /// Session settings recorded at creation.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Header {
     /// The system prompt sent with every LLM request.
@@ -110,6 +115,7 @@ pub struct Header {
 
 /// A message in the LLM context.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
     /// A person's message, delivered from a lane.
@@ -148,6 +154,7 @@ pub enum Message {
 
 /// The model's reply for one step.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AssistantMessage {
     /// Provider that produced it.
@@ -186,6 +193,7 @@ impl AssistantMessage {
 
 /// A piece of assistant content.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
     /// Text.
@@ -226,6 +234,7 @@ pub enum ContentBlock {
 
 /// A tool call requested by the model.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
     /// Provider-assigned id; tool results refer to it.
@@ -238,6 +247,7 @@ pub struct ToolCall {
 
 /// Token usage of one LLM request.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     /// Prompt tokens, all of them: cache reads and cache writes included.
@@ -267,6 +277,7 @@ fn is_zero(n: &u64) -> bool {
 
 /// Why the model stopped.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// Finished its reply.
@@ -280,6 +291,7 @@ pub enum StopReason {
 
 /// The outcome of one tool call.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResult {
     /// The call this answers.

@@ -27,6 +27,7 @@ pub const MAX_EXTRA_ENV_VARS: usize = 64;
 
 /// Whether attaching an environment needs a person's approval.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalPolicy {
     /// Attach without asking.
@@ -82,6 +83,7 @@ impl RunnerPreference {
 /// A stored environment definition (`GET /v1/environments/:idOrName`). Every field is always
 /// present; fields that do not apply to the kind are `null`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct EnvironmentDefinition {
     /// UUID.
@@ -127,6 +129,7 @@ pub struct EnvironmentDefinition {
 
 /// `POST /v1/environments`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateEnvironmentRequest {
     /// See [`EnvironmentDefinition::name`].
@@ -165,6 +168,7 @@ pub struct CreateEnvironmentRequest {
 
 /// `PATCH /v1/environments/:idOrName`: absent fields are kept; `null` clears an optional field.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateEnvironmentRequest {
     /// New name.
@@ -243,6 +247,7 @@ where
 
 /// `GET /v1/environments`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ListEnvironmentsResponse {
     /// Sorted by name.
@@ -540,6 +545,7 @@ fn check_env_var(var: &str) -> Result<(), String> {
 
 /// An environment a runner offers, in a runner listing.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RunnerEnvironmentInfo {
     /// Name (`--env NAME=PATH`).
@@ -550,6 +556,7 @@ pub struct RunnerEnvironmentInfo {
 
 /// One runner in `GET /v1/runners`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RunnerInfo {
     /// Name, unique per owner.
@@ -578,6 +585,7 @@ pub struct RunnerInfo {
 
 /// `GET /v1/runners`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ListRunnersResponse {
     /// Sorted by owner, then name.

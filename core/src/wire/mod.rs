@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 /// Input lanes of a session.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum Lane {
     /// Delivered at the next step boundary; skips the remaining tool calls of that step.
@@ -45,6 +46,7 @@ impl Lane {
 
 /// Execution status of a session.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Nothing to do.

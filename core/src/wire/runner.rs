@@ -278,6 +278,7 @@ pub mod codes {
 /// token allows (claim `runnerKind`, `local` unless `cloud`). Sessions choose runners by this
 /// (`preference: local|cloud|any`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunnerKind {
     /// A person's own machine.
@@ -299,6 +300,7 @@ impl RunnerKind {
 
 /// The kinds of environment.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum EnvironmentKind {
     /// An existing directory, used in place.
@@ -391,6 +393,7 @@ impl EnvironmentSource {
 /// The working context captured at attach (seed 004): tools run with this cwd and exactly
 /// these environment variables.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Snapshot {
     /// Absolute working directory for tools.
@@ -425,6 +428,7 @@ pub struct EnvironmentContext {
 
 /// A materialised environment, as `attach_result` reports it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AttachedEnvironment {
     /// The environment's name within the session.

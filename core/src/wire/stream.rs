@@ -6,6 +6,7 @@ use super::{Entry, Status};
 
 /// One event of `GET /v1/sessions/:id/follow`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum StreamEvent {
     /// A persisted entry. Its cursor is the SSE `id:`.

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// What a registered credential is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CredentialKind {
     /// A person's token for programs (the CLI, scripts).
@@ -38,6 +39,7 @@ impl CredentialKind {
 
 /// `POST /v1/tokens`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MintTokenRequest {
     /// A label for the list (1–100 characters, no control characters).
@@ -60,6 +62,7 @@ pub struct MintTokenRequest {
 
 /// A registered token as `GET /v1/tokens` shows it: never the token itself.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TokenInfo {
     /// The token's id (`jti` claim); `DELETE /v1/tokens/:jti` revokes it.
@@ -85,6 +88,7 @@ pub struct TokenInfo {
 
 /// `201` answer of `POST /v1/tokens`: the token, shown this once.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MintTokenResponse {
     /// What the list shows.
@@ -96,6 +100,7 @@ pub struct MintTokenResponse {
 
 /// `GET /v1/tokens`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ListTokensResponse {
     /// Newest first.
@@ -104,6 +109,7 @@ pub struct ListTokensResponse {
 
 /// How a request was authenticated.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AuthVia {
     /// `Authorization: Bearer <token>`.
@@ -116,6 +122,7 @@ pub enum AuthVia {
 
 /// `GET /v1/auth/me` and `POST /v1/auth/session`: who the caller is.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WhoAmI {
     /// Username.

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A document as listed (`GET /v1/workspace/docs`) and as a write answers it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DocSummary {
     /// Normalised relative path.
@@ -21,6 +22,7 @@ pub struct DocSummary {
 
 /// A whole document (`GET /v1/workspace/docs/{path}`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Doc {
     /// Path, size, version and frontmatter.
@@ -34,6 +36,7 @@ pub struct Doc {
 
 /// A listing page.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DocList {
     /// Documents of this page, by path.
@@ -44,6 +47,7 @@ pub struct DocList {
 
 /// `POST /v1/sessions/:id/approvals/:approvalId`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AnswerApprovalRequest {
     /// `approve`, `approve_session` or `deny`.
@@ -52,6 +56,7 @@ pub struct AnswerApprovalRequest {
 
 /// Reply to [`AnswerApprovalRequest`].
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AnswerApprovalResponse {
     /// The approval answered.
@@ -62,6 +67,7 @@ pub struct AnswerApprovalResponse {
 
 /// Reply to `POST /v1/sessions/:id/cancel`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CancelResponse {
     /// The queue item.

@@ -31,8 +31,8 @@ use wuhu_core::channels::turn::{self, Scan};
 use wuhu_core::channels::verify::{self, VerifyError};
 use wuhu_core::channels::{
     self, ApprovalClick, ChannelBinding, Command, CommandKind, CreateChannelRequest, Credentials,
-    Delivery, HookOutcome, Inbound, PatchChannelRequest, Platform, ReplyTarget, discord, generic,
-    slack, telegram, text,
+    Delivery, HookOutcome, Inbound, ListChannelsResponse, PatchChannelRequest, Platform,
+    ReplyTarget, discord, generic, slack, telegram, text,
 };
 use wuhu_core::wire::{EnqueueResponse, GetSessionResponse, SessionInfo};
 
@@ -341,7 +341,7 @@ impl ChannelActor {
             };
             channels.push(view(req, &listed));
         }
-        Ok(json_response(200, &json!({ "channels": channels })))
+        Ok(json_response(200, &ListChannelsResponse { channels }))
     }
 
     async fn registry_create(

@@ -8,9 +8,10 @@ use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict
 use wuhu_core::llm::{self, fake};
 use wuhu_core::session::{CancelError, EnqueueError, ForkPrefix, Session};
 use wuhu_core::wire::{
-    CancelRequest, ChildStatus, CompactRequest, CompactResponse, CompactionReason, EnqueueRequest,
-    EnqueueResponse, GetSessionResponse, Header, Lane, MAX_COMPACT_INSTRUCTIONS_BYTES, Message,
-    PatchSessionRequest, Status, StopResponse, custom_types,
+    CancelRequest, CancelResponse, ChildStatus, CompactRequest, CompactResponse, CompactionReason,
+    EnqueueRequest, EnqueueResponse, GetSessionResponse, Header, Lane,
+    MAX_COMPACT_INSTRUCTIONS_BYTES, Message, PatchSessionRequest, SessionStats, Status,
+    StopResponse, UsageResponse, custom_types,
 };
 
 use super::store::SessionMeta;
@@ -180,7 +181,10 @@ impl Actor {
                         self.pump().wait().await?;
                         Ok(json_response(
                             200,
-                            &serde_json::json!({ "id": request.id, "cancelled": true }),
+                            &CancelResponse {
+                                id: request.id,
+                                cancelled: true,
+                            },
                         ))
                     }
                     Err(CancelError::NotFound) => {
@@ -309,27 +313,30 @@ impl Actor {
                         _ => break,
                     }
                 }
-                let mut body =
-                    serde_json::to_value(&usage).map_err(|e| ApiError::internal(e.to_string()))?;
                 let (spent, budget) = self
                     .with_loaded(|l| (l.session.spent(), l.session.budget()))
                     .ok_or_else(|| ApiError::internal("session not loaded"))?;
-                body["spent"] = serde_json::json!(spent);
-                body["budget"] = serde_json::json!(budget);
-                Ok(json_response(200, &body))
+                Ok(json_response(
+                    200,
+                    &UsageResponse {
+                        usage,
+                        spent,
+                        budget,
+                    },
+                ))
             }
             (worker::Method::Get, "/stats") => {
                 let store = self.store()?;
                 let (unarchived, _) = store.unarchived()?;
                 Ok(json_response(
                     200,
-                    &serde_json::json!({
-                        "databaseBytes": store.database_size(),
-                        "hotEntries": store.hot_count()?,
-                        "followers": self.followers.borrow().len(),
-                        "unarchived": unarchived,
-                        "segments": store.segments()?.len(),
-                    }),
+                    &SessionStats {
+                        database_bytes: store.database_size() as u64,
+                        hot_entries: store.hot_count()?,
+                        followers: self.followers.borrow().len() as u64,
+                        unarchived,
+                        segments: store.segments()?.len() as u64,
+                    },
                 ))
             }
             _ => Err(ApiError::new(404, "not_found", "no such route")),
