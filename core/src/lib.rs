@@ -24,6 +24,7 @@
 //! * [`orchestration`]: child sessions: lineage, recursion guard, lifecycle, concurrency gate.
 //! * [`jobs`]: background jobs: how a session concludes a job ended (or was lost).
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
+//! * [`tenant_usage`]: usage of a whole tenant: session reports, hourly rows, grouped queries.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod access;
@@ -49,6 +50,7 @@ mod rng;
 pub mod session;
 pub mod snapshot_vars;
 pub mod sse;
+pub mod tenant_usage;
 pub mod tokens;
 pub mod tools;
 pub mod wire;

@@ -648,3 +648,71 @@ fn a_spent_budget_ends_the_turn_with_a_notice_and_enqueue_answers_402_until_rais
     assert_eq!(assistants(&transcript).len(), 2);
     assert_eq!(customs(&transcript, custom_types::BUDGET_SET).len(), 2);
 }
+
+#[test]
+fn tenant_usage_adds_up_sessions_by_session_user_and_model_for_admins_and_owners() {
+    let _guard = stack().guard();
+    let tenant = unique_name("usage");
+    let ada = stack().client("ada", &tenant);
+    let bob = stack().client("bob", &tenant);
+    let admin = stack().admin_client("root", &tenant);
+    let ada_session = ada.create_fake_session().id;
+    let bob_session = bob.create_fake_session().id;
+    for turn in 0..2 {
+        ada.enqueue(&ada_session, "followUp", &format!("turn {turn}"));
+        ada.wait_idle(&ada_session, TURN);
+    }
+    bob.enqueue(&bob_session, "followUp", "hello");
+    bob.wait_idle(&bob_session, TURN);
+    let session_usage = |api: &Api, id: &str| api.get(&format!("/v1/sessions/{id}/usage")).json();
+    let ada_usage = session_usage(&ada, &ada_session);
+    let bob_usage = session_usage(&bob, &bob_session);
+    assert_eq!(
+        (
+            ada_usage["messages"].as_u64(),
+            bob_usage["messages"].as_u64()
+        ),
+        (Some(2), Some(1))
+    );
+
+    // Sessions report to the index after their replies: wait until it has them all.
+    let by_session = wuhu_e2e::util::wait_for("the index to hold every reply", TURN, || {
+        let answer = admin.get("/v1/usage?by=session").json();
+        (answer["total"]["messages"] == 3).then_some(answer)
+    });
+    let group = |answer: &Value, key: &str| {
+        answer["groups"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["key"] == key).cloned())
+            .unwrap_or_else(|| panic!("no group {key}: {answer}"))
+    };
+    // The index agrees with each session's own figures.
+    for (id, usage) in [(&ada_session, &ada_usage), (&bob_session, &bob_usage)] {
+        let row = group(&by_session, id);
+        for field in ["messages", "inputTokens", "outputTokens"] {
+            assert_eq!(row[field], usage[field], "{field} of {id}: {by_session}");
+        }
+    }
+    let by_user = admin.get("/v1/usage?by=user").json();
+    assert_eq!(group(&by_user, "ada")["messages"], 2, "{by_user}");
+    assert_eq!(group(&by_user, "bob")["messages"], 1, "{by_user}");
+    let by_model = admin.get("/v1/usage?by=model").json();
+    let fake = group(&by_model, "fake-echo");
+    assert_eq!(
+        (fake["provider"].as_str(), fake["messages"].as_u64()),
+        (Some("fake"), Some(3))
+    );
+    // A member sees the sessions they own only.
+    let mine = ada.get("/v1/usage?by=session").json();
+    assert_eq!(mine["groups"].as_array().map(Vec::len), Some(1), "{mine}");
+    assert_eq!(mine["total"]["messages"], 2, "{mine}");
+    // A range without those hours is empty; bad queries are refused.
+    let old = admin.get("/v1/usage?from=0&to=3600").json();
+    assert_eq!(old["total"]["messages"], 0, "{old}");
+    for bad in ["by=tenant", "from=x", "from=10&to=5", "to=-1"] {
+        let response = admin.get(&format!("/v1/usage?{bad}"));
+        assert_eq!(response.status, 400, "{bad}: {response}");
+        assert_eq!(response.json()["error"]["code"], "bad_request");
+    }
+    assert_eq!(admin.post("/v1/usage", &json!({})).status, 405);
+}

@@ -189,6 +189,15 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             Ok(stub.fetch_with_request(internal).await?)
         }
         (["v1", "sessions", _, "approvals", _], _) => Err(method_not_allowed()),
+        (["v1", "usage"], Method::Get) => {
+            let query = req
+                .url()
+                .ok()
+                .and_then(|u| u.query().map(str::to_string))
+                .unwrap_or_default();
+            tenant_index::usage(&env, &identity, &query).await
+        }
+        (["v1", "usage"], _) => Err(method_not_allowed()),
         (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
         (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
         (["v1", "sessions"], _) => Err(method_not_allowed()),

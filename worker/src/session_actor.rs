@@ -80,6 +80,9 @@ pub(crate) struct Actor {
     pub(crate) flushing: Cell<bool>,
     index_dirty: Cell<bool>,
     index_sending: Cell<bool>,
+    /// Usage to report to the tenant index, and whether a report is being sent.
+    usage_dirty: Cell<bool>,
+    usage_sending: Cell<bool>,
     alarm_armed_for: Cell<Option<u64>>,
     /// When the running turn started in this isolate (for the turn log line).
     turn_started_at: Cell<Option<u64>>,
@@ -162,6 +165,8 @@ impl DurableObject for SessionActor {
             flushing: Cell::new(false),
             index_dirty: Cell::new(false),
             index_sending: Cell::new(false),
+            usage_dirty: Cell::new(false),
+            usage_sending: Cell::new(false),
             alarm_armed_for: Cell::new(None),
             turn_started_at: Cell::new(None),
             tail: RefCell::new(None),

@@ -1,15 +1,20 @@
 //! `TenantIndex`: one Durable Object per tenant, listing its sessions newest first, and holding
 //! the tenant's concurrency gate for spawned sessions (`wuhu_core::orchestration::Gate`, saved
 //! whole after every change, so it survives restarts).
+//! It also keeps the tenant's usage: hourly totals per session, provider and model, and the
+//! cursor each session reported through (`wuhu_core::tenant_usage`).
 //! Internal routes: `POST /upsert` (SessionInfo), `GET /list?limit&before&parentId`,
-//! `POST /gate/request` (a [`Slot`]), `POST /gate/release` (`{child}`).
+//! `POST /gate/request` (a [`Slot`]), `POST /gate/release` (`{child}`),
+//! `POST /usage/report` (a `UsageReport`), `GET /usage?from&to&by`.
 
 use serde::{Deserialize, Serialize};
 use worker::{
     DurableObject, Env, Method, Request, RequestInit, Response, SqlStorage, State, durable_object,
 };
 use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
+use wuhu_core::llm::models::UsageTotals;
 use wuhu_core::orchestration::{Admission, Gate, Limits, Slot};
+use wuhu_core::tenant_usage::{self, HourKey, HourRow, UsageQuery, UsageReport};
 use wuhu_core::wire::{ListSessionsResponse, SessionInfo};
 
 use crate::auth::Identity;
@@ -84,6 +89,14 @@ impl DurableObject for TenantIndex {
         );
         let _ = sql.exec(
             "CREATE TABLE IF NOT EXISTS gate (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
+            None,
+        );
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS usage_hours (hour INTEGER NOT NULL, session TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, user TEXT NOT NULL, messages INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL, cache_write INTEGER NOT NULL, reasoning INTEGER NOT NULL, cost REAL NOT NULL, unpriced INTEGER NOT NULL, PRIMARY KEY (hour, session, provider, model))",
+            None,
+        );
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS usage_cursor (session TEXT PRIMARY KEY, through INTEGER NOT NULL)",
             None,
         );
         TenantIndex {
@@ -245,9 +258,161 @@ impl TenantIndex {
                     },
                 ))
             }
+            (Method::Post, "/usage/report") => {
+                let body = read_body(&mut req).await?;
+                let report: UsageReport = parse_json(&body)?;
+                if report.records.len() > tenant_usage::MAX_REPORT_RECORDS {
+                    return Err(ApiError::bad_request("too many records in one report"));
+                }
+                // No await from here on: the writes commit together.
+                let rows: Vec<ThroughRow> = self
+                    .sql
+                    .exec(
+                        "SELECT through FROM usage_cursor WHERE session = ?",
+                        vec![report.session.clone().into()],
+                    )?
+                    .to_array()?;
+                let stored = rows.into_iter().next().map_or(0, |r| r.through as u64);
+                let (through, rows) = tenant_usage::apply_report(stored, &report);
+                for (key, t) in rows {
+                    self.sql.exec(
+                        "INSERT INTO usage_hours (hour, session, provider, model, user, messages, input, output, cache_read, cache_write, reasoning, cost, unpriced) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                         ON CONFLICT(hour, session, provider, model) DO UPDATE SET user = excluded.user, \
+                         messages = messages + excluded.messages, input = input + excluded.input, \
+                         output = output + excluded.output, cache_read = cache_read + excluded.cache_read, \
+                         cache_write = cache_write + excluded.cache_write, reasoning = reasoning + excluded.reasoning, \
+                         cost = cost + excluded.cost, unpriced = unpriced + excluded.unpriced",
+                        vec![
+                            key.hour.into(),
+                            key.session.into(),
+                            key.provider.into(),
+                            key.model.into(),
+                            report.user.clone().into(),
+                            (t.messages as i64).into(),
+                            (t.input_tokens as i64).into(),
+                            (t.output_tokens as i64).into(),
+                            (t.cache_read_tokens as i64).into(),
+                            (t.cache_write_tokens as i64).into(),
+                            (t.reasoning_tokens as i64).into(),
+                            t.cost_usd.into(),
+                            (t.unpriced_messages as i64).into(),
+                        ],
+                    )?;
+                }
+                self.sql.exec(
+                    "INSERT INTO usage_cursor (session, through) VALUES (?, ?) ON CONFLICT(session) DO UPDATE SET through = excluded.through",
+                    vec![report.session.clone().into(), (through as i64).into()],
+                )?;
+                Ok(json_response(200, &serde_json::json!({"through": through})))
+            }
+            (Method::Get, "/usage") => {
+                let viewer = Identity::from_headers(&req)?.principal();
+                let pairs = query_pairs(&req);
+                let now = (worker::Date::now().as_millis() / 1000) as i64;
+                let usage_query = UsageQuery::parse(
+                    query(&pairs, "from").as_deref(),
+                    query(&pairs, "to").as_deref(),
+                    query(&pairs, "by").as_deref(),
+                    now,
+                )
+                .map_err(ApiError::bad_request)?;
+                // Members see the sessions they own; admins the whole tenant.
+                let only_user = (!viewer.is_admin()).then_some(viewer.sub.as_str());
+                let rows: Vec<HourSqlRow> = match only_user {
+                    None => self.sql.exec(
+                        "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ?",
+                        vec![usage_query.from.into(), usage_query.to.into()],
+                    )?,
+                    Some(user) => self.sql.exec(
+                        "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ? AND user = ?",
+                        vec![
+                            usage_query.from.into(),
+                            usage_query.to.into(),
+                            user.to_string().into(),
+                        ],
+                    )?,
+                }
+                .to_array()?;
+                let answer = tenant_usage::group(
+                    rows.into_iter().map(HourRow::from),
+                    &usage_query,
+                    only_user,
+                );
+                Ok(json_response(200, &answer))
+            }
             _ => Err(ApiError::not_found("no such route")),
         }
     }
+}
+
+#[derive(Deserialize)]
+struct ThroughRow {
+    through: f64,
+}
+
+#[derive(Deserialize)]
+struct HourSqlRow {
+    hour: f64,
+    session: String,
+    provider: String,
+    model: String,
+    user: String,
+    messages: f64,
+    input: f64,
+    output: f64,
+    cache_read: f64,
+    cache_write: f64,
+    reasoning: f64,
+    cost: f64,
+    unpriced: f64,
+}
+
+impl From<HourSqlRow> for HourRow {
+    fn from(r: HourSqlRow) -> HourRow {
+        HourRow {
+            key: HourKey {
+                hour: r.hour as i64,
+                session: r.session,
+                provider: r.provider,
+                model: r.model,
+            },
+            user: r.user,
+            totals: UsageTotals {
+                messages: r.messages as u64,
+                input_tokens: r.input as u64,
+                output_tokens: r.output as u64,
+                cache_read_tokens: r.cache_read as u64,
+                cache_write_tokens: r.cache_write as u64,
+                reasoning_tokens: r.reasoning as u64,
+                cost_usd: r.cost,
+                unpriced_messages: r.unpriced as u64,
+            },
+        }
+    }
+}
+
+/// Tells the index what a session's requests used (see `wuhu_core::tenant_usage`).
+pub(crate) async fn report_usage(env: &Env, tenant: &str, report: &UsageReport) -> ApiResult<()> {
+    let request = crate::internal::post_request("index", "/usage/report", tenant, "wuhu", report)?;
+    crate::internal::send(&stub(env, tenant)?, request)
+        .await
+        .map(|_: serde_json::Value| ())
+}
+
+/// `GET /v1/usage` for `viewer` (the query string as given).
+pub(crate) async fn usage(env: &Env, viewer: &Identity, query: &str) -> ApiResult<Response> {
+    let url = if query.is_empty() {
+        "https://index/usage".to_string()
+    } else {
+        format!("https://index/usage?{query}")
+    };
+    let headers = worker::Headers::new();
+    viewer.set_headers(&headers)?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Get).with_headers(headers);
+    let req = Request::new_with_init(&url, &init)?;
+    Ok(stub(env, &viewer.tenant)?.fetch_with_request(req).await?)
 }
 
 fn stub(env: &Env, tenant: &str) -> ApiResult<worker::Stub> {

@@ -40,9 +40,14 @@ impl Actor {
         self.report_drain(&effects);
         let mut flush = false;
         let mut index = false;
+        let mut usage = false;
         for effect in effects {
             match effect {
-                Effect::AppendEntry(entry) => self.broadcast(StreamEvent::EntryAppended { entry }),
+                Effect::AppendEntry(entry) => {
+                    usage |=
+                        !wuhu_core::tenant_usage::records(std::slice::from_ref(&entry)).is_empty();
+                    self.broadcast(StreamEvent::EntryAppended { entry })
+                }
                 Effect::StatusChanged(status) => {
                     index = true;
                     self.broadcast(StreamEvent::Status { status });
@@ -60,6 +65,8 @@ impl Actor {
                 Effect::QueueInsert(_) | Effect::QueueDelete { .. } => {}
                 Effect::Idle => {
                     flush = true;
+                    // Catches up on a report that failed earlier.
+                    usage = true;
                     self.broadcast(StreamEvent::Idle);
                 }
             }
@@ -71,6 +78,9 @@ impl Actor {
         }
         if index {
             self.schedule_index_update();
+        }
+        if usage {
+            self.schedule_usage_report();
         }
         if flush || self.unarchived_over_threshold() {
             spawn_local(archive::flush(self.clone()));
@@ -155,6 +165,65 @@ impl Actor {
         if self.alarm_armed_for.get().is_none_or(|armed| armed > at.0) {
             self.arm_alarm(at);
         }
+    }
+
+    /// Reports the usage recorded since the last report to the tenant index; one report at a
+    /// time, coalesced. A failed report is sent again at the next one (the index counts each
+    /// entry once).
+    pub(crate) fn schedule_usage_report(self: &Rc<Self>) {
+        self.usage_dirty.set(true);
+        if self.usage_sending.get() {
+            return;
+        }
+        self.usage_sending.set(true);
+        let actor = self.clone();
+        spawn_local(async move {
+            while actor.usage_dirty.replace(false) {
+                if let Err(e) = actor.report_usage().await {
+                    worker::console_error!(
+                        "reporting usage to the tenant index failed: {}",
+                        e.message
+                    );
+                    break;
+                }
+            }
+            actor.usage_sending.set(false);
+        });
+    }
+
+    async fn report_usage(self: &Rc<Self>) -> crate::http::ApiResult<()> {
+        use wuhu_core::tenant_usage::{self, UsageReport};
+        let Some((session, fork_cursor)) = self.with_loaded(|l| {
+            (
+                l.meta.id.clone(),
+                l.meta.forked_from.as_ref().map_or(0, |f| f.cursor),
+            )
+        }) else {
+            return Ok(());
+        };
+        // A fork reports its own requests only: its history is its parent's.
+        let mut through = self
+            .store()?
+            .usage_reported_through()?
+            .unwrap_or(0)
+            .max(fork_cursor);
+        while through < self.committed_cursor() {
+            let (entries, _) =
+                archive::read_page(self, through, tenant_usage::MAX_REPORT_RECORDS).await?;
+            let Some(last) = entries.last().map(|e| e.cursor) else {
+                break;
+            };
+            let report = UsageReport {
+                session: session.clone(),
+                user: self.owner(),
+                through: last,
+                records: tenant_usage::records(&entries),
+            };
+            tenant_index::report_usage(&self.env, &info_tenant(self), &report).await?;
+            self.store()?.save_usage_reported_through(last)?;
+            through = last;
+        }
+        Ok(())
     }
 
     /// Sends the latest session info to the tenant index; one send at a time, coalesced.

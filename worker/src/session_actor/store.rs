@@ -426,6 +426,17 @@ impl Store {
         Ok(rows.into_iter().next().and_then(|r| r.m).map(|m| m as u64))
     }
 
+    /// The cursor through which usage was reported to the tenant index (`None`: never).
+    pub(crate) fn usage_reported_through(&self) -> SqlResult<Option<u64>> {
+        Ok(self
+            .get_meta("usage_reported_through")?
+            .and_then(|v| v.parse().ok()))
+    }
+
+    pub(crate) fn save_usage_reported_through(&self, cursor: u64) -> SqlResult<()> {
+        self.put_meta("usage_reported_through", &cursor.to_string())
+    }
+
     pub(crate) fn archived_through(&self) -> SqlResult<u64> {
         Ok(self
             .get_meta("archived_through")?

@@ -1,0 +1,513 @@
+//! Usage of a whole tenant (`GET /v1/usage?from=&to=&by=session|user|model`).
+//!
+//! Each session reports what its requests used to its tenant's index ([`UsageReport`]: the
+//! assistant messages and compaction summaries after the cursor it last reported). The index
+//! keeps hourly totals per session, provider and model ([`HourKey`]), with the session's owner,
+//! and the cursor each session reported through, so a report sent twice counts once
+//! ([`apply_report`]). A query adds up the hours in `[from, to)` by session, user (the session's
+//! owner) or model ([`group`]); a member sees only the sessions they own, an admin the tenant.
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::models::UsageTotals;
+use crate::wire::{Entry, EntryPayload, Message, Usage};
+
+/// Seconds in one bucket of the index.
+pub const HOUR_SECONDS: i64 = 3600;
+/// Most records one report carries (a session reports the rest in the next one).
+pub const MAX_REPORT_RECORDS: usize = 256;
+/// Most groups one answer lists (the costliest first); `truncated` says when more exist.
+pub const MAX_GROUPS: usize = 1000;
+
+/// One request's usage, as a session reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRecord {
+    /// The entry that recorded it.
+    pub cursor: u64,
+    /// Unix seconds of the entry.
+    pub at: i64,
+    /// Provider of the request.
+    pub provider: String,
+    /// Model of the request.
+    pub model: String,
+    /// What it used.
+    pub usage: Usage,
+}
+
+/// What a session tells its tenant's index (internal `POST /usage/report`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageReport {
+    /// The session.
+    pub session: String,
+    /// Its owner (usage by user is by owner).
+    pub user: String,
+    /// Every entry through this cursor has been looked at: records after it come later.
+    pub through: u64,
+    /// The requests among the entries after the previously reported cursor, oldest first.
+    pub records: Vec<UsageRecord>,
+}
+
+/// The records among `entries` (assistant messages and compaction summaries with usage).
+pub fn records(entries: &[Entry]) -> Vec<UsageRecord> {
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let (provider, model, usage) = match &entry.payload {
+                EntryPayload::Message {
+                    message: Message::Assistant(m),
+                } => (&m.provider, &m.model, m.usage.as_ref()?),
+                EntryPayload::Compaction(c) => (&c.provider, &c.model, c.usage.as_ref()?),
+                _ => return None,
+            };
+            Some(UsageRecord {
+                cursor: entry.cursor,
+                at: entry.created_at,
+                provider: provider.clone(),
+                model: model.clone(),
+                usage: *usage,
+            })
+        })
+        .collect()
+}
+
+/// One row of the index: an hour of one session's use of one model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HourKey {
+    /// Unix seconds of the hour's start.
+    pub hour: i64,
+    /// The session.
+    pub session: String,
+    /// Provider.
+    pub provider: String,
+    /// Model.
+    pub model: String,
+}
+
+/// What the index adds for `report`, given the cursor it holds for that session (`stored`):
+/// the new cursor and the totals to add per hour row. Records at or before `stored` were
+/// counted already and are skipped, so applying a report twice counts it once.
+pub fn apply_report(stored: u64, report: &UsageReport) -> (u64, Vec<(HourKey, UsageTotals)>) {
+    let mut rows: Vec<(HourKey, UsageTotals)> = Vec::new();
+    for record in report.records.iter().filter(|r| r.cursor > stored) {
+        let key = HourKey {
+            hour: record.at.div_euclid(HOUR_SECONDS) * HOUR_SECONDS,
+            session: report.session.clone(),
+            provider: record.provider.clone(),
+            model: record.model.clone(),
+        };
+        match rows.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, totals)) => totals.add(&record.usage),
+            None => {
+                let mut totals = UsageTotals::default();
+                totals.add(&record.usage);
+                rows.push((key, totals));
+            }
+        }
+    }
+    (stored.max(report.through), rows)
+}
+
+/// How a query groups the hours.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum GroupBy {
+    /// Per session.
+    Session,
+    /// Per owner of the sessions.
+    User,
+    /// Per provider and model.
+    Model,
+}
+
+/// A parsed `GET /v1/usage` query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsageQuery {
+    /// Unix seconds, inclusive (hours starting at or after it count).
+    pub from: i64,
+    /// Unix seconds, exclusive.
+    pub to: i64,
+    /// Grouping.
+    pub by: GroupBy,
+}
+
+impl UsageQuery {
+    /// Parses `from` and `to` (unix seconds; default: the beginning, and `now` plus an hour so
+    /// the current hour counts) and `by` (default `model`).
+    ///
+    /// # Errors
+    /// A message for a 400.
+    pub fn parse(
+        from: Option<&str>,
+        to: Option<&str>,
+        by: Option<&str>,
+        now: i64,
+    ) -> Result<UsageQuery, String> {
+        let seconds = |name: &str, value: Option<&str>, default: i64| match value {
+            None | Some("") => Ok(default),
+            Some(v) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| format!("{name} must be unix seconds")),
+        };
+        let from = seconds("from", from, 0)?;
+        let to = seconds("to", to, now + HOUR_SECONDS)?;
+        if from >= to {
+            return Err("from must be before to".into());
+        }
+        let by = match by.unwrap_or("model") {
+            "session" => GroupBy::Session,
+            "user" => GroupBy::User,
+            "model" => GroupBy::Model,
+            other => return Err(format!("unknown by {other:?}: use session, user or model")),
+        };
+        Ok(UsageQuery { from, to, by })
+    }
+}
+
+/// One hour row as the index stores it, with the session's owner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HourRow {
+    /// Which hour, session and model.
+    pub key: HourKey,
+    /// The session's owner.
+    pub user: String,
+    /// Its totals.
+    pub totals: UsageTotals,
+}
+
+/// One group of an answer.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageGroup {
+    /// The session id, the user, or the model.
+    pub key: String,
+    /// The provider, when grouped by model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Its totals.
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+}
+
+/// `GET /v1/usage`.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantUsage {
+    /// The query's `from`.
+    pub from: i64,
+    /// The query's `to`.
+    pub to: i64,
+    /// The grouping.
+    pub by: GroupBy,
+    /// Over every group, listed or not.
+    pub total: UsageTotals,
+    /// The groups, costliest first (then most tokens, then by key), at most [`MAX_GROUPS`].
+    pub groups: Vec<UsageGroup>,
+    /// Whether groups were left out.
+    pub truncated: bool,
+}
+
+fn add_totals(into: &mut UsageTotals, other: &UsageTotals) {
+    into.messages += other.messages;
+    into.input_tokens = into.input_tokens.saturating_add(other.input_tokens);
+    into.output_tokens = into.output_tokens.saturating_add(other.output_tokens);
+    into.cache_read_tokens = into
+        .cache_read_tokens
+        .saturating_add(other.cache_read_tokens);
+    into.cache_write_tokens = into
+        .cache_write_tokens
+        .saturating_add(other.cache_write_tokens);
+    into.reasoning_tokens = into.reasoning_tokens.saturating_add(other.reasoning_tokens);
+    into.cost_usd += other.cost_usd;
+    into.unpriced_messages += other.unpriced_messages;
+}
+
+/// Adds up `rows` for `query`. `only_user`: a member's view (only sessions they own).
+pub fn group(
+    rows: impl IntoIterator<Item = HourRow>,
+    query: &UsageQuery,
+    only_user: Option<&str>,
+) -> TenantUsage {
+    let mut groups: std::collections::BTreeMap<(String, Option<String>), UsageTotals> =
+        std::collections::BTreeMap::new();
+    let mut total = UsageTotals::default();
+    for row in rows {
+        if row.key.hour < query.from
+            || row.key.hour >= query.to
+            || only_user.is_some_and(|u| u != row.user)
+        {
+            continue;
+        }
+        let key = match query.by {
+            GroupBy::Session => (row.key.session.clone(), None),
+            GroupBy::User => (row.user.clone(), None),
+            GroupBy::Model => (row.key.model.clone(), Some(row.key.provider.clone())),
+        };
+        add_totals(&mut total, &row.totals);
+        add_totals(groups.entry(key).or_default(), &row.totals);
+    }
+    let mut groups: Vec<UsageGroup> = groups
+        .into_iter()
+        .map(|((key, provider), totals)| UsageGroup {
+            key,
+            provider,
+            totals,
+        })
+        .collect();
+    groups.sort_by(|a, b| {
+        b.totals
+            .cost_usd
+            .total_cmp(&a.totals.cost_usd)
+            .then_with(|| {
+                let tokens = |t: &UsageTotals| t.input_tokens + t.output_tokens;
+                tokens(&b.totals).cmp(&tokens(&a.totals))
+            })
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    let truncated = groups.len() > MAX_GROUPS;
+    groups.truncate(MAX_GROUPS);
+    TenantUsage {
+        from: query.from,
+        to: query.to,
+        by: query.by,
+        total,
+        groups,
+        truncated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{AssistantMessage, Compaction, CompactionReason};
+
+    fn usage(input: u64, cost: Option<f64>) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: 1,
+            total_tokens: input + 1,
+            cost_usd: cost,
+            ..Usage::default()
+        }
+    }
+
+    fn record(cursor: u64, at: i64, model: &str, input: u64) -> UsageRecord {
+        UsageRecord {
+            cursor,
+            at,
+            provider: "p".into(),
+            model: model.into(),
+            usage: usage(input, Some(input as f64 / 1000.0)),
+        }
+    }
+
+    #[test]
+    fn records_are_the_requests_with_usage() {
+        let entry = |cursor: u64, payload: EntryPayload| Entry {
+            cursor,
+            id: format!("e{cursor}"),
+            created_at: cursor as i64 * 10,
+            payload,
+        };
+        let reply = |u: Option<Usage>| EntryPayload::Message {
+            message: Message::Assistant(AssistantMessage {
+                provider: "p".into(),
+                model: "m".into(),
+                usage: u,
+                ..Default::default()
+            }),
+        };
+        let entries = vec![
+            entry(1, reply(Some(usage(5, None)))),
+            entry(2, reply(None)),
+            entry(
+                3,
+                EntryPayload::Compaction(Compaction {
+                    summary: "s".into(),
+                    first_kept_cursor: 1,
+                    kept_cursors: vec![],
+                    tokens_before: 0,
+                    reason: CompactionReason::Auto,
+                    instructions: None,
+                    provider: "p".into(),
+                    model: "m2".into(),
+                    usage: Some(usage(7, Some(0.5))),
+                }),
+            ),
+            entry(
+                4,
+                EntryPayload::Custom {
+                    custom_type: "x".into(),
+                    data: serde_json::Value::Null,
+                },
+            ),
+        ];
+        let got: Vec<(u64, i64, String)> = records(&entries)
+            .into_iter()
+            .map(|r| (r.cursor, r.at, r.model))
+            .collect();
+        assert_eq!(got, [(1, 10, "m".into()), (3, 30, "m2".into())]);
+    }
+
+    #[test]
+    fn a_report_counts_once_per_hour_session_and_model() {
+        let report = UsageReport {
+            session: "s".into(),
+            user: "ana".into(),
+            through: 9,
+            records: vec![
+                record(2, 3599, "a", 10),
+                record(4, 3600, "a", 20),
+                record(5, 3700, "a", 30),
+                record(7, 3700, "b", 40),
+            ],
+        };
+        // (stored cursor, new cursor, rows as (hour, model, messages, input))
+        type Row<'a> = (i64, &'a str, u64, u64);
+        let cases: Vec<(u64, u64, Vec<Row>)> = vec![
+            (
+                0,
+                9,
+                vec![(0, "a", 1, 10), (3600, "a", 2, 50), (3600, "b", 1, 40)],
+            ),
+            (4, 9, vec![(3600, "a", 1, 30), (3600, "b", 1, 40)]),
+            // Sent again after it was applied: nothing more.
+            (9, 9, vec![]),
+            // An older report never moves the cursor back.
+            (12, 12, vec![]),
+        ];
+        for (stored, through, want) in cases {
+            let (new, rows) = apply_report(stored, &report);
+            assert_eq!(new, through, "stored {stored}");
+            let got: Vec<(i64, &str, u64, u64)> = rows
+                .iter()
+                .map(|(k, t)| (k.hour, k.model.as_str(), t.messages, t.input_tokens))
+                .collect();
+            assert_eq!(got, want, "stored {stored}");
+        }
+    }
+
+    fn row(hour: i64, session: &str, user: &str, model: &str, input: u64) -> HourRow {
+        let mut totals = UsageTotals::default();
+        totals.add(&usage(input, Some(input as f64)));
+        HourRow {
+            key: HourKey {
+                hour,
+                session: session.into(),
+                provider: "p".into(),
+                model: model.into(),
+            },
+            user: user.into(),
+            totals,
+        }
+    }
+
+    #[test]
+    fn queries_add_up_the_hours_in_range_by_session_user_or_model() {
+        let rows = vec![
+            row(0, "s1", "ana", "a", 1),
+            row(3600, "s1", "ana", "b", 10),
+            row(3600, "s2", "bob", "a", 100),
+            row(7200, "s3", "ana", "a", 1000),
+        ];
+        // (from, to, by, viewer, groups as (key, input))
+        type Case<'a> = (i64, i64, GroupBy, Option<&'a str>, Vec<(&'a str, u64)>);
+        let cases: Vec<Case> = vec![
+            (
+                0,
+                10_800,
+                GroupBy::Model,
+                None,
+                vec![("a", 1101), ("b", 10)],
+            ),
+            (
+                0,
+                10_800,
+                GroupBy::Session,
+                None,
+                vec![("s3", 1000), ("s2", 100), ("s1", 11)],
+            ),
+            (
+                0,
+                10_800,
+                GroupBy::User,
+                None,
+                vec![("ana", 1011), ("bob", 100)],
+            ),
+            (
+                3600,
+                7200,
+                GroupBy::User,
+                None,
+                vec![("bob", 100), ("ana", 10)],
+            ),
+            (0, 10_800, GroupBy::User, Some("bob"), vec![("bob", 100)]),
+            (
+                0,
+                10_800,
+                GroupBy::Session,
+                Some("ana"),
+                vec![("s3", 1000), ("s1", 11)],
+            ),
+            (1, 3600, GroupBy::Model, None, vec![]),
+        ];
+        for (from, to, by, viewer, want) in cases {
+            let query = UsageQuery { from, to, by };
+            let answer = group(rows.clone(), &query, viewer);
+            let got: Vec<(&str, u64)> = answer
+                .groups
+                .iter()
+                .map(|g| (g.key.as_str(), g.totals.input_tokens))
+                .collect();
+            assert_eq!(got, want, "{from}..{to} by {by:?} as {viewer:?}");
+            let sum: u64 = want.iter().map(|(_, n)| n).sum();
+            assert_eq!(answer.total.input_tokens, sum);
+            assert!(!answer.truncated);
+        }
+        let many: Vec<HourRow> = (0..MAX_GROUPS + 3)
+            .map(|i| row(0, &format!("s{i}"), "ana", "a", 1))
+            .collect();
+        let answer = group(
+            many,
+            &UsageQuery {
+                from: 0,
+                to: 1,
+                by: GroupBy::Session,
+            },
+            None,
+        );
+        assert!(answer.truncated);
+        assert_eq!(answer.groups.len(), MAX_GROUPS);
+        assert_eq!(answer.total.messages, MAX_GROUPS as u64 + 3);
+    }
+
+    #[test]
+    fn queries_are_parsed_with_defaults_and_refused_when_wrong() {
+        let now = 10_000;
+        let ok = |from, to, by| UsageQuery::parse(from, to, by, now);
+        assert_eq!(
+            ok(None, None, None),
+            Ok(UsageQuery {
+                from: 0,
+                to: now + HOUR_SECONDS,
+                by: GroupBy::Model
+            })
+        );
+        assert_eq!(
+            ok(Some("5"), Some("9"), Some("user")).map(|q| q.by),
+            Ok(GroupBy::User)
+        );
+        for (from, to, by) in [
+            (Some("x"), None, None),
+            (Some("-1"), None, None),
+            (Some("9"), Some("5"), None),
+            (Some("5"), Some("5"), None),
+            (None, None, Some("tenant")),
+        ] {
+            assert!(ok(from, to, by).is_err(), "{from:?} {to:?} {by:?}");
+        }
+    }
+}
