@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::llm::models::UsageTotals;
-use crate::wire::{Entry, EntryPayload, Message, Usage};
+use crate::wire::{Budget, Entry, EntryPayload, Message, Spent, Usage};
 
 /// Seconds in one bucket of the index.
 pub const HOUR_SECONDS: i64 = 3600;
@@ -18,6 +18,41 @@ pub const HOUR_SECONDS: i64 = 3600;
 pub const MAX_REPORT_RECORDS: usize = 256;
 /// Most groups one answer lists (the costliest first); `truncated` says when more exist.
 pub const MAX_GROUPS: usize = 1000;
+
+/// A tenant's budget and what its sessions spent (as reported to its index, since usage is
+/// reported): `GET|PUT /v1/budget`, and what a session asks before each step's request.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantBudget {
+    /// The budget (`None`: no limit).
+    pub budget: Option<Budget>,
+    /// Input plus output tokens and dollars of every reported request.
+    pub spent: Spent,
+}
+
+impl TenantBudget {
+    /// Which limit is reached, if any: a request starts only while none is. Each session
+    /// reports its usage before it asks, and runs one request at a time, so concurrent sessions
+    /// overshoot by at most one request (one step) each.
+    pub fn exceeded(&self) -> Option<&'static str> {
+        self.budget
+            .as_ref()
+            .and_then(|b| b.exceeded_by(&self.spent))
+    }
+
+    /// Adds what `rows` (of [`apply_report`]) used.
+    pub fn add(&mut self, rows: &[(HourKey, UsageTotals)]) {
+        for (_, totals) in rows {
+            self.spent.tokens = self
+                .spent
+                .tokens
+                .saturating_add(totals.input_tokens.saturating_add(totals.output_tokens));
+            if totals.cost_usd.is_finite() && totals.cost_usd > 0.0 {
+                self.spent.usd += totals.cost_usd;
+            }
+        }
+    }
+}
 
 /// One request's usage, as a session reports it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -482,6 +517,40 @@ mod tests {
         assert!(answer.truncated);
         assert_eq!(answer.groups.len(), MAX_GROUPS);
         assert_eq!(answer.total.messages, MAX_GROUPS as u64 + 3);
+    }
+
+    #[test]
+    fn the_tenant_budget_adds_up_reports_and_is_reached_at_its_limit() {
+        let report = UsageReport {
+            session: "s".into(),
+            user: "ana".into(),
+            through: 3,
+            records: vec![record(1, 0, "a", 10), record(3, 7200, "b", 20)],
+        };
+        // (budget, exceeded after the report)
+        let cases = [
+            (None, None),
+            (Some((Some(33), None)), None),
+            (Some((Some(32), None)), Some("tokens")),
+            (Some((None, Some(0.03))), Some("usd")),
+            (Some((None, Some(0.031))), None),
+        ];
+        for (budget, want) in cases {
+            let mut state = TenantBudget {
+                budget: budget.map(|(max_tokens, max_usd)| Budget {
+                    max_tokens,
+                    max_usd,
+                }),
+                ..TenantBudget::default()
+            };
+            assert_eq!(state.exceeded(), None, "{budget:?} before");
+            let (_, rows) = apply_report(0, &report);
+            state.add(&rows);
+            // Input plus output of both requests; their cost.
+            assert_eq!(state.spent.tokens, 32);
+            assert!((state.spent.usd - 0.03).abs() < 1e-9);
+            assert_eq!(state.exceeded(), want, "{budget:?}");
+        }
     }
 
     #[test]

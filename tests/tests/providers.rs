@@ -716,3 +716,73 @@ fn tenant_usage_adds_up_sessions_by_session_user_and_model_for_admins_and_owners
     }
     assert_eq!(admin.post("/v1/usage", &json!({})).status, 405);
 }
+
+#[test]
+fn a_spent_tenant_budget_ends_turns_and_enqueue_answers_402_until_an_admin_raises_it() {
+    let _guard = stack().guard();
+    let tenant = unique_name("tenant-budget");
+    let ada = stack().client("ada", &tenant);
+    let admin = stack().admin_client("root", &tenant);
+    let response = ada.send_raw("PUT", "/v1/budget", r#"{"maxTokens":1}"#);
+    assert_eq!(response.status, 403, "{response}");
+    for bad in [r#"{"maxUsd":-1}"#, r#"{"maxCoins":3}"#, "nope"] {
+        let response = admin.send_raw("PUT", "/v1/budget", bad);
+        assert_eq!(response.status, 400, "{bad}: {response}");
+    }
+    let response = admin.send_raw("PUT", "/v1/budget", r#"{"maxTokens":1}"#);
+    assert_eq!(response.status, 200, "{response}");
+    assert_eq!(response.json()["budget"]["maxTokens"], 1);
+    let first = ada.create_fake_session().id;
+    let second = ada.create_fake_session().id;
+    let tenant_notices = |id: &str| {
+        let transcript = ada.transcript(id);
+        let notices: Vec<Value> = customs(&transcript, custom_types::BUDGET_EXCEEDED)
+            .into_iter()
+            .cloned()
+            .collect();
+        (transcript, notices)
+    };
+    // The first request runs (nothing spent yet) and calls a tool; the step after the result
+    // finds the tenant's budget spent: the turn ends there.
+    ada.enqueue(
+        &first,
+        "followUp",
+        r#"@fake {"toolCalls":[{"name":"list_sessions","arguments":{"limit":1}}]}"#,
+    );
+    ada.wait_idle(&first, TURN);
+    let (transcript, notices) = tenant_notices(&first);
+    let text = describe(&transcript);
+    assert_eq!(assistants(&transcript).len(), 1, "{text}");
+    assert_eq!(notices.len(), 1, "{text}");
+    assert_eq!(
+        (notices[0]["scope"].as_str(), notices[0]["limit"].as_str()),
+        (Some("tenant"), Some("tokens"))
+    );
+    let response = ada.enqueue_raw(&first, "followUp", "more please");
+    assert_eq!(response.status, 402, "{response}");
+    assert_eq!(response.json()["error"]["code"], "budget_exceeded");
+    // Another session of the tenant makes no request at all.
+    ada.enqueue(&second, "followUp", "hello");
+    ada.wait_idle(&second, TURN);
+    let (transcript, notices) = tenant_notices(&second);
+    assert!(
+        assistants(&transcript).is_empty(),
+        "{}",
+        describe(&transcript)
+    );
+    assert_eq!(notices.len(), 1);
+    assert_eq!(ada.enqueue_raw(&second, "followUp", "again").status, 402);
+    // Members read the budget and what was spent: the one request.
+    let state = ada.get("/v1/budget").json();
+    let usage = ada.get(&format!("/v1/sessions/{first}/usage")).json();
+    assert_eq!(
+        state["spent"]["tokens"], usage["spent"]["tokens"],
+        "{state} {usage}"
+    );
+    // Raised (removed) by an admin: sessions continue.
+    admin.send_raw("PUT", "/v1/budget", "{}").expect_status(200);
+    ada.enqueue(&first, "followUp", "more please");
+    ada.wait_idle(&first, TURN);
+    assert_eq!(assistants(&ada.transcript(&first)).len(), 2);
+    assert_eq!(ada.post("/v1/budget", &json!({})).status, 405);
+}

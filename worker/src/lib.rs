@@ -198,6 +198,14 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             tenant_index::usage(&env, &identity, &query).await
         }
         (["v1", "usage"], _) => Err(method_not_allowed()),
+        (["v1", "budget"], Method::Get) => {
+            tenant_index::budget_route(&env, &identity, Method::Get, None).await
+        }
+        (["v1", "budget"], Method::Put) => {
+            let body = String::from_utf8_lossy(&read_body(&mut req).await?).into_owned();
+            tenant_index::budget_route(&env, &identity, Method::Put, Some(body)).await
+        }
+        (["v1", "budget"], _) => Err(method_not_allowed()),
         (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
         (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
         (["v1", "sessions"], _) => Err(method_not_allowed()),

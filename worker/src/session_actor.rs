@@ -83,6 +83,8 @@ pub(crate) struct Actor {
     /// Usage to report to the tenant index, and whether a report is being sent.
     usage_dirty: Cell<bool>,
     usage_sending: Cell<bool>,
+    /// The tenant's budget was spent when last asked (enqueue asks again while it is).
+    pub(crate) tenant_budget_spent: Cell<bool>,
     alarm_armed_for: Cell<Option<u64>>,
     /// When the running turn started in this isolate (for the turn log line).
     turn_started_at: Cell<Option<u64>>,
@@ -167,6 +169,7 @@ impl DurableObject for SessionActor {
             index_sending: Cell::new(false),
             usage_dirty: Cell::new(false),
             usage_sending: Cell::new(false),
+            tenant_budget_spent: Cell::new(false),
             alarm_armed_for: Cell::new(None),
             turn_started_at: Cell::new(None),
             tail: RefCell::new(None),

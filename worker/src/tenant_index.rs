@@ -14,8 +14,8 @@ use worker::{
 use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::llm::models::UsageTotals;
 use wuhu_core::orchestration::{Admission, Gate, Limits, Slot};
-use wuhu_core::tenant_usage::{self, HourKey, HourRow, UsageQuery, UsageReport};
-use wuhu_core::wire::{ListSessionsResponse, SessionInfo};
+use wuhu_core::tenant_usage::{self, HourKey, HourRow, TenantBudget, UsageQuery, UsageReport};
+use wuhu_core::wire::{Budget, ListSessionsResponse, SessionInfo};
 
 use crate::auth::Identity;
 
@@ -99,6 +99,10 @@ impl DurableObject for TenantIndex {
             "CREATE TABLE IF NOT EXISTS usage_cursor (session TEXT PRIMARY KEY, through INTEGER NOT NULL)",
             None,
         );
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS budget (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
+            None,
+        );
         TenantIndex {
             sql,
             limits: crate::session_client::orchestration_limits(&env),
@@ -131,6 +135,27 @@ impl TenantIndex {
         let json = serde_json::to_string(gate).map_err(|e| ApiError::internal(e.to_string()))?;
         self.sql.exec(
             "INSERT INTO gate (k, state) VALUES (0, ?) ON CONFLICT(k) DO UPDATE SET state = excluded.state",
+            vec![json.into()],
+        )?;
+        Ok(())
+    }
+
+    fn load_budget(&self) -> ApiResult<TenantBudget> {
+        let rows: Vec<ValueRow> = self
+            .sql
+            .exec("SELECT state FROM budget WHERE k = 0", None)?
+            .to_array()?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| serde_json::from_str(&r.state).ok())
+            .unwrap_or_default())
+    }
+
+    fn save_budget(&self, budget: &TenantBudget) -> ApiResult<()> {
+        let json = serde_json::to_string(budget).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.sql.exec(
+            "INSERT INTO budget (k, state) VALUES (0, ?) ON CONFLICT(k) DO UPDATE SET state = excluded.state",
             vec![json.into()],
         )?;
         Ok(())
@@ -274,7 +299,7 @@ impl TenantIndex {
                     .to_array()?;
                 let stored = rows.into_iter().next().map_or(0, |r| r.through as u64);
                 let (through, rows) = tenant_usage::apply_report(stored, &report);
-                for (key, t) in rows {
+                for (key, t) in rows.iter().cloned() {
                     self.sql.exec(
                         "INSERT INTO usage_hours (hour, session, provider, model, user, messages, input, output, cache_read, cache_write, reasoning, cost, unpriced) \
                          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
@@ -300,11 +325,33 @@ impl TenantIndex {
                         ],
                     )?;
                 }
+                let mut budget = self.load_budget()?;
+                budget.add(&rows);
+                self.save_budget(&budget)?;
                 self.sql.exec(
                     "INSERT INTO usage_cursor (session, through) VALUES (?, ?) ON CONFLICT(session) DO UPDATE SET through = excluded.through",
                     vec![report.session.clone().into(), (through as i64).into()],
                 )?;
                 Ok(json_response(200, &serde_json::json!({"through": through})))
+            }
+            (Method::Get, "/budget") => Ok(json_response(200, &self.load_budget()?)),
+            (Method::Put, "/budget") => {
+                let who = Identity::from_headers(&req)?.principal();
+                if !who.is_admin() {
+                    return Err(ApiError::new(
+                        403,
+                        "forbidden",
+                        "only an admin may set the tenant's budget",
+                    ));
+                }
+                let body = read_body(&mut req).await?;
+                let budget: Budget = parse_json(&body)?;
+                budget.validate().map_err(ApiError::bad_request)?;
+                let mut state = self.load_budget()?;
+                state.budget =
+                    (budget.max_tokens.is_some() || budget.max_usd.is_some()).then_some(budget);
+                self.save_budget(&state)?;
+                Ok(json_response(200, &state))
             }
             (Method::Get, "/usage") => {
                 let viewer = Identity::from_headers(&req)?.principal();
@@ -398,6 +445,35 @@ pub(crate) async fn report_usage(env: &Env, tenant: &str, report: &UsageReport) 
     crate::internal::send(&stub(env, tenant)?, request)
         .await
         .map(|_: serde_json::Value| ())
+}
+
+/// The tenant's budget and what it spent (for a session before each step's request).
+pub(crate) async fn budget(env: &Env, tenant: &str) -> ApiResult<TenantBudget> {
+    let headers = worker::Headers::new();
+    headers.set("x-wuhu-tenant", tenant)?;
+    headers.set("x-wuhu-sub", "wuhu")?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Get).with_headers(headers);
+    let req = Request::new_with_init("https://index/budget", &init)?;
+    crate::internal::send(&stub(env, tenant)?, req).await
+}
+
+/// `GET|PUT /v1/budget` for `who` (a `PUT` body as given; only admins may put).
+pub(crate) async fn budget_route(
+    env: &Env,
+    who: &Identity,
+    method: Method,
+    body: Option<String>,
+) -> ApiResult<Response> {
+    let headers = worker::Headers::new();
+    who.set_headers(&headers)?;
+    let mut init = RequestInit::new();
+    init.with_method(method).with_headers(headers);
+    if let Some(body) = body {
+        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
+    }
+    let req = Request::new_with_init("https://index/budget", &init)?;
+    Ok(stub(env, &who.tenant)?.fetch_with_request(req).await?)
 }
 
 /// `GET /v1/usage` for `viewer` (the query string as given).

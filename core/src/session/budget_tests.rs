@@ -137,3 +137,60 @@ fn a_turn_that_reaches_the_budget_ends_before_its_next_request() {
     assert_eq!(session.status(), Status::Idle);
     assert_eq!(session.spent().tokens, 150);
 }
+
+#[test]
+fn a_spent_tenant_budget_ends_the_turn_before_its_request() {
+    let spent = crate::wire::Spent {
+        tokens: 12,
+        usd: 0.0,
+    };
+    let budget = Budget {
+        max_tokens: Some(10),
+        max_usd: None,
+    };
+    // (step the host refuses, ended)
+    for (refused, ended) in [(1, true), (2, false), (0, false)] {
+        let mut session = Session::create(Millis(0), 1, header(), vec![]);
+        session
+            .handle_enqueue(
+                Millis(1),
+                "q".into(),
+                Lane::FollowUp,
+                "ana".into(),
+                "hi".into(),
+            )
+            .unwrap();
+        let _ = drain(&mut session);
+        assert!(matches!(
+            session.checkpoint().phase,
+            Phase::Inference { step: 1, .. }
+        ));
+        let got =
+            session.handle_tenant_budget_exceeded(Millis(2), refused, "tokens", spent, budget);
+        assert_eq!(got, ended, "step {refused}");
+        let effects = drain(&mut session);
+        assert_eq!(
+            budget_notices(&effects),
+            usize::from(ended),
+            "step {refused}"
+        );
+        assert_eq!(session.status() == Status::Idle, ended, "step {refused}");
+        if ended {
+            // Later input starts a new turn as usual.
+            session
+                .handle_enqueue(
+                    Millis(3),
+                    "r".into(),
+                    Lane::FollowUp,
+                    "ana".into(),
+                    "go".into(),
+                )
+                .unwrap();
+            assert!(
+                drain(&mut session)
+                    .iter()
+                    .any(|e| matches!(e, Effect::Infer { step: 2 }))
+            );
+        }
+    }
+}

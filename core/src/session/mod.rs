@@ -578,6 +578,42 @@ impl Session {
         Ok(self.append(now, EntryPayload::Compaction(compaction)))
     }
 
+    /// The host found the tenant's budget spent (`limit` reached, see
+    /// `crate::tenant_usage::TenantBudget`) before the request of `step`: the turn ends there
+    /// with a `wuhu_budget_exceeded_v1` notice (`scope: tenant`) instead. Changes nothing unless
+    /// `step` still waits for its request. Returns whether the turn ended.
+    pub fn handle_tenant_budget_exceeded(
+        &mut self,
+        now: Millis,
+        step: u64,
+        limit: &str,
+        spent: Spent,
+        budget: Budget,
+    ) -> bool {
+        if !matches!(self.state.phase, Phase::Inference { step: s, .. } if s == step) {
+            return false;
+        }
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::BUDGET_EXCEEDED.into(),
+                data: serde_json::json!({
+                    "text": format!(
+                        "The tenant's budget is spent ({} tokens, ${:.4} used): the turn ended. An admin can raise it.",
+                        spent.tokens, spent.usd
+                    ),
+                    "scope": "tenant",
+                    "limit": limit,
+                    "spent": spent,
+                    "budget": budget,
+                }),
+            },
+        );
+        self.state.phase = Phase::Idle;
+        self.go_idle();
+        true
+    }
+
     /// Records that `by` switched the session from `from` to `to` (the host stores the new
     /// header): a `wuhu_model_changed_v1` notice. The next request is built for the new model,
     /// in its dialect; reasoning of another provider's replies is not sent (it cannot be

@@ -191,7 +191,7 @@ impl Actor {
         });
     }
 
-    async fn report_usage(self: &Rc<Self>) -> crate::http::ApiResult<()> {
+    pub(crate) async fn report_usage(self: &Rc<Self>) -> crate::http::ApiResult<()> {
         use wuhu_core::tenant_usage::{self, UsageReport};
         let Some((session, fork_cursor)) = self.with_loaded(|l| {
             (

@@ -25,11 +25,51 @@ const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Runs as an actor task (see `session_actor::tasks`): aborting the task drops this future,
 /// and with it the provider request (see [`AbortOnDrop`]).
 pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
+    if !tenant_budget_allows(&actor, step).await {
+        return;
+    }
     let outcome = infer(&actor, step).await;
     if let Some(outcome) = outcome {
         actor.with_session(|s| s.handle_inference_done(now(), step, outcome));
         actor.pump();
     }
+}
+
+/// Before a step's request: this session's usage is reported (settled) first, then the
+/// tenant's budget asked (`wuhu_core::tenant_usage::TenantBudget`). A spent budget ends the
+/// turn (`Session::handle_tenant_budget_exceeded`). An index that cannot be reached does not
+/// stop the session (logged).
+async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> bool {
+    if let Err(e) = actor.report_usage().await {
+        worker::console_error!("reporting usage before a request failed: {}", e.message);
+    }
+    let state = match crate::tenant_index::budget(&actor.env, &actor.tenant()).await {
+        Ok(state) => state,
+        Err(e) => {
+            worker::console_error!("asking the tenant's budget failed: {}", e.message);
+            return true;
+        }
+    };
+    let Some(limit) = state.exceeded() else {
+        actor.tenant_budget_spent.set(false);
+        return true;
+    };
+    actor.tenant_budget_spent.set(true);
+    let ended = actor
+        .with_session(|s| {
+            s.handle_tenant_budget_exceeded(
+                now(),
+                step,
+                limit,
+                state.spent,
+                state.budget.unwrap_or_default(),
+            )
+        })
+        .unwrap_or(false);
+    if ended {
+        actor.pump();
+    }
+    false
 }
 
 /// What a provider request is for: a step's reply (streamed to followers) or a compaction's

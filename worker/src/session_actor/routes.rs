@@ -138,6 +138,24 @@ impl Actor {
                 if request.content.trim().is_empty() {
                     return Err(ApiError::bad_request("content must not be empty"));
                 }
+                // Once a step found the tenant's budget spent, input is refused until it is
+                // raised (asked again each time).
+                if self.tenant_budget_spent.get() {
+                    match tenant_index::budget(&self.env, &self.tenant()).await {
+                        Ok(state) if state.exceeded().is_some() => {
+                            return Err(ApiError::new(
+                                402,
+                                "budget_exceeded",
+                                "the tenant's budget is spent: an admin can raise it",
+                            ));
+                        }
+                        Ok(_) => self.tenant_budget_spent.set(false),
+                        Err(e) => worker::console_error!(
+                            "asking the tenant's budget failed: {}",
+                            e.message
+                        ),
+                    }
+                }
                 let id = uuid::Uuid::new_v4().to_string();
                 self.with_session(|s| {
                     s.handle_enqueue(now(), id.clone(), lane, author, request.content)

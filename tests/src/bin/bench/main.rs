@@ -9,6 +9,7 @@
 //! new ones there. `peer` (in `peer.rs`) measures Cloudflare's `agents` side by side; `load.rs`
 //! holds the load figures.
 
+mod context;
 mod load;
 mod peer;
 
@@ -120,6 +121,15 @@ const BENCHMARKS: &[Benchmark] = &[
         description: "100 enqueues sent at once to one session: response latency, refusals, and each message \
                       found exactly once in the transcript afterwards",
         run: load::enqueue_burst,
+    },
+    Benchmark {
+        name: "context_build",
+        description: "the request of one step of a 10,000-entry session (a coding session: tool calls with \
+                      ~1.5 KB results), built in process by release code as a session actor does before each \
+                      LLM request (compaction::plan_step over the in-memory window); compacted_step after a \
+                      compaction (the usual step), uncompacted_step deciding to compact; window_load_1024 \
+                      builds the window from 1,024 entries (an actor's load, without I/O). Target: < 5 ms",
+        run: context::context_build,
     },
     Benchmark {
         name: "runner_idle_rss",
