@@ -105,7 +105,6 @@ fn session(compacted: bool) -> (Header, Vec<Entry>) {
                     total_tokens: 40_120,
                     ..Usage::default()
                 }),
-                ..Default::default()
             })),
             2 => message(Message::ToolResult(ToolResult {
                 tool_call_id: id,
