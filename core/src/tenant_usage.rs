@@ -22,6 +22,7 @@ pub const MAX_GROUPS: usize = 1000;
 /// A tenant's budget and what its sessions spent (as reported to its index, since usage is
 /// reported): `GET|PUT /v1/budget`, and what a session asks before each step's request.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TenantBudget {
     /// The budget (`None`: no limit).
@@ -146,6 +147,7 @@ pub fn apply_report(stored: u64, report: &UsageReport) -> (u64, Vec<(HourKey, Us
 
 /// How a query groups the hours.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum GroupBy {
     /// Per session.
@@ -215,6 +217,7 @@ pub struct HourRow {
 
 /// One group of an answer.
 #[derive(Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageGroup {
     /// The session id, the user, or the model.
@@ -229,6 +232,7 @@ pub struct UsageGroup {
 
 /// `GET /v1/usage`.
 #[derive(Serialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TenantUsage {
     /// The query's `from`.
