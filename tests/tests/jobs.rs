@@ -45,7 +45,10 @@ fn session_with_runner_via(prefix: &str, server: Option<String>) -> (Api, String
     let api = stack().client("ana", &tenant);
     let dir = TempDir::new(&format!("wuhu-e2e-{prefix}"));
     let work = dir.mkdir("work");
-    let mut config = RunnerConfig::new(stack(), "ana", &tenant, "mac").env("work", &work);
+    // The runner's own path rule applies (no --allow-any-path): job tools must pass it too.
+    let mut config = RunnerConfig::new(stack(), "ana", &tenant, "mac")
+        .env("work", &work)
+        .allow_any_path(false);
     if let Some(server) = server {
         config.server = server;
     }
