@@ -11,9 +11,18 @@
 //! * entries are deduplicated by cursor, so each one is sent exactly once, in cursor order.
 //!
 //! The host loop: call [`Follow::poll`] and write each [`Output::Frame`]; on
-//! [`Output::ReadPage`] read the page and call [`Follow::handle_page`]; on [`Output::Wait`] wait
-//! for a live event or until [`Follow::poll_deadline`]; stop at [`Output::End`].
-//! `now` must never go backwards.
+//! [`Output::ReadPage`] read the page and call [`Follow::handle_page`]; on
+//! [`Output::CheckCredential`] ask the token registry and call [`Follow::handle_credential`]; on
+//! [`Output::Wait`] wait for a live event or until [`Follow::poll_deadline`]; stop at
+//! [`Output::End`]. `now` must never go backwards.
+//!
+//! **Revocation** (decision 0007): a stream opened with a revocable credential (a JWT with a
+//! `jti`: a minted token or a cookie session; [`Follow::recheck_credential`]) asks for the
+//! credential to be checked every [`CREDENTIAL_RECHECK_MS`], before anything else it would send.
+//! A credential that is no longer live (revoked, logged out, expired), or a check that fails,
+//! ends the stream with an `error` event, dropping what was buffered: a revoke reaches an open
+//! stream within [`CREDENTIAL_RECHECK_MS`] plus one registry round trip. The client's reconnect
+//! is then authenticated afresh (401 if revoked; a failed check's reconnect resumes losslessly).
 //!
 //! **Invariant** (with `stopAfterIdle`): the stream stops at an idle point, and every entry
 //! appended before that point is sent before its `idle`. An idle point is either a live `idle`
@@ -44,6 +53,11 @@ pub const EVENT_OVERHEAD: usize = 64;
 pub const HEARTBEAT_MS: u64 = 15_000;
 /// Longest `timeoutSeconds` accepted.
 pub const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
+/// Milliseconds between registry checks of an open stream's revocable credential: the bound on
+/// how long a revoked token or logged-out cookie session keeps an already open stream.
+pub const CREDENTIAL_RECHECK_MS: u64 = 5_000;
+/// The `error` message that ends a stream whose credential was revoked.
+pub const REVOKED_MESSAGE: &str = "the credential of this stream was revoked (or expired)";
 
 /// The parameters of one follow request, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,6 +196,9 @@ pub enum Output {
         /// At most this many entries.
         limit: usize,
     },
+    /// Ask the token registry whether the stream's credential is still live, then call
+    /// [`Follow::handle_credential`].
+    CheckCredential,
     /// Nothing to send: wait for a live event or [`Follow::poll_deadline`], then poll again.
     Wait,
     /// The stream is over: close it.
@@ -213,6 +230,10 @@ pub struct Follow {
     closing: VecDeque<Frame>,
     /// No more live events are wanted.
     closed: bool,
+    /// Revocable credentials: when its next registry check is due.
+    recheck_at: Option<Millis>,
+    /// A credential check was asked for and not answered yet.
+    check_in_flight: bool,
 }
 
 impl Follow {
@@ -235,6 +256,41 @@ impl Follow {
             lagged: false,
             closing: VecDeque::new(),
             closed: false,
+            recheck_at: None,
+            check_in_flight: false,
+        }
+    }
+
+    /// The stream was authenticated by a revocable credential: check it every
+    /// [`CREDENTIAL_RECHECK_MS`] from `now` (the router checked it just before).
+    pub fn recheck_credential(mut self, now: Millis) -> Follow {
+        self.recheck_at = Some(Millis(now.0.saturating_add(CREDENTIAL_RECHECK_MS)));
+        self
+    }
+
+    /// The answer to [`Output::CheckCredential`] at `now`: live, not live, or the check failed.
+    /// Anything but live ends the stream with an `error` event.
+    pub fn handle_credential(&mut self, now: Millis, live: Result<bool, String>) {
+        self.check_in_flight = false;
+        if self.closed {
+            return;
+        }
+        match live {
+            Ok(true) => self.recheck_at = Some(Millis(now.0.saturating_add(CREDENTIAL_RECHECK_MS))),
+            Ok(false) => self.close_with(Frame::Text(
+                StreamEvent::Error {
+                    message: REVOKED_MESSAGE.to_string(),
+                }
+                .to_sse(),
+            )),
+            Err(message) => self.close_with(Frame::Text(
+                StreamEvent::Error {
+                    message: format!(
+                        "could not check this stream's credential ({message}); reconnect to resume"
+                    ),
+                }
+                .to_sse(),
+            )),
         }
     }
 
@@ -304,15 +360,17 @@ impl Follow {
         }
     }
 
-    /// When to poll again if nothing arrives: the next heartbeat or the timeout.
+    /// When to poll again if nothing arrives: the next heartbeat, the timeout or the next
+    /// credential check.
     pub fn poll_deadline(&self) -> Option<Millis> {
         if self.closed && self.closing.is_empty() && !self.lagged {
             return None;
         }
-        Some(match self.deadline {
-            Some(deadline) => deadline.min(self.next_heartbeat),
-            None => self.next_heartbeat,
-        })
+        let mut at = self.next_heartbeat;
+        for other in [self.deadline, self.recheck_at].into_iter().flatten() {
+            at = at.min(other);
+        }
+        Some(at)
     }
 
     /// The next thing to do.
@@ -335,6 +393,11 @@ impl Follow {
         if self.deadline.is_some_and(|d| now >= d) {
             self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
             return self.poll(now);
+        }
+        // 0. A revocable credential is re-checked before anything more is sent.
+        if self.recheck_at.is_some_and(|at| now >= at) && !self.check_in_flight {
+            self.check_in_flight = true;
+            return Output::CheckCredential;
         }
         // 1. The backfill, a page at a time.
         while let Some(entry) = self.page.pop_front() {

@@ -662,16 +662,189 @@ fn minted_tokens_are_listed_by_their_owner_and_refused_everywhere_once_revoked()
         401,
         "bob's token revoked by the admin",
     );
-    // The open follow stream was opened before the revoke; it is not cut (documented).
-    drop(follow.next_item(Instant::now() + Duration::from_millis(10)));
+    // The follow stream opened before the revoke ends too, with an `error` (within
+    // CREDENTIAL_RECHECK_MS; `open_streams_and_runners_end_when_their_credential_is_revoked`
+    // times it).
+    let events = follow.collect_to_end(WAIT);
+    let last = events.last().expect("the stream sent something");
+    assert!(
+        last.event == "error" && last.raw_data.contains("revoked"),
+        "{}",
+        wuhu_e2e::sse::summarize(&events)
+    );
 
-    // The revoked runner token cannot connect again.
+    // Revoking the runner token closes the runner's open connection, and it cannot connect
+    // again. (A heartbeat first, so a slow run cannot have it dropped for silence instead.)
+    raw.heartbeat();
     let revoked_runner = alice.send(alice.request("DELETE", &format!("/v1/tokens/{runner_jti}")));
     assert_eq!(revoked_runner.status, 200, "{revoked_runner}");
+    assert_eq!(
+        raw.wait_closed(WAIT),
+        Ok(Some((1008, "token revoked".to_string()))),
+        "the runner's socket is closed at once"
+    );
     match RawRunner::connect(&stack().base_url(), &runner_token) {
         Ok(_) => panic!("a revoked runner token connected"),
         Err(e) => assert!(e.to_string().contains("401"), "{e}"),
     }
+}
+
+/// Revocation cuts what is already open, within a bound: a follow stream opened with a minted
+/// token ends (an `error` event) within `CREDENTIAL_RECHECK_MS` of `DELETE /v1/tokens/:jti`, one
+/// opened with a cookie session ends within it of logout, and a real runner connected with a
+/// minted runner token is disconnected at once and, refused on reconnect (401), exits. Streams
+/// and runners on other credentials are untouched.
+#[test]
+fn open_streams_and_runners_end_when_their_credential_is_revoked() {
+    use wuhu_core::follow::CREDENTIAL_RECHECK_MS;
+    use wuhu_e2e::runner::{Runner, RunnerConfig};
+    let _guard = stack().guard();
+    let tenant = unique_name("cut");
+    let alice = stack().client("alice", &tenant);
+    // The bound, with room for one registry round trip and a loaded machine.
+    let bound = Duration::from_millis(CREDENTIAL_RECHECK_MS) + Duration::from_secs(10);
+
+    let minted = mint(&alice, json!({"name": "stream", "kind": "user"}));
+    assert_eq!(minted.status, 201, "{minted}");
+    let jti = minted.json()["jti"].as_str().unwrap().to_string();
+    let streamer = stack().client_with_token(Some(minted.json()["token"].as_str().unwrap().into()));
+    let session = alice.create_fake_session();
+    // Three open streams: the minted token's, a cookie session's, and the operator token's
+    // (no `jti`: not revocable, the control).
+    let mut by_token = streamer.follow(&session.id, "");
+    let cookie = sign_in(alice.token().unwrap());
+    let open_with_cookie = || {
+        let request = with_cookie(
+            "GET",
+            &format!("/v1/sessions/{}/follow", session.id),
+            &cookie,
+            None,
+        )
+        .header("Accept", "text/event-stream");
+        wuhu_e2e::SseStream::open(&request, WAIT)
+            .expect("open follow")
+            .expect_stream()
+    };
+    let mut by_cookie = open_with_cookie();
+    let mut by_operator = alice.follow(&session.id, "");
+    // All three see the session's entries live.
+    alice.enqueue(&session.id, "followUp", "before");
+    for stream in [&mut by_token, &mut by_cookie, &mut by_operator] {
+        stream.collect_until(WAIT, |e| e.raw_data.contains("echo: before"));
+    }
+
+    // Revoke the minted token: its stream ends with an error; the others stay open.
+    let revoked_at = Instant::now();
+    let revoked = alice.send(alice.request("DELETE", &format!("/v1/tokens/{jti}")));
+    assert_eq!(revoked.status, 200, "{revoked}");
+    let events = by_token.collect_to_end(bound);
+    let took = revoked_at.elapsed();
+    let last = events.last().expect("an event before the end");
+    assert!(
+        last.event == "error" && last.raw_data.contains("revoked"),
+        "{}",
+        wuhu_e2e::sse::summarize(&events)
+    );
+    assert!(took <= bound, "the stream ended {took:?} after the revoke");
+    eprintln!("browser_auth: a follow stream ended {took:?} after its token was revoked");
+    alice.enqueue(&session.id, "followUp", "after the revoke");
+    for stream in [&mut by_cookie, &mut by_operator] {
+        let seen = stream.collect_until(WAIT, |e| e.raw_data.contains("echo: after the revoke"));
+        assert!(
+            seen.iter()
+                .any(|e| e.raw_data.contains("echo: after the revoke")),
+            "another credential's stream was cut: {}",
+            wuhu_e2e::sse::summarize(&seen)
+        );
+    }
+
+    // Log the cookie session out: its stream ends the same way; the operator's stays.
+    let logged_out_at = Instant::now();
+    let out = send(with_cookie(
+        "POST",
+        "/v1/auth/logout",
+        &cookie,
+        Some(&stack().base_url()),
+    ));
+    assert_eq!(out.status, 200, "{out}");
+    let events = by_cookie.collect_to_end(bound);
+    let took = logged_out_at.elapsed();
+    assert!(
+        events
+            .last()
+            .is_some_and(|e| e.event == "error" && e.raw_data.contains("revoked")),
+        "{}",
+        wuhu_e2e::sse::summarize(&events)
+    );
+    assert!(took <= bound, "the stream ended {took:?} after the logout");
+    eprintln!("browser_auth: a cookie follow stream ended {took:?} after logout");
+    refused(
+        &open_with_cookie_raw(&session.id, &cookie),
+        401,
+        "following again with the logged-out cookie",
+    );
+    alice.enqueue(&session.id, "followUp", "after the logout");
+    let seen = by_operator.collect_until(WAIT, |e| e.raw_data.contains("echo: after the logout"));
+    assert!(
+        seen.iter()
+            .any(|e| e.raw_data.contains("echo: after the logout")),
+        "the operator token's stream was cut: {}",
+        wuhu_e2e::sse::summarize(&seen)
+    );
+
+    // A real runner on a minted runner token, next to one on an operator runner token.
+    let runner_minted = mint(&alice, json!({"name": "box", "kind": "runner"}));
+    assert_eq!(runner_minted.status, 201, "{runner_minted}");
+    let runner_jti = runner_minted.json()["jti"].as_str().unwrap().to_string();
+    let runner_token = runner_minted.json()["token"].as_str().unwrap().to_string();
+    let mut minted_runner = Runner::start(
+        RunnerConfig::new(stack(), "alice", &tenant, "box").token(runner_token.clone()),
+    );
+    let mut other_runner = Runner::start(RunnerConfig::new(stack(), "alice", &tenant, "other"));
+    let connected = |name: &str| {
+        alice.get("/v1/runners").json()["runners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == name && r["connected"] == true)
+    };
+    assert!(connected("box") && connected("other"));
+    let revoked_at = Instant::now();
+    let revoked = alice.send(alice.request("DELETE", &format!("/v1/tokens/{runner_jti}")));
+    assert_eq!(revoked.status, 200, "{revoked}");
+    // Disconnected by the hub, refused on reconnect (401), the runner exits with 2.
+    let status = minted_runner.wait_exit(WAIT).unwrap_or_else(|| {
+        panic!(
+            "the runner on a revoked token is still running:\n{}",
+            minted_runner.log_tail(30)
+        )
+    });
+    eprintln!(
+        "browser_auth: the runner on a revoked token exited ({status}) {:?} after the revoke",
+        revoked_at.elapsed()
+    );
+    assert_eq!(status.code(), Some(2), "{}", minted_runner.log_tail(30));
+    assert!(
+        minted_runner.log().contains("401"),
+        "{}",
+        minted_runner.log_tail(30)
+    );
+    assert!(!connected("box"), "the hub still lists the revoked runner");
+    assert!(connected("other"), "the other runner was disconnected");
+    match RawRunner::connect(&stack().base_url(), &runner_token) {
+        Ok(_) => panic!("a revoked runner token connected"),
+        Err(e) => assert!(e.to_string().contains("401"), "{e}"),
+    }
+    other_runner.stop(Duration::from_secs(5));
+}
+
+/// `GET /v1/sessions/:id/follow` with `cookie`, expecting a refusal.
+fn open_with_cookie_raw(id: &str, cookie: &str) -> Response {
+    let request = with_cookie("GET", &format!("/v1/sessions/{id}/follow"), cookie, None)
+        .header("Accept", "text/event-stream");
+    wuhu_e2e::SseStream::open(&request, WAIT)
+        .expect("open follow")
+        .expect_rejected()
 }
 
 #[test]

@@ -4,6 +4,7 @@
 // server refused the stream: an HTTP error rather than a drop), this module opens a new one from
 // the last cursor it saw, after a backoff.
 
+import { request } from "./api";
 import type { FollowEvent } from "./types";
 
 /** `connecting`: the first attempt; `live`: events flow; `reconnecting`: it dropped and we retry. */
@@ -60,8 +61,11 @@ export function follow(sessionId: string, sinceCursor: number, handlers: FollowH
         handlers.onConnection("reconnecting", "the stream dropped; the browser is reconnecting");
         return;
       }
-      // CLOSED: the browser gave up (an HTTP error). Open a new stream later.
+      // CLOSED: the browser gave up (an HTTP error). Open a new stream later. If the refusal
+      // was a 401 (the session was revoked or signed out elsewhere, which also ends an open
+      // stream), asking who we are sends the app back to sign-in, which stops this follower.
       es.close();
+      void request("GET", "/v1/auth/me").catch(() => {});
       const wait = RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)];
       attempt += 1;
       handlers.onConnection("reconnecting", `the server refused the stream; retrying in ${wait / 1000}s`);

@@ -10,6 +10,11 @@ use wuhu_core::wire::runner::RunnerKind;
 
 use crate::http::{ApiError, ApiResult};
 
+/// Internal header with the `jti` of the credential that authenticated a long-lived request (a
+/// follow stream, a runner's WebSocket), set by the router from the verified token only: the
+/// actor or hub re-checks it (follow) or is told when it is revoked (runners). Decision 0007.
+pub(crate) const JTI_HEADER: &str = "x-wuhu-jti";
+
 /// The verified identity of a request.
 #[derive(Clone, Debug)]
 pub(crate) struct Identity {

@@ -205,7 +205,14 @@ pub(crate) mod hub_api {
     /// Hands a runner's WebSocket upgrade (`GET /v1/runners/connect`) to its tenant's hub, with
     /// the runner's verified identity; the client's own `x-wuhu-*` and `authorization` headers
     /// are dropped. The answer (`101` with the socket, or an error) is passed through as is.
-    pub(crate) async fn connect(env: &Env, who: &Identity, req: &Request) -> ApiResult<Response> {
+    /// `jti` is the runner token's, when it is revocable: the hub keeps it with the socket and
+    /// closes the socket when the token is revoked.
+    pub(crate) async fn connect(
+        env: &Env,
+        who: &Identity,
+        req: &Request,
+        jti: Option<&str>,
+    ) -> ApiResult<Response> {
         let headers = Headers::new();
         for (name, value) in req.headers().entries() {
             if name != "authorization" && !name.starts_with("x-wuhu-") {
@@ -213,6 +220,9 @@ pub(crate) mod hub_api {
             }
         }
         who.set_headers(&headers)?;
+        if let Some(jti) = jti {
+            headers.set(crate::identity::JTI_HEADER, jti)?;
+        }
         let mut init = RequestInit::new();
         init.with_method(Method::Get).with_headers(headers);
         let internal = Request::new_with_init("https://hub/connect", &init)?;

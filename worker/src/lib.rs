@@ -34,10 +34,11 @@ use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, even
 use wuhu_core::llm::{self, anthropic, fake, openai};
 use wuhu_core::wire::{CreateSessionRequest, ListSessionsResponse, OkResponse};
 
-use crate::auth::{Identity, TokenKind, authenticate};
+use crate::auth::{Authenticated, Identity, TokenKind, authenticate};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
+use crate::identity::JTI_HEADER;
 use crate::internal::hub_api;
 use wuhu_core::authority::WorkspaceWriter;
 
@@ -119,12 +120,12 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     // Every /v1 route authenticates before anything else is looked at. Runners connect with a
     // runner token; every other route takes a user token.
     if segments.as_slice() == ["v1", "runners", "connect"] {
-        let identity = authenticate(&req, &env, TokenKind::Runner).await?.identity;
-        *caller = Some(identity.clone());
+        let authenticated = authenticate(&req, &env, TokenKind::Runner).await?;
+        *caller = Some(authenticated.identity.clone());
         if method != Method::Get {
             return Err(method_not_allowed());
         }
-        return connect_runner(&req, &env, &identity).await;
+        return connect_runner(&req, &env, &authenticated).await;
     }
     let authenticated = authenticate(&req, &env, TokenKind::User).await?;
     let identity = authenticated.identity.clone();
@@ -185,6 +186,7 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
                 Some(body),
                 &identity,
                 None,
+                None,
             )?;
             Ok(stub.fetch_with_request(internal).await?)
         }
@@ -228,15 +230,14 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             ],
             Method::Post,
         ) => forward(&mut req, &env, &identity, id, action, Method::Post).await,
-        (
-            [
-                "v1",
-                "sessions",
-                id,
-                action @ ("follow" | "stats" | "usage"),
-            ],
-            Method::Get,
-        ) => forward(&mut req, &env, &identity, id, action, Method::Get).await,
+        // The stream carries its credential's `jti` so it can end when that is revoked.
+        (["v1", "sessions", id, "follow"], Method::Get) => {
+            let jti = authenticated.jti.as_deref();
+            forward_with(&mut req, &env, &identity, id, "follow", Method::Get, jti).await
+        }
+        (["v1", "sessions", id, action @ ("stats" | "usage")], Method::Get) => {
+            forward(&mut req, &env, &identity, id, action, Method::Get).await
+        }
         (["v1", "sessions", _], _)
         | (
             [
@@ -359,8 +360,14 @@ async fn global_context(env: &Env, identity: &Identity) -> ApiResult<Option<serd
     }))
 }
 
-/// Hands a runner's WebSocket upgrade to its tenant's hub.
-async fn connect_runner(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
+/// Hands a runner's WebSocket upgrade to its tenant's hub, with the token's `jti` (if it has
+/// one) so that revoking the token closes the socket.
+async fn connect_runner(
+    req: &Request,
+    env: &Env,
+    authenticated: &Authenticated,
+) -> ApiResult<Response> {
+    let identity = &authenticated.identity;
     let upgrade = req
         .headers()
         .get("upgrade")
@@ -374,7 +381,7 @@ async fn connect_runner(req: &Request, env: &Env, identity: &Identity) -> ApiRes
             "connect with a WebSocket upgrade",
         ));
     }
-    hub_api::connect(env, identity, req).await
+    hub_api::connect(env, identity, req, authenticated.jti.as_deref()).await
 }
 
 /// A percent-encoded path segment, decoded.
@@ -459,6 +466,7 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         Some(init.to_string()),
         identity,
         None,
+        None,
     )?;
     Ok(stub.fetch_with_request(internal).await?)
 }
@@ -522,6 +530,19 @@ async fn forward(
     action: &str,
     method: Method,
 ) -> ApiResult<Response> {
+    forward_with(req, env, identity, id, action, method, None).await
+}
+
+/// [`forward`], also passing the credential's `jti` in [`JTI_HEADER`] (follow streams).
+async fn forward_with(
+    req: &mut Request,
+    env: &Env,
+    identity: &Identity,
+    id: &str,
+    action: &str,
+    method: Method,
+    jti: Option<&str>,
+) -> ApiResult<Response> {
     let stub = session_client::stub(env, &identity.tenant, id)?;
     let body = if method == Method::Post {
         Some(String::from_utf8_lossy(&read_body(req).await?).into_owned())
@@ -541,7 +562,7 @@ async fn forward(
         .and_then(|u| u.query().map(str::to_string))
         .unwrap_or_default();
     let last_event_id = req.headers().get("last-event-id").ok().flatten();
-    let internal = internal_request(action, &query, method, body, identity, last_event_id)?;
+    let internal = internal_request(action, &query, method, body, identity, last_event_id, jti)?;
     Ok(stub.fetch_with_request(internal).await?)
 }
 
@@ -552,11 +573,15 @@ fn internal_request(
     body: Option<String>,
     identity: &Identity,
     last_event_id: Option<String>,
+    jti: Option<&str>,
 ) -> ApiResult<Request> {
     let headers = Headers::new();
     identity.set_headers(&headers)?;
     if let Some(id) = last_event_id {
         headers.set("last-event-id", &id)?;
+    }
+    if let Some(jti) = jti {
+        headers.set(JTI_HEADER, jti)?;
     }
     let mut init = RequestInit::new();
     init.with_method(method).with_headers(headers);

@@ -12,6 +12,8 @@
 //!   [`wuhu_core::wire::ResolveEnvironmentResponse`].
 //! * `POST /call`: [`RunnerCallRequest`] → [`wuhu_core::wire::RunnerCallResponse`]; 503
 //!   `runner_not_connected`, 502 `runner_disconnected`, 504 `timeout`.
+//! * `POST /revoked` `{"jti"}`: from the token registry when a runner token is revoked; closes
+//!   the sockets that connected with it → `{"closed": n}`.
 //!
 //! A runner's `job_finished_v1` event goes on to the session it names (`POST /job_event` on
 //! the session actor, with the runner's name and owner; the session heeds only jobs it started
@@ -172,7 +174,20 @@ impl RunnerHub {
                 let request: RunnerCallRequest = parse_json(&body)?;
                 calls::call(&sockets, &sub, request).await
             }
-            (_, "/connect" | "/runners" | "/environments" | "/resolve" | "/call") => {
+            (Method::Post, "/revoked") => {
+                #[derive(serde::Deserialize)]
+                struct Revoked {
+                    jti: String,
+                }
+                let body = read_body(&mut req).await?;
+                let revoked: Revoked = parse_json(&body)?;
+                let closed = sockets.revoked(&revoked.jti);
+                Ok(crate::http::json_response(
+                    200,
+                    &serde_json::json!({ "closed": closed }),
+                ))
+            }
+            (_, "/connect" | "/runners" | "/environments" | "/resolve" | "/call" | "/revoked") => {
                 Err(method_not_allowed())
             }
             _ => Err(ApiError::not_found("no such route")),

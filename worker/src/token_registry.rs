@@ -6,6 +6,11 @@
 //! request asks `/check`, a primary-key lookup in this object's SQLite. Tokens without `jti`
 //! (operator tokens) never come here. See `docs/decisions/0007-token-registry-and-revocation.md`.
 //!
+//! What is already open is cut too: revoking a runner token tells the tenant's runner hub,
+//! which closes the sockets that connected with it (`POST /revoked` on the hub); follow streams
+//! opened with a revocable credential ask `/check` again every
+//! `wuhu_core::follow::CREDENTIAL_RECHECK_MS` and end when it is gone.
+//!
 //! Internal routes (identity in `x-wuhu-*` headers, set by the router from a verified
 //! credential): `GET /check?jti`, `POST /register` (a `CredentialRecord`), `GET /list?sub|all`,
 //! `POST /revoke?jti`.
@@ -27,6 +32,7 @@ use crate::internal;
 #[durable_object]
 pub struct TokenRegistry {
     sql: SqlStorage,
+    env: Env,
 }
 
 #[derive(Deserialize)]
@@ -45,7 +51,7 @@ struct JtiRow {
 }
 
 impl DurableObject for TokenRegistry {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
         let _ = sql.exec(
             "CREATE TABLE IF NOT EXISTS credentials (jti TEXT PRIMARY KEY, sub TEXT NOT NULL, kind TEXT NOT NULL, parent TEXT, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, record TEXT NOT NULL)",
@@ -59,7 +65,7 @@ impl DurableObject for TokenRegistry {
             "CREATE INDEX IF NOT EXISTS credentials_by_parent ON credentials (parent)",
             None,
         );
-        TokenRegistry { sql }
+        TokenRegistry { sql, env }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -144,6 +150,11 @@ impl TokenRegistry {
                     "DELETE FROM credentials WHERE jti = ? OR parent = ?",
                     vec![record.jti.clone().into(), record.jti.clone().into()],
                 )?;
+                // Runners connected with it are cut now (the row is gone, so their reconnect
+                // is refused). Follow streams notice by themselves within the recheck bound.
+                if record.kind == CredentialKind::Runner {
+                    self.disconnect_runners(&who, &record.jti).await;
+                }
                 Ok(json_response(
                     200,
                     &RevokeTokenResponse {
@@ -154,6 +165,40 @@ impl TokenRegistry {
             }
             _ => Err(ApiError::not_found("no such registry route")),
         }
+    }
+
+    /// Asks the tenant's runner hub to close the sockets that connected with `jti` (one retry).
+    /// A hub that cannot be reached is logged: the token is revoked either way, and the socket
+    /// then lasts until the runner reconnects (refused).
+    async fn disconnect_runners(&self, who: &Identity, jti: &str) {
+        #[derive(Deserialize)]
+        struct Closed {
+            closed: usize,
+        }
+        let body = serde_json::json!({ "jti": jti });
+        let mut last_error = String::new();
+        for _ in 0..2 {
+            match internal::hub_post::<_, Closed>(
+                &self.env,
+                &who.tenant,
+                &who.sub,
+                "/revoked",
+                &body,
+            )
+            .await
+            {
+                Ok(Closed { closed }) => {
+                    worker::console_log!(
+                        "token registry: runner token revoked; {closed} connection(s) closed"
+                    );
+                    return;
+                }
+                Err(e) => last_error = e.message,
+            }
+        }
+        worker::console_error!(
+            "token registry: telling the runner hub about a revoked token failed: {last_error}"
+        );
     }
 
     fn get(&self, jti: &str) -> ApiResult<Option<CredentialRecord>> {

@@ -84,8 +84,9 @@ fn live(event: StreamEvent) -> LiveEvent {
 ///
 /// Script lines: `new QUERY LAST_CURSOR STATUS`; `store N` (entries 1..=N stored);
 /// `entry N`, `delta T`, `status S`, `idle` (a live event); `page` (complete the read asked
-/// for from the store); `fail MSG` (fail it); `poll` (until Wait or End, or a ReadPage);
-/// `at MS` (the clock).
+/// for from the store); `fail MSG` (fail it); `poll` (until Wait or End, or a ReadPage or a
+/// credential check); `at MS` (the clock); `revocable` (recheck the credential from now on);
+/// `credential live|revoked|ERROR` (answer the check).
 fn run(script: &str, expect: Expect) {
     let mut follow: Option<Follow> = None;
     let mut stored = 0u64;
@@ -145,12 +146,25 @@ fn run(script: &str, expect: Expect) {
                 f!().handle_page(Err(rest.into()));
             }
             "at" => now = Millis(rest.parse().unwrap()),
+            "revocable" => follow = Some(follow.take().expect("new first").recheck_credential(now)),
+            "credential" => f!().handle_credential(
+                now,
+                match rest {
+                    "live" => Ok(true),
+                    "revoked" => Ok(false),
+                    error => Err(error.to_string()),
+                },
+            ),
             "poll" => loop {
                 match f!().poll(now) {
                     Output::Frame(frame) => log.push(render(&frame)),
                     Output::ReadPage { since, limit } => {
                         log.push(format!("read {since} {limit}"));
                         read = Some((since, limit));
+                        break;
+                    }
+                    Output::CheckCredential => {
+                        log.push("check credential".into());
                         break;
                     }
                     Output::Wait => {
@@ -470,6 +484,99 @@ fn heartbeats_and_the_timeout() {
     );
 }
 
+/// A stream opened with a revocable credential checks it every `CREDENTIAL_RECHECK_MS`, before
+/// anything else it would send; a revoked credential or a failed check ends the stream with an
+/// `error`, and what was buffered is not sent. Without a credential to check, none is asked for.
+#[test]
+fn a_revocable_credential_is_rechecked_on_a_bounded_interval() {
+    const _: () = assert!(CREDENTIAL_RECHECK_MS < HEARTBEAT_MS);
+    run(
+        "
+        new sinceCursor=0 0 running
+        revocable
+        poll
+        at 4999
+        entry 1
+        poll
+        at 5000
+        entry 2
+        poll
+        credential live
+        poll
+        at 10000
+        poll
+        entry 3
+        delta secret
+        credential revoked
+        poll
+        entry 4
+        poll
+        ",
+        expect![[r#"
+            wait until Some(Millis(5000))
+            entry 1
+            wait until Some(Millis(5000))
+            check credential
+            entry 2
+            wait until Some(Millis(10000))
+            check credential
+            error the credential of this stream was revoked (or expired)
+            end
+            end
+        "#]],
+    );
+    // A failed check ends the stream too (the reconnect is authenticated afresh).
+    run(
+        "
+        new sinceCursor=0 0 idle
+        revocable
+        at 5000
+        poll
+        credential registry unreachable
+        poll
+        ",
+        expect![[r#"
+            check credential
+            error could not check this stream's credential (registry unreachable); reconnect to resume
+            end
+        "#]],
+    );
+    // The check comes before backfill pages, and a stream without a credential never asks.
+    run(
+        "
+        store 3
+        new sinceCursor=0 3 idle
+        revocable
+        at 6000
+        poll
+        credential live
+        poll
+        page
+        poll
+        at 20000
+        poll
+        ",
+        expect![[r#"
+            check credential
+            read 0 3
+            entries 1..=3
+            wait until Some(Millis(11000))
+            check credential
+        "#]],
+    );
+    run(
+        "
+        new sinceCursor=0 0 idle
+        at 60000
+        poll
+        ",
+        expect![[r#"
+            heartbeat
+            wait until Some(Millis(75000))
+        "#]],
+    );
+}
+
 #[test]
 fn a_failed_or_short_page_ends_the_stream_with_an_error() {
     run(
@@ -685,6 +792,7 @@ fn simulate(
             match follow.poll(Millis(0)) {
                 Output::Frame(frame) => frames.push(render_quick(&frame)),
                 Output::ReadPage { since, limit } => read = Some((since, limit)),
+                Output::CheckCredential => unreachable!("no credential to check"),
                 Output::Wait if next_slot == slots.len() => return (frames, delivered),
                 Output::Wait => {}
                 Output::End => return (frames, delivered),

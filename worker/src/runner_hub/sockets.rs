@@ -21,6 +21,7 @@ use wuhu_core::authority::{self, Principal};
 use super::store;
 use super::waiters::Waiters;
 use crate::http::{ApiError, ApiResult};
+use crate::identity::JTI_HEADER;
 
 /// `WebSocket.readyState` of an open socket.
 const OPEN: u16 = 1;
@@ -47,6 +48,10 @@ pub(super) struct SocketInfo {
     /// Set when the hub closed (or gave up on) the socket; it no longer counts as open.
     #[serde(default)]
     closed: bool,
+    /// The `jti` of the token the runner connected with, when it is revocable: revoking it
+    /// closes this socket ([`Sockets::revoked`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    jti: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -153,6 +158,12 @@ impl Sockets<'_> {
             Some("cloud") => RunnerKind::Cloud,
             _ => RunnerKind::Local,
         };
+        let jti = req
+            .headers()
+            .get(JTI_HEADER)
+            .ok()
+            .flatten()
+            .filter(|j| !j.is_empty());
         let upgrade = req.headers().get("upgrade").ok().flatten();
         if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
             return Err(ApiError::new(
@@ -185,6 +196,7 @@ impl Sockets<'_> {
                 persisted_ms: now,
                 runner: None,
                 closed: false,
+                jti,
             },
         );
         // A socket that never says hello is dropped by the sweep.
@@ -652,6 +664,27 @@ impl Sockets<'_> {
             // The attachment of a closed socket may no longer be writable; that is fine.
             let _ = ws.serialize_attachment(&info);
         }
+    }
+
+    /// The token `jti` was revoked: closes every open socket that connected with it (1008
+    /// `token revoked`; the runner's reconnect is refused with 401) and fails what waits on
+    /// them. Returns how many were closed.
+    pub(super) fn revoked(&self, jti: &str) -> usize {
+        let mut closed = 0;
+        for (ws, info) in self.open() {
+            if info.jti.as_deref() != Some(jti) {
+                continue;
+            }
+            worker::console_log!(
+                "runner hub: closing {} of {}: its token was revoked",
+                runner_label(&info),
+                info.owner
+            );
+            send_error(&ws, None, codes::UNAUTHORIZED, "token revoked");
+            self.close_for_good(&ws, info, 1008, "token revoked");
+            closed += 1;
+        }
+        closed
     }
 
     /// Closes `ws` and fails what waits on it; the socket no longer counts as open.

@@ -1,7 +1,7 @@
 //! `GET /follow`: the I/O half of the follow stream. The rules (backfill and live merge,
-//! dedupe by cursor, `sinceTime`, idle points, the buffer bound, heartbeats and the timeout)
-//! live in `wuhu_core::follow`; this file registers followers, reads pages, runs timers and
-//! writes frames.
+//! dedupe by cursor, `sinceTime`, idle points, the buffer bound, heartbeats and the timeout,
+//! re-checking a revocable credential) live in `wuhu_core::follow`; this file registers
+//! followers, reads pages, asks the token registry, runs timers and writes frames.
 
 use std::cell::RefCell;
 use std::pin::pin;
@@ -18,6 +18,8 @@ use wuhu_core::wire::StreamEvent;
 use super::archive;
 use super::{Actor, now};
 use crate::http::{ApiError, ApiResult, query, query_u64};
+use crate::identity::{Identity, JTI_HEADER};
+use crate::token_registry;
 
 /// Frames are written in chunks of about this many bytes (a frame is never split).
 const CHUNK_BYTES: usize = 64 * 1024;
@@ -25,6 +27,8 @@ const CHUNK_BYTES: usize = 64 * 1024;
 /// One follower, shared by its stream and the actor's list.
 struct Shared {
     follow: Follow,
+    /// Who follows, and the `jti` of their revocable credential (re-checked by the stream).
+    credential: Option<(Identity, String)>,
     /// A live event arrived since the stream last polled.
     woken: bool,
     waker: Option<Waker>,
@@ -38,7 +42,11 @@ pub(crate) struct Followers {
 }
 
 impl Followers {
-    fn add(&mut self, follow: Follow) -> ApiResult<Rc<RefCell<Shared>>> {
+    fn add(
+        &mut self,
+        follow: Follow,
+        credential: Option<(Identity, String)>,
+    ) -> ApiResult<Rc<RefCell<Shared>>> {
         self.list
             .retain(|w| w.upgrade().is_some_and(|s| !s.borrow().follow.is_closed()));
         if self.list.len() >= MAX_FOLLOWERS {
@@ -50,6 +58,7 @@ impl Followers {
         }
         let shared = Rc::new(RefCell::new(Shared {
             follow,
+            credential,
             woken: false,
             waker: None,
         }));
@@ -108,10 +117,23 @@ pub(crate) async fn handle(
             status: l.session.status(),
         })
         .ok_or_else(|| ApiError::internal("session not loaded"))?;
-    let shared = actor
-        .followers
-        .borrow_mut()
-        .add(Follow::new(now(), &request, registration))?;
+    // Set by the router from the verified credential: a revocable one is re-checked while the
+    // stream is open, so a revoke or logout ends it (decision 0007).
+    let jti = req
+        .headers()
+        .get(JTI_HEADER)
+        .ok()
+        .flatten()
+        .filter(|j| !j.is_empty());
+    let mut follow = Follow::new(now(), &request, registration);
+    let credential = match jti {
+        Some(jti) => {
+            follow = follow.recheck_credential(now());
+            Some((Identity::from_headers(req)?, jti))
+        }
+        None => None,
+    };
+    let shared = actor.followers.borrow_mut().add(follow, credential)?;
     let stream = futures::stream::unfold((actor, shared), |(actor, shared)| async move {
         let chunk = next_chunk(&actor, &shared).await?;
         Some((
@@ -148,6 +170,16 @@ async fn next_chunk(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) -> Option<S
                     .map(|(entries, _)| entries)
                     .map_err(|e| e.message);
                 shared.borrow_mut().follow.handle_page(page);
+            }
+            Output::CheckCredential => {
+                let credential = shared.borrow().credential.clone();
+                let live = match &credential {
+                    Some((who, jti)) => token_registry::check(&actor.env, who, jti)
+                        .await
+                        .map_err(|e| e.message),
+                    None => Ok(true),
+                };
+                shared.borrow_mut().follow.handle_credential(now(), live);
             }
             Output::Wait => {
                 if !out.is_empty() {
