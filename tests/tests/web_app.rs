@@ -4,7 +4,9 @@
 //! a reply stream in, reloads mid-stream (nothing lost or doubled), cancels a queued follow-up,
 //! sees a dropped connection resume (a proxy cuts it), steers mid-turn, stops, renames and searches, answers an approval for alice's machine that
 //! bob's prompt asked for, edits a workspace document, manages environment definitions, mints a
-//! runner token and connects a real runner with the command the page shows, checks that a page on
+//! runner token and connects a real runner with the command the page shows, mints a personal
+//! token on the Tokens page (keyboard only), copies it, uses it against the API, revokes it after
+//! a confirm and sees the API refuse it (401), checks that a page on
 //! a listed origin may call the API with a bearer token and an unlisted one may not, that a
 //! cross-site request riding the cookie changes nothing, checks phone width, and fails on any
 //! console error.

@@ -132,10 +132,10 @@ page.on("console", (msg) => {
 });
 page.on("pageerror", (error) => consoleErrors.push(`uncaught: ${error.message}`));
 
-async function shot(name) {
+async function shot(name, fullPage = false) {
   if (!SHOTS) return;
   mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: join(SHOTS, `${name}.png`) });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage });
 }
 
 const chat = () => page.getByTestId("transcript");
@@ -377,7 +377,80 @@ try {
   const remaining = await call(ALICE, "GET", "/v1/environments");
   check(!remaining.environments.some((d) => d.name === "web-env"), "the definition was deleted");
 
-  // 10b. Other origins. A page on the listed origin may call the API with a bearer token; an
+  // 10b. Tokens: mint a personal token from the page with the keyboard, see it once and copy
+  // it, use it against the API; mint a runner token and see the command that registers it;
+  // revoke the personal one after a confirm (Escape backs out first): the API then refuses it.
+  log("tokens");
+  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: BASE });
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Tokens" }).click();
+  const mintForm = page.getByRole("form", { name: "New token" });
+  await mintForm.getByLabel("Name").fill("web-cli");
+  await mintForm.getByLabel("Kind").selectOption("user");
+  await mintForm.getByLabel("Lifetime (days)").fill("7");
+  await mintForm.getByLabel("Name").press("Enter");
+  const minted = page.getByTestId("minted");
+  const personal = (await minted.getByTestId("minted-token").innerText()).trim();
+  check(/^ey[\w-]+\.[\w-]+\.[\w-]+$/.test(personal), `the page shows the new token (${personal.slice(0, 20)}…)`);
+  check(
+    await page.evaluate(() => document.activeElement?.closest("[data-testid=minted]") != null),
+    "focus moves to the new token",
+  );
+  await minted.getByRole("button", { name: "Copy the token" }).click();
+  await minted.getByRole("button", { name: "Copy the token" }).filter({ hasText: "Copied" }).waitFor();
+  check((await page.evaluate(() => navigator.clipboard.readText())) === personal, "Copy put the token on the clipboard");
+  const bearer = (token, path) => fetch(BASE + path, { headers: { authorization: `Bearer ${token}` } });
+  const mintedMe = await call(personal, "GET", "/v1/auth/me");
+  check(mintedMe.sub === "alice" && mintedMe.via === "bearer", `the minted token works against the API (${JSON.stringify(mintedMe)})`);
+  check((await bearer(personal, "/v1/sessions?limit=1")).status === 200, "the minted token lists sessions");
+  const tokensTable = page.getByRole("table", { name: "Tokens" });
+  const webCliRow = tokensTable.getByRole("row", { name: /web-cli/ });
+  await webCliRow.getByText("personal").waitFor();
+  const listedTokens = await call(ALICE, "GET", "/v1/tokens");
+  const webCli = listedTokens.tokens.find((t) => t.name === "web-cli");
+  check(webCli && webCli.expiresAt - webCli.createdAt === 7 * 86400, `listed with its 7-day lifetime (${JSON.stringify(webCli)})`);
+  check(!JSON.stringify(listedTokens).includes(personal), "the list never holds the token");
+  await minted.getByRole("button", { name: "Done, hide it" }).click();
+  await minted.waitFor({ state: "detached" });
+  check(!(await page.content()).includes(personal.split(".")[2]), "once hidden, the token is nowhere on the page");
+  await mintForm.getByLabel("Name").fill("web-box");
+  await mintForm.getByLabel("Kind").selectOption("runner");
+  await mintForm.getByRole("button", { name: "Create token" }).click();
+  const mintedCommand = (await page.getByTestId("minted-command").innerText()).trim();
+  const runnerMinted = (await minted.getByTestId("minted-token").innerText()).trim();
+  check(
+    mintedCommand.includes(`WUHU_RUNNER_TOKEN=${runnerMinted}`) &&
+      mintedCommand.includes(`wuhu-runner register --server ${BASE} --name web-box`),
+    `the runner token comes with its register command (${mintedCommand.replace(runnerMinted, "<token>")})`,
+  );
+  await tokensTable.getByRole("row", { name: /web-box/ }).getByText("runner").waitFor();
+  await minted.getByRole("button", { name: "Copy the command" }).click();
+  check((await page.evaluate(() => navigator.clipboard.readText())) === mintedCommand, "Copy put the command on the clipboard");
+  await shot("tokens", true);
+  const revokeWebCli = tokensTable.getByRole("button", { name: 'Revoke "web-cli"' });
+  const confirmRevoke = tokensTable.getByRole("group", { name: 'Confirm revoking "web-cli"' });
+  await revokeWebCli.focus();
+  await page.keyboard.press("Enter");
+  await confirmRevoke.waitFor();
+  await page.keyboard.press("Escape");
+  await confirmRevoke.waitFor({ state: "detached" });
+  await poll("focus back on the Revoke button", () => revokeWebCli.evaluate((b) => b === document.activeElement));
+  check((await bearer(personal, "/v1/sessions?limit=1")).status === 200, "backing out revoked nothing");
+  await page.keyboard.press("Enter");
+  await poll("focus on the confirm button", () =>
+    confirmRevoke.getByRole("button", { name: "Yes, revoke" }).evaluate((b) => b === document.activeElement),
+  );
+  await page.keyboard.press("Enter");
+  await webCliRow.waitFor({ state: "detached" });
+  const refusedAfterRevoke = await bearer(personal, "/v1/sessions?limit=1");
+  const refusal = await refusedAfterRevoke.json();
+  check(
+    refusedAfterRevoke.status === 401 && /revoked/.test(refusal.error?.message ?? ""),
+    `the revoked token is refused (${refusedAfterRevoke.status} ${JSON.stringify(refusal)})`,
+  );
+  check(!(await call(ALICE, "GET", "/v1/tokens")).tokens.some((t) => t.name === "web-cli"), "the revoked token is no longer listed");
+  await page.getByTestId("whoami").filter({ hasText: "alice" }).waitFor();
+
+  // 10c. Other origins. A page on the listed origin may call the API with a bearer token; an
   // unlisted one may not read the answer. And a request from another origin of the same site
   // (so the SameSite=Strict cookie rides along) that would change something is refused.
   log("CORS and cross-site requests");
@@ -432,6 +505,10 @@ try {
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflow <= 0, `no sideways scrolling at phone width (overflow ${overflow}px)`);
   await shot("phone");
+  await page.goto(`${BASE}/#/tokens`);
+  await page.getByRole("table", { name: "Tokens" }).getByText("web-box").waitFor();
+  const tokensOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(tokensOverflow <= 0, `the tokens page fits at phone width (overflow ${tokensOverflow}px)`);
 
   // 12. Sign out.
   log("sign out");

@@ -7,9 +7,11 @@ import type {
   DocSummary,
   EnvironmentDefinition,
   Lane,
+  MintedToken,
   RunnerInfo,
   SessionInfo,
   SessionPage,
+  TokenInfo,
 } from "./types";
 
 export class ApiError extends Error {
@@ -94,6 +96,10 @@ export const api = {
   writeDoc: (path: string, content: string) =>
     request<DocSummary>("PUT", `/v1/workspace/docs/${docPath(path)}`, undefined, content),
   deleteDoc: (path: string) => request<unknown>("DELETE", `/v1/workspace/docs/${docPath(path)}`),
+  listTokens: (all = false) => request<{ tokens: TokenInfo[] }>("GET", `/v1/tokens${all ? "?all=1" : ""}`),
+  mintToken: (body: { name: string; kind: "user" | "runner"; ttlDays: number; sub?: string; runnerKind?: "cloud" }) =>
+    request<MintedToken>("POST", "/v1/tokens", body),
+  revokeToken: (jti: string) => request<{ jti: string; revoked: boolean }>("DELETE", `/v1/tokens/${enc(jti)}`),
 };
 
 /** A workspace path with each segment percent-encoded (the server decodes per segment). */

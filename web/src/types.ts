@@ -126,3 +126,21 @@ export type FollowEvent =
   | { type: "done" }
   | { type: "lagged"; cursor: number }
   | { type: "error"; message: string };
+
+/** A row of `GET /v1/tokens` (never the token itself). */
+export interface TokenInfo {
+  jti: string;
+  name: string;
+  kind: "user" | "runner" | "session";
+  sub: string;
+  role: "admin" | "member";
+  runnerKind?: "local" | "cloud";
+  createdBy: string;
+  createdAt: number;
+  expiresAt: number;
+}
+
+/** `201` of `POST /v1/tokens`: the token, shown this once. */
+export interface MintedToken extends TokenInfo {
+  token: string;
+}

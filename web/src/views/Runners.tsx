@@ -1,8 +1,9 @@
 import { useCallback, useEffect, useState } from "preact/hooks";
-import { api, request } from "../api";
+import { api } from "../api";
 import type { Identity } from "../auth";
 import type { EnvironmentDefinition, RunnerInfo } from "../types";
 import { ErrorLine, copyText, errorText, timeAgo, useInterval } from "../util";
+import { registerCommand } from "./Tokens";
 
 export function Runners({ me }: { me: Identity }) {
   const [runners, setRunners] = useState<RunnerInfo[] | null>(null);
@@ -133,16 +134,14 @@ function RegisterRunner({ me }: { me: Identity }) {
   const [copied, setCopied] = useState(false);
   const mint = async () => {
     try {
-      const minted = await request<{ token: string }>("POST", "/v1/tokens", { name, kind: "runner", ttlDays: 90 });
+      const minted = await api.mintToken({ name, kind: "runner", ttlDays: 90 });
       setToken(minted.token);
       setError(null);
     } catch (err) {
       setError(`Could not mint a runner token here: ${errorText(err)}. Ask an admin for one.`);
     }
   };
-  const command =
-    `WUHU_RUNNER_TOKEN=${token ?? "<runner token>"} \\\n` +
-    `  wuhu-runner register --server ${location.origin} --name ${name} --env project=~/src/project`;
+  const command = registerCommand(token ?? "<runner token>", name);
   return (
     <details class="card">
       <summary>Register a runner</summary>
@@ -156,7 +155,9 @@ function RegisterRunner({ me }: { me: Identity }) {
         </button>
       </div>
       <ErrorLine error={error} />
-      <p class="muted">Run this on the machine (the token is shown once):</p>
+      <p class="muted">
+        Run this on the machine (the token is shown once; see and revoke tokens on the <a href="#/tokens">Tokens</a> page):
+      </p>
       <pre class="command" data-testid="register-command">{command}</pre>
       <button
         type="button"

@@ -1,0 +1,335 @@
+// Tokens for programs and runners (docs/api.md, "Tokens for programs"): list them (never the
+// token itself), mint one and see it exactly once, revoke one after a confirm. Admins may mint
+// for another user and list every user's tokens.
+
+import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { api } from "../api";
+import type { Identity } from "../auth";
+import type { MintedToken, TokenInfo } from "../types";
+import { ErrorLine, copyText, errorText, timeAgo, useTick } from "../util";
+
+/** `5 Dec 2026` style, for expiry dates (relative times are for the past). */
+function day(unixSeconds: number): string {
+  return new Date(unixSeconds * 1000).toLocaleDateString(undefined, { day: "numeric", month: "short", year: "numeric" });
+}
+
+/** The command that registers a runner on a machine with `token`. */
+export function registerCommand(token: string, name: string): string {
+  const safe = name.replace(/[^A-Za-z0-9_.-]/g, "-") || "my-runner";
+  return (
+    `WUHU_RUNNER_TOKEN=${token} \\\n` +
+    `  wuhu-runner register --server ${location.origin} --name ${safe} --env project=~/src/project`
+  );
+}
+
+export function Tokens({ me }: { me: Identity }) {
+  const isAdmin = me.role === "admin";
+  const [all, setAll] = useState(false);
+  const [tokens, setTokens] = useState<TokenInfo[] | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [minted, setMinted] = useState<MintedToken | null>(null);
+  useTick(30_000);
+  const refresh = useCallback(async () => {
+    try {
+      setTokens((await api.listTokens(all)).tokens);
+      setError(null);
+    } catch (err) {
+      setError(errorText(err));
+    }
+  }, [all]);
+  useEffect(() => void refresh(), [refresh]);
+
+  return (
+    <section class="page tokens">
+      <h1>Tokens</h1>
+      <p class="muted">
+        Tokens let programs (the CLI, scripts) and runners act as you. Each is shown once, when it is created;
+        revoke one and everything using it is refused at once, open streams and runner connections included.
+      </p>
+      <MintForm
+        me={me}
+        onMinted={async (m) => {
+          setMinted(m);
+          await refresh();
+        }}
+      />
+      {minted && <MintedCard minted={minted} onDone={() => setMinted(null)} />}
+      <div class="page-head">
+        <h2>{all ? "Every user's tokens" : "Your tokens"}</h2>
+        {isAdmin && (
+          <label class="inline">
+            <input type="checkbox" checked={all} onChange={(e) => setAll((e.target as HTMLInputElement).checked)} />
+            Every user
+          </label>
+        )}
+      </div>
+      <ErrorLine error={error} />
+      {tokens === null ? (
+        <p class="muted">Loading…</p>
+      ) : tokens.length === 0 ? (
+        <p class="muted">No tokens yet.</p>
+      ) : (
+        <TokenTable tokens={tokens} showOwner={all} onRevoked={refresh} onError={setError} />
+      )}
+    </section>
+  );
+}
+
+function MintForm({ me, onMinted }: { me: Identity; onMinted: (m: MintedToken) => void }) {
+  const [name, setName] = useState("");
+  const [kind, setKind] = useState<"user" | "runner">("user");
+  const [ttlDays, setTtlDays] = useState("30");
+  const [sub, setSub] = useState("");
+  const [cloud, setCloud] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    const days = Number(ttlDays);
+    if (!Number.isInteger(days) || days < 1) {
+      setError("Lifetime must be a whole number of days, at least 1");
+      return;
+    }
+    setBusy(true);
+    setError(null);
+    try {
+      const body: Parameters<typeof api.mintToken>[0] = { name: name.trim(), kind, ttlDays: days };
+      if (sub.trim() && sub.trim() !== me.sub) body.sub = sub.trim();
+      if (kind === "runner" && cloud) body.runnerKind = "cloud";
+      const minted = await api.mintToken(body);
+      setName("");
+      onMinted(minted);
+    } catch (err) {
+      setError(errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="card form mint" onSubmit={submit} aria-label="New token">
+      <h2>New token</h2>
+      <div class="mint-fields">
+        <label>
+          Name
+          <input
+            name="name"
+            value={name}
+            required
+            maxLength={100}
+            placeholder={kind === "runner" ? "my-laptop" : "ci, laptop cli…"}
+            onInput={(e) => setName((e.target as HTMLInputElement).value)}
+          />
+        </label>
+        <label>
+          Kind
+          <select name="kind" value={kind} onChange={(e) => setKind((e.target as HTMLSelectElement).value as "user" | "runner")}>
+            <option value="user">personal (API, CLI)</option>
+            <option value="runner">runner (a machine)</option>
+          </select>
+        </label>
+        <label>
+          Lifetime (days)
+          <input
+            name="ttlDays"
+            type="number"
+            min={1}
+            step={1}
+            inputMode="numeric"
+            value={ttlDays}
+            onInput={(e) => setTtlDays((e.target as HTMLInputElement).value)}
+          />
+        </label>
+        {me.role === "admin" && kind === "runner" && (
+          <label class="inline span-all">
+            <input type="checkbox" name="cloud" checked={cloud} onChange={(e) => setCloud((e.target as HTMLInputElement).checked)} />
+            Cloud runner (serves every user's sessions in the tenant)
+          </label>
+        )}
+        {me.role === "admin" && (
+          <label>
+            For user
+            <input
+              name="sub"
+              value={sub}
+              placeholder={me.sub}
+              autoComplete="off"
+              onInput={(e) => setSub((e.target as HTMLInputElement).value)}
+            />
+          </label>
+        )}
+      </div>
+      <ErrorLine error={error} />
+      <div class="actions">
+        <button type="submit" disabled={busy || !name.trim()}>
+          Create token
+        </button>
+      </div>
+    </form>
+  );
+}
+
+function CopyButton({ text, label }: { text: string; label: string }) {
+  const [state, setState] = useState<"idle" | "copied" | "failed">("idle");
+  return (
+    <button
+      type="button"
+      class="secondary small"
+      aria-label={label}
+      onClick={async () => setState((await copyText(text)) ? "copied" : "failed")}
+    >
+      {state === "copied" ? "Copied" : state === "failed" ? "Copy failed: select it" : "Copy"}
+    </button>
+  );
+}
+
+/** The new token, shown this once. */
+function MintedCard({ minted, onDone }: { minted: MintedToken; onDone: () => void }) {
+  const heading = useRef<HTMLHeadingElement>(null);
+  // Focus moves to the new token so a keyboard user lands on it.
+  useEffect(() => heading.current?.focus(), [minted.jti]);
+  return (
+    <div class="card minted" data-testid="minted" role="region" aria-label="New token">
+      <h2 tabIndex={-1} ref={heading}>
+        {minted.kind === "runner" ? "Runner" : "Personal"} token “{minted.name}”
+        {minted.sub !== minted.createdBy ? ` for ${minted.sub}` : ""}
+      </h2>
+      <p class="warn-text">Copy it now: this is the only time it is shown.</p>
+      <pre class="command secret" data-testid="minted-token">
+        {minted.token}
+      </pre>
+      <CopyButton text={minted.token} label="Copy the token" />
+      {minted.kind === "runner" && (
+        <>
+          <p class="muted">Run this on the machine that should serve sessions:</p>
+          <pre class="command" data-testid="minted-command">
+            {registerCommand(minted.token, minted.name)}
+          </pre>
+          <CopyButton text={registerCommand(minted.token, minted.name)} label="Copy the command" />
+        </>
+      )}
+      <div class="actions">
+        <button type="button" onClick={onDone}>
+          Done, hide it
+        </button>
+      </div>
+    </div>
+  );
+}
+
+function TokenTable({
+  tokens,
+  showOwner,
+  onRevoked,
+  onError,
+}: {
+  tokens: TokenInfo[];
+  showOwner: boolean;
+  onRevoked: () => void;
+  onError: (e: string | null) => void;
+}) {
+  const [confirming, setConfirming] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const revoke = async (t: TokenInfo) => {
+    setBusy(true);
+    try {
+      await api.revokeToken(t.jti);
+      setConfirming(null);
+      onError(null);
+    } catch (err) {
+      onError(errorText(err));
+    } finally {
+      setBusy(false);
+      onRevoked();
+    }
+  };
+  return (
+    <table class="table" aria-label="Tokens">
+      <thead>
+        <tr>
+          <th>Name</th>
+          <th>Kind</th>
+          {showOwner && <th>Owner</th>}
+          <th>Created</th>
+          <th>Expires</th>
+          <th />
+        </tr>
+      </thead>
+      <tbody>
+        {tokens.map((t) => (
+          <tr key={t.jti} data-jti={t.jti}>
+            <td>{t.name}</td>
+            <td>
+              {t.kind === "runner" ? `runner${t.runnerKind ? ` (${t.runnerKind})` : ""}` : "personal"}
+              {t.role === "admin" ? <span class="badge">admin</span> : null}
+            </td>
+            {showOwner && <td>{t.sub}</td>}
+            <td title={new Date(t.createdAt * 1000).toLocaleString()}>
+              {timeAgo(t.createdAt)}
+              {t.createdBy !== t.sub ? <span class="muted"> by {t.createdBy}</span> : null}
+            </td>
+            <td title={new Date(t.expiresAt * 1000).toLocaleString()}>{day(t.expiresAt)}</td>
+            <td class="row-actions">
+              {confirming === t.jti ? (
+                <ConfirmRevoke
+                  token={t}
+                  busy={busy}
+                  onYes={() => revoke(t)}
+                  onNo={() => {
+                    setConfirming(null);
+                    // Back to the Revoke button the confirm replaced, for keyboard users.
+                    requestAnimationFrame(() =>
+                      document.querySelector<HTMLButtonElement>(`tr[data-jti="${CSS.escape(t.jti)}"] button`)?.focus(),
+                    );
+                  }}
+                />
+              ) : (
+                <button
+                  type="button"
+                  class="link small danger-text"
+                  aria-label={`Revoke "${t.name}"`}
+                  onClick={() => setConfirming(t.jti)}
+                >
+                  Revoke
+                </button>
+              )}
+            </td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** An inline confirm: focus lands on it, Escape (or Cancel) backs out. */
+function ConfirmRevoke({
+  token,
+  busy,
+  onYes,
+  onNo,
+}: {
+  token: TokenInfo;
+  busy: boolean;
+  onYes: () => void;
+  onNo: () => void;
+}) {
+  const yes = useRef<HTMLButtonElement>(null);
+  useEffect(() => yes.current?.focus(), []);
+  return (
+    <span
+      class="confirm"
+      role="group"
+      aria-label={`Confirm revoking "${token.name}"`}
+      onKeyDown={(e) => {
+        if (e.key === "Escape") onNo();
+      }}
+    >
+      <span class="small">Revoke?</span>
+      <button type="button" class="danger small" ref={yes} disabled={busy} onClick={onYes}>
+        Yes, revoke
+      </button>
+      <button type="button" class="secondary small" onClick={onNo}>
+        Cancel
+      </button>
+    </span>
+  );
+}
