@@ -6,8 +6,6 @@ use wuhu_core::tools::{names, page_lines, truncate_head};
 use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
-use wuhu_core::authority::{self, SessionAction, SessionFacts};
-
 use crate::tool_context::ToolContext;
 use crate::{session_client, tenant_index, workspace_io};
 
@@ -247,74 +245,4 @@ fn render_entry(entry: &Entry) -> String {
         },
     };
     format!("#{} {}\n", entry.cursor, body)
-}
-
-/// What `set_model` (and js `wuhu.session.setModel`) did.
-pub(crate) struct ModelSet {
-    /// The provider and model the next request goes to.
-    pub(crate) provider: String,
-    pub(crate) model: String,
-    /// Whether that is a switch (else the session already used it).
-    pub(crate) switched: bool,
-    /// The tool result.
-    pub(crate) text: String,
-}
-
-/// `set_model` and js `wuhu.session.setModel`: allowed when everyone the turn acts for may
-/// prompt the session (who may `PATCH` its model); the actor switches when the call finishes
-/// (`ToolContext::model_switch`).
-pub(crate) fn set_model(
-    context: &ToolContext,
-    arguments: &serde_json::Value,
-) -> Result<ModelSet, String> {
-    let facts = SessionFacts {
-        owner: &context.owner,
-        created_by: &context.created_by,
-        access: context.parent_session.access,
-    };
-    if !authority::turn_allows(
-        &context.tenant,
-        &context.turn_authors,
-        facts,
-        SessionAction::Prompt,
-    ) {
-        return Err(
-            "set_model: the model may be switched only in a turn whose people may all prompt this session"
-                .into(),
-        );
-    }
-    let (provider, model) = context.model_switch.borrow().clone().unwrap_or_else(|| {
-        (
-            context.parent_session.provider.clone(),
-            context.parent_session.model.clone(),
-        )
-    });
-    let current = wuhu_core::wire::Header {
-        system_prompt: String::new(),
-        provider,
-        model,
-    };
-    Ok(match wuhu_core::tools::model_switch(arguments, &current)? {
-        None => ModelSet {
-            text: format!(
-                "This session already uses {} ({}).",
-                current.model, current.provider
-            ),
-            provider: current.provider,
-            model: current.model,
-            switched: false,
-        },
-        Some(to) => {
-            *context.model_switch.borrow_mut() = Some((to.provider.clone(), to.model.clone()));
-            ModelSet {
-                text: format!(
-                    "Switched from {} ({}) to {} ({}): the next request goes to it.",
-                    current.model, current.provider, to.model, to.provider
-                ),
-                provider: to.provider,
-                model: to.model,
-                switched: true,
-            }
-        }
-    })
 }

@@ -192,7 +192,7 @@ impl JsHost<'_> {
                 crate::orchestration_tools::js_call(ctx, name, &arg).await
             }
             "session.setModel" => {
-                let set = crate::builtin_tools::set_model(ctx, &arg)?;
+                let set = crate::model_tool::set_model(ctx, &arg)?;
                 Ok(json!({"provider": set.provider, "model": set.model, "switched": set.switched}))
             }
             "sessions.list" => {

@@ -17,6 +17,7 @@ mod identity;
 mod internal;
 mod js_tool;
 mod jwt_crypto;
+mod model_tool;
 mod observe;
 mod orchestration_tools;
 mod runner_calls;

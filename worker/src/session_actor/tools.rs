@@ -33,7 +33,7 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     }
     let context = actor.tool_context(step);
     let output = if call.name == names::SET_MODEL {
-        ToolOutput::text(builtin_tools::set_model(&context, &call.arguments).map(|s| s.text))
+        ToolOutput::text(crate::model_tool::set_model(&context, &call.arguments).map(|s| s.text))
     } else if environment_tools::handles(&call) {
         environment_tools::execute(&context, &call).await
     } else if orchestration_tools::handles(&call) {
