@@ -341,3 +341,61 @@ fn format_duration(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The command line as a job record and its reports show it: at most 200 bytes, on one line
+/// (the runner and the session keep the same text).
+pub fn short_command(command: &str) -> String {
+    let one_line = command.trim().replace('\n', "; ");
+    if one_line.len() <= 200 {
+        return one_line;
+    }
+    let mut end = 199;
+    while !one_line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &one_line[..end])
+}
+
+/// `raw` as one safe file-name component: `[A-Za-z0-9-]` kept, anything else `_`, at most 64
+/// characters, never empty (ids come from the server and name log files on a runner).
+pub fn file_component(raw: &str) -> String {
+    let safe: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if safe.is_empty() {
+        String::from("_")
+    } else {
+        safe
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::{file_component, short_command};
+
+    #[test]
+    fn short_command_is_one_line_of_at_most_200_bytes() {
+        assert_eq!(short_command("  ls\npwd "), "ls; pwd");
+        let long = "é".repeat(150);
+        let short = short_command(&long);
+        assert!(short.len() <= 200 + "…".len(), "{}", short.len());
+        assert!(short.ends_with('…'));
+        assert_eq!(short_command(&"a".repeat(200)), "a".repeat(200));
+    }
+
+    #[test]
+    fn file_components_are_safe_and_never_empty() {
+        assert_eq!(file_component("job-1a"), "job-1a");
+        assert_eq!(file_component("../x/y"), "___x_y");
+        assert_eq!(file_component(""), "_");
+        assert_eq!(file_component(&"a".repeat(100)).len(), 64);
+    }
+}

@@ -85,42 +85,11 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// `[A-Za-z0-9-]`, at most 64 characters (session ids are UUIDs; anything else is made safe).
-fn safe_component(raw: &str) -> String {
-    let safe: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    if safe.is_empty() {
-        String::from("_")
-    } else {
-        safe
-    }
-}
-
-/// The command line as reports show it: at most 200 bytes, on one line.
-fn short_command(command: &str) -> String {
-    let one_line = command.trim().replace('\n', "; ");
-    if one_line.len() <= 200 {
-        return one_line;
-    }
-    let mut end = 199;
-    while !one_line.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &one_line[..end])
-}
-
 /// The directory of `session_id`'s job logs below `log_dir`.
 pub fn session_log_dir(log_dir: &Path, session_id: &str) -> PathBuf {
-    log_dir.join("jobs").join(safe_component(session_id))
+    log_dir
+        .join("jobs")
+        .join(wuhu_core::jobs::file_component(session_id))
 }
 
 impl Jobs {
@@ -264,7 +233,7 @@ impl Jobs {
         drop(cmd);
         let (kill, kill_signal) = CancelSignal::new();
         let (done_tx, done) = watch::channel(false);
-        let command = short_command(&args.command);
+        let command = wuhu_core::jobs::short_command(&args.command);
         let started_at_ms = now_ms();
         let log_path_of_job = log_path.clone();
         self.lock().jobs.insert(

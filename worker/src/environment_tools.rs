@@ -511,7 +511,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
                     runner: attachment.runner.clone(),
                     runner_owner: attachment.runner_owner.clone(),
                     environment: name.clone(),
-                    command: short_command(&command),
+                    command: wuhu_core::jobs::short_command(&command),
                     started_at_ms: worker::Date::now().as_millis(),
                     state: JobState::Running,
                     absent_since_ms: None,
@@ -553,19 +553,6 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         }
     }
     output
-}
-
-/// The command line as a job record keeps it: at most 200 bytes, on one line.
-fn short_command(command: &str) -> String {
-    let one_line = command.trim().replace('\n', "; ");
-    if one_line.len() <= 200 {
-        return one_line;
-    }
-    let mut end = 199;
-    while !one_line.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &one_line[..end])
 }
 
 /// `job_status {id}` / `job_kill {id}`: asks the job's runner (the session's owner asks; the

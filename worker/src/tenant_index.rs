@@ -120,30 +120,26 @@ impl DurableObject for TenantIndex {
 
 impl TenantIndex {
     fn load_gate(&self) -> ApiResult<Gate> {
-        let rows: Vec<ValueRow> = self
-            .sql
-            .exec("SELECT state FROM gate WHERE k = 0", None)?
-            .to_array()?;
-        Ok(rows
-            .into_iter()
-            .next()
-            .and_then(|r| serde_json::from_str(&r.state).ok())
-            .unwrap_or_default())
+        self.load_state("gate")
     }
 
     fn save_gate(&self, gate: &Gate) -> ApiResult<()> {
-        let json = serde_json::to_string(gate).map_err(|e| ApiError::internal(e.to_string()))?;
-        self.sql.exec(
-            "INSERT INTO gate (k, state) VALUES (0, ?) ON CONFLICT(k) DO UPDATE SET state = excluded.state",
-            vec![json.into()],
-        )?;
-        Ok(())
+        self.save_state("gate", gate)
     }
 
     fn load_budget(&self) -> ApiResult<TenantBudget> {
+        self.load_state("budget")
+    }
+
+    fn save_budget(&self, budget: &TenantBudget) -> ApiResult<()> {
+        self.save_state("budget", budget)
+    }
+
+    /// The one JSON row (`k = 0`) of `table` (`gate` or `budget`), or the default when absent.
+    fn load_state<T: serde::de::DeserializeOwned + Default>(&self, table: &str) -> ApiResult<T> {
         let rows: Vec<ValueRow> = self
             .sql
-            .exec("SELECT state FROM budget WHERE k = 0", None)?
+            .exec(&format!("SELECT state FROM {table} WHERE k = 0"), None)?
             .to_array()?;
         Ok(rows
             .into_iter()
@@ -152,10 +148,13 @@ impl TenantIndex {
             .unwrap_or_default())
     }
 
-    fn save_budget(&self, budget: &TenantBudget) -> ApiResult<()> {
-        let json = serde_json::to_string(budget).map_err(|e| ApiError::internal(e.to_string()))?;
+    /// Writes the one JSON row (`k = 0`) of `table`.
+    fn save_state<T: serde::Serialize>(&self, table: &str, state: &T) -> ApiResult<()> {
+        let json = serde_json::to_string(state).map_err(|e| ApiError::internal(e.to_string()))?;
         self.sql.exec(
-            "INSERT INTO budget (k, state) VALUES (0, ?) ON CONFLICT(k) DO UPDATE SET state = excluded.state",
+            &format!(
+                "INSERT INTO {table} (k, state) VALUES (0, ?) ON CONFLICT(k) DO UPDATE SET state = excluded.state"
+            ),
             vec![json.into()],
         )?;
         Ok(())

@@ -352,18 +352,7 @@ impl Collector {
 
     /// Opens the log file and writes what is in memory so far.
     fn open_log(&mut self) {
-        let safe_id: String = self
-            .call_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(64)
-            .collect();
+        let safe_id = wuhu_core::jobs::file_component(&self.call_id);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
