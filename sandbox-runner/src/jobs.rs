@@ -222,6 +222,10 @@ impl Jobs {
         if !ctx.env.contains_key("PATH") {
             cmd.env("PATH", DEFAULT_PATH);
         }
+        // Taken before the spawn, so a job's duration is never shorter than its command's run
+        // (`sleep 2` once reported 1,99x ms when the clock started after spawn returned).
+        let started = Instant::now();
+        let started_at_ms = now_ms();
         let child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -234,7 +238,6 @@ impl Jobs {
         let (kill, kill_signal) = CancelSignal::new();
         let (done_tx, done) = watch::channel(false);
         let command = wuhu_core::jobs::short_command(&args.command);
-        let started_at_ms = now_ms();
         let log_path_of_job = log_path.clone();
         self.lock().jobs.insert(
             job_id.clone(),
@@ -244,7 +247,7 @@ impl Jobs {
                 environment: environment.to_string(),
                 command: command.clone(),
                 started_at_ms,
-                started: Instant::now(),
+                started,
                 log_path: log_path_of_job,
                 kill: Some(kill),
                 done,
