@@ -686,6 +686,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                     model,
                     system_prompt,
                     title,
+                    budget: None,
                 })
                 .await?;
             if global.json {

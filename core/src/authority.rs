@@ -6,7 +6,8 @@
 //! * tokens: which claims are acceptable ([`check_claims`], [`check_secret`]);
 //! * sessions: an owner (the first user who prompts it, until then its creator) and an
 //!   [`Access`] (`private` or `tenant`); see [`session_allows`];
-//! * the workspace: `users/<sub>/…` belongs to `<sub>` ([`may_write_workspace`]);
+//! * the workspace: `users/<sub>/…` belongs to `<sub>`, `config/…` to admins
+//!   ([`may_write_workspace`]);
 //! * environment definitions belong to their creator ([`may_edit_definition`]);
 //! * runners belong to their token's `sub`, and are `cloud` only by a token claim
 //!   ([`runner_kind_from_claims`]); work that reaches a person's local runner on someone else's
@@ -361,9 +362,20 @@ pub fn owner_after_prompt<'a>(owner: &'a str, prompted: bool, author: &'a str) -
 // ---------------------------------------------------------------------------------------------
 // Workspace, definitions, runners
 
+/// Whether `path` (normalised) is one of the tenant's settings (`config/…`: the model table
+/// `config/models.json`, `config/tenant.json`): they change prices, budgets' meaning and what
+/// is logged, so only admins write them.
+pub fn is_tenant_config(path: &str) -> bool {
+    path == "config" || path.starts_with("config/")
+}
+
 /// Whether `who` may create, change or delete the workspace document at `path` (normalised).
-/// `users/<sub>/…` is writable only by `<sub>` and admins; everything else is tenant-wide.
+/// `users/<sub>/…` is writable only by `<sub>` and admins, `config/…` only by admins;
+/// everything else is tenant-wide.
 pub fn may_write_workspace(who: &Principal, path: &str) -> bool {
+    if is_tenant_config(path) {
+        return who.is_admin();
+    }
     match path.strip_prefix("users/") {
         None => true,
         Some(rest) => {
@@ -389,12 +401,14 @@ pub enum WorkspaceWriter<'a> {
 
 impl WorkspaceWriter<'_> {
     /// Whether this writer may change `path` (normalised). A person: see
-    /// [`may_write_workspace`]. A session's tool writes tenant-wide paths, and `users/<owner>/…`
-    /// only while nobody but the owner wrote the current turn's messages: a member prompting
-    /// someone's group session cannot plant text in that person's context document.
+    /// [`may_write_workspace`]. A session's tool writes tenant-wide paths except `config/…`,
+    /// and `users/<owner>/…` only while nobody but the owner wrote the current turn's
+    /// messages: a member prompting someone's group session cannot plant text in that
+    /// person's context document.
     pub fn may_write(&self, path: &str) -> bool {
         match self {
             WorkspaceWriter::Person(who) => may_write_workspace(who, path),
+            WorkspaceWriter::SessionTool { .. } if is_tenant_config(path) => false,
             WorkspaceWriter::SessionTool {
                 owner,
                 turn_authors,
@@ -729,6 +743,12 @@ mod tests {
             (&alice, "users/bob", false),
             (&alice, "usersx/bob.md", true),
             (&admin, "users/bob/context.md", true),
+            (&alice, "config/models.json", false),
+            (&alice, "config/tenant.json", false),
+            (&alice, "config", false),
+            (&admin, "config/models.json", true),
+            (&alice, "configs/notes.md", true),
+            (&alice, "notes/config/models.json", true),
         ];
         for (who, path, ok) in cases {
             assert_eq!(may_write_workspace(who, path), ok, "{} {path}", who.sub);
@@ -739,7 +759,9 @@ mod tests {
     fn tools_write_users_documents_only_for_an_owner_alone() {
         let alice = ["alice".to_string()];
         let both = ["alice".to_string(), "bob".to_string()];
-        let cases: [(&[String], &str, bool); 6] = [
+        let cases: [(&[String], &str, bool); 8] = [
+            (&alice, "config/models.json", false),
+            (&[], "config/tenant.json", false),
             (&alice, "users/alice/context.md", true),
             (&alice, "users/bob/context.md", false),
             (&both, "users/alice/context.md", false),

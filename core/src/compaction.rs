@@ -23,7 +23,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::context::{ContextWindow, render, repair_tool_results};
-use crate::llm::{LlmRequest, ToolSchema, models};
+use crate::llm::models::ModelTable;
+use crate::llm::{LlmRequest, ToolSchema};
 use crate::wire::{
     AssistantMessage, Compaction, CompactionReason, ContentBlock, Entry, EntryPayload, Header,
     Message, custom_types,
@@ -499,6 +500,7 @@ pub struct NothingToCompact;
 /// `may_compact`: false once this step compacted (it then sends what it has).
 pub fn plan_step(
     header: &Header,
+    models: &ModelTable,
     window: &ContextWindow,
     group_chat_since: Option<u64>,
     tools: Vec<ToolSchema>,
@@ -506,12 +508,12 @@ pub fn plan_step(
 ) -> StepPlan {
     let parts = parts(header, window, group_chat_since, &tools);
     let (_, estimate) = parts.estimate(header);
-    let context_window = models::context_window(&header.provider, &header.model);
+    let context_window = models.context_window(&header.provider, &header.model);
     let over_tokens = estimate > context_window * COMPACT_AT_PERCENT / 100;
     let over_entries = parts.tail_entries > MAX_TAIL_ENTRIES;
     if may_compact
         && (over_tokens || over_entries)
-        && let Ok(job) = job_from_parts(header, &parts, CompactionReason::Auto, None)
+        && let Ok(job) = job_from_parts(header, models, &parts, CompactionReason::Auto, None)
     {
         return StepPlan::Compact(job);
     }
@@ -527,6 +529,7 @@ pub fn plan_step(
 /// [`NothingToCompact`] when the tail has no place to cut after its first message.
 pub fn plan_compaction(
     header: &Header,
+    models: &ModelTable,
     window: &ContextWindow,
     group_chat_since: Option<u64>,
     tools: &[ToolSchema],
@@ -534,11 +537,12 @@ pub fn plan_compaction(
     instructions: Option<String>,
 ) -> Result<CompactionJob, NothingToCompact> {
     let parts = parts(header, window, group_chat_since, tools);
-    job_from_parts(header, &parts, reason, instructions)
+    job_from_parts(header, models, &parts, reason, instructions)
 }
 
 fn job_from_parts(
     header: &Header,
+    models: &ModelTable,
     parts: &Parts,
     reason: CompactionReason,
     instructions: Option<String>,
@@ -550,7 +554,7 @@ fn job_from_parts(
     } else {
         estimate as f64 / raw as f64
     };
-    let context_window = models::context_window(&header.provider, &header.model);
+    let context_window = models.context_window(&header.provider, &header.model);
     let keep_budget = context_window * KEEP_TAIL_PERCENT / 100;
     // Tokens and entries from each item to the end.
     let mut suffix_tokens = vec![0u64; parts.items.len() + 1];

@@ -50,6 +50,7 @@ mod rng;
 pub mod session;
 pub mod snapshot_vars;
 pub mod sse;
+pub mod tenant_config;
 pub mod tenant_usage;
 pub mod tokens;
 pub mod tools;

@@ -450,6 +450,88 @@ fn config_documents_list_providers_and_the_model_table_without_keys() {
 }
 
 #[test]
+fn a_tenant_model_table_written_by_an_admin_prices_its_sessions_requests() {
+    let _guard = stack().guard();
+    let tenant = unique_name("models");
+    let ada = stack().client("ada", &tenant);
+    let admin = stack().admin_client("root", &tenant);
+    let table = r#"{"models":[{"id":"fake-priced","provider":"fake","inputPerMtok":1000000,"outputPerMtok":2000000},{"id":"gpt-4o","contextWindow":64000}]}"#;
+    // Only admins write the tenant's settings; invalid documents are refused with the reason.
+    let response = ada.put_doc("config/models.json", table);
+    assert_eq!(response.status, 403, "{response}");
+    for (path, bad, says) in [
+        ("config/models.json", "{", "not a valid model table"),
+        (
+            "config/models.json",
+            r#"{"models":[{"id":"my-llama"}]}"#,
+            "a new model needs a provider",
+        ),
+        ("config/tenant.json", r#"{"logs":1}"#, "unknown field"),
+        ("config/notes.md", "hi", "config/ holds only"),
+    ] {
+        let response = admin.put_doc(path, bad);
+        assert_eq!(response.status, 400, "{path} {bad}: {response}");
+        let message = response.json()["error"]["message"].to_string();
+        assert!(message.contains(says), "{path} {bad}: {message}");
+    }
+    admin
+        .put_doc("config/models.json", table)
+        .expect_status(200);
+    let id = ada.create_session(json!({"model": "fake-priced"})).id;
+    let results = ada.run_tool_calls(
+        &id,
+        &[
+            ("read", json!({"path": "wuhu://config/models.json"})),
+            (
+                "write",
+                json!({"path": "wuhu://workspace/config/models.json", "content": "{\"models\":[]}"}),
+            ),
+        ],
+        TURN,
+    );
+    // The table in effect shows the tenant's rows over the built-in ones.
+    let served: Value = serde_json::from_str(&results[0].content).expect("models.json is JSON");
+    let row = |id: &str| {
+        served["models"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|m| m["id"] == id).cloned())
+            .unwrap_or_else(|| panic!("no row {id}: {served}"))
+    };
+    assert_eq!(row("fake-priced")["tenant"], true, "{served}");
+    assert_eq!(
+        (
+            row("gpt-4o")["contextWindow"].as_u64(),
+            row("gpt-4o")["inputPerMtok"].as_f64()
+        ),
+        (Some(64_000), Some(2.5))
+    );
+    assert_eq!(row("gpt-4o-mini")["tenant"], Value::Null);
+    // A session's own tools cannot change the tenant's settings.
+    assert!(results[1].is_error, "{:?}", results[1]);
+    assert!(
+        results[1].content.contains("only an admin"),
+        "{:?}",
+        results[1]
+    );
+    // Every request of the session is priced from the tenant's row.
+    let transcript = ada.transcript(&id);
+    let requests = assistants(&transcript);
+    assert_eq!(requests.len(), 2, "{}", describe(&transcript));
+    let mut expected = 0.0;
+    for message in &requests {
+        let usage = message.usage.as_ref().expect("usage");
+        let want = usage.input_tokens as f64 + 2.0 * usage.output_tokens as f64;
+        let cost = usage.cost_usd.expect("a priced model");
+        assert!((cost - want).abs() < 1e-6, "{cost} != {want}");
+        expected += want;
+    }
+    let usage = ada.get(&format!("/v1/sessions/{id}/usage")).json();
+    let total = usage["costUsd"].as_f64().unwrap_or_default();
+    assert!((total - expected).abs() < 1e-6, "{usage}");
+    assert_eq!(usage["unpricedMessages"], 0, "{usage}");
+}
+
+#[test]
 fn switching_from_anthropic_to_openai_mid_session_converts_the_transcript() {
     let _guard = stack().guard();
     let (api, id, claude) = anthropic_session("use tools");
@@ -650,6 +732,45 @@ fn a_spent_budget_ends_the_turn_with_a_notice_and_enqueue_answers_402_until_rais
 }
 
 #[test]
+fn a_budget_set_at_creation_holds_from_the_first_turn() {
+    let _guard = stack().guard();
+    let api = stack().client("ada", &unique_name("budget-create"));
+    for bad in [
+        json!({"budget": {"maxUsd": -1}}),
+        json!({"budget": {"maxTokens": "many"}}),
+        json!({"budget": {"maxCoins": 3}}),
+    ] {
+        let response = api.post("/v1/sessions", &bad);
+        assert_eq!(response.status, 400, "{bad}: {response}");
+        assert_eq!(response.json()["error"]["code"], "bad_request");
+    }
+    let id = api.create_session(json!({"budget": {"maxTokens": 1}})).id;
+    let usage = api.get(&format!("/v1/sessions/{id}/usage")).json();
+    assert_eq!(usage["budget"]["maxTokens"], 1, "{usage}");
+    // The first request runs (nothing spent yet); the step after its tool result would pass
+    // the budget: the turn ends there, as with a budget set by PATCH.
+    api.enqueue(
+        &id,
+        "followUp",
+        r#"@fake {"toolCalls":[{"name":"list_sessions","arguments":{"limit":1}}]}"#,
+    );
+    api.wait_idle(&id, TURN);
+    let transcript = api.transcript(&id);
+    let text = describe(&transcript);
+    assert_eq!(assistants(&transcript).len(), 1, "{text}");
+    let set = customs(&transcript, custom_types::BUDGET_SET);
+    assert_eq!(set.len(), 1, "{text}");
+    assert_eq!(set[0]["by"], "ada", "{text}");
+    assert_eq!(
+        customs(&transcript, custom_types::BUDGET_EXCEEDED).len(),
+        1,
+        "{text}"
+    );
+    let response = api.enqueue_raw(&id, "followUp", "more please");
+    assert_eq!(response.status, 402, "{response}");
+}
+
+#[test]
 fn tenant_usage_adds_up_sessions_by_session_user_and_model_for_admins_and_owners() {
     let _guard = stack().guard();
     let tenant = unique_name("usage");
@@ -785,4 +906,96 @@ fn a_spent_tenant_budget_ends_turns_and_enqueue_answers_402_until_an_admin_raise
     ada.wait_idle(&first, TURN);
     assert_eq!(assistants(&ada.transcript(&first)).len(), 2);
     assert_eq!(ada.post("/v1/budget", &json!({})).status, 405);
+}
+
+/// Input plus output tokens of one assistant message.
+fn request_tokens(message: &wuhu_core::wire::AssistantMessage) -> u64 {
+    message
+        .usage
+        .as_ref()
+        .map_or(0, |u| u.input_tokens + u.output_tokens)
+}
+
+#[test]
+fn concurrent_sessions_overshoot_the_tenant_budget_by_at_most_one_request_each() {
+    const SESSIONS: usize = 4;
+    const TURNS: usize = 12;
+    let _guard = stack().guard();
+    // Each turn is two requests (a tool call, then the reply after its result), slowed so the
+    // sessions' requests overlap.
+    let message = r#"@fake {"toolCalls":[{"name":"list_sessions","arguments":{"limit":1}}],"afterTools":"done","delayMs":20,"chunks":3}"#;
+    // One request's size, measured in a tenant of its own.
+    let probe = stack().client("ada", &unique_name("budget-probe"));
+    let probe_id = probe.create_fake_session().id;
+    probe.enqueue(&probe_id, "followUp", message);
+    probe.wait_idle(&probe_id, TURN);
+    let probe_transcript = probe.transcript(&probe_id);
+    let first_request = assistants(&probe_transcript)
+        .first()
+        .map(|m| request_tokens(m))
+        .unwrap_or_default();
+    assert!(first_request > 0, "{}", describe(&probe_transcript));
+    // About three requests per session: far less than the turns queued for them.
+    let budget = first_request * 3 * SESSIONS as u64;
+    let tenant = unique_name("budget-concurrent");
+    let admin = stack().admin_client("root", &tenant);
+    admin
+        .send_raw("PUT", "/v1/budget", format!(r#"{{"maxTokens":{budget}}}"#))
+        .expect_status(200);
+    let ada = stack().client("ada", &tenant);
+    let ids: Vec<String> = (0..SESSIONS)
+        .map(|_| ada.create_fake_session().id)
+        .collect();
+    // Each session in a thread of its own: a turn, then the next, until enqueue answers 402.
+    let refused: Vec<bool> = std::thread::scope(|scope| {
+        let threads: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let ada = ada.clone();
+                scope.spawn(move || {
+                    for _ in 0..TURNS {
+                        let response = ada.enqueue_raw(id, "followUp", message);
+                        if response.status == 402 {
+                            return true;
+                        }
+                        assert_eq!(response.status, 200, "{response}");
+                        ada.wait_idle(id, TURN);
+                    }
+                    false
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("session thread"))
+            .collect()
+    });
+    assert!(refused.iter().all(|r| *r), "every session met the budget");
+    let mut total = 0;
+    let mut allowance = 0;
+    for id in &ids {
+        let transcript = ada.transcript(id);
+        let text = describe(&transcript);
+        let requests = assistants(&transcript);
+        let notices = customs(&transcript, custom_types::BUDGET_EXCEEDED);
+        assert!(!notices.is_empty(), "{text}");
+        assert!(notices.iter().all(|n| n["scope"] == "tenant"), "{text}");
+        total += requests.iter().map(|m| request_tokens(m)).sum::<u64>();
+        // One request of each session may start before the others' are counted.
+        allowance += requests
+            .iter()
+            .map(|m| request_tokens(m))
+            .max()
+            .unwrap_or(0);
+    }
+    assert!(
+        total <= budget + allowance,
+        "spent {total} tokens against a budget of {budget} (+ {allowance}, the largest request of each session)"
+    );
+    // What the tenant counted is what the sessions recorded.
+    let counted = wuhu_e2e::util::wait_for("the index to count every request", TURN, || {
+        let state = admin.get("/v1/budget").json();
+        (state["spent"]["tokens"].as_u64() == Some(total)).then_some(state)
+    });
+    assert_eq!(counted["budget"]["maxTokens"], budget);
 }

@@ -140,13 +140,13 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 }
                 Some(Err(e)) => Err(e.to_string()),
                 Some(Ok(WuhuUrl::Config(path))) => {
-                    let text = crate::config_doc(&context.env, &context.tenant, &path).ok_or_else(
-                        || {
+                    let text = crate::config_doc(&context.env, &context.tenant, &path)
+                        .await?
+                        .ok_or_else(|| {
                             format!(
                                 "No config document {path:?}. Available: wuhu://config/server.json, wuhu://config/models.json"
                             )
-                        },
-                    )?;
+                        })?;
                     Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
                 }
                 Some(Ok(WuhuUrl::Workspace(path))) if path.is_empty() || path.ends_with('/') => {

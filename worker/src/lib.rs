@@ -327,13 +327,25 @@ async fn workspace_doc(
     }
 }
 
-/// The read-only documents under `wuhu://config/`: server settings without secrets.
-pub(crate) fn config_doc(env: &Env, tenant: &str, path: &str) -> Option<String> {
+/// The read-only documents under `wuhu://config/`: server settings without secrets, and the
+/// model table in effect (the tenant's `config/models.json` over the built-in rows).
+///
+/// # Errors
+/// The tenant's model table is invalid, or could not be read.
+pub(crate) async fn config_doc(
+    env: &Env,
+    tenant: &str,
+    path: &str,
+) -> Result<Option<String>, String> {
     if path == "models.json" {
-        return serde_json::to_string_pretty(&llm::models::table_json()).ok();
+        let table = workspace_io::model_table(env, tenant)
+            .await
+            .map_err(|e| e.message)?
+            .map_err(|e| e.to_string())?;
+        return Ok(serde_json::to_string_pretty(&table.to_json()).ok());
     }
     if path != "server.json" {
-        return None;
+        return Ok(None);
     }
     let var = |name: &str| env.var(name).ok().map(|v| v.to_string());
     let settings = serde_json::json!({
@@ -346,8 +358,9 @@ pub(crate) fn config_doc(env: &Env, tenant: &str, path: &str) -> Option<String> 
         "anthropicKeyConfigured": env.secret("ANTHROPIC_API_KEY").is_ok() || env.var("ANTHROPIC_API_KEY").is_ok(),
         "workspace": "wuhu://workspace/",
         "globalContext": "wuhu://workspace/users/<you>/context.md",
+        "tenantSettings": format!("wuhu://workspace/{}", wuhu_core::tenant_config::TENANT_CONFIG_PATH),
     });
-    serde_json::to_string_pretty(&settings).ok()
+    Ok(serde_json::to_string_pretty(&settings).ok())
 }
 
 /// The user's global context document, if they have one.
@@ -448,6 +461,9 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
             "title must be at most 200 characters",
         ));
     }
+    if let Some(budget) = &request.budget {
+        budget.validate().map_err(ApiError::bad_request)?;
+    }
     let id = uuid::Uuid::new_v4().to_string();
     let init = serde_json::json!({
         "id": id,
@@ -458,6 +474,7 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         "systemPrompt": request.system_prompt,
         "title": request.title,
         "globalContext": global_context(env, identity).await?,
+        "budget": request.budget,
     });
     let stub = session_client::stub(env, &identity.tenant, &id)?;
     let internal = internal_request(

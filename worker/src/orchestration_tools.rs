@@ -210,6 +210,7 @@ async fn spawn(ctx: &ToolContext, args: SpawnArgs) -> Result<Vec<ChildStatus>, S
         system_prompt: None,
         title,
         global_context: None,
+        budget: None,
         child: Some(ChildInit {
             lineage,
             access: ctx.parent_session.access,

@@ -69,6 +69,9 @@ pub(crate) struct InitRequest {
     pub(crate) title: Option<String>,
     /// `{path, version, content}` of the user's global context document.
     pub(crate) global_context: Option<GlobalContext>,
+    /// The budget it starts with (`POST /v1/sessions {budget}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) budget: Option<wuhu_core::wire::Budget>,
     /// For a child session: where it sits, what it inherits and its task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) child: Option<ChildInit>,

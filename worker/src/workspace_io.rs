@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 
 use worker::{Bucket, Env, Include};
-use wuhu_core::authority::WorkspaceWriter;
+use wuhu_core::authority::{WorkspaceWriter, is_tenant_config};
+use wuhu_core::llm::models::{ModelTable, ModelTableError, TENANT_TABLE_PATH};
+use wuhu_core::tenant_config::check_document;
 use wuhu_core::workspace::{
     MAX_DOC_BYTES, normalize_doc_path, normalize_prefix, split_frontmatter,
 };
@@ -67,17 +69,35 @@ pub(crate) async fn read(env: &Env, tenant: &str, path: &str) -> ApiResult<Optio
 }
 
 /// The normalised `path`, if `who` may change it (`users/<sub>/…` belongs to `<sub>` and
-/// admins); 403 otherwise. Every write and delete (API, tools, js) goes through here.
+/// admins, `config/…` to admins); 403 otherwise. Every write and delete (API, tools, js) goes
+/// through here.
 fn writable_path(who: &WorkspaceWriter<'_>, path: &str) -> ApiResult<String> {
     let path = normalize_doc_path(path).map_err(bad_path)?;
     if !who.may_write(&path) {
+        let whose = if is_tenant_config(&path) {
+            "the tenant's settings: only an admin"
+        } else {
+            "only its owner or an admin"
+        };
         return Err(ApiError::new(
             403,
             "forbidden",
-            format!("only its owner or an admin may change {path}"),
+            format!("{whose} may change {path}"),
         ));
     }
     Ok(path)
+}
+
+/// The tenant's model table: the built-in one with `config/models.json` over it. The inner
+/// error is an invalid document (shown, never replaced by the built-in table).
+pub(crate) async fn model_table(
+    env: &Env,
+    tenant: &str,
+) -> ApiResult<Result<ModelTable, ModelTableError>> {
+    let doc = read(env, tenant, TENANT_TABLE_PATH).await?;
+    Ok(ModelTable::with_tenant(
+        doc.as_ref().map(|d| d.content.as_str()),
+    ))
 }
 
 /// Writes a document as `who`. Refuses more than 1 MiB (413), invalid frontmatter (400) and
@@ -96,6 +116,9 @@ pub(crate) async fn write(
             "payload_too_large",
             format!("document exceeds {MAX_DOC_BYTES} bytes"),
         ));
+    }
+    if is_tenant_config(&path) {
+        check_document(&path, content).map_err(ApiError::bad_request)?;
     }
     let (frontmatter, _) = split_frontmatter(content);
     let frontmatter = frontmatter.map_err(ApiError::bad_request)?;

@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::llm::models;
 use crate::wire::{ToolCall, ToolResult, Usage};
 
 const PROVIDER: &str = "fake";
@@ -390,7 +391,7 @@ fn plans_compact_past_the_threshold_and_cut_where_nothing_is_lost() {
                 let parts = parts(&h, &window, None, &[]);
                 let (_, estimate) = parts.estimate(&h);
                 let over = estimate > window_tokens * COMPACT_AT_PERCENT / 100;
-                match plan_step(&h, &window, None, vec![], true) {
+                match plan_step(&h, &ModelTable::builtin(), &window, None, vec![], true) {
                     StepPlan::Send {
                         request,
                         estimated_tokens,
@@ -487,7 +488,14 @@ fn plans_compact_past_the_threshold_and_cut_where_nothing_is_lost() {
 fn the_entry_bound_compacts_even_when_tokens_fit() {
     let payloads = session(MAX_TAIL_ENTRIES / 4 + 1, 1);
     let window = window_of(payloads);
-    let plan = plan_step(&header(10_000_000), &window, None, vec![], true);
+    let plan = plan_step(
+        &header(10_000_000),
+        &ModelTable::builtin(),
+        &window,
+        None,
+        vec![],
+        true,
+    );
     let StepPlan::Compact(job) = plan else {
         panic!("no compaction past {MAX_TAIL_ENTRIES} entries");
     };
@@ -495,9 +503,42 @@ fn the_entry_bound_compacts_even_when_tokens_fit() {
     assert!(last - job.first_kept_cursor <= (MAX_TAIL_ENTRIES / 2) as u64);
     // Once compacted in this step, the plan sends.
     assert!(matches!(
-        plan_step(&header(10_000_000), &window, None, vec![], false),
+        plan_step(
+            &header(10_000_000),
+            &ModelTable::builtin(),
+            &window,
+            None,
+            vec![],
+            false
+        ),
         StepPlan::Send { .. }
     ));
+}
+
+#[test]
+fn the_tenant_table_sets_the_window_compaction_counts_against() {
+    // Ten turns of about 250 tokens each: nothing to do in an unknown model's 128,000 tokens,
+    // past 80 % of the 2,000 a tenant's table gives the same model.
+    let window = window_of(session(10, 1000));
+    let on = |models: &ModelTable| {
+        let header = Header {
+            system_prompt: "s".into(),
+            provider: "openai-compatible".into(),
+            model: "my-llama-3".into(),
+        };
+        match plan_step(&header, models, &window, None, vec![], true) {
+            StepPlan::Send { .. } => "send",
+            StepPlan::Compact(_) => "compact",
+        }
+    };
+    let tenant = ModelTable::with_tenant(Some(
+        r#"{"models":[{"id":"my-llama","provider":"openai-compatible","contextWindow":2000}]}"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        (on(&ModelTable::builtin()), on(&tenant)),
+        ("send", "compact")
+    );
 }
 
 #[test]
@@ -509,6 +550,7 @@ fn a_lone_first_message_has_nothing_to_compact() {
     assert_eq!(
         plan_compaction(
             &header(10),
+            &ModelTable::builtin(),
             &window,
             None,
             &[],
@@ -518,7 +560,14 @@ fn a_lone_first_message_has_nothing_to_compact() {
         Err(NothingToCompact)
     );
     assert!(matches!(
-        plan_step(&header(10), &window, None, vec![], true),
+        plan_step(
+            &header(10),
+            &ModelTable::builtin(),
+            &window,
+            None,
+            vec![],
+            true
+        ),
         StepPlan::Send { .. }
     ));
 }
@@ -530,6 +579,7 @@ fn the_summary_request_carries_the_previous_summary_instructions_and_a_bounded_m
     let window = window_of(payloads);
     let job = plan_compaction(
         &header(2000),
+        &ModelTable::builtin(),
         &window,
         None,
         &[],
@@ -699,6 +749,7 @@ fn the_fake_summarises_facts_and_recalls_them_from_the_summary() {
     let window = window_of(payloads.clone());
     let job = plan_compaction(
         &header(3000),
+        &ModelTable::builtin(),
         &window,
         None,
         &[],
@@ -798,6 +849,7 @@ fn a_compaction_never_loses_the_user_messages_of_the_turn_being_answered() {
                                     let window = window_of(payloads.clone());
                                     let Ok(job) = plan_compaction(
                                         &h,
+                                        &ModelTable::builtin(),
                                         &window,
                                         None,
                                         &[],
@@ -871,6 +923,7 @@ fn the_cut_keeps_the_turn_in_the_tail_when_that_fits_and_carries_it_otherwise() 
         steps(&mut payloads, 0, n_steps, size);
         let job = plan_compaction(
             &h,
+            &ModelTable::builtin(),
             &window_of(payloads.clone()),
             None,
             &[],
@@ -892,6 +945,7 @@ fn the_cut_keeps_the_turn_in_the_tail_when_that_fits_and_carries_it_otherwise() 
     steps(&mut payloads, 0, 8, 600);
     let job = plan_compaction(
         &h,
+        &ModelTable::builtin(),
         &window_of(payloads.clone()),
         None,
         &[],
@@ -906,6 +960,7 @@ fn the_cut_keeps_the_turn_in_the_tail_when_that_fits_and_carries_it_otherwise() 
     steps(&mut payloads, 50, 8, 600);
     let job = plan_compaction(
         &h,
+        &ModelTable::builtin(),
         &window_of(payloads.clone()),
         None,
         &[],

@@ -1,9 +1,11 @@
 //! The model table: what each known model can take and what it costs, served read-only as
 //! `wuhu://config/models.json`.
 //!
-//! Prices are US dollars per million tokens, as the providers list them (2025). A model that
-//! is not in the table still works: it gets [`UNKNOWN_CONTEXT_WINDOW`], the provider codec's
-//! default output limit, and no price (its messages record tokens but no cost).
+//! Prices are US dollars per million tokens, as the providers list them (2025). A tenant's
+//! admins may replace or add rows in the workspace document `config/models.json`
+//! ([`ModelTable::with_tenant`]); an invalid document is an error, never a silent fallback. A
+//! model that is in neither still works: it gets [`UNKNOWN_CONTEXT_WINDOW`], the provider
+//! codec's default output limit, and no price (its messages record tokens but no cost).
 
 use serde::Serialize;
 
@@ -115,65 +117,319 @@ pub const MODELS: &[ModelInfo] = &[
     ),
 ];
 
-/// The row for `model`: an exact id, else the longest id that `model` starts with followed
-/// by `-` (dated snapshots such as `claude-sonnet-4-5-20250929` or `gpt-4o-2024-08-06`).
-pub fn lookup(model: &str) -> Option<&'static ModelInfo> {
-    MODELS.iter().find(|m| m.id == model).or_else(|| {
-        MODELS
-            .iter()
-            .filter(|m| {
-                model
-                    .strip_prefix(m.id)
-                    .is_some_and(|rest| rest.starts_with('-'))
-            })
-            .max_by_key(|m| m.id.len())
-    })
+/// Where a tenant's rows live: the workspace document `config/models.json`
+/// (`wuhu://workspace/config/models.json`; admins write it, see `crate::authority`).
+pub const TENANT_TABLE_PATH: &str = "config/models.json";
+
+/// Most rows a tenant's table may hold.
+pub const MAX_TENANT_ROWS: usize = 256;
+
+/// Longest model id, in characters.
+pub const MAX_ID_CHARS: usize = 200;
+
+/// A model's prices, dollars per million tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Prices {
+    /// Uncached input tokens.
+    pub input_per_mtok: f64,
+    /// Output tokens.
+    pub output_per_mtok: f64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_per_mtok: f64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write_per_mtok: f64,
+}
+
+/// One row of a [`ModelTable`]: a built-in row, or a tenant's.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRow {
+    /// Model id as the provider names it.
+    pub id: String,
+    /// Provider id.
+    pub provider: String,
+    /// Context window in tokens.
+    pub context_window: u64,
+    /// Largest output per request in tokens (`None`: the provider codec's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    /// Prices (`None`: the model's requests record tokens but no cost).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<Prices>,
+    /// Whether the tenant's table set this row (replacing or adding one).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tenant: bool,
+}
+
+impl From<&ModelInfo> for ModelRow {
+    fn from(info: &ModelInfo) -> ModelRow {
+        ModelRow {
+            id: info.id.to_string(),
+            provider: info.provider.to_string(),
+            context_window: info.context_window,
+            max_output_tokens: Some(info.max_output_tokens),
+            prices: Some(Prices {
+                input_per_mtok: info.input_per_mtok,
+                output_per_mtok: info.output_per_mtok,
+                cache_read_per_mtok: info.cache_read_per_mtok,
+                cache_write_per_mtok: info.cache_write_per_mtok,
+            }),
+            tenant: false,
+        }
+    }
+}
+
+/// A row of a tenant's `config/models.json`. A row whose id is a built-in row's replaces that
+/// row, and fields it leaves out keep the built-in values; a new id adds a row, which needs a
+/// `provider` and otherwise gets [`UNKNOWN_CONTEXT_WINDOW`], the provider's default output
+/// limit, and no price unless `inputPerMtok` and `outputPerMtok` are both given (cache prices
+/// then default to the input price).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TenantRow {
+    id: String,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    context_window: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u32>,
+    #[serde(default)]
+    input_per_mtok: Option<f64>,
+    #[serde(default)]
+    output_per_mtok: Option<f64>,
+    #[serde(default)]
+    cache_read_per_mtok: Option<f64>,
+    #[serde(default)]
+    cache_write_per_mtok: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantDoc {
+    models: Vec<TenantRow>,
+}
+
+/// Why a tenant's `config/models.json` was refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ModelTableError {
+    /// Not JSON of the shape `{"models":[{id, provider?, contextWindow?, …}]}`.
+    #[error("wuhu://workspace/config/models.json is not a valid model table: {0}")]
+    Shape(String),
+    /// A row breaks a rule (named in the message).
+    #[error("wuhu://workspace/config/models.json, row {index} ({id:?}): {reason}")]
+    Row {
+        /// Zero-based row index.
+        index: usize,
+        /// The row's id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// More than [`MAX_TENANT_ROWS`] rows.
+    #[error("wuhu://workspace/config/models.json has {0} rows: at most 256")]
+    TooManyRows(usize),
+}
+
+/// The model table a session uses: the built-in rows with its tenant's rows over them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelTable {
+    rows: Vec<ModelRow>,
+}
+
+impl Default for ModelTable {
+    fn default() -> ModelTable {
+        ModelTable::builtin()
+    }
+}
+
+impl ModelTable {
+    /// The built-in table ([`MODELS`]).
+    pub fn builtin() -> ModelTable {
+        ModelTable {
+            rows: MODELS.iter().map(ModelRow::from).collect(),
+        }
+    }
+
+    /// The built-in table with a tenant's `config/models.json` (`text`) over it; `None`
+    /// (no document) is the built-in table.
+    ///
+    /// # Errors
+    /// [`ModelTableError`] for a document that is not a valid table: the caller shows it, it
+    /// never falls back to the built-in table silently.
+    pub fn with_tenant(text: Option<&str>) -> Result<ModelTable, ModelTableError> {
+        let mut table = ModelTable::builtin();
+        let Some(text) = text else {
+            return Ok(table);
+        };
+        let doc: TenantDoc =
+            serde_json::from_str(text).map_err(|e| ModelTableError::Shape(e.to_string()))?;
+        if doc.models.len() > MAX_TENANT_ROWS {
+            return Err(ModelTableError::TooManyRows(doc.models.len()));
+        }
+        let mut seen: Vec<&str> = Vec::with_capacity(doc.models.len());
+        for (index, row) in doc.models.iter().enumerate() {
+            let refuse = |reason: &str| ModelTableError::Row {
+                index,
+                id: row.id.clone(),
+                reason: reason.to_string(),
+            };
+            if row.id.trim().is_empty() || row.id.chars().count() > MAX_ID_CHARS {
+                return Err(refuse("id must be 1 to 200 characters"));
+            }
+            if seen.contains(&row.id.as_str()) {
+                return Err(refuse("id appears twice"));
+            }
+            seen.push(&row.id);
+            if let Some(provider) = &row.provider
+                && !super::PROVIDERS.contains(&provider.as_str())
+            {
+                return Err(refuse(&format!(
+                    "unknown provider {provider:?}: use one of {}",
+                    super::PROVIDERS.join(", ")
+                )));
+            }
+            if row.context_window == Some(0) || row.max_output_tokens == Some(0) {
+                return Err(refuse("contextWindow and maxOutputTokens must be above 0"));
+            }
+            let prices = [
+                row.input_per_mtok,
+                row.output_per_mtok,
+                row.cache_read_per_mtok,
+                row.cache_write_per_mtok,
+            ];
+            if prices.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
+                return Err(refuse("prices must be numbers of dollars, 0 or more"));
+            }
+            let builtin = table.rows.iter().position(|r| r.id == row.id);
+            let base = match builtin {
+                Some(i) => table.rows[i].clone(),
+                None => ModelRow {
+                    id: row.id.clone(),
+                    provider: row
+                        .provider
+                        .clone()
+                        .ok_or_else(|| refuse("a new model needs a provider"))?,
+                    context_window: UNKNOWN_CONTEXT_WINDOW,
+                    max_output_tokens: None,
+                    prices: None,
+                    tenant: true,
+                },
+            };
+            let prices = match (row.input_per_mtok, row.output_per_mtok, base.prices) {
+                (Some(input), Some(output), _) => Some(Prices {
+                    input_per_mtok: input,
+                    output_per_mtok: output,
+                    cache_read_per_mtok: row.cache_read_per_mtok.unwrap_or(input),
+                    cache_write_per_mtok: row.cache_write_per_mtok.unwrap_or(input),
+                }),
+                (None, None, Some(base)) => Some(Prices {
+                    cache_read_per_mtok: row
+                        .cache_read_per_mtok
+                        .unwrap_or(base.cache_read_per_mtok),
+                    cache_write_per_mtok: row
+                        .cache_write_per_mtok
+                        .unwrap_or(base.cache_write_per_mtok),
+                    ..base
+                }),
+                (Some(input), None, Some(base)) => Some(Prices {
+                    input_per_mtok: input,
+                    ..base
+                }),
+                (None, Some(output), Some(base)) => Some(Prices {
+                    output_per_mtok: output,
+                    ..base
+                }),
+                (None, None, None)
+                    if row.cache_read_per_mtok.is_none() && row.cache_write_per_mtok.is_none() =>
+                {
+                    None
+                }
+                _ => {
+                    return Err(refuse(
+                        "a model without a built-in price needs both inputPerMtok and outputPerMtok",
+                    ));
+                }
+            };
+            let merged = ModelRow {
+                id: row.id.clone(),
+                provider: row.provider.clone().unwrap_or(base.provider),
+                context_window: row.context_window.unwrap_or(base.context_window),
+                max_output_tokens: row.max_output_tokens.or(base.max_output_tokens),
+                prices,
+                tenant: true,
+            };
+            match builtin {
+                Some(i) => table.rows[i] = merged,
+                None => table.rows.push(merged),
+            }
+        }
+        Ok(table)
+    }
+
+    /// The row for `model`: an exact id, else the longest id that `model` starts with followed
+    /// by `-` (dated snapshots such as `claude-sonnet-4-5-20250929` or `gpt-4o-2024-08-06`).
+    pub fn lookup(&self, model: &str) -> Option<&ModelRow> {
+        self.rows.iter().find(|m| m.id == model).or_else(|| {
+            self.rows
+                .iter()
+                .filter(|m| {
+                    model
+                        .strip_prefix(m.id.as_str())
+                        .is_some_and(|rest| rest.starts_with('-'))
+                })
+                .max_by_key(|m| m.id.len())
+        })
+    }
+
+    /// The context window of `model` on `provider`: the table's, a `fake-window-N` model's
+    /// `N`, or [`UNKNOWN_CONTEXT_WINDOW`].
+    pub fn context_window(&self, provider: &str, model: &str) -> u64 {
+        if provider == super::fake::PROVIDER
+            && let Some(n) = model
+                .strip_prefix(FAKE_WINDOW_PREFIX)
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|n| *n > 0)
+        {
+            return n;
+        }
+        self.lookup(model)
+            .map_or(UNKNOWN_CONTEXT_WINDOW, |m| m.context_window)
+    }
+
+    /// What `usage` cost on `model`, in dollars; `None` for a model without a price.
+    pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
+        let prices = self.lookup(model)?.prices?;
+        let uncached = usage
+            .input_tokens
+            .saturating_sub(usage.cache_read_tokens)
+            .saturating_sub(usage.cache_write_tokens);
+        let dollars = uncached as f64 * prices.input_per_mtok
+            + usage.output_tokens as f64 * prices.output_per_mtok
+            + usage.cache_read_tokens as f64 * prices.cache_read_per_mtok
+            + usage.cache_write_tokens as f64 * prices.cache_write_per_mtok;
+        Some(dollars / 1_000_000.0)
+    }
+
+    /// `wuhu://config/models.json`: the rows in effect and the defaults for unknown models.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "models": self.rows,
+            "unknownModel": {
+                "contextWindow": UNKNOWN_CONTEXT_WINDOW,
+                "maxOutputTokens": "the provider's default (anthropic: 8192; others: not sent)",
+                "price": null,
+            },
+            "pricesIn": "USD per million tokens",
+            "tenantTable": format!("wuhu://workspace/{TENANT_TABLE_PATH}"),
+        })
+    }
 }
 
 /// Prefix of `fake` provider models whose context window the name sets: `fake-window-4000`
 /// has a 4,000-token window (end-to-end tests of compaction use small windows).
 pub const FAKE_WINDOW_PREFIX: &str = "fake-window-";
-
-/// The context window of `model` on `provider`: the table's, a `fake-window-N` model's `N`,
-/// or [`UNKNOWN_CONTEXT_WINDOW`].
-pub fn context_window(provider: &str, model: &str) -> u64 {
-    if provider == super::fake::PROVIDER
-        && let Some(n) = model
-            .strip_prefix(FAKE_WINDOW_PREFIX)
-            .and_then(|n| n.parse::<u64>().ok())
-            .filter(|n| *n > 0)
-    {
-        return n;
-    }
-    lookup(model).map_or(UNKNOWN_CONTEXT_WINDOW, |m| m.context_window)
-}
-
-/// What `usage` cost on `model`, in dollars; `None` for a model without a price.
-pub fn cost_usd(model: &str, usage: &Usage) -> Option<f64> {
-    let info = lookup(model)?;
-    let uncached = usage
-        .input_tokens
-        .saturating_sub(usage.cache_read_tokens)
-        .saturating_sub(usage.cache_write_tokens);
-    let dollars = uncached as f64 * info.input_per_mtok
-        + usage.output_tokens as f64 * info.output_per_mtok
-        + usage.cache_read_tokens as f64 * info.cache_read_per_mtok
-        + usage.cache_write_tokens as f64 * info.cache_write_per_mtok;
-    Some(dollars / 1_000_000.0)
-}
-
-/// `wuhu://config/models.json`: the table and the defaults for unknown models.
-pub fn table_json() -> serde_json::Value {
-    serde_json::json!({
-        "models": MODELS,
-        "unknownModel": {
-            "contextWindow": UNKNOWN_CONTEXT_WINDOW,
-            "maxOutputTokens": "the provider's default (anthropic: 8192; others: not sent)",
-            "price": null,
-        },
-        "pricesIn": "USD per million tokens",
-    })
-}
 
 /// Token and cost totals over assistant messages (`GET /v1/sessions/:id/usage`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -303,8 +559,9 @@ mod tests {
             ("my-local-llama", None),
             ("", None),
         ];
+        let table = ModelTable::builtin();
         for (model, want) in cases {
-            assert_eq!(lookup(model).map(|m| m.id), want, "{model}");
+            assert_eq!(table.lookup(model).map(|m| m.id.as_str()), want, "{model}");
         }
     }
 
@@ -421,15 +678,163 @@ mod tests {
             cost_usd: None,
         };
         // 1M uncached × $3 + 10k × $15/M + 2M × $0.30/M + 100k × $3.75/M
-        let cost = cost_usd("claude-sonnet-4-5-20250929", &usage).unwrap();
+        let table = ModelTable::builtin();
+        let cost = table
+            .cost_usd("claude-sonnet-4-5-20250929", &usage)
+            .unwrap();
         assert!((cost - (3.0 + 0.15 + 0.6 + 0.375)).abs() < 1e-9, "{cost}");
-        assert_eq!(cost_usd("my-local-llama", &usage), None);
+        assert_eq!(table.cost_usd("my-local-llama", &usage), None);
         // Reported cache counts larger than the input never make the cost negative.
         let odd = Usage {
             input_tokens: 10,
             cache_read_tokens: 50,
             ..Usage::default()
         };
-        assert!(cost_usd("gpt-4o", &odd).unwrap() >= 0.0);
+        assert!(table.cost_usd("gpt-4o", &odd).unwrap() >= 0.0);
+    }
+
+    /// A tenant's table: what each document makes of a few models (window, max output,
+    /// dollars for one million input plus one million output tokens, whether the tenant set
+    /// it), or the error it is refused with.
+    #[test]
+    fn tenant_tables_replace_and_add_rows_or_are_refused() {
+        let mtok = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 1_000_000,
+            ..Usage::default()
+        };
+        let describe = |doc: Option<&str>| -> String {
+            match ModelTable::with_tenant(doc) {
+                Err(e) => format!("error: {e}"),
+                Ok(table) => [
+                    "gpt-4o",
+                    "gpt-4o-2024-08-06",
+                    "claude-sonnet-4-5",
+                    "my-llama-3",
+                    "my-llama",
+                ]
+                .iter()
+                .map(|model| match table.lookup(model) {
+                    None => format!(
+                        "{model}: unknown window={}",
+                        table.context_window("openai-compatible", model)
+                    ),
+                    Some(row) => format!(
+                        "{model}: {} {}/{:?} ${:?}{}",
+                        row.provider,
+                        row.context_window,
+                        row.max_output_tokens,
+                        table.cost_usd(model, &mtok),
+                        if row.tenant { " tenant" } else { "" }
+                    ),
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            }
+        };
+        let cases = [
+            (
+                None,
+                "gpt-4o: openai 128000/Some(16384) $Some(12.5); gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(12.5); claude-sonnet-4-5: anthropic 200000/Some(64000) $Some(18.0); my-llama-3: unknown window=128000; my-llama: unknown window=128000",
+            ),
+            // Empty: the built-in table.
+            (
+                Some(r#"{"models":[]}"#),
+                "gpt-4o: openai 128000/Some(16384) $Some(12.5); gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(12.5); claude-sonnet-4-5: anthropic 200000/Some(64000) $Some(18.0); my-llama-3: unknown window=128000; my-llama: unknown window=128000",
+            ),
+            // A negotiated price for a built-in model keeps its window; dated ids follow.
+            (
+                Some(r#"{"models":[{"id":"gpt-4o","inputPerMtok":1,"outputPerMtok":2}]}"#),
+                "gpt-4o: openai 128000/Some(16384) $Some(3.0) tenant; gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(3.0) tenant; claude-sonnet-4-5: anthropic 200000/Some(64000) $Some(18.0); my-llama-3: unknown window=128000; my-llama: unknown window=128000",
+            ),
+            // Only the output price: the input price stays.
+            (
+                Some(
+                    r#"{"models":[{"id":"claude-sonnet-4-5","outputPerMtok":10,"contextWindow":1000000}]}"#,
+                ),
+                "gpt-4o: openai 128000/Some(16384) $Some(12.5); gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(12.5); claude-sonnet-4-5: anthropic 1000000/Some(64000) $Some(13.0) tenant; my-llama-3: unknown window=128000; my-llama: unknown window=128000",
+            ),
+            // A new model: provider required; window and price as given, or the defaults.
+            (
+                Some(
+                    r#"{"models":[{"id":"my-llama","provider":"openai-compatible","contextWindow":8192}]}"#,
+                ),
+                "gpt-4o: openai 128000/Some(16384) $Some(12.5); gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(12.5); claude-sonnet-4-5: anthropic 200000/Some(64000) $Some(18.0); my-llama-3: openai-compatible 8192/None $None tenant; my-llama: openai-compatible 8192/None $None tenant",
+            ),
+            (
+                Some(
+                    r#"{"models":[{"id":"my-llama","provider":"openai-compatible","inputPerMtok":0.5,"outputPerMtok":0.5,"maxOutputTokens":4096}]}"#,
+                ),
+                "gpt-4o: openai 128000/Some(16384) $Some(12.5); gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(12.5); claude-sonnet-4-5: anthropic 200000/Some(64000) $Some(18.0); my-llama-3: openai-compatible 128000/Some(4096) $Some(1.0) tenant; my-llama: openai-compatible 128000/Some(4096) $Some(1.0) tenant",
+            ),
+            // Refusals: never a silent fallback.
+            (
+                Some("{"),
+                "error: wuhu://workspace/config/models.json is not a valid model table: EOF while parsing an object at line 1 column 1",
+            ),
+            (
+                Some(r#"[]"#),
+                "error: wuhu://workspace/config/models.json is not a valid model table: invalid length 0, expected struct TenantDoc with 1 element at line 1 column 2",
+            ),
+            (
+                Some(r#"{"models":[{"id":"x","provider":"fake","price":3}]}"#),
+                "error: wuhu://workspace/config/models.json is not a valid model table: unknown field `price`, expected one of `id`, `provider`, `contextWindow`, `maxOutputTokens`, `inputPerMtok`, `outputPerMtok`, `cacheReadPerMtok`, `cacheWritePerMtok` at line 1 column 46",
+            ),
+            (
+                Some(r#"{"models":[{"id":"my-llama"}]}"#),
+                r#"error: wuhu://workspace/config/models.json, row 0 ("my-llama"): a new model needs a provider"#,
+            ),
+            (
+                Some(r#"{"models":[{"id":"my-llama","provider":"ollama"}]}"#),
+                r#"error: wuhu://workspace/config/models.json, row 0 ("my-llama"): unknown provider "ollama": use one of fake, openai-compatible, openai, anthropic"#,
+            ),
+            (
+                Some(r#"{"models":[{"id":"my-llama","provider":"openai","inputPerMtok":1}]}"#),
+                r#"error: wuhu://workspace/config/models.json, row 0 ("my-llama"): a model without a built-in price needs both inputPerMtok and outputPerMtok"#,
+            ),
+            (
+                Some(r#"{"models":[{"id":"gpt-4o","inputPerMtok":-1}]}"#),
+                r#"error: wuhu://workspace/config/models.json, row 0 ("gpt-4o"): prices must be numbers of dollars, 0 or more"#,
+            ),
+            (
+                Some(r#"{"models":[{"id":"gpt-4o","contextWindow":0}]}"#),
+                r#"error: wuhu://workspace/config/models.json, row 0 ("gpt-4o"): contextWindow and maxOutputTokens must be above 0"#,
+            ),
+            (
+                Some(r#"{"models":[{"id":"gpt-4o"},{"id":"gpt-4o"}]}"#),
+                r#"error: wuhu://workspace/config/models.json, row 1 ("gpt-4o"): id appears twice"#,
+            ),
+            (
+                Some(r#"{"models":[{"id":" "}]}"#),
+                r#"error: wuhu://workspace/config/models.json, row 0 (" "): id must be 1 to 200 characters"#,
+            ),
+        ];
+        for (doc, want) in cases {
+            assert_eq!(describe(doc), want, "{doc:?}");
+        }
+        let many = format!(
+            r#"{{"models":[{}]}}"#,
+            (0..=MAX_TENANT_ROWS)
+                .map(|i| format!(r#"{{"id":"m{i}","provider":"fake"}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        assert_eq!(
+            describe(Some(&many)),
+            "error: wuhu://workspace/config/models.json has 257 rows: at most 256"
+        );
+        // The served table marks the tenant's rows.
+        let table = ModelTable::with_tenant(Some(
+            r#"{"models":[{"id":"my-llama","provider":"openai-compatible"}]}"#,
+        ))
+        .unwrap();
+        let json = table.to_json();
+        let rows = json["models"].as_array().unwrap();
+        assert_eq!(rows.len(), MODELS.len() + 1);
+        assert_eq!(
+            rows.last().unwrap(),
+            &serde_json::json!({"id":"my-llama","provider":"openai-compatible","contextWindow":128000,"tenant":true})
+        );
+        assert_eq!(rows[0]["inputPerMtok"], 15.0);
     }
 }

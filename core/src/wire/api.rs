@@ -21,6 +21,9 @@ pub struct CreateSessionRequest {
     /// A human-readable title.
     #[serde(default)]
     pub title: Option<String>,
+    /// The session's budget from its start (as `PATCH {budget}` sets it later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 /// A session as the API shows it.

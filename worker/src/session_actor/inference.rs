@@ -10,10 +10,9 @@ use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Reques
 use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::compaction::{self, CompactionJob, StepPlan};
 use wuhu_core::context::ContextWindow;
+use wuhu_core::llm::models::ModelTable;
 use wuhu_core::llm::retry::RetryPolicy;
-use wuhu_core::llm::{
-    AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake, models,
-};
+use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
 use wuhu_core::tools::catalogue_for;
 use wuhu_core::wire::{AssistantMessage, Compaction, CompactionReason, Entry, Header, StreamEvent};
 
@@ -108,6 +107,10 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
         actor.lineage().depth,
         &crate::session_client::orchestration_limits(&actor.env),
     );
+    let models = match tenant_models(actor).await {
+        Ok(models) => models,
+        Err(failure) => return Some(Err(failure)),
+    };
     let mut compacted = false;
     loop {
         let Some(header) = context_window(actor).await else {
@@ -123,6 +126,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             };
             compaction::plan_step(
                 &header,
+                &models,
                 window,
                 group_chat_since,
                 catalogue_for(may_spawn),
@@ -132,7 +136,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
         let request = match plan {
             StepPlan::Compact(job) => {
                 compacted = true;
-                match compact(actor, Purpose::Summary(Some(step)), &header, job).await {
+                match compact(actor, Purpose::Summary(Some(step)), &header, &models, job).await {
                     Ok(Some(_)) => continue,
                     Ok(None) => return None,
                     Err(failure) => return Some(Err(failure)),
@@ -140,7 +144,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             }
             StepPlan::Send { request, .. } => request,
         };
-        match call(actor, Purpose::Step(step), &header, &request).await {
+        match call(actor, Purpose::Step(step), &header, &models, &request).await {
             Ok(Some(message)) => return Some(Ok(message)),
             Ok(None) => return None,
             Err(failure) if failure.is_context_overflow() && !compacted => {
@@ -152,6 +156,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
                     };
                     compaction::plan_compaction(
                         &header,
+                        &models,
                         window,
                         group_chat_since,
                         &catalogue_for(may_spawn),
@@ -162,7 +167,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
                 let Ok(job) = job else {
                     return Some(Err(failure));
                 };
-                match compact(actor, Purpose::Summary(Some(step)), &header, job).await {
+                match compact(actor, Purpose::Summary(Some(step)), &header, &models, job).await {
                     Ok(Some(_)) => continue,
                     Ok(None) => return None,
                     Err(summary_failure) => return Some(Err(summary_failure)),
@@ -173,11 +178,33 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
     }
 }
 
+/// The tenant's model table (the built-in one with `config/models.json` over it), read at each
+/// step. An invalid document fails the step visibly (not retried: an admin fixes it); a failed
+/// read is retried.
+pub(crate) async fn tenant_models(actor: &Rc<Actor>) -> Result<ModelTable, LlmFailure> {
+    match crate::workspace_io::model_table(&actor.env, &actor.tenant()).await {
+        Ok(Ok(models)) => Ok(models),
+        Ok(Err(invalid)) => Err(LlmFailure {
+            status: None,
+            message: invalid.to_string(),
+            retryable: false,
+            retry_after_ms: None,
+        }),
+        Err(e) => Err(LlmFailure {
+            status: None,
+            message: format!("reading the tenant's model table failed: {}", e.message),
+            retryable: true,
+            retry_after_ms: None,
+        }),
+    }
+}
+
 /// Makes one provider request. `Ok(None)` when its purpose lapsed (the step was stopped).
 async fn call(
     actor: &Rc<Actor>,
     purpose: Purpose,
     header: &Header,
+    models: &ModelTable,
     request: &LlmRequest,
 ) -> Result<Option<AssistantMessage>, LlmFailure> {
     let mut builder = AssistantBuilder::default();
@@ -197,7 +224,7 @@ async fn call(
         Ok(true) => {
             let mut message = builder.build(&header.provider, &header.model);
             if let Some(usage) = message.usage.as_mut() {
-                usage.cost_usd = models::cost_usd(&header.model, usage);
+                usage.cost_usd = models.cost_usd(&header.model, usage);
             }
             Ok(Some(message))
         }
@@ -212,6 +239,7 @@ pub(crate) async fn compact(
     actor: &Rc<Actor>,
     purpose: Purpose,
     header: &Header,
+    models: &ModelTable,
     job: CompactionJob,
 ) -> Result<Option<(u64, Compaction)>, LlmFailure> {
     let summary_failed = |message: String| LlmFailure {
@@ -220,7 +248,7 @@ pub(crate) async fn compact(
         retryable: true,
         retry_after_ms: None,
     };
-    let reply = match call(actor, purpose, header, &job.request).await {
+    let reply = match call(actor, purpose, header, models, &job.request).await {
         Ok(Some(reply)) => reply,
         Ok(None) => return Ok(None),
         Err(failure) => {

@@ -368,6 +368,9 @@ impl Actor {
         let header = inference::context_window(&self)
             .await
             .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
+        let models = inference::tenant_models(&self)
+            .await
+            .map_err(|failure| ApiError::new(409, "invalid_model_table", failure.message))?;
         let group_chat_since = self.with_loaded(|l| l.session.group_chat_since()).flatten();
         let job = {
             let tail = self.tail.borrow();
@@ -376,6 +379,7 @@ impl Actor {
                 .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
             wuhu_core::compaction::plan_compaction(
                 &header,
+                &models,
                 window,
                 group_chat_since,
                 &wuhu_core::tools::catalogue(),
@@ -384,7 +388,15 @@ impl Actor {
             )
         }
         .map_err(|e| ApiError::new(409, "nothing_to_compact", e.to_string()))?;
-        match inference::compact(&self, inference::Purpose::Summary(None), &header, job).await {
+        match inference::compact(
+            &self,
+            inference::Purpose::Summary(None),
+            &header,
+            &models,
+            job,
+        )
+        .await
+        {
             Ok(Some((cursor, compaction))) => {
                 Ok(json_response(200, &CompactResponse { cursor, compaction }))
             }
@@ -459,6 +471,9 @@ impl Actor {
         }
         let mut session = Session::create(t, seed(), header, context);
         session.set_retry_policy(inference::retry_policy(&self.env));
+        if let Some(budget) = init.budget {
+            session.handle_budget(t, budget, &meta.created_by);
+        }
         *self.loaded.borrow_mut() = Some(Loaded { session, meta });
         self.pump().wait().await?;
         let info = self.info()?;

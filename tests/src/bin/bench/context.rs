@@ -145,11 +145,12 @@ pub(super) fn context_build(_stack: &wuhu_e2e::Stack, config: &Config) -> Measur
     for (name, compacted) in [("compacted_step", true), ("uncompacted_step", false)] {
         let (header, entries) = session(compacted);
         let window = window_of(&entries);
+        let models = wuhu_core::llm::models::ModelTable::builtin();
         let mut samples = Vec::with_capacity(config.turns);
         let mut plan_kind = "";
         for i in 0..config.warmup + config.turns {
             let started = Instant::now();
-            let plan = compaction::plan_step(&header, &window, None, catalogue(), true);
+            let plan = compaction::plan_step(&header, &models, &window, None, catalogue(), true);
             let elapsed = started.elapsed();
             plan_kind = match plan {
                 StepPlan::Send { .. } => "send",
