@@ -8,11 +8,16 @@
 //! let generic = FakeChat::generic("secret");         // POST /reply, signature checked
 //! // a binding with "apiBaseUrl": fake.api_base_url() (generic: "replyUrl": fake.reply_url())
 //! fake.fail_next(vec![FakeChat::rate_limited(1)]);   // the next call gets a 429 + Retry-After
+//! fake.drop_answers(1);                              // the next post is taken, its answer lost
 //! let posted = fake.wait_for_posts(1, Duration::from_secs(20));
 //! ```
 //!
 //! Every call is recorded ([`ChatCall`]); a call without the right credential is refused the
-//! way the platform refuses it, and recorded as not posted.
+//! way the platform refuses it, and recorded as not posted. The platforms' idempotency
+//! mechanisms are real here: Discord's create message with `nonce` + `enforce_nonce: true`
+//! returns the message created earlier with that nonce (recorded as not posted); Slack keeps
+//! each message's `metadata` and answers `conversations.replies` / `conversations.history`
+//! (with `include_all_metadata`) from what was posted.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -40,8 +45,11 @@ pub struct ChatCall {
     pub token: Option<String>,
     /// The JSON body.
     pub body: Value,
-    /// The message reference the fake answered with (`None`: refused or failed).
+    /// The message reference the fake answered with (`None`: refused, failed, a lookup, or a
+    /// repeat Discord recognised by its nonce).
     pub ts: Option<String>,
+    /// Taken (posted) but its answer was lost: the fake closed the connection instead.
+    pub answer_dropped: bool,
 }
 
 impl ChatCall {
@@ -70,10 +78,22 @@ enum Kind {
     Generic { secret: String },
 }
 
+/// A message the fake platform holds (Slack, Discord): what lookups and nonces see.
+#[derive(Clone, Debug)]
+struct Held {
+    channel: String,
+    thread_ts: Option<String>,
+    reference: String,
+    body: Value,
+}
+
 #[derive(Default)]
 struct State {
     calls: Vec<ChatCall>,
     failures: VecDeque<HttpReply>,
+    /// Posts still to take whose answer is then lost.
+    drop_answers: usize,
+    held: Vec<Held>,
     next_ref: u64,
     /// Discord: every interaction token is past its 15 minutes.
     interactions_expired: bool,
@@ -139,9 +159,18 @@ impl FakeChat {
                     token,
                     body: request.body.clone(),
                     ts: None,
+                    answer_dropped: false,
                 };
                 let reply = if let Some(failure) = state.failures.pop_front() {
                     failure
+                } else if let Some(reply) = lookup(&handler_kind, &state, &call, &request) {
+                    reply
+                } else if let Some(existing) = nonce_repeat(&handler_kind, &state, &call) {
+                    // Discord: "that message will be returned and no new message will be
+                    // created".
+                    HttpReply::json(
+                        &json!({"id": existing.reference, "content": existing.body["content"], "nonce": existing.body["nonce"]}),
+                    )
                 } else if state.interactions_expired && call.method.contains(" webhooks/") {
                     // What Discord answers for a token past its 15 minutes.
                     HttpReply::json(&json!({"message": "Invalid Webhook Token", "code": 50027}))
@@ -159,7 +188,14 @@ impl FakeChat {
                         Kind::Slack { .. } if call.method == "chat.update" => {
                             call.body["ts"].as_str().unwrap_or_default().to_string()
                         }
-                        Kind::Slack { .. } => format!("{}.000100", state.next_ref),
+                        // Slack's ts: unix seconds and a sequence (lookups filter on `oldest`).
+                        Kind::Slack { .. } => {
+                            format!(
+                                "{}.{:06}",
+                                crate::util::unix_now(),
+                                state.next_ref % 1_000_000
+                            )
+                        }
                         Kind::Telegram { .. } if call.method == "editMessageText" => {
                             call.body["message_id"].to_string()
                         }
@@ -172,9 +208,18 @@ impl FakeChat {
                         _ => state.next_ref.to_string(),
                     };
                     call.ts = Some(reference.clone());
+                    hold(&handler_kind, &mut state, &call, &reference);
+                    if state.drop_answers > 0 {
+                        state.drop_answers -= 1;
+                        call.answer_dropped = true;
+                    }
                     success(&handler_kind, &call, &reference)
                 };
+                let dropped = call.answer_dropped;
                 state.calls.push(call);
+                if dropped {
+                    return Ok(false);
+                }
                 reply
             };
             write_reply(stream, &reply)?;
@@ -214,6 +259,12 @@ impl FakeChat {
     /// The next calls get these replies instead of a success (recorded all the same).
     pub fn fail_next(&self, replies: Vec<HttpReply>) {
         self.state.lock().unwrap().failures.extend(replies);
+    }
+
+    /// The next `n` posts (calls that create or edit a message) are taken, then the connection
+    /// is closed without an answer, as when a response is lost on its way back.
+    pub fn drop_answers(&self, n: usize) {
+        self.state.lock().unwrap().drop_answers += n;
     }
 
     /// Discord: from now on every interaction token is expired (as 15 minutes after the
@@ -309,6 +360,122 @@ fn call_name(kind: &Kind, request: &RecordedRequest) -> (String, Option<String>)
             )
         }
     }
+}
+
+/// Slack's `conversations.replies` (the thread's messages) and `conversations.history` (the
+/// channel's top-level messages), from what was posted, newest first, with `metadata` only
+/// when `include_all_metadata=true`.
+fn lookup(
+    kind: &Kind,
+    state: &State,
+    call: &ChatCall,
+    request: &RecordedRequest,
+) -> Option<HttpReply> {
+    let Kind::Slack { token } = kind else {
+        return None;
+    };
+    if call.method != "conversations.replies" && call.method != "conversations.history" {
+        return None;
+    }
+    if call.token.as_deref() != Some(token.as_str()) {
+        return Some(HttpReply::json(
+            &json!({"ok": false, "error": "invalid_auth"}),
+        ));
+    }
+    let query: Vec<(String, String)> = request
+        .path
+        .split_once('?')
+        .map(|(_, q)| {
+            q.split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.replace("%20", " ")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let param = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let Some(channel) = param("channel") else {
+        return Some(HttpReply::json(
+            &json!({"ok": false, "error": "channel_not_found"}),
+        ));
+    };
+    let thread = param("ts");
+    if call.method == "conversations.replies" && thread.is_none() {
+        return Some(HttpReply::json(
+            &json!({"ok": false, "error": "thread_not_found"}),
+        ));
+    }
+    let oldest: f64 = param("oldest").and_then(|o| o.parse().ok()).unwrap_or(0.0);
+    let metadata = param("include_all_metadata").as_deref() == Some("true");
+    let messages: Vec<Value> = state
+        .held
+        .iter()
+        .rev()
+        .filter(|m| m.channel == channel && m.thread_ts == thread)
+        .filter(|m| m.reference.parse::<f64>().unwrap_or(0.0) >= oldest)
+        .map(|m| {
+            let mut message = json!({"type": "message", "ts": m.reference, "text": m.body["text"]});
+            if metadata && !m.body["metadata"].is_null() {
+                message["metadata"] = m.body["metadata"].clone();
+            }
+            message
+        })
+        .collect();
+    Some(HttpReply::json(
+        &json!({"ok": true, "messages": messages, "has_more": false}),
+    ))
+}
+
+/// Discord: a create message with `enforce_nonce: true` whose nonce a message of the same
+/// channel already has (the fake keeps them all; Discord checks "the past few minutes").
+fn nonce_repeat(kind: &Kind, state: &State, call: &ChatCall) -> Option<Held> {
+    let Kind::Discord { .. } = kind else {
+        return None;
+    };
+    let channel = call
+        .method
+        .strip_prefix("POST channels/")?
+        .strip_suffix("/messages")?;
+    if call.body["enforce_nonce"] != json!(true) {
+        return None;
+    }
+    let nonce = call.body["nonce"].as_str()?;
+    state
+        .held
+        .iter()
+        .find(|m| m.channel == channel && m.body["nonce"].as_str() == Some(nonce))
+        .cloned()
+}
+
+/// Keeps what a successful call created (Slack `chat.postMessage`, Discord create message).
+fn hold(kind: &Kind, state: &mut State, call: &ChatCall, reference: &str) {
+    let (channel, thread_ts) = match kind {
+        Kind::Slack { .. } if call.method == "chat.postMessage" => (
+            call.body["channel"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            call.body["thread_ts"].as_str().map(str::to_string),
+        ),
+        Kind::Discord { .. } if call.method.starts_with("POST channels/") => (
+            call.method
+                .trim_start_matches("POST channels/")
+                .trim_end_matches("/messages")
+                .to_string(),
+            None,
+        ),
+        _ => return,
+    };
+    state.held.push(Held {
+        channel,
+        thread_ts,
+        reference: reference.to_string(),
+        body: call.body.clone(),
+    });
 }
 
 /// The platform's refusal of a call without the right credential.

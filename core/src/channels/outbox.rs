@@ -86,8 +86,190 @@ impl Outbound {
 
 /// The Web API call that delivers `message` with `credentials` (the bot token goes into the
 /// headers or, for Telegram, the URL: never log a call). `now_secs` signs generic replies and
-/// tells whether a Discord interaction token is still usable.
+/// tells whether a Discord interaction token is still usable. `key` is the message's outbox
+/// key: the call carries its [`nonce`] where the platform can recognise a repeat (see
+/// [`with_nonce`]).
 pub fn request(
+    api_base_url: &str,
+    credentials: &super::Credentials,
+    message: &Outbound,
+    now_secs: i64,
+    key: &str,
+) -> HttpCall {
+    let call = platform_request(api_base_url, credentials, message, now_secs);
+    with_nonce(credentials.platform(), call, &nonce(key))
+}
+
+/// The outbox key as a platform-side idempotency key: 24 hex characters of its SHA-256
+/// (Discord takes a `nonce` of at most 25 characters). Per binding, keys are unique.
+pub fn nonce(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(key.as_bytes());
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The Slack `metadata.event_type` that marks a message posted by Wuhu's outbox; its
+/// `event_payload.key` is the message's [`nonce`].
+pub const SLACK_METADATA_TYPE: &str = "wuhu_outbox";
+
+/// Adds the platform's idempotency mechanism to a call that creates a message:
+///
+/// - Discord create message: `nonce` + `enforce_nonce: true` (Discord returns the message
+///   already created with that nonce by the same author in the past few minutes instead of
+///   creating another).
+/// - Slack `chat.postMessage`: `metadata` `{"event_type":"wuhu_outbox","event_payload":{"key":…}}`,
+///   which [`lookup`] searches for before a message whose first try has an unknown outcome is
+///   tried again.
+/// - Generic: the header `Idempotency-Key: <nonce>` (the receiver dedupes on it).
+/// - Telegram has no such mechanism (see `docs/channels.md`); edits (`chat.update`, Discord
+///   `PATCH`, `editMessageText`) are idempotent as they are.
+pub fn with_nonce(platform: super::Platform, mut call: HttpCall, nonce: &str) -> HttpCall {
+    use super::Platform;
+    let add = |call: &mut HttpCall, fields: &[(&str, serde_json::Value)]| {
+        if let Ok(serde_json::Value::Object(mut body)) =
+            serde_json::from_str::<serde_json::Value>(&call.body)
+        {
+            for (name, value) in fields {
+                body.insert((*name).to_string(), value.clone());
+            }
+            call.body = serde_json::Value::Object(body).to_string();
+        }
+    };
+    match platform {
+        Platform::Discord if call.method == "POST" && call.url.ends_with("/messages") => add(
+            &mut call,
+            &[
+                ("nonce", serde_json::json!(nonce)),
+                ("enforce_nonce", serde_json::json!(true)),
+            ],
+        ),
+        Platform::Slack if call.url.ends_with("/chat.postMessage") => add(
+            &mut call,
+            &[(
+                "metadata",
+                serde_json::json!({"event_type": SLACK_METADATA_TYPE, "event_payload": {"key": nonce}}),
+            )],
+        ),
+        Platform::Generic => call
+            .headers
+            .push(("idempotency-key".to_string(), nonce.to_string())),
+        _ => {}
+    }
+    call
+}
+
+/// Whether a delivery's outcome is known from what came back: no answer at all (the
+/// connection failed or dropped, the Worker died mid-call) or a 5xx may hide a message that
+/// was posted; anything else says for sure whether it was.
+pub fn outcome_known(status: Option<u16>) -> bool {
+    matches!(status, Some(s) if !(500..=599).contains(&s))
+}
+
+/// Before a message whose earlier try has an unknown outcome is tried again: the call that
+/// finds whether it was posted after all, where the platform can tell (Slack: the thread's
+/// replies, or the channel's history since `since_secs`, with their metadata). `None`: no
+/// lookup is needed (Discord's nonce, edits, generic's key) or none is possible (Telegram).
+pub fn lookup(
+    api_base_url: &str,
+    credentials: &super::Credentials,
+    message: &Outbound,
+    since_secs: i64,
+) -> Option<HttpCall> {
+    let super::Credentials::Slack { bot_token, .. } = credentials else {
+        return None;
+    };
+    let creates = match message {
+        Outbound::Text { edit, edit_of, .. } => edit.is_none() && edit_of.is_none(),
+        Outbound::Approval { .. } => true,
+        _ => false,
+    };
+    let super::ReplyTarget::Slack { channel, thread_ts } = message.target() else {
+        return None;
+    };
+    if !creates {
+        return None;
+    }
+    let base = api_base_url.trim_end_matches('/');
+    let query = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let since = since_secs.saturating_sub(60).max(0).to_string();
+    let url = match thread_ts {
+        Some(ts) => format!(
+            "{base}/conversations.replies?{}",
+            query(&[
+                ("channel", channel),
+                ("ts", ts),
+                ("oldest", &since),
+                ("include_all_metadata", "true"),
+                ("limit", "1000"),
+            ])
+        ),
+        None => format!(
+            "{base}/conversations.history?{}",
+            query(&[
+                ("channel", channel),
+                ("oldest", &since),
+                ("include_all_metadata", "true"),
+                ("limit", "1000"),
+            ])
+        ),
+    };
+    Some(HttpCall {
+        method: "GET".into(),
+        url,
+        headers: vec![("authorization".into(), format!("Bearer {bot_token}"))],
+        body: String::new(),
+    })
+}
+
+/// What a [`lookup`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The message is there (posted by the earlier try); its reference.
+    Posted(Option<String>),
+    /// It is not: post it.
+    Absent,
+    /// The lookup failed: look again later (without posting).
+    Unknown,
+}
+
+/// Reads a [`lookup`]'s answer: a message whose metadata carries `nonce`.
+pub fn read_lookup(status: u16, body: &serde_json::Value, nonce: &str) -> Found {
+    if !(200..=299).contains(&status) || body["ok"] != serde_json::json!(true) {
+        return Found::Unknown;
+    }
+    let Some(messages) = body["messages"].as_array() else {
+        return Found::Unknown;
+    };
+    messages
+        .iter()
+        .find(|m| {
+            m["metadata"]["event_type"] == SLACK_METADATA_TYPE
+                && m["metadata"]["event_payload"]["key"] == nonce
+        })
+        .map_or(Found::Absent, |m| {
+            Found::Posted(m["ts"].as_str().map(str::to_string))
+        })
+}
+
+fn urlencode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn platform_request(
     api_base_url: &str,
     credentials: &super::Credentials,
     message: &Outbound,
@@ -164,11 +346,15 @@ pub struct HttpCall {
     pub body: String,
 }
 
-/// How many times one message is tried before it is given up (logged, dropped).
-pub const MAX_ATTEMPTS: u32 = 8;
+/// How many times one message is tried before it is given up (logged, and a notice goes into
+/// the session's transcript). With [`MAX_BACKOFF_MS`] and the jitter of [`next_try_in_ms`] the
+/// tries span about 20 to 40 minutes (longer when the platform's `Retry-After` says so).
+pub const MAX_ATTEMPTS: u32 = 16;
 /// The longest wait between two tries, also the cap of a platform's `Retry-After`.
 pub const MAX_BACKOFF_MS: u64 = 5 * 60 * 1000;
-/// Most messages waiting in one binding's outbox; past it new ones are refused (logged).
+/// Most messages waiting in one binding's outbox. Past it a scan does not take a finished turn
+/// (the thread waits and is looked at again: back-pressure), and a note that must go now is
+/// given up (logged, a notice in the session).
 pub const MAX_PENDING: usize = 1_000;
 
 /// What a delivery attempt came to.
@@ -208,15 +394,23 @@ pub fn retry_after_ms(header: &str) -> Option<u64> {
 }
 
 /// When to try again after `attempts` failed tries, or `None` to give up. The platform's
-/// `Retry-After` wins over the backoff (1 s, 2 s, 4 s, … up to [`MAX_BACKOFF_MS`]).
-pub fn next_try_in_ms(attempts: u32, retry_after_ms: Option<u64>) -> Option<u64> {
+/// `Retry-After` wins (waited as it is, capped at [`MAX_BACKOFF_MS`]); else the backoff 1 s,
+/// 2 s, 4 s, … up to [`MAX_BACKOFF_MS`], of which a random half (`jitter` in `0.0..1.0`) is
+/// taken off, so the outboxes of many bindings do not try again in step.
+pub fn next_try_in_ms(attempts: u32, retry_after_ms: Option<u64>, jitter: f64) -> Option<u64> {
     if attempts >= MAX_ATTEMPTS {
         return None;
     }
     let backoff = 1000u64
         .saturating_mul(1u64 << attempts.saturating_sub(1).min(20))
         .min(MAX_BACKOFF_MS);
-    Some(retry_after_ms.unwrap_or(backoff))
+    let jitter = if jitter.is_finite() {
+        jitter.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let jittered = backoff / 2 + ((backoff / 2) as f64 * jitter) as u64;
+    Some(retry_after_ms.map_or(jittered, |r| r.min(MAX_BACKOFF_MS)))
 }
 
 #[cfg(test)]
@@ -252,16 +446,158 @@ mod tests {
 
     #[test]
     fn backoff() {
-        let waits: Vec<Option<u64>> = (1..=MAX_ATTEMPTS)
-            .map(|a| next_try_in_ms(a, None))
+        // (attempts, Retry-After, jitter) → wait.
+        let cases: &[(u32, Option<u64>, f64, Option<u64>)] = &[
+            (1, None, 0.0, Some(500)),
+            (1, None, 0.999_999, Some(999)),
+            (2, None, 1.0, Some(2000)),
+            (7, None, 0.5, Some(48_000)),
+            (12, None, 0.0, Some(MAX_BACKOFF_MS / 2)),
+            (12, None, 1.0, Some(MAX_BACKOFF_MS)),
+            (1, Some(7000), 0.0, Some(7000)),
+            (1, Some(10 * MAX_BACKOFF_MS), 0.0, Some(MAX_BACKOFF_MS)),
+            (3, None, f64::NAN, Some(2000)),
+            (MAX_ATTEMPTS - 1, None, 0.3, Some(195_000)),
+            (MAX_ATTEMPTS, None, 0.3, None),
+            (MAX_ATTEMPTS, Some(7000), 0.3, None),
+        ];
+        for (attempts, retry_after, jitter, want) in cases {
+            assert_eq!(
+                next_try_in_ms(*attempts, *retry_after, *jitter),
+                *want,
+                "{attempts} {retry_after:?} {jitter}"
+            );
+        }
+        // The horizon: every wait within its bound; the sum is what docs/channels.md says.
+        let (mut least, mut most) = (0u64, 0u64);
+        for attempts in 1..MAX_ATTEMPTS {
+            least += next_try_in_ms(attempts, None, 0.0).unwrap();
+            most += next_try_in_ms(attempts, None, 1.0).unwrap();
+        }
+        assert!((19 * 60_000..21 * 60_000).contains(&least), "{least}");
+        assert!((38 * 60_000..40 * 60_000).contains(&most), "{most}");
+    }
+
+    #[test]
+    fn idempotency_keys_on_the_wire() {
+        use crate::channels::{Credentials, Platform};
+        let n = nonce("reply:s1:12:0");
+        assert_eq!(n.len(), 24);
+        assert_eq!(n, nonce("reply:s1:12:0"));
+        assert_ne!(n, nonce("reply:s1:12:1"));
+        let discord = Credentials::Discord {
+            application_id: "app".into(),
+            public_key: "00".into(),
+            bot_token: "bot".into(),
+        };
+        let slack = Credentials::Slack {
+            signing_secret: "s".into(),
+            bot_token: "xoxb".into(),
+        };
+        let in_channel = |platform: Platform| match platform {
+            Platform::Slack => ReplyTarget::Slack {
+                channel: "C1".into(),
+                thread_ts: Some("1.5".into()),
+            },
+            _ => ReplyTarget::Discord {
+                channel: "C1".into(),
+                interaction: None,
+                since: Some(0),
+            },
+        };
+        let body = |call: &HttpCall| serde_json::from_str::<serde_json::Value>(&call.body).unwrap();
+        // Discord: a new message carries nonce + enforce_nonce; an edit does not.
+        let post = request(
+            "http://d",
+            &discord,
+            &Outbound::text(in_channel(Platform::Discord), "hi".into()),
+            0,
+            "k",
+        );
+        assert_eq!(body(&post)["nonce"], nonce("k"));
+        assert_eq!(body(&post)["enforce_nonce"], true);
+        let edit = Outbound::Text {
+            target: in_channel(Platform::Discord),
+            text: "hi".into(),
+            edit: Some("9".into()),
+            edit_of: None,
+        };
+        assert!(
+            body(&request("http://d", &discord, &edit, 0, "k"))
+                .get("nonce")
+                .is_none()
+        );
+        // Slack: chat.postMessage carries the metadata, and the lookup finds it.
+        let message = Outbound::text(in_channel(Platform::Slack), "hi".into());
+        let post = request("http://s/api", &slack, &message, 0, "k");
+        assert_eq!(
+            body(&post)["metadata"],
+            serde_json::json!({"event_type": "wuhu_outbox", "event_payload": {"key": nonce("k")}})
+        );
+        let look = lookup("http://s/api", &slack, &message, 1000).unwrap();
+        assert_eq!(look.method, "GET");
+        assert_eq!(
+            look.url,
+            "http://s/api/conversations.replies?channel=C1&ts=1.5&oldest=940&include_all_metadata=true&limit=1000"
+        );
+        assert!(
+            look.headers
+                .contains(&("authorization".into(), "Bearer xoxb".into()))
+        );
+        let answer =
+            |messages: serde_json::Value| serde_json::json!({"ok": true, "messages": messages});
+        let ours = serde_json::json!({"ts": "1.7", "metadata": {"event_type": "wuhu_outbox", "event_payload": {"key": nonce("k")}}});
+        let other = serde_json::json!({"ts": "1.6", "metadata": {"event_type": "wuhu_outbox", "event_payload": {"key": nonce("j")}}});
+        let cases = [
+            (
+                200,
+                answer(serde_json::json!([other.clone(), ours])),
+                Found::Posted(Some("1.7".into())),
+            ),
+            (
+                200,
+                answer(serde_json::json!([other, {"ts": "1.8", "text": "hi"}])),
+                Found::Absent,
+            ),
+            (
+                200,
+                serde_json::json!({"ok": false, "error": "ratelimited"}),
+                Found::Unknown,
+            ),
+            (429, serde_json::Value::Null, Found::Unknown),
+            (200, serde_json::json!({"ok": true}), Found::Unknown),
+        ];
+        for (status, answer, want) in cases {
+            assert_eq!(read_lookup(status, &answer, &nonce("k")), want, "{answer}");
+        }
+        let no_thread = Outbound::text(
+            ReplyTarget::Slack {
+                channel: "D 1".into(),
+                thread_ts: None,
+            },
+            "hi".into(),
+        );
+        assert!(
+            lookup("http://s/api", &slack, &no_thread, 100)
+                .unwrap()
+                .url
+                .starts_with("http://s/api/conversations.history?channel=D%201&oldest=40&")
+        );
+        // Edits and other platforms need no lookup.
+        let slack_edit = Outbound::Text {
+            target: in_channel(Platform::Slack),
+            text: "hi".into(),
+            edit: Some("1.7".into()),
+            edit_of: None,
+        };
+        assert_eq!(lookup("http://s/api", &slack, &slack_edit, 0), None);
+        assert_eq!(lookup("http://d", &discord, &edit, 0), None);
+        // Unknown outcomes: no answer or a 5xx.
+        let known: Vec<bool> = [None, Some(200), Some(429), Some(400), Some(500), Some(503)]
+            .into_iter()
+            .map(outcome_known)
             .collect();
-        assert_eq!(waits[0], Some(1000));
-        assert_eq!(waits[1], Some(2000));
-        assert_eq!(waits[6], Some(64_000));
-        assert_eq!(waits[7], None);
-        assert!(waits.iter().flatten().all(|w| *w <= MAX_BACKOFF_MS));
-        assert_eq!(next_try_in_ms(1, Some(7000)), Some(7000));
-        assert_eq!(next_try_in_ms(MAX_ATTEMPTS, Some(7000)), None);
+        assert_eq!(known, vec![false, true, true, true, false, false]);
     }
 
     #[test]

@@ -643,6 +643,33 @@ impl Session {
         );
     }
 
+    /// A chat channel gave up posting a message of this session to its thread: a
+    /// `wuhu_channel_undelivered_v1` notice, so people reading the session see what the thread
+    /// did not get. Changes nothing else (no turn starts).
+    pub fn handle_channel_undelivered(
+        &mut self,
+        now: Millis,
+        channel: &str,
+        key: &str,
+        reason: &str,
+    ) {
+        let text = format!(
+            "The chat channel {channel} could not post a message to its thread ({reason})."
+        );
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::CHANNEL_UNDELIVERED.into(),
+                data: serde_json::json!({
+                    "text": text,
+                    "channel": channel,
+                    "key": key,
+                    "reason": reason,
+                }),
+            },
+        );
+    }
+
     /// `by` sets the session's budget (an empty one: no limit), recorded in a
     /// `wuhu_budget_set_v1` notice. A raised budget lets the next enqueue start a turn again.
     pub fn handle_budget(&mut self, now: Millis, budget: Budget, by: &str) {

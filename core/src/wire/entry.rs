@@ -364,4 +364,8 @@ pub mod custom_types {
     /// Stands in a row or an archive segment for an entry stored out of line (see
     /// `wuhu_core::out_of_line`). Never returned by the API: reads put the entry back.
     pub const OUT_OF_LINE: &str = "wuhu_out_of_line_v1";
+    /// A chat channel gave up posting a message of this session (`custom`; `data.text`,
+    /// `data.channel` (the binding id), `data.key` (the outbox key), `data.reason`). See
+    /// `docs/channels.md`, "Delivery".
+    pub const CHANNEL_UNDELIVERED: &str = "wuhu_channel_undelivered_v1";
 }

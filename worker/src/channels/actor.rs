@@ -120,9 +120,13 @@ struct WatchRow {
 #[derive(Deserialize)]
 struct OutboxRow {
     seq: f64,
+    key: String,
     body: String,
     attempts: f64,
     due: f64,
+    uncertain: f64,
+    first_try: Option<f64>,
+    session: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -164,6 +168,13 @@ impl DurableObject for ChannelActor {
             // Approval requests this binding posted: a click names only the approval.
             // Outboxes made before edits were tracked (fails harmlessly once the column exists).
             "ALTER TABLE outbox ADD COLUMN ref TEXT",
+            // A try whose outcome is not known (started, no answer yet or a 5xx): before the
+            // next try the platform is asked whether it was posted (where it can tell).
+            "ALTER TABLE outbox ADD COLUMN uncertain INTEGER NOT NULL DEFAULT 0",
+            // When it was first tried (unix seconds): where a lookup starts.
+            "ALTER TABLE outbox ADD COLUMN first_try INTEGER",
+            // The session the message is about, told when the message is given up.
+            "ALTER TABLE outbox ADD COLUMN session TEXT",
             "CREATE TABLE IF NOT EXISTS approvals (approval_id TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, at INTEGER NOT NULL)",
             // Platform users mapped to Wuhu people (at most `MAX_MEMBERS_PER_BINDING`).
             "CREATE TABLE IF NOT EXISTS members (user TEXT PRIMARY KEY, sub TEXT NOT NULL)",
@@ -637,6 +648,7 @@ impl ChannelActor {
         if !channels::answers_inline(binding.platform) {
             if let (Some(callback), Some(target)) = (callback, &target) {
                 self.queue(
+                    None,
                     &format!("ack:{key}"),
                     &Outbound::CallbackAnswer {
                         target: target.clone(),
@@ -647,6 +659,7 @@ impl ChannelActor {
             }
             if let Some(target) = target {
                 self.queue(
+                    None,
                     &format!("note:{key}"),
                     &Outbound::text(
                         target.thread_only(),
@@ -829,6 +842,7 @@ impl ChannelActor {
             // A turn is already watched and answers through an earlier interaction: this one's
             // deferred response is resolved now (Discord shows an error if it never is).
             self.queue(
+                Some(&session),
                 &format!("joined:{}", inbound.dedupe_keys.join(" ")),
                 &Outbound::text(
                     inbound.reply_to.clone(),
@@ -996,6 +1010,7 @@ impl ChannelActor {
                 .await;
         };
         self.queue(
+            None,
             &format!("note:{key}"),
             &Outbound::CommandResponse {
                 target: command.reply_to.clone(),
@@ -1130,29 +1145,44 @@ impl ChannelActor {
     // Background: watches and the outbox
 
     /// Queues `message` under an idempotency `key` (a key queued before is ignored: a reply is
-    /// never posted twice however often a scan finds it).
-    fn queue(&self, key: &str, message: &Outbound) -> ApiResult<()> {
+    /// never posted twice however often a scan finds it). `session`: the session it is about,
+    /// told should the message be given up. A full outbox refuses it (logged): callers that can
+    /// wait check [`ChannelActor::room`] first.
+    fn queue(&self, session: Option<&str>, key: &str, message: &Outbound) -> ApiResult<()> {
+        if !self.room(1)? {
+            worker::console_error!(
+                "channel outbox full ({} waiting); gave up the message {key}",
+                outbox::MAX_PENDING
+            );
+            return Ok(());
+        }
+        let session: worker::SqlStorageValue = match session {
+            Some(s) => s.into(),
+            None => worker::SqlStorageValue::Null,
+        };
+        self.sql
+            .exec(
+                "INSERT OR IGNORE INTO outbox (key, body, attempts, due, session) VALUES (?, ?, 0, ?, ?)",
+                vec![
+                    key.into(),
+                    to_json(message)?.into(),
+                    (now_ms() as i64).into(),
+                    session,
+                ],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    /// Whether `n` more messages fit in the outbox.
+    fn room(&self, n: usize) -> ApiResult<bool> {
         let pending: Vec<CountRow> = self
             .sql
             .exec("SELECT COUNT(*) AS n FROM outbox WHERE sent = 0", None)
             .map_err(sql_err)?
             .to_array()
             .map_err(sql_err)?;
-        if pending.first().map_or(0, |c| c.n as usize) >= outbox::MAX_PENDING {
-            worker::console_error!("channel outbox full; dropping a message");
-            return Ok(());
-        }
-        self.sql
-            .exec(
-                "INSERT OR IGNORE INTO outbox (key, body, attempts, due) VALUES (?, ?, 0, ?)",
-                vec![
-                    key.into(),
-                    to_json(message)?.into(),
-                    (now_ms() as i64).into(),
-                ],
-            )
-            .map_err(sql_err)?;
-        Ok(())
+        Ok(pending.first().map_or(0, |c| c.n as usize) + n <= outbox::MAX_PENDING)
     }
 
     async fn background(&self) -> ApiResult<()> {
@@ -1187,6 +1217,16 @@ impl ChannelActor {
     /// Reads what the watched session did since the last look; queues approvals, and the reply
     /// once the turn is over.
     async fn poll(&self, binding: &ChannelBinding, watch: &WatchRow) -> ApiResult<()> {
+        // Back-pressure: with the outbox (nearly) full the session is looked at later, when
+        // there is room for what it may have to post (a reply is at most 10 pieces, plus its
+        // progress line and approvals).
+        if !self.room(32)? {
+            worker::console_error!(
+                "channel outbox full; session {} waits for room",
+                watch.session
+            );
+            return Ok(());
+        }
         let mut scan: Scan = from_json(&watch.scan)?;
         let target: ReplyTarget = from_json(&watch.target)?;
         let viewer = Identity {
@@ -1233,6 +1273,7 @@ impl ChannelActor {
                 vec![(channels::MAX_THREADS as i64).into()],
             );
             self.queue(
+                Some(&watch.session),
                 &format!("approval:{id}"),
                 &Outbound::Approval {
                     target: target.thread_only(),
@@ -1258,11 +1299,13 @@ impl ChannelActor {
             let line = turn::progress_text(&scan.tool_calls);
             if scan.progress_shown == 0 {
                 self.queue(
+                    Some(&watch.session),
                     &progress_key,
                     &Outbound::text(target.clone(), text::render_one(binding.platform, &line)),
                 )?;
             } else if !over {
                 self.queue(
+                    Some(&watch.session),
                     &format!("{progress_key}:{}", scan.tool_calls.len()),
                     &progress_edit(line),
                 )?;
@@ -1273,6 +1316,7 @@ impl ChannelActor {
             let interaction = target != target.thread_only();
             if scan.progress_shown > 0 && !interaction {
                 self.queue(
+                    Some(&watch.session),
                     &format!("{progress_key}:done"),
                     &progress_edit(turn::progress_done_text(scan.tool_calls.len())),
                 )?;
@@ -1293,6 +1337,7 @@ impl ChannelActor {
                         target.thread_only()
                     };
                     self.queue(
+                        Some(&watch.session),
                         &format!("reply:{}:{}:{i}", watch.session, scan.through),
                         &Outbound::text(to, piece),
                     )?;
@@ -1323,11 +1368,18 @@ impl ChannelActor {
     }
 
     /// Posts due messages in order; stops at the first that must wait (replies keep order).
+    ///
+    /// Exactly once where the platform allows it: before each try the row is marked
+    /// `uncertain` (stored before the request leaves), and only an answer that says for sure
+    /// takes the mark off. A row found marked (the Worker died mid-try, the connection dropped
+    /// after the platform took the message, a 5xx) is looked up first where the platform can
+    /// tell (Slack: the metadata); Discord recognises the repeat by its nonce; Telegram may
+    /// show it twice (docs/channels.md, "Delivery").
     async fn flush(&self, binding: &ChannelBinding, credentials: &Credentials) -> ApiResult<()> {
         let rows: Vec<OutboxRow> = self
             .sql
             .exec(
-                "SELECT seq, body, attempts, due FROM outbox WHERE sent = 0 ORDER BY seq LIMIT 20",
+                "SELECT seq, key, body, attempts, due, uncertain, first_try, session FROM outbox WHERE sent = 0 ORDER BY seq LIMIT 20",
                 None,
             )
             .map_err(sql_err)?
@@ -1360,7 +1412,42 @@ impl ChannelActor {
                     }
                 }
             }
-            let mut attempt = post(binding, credentials, &message).await;
+            let first_try = row.first_try.map_or(now_secs(), |t| t as i64);
+            if row.uncertain > 0.0
+                && let Some(call) =
+                    outbox::lookup(&binding.api_base_url, credentials, &message, first_try)
+            {
+                let (status, body) = match send_call(&call).await {
+                    Some((status, _, body)) => (status, body),
+                    None => (0, Value::Null),
+                };
+                match outbox::read_lookup(status, &body, &outbox::nonce(&row.key)) {
+                    outbox::Found::Posted(reference) => {
+                        worker::console_log!(
+                            "channel message {} was posted by an earlier try; not posted again",
+                            row.key
+                        );
+                        self.mark_sent(row.seq, reference)?;
+                        continue;
+                    }
+                    outbox::Found::Absent => {}
+                    outbox::Found::Unknown => {
+                        if !self.retry_later(binding, &row, None).await? {
+                            continue;
+                        }
+                        break;
+                    }
+                }
+            }
+            // The intent, stored before the request leaves: should no answer come back, the
+            // next try knows the message may be there.
+            self.sql
+                .exec(
+                    "UPDATE outbox SET uncertain = 1, first_try = ? WHERE seq = ?",
+                    vec![first_try.into(), row.seq.into()],
+                )
+                .map_err(sql_err)?;
+            let (mut attempt, mut known) = post(binding, credentials, &message, &row.key).await;
             if let Attempt::Refused(why) = &attempt
                 && let Some(instead) = outbox::fallback(&message)
             {
@@ -1376,36 +1463,25 @@ impl ChannelActor {
                     )
                     .map_err(sql_err)?;
                 message = instead;
-                attempt = post(binding, credentials, &message).await;
+                (attempt, known) = post(binding, credentials, &message, &row.key).await;
+            }
+            if known {
+                self.sql
+                    .exec(
+                        "UPDATE outbox SET uncertain = 0 WHERE seq = ?",
+                        vec![row.seq.into()],
+                    )
+                    .map_err(sql_err)?;
             }
             match attempt {
                 Attempt::Sent(reference) => self.mark_sent(row.seq, reference)?,
                 Attempt::Refused(why) => {
-                    worker::console_error!("a channel message was refused: {why}; dropped");
-                    self.mark_sent(row.seq, None)?;
+                    self.give_up(binding, &row, &format!("refused: {why}"))
+                        .await?;
                 }
                 Attempt::Retry { retry_after_ms } => {
-                    let attempts = row.attempts as u32 + 1;
-                    match outbox::next_try_in_ms(attempts, retry_after_ms) {
-                        Some(wait) => {
-                            self.sql
-                                .exec(
-                                    "UPDATE outbox SET attempts = ?, due = ? WHERE seq = ?",
-                                    vec![
-                                        (attempts as i64).into(),
-                                        ((now_ms() + wait) as i64).into(),
-                                        row.seq.into(),
-                                    ],
-                                )
-                                .map_err(sql_err)?;
-                            break;
-                        }
-                        None => {
-                            worker::console_error!(
-                                "a channel message failed {attempts} times; dropped"
-                            );
-                            self.mark_sent(row.seq, None)?;
-                        }
+                    if self.retry_later(binding, &row, retry_after_ms).await? {
+                        break;
                     }
                 }
             }
@@ -1415,6 +1491,75 @@ impl ChannelActor {
             "DELETE FROM outbox WHERE sent > 0 AND sent < ?",
             vec![((now_ms() as i64) - channels::DEDUPE_TTL_SECS * 1000).into()],
         );
+        Ok(())
+    }
+
+    /// Schedules the next try of `row` (true), or gives it up after [`outbox::MAX_ATTEMPTS`]
+    /// tries (false).
+    async fn retry_later(
+        &self,
+        binding: &ChannelBinding,
+        row: &OutboxRow,
+        retry_after_ms: Option<u64>,
+    ) -> ApiResult<bool> {
+        let attempts = row.attempts as u32 + 1;
+        match outbox::next_try_in_ms(attempts, retry_after_ms, js_sys::Math::random()) {
+            Some(wait) => {
+                self.sql
+                    .exec(
+                        "UPDATE outbox SET attempts = ?, due = ? WHERE seq = ?",
+                        vec![
+                            (attempts as i64).into(),
+                            ((now_ms() + wait) as i64).into(),
+                            row.seq.into(),
+                        ],
+                    )
+                    .map_err(sql_err)?;
+                Ok(true)
+            }
+            None => {
+                self.give_up(binding, row, &format!("failed {attempts} tries"))
+                    .await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Gives a message up: a log line, and a notice in its session's transcript (when it is
+    /// about one), so nothing is dropped silently.
+    async fn give_up(
+        &self,
+        binding: &ChannelBinding,
+        row: &OutboxRow,
+        reason: &str,
+    ) -> ApiResult<()> {
+        worker::console_error!(
+            "channel {}: gave up the message {} ({reason})",
+            binding.id,
+            row.key
+        );
+        self.mark_sent(row.seq, None)?;
+        if let Some(session) = &row.session {
+            let request = internal::post_request(
+                "session",
+                "/notice",
+                &binding.tenant,
+                &format!("channel:{}", binding.id),
+                &json!({"channel": binding.id, "key": row.key, "reason": reason}),
+            )?;
+            let sent: ApiResult<Value> =
+                match crate::session_client::stub(&self.env, &binding.tenant, session) {
+                    Ok(stub) => internal::send(&stub, request).await,
+                    Err(e) => Err(e),
+                };
+            if let Err(e) = sent {
+                worker::console_error!(
+                    "channel {}: telling session {session} failed: {}",
+                    binding.id,
+                    e.message
+                );
+            }
+        }
         Ok(())
     }
 
@@ -1476,36 +1621,55 @@ impl ChannelActor {
     }
 }
 
-/// One delivery attempt of `message`.
-async fn post(binding: &ChannelBinding, credentials: &Credentials, message: &Outbound) -> Attempt {
-    let call: HttpCall = outbox::request(&binding.api_base_url, credentials, message, now_secs());
+/// One delivery attempt of `message` (outbox key `key`), and whether its outcome is known
+/// ([`outbox::outcome_known`]).
+async fn post(
+    binding: &ChannelBinding,
+    credentials: &Credentials,
+    message: &Outbound,
+    key: &str,
+) -> (Attempt, bool) {
+    let call: HttpCall =
+        outbox::request(&binding.api_base_url, credentials, message, now_secs(), key);
+    match send_call(&call).await {
+        Some((status, retry_after, body)) => (
+            outbox::read_answer(binding.platform, status, retry_after.as_deref(), &body),
+            outbox::outcome_known(Some(status)),
+        ),
+        None => (
+            Attempt::Retry {
+                retry_after_ms: None,
+            },
+            false,
+        ),
+    }
+}
+
+/// Sends `call`: its status, `Retry-After` and JSON body (`Null` when not JSON), or `None`
+/// when no answer came (never log a call: it may hold a token).
+async fn send_call(call: &HttpCall) -> Option<(u16, Option<String>, Value)> {
     let headers = Headers::new();
     for (name, value) in &call.headers {
         let _ = headers.set(name, value);
     }
     let method = match call.method.as_str() {
         "PATCH" => Method::Patch,
+        "GET" => Method::Get,
         _ => Method::Post,
     };
     let mut init = RequestInit::new();
-    init.with_method(method)
-        .with_headers(headers)
-        .with_body(Some(wasm_bindgen::JsValue::from_str(&call.body)));
-    let Ok(request) = Request::new_with_init(&call.url, &init) else {
-        return Attempt::Refused("bad request url".into());
-    };
-    let mut response = match Fetch::Request(request).send().await {
-        Ok(response) => response,
-        Err(_) => {
-            return Attempt::Retry {
-                retry_after_ms: None,
-            };
-        }
-    };
+    init.with_method(method).with_headers(headers);
+    if call.method != "GET" {
+        init.with_body(Some(wasm_bindgen::JsValue::from_str(&call.body)));
+    }
+    let request = Request::new_with_init(&call.url, &init).ok()?;
+    let mut response = Fetch::Request(request).send().await.ok()?;
     let status = response.status_code();
     let retry_after = response.headers().get("retry-after").ok().flatten();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    outbox::read_answer(binding.platform, status, retry_after.as_deref(), &body)
+    // A body cut off mid-way is no answer.
+    let text = response.text().await.ok()?;
+    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Some((status, retry_after, body))
 }
 
 /// A binding's view for a reader of `req` (the webhook URL on the public origin).

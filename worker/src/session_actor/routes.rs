@@ -215,6 +215,31 @@ impl Actor {
                     )),
                 }
             }
+            // Internal only (a chat channel's outbox gave up a message of this session): a
+            // notice in the transcript; whoever may prompt the session may leave it.
+            (worker::Method::Post, "/notice") => {
+                self.authorize(&principal, SessionAction::Prompt)?;
+                let body = read_body(&mut req).await?;
+                let notice: serde_json::Value = parse_json(&body)?;
+                let field = |name: &str| -> String {
+                    notice[name]
+                        .as_str()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(500)
+                        .collect()
+                };
+                self.with_session(|s| {
+                    s.handle_channel_undelivered(
+                        now(),
+                        &field("channel"),
+                        &field("key"),
+                        &field("reason"),
+                    )
+                });
+                self.pump().wait().await?;
+                Ok(json_response(200, &serde_json::json!({"ok": true})))
+            }
             (worker::Method::Post, "/approval") => {
                 let approval_id = query(&pairs, "id").unwrap_or_default();
                 let body = read_body(&mut req).await?;
