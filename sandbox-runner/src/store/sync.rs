@@ -804,10 +804,12 @@ mod tests {
         std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
         let (manifest, mut skipped) = scan(root, &SkipRules::new(&[])).unwrap();
         let paths: Vec<&str> = manifest.files.keys().map(String::as_str).collect();
+        // `web` holds only a skipped directory: it is kept as an empty one.
         assert_eq!(
             paths,
-            vec![".git/HEAD", "a.txt", "empty", "link", "src/main.rs"]
+            vec![".git/HEAD", "a.txt", "empty", "link", "src/main.rs", "web"]
         );
+        assert_eq!(manifest.files["web"], ManifestEntry::Dir);
         skipped.sort();
         assert_eq!(
             skipped,
