@@ -121,7 +121,12 @@ struct RegisterArgs {
     #[arg(long, value_name = "REGION", requires = "store")]
     store_region: Option<String>,
     /// Seconds between saves of held workspaces.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, requires = "store")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 300,
+        requires = "store"
+    )]
     store_save_interval: u64,
 }
 

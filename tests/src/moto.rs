@@ -93,7 +93,12 @@ impl Moto {
         let response = Request::new("PUT", format!("{}/{bucket}", self.endpoint()))
             .send()
             .expect("create bucket");
-        assert_eq!(response.status, 200, "create bucket {bucket}: {}", response.text());
+        assert_eq!(
+            response.status,
+            200,
+            "create bucket {bucket}: {}",
+            response.text()
+        );
     }
 
     /// An object's body, or `None` when it does not exist.

@@ -80,7 +80,8 @@ impl World {
     /// Defines `web`, a folder template holding `README.md`.
     fn define_web(&self) {
         let template = self.dir.mkdir("template-web");
-        self.dir.write("template-web/README.md", "template readme\n");
+        self.dir
+            .write("template-web/README.md", "template readme\n");
         let response = self.api.post(
             "/v1/environments",
             &json!({"name": "web", "kind": "folder-template", "templatePath": template}),
@@ -141,7 +142,12 @@ fn attach_web(api: &Api, session: &str, runner: &str) -> String {
 
 #[track_caller]
 fn detach_web(api: &Api, session: &str) -> String {
-    ok(run_tool(api, session, "detach_environment", json!({"name": "web"})))
+    ok(run_tool(
+        api,
+        session,
+        "detach_environment",
+        json!({"name": "web"}),
+    ))
 }
 
 /// The last `saved workspace <label>: …` line of a runner's log.
@@ -183,13 +189,19 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
 
     // Detach saves (the 20 MB file in parts) and deletes the local copy.
     let detached = detach_web(api, &session);
-    assert!(detached.starts_with("Environment \"web\" detached."), "{detached}");
+    assert!(
+        detached.starts_with("Environment \"web\" detached."),
+        "{detached}"
+    );
     assert!(!detached.contains("not saved"), "{detached}");
     let first = last_save_report(&a, &label);
     // 9 paths: notes.txt .git/HEAD src/main.rs src/copy.rs link run.sh big.bin README.md empty;
     // src/copy.rs has src/main.rs's content and a link or a directory has none: 6 contents,
     // the 20 MB one in 3 parts.
-    assert!(first.contains(": 9 paths (9 changed, 0 removed), uploaded 6 objects"), "{first}");
+    assert!(
+        first.contains(": 9 paths (9 changed, 0 removed), uploaded 6 objects"),
+        "{first}"
+    );
     // 5 single PUTs + 3 parts + the manifest.
     assert!(first.contains("puts=9;"), "{first}");
     assert!(
@@ -217,7 +229,8 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
         .var("AWS_PROFILE", "e2e");
     let b = Runner::start(config_b);
     assert!(
-        b.log().contains("credentials from profile e2e of the shared credentials file"),
+        b.log()
+            .contains("credentials from profile e2e of the shared credentials file"),
         "{}",
         b.log_tail(20)
     );
@@ -278,8 +291,9 @@ fn of_two_runners_saving_one_workspace_the_one_that_lost_it_is_told_and_keeps_it
     let b = Runner::start(world.cloud_runner("cloud-b"));
     attach_web(api, &session, "cloud-b");
     assert!(
-        b.log()
-            .contains(&format!("took workspace {label} over from runner \"cloud-a\"")),
+        b.log().contains(&format!(
+            "took workspace {label} over from runner \"cloud-a\""
+        )),
         "{}",
         b.log_tail(20)
     );

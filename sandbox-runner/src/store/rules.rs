@@ -91,7 +91,10 @@ impl WorkspaceKeys {
         session_id: &str,
         environment: &str,
     ) -> Result<WorkspaceKeys, String> {
-        for (what, segment) in [("session id", session_id), ("environment name", environment)] {
+        for (what, segment) in [
+            ("session id", session_id),
+            ("environment name", environment),
+        ] {
             let ok = !segment.is_empty()
                 && segment.len() <= 128
                 && segment != "."
@@ -188,7 +191,11 @@ pub struct Manifest {
 
 /// One saved path.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum ManifestEntry {
     /// A regular file, its content at `objects/<sha256>`.
     File {
@@ -240,7 +247,9 @@ pub fn check_manifest(manifest: &Manifest) -> Result<(), String> {
     }
     for (path, entry) in &manifest.files {
         if !is_safe_relative_path(path) {
-            return Err(format!("manifest path {path:?} is not a plain relative path"));
+            return Err(format!(
+                "manifest path {path:?} is not a plain relative path"
+            ));
         }
         if let ManifestEntry::File { sha256, .. } = entry
             && !(sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -494,7 +503,11 @@ pub fn resolve_credentials(sources: &AwsSources) -> Result<AwsCredentials, Strin
         format!("profile {profile}")
     };
     let files = [
-        (&sources.credentials_file, profile.to_string(), "credentials"),
+        (
+            &sources.credentials_file,
+            profile.to_string(),
+            "credentials",
+        ),
         (&sources.config_file, config_section, "config"),
     ];
     for (text, section, file) in files {
@@ -597,7 +610,8 @@ mod tests {
 
     #[test]
     fn store_urls() {
-        let cases: &[(&str, Result<(&str, &str), &str>)] = &[
+        type Case<'a> = (&'a str, Result<(&'a str, &'a str), &'a str>);
+        let cases: &[Case] = &[
             ("s3://bucket", Ok(("bucket", ""))),
             ("s3://bucket/", Ok(("bucket", ""))),
             ("s3://my-bucket/wuhu/prod/", Ok(("my-bucket", "wuhu/prod"))),
@@ -638,7 +652,10 @@ mod tests {
             keys.manifest(),
             "wuhu/prod/workspaces/0f3c-5d1e/web/manifest.json"
         );
-        assert_eq!(keys.lease(), "wuhu/prod/workspaces/0f3c-5d1e/web/lease.json");
+        assert_eq!(
+            keys.lease(),
+            "wuhu/prod/workspaces/0f3c-5d1e/web/lease.json"
+        );
         assert_eq!(
             keys.object("ab12"),
             "wuhu/prod/workspaces/0f3c-5d1e/web/objects/ab12"
@@ -647,7 +664,13 @@ mod tests {
         let bare = WorkspaceKeys::new(&at(""), "s", "e").unwrap();
         assert_eq!(bare.manifest(), "workspaces/s/e/manifest.json");
         assert_eq!(bare.label(), "s/e");
-        for (session, env) in [("", "e"), ("s", ""), ("a/b", "e"), ("s", ".."), ("s", "a b")] {
+        for (session, env) in [
+            ("", "e"),
+            ("s", ""),
+            ("a/b", "e"),
+            ("s", ".."),
+            ("s", "a b"),
+        ] {
             assert!(
                 WorkspaceKeys::new(&at("p"), session, env).is_err(),
                 "{session:?} {env:?}"
@@ -685,15 +708,35 @@ mod tests {
 
     #[test]
     fn save_plans_upload_only_new_contents() {
-        let base = manifest(&[("a", file('a', 1)), ("b", file('b', 2)), ("gone", file('g', 3))]);
+        let base = manifest(&[
+            ("a", file('a', 1)),
+            ("b", file('b', 2)),
+            ("gone", file('g', 3)),
+        ]);
         // (local manifest, uploads by path, changed, removed, unchanged)
-        type Case<'a> = (Vec<(&'a str, ManifestEntry)>, Vec<&'a str>, usize, usize, usize);
+        type Case<'a> = (
+            Vec<(&'a str, ManifestEntry)>,
+            Vec<&'a str>,
+            usize,
+            usize,
+            usize,
+        );
         let cases: Vec<Case> = vec![
             // Nothing changed but a deletion.
-            (vec![("a", file('a', 1)), ("b", file('b', 2))], vec![], 0, 1, 2),
+            (
+                vec![("a", file('a', 1)), ("b", file('b', 2))],
+                vec![],
+                0,
+                1,
+                2,
+            ),
             // One file changed: one upload.
             (
-                vec![("a", file('c', 5)), ("b", file('b', 2)), ("gone", file('g', 3))],
+                vec![
+                    ("a", file('c', 5)),
+                    ("b", file('b', 2)),
+                    ("gone", file('g', 3)),
+                ],
                 vec!["a"],
                 1,
                 0,
@@ -701,7 +744,11 @@ mod tests {
             ),
             // A rename or copy of stored content uploads nothing.
             (
-                vec![("a", file('a', 1)), ("b2", file('b', 2)), ("gone", file('g', 3))],
+                vec![
+                    ("a", file('a', 1)),
+                    ("b2", file('b', 2)),
+                    ("gone", file('g', 3)),
+                ],
                 vec![],
                 1,
                 1,
@@ -709,7 +756,11 @@ mod tests {
             ),
             // Two new paths with one new content: one upload (the first path).
             (
-                vec![("a", file('a', 1)), ("x", file('x', 9)), ("y", file('x', 9))],
+                vec![
+                    ("a", file('a', 1)),
+                    ("x", file('x', 9)),
+                    ("y", file('x', 9)),
+                ],
                 vec!["x"],
                 2,
                 2,
@@ -774,12 +825,25 @@ mod tests {
         let link = |t: &str| ManifestEntry::Symlink {
             target: t.to_string(),
         };
-        let cases: Vec<(Vec<(&str, ManifestEntry)>, Option<&str>)> = vec![
+        type Case<'a> = (Vec<(&'a str, ManifestEntry)>, Option<&'a str>);
+        let cases: Vec<Case> = vec![
             (vec![("a/b", file('a', 1)), ("l", link("/etc"))], None),
-            (vec![("../x", file('a', 1))], Some("not a plain relative path")),
-            (vec![("/etc/passwd", file('a', 1))], Some("not a plain relative path")),
-            (vec![("a//b", file('a', 1))], Some("not a plain relative path")),
-            (vec![("a/./b", file('a', 1))], Some("not a plain relative path")),
+            (
+                vec![("../x", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
+            (
+                vec![("/etc/passwd", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
+            (
+                vec![("a//b", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
+            (
+                vec![("a/./b", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
             (
                 vec![("l", link("/etc")), ("l/passwd", file('a', 1))],
                 Some("lies below \"l\""),
@@ -845,7 +909,11 @@ mod tests {
             (None, "a/1", Err(Lost::Released)),
         ];
         for (stored, holder, want) in cases {
-            assert_eq!(check_lease(stored.as_ref(), holder), want, "{stored:?} {holder}");
+            assert_eq!(
+                check_lease(stored.as_ref(), holder),
+                want,
+                "{stored:?} {holder}"
+            );
         }
         assert_eq!(attach_lease(None), AttachLease::Create);
         assert_eq!(
@@ -856,7 +924,11 @@ mod tests {
         );
     }
 
-    fn sources(vars: &[(&str, &str)], credentials: Option<&str>, config: Option<&str>) -> AwsSources {
+    fn sources(
+        vars: &[(&str, &str)],
+        credentials: Option<&str>,
+        config: Option<&str>,
+    ) -> AwsSources {
         AwsSources {
             vars: vars
                 .iter()
@@ -905,13 +977,21 @@ mod tests {
                 Ok(("CONFOPS", "profile ops of the shared config file")),
             ),
             (vec![], None, Some(config_file), Err("no S3 credentials")),
-            (vec![("AWS_PROFILE", "nope")], Some(creds_file), None, Err("\"nope\"")),
+            (
+                vec![("AWS_PROFILE", "nope")],
+                Some(creds_file),
+                None,
+                Err("\"nope\""),
+            ),
         ];
         for (vars, credentials, config, want) in cases {
             let got = resolve_credentials(&sources(&vars, credentials, config));
             match (&want, &got) {
                 (Ok((id, source)), Ok(c)) => {
-                    assert_eq!((c.access_key_id.as_str(), c.source.as_str()), (*id, *source));
+                    assert_eq!(
+                        (c.access_key_id.as_str(), c.source.as_str()),
+                        (*id, *source)
+                    );
                 }
                 (Err(fragment), Err(message)) => assert!(message.contains(fragment), "{message}"),
                 _ => panic!("{vars:?}: got {got:?}, want {want:?}"),
@@ -924,15 +1004,44 @@ mod tests {
             "{:?}",
             resolve_credentials(&sources(&[], Some(creds_file), None)).unwrap()
         );
-        assert!(!shown.contains("s1") && !shown.contains("FILEDEF"), "{shown}");
+        assert!(
+            !shown.contains("s1") && !shown.contains("FILEDEF"),
+            "{shown}"
+        );
 
         // Regions: flag, AWS_REGION, AWS_DEFAULT_REGION, the profile's config, us-east-1.
-        let region_cases: Vec<(Option<&str>, Vec<(&str, &str)>, Option<&str>, &str)> = vec![
-            (Some("auto"), vec![("AWS_REGION", "x")], Some(config_file), "auto"),
-            (None, vec![("AWS_REGION", "r1"), ("AWS_DEFAULT_REGION", "r2")], None, "r1"),
-            (None, vec![("AWS_DEFAULT_REGION", "r2")], Some(config_file), "r2"),
+        type RegionCase<'a> = (
+            Option<&'a str>,
+            Vec<(&'a str, &'a str)>,
+            Option<&'a str>,
+            &'a str,
+        );
+        let region_cases: Vec<RegionCase> = vec![
+            (
+                Some("auto"),
+                vec![("AWS_REGION", "x")],
+                Some(config_file),
+                "auto",
+            ),
+            (
+                None,
+                vec![("AWS_REGION", "r1"), ("AWS_DEFAULT_REGION", "r2")],
+                None,
+                "r1",
+            ),
+            (
+                None,
+                vec![("AWS_DEFAULT_REGION", "r2")],
+                Some(config_file),
+                "r2",
+            ),
             (None, vec![], Some(config_file), "eu-west-1"),
-            (None, vec![("AWS_PROFILE", "ops")], Some(config_file), "ap-south-1"),
+            (
+                None,
+                vec![("AWS_PROFILE", "ops")],
+                Some(config_file),
+                "ap-south-1",
+            ),
             (None, vec![], None, "us-east-1"),
         ];
         for (flag, vars, config, want) in region_cases {

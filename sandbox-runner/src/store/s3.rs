@@ -135,7 +135,10 @@ impl S3 {
     /// [`S3Error`] for anything but 200 and 404.
     pub async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, Option<String>)>, S3Error> {
         let what = format!("GET {key}");
-        let url = self.bucket.get_object(Some(&self.credentials), key).sign(SIGNED_FOR);
+        let url = self
+            .bucket
+            .get_object(Some(&self.credentials), key)
+            .sign(SIGNED_FOR);
         let response = self
             .http
             .get(url)

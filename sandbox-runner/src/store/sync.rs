@@ -15,8 +15,8 @@ use tokio::io::AsyncReadExt;
 use wuhu_core::wire::runner::{ErrorBody, codes};
 
 use super::rules::{
-    self, AttachLease, AwsSources, Lease, Lost, MULTIPART_THRESHOLD_BYTES, Manifest,
-    ManifestEntry, PART_BYTES, SkipRules, StoreLocation, WorkspaceKeys,
+    self, AttachLease, AwsSources, Lease, Lost, MULTIPART_THRESHOLD_BYTES, Manifest, ManifestEntry,
+    PART_BYTES, SkipRules, StoreLocation, WorkspaceKeys,
 };
 use super::s3::{Condition, Put, S3, S3Error};
 
@@ -216,7 +216,11 @@ impl Store {
         let mut took_over = None;
         let mut acquired = false;
         for _ in 0..3 {
-            let current = self.s3.get(&keys.lease()).await.map_err(|e| failed(e.to_string()))?;
+            let current = self
+                .s3
+                .get(&keys.lease())
+                .await
+                .map_err(|e| failed(e.to_string()))?;
             let (lease, etag) = match current {
                 Some((body, etag)) => (serde_json::from_slice::<Lease>(&body).ok(), etag),
                 None => (None, None),
@@ -405,7 +409,11 @@ impl Store {
         log(&format!(
             "released workspace {label}; local copy {} {}",
             root.display(),
-            if removed.is_ok() { "deleted" } else { "could not be deleted" }
+            if removed.is_ok() {
+                "deleted"
+            } else {
+                "could not be deleted"
+            }
         ));
         Ok(true)
     }
@@ -471,7 +479,7 @@ impl Store {
                 .await?;
             report.uploaded += 1;
             report.uploaded_bytes += size;
-            if plan.uploads.len() > 20 && report.uploaded % 20 == 0 {
+            if plan.uploads.len() > 20 && report.uploaded.is_multiple_of(20) {
                 log(&format!(
                     "saving workspace {}: {} of {} objects, {} of {total} bytes",
                     report.label,
@@ -531,7 +539,11 @@ impl Store {
                 let number16 = u16::try_from(number)
                     .map_err(|_| SaveError::Failed(format!("{} is too large", path.display())))?;
                 let sent = part.len() as u64;
-                etags.push(self.s3.upload_part(&key, &upload_id, number16, part).await?);
+                etags.push(
+                    self.s3
+                        .upload_part(&key, &upload_id, number16, part)
+                        .await?,
+                );
                 log(&format!(
                     "uploading {} ({} of {size} bytes, part {number} of {parts})",
                     path.display(),
@@ -584,12 +596,13 @@ impl Store {
                     }
                     std::fs::write(&target, &body).map_err(|e| format!("{path}: {e}"))?;
                     let mode = if *executable { 0o755 } else { 0o644 };
-                    let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode));
+                    let _ =
+                        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode));
                 }
                 ManifestEntry::Symlink { .. } => continue,
             }
             done += 1;
-            if total > 50 && done % 50 == 0 {
+            if total > 50 && done.is_multiple_of(50) {
                 log(&format!(
                     "hydrating workspace {}: {done} of {total} paths",
                     keys.label()
