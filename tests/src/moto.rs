@@ -16,6 +16,9 @@ use crate::http::Request;
 use crate::stack::{free_port, repo_root};
 use crate::util::wait_for;
 
+/// An `Authorization` header moto accepts (it parses the key id and checks nothing else).
+const FAKE_AUTHORIZATION: &str = "AWS4-HMAC-SHA256 Credential=wuhu-e2e-key/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0";
+
 /// One running `moto_server`.
 pub struct Moto {
     child: Child,
@@ -104,7 +107,9 @@ impl Moto {
     /// An object's body, or `None` when it does not exist.
     #[track_caller]
     pub fn get(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        // moto refuses anonymous reads but checks no signature: any SigV4-shaped header does.
         let response = Request::new("GET", format!("{}/{bucket}/{key}", self.endpoint()))
+            .header("Authorization", FAKE_AUTHORIZATION)
             .send()
             .expect("get object");
         match response.status {

@@ -761,6 +761,7 @@ fn scan(root: &Path, skip: &SkipRules) -> std::io::Result<(Manifest, Vec<String>
             manifest.files.insert(rel, ManifestEntry::Dir);
         }
     }
+    skipped.sort();
     if n_skipped > skipped.len() {
         skipped.push(format!("and {} more", n_skipped - skipped.len()));
     }
@@ -815,7 +816,7 @@ mod tests {
             .unwrap();
         std::fs::create_dir_all(root.join("empty")).unwrap();
         std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
-        let (manifest, mut skipped) = scan(root, &SkipRules::new(&[])).unwrap();
+        let (manifest, skipped) = scan(root, &SkipRules::new(&[])).unwrap();
         let paths: Vec<&str> = manifest.files.keys().map(String::as_str).collect();
         // `web` holds only a skipped directory: it is kept as an empty one.
         assert_eq!(
@@ -823,7 +824,6 @@ mod tests {
             vec![".git/HEAD", "a.txt", "empty", "link", "src/main.rs", "web"]
         );
         assert_eq!(manifest.files["web"], ManifestEntry::Dir);
-        skipped.sort();
         assert_eq!(
             skipped,
             vec![".venv/", "node_modules/", "target/", "web/node_modules/"]
