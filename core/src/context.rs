@@ -170,6 +170,7 @@ pub(crate) fn repair_tool_results(messages: &mut Vec<Message>) {
                 tool_name: name,
                 content: "Tool result missing: the call was interrupted.".into(),
                 is_error: true,
+                blobs: Vec::new(),
             }));
         }
     };
@@ -247,6 +248,7 @@ mod tests {
             tool_name: "list_sessions".into(),
             content: "ok".into(),
             is_error: false,
+            blobs: Vec::new(),
         })
     }
     fn shape(messages: &[Message]) -> String {

@@ -38,6 +38,8 @@ enum Auth {
     Runner,
     /// The chat platform's signature (see `docs/channels.md`).
     Platform,
+    /// The URL's own signature: a blob upload URL issued with a runner's tool call.
+    UploadSignature,
 }
 
 /// A request or answer body.
@@ -51,6 +53,8 @@ enum Body {
     Text,
     /// Server-sent events whose `data:` is a [`StreamEvent`].
     Events,
+    /// Bytes of any media type (a blob).
+    Bytes,
     /// No body.
     Empty,
     /// A WebSocket upgrade (`101 Switching Protocols`).
@@ -366,49 +370,6 @@ const ROUTES: &[Route] = &[
         errors: &[503],
     },
     Route {
-        method: "get",
-        path: "/v1/llm-logs",
-        id: "listLlmLogs",
-        tag: "usage",
-        summary: "The tenant's provider request logs (with `llmRequestLogs: true` in `config/tenant.json`), oldest session first",
-        auth: Auth::Admin,
-        params: &[
-            Param {
-                name: "session",
-                location: "query",
-                schema: r#"{"type":"string","minLength":1}"#,
-                description: "Only this session's records.",
-            },
-            Param {
-                name: "after",
-                location: "query",
-                schema: r#"{"type":"string"}"#,
-                description: "The `nextAfter` of the previous page.",
-            },
-            Param {
-                name: "limit",
-                location: "query",
-                schema: r#"{"type":"integer","minimum":1,"maximum":1000,"default":100}"#,
-                description: "Records per page.",
-            },
-        ],
-        request: None,
-        ok: (200, Body::Json(of::<crate::llm::request_log::List>)),
-        errors: &[400, 409],
-    },
-    Route {
-        method: "get",
-        path: "/v1/llm-logs/{id}/{record}",
-        id: "getLlmLog",
-        tag: "usage",
-        summary: "One provider request and its response, credentials redacted",
-        auth: Auth::Admin,
-        params: &[],
-        request: None,
-        ok: (200, Body::Json(of::<crate::llm::request_log::Record>)),
-        errors: &[400, 404, 409],
-    },
-    Route {
         method: "put",
         path: "/v1/budget",
         id: "putTenantBudget",
@@ -683,6 +644,36 @@ const ROUTES: &[Route] = &[
         ok: (204, Body::Empty),
         errors: &[400, 403, 404],
     },
+    // Blobs.
+    Route {
+        method: "get",
+        path: "/v1/blobs/{id}",
+        id: "getBlob",
+        tag: "blobs",
+        summary: "A blob (`wuhu://blob/<id>`) to whoever may read its session: whole, or one `Range: bytes=` range (206)",
+        auth: Auth::User,
+        params: &[Param {
+            name: "range",
+            location: "header",
+            schema: r#"{"type":"string"}"#,
+            description: "One `bytes=first-last`, `bytes=first-` or `bytes=-suffix` range.",
+        }],
+        request: None,
+        ok: (200, Body::Bytes),
+        errors: &[404, 416],
+    },
+    Route {
+        method: "put",
+        path: "/v1/blobs/upload",
+        id: "uploadBlob",
+        tag: "blobs",
+        summary: "Store a blob with an upload URL issued to a runner (`tool_call.upload`); at most 32 MiB",
+        auth: Auth::UploadSignature,
+        params: &[],
+        request: Some((Body::Bytes, true)),
+        ok: (200, Body::AnyJson),
+        errors: &[400, 403, 413],
+    },
     // Channels.
     Route {
         method: "get",
@@ -858,9 +849,6 @@ fn path_param(name: &str) -> (Value, &'static str) {
     let description = match name {
         "id" => "The session's (or binding's) id.",
         "approvalId" => "The `approvalId` of a `wuhu_approval_request_v1` entry.",
-        "record" => {
-            "A request log's file name, `{step}-{startedAtMs}.json` (the `name` a listing gives, after the session)."
-        }
         "jti" => "The token's id.",
         "owner" => "The runner owner's `sub`.",
         "name" => "The runner's name.",
@@ -905,7 +893,7 @@ fn error_description(status: u16) -> &'static str {
 /// The statuses every route of `auth` may answer besides its own.
 fn common_errors(auth: Auth) -> &'static [u16] {
     match auth {
-        Auth::Public | Auth::Platform => &[500],
+        Auth::Public | Auth::Platform | Auth::UploadSignature => &[500],
         Auth::User | Auth::Runner => &[401, 500, 503],
         Auth::Admin => &[401, 403, 500, 503],
     }
@@ -920,6 +908,10 @@ fn content(generator: &mut SchemaGenerator, body: Body) -> Option<Value> {
             json!({"type": "string", "description": "The whole document, UTF-8."}),
         ),
         Body::Events => ("text/event-stream", event_schema(generator)),
+        Body::Bytes => (
+            "*/*",
+            json!({"type": "string", "description": "The blob's bytes, as its media type says."}),
+        ),
         Body::Empty | Body::Upgrade => return None,
     };
     Some(json!({ media: { "schema": schema } }))
@@ -959,7 +951,7 @@ fn event_schema(generator: &mut SchemaGenerator) -> Value {
 
 fn security(auth: Auth) -> Value {
     match auth {
-        Auth::Public | Auth::Platform => json!([]),
+        Auth::Public | Auth::Platform | Auth::UploadSignature => json!([]),
         Auth::User | Auth::Admin => json!([{"bearer": []}, {"cookie": []}, {"access": []}]),
         Auth::Runner => json!([{"bearer": []}]),
     }
@@ -1039,6 +1031,11 @@ fn operation(generator: &mut SchemaGenerator, route: &Route) -> Value {
     });
     if route.auth == Auth::Admin {
         op["description"] = json!("Admins only (`role: admin`): a member gets 403.");
+    }
+    if route.auth == Auth::UploadSignature {
+        op["description"] = json!(
+            "Authenticated by the URL's signature (HMAC over tenant, blob id, size limit and expiry), no token: the session issues the URL to a runner with a tool call."
+        );
     }
     if route.auth == Auth::Platform {
         op["description"] = json!(

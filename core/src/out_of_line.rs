@@ -197,6 +197,7 @@ mod tests {
                     tool_name: "bash".into(),
                     content,
                     is_error: false,
+                    blobs: Vec::new(),
                 }),
             },
         }

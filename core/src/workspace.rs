@@ -111,6 +111,8 @@ pub enum WuhuUrl {
     Workspace(String),
     /// `wuhu://config/<path>`: the tenant's settings, read-only.
     Config(String),
+    /// `wuhu://blob/<id>`: a blob of this session (`crate::blobs`), read-only.
+    Blob(String),
     /// `wuhu://env/<name>/<path>`: a path inside an attached environment.
     Env {
         /// Environment name.
@@ -125,7 +127,7 @@ pub enum WuhuUrl {
 pub enum UrlError {
     /// Not `wuhu://workspace/`, `wuhu://config/` or `wuhu://env/<name>/`.
     #[error(
-        "unknown wuhu:// location {0:?}: use wuhu://workspace/…, wuhu://config/… or wuhu://env/<name>/…"
+        "unknown wuhu:// location {0:?}: use wuhu://workspace/…, wuhu://config/…, wuhu://env/<name>/… or wuhu://blob/<id>"
     )]
     UnknownLocation(String),
     /// The path part is refused.
@@ -144,6 +146,9 @@ pub fn parse_wuhu_url(text: &str) -> Option<Result<WuhuUrl, UrlError>> {
         "config" => normalize_prefix(path)
             .map(WuhuUrl::Config)
             .map_err(UrlError::from),
+        "blob" => crate::blobs::parse_id(path)
+            .map(|id| WuhuUrl::Blob(id.id.to_string()))
+            .ok_or_else(|| UrlError::UnknownLocation(text.to_string())),
         "env" => {
             let (name, path) = path.split_once('/').unwrap_or((path, ""));
             if name.is_empty() {

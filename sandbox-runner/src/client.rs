@@ -317,7 +317,7 @@ async fn serve_once(
                                 }
                                 break format!("refused: {message}");
                             }
-                            Ok(message) => dispatch(message, host, jobs, &calls, &out_tx, options),
+                            Ok(message) => dispatch(message, &config.server, host, jobs, &calls, &out_tx, options),
                             Err(e) => {
                                 let _ = out_tx.send(protocol_error_frame(&e));
                             }
@@ -362,6 +362,7 @@ async fn serve_once(
 
 fn dispatch(
     message: ServerMessage,
+    server: &str,
     host: &Arc<EnvironmentHost>,
     jobs: &Arc<Jobs>,
     calls: &Calls,
@@ -437,6 +438,7 @@ fn dispatch(
             tool,
             arguments,
             timeout_ms,
+            upload,
         } => {
             // The context comes from the server: its root and cwd must be places this runner
             // offers (the attach policy), or the call is refused unrun.
@@ -472,8 +474,9 @@ fn dispatch(
             let jobs = jobs.clone();
             let out = out.clone();
             let calls = calls.clone();
+            let server = server.to_string();
             tokio::spawn(async move {
-                let output = execute(
+                let mut output = execute(
                     &host.dirs,
                     ToolCall {
                         id: &id,
@@ -487,12 +490,19 @@ fn dispatch(
                     signal,
                 )
                 .await;
+                let blobs = match &upload {
+                    Some(slot) => {
+                        crate::blob_upload::offload_output(&server, slot, &mut output).await
+                    }
+                    None => Vec::new(),
+                };
                 calls.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 let _ = out.send(RunnerMessage::ToolResult {
                     id,
                     content: output.content,
                     is_error: output.is_error,
                     details: output.details,
+                    blobs,
                 });
             });
         }

@@ -265,6 +265,7 @@ async fn serves_tools_survives_garbage_and_reconnects() {
         tool: String::from("bash"),
         arguments: json!({ "command": command }),
         timeout_ms: None,
+        upload: None,
     };
     peer.send(&call("t1", "echo hi")).await;
     assert_eq!(
@@ -276,6 +277,7 @@ async fn serves_tools_survives_garbage_and_reconnects() {
             details: Some(
                 json!({"exitCode": 0, "signal": null, "timedOut": false, "cancelled": false, "truncated": false, "totalLines": 1, "fullOutputPath": null})
             ),
+            blobs: Vec::new(),
         }
     );
 
@@ -297,6 +299,7 @@ async fn serves_tools_survives_garbage_and_reconnects() {
             tool: String::from("bash"),
             arguments: json!({ "command": format!("touch {}", marker.display()) }),
             timeout_ms: None,
+            upload: None,
         })
         .await;
         let RunnerMessage::Error {

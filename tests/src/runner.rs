@@ -722,6 +722,7 @@ impl RawRunner {
                             content: String::new(),
                             is_error: false,
                             details: Some(json!({"exitCode": 0})),
+                            blobs: Vec::new(),
                         }
                     }
                     Ok(ServerMessage::Validate { id, .. }) => RunnerMessage::ValidateResult {

@@ -420,6 +420,7 @@ fn runner_failures_reach_the_model_as_distinct_actionable_messages() {
         content: "y".repeat(sent),
         is_error: false,
         details: Some(json!({"pad": "z".repeat(20_000)})),
+        blobs: Vec::new(),
     }));
     let big = turn.finish(api, TURN).0.remove(0);
     assert!(

@@ -139,6 +139,16 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                     Err("this path needs an environment".into())
                 }
                 Some(Err(e)) => Err(e.to_string()),
+                Some(Ok(WuhuUrl::Blob(id))) => {
+                    let text = crate::blob_store::read_text(
+                        &context.env,
+                        &context.tenant,
+                        &context.session_id,
+                        &id,
+                    )
+                    .await?;
+                    Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
+                }
                 Some(Ok(WuhuUrl::Config(path))) => {
                     let text = crate::config_doc(&context.env, &context.tenant, &path)
                         .await?
@@ -185,6 +195,7 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 }
                 Some(Err(e)) => Err(e.to_string()),
                 Some(Ok(WuhuUrl::Config(_))) => Err("wuhu://config/ is read-only.".to_string()),
+                Some(Ok(WuhuUrl::Blob(_))) => Err("wuhu://blob/ is read-only.".to_string()),
                 Some(Ok(WuhuUrl::Workspace(path))) => {
                     let summary = workspace_io::write(
                         &context.env,

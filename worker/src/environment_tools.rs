@@ -334,6 +334,7 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         entries,
         change: Some(AttachmentChange::Attach(attachment)),
         validated,
+        blobs: Vec::new(),
     }
 }
 
@@ -408,6 +409,7 @@ async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         )],
         change: Some(AttachmentChange::Detach(args.name)),
         validated: HashMap::new(),
+        blobs: Vec::new(),
     }
 }
 
@@ -470,6 +472,15 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    // Output too long for the transcript (and files `read` cannot show as text) go to
+    // storage straight from the runner, with a URL issued for this call.
+    let upload = if !background && matches!(call.name.as_str(), names::BASH | names::READ) {
+        crate::blob_store::issue_slot(&ctx.env, &ctx.tenant, &ctx.session_id)
+            .inspect_err(|e| worker::console_error!("issuing an upload URL failed: {}", e.message))
+            .ok()
+    } else {
+        None
+    };
     let message = ServerMessage::ToolCall {
         id: uuid::Uuid::new_v4().to_string(),
         session_id: ctx.session_id.clone(),
@@ -477,6 +488,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         tool: call.name.clone(),
         arguments,
         timeout_ms: Some(timeout_ms),
+        upload: upload.clone(),
     };
     let reply = call_runner(
         ctx,
@@ -493,11 +505,22 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
                 content,
                 is_error,
                 details,
+                blobs,
                 ..
             }),
         )) => {
             output.content = content;
             output.is_error = is_error;
+            if !blobs.is_empty() {
+                let (accepted, notes) =
+                    crate::blob_store::accept(&ctx.env, &ctx.tenant, upload.as_ref(), &blobs).await;
+                for note in notes {
+                    output
+                        .content
+                        .push_str(&format!("\n\n(The runner's upload was refused: {note}.)"));
+                }
+                output.blobs = accepted;
+            }
             let job_id = details
                 .as_ref()
                 .and_then(|d| d.get("jobId"))

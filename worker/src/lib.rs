@@ -8,6 +8,7 @@
 
 mod access;
 mod auth;
+mod blob_store;
 mod builtin_tools;
 mod channels;
 mod cors;
@@ -17,7 +18,6 @@ mod identity;
 mod internal;
 mod js_tool;
 mod jwt_crypto;
-mod llm_logs;
 mod model_tool;
 mod observe;
 mod orchestration_tools;
@@ -119,6 +119,13 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     if segments.first() != Some(&"v1") {
         return Err(ApiError::not_found("no such route"));
     }
+    // A blob upload authenticates by its URL's signature (issued to a runner with a tool call).
+    if segments.as_slice() == ["v1", "blobs", "upload"] {
+        return match method {
+            Method::Put => blob_store::upload_route(&req, &env).await,
+            _ => Err(method_not_allowed()),
+        };
+    }
     // Every /v1 route authenticates before anything else is looked at. Runners connect with a
     // runner token; every other route takes a user token.
     if segments.as_slice() == ["v1", "runners", "connect"] {
@@ -193,6 +200,10 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             Ok(stub.fetch_with_request(internal).await?)
         }
         (["v1", "sessions", _, "approvals", _], _) => Err(method_not_allowed()),
+        (["v1", "blobs", id], Method::Get) => {
+            blob_store::get_route(&req, &env, &identity, id).await
+        }
+        (["v1", "blobs", _], _) => Err(method_not_allowed()),
         (["v1", "usage"], Method::Get) => {
             let query = req
                 .url()
@@ -210,12 +221,6 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             tenant_index::budget_route(&env, &identity, Method::Put, Some(body)).await
         }
         (["v1", "budget"], _) => Err(method_not_allowed()),
-        (["v1", "llm-logs"], Method::Get) => llm_logs::list(&req, &env, &identity).await,
-        (["v1", "llm-logs"], _) => Err(method_not_allowed()),
-        (["v1", "llm-logs", session, record], Method::Get) => {
-            llm_logs::get(&env, &identity, session, record).await
-        }
-        (["v1", "llm-logs", _, _], _) => Err(method_not_allowed()),
         (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
         (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
         (["v1", "sessions"], _) => Err(method_not_allowed()),

@@ -115,6 +115,7 @@ pub(crate) async fn ask_job(
         tool: tool.to_string(),
         arguments: serde_json::json!({ "id": record.job_id }),
         timeout_ms: Some(JOB_QUESTION_TIMEOUT_MS),
+        upload: None,
     };
     let (_, answer) = call(
         env,

@@ -122,6 +122,8 @@ pub(crate) struct ToolOutput {
     pub(crate) change: Option<AttachmentChange>,
     /// Runner connection epochs whose snapshots were validated, by environment name.
     pub(crate) validated: HashMap<String, u64>,
+    /// Blobs the result refers to (checked against storage).
+    pub(crate) blobs: Vec<wuhu_core::wire::BlobRef>,
 }
 
 impl ToolOutput {
@@ -136,6 +138,7 @@ impl ToolOutput {
             entries: Vec::new(),
             change: None,
             validated: HashMap::new(),
+            blobs: Vec::new(),
         }
     }
 }

@@ -63,6 +63,7 @@ fn result(id: &str, text: &str) -> EntryPayload {
         tool_name: "list_sessions".into(),
         content: text.into(),
         is_error: false,
+        blobs: Vec::new(),
     }))
 }
 

@@ -506,6 +506,7 @@ mod tests {
             tool_name: name.to_string(),
             content: content.to_string(),
             is_error: false,
+            blobs: Vec::new(),
         })
     }
 

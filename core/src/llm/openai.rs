@@ -427,12 +427,14 @@ mod tests {
                 tool_name: "bash".to_string(),
                 content: "a.txt".to_string(),
                 is_error: false,
+                blobs: Vec::new(),
             }),
             Message::ToolResult(ToolResult {
                 tool_call_id: "call_2".to_string(),
                 tool_name: "bash".to_string(),
                 content: "invalid arguments".to_string(),
                 is_error: true,
+                blobs: Vec::new(),
             }),
             Message::Assistant(AssistantMessage {
                 content: vec![ContentBlock::ToolCall(ToolCall {
@@ -448,6 +450,7 @@ mod tests {
                 tool_name: "read".to_string(),
                 content: "x".to_string(),
                 is_error: false,
+                blobs: Vec::new(),
             }),
             Message::CustomMessage {
                 custom_type: "wuhu_system_input_v1".to_string(),

@@ -463,6 +463,7 @@ impl Session {
                         call,
                         "Tool call stopped: the session was stopped before it finished.".into(),
                         true,
+                        Vec::new(),
                     );
                 }
             }
@@ -721,6 +722,20 @@ impl Session {
         content: String,
         is_error: bool,
     ) {
+        self.handle_tool_done_with_blobs(now, step, call_id, content, is_error, Vec::new());
+    }
+
+    /// [`Session::handle_tool_done`] for a result that refers to blobs (output or files too
+    /// large for the transcript, `crate::blobs`): the result entry keeps their references.
+    pub fn handle_tool_done_with_blobs(
+        &mut self,
+        now: Millis,
+        step: u64,
+        call_id: &str,
+        content: String,
+        is_error: bool,
+        blobs: Vec<crate::wire::BlobRef>,
+    ) {
         let Phase::Tools {
             step: current,
             running,
@@ -738,7 +753,7 @@ impl Session {
         let call = running.remove(pos);
         let batch_done = running.is_empty();
         self.state.awaiting_approval.retain(|id| id != call_id);
-        self.append_tool_result(now, &call, content, is_error);
+        self.append_tool_result(now, &call, content, is_error, blobs);
         if batch_done {
             self.next_batch(now);
         }
@@ -826,6 +841,7 @@ impl Session {
                         call,
                         "Tool result lost: the server restarted while the call was running.".into(),
                         true,
+                        Vec::new(),
                     );
                 }
                 if !rerun.is_empty() {
@@ -913,6 +929,7 @@ impl Session {
                     call,
                     "Tool call skipped: a new message arrived before it ran.".into(),
                     true,
+                    Vec::new(),
                 );
             }
             self.next_step(now, true);
@@ -930,7 +947,7 @@ impl Session {
                 call.name,
                 tool_names()
             );
-            self.append_tool_result(now, call, message, true);
+            self.append_tool_result(now, call, message, true, Vec::new());
         }
         if known.is_empty() {
             self.next_batch(now);
@@ -1035,12 +1052,14 @@ impl Session {
         call: &ToolCall,
         content: String,
         is_error: bool,
+        blobs: Vec<crate::wire::BlobRef>,
     ) {
         let result = ToolResult {
             tool_call_id: call.id.clone(),
             tool_name: call.name.clone(),
             content,
             is_error,
+            blobs,
         };
         self.append(
             now,

@@ -302,6 +302,26 @@ pub struct ToolResult {
     pub content: String,
     /// Whether the call failed.
     pub is_error: bool,
+    /// Output or files too large for the transcript, stored as blobs (`content` says where).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blobs: Vec<BlobRef>,
+}
+
+/// A blob a tool produced: the transcript keeps this, the bytes are in storage
+/// (`GET /v1/blobs/:id`, or `read {"path": uri}` in the session).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct BlobRef {
+    /// `wuhu://blob/<id>`.
+    pub uri: String,
+    /// Bytes.
+    pub size: u64,
+    /// Media type (`text/plain`, `image/png`, ...).
+    pub media_type: String,
+    /// The head of a text blob (at most 1 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 /// Custom entry types this server writes.

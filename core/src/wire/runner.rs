@@ -62,6 +62,26 @@ pub const MAX_TOOL_RESULT_DETAILS_BYTES: usize = 8 * 1024;
 /// `agentsMdTruncated` is set.
 pub const AGENTS_MD_MAX_BYTES: usize = 64 * 1024;
 
+/// Most blobs one `tool_result` may refer to; more are dropped by
+/// [`RunnerMessage::bound_tool_result`].
+pub const MAX_BLOBS_PER_RESULT: usize = 1;
+
+/// A short-lived permission to upload one blob straight to storage (`crate::blobs`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UploadSlot {
+    /// The blob's id; its URI is `wuhu://blob/<blobId>`.
+    pub blob_id: String,
+    /// `PUT` the bytes here with `Content-Type` and `Content-Length`. Relative (`/v1/…`):
+    /// resolve it against the server URL the runner connected to; absolute: a presigned
+    /// S3 URL, used as it is.
+    pub url: String,
+    /// Largest body the URL accepts.
+    pub max_bytes: u64,
+    /// Unix milliseconds after which the URL is refused.
+    pub expires_at_ms: u64,
+}
+
 /// Heartbeat period a server should offer in `welcome` unless it has a reason to differ.
 pub const DEFAULT_HEARTBEAT_SECONDS: u32 = 15;
 
@@ -248,12 +268,6 @@ pub mod codes {
     pub const RUNNER_REMOVED: &str = "runner_removed";
     /// Refusal: the first frame was not `hello`. Permanent.
     pub const HELLO_REQUIRED: &str = "hello_required";
-    /// Result error: a cloud workspace was not saved (or hydrated) because another runner has
-    /// it; the runner keeps its local copy and names it in the message.
-    pub const STORE_CONFLICT: &str = "store_conflict";
-    /// Result error: the runner's workspace store (S3) failed; the message says what and where
-    /// the local copy is.
-    pub const STORE_FAILED: &str = "store_failed";
     /// Result error: the tool name is unknown to this runner.
     pub const UNKNOWN_TOOL: &str = "unknown_tool";
     /// Result error: the environment kind is not supported by this runner.
@@ -622,6 +636,11 @@ pub enum RunnerMessage {
         /// Structured extras (`exitCode`, `timedOut`, `truncated`, `fullOutputPath`, ...).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<serde_json::Value>,
+        /// What the runner uploaded with the call's [`UploadSlot`] (at most
+        /// [`MAX_BLOBS_PER_RESULT`]): the server checks each against storage before the
+        /// transcript refers to it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        blobs: Vec<crate::wire::BlobRef>,
     },
     /// An asynchronous notification not tied to a request (reserved for async completions).
     Event {
@@ -724,6 +743,10 @@ pub enum ServerMessage {
         /// Hard deadline for the whole call; the runner kills it and answers with an error.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
+        /// Where the runner may upload one blob of this call (output too long for the
+        /// transcript, an image it read), instead of sending it over this socket.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upload: Option<UploadSlot>,
     },
     /// Stop the `tool_call` with this id; its `tool_result` follows (or already went).
     Cancel {
@@ -949,12 +972,27 @@ impl RunnerMessage {
     /// cut. Other messages are left alone.
     pub fn bound_tool_result(&mut self) -> bool {
         let RunnerMessage::ToolResult {
-            content, details, ..
+            content,
+            details,
+            blobs,
+            ..
         } = self
         else {
             return false;
         };
         let mut cut = false;
+        if blobs.len() > MAX_BLOBS_PER_RESULT {
+            blobs.truncate(MAX_BLOBS_PER_RESULT);
+            cut = true;
+        }
+        for blob in blobs.iter_mut() {
+            if let Some(preview) = &mut blob.preview
+                && preview.len() > crate::blobs::PREVIEW_BYTES
+            {
+                *preview = crate::blobs::preview(preview);
+                cut = true;
+            }
+        }
         if content.len() > MAX_TOOL_RESULT_CONTENT_BYTES {
             let total = content.len();
             let note = format!(
@@ -1091,12 +1129,14 @@ mod tests {
                 content: String::from("hi\n"),
                 is_error: false,
                 details: Some(json!({"exitCode": 0})),
+                blobs: Vec::new(),
             },
             RunnerMessage::ToolResult {
                 id: String::from("t2"),
                 content: String::from("no"),
                 is_error: true,
                 details: None,
+                blobs: Vec::new(),
             },
             RunnerMessage::Event {
                 name: String::from("log_v1"),
@@ -1179,6 +1219,7 @@ mod tests {
                 tool: String::from("bash"),
                 arguments: json!({"command": "echo hi"}),
                 timeout_ms: Some(60_000),
+                upload: None,
             },
             ServerMessage::Cancel {
                 id: String::from("t1"),
@@ -1380,6 +1421,7 @@ mod tests {
             content,
             is_error: false,
             details,
+            blobs: Vec::new(),
         }
     }
 

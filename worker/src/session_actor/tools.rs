@@ -135,7 +135,14 @@ impl Actor {
         }
         self.with_session(|s| {
             s.handle_tool_progress(now(), step, call_id, output.entries);
-            s.handle_tool_done(now(), step, call_id, output.content, output.is_error);
+            s.handle_tool_done_with_blobs(
+                now(),
+                step,
+                call_id,
+                output.content,
+                output.is_error,
+                output.blobs,
+            );
         });
         self.pump();
         switched.is_some()

@@ -78,12 +78,14 @@ fn request_for_a_conversation_with_tools_thinking_and_cache_breakpoints() {
             tool_name: "bash".to_string(),
             content: "a.txt".to_string(),
             is_error: false,
+            blobs: Vec::new(),
         }),
         Message::ToolResult(ToolResult {
             tool_call_id: "toolu_2".to_string(),
             tool_name: "bash".to_string(),
             content: "invalid arguments".to_string(),
             is_error: true,
+            blobs: Vec::new(),
         }),
         Message::CustomMessage {
             custom_type: "wuhu_system_input_v1".to_string(),
@@ -422,6 +424,7 @@ fn thinking_blocks_are_kept_and_sent_back_unchanged() {
                         tool_name: "bash".to_string(),
                         content: "hi".to_string(),
                         is_error: false,
+                        blobs: Vec::new(),
                     }),
                 ],
                 vec![],

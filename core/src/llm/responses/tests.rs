@@ -164,6 +164,7 @@ fn request_carries_reasoning_items_between_steps() {
                 tool_name: "weather".to_string(),
                 content: "sunny".to_string(),
                 is_error: false,
+                blobs: Vec::new(),
             }),
             // Anthropic thinking and reasoning without encrypted content are not sent.
             Message::Assistant(AssistantMessage {

@@ -111,6 +111,7 @@ fn session(compacted: bool) -> (Header, Vec<Entry>) {
                 tool_name: "read".into(),
                 content: "fn round(amount: Decimal) -> Decimal { amount.round_dp(2) }\n".repeat(25),
                 is_error: false,
+                blobs: Vec::new(),
             })),
             _ => {
                 turn += 1;

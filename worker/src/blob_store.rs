@@ -1,0 +1,301 @@
+//! Blobs in R2 (the rules live in `wuhu_core::blobs`): issuing upload URLs, the upload route,
+//! serving `GET /v1/blobs/:id`, checking what a runner uploaded, a session's `read` of its
+//! blobs.
+
+use worker::{Env, Headers, Range, Request, Response};
+use wuhu_core::blobs::{self, BlobRef, UploadGrant, UploadRefusal};
+use wuhu_core::sigv4;
+use wuhu_core::wire::runner::UploadSlot;
+
+use crate::auth::Identity;
+use crate::http::{ApiError, ApiResult, query_pairs};
+
+/// Blobs share the bucket of the archive and the workspace, under `{tenant}/blobs/`.
+const BUCKET: &str = "ARCHIVE";
+
+/// The R2 S3 API settings that switch uploads to SigV4 presigned URLs (decision 0014). All
+/// four must be set; otherwise the Worker's own signed upload route is used.
+const S3_ENDPOINT: &str = "WUHU_BLOB_S3_ENDPOINT";
+const S3_BUCKET: &str = "WUHU_BLOB_S3_BUCKET";
+const S3_ACCESS_KEY_ID: &str = "WUHU_BLOB_S3_ACCESS_KEY_ID";
+const S3_SECRET_ACCESS_KEY: &str = "WUHU_BLOB_S3_SECRET_ACCESS_KEY";
+
+fn setting(env: &Env, name: &str) -> Option<String> {
+    env.secret(name)
+        .map(|s| s.to_string())
+        .or_else(|_| env.var(name).map(|v| v.to_string()))
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+/// The key upload URLs are signed with (derived from `WUHU_JWT_SECRET`).
+fn upload_key(env: &Env) -> ApiResult<Vec<u8>> {
+    let secret = env
+        .secret("WUHU_JWT_SECRET")
+        .map(|s| s.to_string())
+        .map_err(|_| ApiError::new(500, "server_misconfigured", "WUHU_JWT_SECRET is not set"))?;
+    Ok(blobs::upload_key(secret.as_bytes()))
+}
+
+fn now_ms() -> u64 {
+    worker::Date::now().as_millis()
+}
+
+/// A new upload slot for one blob of session `session_id` of `tenant`.
+pub(crate) fn issue_slot(env: &Env, tenant: &str, session_id: &str) -> ApiResult<UploadSlot> {
+    let blob_id = blobs::new_id(session_id, uuid::Uuid::new_v4().into_bytes());
+    let grant = UploadGrant::issue(tenant, &blob_id, now_ms());
+    let s3 = (
+        setting(env, S3_ENDPOINT),
+        setting(env, S3_BUCKET),
+        setting(env, S3_ACCESS_KEY_ID),
+        setting(env, S3_SECRET_ACCESS_KEY),
+    );
+    let url = if let (Some(endpoint), Some(bucket), Some(access_key_id), Some(secret)) = s3 {
+        let id = blobs::parse_id(&blob_id).ok_or_else(|| ApiError::internal("bad blob id"))?;
+        let path = format!("/{bucket}/{}", blobs::object_key(tenant, id));
+        sigv4::presign_url(
+            &sigv4::Credentials {
+                access_key_id,
+                secret_access_key: secret,
+                region: "auto".into(),
+            },
+            &sigv4::Presign {
+                method: "PUT",
+                origin: endpoint.trim_end_matches('/'),
+                path: &path,
+                signed_headers: &[],
+                now_unix: now_ms() / 1000,
+                expires_seconds: blobs::UPLOAD_TTL_MS / 1000,
+            },
+        )
+    } else {
+        grant.relative_url(&upload_key(env)?)
+    };
+    Ok(UploadSlot {
+        blob_id,
+        url,
+        max_bytes: grant.max_bytes,
+        expires_at_ms: grant.expires_at_ms,
+    })
+}
+
+/// `PUT /v1/blobs/upload?…&sig=…`: authenticated by its signature alone. Streams the body into
+/// R2 under the granted key with the sent media type (normalised to the allow-list).
+pub(crate) async fn upload_route(req: &Request, env: &Env) -> ApiResult<Response> {
+    let pairs = query_pairs(req);
+    let content_length = req
+        .headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let grant = UploadGrant::verify(&pairs, &upload_key(env)?, content_length, now_ms()).map_err(
+        |refusal| match refusal {
+            UploadRefusal::Malformed(_) => ApiError::bad_request(refusal.to_string()),
+            UploadRefusal::TooLarge { .. } => {
+                ApiError::new(413, "payload_too_large", refusal.to_string())
+            }
+            UploadRefusal::BadSignature | UploadRefusal::Expired => {
+                ApiError::new(403, "forbidden", refusal.to_string())
+            }
+        },
+    )?;
+    let id = blobs::parse_id(&grant.blob_id).ok_or_else(|| ApiError::bad_request("bad blob id"))?;
+    let media_type = blobs::normalize_media_type(
+        &req.headers()
+            .get("content-type")
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+    );
+    let key = blobs::object_key(&grant.tenant, id);
+    let body: worker::Data = match req.inner().body() {
+        Some(stream) => stream.into(),
+        None => worker::Data::Empty,
+    };
+    env.bucket(BUCKET)?
+        .put(&key, body)
+        .http_metadata(worker::HttpMetadata {
+            content_type: Some(media_type.to_string()),
+            ..Default::default()
+        })
+        .execute()
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                500,
+                "storage_error",
+                format!("storing the blob failed: {e}"),
+            )
+        })?;
+    Ok(crate::http::json_response(
+        200,
+        &serde_json::json!({"uri": blobs::uri(&grant.blob_id), "size": content_length}),
+    ))
+}
+
+/// Size and media type of blob `blob_id` of `tenant`, if it exists.
+pub(crate) async fn head(
+    env: &Env,
+    tenant: &str,
+    blob_id: &str,
+) -> ApiResult<Option<(u64, String)>> {
+    let Some(id) = blobs::parse_id(blob_id) else {
+        return Ok(None);
+    };
+    let object = env
+        .bucket(BUCKET)?
+        .head(blobs::object_key(tenant, id))
+        .await?;
+    Ok(object.map(|o| {
+        let media = o.http_metadata().content_type.unwrap_or_default();
+        (o.size(), media)
+    }))
+}
+
+/// Checks the blobs a runner says it uploaded for a call granted `slot`; returns the accepted
+/// references and, for refused ones, a note for the tool result.
+pub(crate) async fn accept(
+    env: &Env,
+    tenant: &str,
+    slot: Option<&UploadSlot>,
+    claimed: &[BlobRef],
+) -> (Vec<BlobRef>, Vec<String>) {
+    let mut accepted = Vec::new();
+    let mut notes = Vec::new();
+    for blob in claimed {
+        let Some(slot) = slot else {
+            notes.push(format!("{} was not granted for this call", blob.uri));
+            continue;
+        };
+        let stored = match head(env, tenant, &slot.blob_id).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                notes.push(format!("{} could not be checked: {}", blob.uri, e.message));
+                continue;
+            }
+        };
+        match blobs::accept_upload(
+            blob,
+            &slot.blob_id,
+            stored.as_ref().map(|(s, m)| (*s, m.as_str())),
+        ) {
+            Ok(blob) => accepted.push(blob),
+            Err(note) => notes.push(note),
+        }
+    }
+    (accepted, notes)
+}
+
+/// `GET /v1/blobs/:id`: whoever may read the blob's session gets it (whole, or the one byte
+/// range asked for); anyone else, and any other tenant, gets 404.
+pub(crate) async fn get_route(
+    req: &Request,
+    env: &Env,
+    identity: &Identity,
+    blob_id: &str,
+) -> ApiResult<Response> {
+    let id = blobs::parse_id(blob_id).ok_or_else(|| ApiError::not_found("blob not found"))?;
+    // The session's actor answers 404 to someone who may not read it.
+    crate::session_client::info(env, identity, id.session_id)
+        .await
+        .map_err(|e| {
+            if e.status == 404 {
+                ApiError::not_found("blob not found")
+            } else {
+                e
+            }
+        })?;
+    let key = blobs::object_key(&identity.tenant, id);
+    let bucket = env.bucket(BUCKET)?;
+    let Some(object) = bucket.head(&key).await? else {
+        return Err(ApiError::not_found("blob not found"));
+    };
+    let size = object.size();
+    let media_type = object.http_metadata().content_type.unwrap_or_default();
+    let range_header = req.headers().get("range").ok().flatten();
+    let range = blobs::byte_range(range_header.as_deref(), size)
+        .map_err(|e| ApiError::new(416, "range_not_satisfiable", e.to_string()))?;
+    let get = bucket.get(&key);
+    let get = match range {
+        Some((offset, length)) => get.range(Range::OffsetWithLength { offset, length }),
+        None => get,
+    };
+    let Some(object) = get.execute().await? else {
+        return Err(ApiError::not_found("blob not found"));
+    };
+    // The R2 body handed to the runtime as it is: no CPU spent streaming, and its length is
+    // known, so the answer has a `Content-Length`.
+    let body = object
+        .body()
+        .ok_or_else(|| ApiError::not_found("blob not found"))?
+        .response_body()?;
+    let headers = Headers::new();
+    headers.set("content-type", &blobs::content_type(&media_type))?;
+    // A blob is data, never a page of this origin: no sniffing, no scripts, no framing.
+    headers.set("x-content-type-options", "nosniff")?;
+    headers.set("content-security-policy", "sandbox; default-src 'none'")?;
+    headers.set("cache-control", "private, max-age=300")?;
+    headers.set("accept-ranges", "bytes")?;
+    if !blobs::is_image(&media_type) && !media_type.starts_with("text/") {
+        headers.set("content-disposition", "attachment")?;
+    }
+    let status = match range {
+        Some((offset, length)) => {
+            headers.set(
+                "content-range",
+                &format!("bytes {offset}-{}/{size}", offset + length - 1),
+            )?;
+            headers.set("content-length", &length.to_string())?;
+            206
+        }
+        None => {
+            headers.set("content-length", &size.to_string())?;
+            200
+        }
+    };
+    Ok(Response::from_body(body)?
+        .with_status(status)
+        .with_headers(headers))
+}
+
+/// The text of blob `blob_id` for the session `session_id` of `tenant` (`read`): only its
+/// own blobs, at most [`blobs::MAX_READ_BYTES`].
+///
+/// # Errors
+/// A message for the tool result.
+pub(crate) async fn read_text(
+    env: &Env,
+    tenant: &str,
+    session_id: &str,
+    blob_id: &str,
+) -> Result<String, String> {
+    let uri = blobs::uri(blob_id);
+    let id = blobs::parse_id(blob_id).ok_or_else(|| format!("{uri} is not a blob"))?;
+    if id.session_id != session_id {
+        return Err(format!("No blob {uri} in this session"));
+    }
+    let bucket = env.bucket(BUCKET).map_err(|e| e.to_string())?;
+    let object = bucket
+        .get(blobs::object_key(tenant, id))
+        .execute()
+        .await
+        .map_err(|e| format!("reading {uri} failed: {e}"))?
+        .ok_or_else(|| format!("No blob {uri} in this session"))?;
+    let media_type = object.http_metadata().content_type.unwrap_or_default();
+    if blobs::is_image(&media_type) || object.size() > blobs::MAX_READ_BYTES {
+        return Err(format!(
+            "{uri} is {} ({} bytes): not text to page",
+            blobs::normalize_media_type(&media_type),
+            object.size()
+        ));
+    }
+    let bytes = object
+        .body()
+        .ok_or_else(|| format!("{uri} has no body"))?
+        .bytes()
+        .await
+        .map_err(|e| format!("reading {uri} failed: {e}"))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
