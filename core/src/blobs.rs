@@ -9,7 +9,7 @@
 //! Runners upload blobs straight to storage with a short-lived upload URL the session issues
 //! with each `tool_call` ([`UploadGrant`]): the Worker's own URL signed with HMAC-SHA256 (the
 //! default, and what `wrangler dev` uses), or an S3 SigV4 presigned `PUT`
-//! ([`crate::sigv4`]) when R2's S3 API credentials are configured (decision 0014).
+//! ([`crate::sigv4`]) when R2's S3 API credentials are configured (decision 0015).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;

@@ -370,6 +370,49 @@ const ROUTES: &[Route] = &[
         errors: &[503],
     },
     Route {
+        method: "get",
+        path: "/v1/llm-logs",
+        id: "listLlmLogs",
+        tag: "usage",
+        summary: "The tenant's provider request logs (with `llmRequestLogs: true` in `config/tenant.json`), oldest session first",
+        auth: Auth::Admin,
+        params: &[
+            Param {
+                name: "session",
+                location: "query",
+                schema: r#"{"type":"string","minLength":1}"#,
+                description: "Only this session's records.",
+            },
+            Param {
+                name: "after",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "The `nextAfter` of the previous page.",
+            },
+            Param {
+                name: "limit",
+                location: "query",
+                schema: r#"{"type":"integer","minimum":1,"maximum":1000,"default":100}"#,
+                description: "Records per page.",
+            },
+        ],
+        request: None,
+        ok: (200, Body::Json(of::<crate::llm::request_log::List>)),
+        errors: &[400, 409],
+    },
+    Route {
+        method: "get",
+        path: "/v1/llm-logs/{id}/{record}",
+        id: "getLlmLog",
+        tag: "usage",
+        summary: "One provider request and its response, credentials redacted",
+        auth: Auth::Admin,
+        params: &[],
+        request: None,
+        ok: (200, Body::Json(of::<crate::llm::request_log::Record>)),
+        errors: &[400, 404, 409],
+    },
+    Route {
         method: "put",
         path: "/v1/budget",
         id: "putTenantBudget",
@@ -849,6 +892,9 @@ fn path_param(name: &str) -> (Value, &'static str) {
     let description = match name {
         "id" => "The session's (or binding's) id.",
         "approvalId" => "The `approvalId` of a `wuhu_approval_request_v1` entry.",
+        "record" => {
+            "A request log's file name, `{step}-{startedAtMs}.json` (the `name` a listing gives, after the session)."
+        }
         "jti" => "The token's id.",
         "owner" => "The runner owner's `sub`.",
         "name" => "The runner's name.",

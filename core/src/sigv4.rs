@@ -1,6 +1,6 @@
 //! AWS Signature Version 4 presigned URLs (query-string authentication), sans-IO: the caller
 //! passes the time and the credentials and gets a URL. Used for blob uploads straight to R2's
-//! S3 API when its credentials are configured (decision 0014); R2 takes region `auto`.
+//! S3 API when its credentials are configured (decision 0015); R2 takes region `auto`.
 //!
 //! Verified against the presigned `GET` example of AWS's S3 documentation
 //! ("Authenticating Requests: Using Query Parameters").

@@ -2,6 +2,7 @@
 //! capturing the snapshot, and detaching.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use wuhu_core::wire::runner::{
@@ -11,6 +12,7 @@ use wuhu_core::wire::runner::{
 
 use crate::executor::RunnerDirs;
 use crate::snapshot::capture_snapshot;
+use crate::store::Store;
 use crate::tools::{CancelSignal, ToolContext};
 use wuhu_core::tools::truncate_tail_with;
 
@@ -28,6 +30,9 @@ pub struct EnvironmentHost {
     /// Directories attach paths must be inside (the `--env` directories and the workspaces
     /// root); `None` accepts any existing directory (`--allow-any-path`).
     pub allowed_roots: Option<Vec<PathBuf>>,
+    /// The workspace store (`--store`): folder-template environments are hydrated from it on
+    /// attach and saved to it (then deleted here) on detach.
+    pub store: Option<Arc<Store>>,
 }
 
 /// Default limit for a startup script.
@@ -57,6 +62,7 @@ impl EnvironmentHost {
             vars: std::env::vars().collect(),
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             dirs: RunnerDirs::in_system_temp(),
+            store: None,
         }
     }
 
@@ -193,6 +199,14 @@ impl EnvironmentHost {
     pub async fn detach(&self, environment: &EnvironmentContext) -> Result<Detached, ErrorBody> {
         self.check_call_context(environment)?;
         match environment.kind {
+            EnvironmentKind::FolderTemplate if self.store.is_some() => {
+                let store = self.store.as_ref().expect("checked");
+                let removed = store.detach(Path::new(&environment.root)).await?;
+                Ok(Detached {
+                    removed,
+                    branch: None,
+                })
+            }
             EnvironmentKind::Local | EnvironmentKind::FolderTemplate => Ok(Detached {
                 removed: false,
                 branch: None,
@@ -246,24 +260,45 @@ impl EnvironmentHost {
             ));
         }
         let dest = claim_dir(&self.workspaces_root, session_id)?;
-        let (from, to) = (template.to_path_buf(), dest.clone());
-        let copied = tokio::task::spawn_blocking(move || copy_tree(&from, &to))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
-        if let Err(e) = copied {
-            let _ = std::fs::remove_dir_all(&dest);
-            return Err(ErrorBody::new(
-                codes::INTERNAL,
-                format!("copying {} failed: {e}", template.display()),
-            ));
-        }
         let root = dest.canonicalize().unwrap_or(dest.clone());
+        // A store restores the session's saved workspace; the template seeds a new one.
+        let restored = match &self.store {
+            Some(store) => match store.hydrate(session_id, &spec.name, &root, &[]).await {
+                Ok(restored) => restored,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dest);
+                    return Err(e);
+                }
+            },
+            None => false,
+        };
+        let fail = async |e: ErrorBody| {
+            if let Some(store) = &self.store {
+                store.abandon(&root).await;
+            }
+            let _ = std::fs::remove_dir_all(&dest);
+            Err(e)
+        };
+        if !restored {
+            let (from, to) = (template.to_path_buf(), dest.clone());
+            let copied = tokio::task::spawn_blocking(move || copy_tree(&from, &to))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(e) = copied {
+                return fail(ErrorBody::new(
+                    codes::INTERNAL,
+                    format!("copying {} failed: {e}", template.display()),
+                ))
+                .await;
+            }
+        }
+        // Also after a restore: what the skip rules left out (node_modules, ...) comes back
+        // from the startup script, which must therefore be safe to run again.
         if let Some(script) = startup_script.filter(|s| !s.trim().is_empty())
             && let Err(e) = self.run_startup_script(&root, spec, script).await
         {
-            let _ = std::fs::remove_dir_all(&dest);
-            return Err(e);
+            return fail(e).await;
         }
         Ok(root)
     }
@@ -554,6 +589,7 @@ mod tests {
                 log_dir: base.join("logs"),
             },
             allowed_roots: None,
+            store: None,
         }
     }
 

@@ -18,6 +18,8 @@
 //!   a session: everything they need arrives with the call (seed 003).
 //! * [`jobs`]: background jobs (`bash {background: true}`, `job_status`, `job_kill`): they
 //!   belong to the runner process and outlive its connections.
+//! * [`store`]: cloud workspaces on S3-compatible storage (`--store`): hydrate on attach, save
+//!   on detach, on an interval and before exit.
 //! * [`tools`]: `bash`, `read`, `write`, `edit`, `ls`, `find`, `grep` with Wuhu semantics.
 //!
 //! The runner keeps no per-session state: every request carries the environment context the
@@ -33,6 +35,7 @@ pub mod environment;
 pub mod executor;
 pub mod jobs;
 pub mod snapshot;
+pub mod store;
 pub mod tools;
 
 /// Current Unix time in seconds.

@@ -12,6 +12,8 @@ use wuhu_core::wire::runner::RunnerKind;
 use wuhu_runner::client::{ClientOptions, run};
 use wuhu_runner::config::{Settings, default_config_path, load_settings, parse_env_flag};
 use wuhu_runner::environment::EnvironmentHost;
+use wuhu_runner::store::rules::AwsSources;
+use wuhu_runner::store::{Store, StoreConfig, spawn_interval_saves};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -103,6 +105,29 @@ struct RegisterArgs {
     /// workspaces root.
     #[arg(long)]
     allow_any_path: bool,
+    /// Keep folder-template workspaces in S3-compatible storage: hydrate them on attach from the
+    /// session's saved workspace (else the template), save them on detach, every
+    /// --store-save-interval and before exit, and delete the local copy after detach.
+    /// Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY(/AWS_SESSION_TOKEN), else AWS_PROFILE
+    /// in ~/.aws/credentials or ~/.aws/config.
+    #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+    store: Option<String>,
+    /// S3 endpoint for --store (R2, MinIO, a local server); path-style addressing. Default:
+    /// AWS's regional endpoint.
+    #[arg(long, value_name = "URL", requires = "store")]
+    store_endpoint: Option<String>,
+    /// Region for --store [default: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else
+    /// us-east-1].
+    #[arg(long, value_name = "REGION", requires = "store")]
+    store_region: Option<String>,
+    /// Seconds between saves of held workspaces.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 300,
+        requires = "store"
+    )]
+    store_save_interval: u64,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -172,6 +197,29 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
             .map(|env| PathBuf::from(&env.path))
             .collect()
     }));
+    let store = match &args.store {
+        Some(url) => {
+            let location = wuhu_runner::store::rules::parse_store_url(url)
+                .map_err(|e| anyhow::anyhow!("--store: {e}"))?;
+            let store_config = StoreConfig {
+                location,
+                endpoint: args.store_endpoint.clone(),
+                region: args.store_region.clone(),
+                save_interval: Duration::from_secs(args.store_save_interval.max(1)),
+            };
+            Some(Arc::new(
+                Store::open(
+                    &store_config,
+                    &config.name,
+                    &host.workspaces_root,
+                    &aws_sources(home.as_deref()),
+                )
+                .map_err(|e| anyhow::anyhow!("--store: {e}"))?,
+            ))
+        }
+        None => None,
+    };
+    host.store = store.clone();
     let temp_root = host.dirs.temp_root.clone();
     let options = ClientOptions {
         status: Arc::new(|line: &str| eprintln!("wuhu-runner: {line}")),
@@ -184,7 +232,11 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let exit_store = store.clone();
     let code = runtime.block_on(async move {
+        if let Some(store) = store {
+            spawn_interval_saves(store);
+        }
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let terminated = async {
@@ -208,10 +260,49 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
             () = terminated => 143,
         }
     });
+    // Held workspaces are saved before the runner exits (bounded: a hung store must not keep
+    // a stopping machine up forever).
+    if let Some(store) = exit_store {
+        runtime.block_on(async {
+            if tokio::time::timeout(EXIT_SAVE_LIMIT, store.save_all("exit"))
+                .await
+                .is_err()
+            {
+                eprintln!(
+                    "wuhu-runner: store: saving before exit took over {} s; stopped",
+                    EXIT_SAVE_LIMIT.as_secs()
+                );
+            }
+        });
+    }
     // Dropping the runtime drops running calls, which kills their process groups.
     runtime.shutdown_timeout(Duration::from_secs(2));
     let _ = std::fs::remove_dir_all(temp_root);
     Ok(code)
+}
+
+/// How long saving held workspaces before exit may take.
+const EXIT_SAVE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The standard AWS variables and shared files (`AWS_SHARED_CREDENTIALS_FILE` /
+/// `~/.aws/credentials`, `AWS_CONFIG_FILE` / `~/.aws/config`).
+fn aws_sources(home: Option<&std::path::Path>) -> AwsSources {
+    let vars: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("AWS_"))
+        .collect();
+    let file = |var: &str, default: &str| {
+        let path = vars
+            .get(var)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home.map(|h| h.join(".aws").join(default)))?;
+        std::fs::read_to_string(path).ok()
+    };
+    AwsSources {
+        credentials_file: file("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+        config_file: file("AWS_CONFIG_FILE", "config"),
+        vars,
+    }
 }
 
 fn jitter_seed() -> u64 {

@@ -160,6 +160,25 @@ ensure_schemathesis() {
   export SCHEMATHESIS_BIN
 }
 
+# moto (PyPI) in its own virtualenv under $WUHU_TOOL_CACHE, pinned; sets MOTO_SERVER_BIN. It is
+# the S3-compatible server the cloud-workspace e2e tests (tests/tests/cloud_workspaces.rs) start
+# on an ephemeral port: in memory, conditional puts atomic under races, no auth check
+# (docs/decisions/0014-cloud-workspaces-on-object-storage.md).
+MOTO_VERSION="5.2.5"
+ensure_moto() {
+  local root="$WUHU_TOOL_CACHE/moto-$MOTO_VERSION"
+  if [ ! -f "$root/.wuhu-installed" ]; then
+    log "installing moto $MOTO_VERSION into $root (once per machine)"
+    rm -rf "$root"
+    mkdir -p "$WUHU_TOOL_CACHE"
+    python3 -m venv "$root" >&2
+    "$root/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+    touch "$root/.wuhu-installed"
+  fi
+  MOTO_SERVER_BIN="$root/bin/moto_server"
+  export MOTO_SERVER_BIN
+}
+
 # Builds the Worker (release) into worker/build: worker-build's output and the sandbox module;
 # and the web app it serves.
 build_worker() {

@@ -17,6 +17,8 @@
 //!   the `js` tool's `fetch` reaches).
 //! * [`cli`]: the real `wuhu` binary: one-shot runs in a private `HOME`, background runs, `tmux`
 //!   for `wuhu chat`, and a TCP relay whose connections a test can cut.
+//! * [`moto::Moto`]: a local S3-compatible server (moto, installed by `ensure_moto`) for cloud
+//!   workspaces.
 //! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
 //!
 //! The harness needs `worker/build` (built by `scripts/test`) and wrangler from
@@ -34,6 +36,7 @@ pub mod fake_responses;
 pub mod fake_server;
 pub mod http;
 pub mod jwt;
+pub mod moto;
 pub mod net;
 pub mod runner;
 pub mod sse;

@@ -532,6 +532,125 @@ fn a_tenant_model_table_written_by_an_admin_prices_its_sessions_requests() {
 }
 
 #[test]
+fn request_logs_keep_each_provider_exchange_redacted_for_admins_only() {
+    let _guard = stack().guard();
+    let tenant = unique_name("llm-logs");
+    let ada = stack().client("ada", &tenant);
+    let admin = stack().admin_client("root", &tenant);
+    admin
+        .put_doc(
+            "config/tenant.json",
+            r#"{"llmRequestLogs":true,"llmRequestLogDays":3}"#,
+        )
+        .expect_status(200);
+    let model = unique_name("claude-logged");
+    let id = ada
+        .create_session(json!({"provider": "anthropic", "model": model}))
+        .id;
+    stack().openai().script(
+        &model,
+        [
+            Reply::tool_calls([("list_sessions", json!({"limit": 1}))]).with_text("Checking."),
+            Reply::text("Done."),
+        ],
+    );
+    let pasted = "sk-ant-api03-pastedSecretPastedSecret";
+    ada.enqueue(
+        &id,
+        "followUp",
+        &format!("my key is {pasted}, list my sessions"),
+    );
+    ada.wait_idle(&id, TURN);
+    assert_eq!(assistants(&ada.transcript(&id)).len(), 2);
+
+    // Members may not read them.
+    assert_eq!(ada.get("/v1/llm-logs").status, 403);
+    assert_eq!(
+        ada.get(&format!("/v1/llm-logs/{id}/0000000001-0000000000000.json"))
+            .status,
+        403
+    );
+    // One record per request, in step order, paged.
+    let all = admin.get(&format!("/v1/llm-logs?session={id}")).json();
+    let records = all["records"].as_array().cloned().unwrap_or_default();
+    assert_eq!(records.len(), 2, "{all}");
+    assert_eq!(
+        (records[0]["step"].as_u64(), records[1]["step"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert!(all.get("nextAfter").is_none(), "{all}");
+    let first = admin
+        .get(&format!("/v1/llm-logs?session={id}&limit=1"))
+        .json();
+    assert_eq!(first["records"].as_array().map(Vec::len), Some(1));
+    let after = first["nextAfter"].as_str().expect("nextAfter").to_string();
+    let second = admin
+        .get(&format!("/v1/llm-logs?session={id}&limit=1&after={after}"))
+        .json();
+    assert_eq!(second["records"][0]["name"], records[1]["name"], "{second}");
+    assert_eq!(admin.get("/v1/llm-logs").json()["records"], all["records"]);
+    // The exchange is there, the credentials are not.
+    for record in &records {
+        let name = record["name"].as_str().unwrap();
+        let response = admin.get(&format!("/v1/llm-logs/{name}"));
+        assert_eq!(response.status, 200, "{response}");
+        let text = response.text();
+        assert!(!text.contains(ANTHROPIC_TEST_KEY), "{text}");
+        assert!(!text.contains(pasted), "{text}");
+        let log = response.json();
+        assert_eq!(log["session"], id.as_str());
+        assert_eq!(log["provider"], "anthropic");
+        assert_eq!(log["response"]["status"], 200);
+        let headers = log["request"]["headers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            headers.contains(&json!(["x-api-key", "[redacted]"])),
+            "{headers:?}"
+        );
+        assert_eq!(log["request"]["body"]["model"], model.as_str());
+        assert!(
+            log["request"]["body"]["messages"][0]
+                .to_string()
+                .contains("my key is [redacted]"),
+            "{log}"
+        );
+        assert!(
+            log["response"]["body"]
+                .as_str()
+                .is_some_and(|b| b.contains("message_start")),
+            "{log}"
+        );
+    }
+    // Bad names and limits are refused; unknown records are 404; other tenants see nothing.
+    for bad in [
+        "/v1/llm-logs?limit=0",
+        "/v1/llm-logs?limit=1001",
+        "/v1/llm-logs?session=a/b",
+    ] {
+        assert_eq!(admin.get(bad).status, 400, "{bad}");
+    }
+    assert_eq!(
+        admin.get(&format!("/v1/llm-logs/{id}/1-2.json")).status,
+        400
+    );
+    assert_eq!(
+        admin
+            .get(&format!("/v1/llm-logs/{id}/0000000009-0000000000000.json"))
+            .status,
+        404
+    );
+    let other = stack().admin_client("root", &unique_name("llm-logs-off"));
+    assert_eq!(
+        other.get("/v1/llm-logs").json()["records"],
+        json!([]),
+        "another tenant"
+    );
+    assert_eq!(admin.post("/v1/llm-logs", &json!({})).status, 405);
+}
+
+#[test]
 fn switching_from_anthropic_to_openai_mid_session_converts_the_transcript() {
     let _guard = stack().guard();
     let (api, id, claude) = anthropic_session("use tools");

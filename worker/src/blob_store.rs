@@ -13,7 +13,7 @@ use crate::http::{ApiError, ApiResult, query_pairs};
 /// Blobs share the bucket of the archive and the workspace, under `{tenant}/blobs/`.
 const BUCKET: &str = "ARCHIVE";
 
-/// The R2 S3 API settings that switch uploads to SigV4 presigned URLs (decision 0014). All
+/// The R2 S3 API settings that switch uploads to SigV4 presigned URLs (decision 0015). All
 /// four must be set; otherwise the Worker's own signed upload route is used.
 const S3_ENDPOINT: &str = "WUHU_BLOB_S3_ENDPOINT";
 const S3_BUCKET: &str = "WUHU_BLOB_S3_BUCKET";

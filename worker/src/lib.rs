@@ -18,6 +18,7 @@ mod identity;
 mod internal;
 mod js_tool;
 mod jwt_crypto;
+mod llm_logs;
 mod model_tool;
 mod observe;
 mod orchestration_tools;
@@ -221,6 +222,12 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             tenant_index::budget_route(&env, &identity, Method::Put, Some(body)).await
         }
         (["v1", "budget"], _) => Err(method_not_allowed()),
+        (["v1", "llm-logs"], Method::Get) => llm_logs::list(&req, &env, &identity).await,
+        (["v1", "llm-logs"], _) => Err(method_not_allowed()),
+        (["v1", "llm-logs", session, record], Method::Get) => {
+            llm_logs::get(&env, &identity, session, record).await
+        }
+        (["v1", "llm-logs", _, _], _) => Err(method_not_allowed()),
         (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
         (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
         (["v1", "sessions"], _) => Err(method_not_allowed()),

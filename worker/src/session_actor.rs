@@ -85,6 +85,8 @@ pub(crate) struct Actor {
     usage_sending: Cell<bool>,
     /// The tenant's budget was spent when last asked (enqueue asks again while it is).
     pub(crate) tenant_budget_spent: Cell<bool>,
+    /// When this actor last deleted its session's expired request logs (unix ms; 0: never).
+    pub(crate) llm_logs_swept_at: Cell<u64>,
     alarm_armed_for: Cell<Option<u64>>,
     /// When the running turn started in this isolate (for the turn log line).
     turn_started_at: Cell<Option<u64>>,
@@ -170,6 +172,7 @@ impl DurableObject for SessionActor {
             usage_dirty: Cell::new(false),
             usage_sending: Cell::new(false),
             tenant_budget_spent: Cell::new(false),
+            llm_logs_swept_at: Cell::new(0),
             alarm_armed_for: Cell::new(None),
             turn_started_at: Cell::new(None),
             tail: RefCell::new(None),

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use worker::{Bucket, Env, Include};
 use wuhu_core::authority::{WorkspaceWriter, is_tenant_config};
 use wuhu_core::llm::models::{ModelTable, ModelTableError, TENANT_TABLE_PATH};
-use wuhu_core::tenant_config::check_document;
+use wuhu_core::tenant_config::{
+    TENANT_CONFIG_PATH, TenantConfig, TenantConfigError, check_document,
+};
 use wuhu_core::workspace::{
     MAX_DOC_BYTES, normalize_doc_path, normalize_prefix, split_frontmatter,
 };
@@ -96,6 +98,17 @@ pub(crate) async fn model_table(
 ) -> ApiResult<Result<ModelTable, ModelTableError>> {
     let doc = read(env, tenant, TENANT_TABLE_PATH).await?;
     Ok(ModelTable::with_tenant(
+        doc.as_ref().map(|d| d.content.as_str()),
+    ))
+}
+
+/// The tenant's settings (`config/tenant.json`); the inner error is an invalid document.
+pub(crate) async fn tenant_config(
+    env: &Env,
+    tenant: &str,
+) -> ApiResult<Result<TenantConfig, TenantConfigError>> {
+    let doc = read(env, tenant, TENANT_CONFIG_PATH).await?;
+    Ok(TenantConfig::parse(
         doc.as_ref().map(|d| d.content.as_str()),
     ))
 }

@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod fake;
 pub mod models;
 pub mod openai;
+pub mod request_log;
 pub mod responses;
 pub mod retry;
 pub(crate) mod stream;

@@ -268,6 +268,12 @@ pub mod codes {
     pub const RUNNER_REMOVED: &str = "runner_removed";
     /// Refusal: the first frame was not `hello`. Permanent.
     pub const HELLO_REQUIRED: &str = "hello_required";
+    /// Result error: a cloud workspace was not saved (or hydrated) because another runner has
+    /// it; the runner keeps its local copy and names it in the message.
+    pub const STORE_CONFLICT: &str = "store_conflict";
+    /// Result error: the runner's workspace store (S3) failed; the message says what and where
+    /// the local copy is.
+    pub const STORE_FAILED: &str = "store_failed";
     /// Result error: the tool name is unknown to this runner.
     pub const UNKNOWN_TOOL: &str = "unknown_tool";
     /// Result error: the environment kind is not supported by this runner.

@@ -11,6 +11,7 @@ use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::compaction::{self, CompactionJob, StepPlan};
 use wuhu_core::context::ContextWindow;
 use wuhu_core::llm::models::ModelTable;
+use wuhu_core::llm::request_log::{Exchange, MAX_LOGGED_BODY_BYTES};
 use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
 use wuhu_core::tools::catalogue_for;
@@ -80,6 +81,21 @@ pub(crate) enum Purpose {
 }
 
 impl Purpose {
+    /// The step a request log is filed under (0: a manual compaction).
+    fn step(self) -> u64 {
+        match self {
+            Purpose::Step(step) | Purpose::Summary(Some(step)) => step,
+            Purpose::Summary(None) => 0,
+        }
+    }
+
+    fn log_name(self) -> &'static str {
+        match self {
+            Purpose::Step(_) => "step",
+            Purpose::Summary(_) => "summary",
+        }
+    }
+
     fn current(self, actor: &Actor) -> bool {
         match self {
             Purpose::Step(step) | Purpose::Summary(Some(step)) => actor.inference_current(step),
@@ -107,8 +123,8 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
         actor.lineage().depth,
         &crate::session_client::orchestration_limits(&actor.env),
     );
-    let models = match tenant_models(actor).await {
-        Ok(models) => models,
+    let settings = &match settings(actor).await {
+        Ok(settings) => settings,
         Err(failure) => return Some(Err(failure)),
     };
     let mut compacted = false;
@@ -126,7 +142,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             };
             compaction::plan_step(
                 &header,
-                &models,
+                &settings.models,
                 window,
                 group_chat_since,
                 catalogue_for(may_spawn),
@@ -136,7 +152,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
         let request = match plan {
             StepPlan::Compact(job) => {
                 compacted = true;
-                match compact(actor, Purpose::Summary(Some(step)), &header, &models, job).await {
+                match compact(actor, Purpose::Summary(Some(step)), &header, settings, job).await {
                     Ok(Some(_)) => continue,
                     Ok(None) => return None,
                     Err(failure) => return Some(Err(failure)),
@@ -144,7 +160,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
             }
             StepPlan::Send { request, .. } => request,
         };
-        match call(actor, Purpose::Step(step), &header, &models, &request).await {
+        match call(actor, Purpose::Step(step), &header, settings, &request).await {
             Ok(Some(message)) => return Some(Ok(message)),
             Ok(None) => return None,
             Err(failure) if failure.is_context_overflow() && !compacted => {
@@ -156,7 +172,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
                     };
                     compaction::plan_compaction(
                         &header,
-                        &models,
+                        &settings.models,
                         window,
                         group_chat_since,
                         &catalogue_for(may_spawn),
@@ -167,7 +183,7 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
                 let Ok(job) = job else {
                     return Some(Err(failure));
                 };
-                match compact(actor, Purpose::Summary(Some(step)), &header, &models, job).await {
+                match compact(actor, Purpose::Summary(Some(step)), &header, settings, job).await {
                     Ok(Some(_)) => continue,
                     Ok(None) => return None,
                     Err(summary_failure) => return Some(Err(summary_failure)),
@@ -178,10 +194,86 @@ async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, 
     }
 }
 
+/// What a step reads of its tenant's settings before its requests.
+pub(crate) struct Settings {
+    /// The model table in effect.
+    pub(crate) models: ModelTable,
+    /// Days request logs are kept, when the tenant keeps them.
+    pub(crate) log_days: Option<u32>,
+}
+
+/// Reads the tenant's settings, at each step (and for a manual compaction).
+pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Settings, LlmFailure> {
+    Ok(Settings {
+        models: tenant_models(actor).await?,
+        log_days: request_logs(actor).await?,
+    })
+}
+
+/// Whether the tenant keeps request logs (`config/tenant.json`), and for how many days. An
+/// invalid document fails the step visibly, like an invalid model table.
+async fn request_logs(actor: &Rc<Actor>) -> Result<Option<u32>, LlmFailure> {
+    match crate::workspace_io::tenant_config(&actor.env, &actor.tenant()).await {
+        Ok(Ok(config)) => Ok(config
+            .llm_request_logs
+            .then_some(config.llm_request_log_days)),
+        Ok(Err(invalid)) => Err(LlmFailure {
+            status: None,
+            message: invalid.to_string(),
+            retryable: false,
+            retry_after_ms: None,
+        }),
+        Err(e) => Err(LlmFailure {
+            status: None,
+            message: format!("reading the tenant's settings failed: {}", e.message),
+            retryable: true,
+            retry_after_ms: None,
+        }),
+    }
+}
+
+/// Every provider key the Worker holds: none of them may reach a request log.
+fn provider_keys(env: &worker::Env) -> Vec<String> {
+    wuhu_core::llm::PROVIDERS
+        .iter()
+        .filter_map(|p| HttpProvider::named(p))
+        .filter_map(|p| {
+            env.secret(p.api_key_var)
+                .map(|v| v.to_string())
+                .or_else(|_| env.var(p.api_key_var).map(|v| v.to_string()))
+                .ok()
+        })
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+/// Writes a request log, then (at most hourly per actor) deletes this session's expired ones.
+/// A failure is logged and never fails the step.
+async fn log_request(actor: &Rc<Actor>, step: u64, exchange: &Exchange, days: u32) {
+    let keys = provider_keys(&actor.env);
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let (tenant, session) = (actor.tenant(), actor.session_id());
+    if let Err(e) =
+        crate::llm_logs::write(&actor.env, &tenant, &session, step, exchange, &keys).await
+    {
+        worker::console_error!("writing a request log failed: {}", e.message);
+    }
+    let now_ms = now().0;
+    if now_ms.saturating_sub(actor.llm_logs_swept_at.get()) >= LOG_SWEEP_EVERY_MS {
+        actor.llm_logs_swept_at.set(now_ms);
+        if let Err(e) = crate::llm_logs::sweep_session(&actor.env, &tenant, &session, days).await {
+            worker::console_error!("deleting expired request logs failed: {}", e.message);
+        }
+    }
+}
+
+/// How often a session deletes its expired request logs (while it writes new ones).
+const LOG_SWEEP_EVERY_MS: u64 = 60 * 60 * 1000;
+
 /// The tenant's model table (the built-in one with `config/models.json` over it), read at each
 /// step. An invalid document fails the step visibly (not retried: an admin fixes it); a failed
 /// read is retried.
-pub(crate) async fn tenant_models(actor: &Rc<Actor>) -> Result<ModelTable, LlmFailure> {
+async fn tenant_models(actor: &Rc<Actor>) -> Result<ModelTable, LlmFailure> {
     match crate::workspace_io::model_table(&actor.env, &actor.tenant()).await {
         Ok(Ok(models)) => Ok(models),
         Ok(Err(invalid)) => Err(LlmFailure {
@@ -204,14 +296,39 @@ async fn call(
     actor: &Rc<Actor>,
     purpose: Purpose,
     header: &Header,
-    models: &ModelTable,
+    settings: &Settings,
     request: &LlmRequest,
 ) -> Result<Option<AssistantMessage>, LlmFailure> {
     let mut builder = AssistantBuilder::default();
     let result = match header.provider.as_str() {
         fake::PROVIDER => run_fake(actor, purpose, request, &mut builder).await,
         other => match HttpProvider::named(other) {
-            Some(provider) => run_http(actor, purpose, provider, request, &mut builder).await,
+            Some(provider) => {
+                let mut exchange = settings.log_days.map(|_| Exchange {
+                    provider: header.provider.clone(),
+                    model: header.model.clone(),
+                    purpose: purpose.log_name(),
+                    started_at_ms: now().0,
+                    ..Exchange::default()
+                });
+                let result = run_http(
+                    actor,
+                    purpose,
+                    provider,
+                    request,
+                    &mut builder,
+                    exchange.as_mut(),
+                )
+                .await;
+                if let (Some(days), Some(mut exchange)) = (settings.log_days, exchange) {
+                    exchange.duration_ms = now().0.saturating_sub(exchange.started_at_ms);
+                    if let Err(failure) = &result {
+                        exchange.error = Some(failure.message.clone());
+                    }
+                    log_request(actor, purpose.step(), &exchange, days).await;
+                }
+                result
+            }
             None => Err(LlmFailure {
                 status: None,
                 message: format!("unknown provider {other:?}"),
@@ -224,7 +341,7 @@ async fn call(
         Ok(true) => {
             let mut message = builder.build(&header.provider, &header.model);
             if let Some(usage) = message.usage.as_mut() {
-                usage.cost_usd = models.cost_usd(&header.model, usage);
+                usage.cost_usd = settings.models.cost_usd(&header.model, usage);
             }
             Ok(Some(message))
         }
@@ -239,7 +356,7 @@ pub(crate) async fn compact(
     actor: &Rc<Actor>,
     purpose: Purpose,
     header: &Header,
-    models: &ModelTable,
+    settings: &Settings,
     job: CompactionJob,
 ) -> Result<Option<(u64, Compaction)>, LlmFailure> {
     let summary_failed = |message: String| LlmFailure {
@@ -248,7 +365,7 @@ pub(crate) async fn compact(
         retryable: true,
         retry_after_ms: None,
     };
-    let reply = match call(actor, purpose, header, models, &job.request).await {
+    let reply = match call(actor, purpose, header, settings, &job.request).await {
         Ok(Some(reply)) => reply,
         Ok(None) => return Ok(None),
         Err(failure) => {
@@ -343,6 +460,7 @@ async fn run_http(
     provider: HttpProvider,
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
+    mut exchange: Option<&mut Exchange>,
 ) -> Result<bool, LlmFailure> {
     let base_url = actor
         .env
@@ -356,6 +474,11 @@ async fn run_http(
         .or_else(|_| actor.env.var(provider.api_key_var).map(|v| v.to_string()))
         .ok();
     let http = provider.build_http_request(&base_url, api_key.as_deref(), request);
+    if let Some(exchange) = exchange.as_deref_mut() {
+        exchange.url = http.url.clone();
+        exchange.request_headers = http.headers.clone();
+        exchange.request_body = http.body.clone();
+    }
     let headers = Headers::new();
     for (name, value) in &http.headers {
         let _ = headers.set(name, value);
@@ -384,9 +507,16 @@ async fn run_http(
         }
     };
     let status = response.status_code();
+    if let Some(exchange) = exchange.as_deref_mut() {
+        exchange.status = Some(status);
+        exchange.response_headers = response.headers().entries().collect();
+    }
     if !(200..300).contains(&status) {
         let headers: Vec<(String, String)> = response.headers().entries().collect();
         let body = response.text().await.unwrap_or_default();
+        if let Some(exchange) = exchange.as_deref_mut() {
+            collect(exchange, body.as_bytes());
+        }
         return Err(LlmFailure::from_response(status, &headers, &body));
     }
     let mut stream = response
@@ -404,6 +534,9 @@ async fn run_http(
                 )));
             }
         };
+        if let (Some(exchange), Some(Ok(bytes))) = (exchange.as_deref_mut(), &chunk) {
+            collect(exchange, bytes);
+        }
         let events = match chunk {
             Some(Ok(bytes)) => decoder.push(&bytes)?,
             Some(Err(e)) => return Err(LlmFailure::network(format!("provider stream broke: {e}"))),
@@ -421,6 +554,16 @@ async fn run_http(
         }
     }
     Ok(purpose.current(actor))
+}
+
+/// Keeps the start of a response body for its request log (one byte past the logged bound, so
+/// the record knows it was cut) and counts the rest.
+fn collect(exchange: &mut Exchange, bytes: &[u8]) {
+    let room = (MAX_LOGGED_BODY_BYTES + 1).saturating_sub(exchange.response_body.len());
+    exchange
+        .response_body
+        .extend_from_slice(&bytes[..bytes.len().min(room)]);
+    exchange.response_body_total += bytes.len();
 }
 
 /// Aborts its controller when dropped (the request's future was dropped mid-flight).

@@ -393,9 +393,9 @@ impl Actor {
         let header = inference::context_window(&self)
             .await
             .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
-        let models = inference::tenant_models(&self)
+        let settings = inference::settings(&self)
             .await
-            .map_err(|failure| ApiError::new(409, "invalid_model_table", failure.message))?;
+            .map_err(|failure| ApiError::new(409, "invalid_tenant_config", failure.message))?;
         let group_chat_since = self.with_loaded(|l| l.session.group_chat_since()).flatten();
         let job = {
             let tail = self.tail.borrow();
@@ -404,7 +404,7 @@ impl Actor {
                 .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
             wuhu_core::compaction::plan_compaction(
                 &header,
-                &models,
+                &settings.models,
                 window,
                 group_chat_since,
                 &wuhu_core::tools::catalogue(),
@@ -417,7 +417,7 @@ impl Actor {
             &self,
             inference::Purpose::Summary(None),
             &header,
-            &models,
+            &settings,
             job,
         )
         .await

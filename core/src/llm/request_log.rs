@@ -1,0 +1,621 @@
+//! Request logs: what a tenant with `llmRequestLogs: true` (`crate::tenant_config`) keeps of
+//! each provider request, with credentials taken out.
+//!
+//! The host hands over what it sent and received ([`Exchange`]); [`record`] redacts it and
+//! bounds it, [`object_key`] says where it goes in R2, and [`is_expired`] when it goes away.
+//! Redaction has three rules, applied everywhere in a record:
+//!
+//! * a header or JSON field whose *name* is credential-shaped ([`is_secret_name`]:
+//!   `authorization`, `x-api-key`, `api_key`, `*secret*`, `access_token`, `password`, …; but
+//!   not `max_tokens` or `input_tokens`, which are counts) has its value replaced;
+//! * a credential-shaped *word* inside any text ([`redact_text`]: `Bearer …`, `sk-…`, a JWT,
+//!   `AKIA…`, `ghp_…`, `xox?-…`, a private-key block) is replaced;
+//! * every occurrence of a secret the host knows (its provider keys) is replaced, whatever
+//!   its shape.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// What replaces a secret.
+pub const REDACTED: &str = "[redacted]";
+
+/// Most bytes of a request or response body a record keeps (the rest is cut, and the record
+/// says how long the body was).
+pub const MAX_LOGGED_BODY_BYTES: usize = 1024 * 1024;
+
+/// Most records one listing returns.
+pub const MAX_LIST: usize = 1000;
+
+/// Milliseconds in a day.
+pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// What the host sent to and received from a provider for one request.
+#[derive(Clone, Debug, Default)]
+pub struct Exchange {
+    /// Provider id.
+    pub provider: String,
+    /// Model.
+    pub model: String,
+    /// `step` or `summary` (a compaction's).
+    pub purpose: &'static str,
+    /// Request URL.
+    pub url: String,
+    /// Request headers (hold the API key).
+    pub request_headers: Vec<(String, String)>,
+    /// Request body (JSON).
+    pub request_body: String,
+    /// Response status, if one arrived.
+    pub status: Option<u16>,
+    /// Response headers.
+    pub response_headers: Vec<(String, String)>,
+    /// Response body as received (an event stream or an error body): its first bytes, at
+    /// least [`MAX_LOGGED_BODY_BYTES`] + 1 of it when it was longer (the host stops collecting
+    /// there).
+    pub response_body: Vec<u8>,
+    /// Bytes of the response body in all (when the host stopped collecting; 0: its length).
+    pub response_body_total: usize,
+    /// Why the request failed, if it did.
+    pub error: Option<String>,
+    /// Unix milliseconds when the request started.
+    pub started_at_ms: u64,
+    /// How long it took to the end of the response.
+    pub duration_ms: u64,
+}
+
+/// One stored record (`GET /v1/llm-logs/…`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// The session.
+    pub session: String,
+    /// Its step.
+    pub step: u64,
+    /// Provider id.
+    pub provider: String,
+    /// Model.
+    pub model: String,
+    /// `step` or `summary`.
+    pub purpose: String,
+    /// Unix milliseconds when the request started.
+    pub started_at_ms: u64,
+    /// Milliseconds to the end of the response.
+    pub duration_ms: u64,
+    /// What was sent.
+    pub request: Message,
+    /// What came back (`status` is absent when nothing did).
+    pub response: Message,
+    /// Why the request failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A request or a response in a [`Record`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    /// Request URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Response status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Headers, credentials redacted.
+    pub headers: Vec<(String, String)>,
+    /// The body: JSON when it parsed as JSON, else text; redacted and cut to
+    /// [`MAX_LOGGED_BODY_BYTES`].
+    pub body: Value,
+    /// Bytes of the body before it was cut.
+    pub body_bytes: usize,
+    /// Whether the body was cut.
+    pub truncated: bool,
+}
+
+/// The record of `exchange`, redacted: `known_secrets` (the host's provider keys; empty ones
+/// are ignored) never appear in it.
+pub fn record(session: &str, step: u64, exchange: &Exchange, known_secrets: &[&str]) -> Record {
+    Record {
+        session: session.to_string(),
+        step,
+        provider: exchange.provider.clone(),
+        model: exchange.model.clone(),
+        purpose: exchange.purpose.to_string(),
+        started_at_ms: exchange.started_at_ms,
+        duration_ms: exchange.duration_ms,
+        request: message(
+            Some(redact_text(&exchange.url, known_secrets)),
+            None,
+            &exchange.request_headers,
+            exchange.request_body.as_bytes(),
+            known_secrets,
+        ),
+        response: Message {
+            body_bytes: exchange
+                .response_body_total
+                .max(exchange.response_body.len()),
+            ..message(
+                None,
+                exchange.status,
+                &exchange.response_headers,
+                &exchange.response_body,
+                known_secrets,
+            )
+        },
+        error: exchange
+            .error
+            .as_deref()
+            .map(|e| redact_text(e, known_secrets)),
+    }
+}
+
+fn message(
+    url: Option<String>,
+    status: Option<u16>,
+    headers: &[(String, String)],
+    body: &[u8],
+    known: &[&str],
+) -> Message {
+    let truncated = body.len() > MAX_LOGGED_BODY_BYTES;
+    let kept = &body[..body.len().min(MAX_LOGGED_BODY_BYTES)];
+    let text = String::from_utf8_lossy(kept);
+    let body_value = match serde_json::from_str::<Value>(&text) {
+        Ok(mut json) if !truncated => {
+            redact_json(&mut json, known);
+            json
+        }
+        _ => Value::String(redact_text(&text, known)),
+    };
+    Message {
+        url,
+        status,
+        headers: redact_headers(headers, known),
+        body: body_value,
+        body_bytes: body.len(),
+        truncated,
+    }
+}
+
+/// Whether a header or field name is credential-shaped: its words (split at `-`, `_`, `.`,
+/// spaces and lower-to-upper case changes) include `authorization`, `auth`, `key`, `apikey`,
+/// `secret`, `token`, `password`, `passwd`, `credential(s)`, `cookie`, `bearer` or
+/// `signature`. Plural `tokens` is a count, not a credential.
+pub fn is_secret_name(name: &str) -> bool {
+    const SECRET_WORDS: [&str; 13] = [
+        "authorization",
+        "auth",
+        "key",
+        "apikey",
+        "secret",
+        "token",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "cookie",
+        "bearer",
+        "signature",
+    ];
+    words(name).any(|w| SECRET_WORDS.contains(&w.as_str()))
+}
+
+fn words(name: &str) -> impl Iterator<Item = String> + '_ {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut previous_lower = false;
+    for c in name.chars() {
+        if !c.is_ascii_alphanumeric() {
+            if !current.is_empty() {
+                out.push(std::mem::take(&mut current));
+            }
+            previous_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && previous_lower && !current.is_empty() {
+            out.push(std::mem::take(&mut current));
+        }
+        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        current.push(c.to_ascii_lowercase());
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out.into_iter()
+}
+
+/// `headers` with the values of credential-shaped names replaced, and known secrets and
+/// credential-shaped words taken out of the others.
+pub fn redact_headers(headers: &[(String, String)], known: &[&str]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let value = if is_secret_name(name) {
+                REDACTED.to_string()
+            } else {
+                redact_text(value, known)
+            };
+            (name.clone(), value)
+        })
+        .collect()
+}
+
+/// Redacts `value` in place: fields with credential-shaped names lose their value, strings
+/// lose credential-shaped words and known secrets.
+pub fn redact_json(value: &mut Value, known: &[&str]) {
+    match value {
+        Value::Object(map) => {
+            for (name, field) in map.iter_mut() {
+                if is_secret_name(name) && !matches!(field, Value::Null | Value::Bool(_)) {
+                    *field = Value::String(REDACTED.to_string());
+                } else {
+                    redact_json(field, known);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| redact_json(item, known)),
+        Value::String(text) => *text = redact_text(text, known),
+        _ => {}
+    }
+}
+
+/// `text` with every known secret (non-empty) and every credential-shaped word replaced by
+/// [`REDACTED`]: a private-key block, `Bearer <word>`, and words that start `sk-`, `sk_`,
+/// `AKIA`, `ghp_`, `gho_`, `github_pat_`, `xoxb-`, `xoxp-`, or are JWTs (`eyJ….eyJ….…`).
+pub fn redact_text(text: &str, known: &[&str]) -> String {
+    let mut out = text.to_string();
+    for secret in known.iter().filter(|s| s.len() >= 4) {
+        if out.contains(secret) {
+            out = out.replace(secret, REDACTED);
+        }
+    }
+    // Private-key blocks, whole.
+    while let Some(start) = out.find("-----BEGIN ") {
+        let Some(header_end) = out[start + 11..].find("-----") else {
+            break;
+        };
+        let label_end = start + 11 + header_end;
+        if !out[start + 11..label_end].contains("PRIVATE KEY") {
+            break;
+        }
+        let end = out[label_end..]
+            .find("-----END ")
+            .and_then(|e| {
+                let after = label_end + e + 9;
+                out[after..].find("-----").map(|f| after + f + 5)
+            })
+            .unwrap_or(out.len());
+        out.replace_range(start..end, REDACTED);
+    }
+    let mut result = String::with_capacity(out.len());
+    let mut after_bearer = false;
+    for piece in split_keeping_separators(&out) {
+        let is_word = piece.chars().next().is_some_and(is_word_char);
+        if !is_word {
+            result.push_str(piece);
+            continue;
+        }
+        if after_bearer || is_secret_word(piece) {
+            result.push_str(REDACTED);
+        } else {
+            result.push_str(piece);
+        }
+        after_bearer = piece.eq_ignore_ascii_case("bearer");
+    }
+    result
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+}
+
+fn split_keeping_separators(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut in_word: Option<bool> = None;
+    for (i, c) in text.char_indices() {
+        let word = is_word_char(c);
+        match in_word {
+            Some(w) if w != word => {
+                pieces.push(&text[start..i]);
+                start = i;
+            }
+            _ => {}
+        }
+        in_word = Some(word);
+    }
+    if start < text.len() {
+        pieces.push(&text[start..]);
+    }
+    pieces
+}
+
+fn is_secret_word(word: &str) -> bool {
+    const PREFIXES: [&str; 8] = [
+        "sk-",
+        "sk_",
+        "AKIA",
+        "ghp_",
+        "gho_",
+        "github_pat_",
+        "xoxb-",
+        "xoxp-",
+    ];
+    let prefixed = PREFIXES
+        .iter()
+        .any(|p| word.starts_with(p) && word.len() >= p.len() + 12);
+    let jwt = word.starts_with("eyJ") && word.split('.').filter(|p| !p.is_empty()).count() >= 3;
+    prefixed || jwt
+}
+
+/// Where the records of `session` live: `{tenant}/llm-logs/{session}/`.
+pub fn session_prefix(tenant: &str, session: &str) -> String {
+    format!("{tenant}/llm-logs/{session}/")
+}
+
+/// Where the records of the tenant live: `{tenant}/llm-logs/`.
+pub fn tenant_prefix(tenant: &str) -> String {
+    format!("{tenant}/llm-logs/")
+}
+
+/// The key of one record: `{tenant}/llm-logs/{session}/{step:010}-{started_at_ms:013}.json`
+/// (a step may make several requests: retries, a compaction's summary). Keys sort by step, then
+/// time.
+pub fn object_key(tenant: &str, session: &str, step: u64, started_at_ms: u64) -> String {
+    format!(
+        "{}{step:010}-{started_at_ms:013}.json",
+        session_prefix(tenant, session)
+    )
+}
+
+/// Whether `name` (what follows the tenant's prefix) is a record's: `{session}/{step}-{ms}.json`
+/// with a session id of letters, digits and `-`.
+pub fn valid_record_name(name: &str) -> bool {
+    let Some((session, file)) = name.split_once('/') else {
+        return false;
+    };
+    let Some(stem) = file.strip_suffix(".json") else {
+        return false;
+    };
+    let Some((step, ms)) = stem.split_once('-') else {
+        return false;
+    };
+    !session.is_empty()
+        && session.len() <= 64
+        && session
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && step.len() == 10
+        && ms.len() == 13
+        && step.chars().chain(ms.chars()).all(|c| c.is_ascii_digit())
+}
+
+/// One record in a listing (`GET /v1/llm-logs`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// `{session}/{step}-{startedAtMs}.json`: `GET /v1/llm-logs/{name}` reads it.
+    pub name: String,
+    /// The session.
+    pub session: String,
+    /// Its step.
+    pub step: u64,
+    /// Unix milliseconds when the request started.
+    pub started_at_ms: u64,
+    /// Bytes stored.
+    pub size: u64,
+}
+
+impl Summary {
+    /// The summary of the record named `name` (see [`valid_record_name`]).
+    pub fn of(name: &str, size: u64) -> Option<Summary> {
+        if !valid_record_name(name) {
+            return None;
+        }
+        let (session, file) = name.split_once('/')?;
+        let (step, ms) = file.strip_suffix(".json")?.split_once('-')?;
+        Some(Summary {
+            name: name.to_string(),
+            session: session.to_string(),
+            step: step.parse().ok()?,
+            started_at_ms: ms.parse().ok()?,
+            size,
+        })
+    }
+}
+
+/// `GET /v1/llm-logs`: records in key order (session, step, time).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct List {
+    /// At most `limit` records.
+    pub records: Vec<Summary>,
+    /// Pass as `after` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// Whether a record stored at `uploaded_ms` is past a retention of `days` at `now_ms`.
+pub fn is_expired(uploaded_ms: u64, now_ms: u64, days: u32) -> bool {
+    now_ms.saturating_sub(uploaded_ms) >= u64::from(days) * DAY_MS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names_are_credentials_not_counts() {
+        let cases = [
+            ("authorization", true),
+            ("Authorization", true),
+            ("x-api-key", true),
+            ("api_key", true),
+            ("apiKey", true),
+            ("OPENAI_API_KEY", true),
+            ("client_secret", true),
+            ("access_token", true),
+            ("refreshToken", true),
+            ("password", true),
+            ("proxy-authorization", true),
+            ("cookie", true),
+            ("set-cookie", true),
+            ("x-goog-api-key", true),
+            ("signature", true),
+            ("max_tokens", false),
+            ("input_tokens", false),
+            ("maxOutputTokens", false),
+            ("cache_read_input_tokens", false),
+            ("content-type", false),
+            ("anthropic-version", false),
+            ("model", false),
+            ("keyboard", false),
+            ("monkey", false),
+            ("tokenizer", false),
+        ];
+        for (name, secret) in cases {
+            assert_eq!(is_secret_name(name), secret, "{name}");
+        }
+    }
+
+    #[test]
+    fn texts_lose_credential_shaped_words_and_known_secrets() {
+        let known = ["hunter2-provider-key", ""];
+        let cases = [
+            ("plain text stays", "plain text stays"),
+            ("Bearer abc.def", "Bearer [redacted]"),
+            (
+                "authorization: bearer xyz",
+                "authorization: bearer [redacted]",
+            ),
+            (
+                "key sk-ant-api03-0123456789abcdef end",
+                "key [redacted] end",
+            ),
+            ("sk-short", "sk-short"),
+            ("AKIAIOSFODNN7EXAMPLE1", "[redacted]"),
+            ("token=ghp_0123456789abcdefghij", "token=[redacted]"),
+            ("xoxb-1234-5678-abcdefghijkl", "[redacted]"),
+            (
+                "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl!",
+                "jwt [redacted]!",
+            ),
+            ("the key is hunter2-provider-key.", "the key is [redacted]."),
+            (
+                "a -----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY----- b",
+                "a [redacted] b",
+            ),
+            ("-----BEGIN PUBLIC KEY-----", "-----BEGIN PUBLIC KEY-----"),
+            ("eyJ alone", "eyJ alone"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact_text(text, &known), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_record_keeps_the_conversation_and_drops_the_credentials() {
+        let exchange = Exchange {
+            provider: "anthropic".into(),
+            model: "claude-test".into(),
+            purpose: "step",
+            url: "https://api.example.com/v1/messages?key=sk-proj-0123456789abcdef".into(),
+            request_headers: vec![
+                ("x-api-key".into(), "the-real-key-123".into()),
+                ("authorization".into(), "Bearer the-real-key-123".into()),
+                ("content-type".into(), "application/json".into()),
+            ],
+            request_body: r#"{"model":"claude-test","max_tokens":100,"messages":[{"role":"user","content":"my key is the-real-key-123, and a token: sk-ant-0123456789abcdef"}],"metadata":{"api_key":"x","user_id":"u1"},"stream":true}"#.into(),
+            status: Some(200),
+            response_headers: vec![("set-cookie".into(), "s=1".into()), ("request-id".into(), "r1".into())],
+            response_body: b"event: message_start\ndata: {\"usage\":{\"input_tokens\":3}}\n\n".to_vec(),
+            response_body_total: 0,
+            error: None,
+            started_at_ms: 1_000,
+            duration_ms: 20,
+        };
+        let logged = record("s1", 2, &exchange, &["the-real-key-123"]);
+        let json = serde_json::to_value(&logged).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "session": "s1", "step": 2, "provider": "anthropic", "model": "claude-test",
+                "purpose": "step", "startedAtMs": 1000, "durationMs": 20,
+                "request": {
+                    "url": "https://api.example.com/v1/messages?key=[redacted]",
+                    "headers": [["x-api-key", "[redacted]"], ["authorization", "[redacted]"], ["content-type", "application/json"]],
+                    "body": {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "my key is [redacted], and a token: [redacted]"}], "metadata": {"api_key": "[redacted]", "user_id": "u1"}, "stream": true},
+                    "bodyBytes": exchange.request_body.len(), "truncated": false,
+                },
+                "response": {
+                    "status": 200,
+                    "headers": [["set-cookie", "[redacted]"], ["request-id", "r1"]],
+                    "body": "event: message_start\ndata: {\"usage\":{\"input_tokens\":3}}\n\n",
+                    "bodyBytes": exchange.response_body.len(), "truncated": false,
+                },
+            })
+        );
+        assert!(!json.to_string().contains("the-real-key-123"));
+        // A body past the bound is cut (and kept as text).
+        let long = Exchange {
+            response_body: vec![b'a'; MAX_LOGGED_BODY_BYTES + 1],
+            response_body_total: 5 * MAX_LOGGED_BODY_BYTES,
+            ..exchange
+        };
+        let cut = record("s1", 2, &long, &[]);
+        assert!(cut.response.truncated);
+        assert_eq!(cut.response.body_bytes, 5 * MAX_LOGGED_BODY_BYTES);
+        assert_eq!(
+            cut.response.body.as_str().map(str::len),
+            Some(MAX_LOGGED_BODY_BYTES)
+        );
+    }
+
+    #[test]
+    fn keys_sort_by_step_and_time_and_names_are_checked() {
+        let key = object_key("t", "s-1", 12, 1_700_000_000_000);
+        assert_eq!(key, "t/llm-logs/s-1/0000000012-1700000000000.json");
+        assert!(valid_record_name("s-1/0000000012-1700000000000.json"));
+        for bad in [
+            "s-1/12-1700000000000.json",
+            "../x/0000000012-1700000000000.json",
+            "s-1/0000000012-1700000000000.txt",
+            "s-1",
+            "/0000000012-1700000000000.json",
+            "s 1/0000000012-1700000000000.json",
+        ] {
+            assert!(!valid_record_name(bad), "{bad}");
+        }
+        assert!(object_key("t", "s", 2, 5) > object_key("t", "s", 1, 9_999_999_999_999));
+        assert_eq!(
+            Summary::of("s-1/0000000012-1700000000000.json", 7),
+            Some(Summary {
+                name: "s-1/0000000012-1700000000000.json".into(),
+                session: "s-1".into(),
+                step: 12,
+                started_at_ms: 1_700_000_000_000,
+                size: 7
+            })
+        );
+        assert_eq!(Summary::of("s-1/x.json", 7), None);
+    }
+
+    #[test]
+    fn records_expire_after_their_days() {
+        let cases = [
+            (0, DAY_MS - 1, 1, false),
+            (0, DAY_MS, 1, true),
+            (5, 14 * DAY_MS + 4, 14, false),
+            (5, 14 * DAY_MS + 5, 14, true),
+            (10, 0, 1, false),
+        ];
+        for (uploaded, now, days, expired) in cases {
+            assert_eq!(
+                is_expired(uploaded, now, days),
+                expired,
+                "{uploaded} {now} {days}"
+            );
+        }
+    }
+}

@@ -1,0 +1,1051 @@
+//! The sync rules of cloud workspaces, without I/O: where a workspace lives in the bucket, what
+//! is saved, what a save uploads, what the lease allows, and where credentials come from.
+//! [`super::sync`] performs the effects these rules decide.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Directory names never saved (at any depth) unless the definition asks for them: they are
+/// rebuilt by the startup script (`npm ci`, `cargo build`, `uv sync`). `.git` is saved.
+pub const DEFAULT_SKIPPED_DIRS: [&str; 3] = ["node_modules", "target", ".venv"];
+
+/// Files larger than this are uploaded in parts of [`PART_BYTES`].
+pub const MULTIPART_THRESHOLD_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The size of one part of a multipart upload (S3's minimum is 5 MiB).
+pub const PART_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The manifest format this runner writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// `s3://BUCKET/PREFIX` parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreLocation {
+    /// The bucket.
+    pub bucket: String,
+    /// Key prefix without leading or trailing `/`; may be empty.
+    pub prefix: String,
+}
+
+/// Parses `--store s3://BUCKET/PREFIX` (the prefix is optional).
+///
+/// # Errors
+///
+/// A message when the scheme is not `s3://`, the bucket is empty or not a valid bucket name, or
+/// the prefix has an empty, `.` or `..` segment.
+pub fn parse_store_url(text: &str) -> Result<StoreLocation, String> {
+    let rest = text
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("{text:?} is not s3://BUCKET/PREFIX"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let bucket_ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !bucket.starts_with(['-', '.'])
+        && !bucket.ends_with(['-', '.']);
+    if !bucket_ok {
+        return Err(format!(
+            "{text:?}: the bucket must be 3-63 characters of a-z, 0-9, '-' and '.'"
+        ));
+    }
+    let prefix = prefix.trim_end_matches('/');
+    if !prefix.is_empty()
+        && prefix
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(format!(
+            "{text:?}: the prefix has an empty, '.' or '..' segment"
+        ));
+    }
+    Ok(StoreLocation {
+        bucket: bucket.to_string(),
+        prefix: prefix.to_string(),
+    })
+}
+
+/// The keys of one session's workspace (one environment of one session):
+///
+/// ```text
+/// <prefix>/workspaces/<session id>/<environment name>/manifest.json   what the workspace holds
+/// <prefix>/workspaces/<session id>/<environment name>/lease.json      which runner may save it
+/// <prefix>/workspaces/<session id>/<environment name>/objects/<sha256> file contents, by hash
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkspaceKeys {
+    base: String,
+}
+
+impl WorkspaceKeys {
+    /// The keys for `session_id`'s environment `environment`.
+    ///
+    /// # Errors
+    ///
+    /// A message when either is empty or has a character outside `[A-Za-z0-9_.-]` (or is `.`
+    /// or `..`): they become key segments.
+    pub fn new(
+        location: &StoreLocation,
+        session_id: &str,
+        environment: &str,
+    ) -> Result<WorkspaceKeys, String> {
+        for (what, segment) in [
+            ("session id", session_id),
+            ("environment name", environment),
+        ] {
+            let ok = !segment.is_empty()
+                && segment.len() <= 128
+                && segment != "."
+                && segment != ".."
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+            if !ok {
+                return Err(format!("{what} {segment:?} cannot name a stored workspace"));
+            }
+        }
+        let base = if location.prefix.is_empty() {
+            format!("workspaces/{session_id}/{environment}")
+        } else {
+            format!("{}/workspaces/{session_id}/{environment}", location.prefix)
+        };
+        Ok(WorkspaceKeys { base })
+    }
+
+    /// `…/manifest.json`.
+    pub fn manifest(&self) -> String {
+        format!("{}/manifest.json", self.base)
+    }
+
+    /// `…/lease.json`.
+    pub fn lease(&self) -> String {
+        format!("{}/lease.json", self.base)
+    }
+
+    /// `…/objects/<sha256>`.
+    pub fn object(&self, sha256: &str) -> String {
+        format!("{}/objects/{sha256}", self.base)
+    }
+
+    /// `<session id>/<environment>`, for log lines.
+    pub fn label(&self) -> &str {
+        let mut parts = self.base.rsplitn(3, '/');
+        let _env = parts.next();
+        let _session = parts.next();
+        match parts.next() {
+            Some(rest) => &self.base[rest.len() + 1..],
+            None => &self.base,
+        }
+    }
+}
+
+/// What is saved: everything but directories named in the skip list (at any depth).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkipRules {
+    skipped: BTreeSet<String>,
+}
+
+impl SkipRules {
+    /// [`DEFAULT_SKIPPED_DIRS`] minus the names the definition asks to save.
+    pub fn new(save_also: &[String]) -> SkipRules {
+        SkipRules {
+            skipped: DEFAULT_SKIPPED_DIRS
+                .iter()
+                .filter(|d| !save_also.iter().any(|s| s == *d))
+                .map(|d| d.to_string())
+                .collect(),
+        }
+    }
+
+    /// Whether a directory with this name is left out (with everything below it).
+    pub fn skips_dir(&self, name: &str) -> bool {
+        self.skipped.contains(name)
+    }
+
+    /// The skipped names, sorted, for the save report.
+    pub fn skipped(&self) -> Vec<String> {
+        self.skipped.iter().cloned().collect()
+    }
+}
+
+/// What a stored workspace holds: every saved path (`/`-separated, relative to the root).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// [`MANIFEST_VERSION`].
+    pub version: u32,
+    /// Path → entry.
+    pub files: BTreeMap<String, ManifestEntry>,
+    /// Directory names that were not saved (the skip rules of the save).
+    #[serde(default)]
+    pub skipped: Vec<String>,
+    /// The runner that wrote it.
+    #[serde(default)]
+    pub saved_by: String,
+    /// Unix milliseconds of the save.
+    #[serde(default)]
+    pub saved_at_ms: i64,
+}
+
+/// One saved path.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum ManifestEntry {
+    /// A regular file, its content at `objects/<sha256>`.
+    File {
+        /// Hex SHA-256 of the content.
+        sha256: String,
+        /// Bytes.
+        size: u64,
+        /// Whether the owner may execute it.
+        #[serde(default)]
+        executable: bool,
+    },
+    /// A symbolic link, recreated as one.
+    Symlink {
+        /// The link's target, as read.
+        target: String,
+    },
+    /// An empty directory (directories with saved content are implied).
+    Dir,
+}
+
+impl Manifest {
+    /// An empty manifest of the current version.
+    pub fn empty() -> Manifest {
+        Manifest {
+            version: MANIFEST_VERSION,
+            ..Manifest::default()
+        }
+    }
+
+    /// Whether both hold the same paths with the same contents (who saved it and when aside).
+    pub fn same_content(&self, other: &Manifest) -> bool {
+        self.files == other.files
+    }
+}
+
+/// Checks a manifest read from storage before hydrating from it: every path must stay inside
+/// the root, and no path may lie below a symlink of the manifest (hydrating would write through
+/// the link).
+///
+/// # Errors
+///
+/// A message naming the first bad path, or an unknown version.
+pub fn check_manifest(manifest: &Manifest) -> Result<(), String> {
+    if manifest.version != MANIFEST_VERSION {
+        return Err(format!(
+            "manifest version {} is not {MANIFEST_VERSION}",
+            manifest.version
+        ));
+    }
+    for (path, entry) in &manifest.files {
+        if !is_safe_relative_path(path) {
+            return Err(format!(
+                "manifest path {path:?} is not a plain relative path"
+            ));
+        }
+        if let ManifestEntry::File { sha256, .. } = entry
+            && !(sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(format!("manifest path {path:?} has a bad sha256"));
+        }
+        let mut parent = path.as_str();
+        while let Some((up, _)) = parent.rsplit_once('/') {
+            if matches!(
+                manifest.files.get(up),
+                Some(ManifestEntry::Symlink { .. } | ManifestEntry::File { .. })
+            ) {
+                return Err(format!(
+                    "manifest path {path:?} lies below {up:?}, which is not a directory"
+                ));
+            }
+            parent = up;
+        }
+    }
+    Ok(())
+}
+
+/// A `/`-separated relative path without empty, `.` or `..` segments, backslashes or NUL.
+pub fn is_safe_relative_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains(['\\', '\0'])
+        && path
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..")
+}
+
+/// What a save does, decided from the last saved manifest and the one just scanned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavePlan {
+    /// Contents to upload: `(sha256, a path holding it, size)`, one per new hash, by path.
+    pub uploads: Vec<(String, String, u64)>,
+    /// Paths added or changed.
+    pub changed: usize,
+    /// Paths gone since the last save.
+    pub removed: usize,
+    /// Paths as they were.
+    pub unchanged: usize,
+}
+
+impl SavePlan {
+    /// Whether the manifest needs no new version.
+    pub fn is_noop(&self) -> bool {
+        self.changed == 0 && self.removed == 0
+    }
+}
+
+/// Plans a save: a content is uploaded only when no path of the last saved manifest had it
+/// (objects are content-addressed, so a renamed or copied file uploads nothing).
+pub fn plan_save(base: &Manifest, local: &Manifest) -> SavePlan {
+    let stored: BTreeSet<&str> = base
+        .files
+        .values()
+        .filter_map(|e| match e {
+            ManifestEntry::File { sha256, .. } => Some(sha256.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut planned = BTreeSet::new();
+    let mut uploads = Vec::new();
+    let (mut changed, mut unchanged) = (0, 0);
+    for (path, entry) in &local.files {
+        if base.files.get(path) == Some(entry) {
+            unchanged += 1;
+        } else {
+            changed += 1;
+        }
+        if let ManifestEntry::File { sha256, size, .. } = entry
+            && !stored.contains(sha256.as_str())
+            && planned.insert(sha256.clone())
+        {
+            uploads.push((sha256.clone(), path.clone(), *size));
+        }
+    }
+    let removed = base
+        .files
+        .keys()
+        .filter(|p| !local.files.contains_key(*p))
+        .count();
+    SavePlan {
+        uploads,
+        changed,
+        removed,
+        unchanged,
+    }
+}
+
+/// The lease object: which attach of which runner may save the workspace. Written on attach
+/// (taking the workspace over from any earlier holder), deleted on a clean detach.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Unique per attach: `<runner name>/<random>`.
+    pub holder: String,
+    /// The runner's name, for messages.
+    pub runner: String,
+    /// Unix milliseconds of the attach.
+    pub acquired_at_ms: i64,
+}
+
+/// Why a save was refused: another runner has (or had) the workspace. The loser keeps its
+/// local copy and stops saving it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// Another attach took the lease.
+    TakenOver {
+        /// The runner that holds it now.
+        runner: String,
+        /// When it took it (unix ms).
+        at_ms: i64,
+    },
+    /// The lease is gone: the workspace was detached elsewhere after this runner loaded it.
+    Released,
+    /// The manifest changed since this runner loaded it (its `If-Match` failed).
+    ManifestChanged,
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lost::TakenOver { runner, at_ms } => write!(
+                f,
+                "runner {runner:?} took the workspace over (its lease dates from unix ms {at_ms})"
+            ),
+            Lost::Released => write!(
+                f,
+                "the workspace was released by another runner since this one loaded it"
+            ),
+            Lost::ManifestChanged => write!(
+                f,
+                "another runner saved the workspace since this one loaded it"
+            ),
+        }
+    }
+}
+
+/// May the attach `holder` save? Only while the stored lease is its own.
+///
+/// # Errors
+///
+/// [`Lost::TakenOver`] when another attach holds it, [`Lost::Released`] when there is none.
+pub fn check_lease(current: Option<&Lease>, holder: &str) -> Result<(), Lost> {
+    match current {
+        Some(lease) if lease.holder == holder => Ok(()),
+        Some(lease) => Err(Lost::TakenOver {
+            runner: lease.runner.clone(),
+            at_ms: lease.acquired_at_ms,
+        }),
+        None => Err(Lost::Released),
+    }
+}
+
+/// What an attach does about the lease it finds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttachLease {
+    /// No lease: create one with `If-None-Match: *`.
+    Create,
+    /// Another attach holds it: replace it (`If-Match` its ETag). The session decided where its
+    /// environment runs; the earlier holder's next save is refused ([`Lost::TakenOver`]).
+    TakeOver {
+        /// The earlier holder's runner.
+        from_runner: String,
+    },
+}
+
+/// Decides an attach's lease step from the lease found (its ETag is the caller's business).
+pub fn attach_lease(current: Option<&Lease>) -> AttachLease {
+    match current {
+        None => AttachLease::Create,
+        Some(lease) => AttachLease::TakeOver {
+            from_runner: lease.runner.clone(),
+        },
+    }
+}
+
+/// Static credentials and where they came from.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AwsCredentials {
+    /// `aws_access_key_id`.
+    pub access_key_id: String,
+    /// `aws_secret_access_key`.
+    pub secret_access_key: String,
+    /// `aws_session_token`, for temporary credentials.
+    pub session_token: Option<String>,
+    /// Where they were found (for the start-up line; never the values).
+    pub source: String,
+}
+
+impl fmt::Debug for AwsCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AwsCredentials")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The standard AWS settings as read from the environment and the shared files.
+#[derive(Clone, Debug, Default)]
+pub struct AwsSources {
+    /// Environment variables (`AWS_*`, `HOME`).
+    pub vars: BTreeMap<String, String>,
+    /// The shared credentials file's text (`AWS_SHARED_CREDENTIALS_FILE`, else
+    /// `~/.aws/credentials`), when readable.
+    pub credentials_file: Option<String>,
+    /// The shared config file's text (`AWS_CONFIG_FILE`, else `~/.aws/config`), when readable.
+    pub config_file: Option<String>,
+}
+
+impl AwsSources {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn profile(&self) -> &str {
+        self.var("AWS_PROFILE").unwrap_or("default")
+    }
+}
+
+/// Resolves credentials like the AWS SDKs' default chain does for static credentials:
+/// `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`), else the profile
+/// (`AWS_PROFILE`, default `default`) in the shared credentials file, else in the shared config
+/// file (`[profile NAME]`, or `[default]`).
+///
+/// # Errors
+///
+/// A message naming what was looked at when nothing holds both keys. SSO, role assumption,
+/// `credential_process` and instance metadata are not read.
+pub fn resolve_credentials(sources: &AwsSources) -> Result<AwsCredentials, String> {
+    if let (Some(id), Some(secret)) = (
+        sources.var("AWS_ACCESS_KEY_ID"),
+        sources.var("AWS_SECRET_ACCESS_KEY"),
+    ) {
+        return Ok(AwsCredentials {
+            access_key_id: id.to_string(),
+            secret_access_key: secret.to_string(),
+            session_token: sources.var("AWS_SESSION_TOKEN").map(str::to_string),
+            source: String::from("environment"),
+        });
+    }
+    let profile = sources.profile();
+    let config_section = if profile == "default" {
+        String::from("default")
+    } else {
+        format!("profile {profile}")
+    };
+    let files = [
+        (
+            &sources.credentials_file,
+            profile.to_string(),
+            "credentials",
+        ),
+        (&sources.config_file, config_section, "config"),
+    ];
+    for (text, section, file) in files {
+        let Some(text) = text else { continue };
+        let ini = parse_ini(text);
+        let Some(values) = ini.get(&section) else {
+            continue;
+        };
+        if let (Some(id), Some(secret)) = (
+            values.get("aws_access_key_id"),
+            values.get("aws_secret_access_key"),
+        ) {
+            return Ok(AwsCredentials {
+                access_key_id: id.clone(),
+                secret_access_key: secret.clone(),
+                session_token: values.get("aws_session_token").cloned(),
+                source: format!("profile {profile} of the shared {file} file"),
+            });
+        }
+    }
+    Err(format!(
+        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile {profile:?} aws_access_key_id and aws_secret_access_key in the shared credentials file (~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE) or config file (SSO, role assumption, credential_process and instance metadata are not supported)"
+    ))
+}
+
+/// The region: `--store-region`, else `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's
+/// `region` in the shared config file, else `us-east-1`.
+pub fn resolve_region(flag: Option<&str>, sources: &AwsSources) -> String {
+    if let Some(region) = flag.filter(|r| !r.is_empty()) {
+        return region.to_string();
+    }
+    if let Some(region) = sources
+        .var("AWS_REGION")
+        .or_else(|| sources.var("AWS_DEFAULT_REGION"))
+    {
+        return region.to_string();
+    }
+    let profile = sources.profile();
+    let section = if profile == "default" {
+        String::from("default")
+    } else {
+        format!("profile {profile}")
+    };
+    sources
+        .config_file
+        .as_deref()
+        .map(parse_ini)
+        .and_then(|ini| ini.get(&section).and_then(|s| s.get("region")).cloned())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| String::from("us-east-1"))
+}
+
+/// Parses the AWS shared-file INI dialect: `[section]`, `key = value`, `#` and `;` comments.
+/// Keys are lower-cased; later values win.
+pub fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut sections: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with(['#', ';']) {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
+            sections.entry(name.clone()).or_default();
+            current = Some(name);
+            continue;
+        }
+        if let (Some(section), Some((key, value))) = (&current, line.split_once('=')) {
+            sections
+                .entry(section.clone())
+                .or_default()
+                .insert(key.trim().to_ascii_lowercase(), value.trim().to_string());
+        }
+    }
+    sections
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(sha: char, size: u64) -> ManifestEntry {
+        ManifestEntry::File {
+            sha256: sha.to_string().repeat(64),
+            size,
+            executable: false,
+        }
+    }
+
+    fn manifest(entries: &[(&str, ManifestEntry)]) -> Manifest {
+        Manifest {
+            files: entries
+                .iter()
+                .map(|(p, e)| (p.to_string(), e.clone()))
+                .collect(),
+            ..Manifest::empty()
+        }
+    }
+
+    #[test]
+    fn store_urls() {
+        type Case<'a> = (&'a str, Result<(&'a str, &'a str), &'a str>);
+        let cases: &[Case] = &[
+            ("s3://bucket", Ok(("bucket", ""))),
+            ("s3://bucket/", Ok(("bucket", ""))),
+            ("s3://my-bucket/wuhu/prod/", Ok(("my-bucket", "wuhu/prod"))),
+            ("s3://b.c.d/p", Ok(("b.c.d", "p"))),
+            ("https://bucket/p", Err("is not s3://")),
+            ("s3://", Err("the bucket must be")),
+            ("s3://Bucket/p", Err("the bucket must be")),
+            ("s3://-bucket", Err("the bucket must be")),
+            ("s3://bucket/a//b", Err("empty, '.' or '..'")),
+            ("s3://bucket/a/../b", Err("empty, '.' or '..'")),
+        ];
+        for (text, want) in cases {
+            let got = parse_store_url(text);
+            match (want, &got) {
+                (Ok((bucket, prefix)), Ok(location)) => {
+                    assert_eq!(
+                        (location.bucket.as_str(), location.prefix.as_str()),
+                        (*bucket, *prefix),
+                        "{text}"
+                    );
+                }
+                (Err(fragment), Err(message)) => {
+                    assert!(message.contains(fragment), "{text}: {message}");
+                }
+                _ => panic!("{text}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn workspace_keys() {
+        let at = |prefix: &str| StoreLocation {
+            bucket: String::from("b"),
+            prefix: prefix.to_string(),
+        };
+        let keys = WorkspaceKeys::new(&at("wuhu/prod"), "0f3c-5d1e", "web").unwrap();
+        assert_eq!(
+            keys.manifest(),
+            "wuhu/prod/workspaces/0f3c-5d1e/web/manifest.json"
+        );
+        assert_eq!(
+            keys.lease(),
+            "wuhu/prod/workspaces/0f3c-5d1e/web/lease.json"
+        );
+        assert_eq!(
+            keys.object("ab12"),
+            "wuhu/prod/workspaces/0f3c-5d1e/web/objects/ab12"
+        );
+        assert_eq!(keys.label(), "0f3c-5d1e/web");
+        let bare = WorkspaceKeys::new(&at(""), "s", "e").unwrap();
+        assert_eq!(bare.manifest(), "workspaces/s/e/manifest.json");
+        assert_eq!(bare.label(), "s/e");
+        for (session, env) in [
+            ("", "e"),
+            ("s", ""),
+            ("a/b", "e"),
+            ("s", ".."),
+            ("s", "a b"),
+        ] {
+            assert!(
+                WorkspaceKeys::new(&at("p"), session, env).is_err(),
+                "{session:?} {env:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn skip_rules() {
+        // (save_also, directory name, skipped?)
+        let cases: &[(&[&str], &str, bool)] = &[
+            (&[], "node_modules", true),
+            (&[], "target", true),
+            (&[], ".venv", true),
+            (&[], ".git", false),
+            (&[], "src", false),
+            (&[], "venv", false),
+            (&["node_modules"], "node_modules", false),
+            (&["node_modules"], "target", true),
+            (&[".git"], ".git", false),
+        ];
+        for (save_also, name, skipped) in cases {
+            let also: Vec<String> = save_also.iter().map(|s| s.to_string()).collect();
+            assert_eq!(
+                SkipRules::new(&also).skips_dir(name),
+                *skipped,
+                "{save_also:?} {name}"
+            );
+        }
+        assert_eq!(
+            SkipRules::new(&[]).skipped(),
+            vec![".venv", "node_modules", "target"]
+        );
+    }
+
+    #[test]
+    fn save_plans_upload_only_new_contents() {
+        let base = manifest(&[
+            ("a", file('a', 1)),
+            ("b", file('b', 2)),
+            ("gone", file('g', 3)),
+        ]);
+        // (local manifest, uploads by path, changed, removed, unchanged)
+        type Case<'a> = (
+            Vec<(&'a str, ManifestEntry)>,
+            Vec<&'a str>,
+            usize,
+            usize,
+            usize,
+        );
+        let cases: Vec<Case> = vec![
+            // Nothing changed but a deletion.
+            (
+                vec![("a", file('a', 1)), ("b", file('b', 2))],
+                vec![],
+                0,
+                1,
+                2,
+            ),
+            // One file changed: one upload.
+            (
+                vec![
+                    ("a", file('c', 5)),
+                    ("b", file('b', 2)),
+                    ("gone", file('g', 3)),
+                ],
+                vec!["a"],
+                1,
+                0,
+                2,
+            ),
+            // A rename or copy of stored content uploads nothing.
+            (
+                vec![
+                    ("a", file('a', 1)),
+                    ("b2", file('b', 2)),
+                    ("gone", file('g', 3)),
+                ],
+                vec![],
+                1,
+                1,
+                2,
+            ),
+            // Two new paths with one new content: one upload (the first path).
+            (
+                vec![
+                    ("a", file('a', 1)),
+                    ("x", file('x', 9)),
+                    ("y", file('x', 9)),
+                ],
+                vec!["x"],
+                2,
+                2,
+                1,
+            ),
+            // A mode change is a change without an upload.
+            (
+                vec![
+                    (
+                        "a",
+                        ManifestEntry::File {
+                            sha256: "a".repeat(64),
+                            size: 1,
+                            executable: true,
+                        },
+                    ),
+                    ("b", file('b', 2)),
+                    ("gone", file('g', 3)),
+                ],
+                vec![],
+                1,
+                0,
+                2,
+            ),
+            // Links and empty directories are changes, never uploads.
+            (
+                vec![
+                    ("a", file('a', 1)),
+                    ("b", file('b', 2)),
+                    ("gone", file('g', 3)),
+                    (
+                        "l",
+                        ManifestEntry::Symlink {
+                            target: String::from("a"),
+                        },
+                    ),
+                    ("d", ManifestEntry::Dir),
+                ],
+                vec![],
+                2,
+                0,
+                3,
+            ),
+        ];
+        for (i, (local, uploads, changed, removed, unchanged)) in cases.into_iter().enumerate() {
+            let plan = plan_save(&base, &manifest(&local));
+            let paths: Vec<&str> = plan.uploads.iter().map(|(_, p, _)| p.as_str()).collect();
+            assert_eq!(paths, uploads, "case {i}");
+            assert_eq!(
+                (plan.changed, plan.removed, plan.unchanged),
+                (changed, removed, unchanged),
+                "case {i}"
+            );
+        }
+        assert!(plan_save(&base, &base).is_noop());
+        let first = plan_save(&Manifest::empty(), &base);
+        assert_eq!(first.uploads.len(), 3);
+    }
+
+    #[test]
+    fn manifests_that_would_escape_the_root_are_refused() {
+        let link = |t: &str| ManifestEntry::Symlink {
+            target: t.to_string(),
+        };
+        type Case<'a> = (Vec<(&'a str, ManifestEntry)>, Option<&'a str>);
+        let cases: Vec<Case> = vec![
+            (vec![("a/b", file('a', 1)), ("l", link("/etc"))], None),
+            (
+                vec![("../x", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
+            (
+                vec![("/etc/passwd", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
+            (
+                vec![("a//b", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
+            (
+                vec![("a/./b", file('a', 1))],
+                Some("not a plain relative path"),
+            ),
+            (
+                vec![("l", link("/etc")), ("l/passwd", file('a', 1))],
+                Some("lies below \"l\""),
+            ),
+            (
+                vec![("f", file('a', 1)), ("f/x/y", file('b', 1))],
+                Some("lies below \"f\""),
+            ),
+            (
+                vec![(
+                    "bad",
+                    ManifestEntry::File {
+                        sha256: String::from("../../x"),
+                        size: 1,
+                        executable: false,
+                    },
+                )],
+                Some("bad sha256"),
+            ),
+        ];
+        for (entries, want) in cases {
+            let got = check_manifest(&manifest(&entries));
+            match (want, &got) {
+                (None, Ok(())) => {}
+                (Some(fragment), Err(message)) if message.contains(fragment) => {}
+                _ => panic!("{entries:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        let future = Manifest {
+            version: 2,
+            ..Manifest::empty()
+        };
+        assert!(check_manifest(&future).is_err());
+    }
+
+    #[test]
+    fn leases() {
+        let lease = |holder: &str| Lease {
+            holder: holder.to_string(),
+            runner: holder.split('/').next().unwrap_or_default().to_string(),
+            acquired_at_ms: 7,
+        };
+        // (stored lease, saving holder, verdict)
+        let cases: Vec<(Option<Lease>, &str, Result<(), Lost>)> = vec![
+            (Some(lease("a/1")), "a/1", Ok(())),
+            (
+                Some(lease("b/2")),
+                "a/1",
+                Err(Lost::TakenOver {
+                    runner: String::from("b"),
+                    at_ms: 7,
+                }),
+            ),
+            // The same runner, another attach (it re-attached after a restart): not the same.
+            (
+                Some(lease("a/3")),
+                "a/1",
+                Err(Lost::TakenOver {
+                    runner: String::from("a"),
+                    at_ms: 7,
+                }),
+            ),
+            (None, "a/1", Err(Lost::Released)),
+        ];
+        for (stored, holder, want) in cases {
+            assert_eq!(
+                check_lease(stored.as_ref(), holder),
+                want,
+                "{stored:?} {holder}"
+            );
+        }
+        assert_eq!(attach_lease(None), AttachLease::Create);
+        assert_eq!(
+            attach_lease(Some(&lease("b/2"))),
+            AttachLease::TakeOver {
+                from_runner: String::from("b")
+            }
+        );
+    }
+
+    fn sources(
+        vars: &[(&str, &str)],
+        credentials: Option<&str>,
+        config: Option<&str>,
+    ) -> AwsSources {
+        AwsSources {
+            vars: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            credentials_file: credentials.map(str::to_string),
+            config_file: config.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn credentials_follow_the_standard_order() {
+        let creds_file = "[default]\naws_access_key_id = FILEDEF\naws_secret_access_key = s1\n\n[dev]\n# comment\naws_access_key_id=FILEDEV\naws_secret_access_key=s2\naws_session_token = t2\n";
+        let config_file = "[default]\nregion = eu-west-1\n[profile ops]\nregion = ap-south-1\naws_access_key_id = CONFOPS\naws_secret_access_key = s3\n";
+        // (vars, credentials file, config file, key id or error fragment, source)
+        type Case<'a> = (
+            Vec<(&'a str, &'a str)>,
+            Option<&'a str>,
+            Option<&'a str>,
+            Result<(&'a str, &'a str), &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                vec![("AWS_ACCESS_KEY_ID", "ENV"), ("AWS_SECRET_ACCESS_KEY", "x")],
+                Some(creds_file),
+                None,
+                Ok(("ENV", "environment")),
+            ),
+            // A half-set environment falls through to the files.
+            (
+                vec![("AWS_ACCESS_KEY_ID", "ENV")],
+                Some(creds_file),
+                None,
+                Ok(("FILEDEF", "profile default of the shared credentials file")),
+            ),
+            (
+                vec![("AWS_PROFILE", "dev")],
+                Some(creds_file),
+                None,
+                Ok(("FILEDEV", "profile dev of the shared credentials file")),
+            ),
+            (
+                vec![("AWS_PROFILE", "ops")],
+                Some(creds_file),
+                Some(config_file),
+                Ok(("CONFOPS", "profile ops of the shared config file")),
+            ),
+            (vec![], None, Some(config_file), Err("no S3 credentials")),
+            (
+                vec![("AWS_PROFILE", "nope")],
+                Some(creds_file),
+                None,
+                Err("\"nope\""),
+            ),
+        ];
+        for (vars, credentials, config, want) in cases {
+            let got = resolve_credentials(&sources(&vars, credentials, config));
+            match (&want, &got) {
+                (Ok((id, source)), Ok(c)) => {
+                    assert_eq!(
+                        (c.access_key_id.as_str(), c.source.as_str()),
+                        (*id, *source)
+                    );
+                }
+                (Err(fragment), Err(message)) => assert!(message.contains(fragment), "{message}"),
+                _ => panic!("{vars:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        let dev = resolve_credentials(&sources(&[("AWS_PROFILE", "dev")], Some(creds_file), None));
+        assert_eq!(dev.unwrap().session_token.as_deref(), Some("t2"));
+        // Debug output never shows the secret.
+        let shown = format!(
+            "{:?}",
+            resolve_credentials(&sources(&[], Some(creds_file), None)).unwrap()
+        );
+        assert!(
+            !shown.contains("s1") && !shown.contains("FILEDEF"),
+            "{shown}"
+        );
+
+        // Regions: flag, AWS_REGION, AWS_DEFAULT_REGION, the profile's config, us-east-1.
+        type RegionCase<'a> = (
+            Option<&'a str>,
+            Vec<(&'a str, &'a str)>,
+            Option<&'a str>,
+            &'a str,
+        );
+        let region_cases: Vec<RegionCase> = vec![
+            (
+                Some("auto"),
+                vec![("AWS_REGION", "x")],
+                Some(config_file),
+                "auto",
+            ),
+            (
+                None,
+                vec![("AWS_REGION", "r1"), ("AWS_DEFAULT_REGION", "r2")],
+                None,
+                "r1",
+            ),
+            (
+                None,
+                vec![("AWS_DEFAULT_REGION", "r2")],
+                Some(config_file),
+                "r2",
+            ),
+            (None, vec![], Some(config_file), "eu-west-1"),
+            (
+                None,
+                vec![("AWS_PROFILE", "ops")],
+                Some(config_file),
+                "ap-south-1",
+            ),
+            (None, vec![], None, "us-east-1"),
+        ];
+        for (flag, vars, config, want) in region_cases {
+            assert_eq!(resolve_region(flag, &sources(&vars, None, config)), want);
+        }
+    }
+}

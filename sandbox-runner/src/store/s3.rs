@@ -1,0 +1,358 @@
+//! The S3 calls cloud workspaces make: rusty-s3 signs each request (SigV4, no I/O), reqwest
+//! sends it. Every PUT is counted ([`S3::puts`]) for the save report.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use rusty_s3::actions::{CompleteMultipartUpload, CreateMultipartUpload, S3Action};
+use rusty_s3::{Bucket, Credentials, UrlStyle};
+
+use super::rules::{AwsCredentials, StoreLocation};
+
+/// How long a signed URL is valid: requests are sent at once.
+const SIGNED_FOR: Duration = Duration::from_secs(300);
+/// A whole request's limit.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A failed S3 call.
+#[derive(thiserror::Error, Debug)]
+pub enum S3Error {
+    /// The request did not complete.
+    #[error("{what}: {source}")]
+    Transport {
+        /// Which call.
+        what: String,
+        /// Why.
+        source: reqwest::Error,
+    },
+    /// The server answered with an unexpected status.
+    #[error("{what}: HTTP {status}: {body}")]
+    Status {
+        /// Which call.
+        what: String,
+        /// The status.
+        status: u16,
+        /// The start of the body.
+        body: String,
+    },
+    /// The answer could not be understood.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A conditional PUT's condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// Unconditional.
+    None,
+    /// `If-Match: <etag>`: replace only that version.
+    IfMatch(String),
+    /// `If-None-Match: *`: create only.
+    IfNoneMatch,
+}
+
+/// What a conditional PUT did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Put {
+    /// Written; the new ETag when the server sent one.
+    Done(Option<String>),
+    /// The condition failed (HTTP 412, or 409 for a concurrent conditional write).
+    PreconditionFailed,
+}
+
+/// One bucket.
+pub struct S3 {
+    bucket: Bucket,
+    credentials: Credentials,
+    http: reqwest::Client,
+    puts: AtomicU64,
+}
+
+impl std::fmt::Debug for S3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3")
+            .field("bucket", &self.bucket.name())
+            .field("base_url", &self.bucket.base_url().as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3 {
+    /// A client for `location`'s bucket: at `endpoint` with path-style addressing when given
+    /// (MinIO, R2, local servers), else AWS's regional endpoint, virtual-host style.
+    ///
+    /// # Errors
+    ///
+    /// A message for a bad endpoint URL.
+    pub fn new(
+        location: &StoreLocation,
+        endpoint: Option<&str>,
+        region: &str,
+        credentials: &AwsCredentials,
+    ) -> Result<S3, String> {
+        let (url, style) = match endpoint {
+            Some(endpoint) => (endpoint.to_string(), UrlStyle::Path),
+            None => (
+                format!("https://s3.{region}.amazonaws.com"),
+                UrlStyle::VirtualHost,
+            ),
+        };
+        let url: url::Url = url
+            .parse()
+            .map_err(|e| format!("--store-endpoint {url:?}: {e}"))?;
+        let bucket = Bucket::new(url, style, location.bucket.clone(), region.to_string())
+            .map_err(|e| format!("--store-endpoint: {e:?}"))?;
+        let credentials = match &credentials.session_token {
+            Some(token) => Credentials::new_with_token(
+                &credentials.access_key_id,
+                &credentials.secret_access_key,
+                token,
+            ),
+            None => Credentials::new(&credentials.access_key_id, &credentials.secret_access_key),
+        };
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(S3 {
+            bucket,
+            credentials,
+            http,
+            puts: AtomicU64::new(0),
+        })
+    }
+
+    /// PUT requests sent so far (objects, parts, manifests, leases).
+    pub fn puts(&self) -> u64 {
+        self.puts.load(Ordering::Relaxed)
+    }
+
+    /// GETs an object: `None` when it does not exist, else its body and ETag.
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`] for anything but 200 and 404.
+    pub async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, Option<String>)>, S3Error> {
+        let what = format!("GET {key}");
+        let url = self
+            .bucket
+            .get_object(Some(&self.credentials), key)
+            .sign(SIGNED_FOR);
+        let response = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let response = check(response, &what).await?;
+        let etag = etag_of(&response);
+        let body = response
+            .bytes()
+            .await
+            .map_err(|source| S3Error::Transport { what, source })?;
+        Ok(Some((body.to_vec(), etag)))
+    }
+
+    /// PUTs an object under `condition`.
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`] for anything but 2xx and a failed precondition.
+    pub async fn put(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        condition: &Condition,
+    ) -> Result<Put, S3Error> {
+        let what = format!("PUT {key}");
+        let mut action = self.bucket.put_object(Some(&self.credentials), key);
+        let (name, value) = match condition {
+            Condition::None => ("", String::new()),
+            Condition::IfMatch(etag) => ("if-match", etag.clone()),
+            Condition::IfNoneMatch => ("if-none-match", String::from("*")),
+        };
+        if !name.is_empty() {
+            action.headers_mut().insert(name, value.clone());
+        }
+        let url = action.sign(SIGNED_FOR);
+        let mut request = self.http.put(url).body(body);
+        if !name.is_empty() {
+            request = request.header(name, value);
+        }
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        let response = request.send().await.map_err(|source| S3Error::Transport {
+            what: what.clone(),
+            source,
+        })?;
+        let status = response.status();
+        if *condition != Condition::None
+            && (status == StatusCode::PRECONDITION_FAILED || status == StatusCode::CONFLICT)
+        {
+            return Ok(Put::PreconditionFailed);
+        }
+        let response = check(response, &what).await?;
+        Ok(Put::Done(etag_of(&response)))
+    }
+
+    /// DELETEs an object (a missing one is fine).
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`] for anything but 2xx and 404.
+    pub async fn delete(&self, key: &str) -> Result<(), S3Error> {
+        let what = format!("DELETE {key}");
+        let url = self
+            .bucket
+            .delete_object(Some(&self.credentials), key)
+            .sign(SIGNED_FOR);
+        let response = self
+            .http
+            .delete(url)
+            .send()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        check(response, &what).await.map(|_| ())
+    }
+
+    /// Starts a multipart upload; returns its id.
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`].
+    pub async fn start_multipart(&self, key: &str) -> Result<String, S3Error> {
+        let what = format!("POST {key}?uploads");
+        let url = self
+            .bucket
+            .create_multipart_upload(Some(&self.credentials), key)
+            .sign(SIGNED_FOR);
+        let response = self
+            .http
+            .post(url)
+            .send()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        let body = check(response, &what)
+            .await?
+            .text()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        let parsed = CreateMultipartUpload::parse_response(&body)
+            .map_err(|e| S3Error::Invalid(format!("{what}: {e}")))?;
+        Ok(parsed.upload_id().to_string())
+    }
+
+    /// Uploads part `number` (from 1); returns its ETag.
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`], also when the answer has no ETag.
+    pub async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: u16,
+        body: Vec<u8>,
+    ) -> Result<String, S3Error> {
+        let what = format!("PUT {key} part {number}");
+        let url = self
+            .bucket
+            .upload_part(Some(&self.credentials), key, number, upload_id)
+            .sign(SIGNED_FOR);
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        let response = self
+            .http
+            .put(url)
+            .body(body)
+            .send()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        let response = check(response, &what).await?;
+        etag_of(&response).ok_or_else(|| S3Error::Invalid(format!("{what}: no ETag")))
+    }
+
+    /// Completes a multipart upload from its parts' ETags, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`].
+    pub async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        etags: &[String],
+    ) -> Result<(), S3Error> {
+        let what = format!("POST {key}?uploadId");
+        let action = self.bucket.complete_multipart_upload(
+            Some(&self.credentials),
+            key,
+            upload_id,
+            etags.iter().map(String::as_str),
+        );
+        let url = action.sign(SIGNED_FOR);
+        let body = CompleteMultipartUpload::body(action);
+        let response = self
+            .http
+            .post(url)
+            .body(body)
+            .send()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        check(response, &what).await.map(|_| ())
+    }
+
+    /// Aborts a multipart upload (best effort).
+    pub async fn abort_multipart(&self, key: &str, upload_id: &str) {
+        let url = self
+            .bucket
+            .abort_multipart_upload(Some(&self.credentials), key, upload_id)
+            .sign(SIGNED_FOR);
+        let _ = self.http.delete(url).send().await;
+    }
+}
+
+async fn check(response: reqwest::Response, what: &str) -> Result<reqwest::Response, S3Error> {
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let status = response.status().as_u16();
+    let body = response.text().await.unwrap_or_default();
+    let body: String = body.chars().take(300).collect();
+    Err(S3Error::Status {
+        what: what.to_string(),
+        status,
+        body,
+    })
+}
+
+fn etag_of(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get(reqwest::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}

@@ -1,0 +1,328 @@
+//! Cloud workspaces on S3-compatible storage, through the real Worker, real `wuhu-runner`
+//! processes with `--store` and a real S3-compatible server (moto, [`wuhu_e2e::moto`]):
+//! a workspace moves from one runner to another with every saved file (and without the skipped
+//! directories), a save uploads only what changed, and of two runners saving one workspace the
+//! one that lost it is told and keeps its copy.
+//!
+//! One `wrangler dev` and one moto for the file; every test uses its own tenant, bucket prefix,
+//! runners and temp dirs.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wuhu_core::wire::ToolResult;
+use wuhu_core::wire::runner::RunnerKind;
+use wuhu_e2e::moto::Moto;
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Api, Stack, StackOptions};
+
+const TURN: Duration = Duration::from_secs(120);
+const BUCKET: &str = "wuhu-e2e";
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        Stack::start_with(StackOptions {
+            fake_delay_ms: Some(0),
+            ..StackOptions::default()
+        })
+    })
+}
+
+fn moto() -> &'static Moto {
+    static MOTO: OnceLock<Moto> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        let moto = Moto::start();
+        moto.create_bucket(BUCKET);
+        moto
+    })
+}
+
+/// One test's world: a tenant, the user `ana`, a temp dir and a bucket prefix.
+struct World {
+    tenant: String,
+    api: Api,
+    dir: TempDir,
+    prefix: String,
+}
+
+impl World {
+    fn new(prefix: &str) -> World {
+        let tenant = unique_name(prefix);
+        World {
+            api: stack().client("ana", &tenant),
+            dir: TempDir::new(&format!("wuhu-e2e-{prefix}")),
+            prefix: tenant.clone(),
+            tenant,
+        }
+    }
+
+    /// A cloud runner with `--store` on moto; credentials from the environment.
+    fn cloud_runner(&self, name: &str) -> RunnerConfig {
+        let mut config = RunnerConfig::new(stack(), "ops", &self.tenant, name)
+            .kind(RunnerKind::Cloud)
+            .workspaces_root(self.dir.mkdir(&format!("workspaces-{name}")))
+            .var("AWS_ACCESS_KEY_ID", "wuhu-e2e-key")
+            .var("AWS_SECRET_ACCESS_KEY", "wuhu-e2e-secret");
+        config.args.extend([
+            String::from("--store"),
+            format!("s3://{BUCKET}/{}", self.prefix),
+            String::from("--store-endpoint"),
+            moto().endpoint(),
+            String::from("--store-region"),
+            String::from("us-east-1"),
+        ]);
+        config
+    }
+
+    /// Defines `web`, a folder template holding `README.md`.
+    fn define_web(&self) {
+        let template = self.dir.mkdir("template-web");
+        self.dir
+            .write("template-web/README.md", "template readme\n");
+        let response = self.api.post(
+            "/v1/environments",
+            &json!({"name": "web", "kind": "folder-template", "templatePath": template}),
+        );
+        assert_eq!(response.status, 201, "{response}");
+    }
+
+    /// The stored manifest of `session`'s `web`, if any.
+    fn manifest(&self, session: &str) -> Option<Value> {
+        let key = format!("{}/workspaces/{session}/web/manifest.json", self.prefix);
+        moto()
+            .get(BUCKET, &key)
+            .map(|b| serde_json::from_slice(&b).expect("manifest JSON"))
+    }
+
+    /// The stored content of `path` in `session`'s `web`.
+    fn stored_text(&self, session: &str, path: &str) -> String {
+        let manifest = self.manifest(session).expect("a stored manifest");
+        let sha = manifest["files"][path]["sha256"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{path} not in the manifest: {manifest}"));
+        let key = format!("{}/workspaces/{session}/web/objects/{sha}", self.prefix);
+        String::from_utf8(moto().get(BUCKET, &key).expect("the object")).expect("utf-8")
+    }
+}
+
+#[track_caller]
+fn run_tool(api: &Api, session: &str, name: &str, arguments: Value) -> ToolResult {
+    let turn = ToolTurn::start(api, session, &[(name, arguments)]);
+    turn.finish(api, TURN).0.pop().expect("one result")
+}
+
+#[track_caller]
+fn ok(result: ToolResult) -> String {
+    assert!(!result.is_error, "tool error: {}", result.content);
+    result.content
+}
+
+#[track_caller]
+fn bash(api: &Api, session: &str, command: &str) -> String {
+    ok(run_tool(api, session, "bash", json!({"command": command})))
+}
+
+#[track_caller]
+fn attach_web(api: &Api, session: &str, runner: &str) -> String {
+    let content = ok(run_tool(
+        api,
+        session,
+        "request_environment",
+        json!({"spec": "web", "preference": "cloud"}),
+    ));
+    assert!(
+        content.contains(&format!("attached on runner \"{runner}\"")),
+        "{content}"
+    );
+    content
+}
+
+#[track_caller]
+fn detach_web(api: &Api, session: &str) -> String {
+    ok(run_tool(
+        api,
+        session,
+        "detach_environment",
+        json!({"name": "web"}),
+    ))
+}
+
+/// The last `saved workspace <label>: …` line of a runner's log.
+#[track_caller]
+fn last_save_report(runner: &Runner, label: &str) -> String {
+    let needle = format!("saved workspace {label}:");
+    runner
+        .log()
+        .lines()
+        .rev()
+        .find(|l| l.contains(&needle) && !l.contains("NOT saved"))
+        .unwrap_or_else(|| panic!("no {needle:?} in the log:\n{}", runner.log_tail(40)))
+        .to_string()
+}
+
+#[test]
+fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
+    let _guard = stack().guard();
+    let world = World::new("s3move");
+    world.define_web();
+    let api = &world.api;
+    let session = api.create_fake_session().id;
+    let label = format!("{session}/web");
+
+    let mut a = Runner::start(world.cloud_runner("cloud-a"));
+    attach_web(api, &session, "cloud-a");
+    let root_a = a.workspaces_root().join(&session);
+    let written = bash(
+        api,
+        &session,
+        "set -e; echo one > notes.txt; mkdir -p .git src empty && echo 'ref: refs/heads/main' > .git/HEAD; \
+         echo 'fn main() {}' > src/main.rs; cp src/main.rs src/copy.rs; ln -s notes.txt link; \
+         printf '#!/bin/sh\\necho run\\n' > run.sh; chmod +x run.sh; \
+         mkdir -p node_modules/pkg target/debug .venv/bin; echo m > node_modules/pkg/index.js; \
+         echo t > target/debug/out; echo v > .venv/bin/python; \
+         head -c 20000000 /dev/urandom > big.bin; sha256sum big.bin",
+    );
+    let big_sha = written.split_whitespace().next().expect("sha256sum output");
+
+    // Detach saves (the 20 MB file in parts) and deletes the local copy.
+    let detached = detach_web(api, &session);
+    assert!(
+        detached.starts_with("Environment \"web\" detached."),
+        "{detached}"
+    );
+    assert!(!detached.contains("not saved"), "{detached}");
+    let first = last_save_report(&a, &label);
+    // 9 paths: notes.txt .git/HEAD src/main.rs src/copy.rs link run.sh big.bin README.md empty;
+    // src/copy.rs has src/main.rs's content and a link or a directory has none: 6 contents,
+    // the 20 MB one in 3 parts.
+    assert!(
+        first.contains(": 9 paths (9 changed, 0 removed), uploaded 6 objects"),
+        "{first}"
+    );
+    // 5 single PUTs + 3 parts + the manifest.
+    assert!(first.contains("puts=9;"), "{first}");
+    assert!(
+        first.contains("not saved: .venv/, node_modules/, target/"),
+        "{first}"
+    );
+    assert!(a.log().contains("part 3 of 3"), "{}", a.log_tail(30));
+    assert!(!root_a.exists(), "the local copy is deleted after detach");
+    let manifest = world.manifest(&session).expect("a manifest");
+    let files = manifest["files"].as_object().expect("files");
+    assert!(files.keys().all(|p| !p.starts_with("node_modules")
+        && !p.starts_with("target")
+        && !p.starts_with(".venv")));
+    a.stop(Duration::from_secs(30));
+
+    // Runner B reads its credentials from a shared credentials file (profile `e2e`).
+    let credentials = world.dir.write(
+        "aws-credentials",
+        "[e2e]\naws_access_key_id = wuhu-e2e-key\naws_secret_access_key = wuhu-e2e-secret\n",
+    );
+    let mut config_b = world.cloud_runner("cloud-b");
+    config_b.vars.retain(|(k, _)| !k.starts_with("AWS_"));
+    let config_b = config_b
+        .var("AWS_SHARED_CREDENTIALS_FILE", credentials.to_string_lossy())
+        .var("AWS_PROFILE", "e2e");
+    let b = Runner::start(config_b);
+    assert!(
+        b.log()
+            .contains("credentials from profile e2e of the shared credentials file"),
+        "{}",
+        b.log_tail(20)
+    );
+    attach_web(api, &session, "cloud-b");
+    let shown = bash(
+        api,
+        &session,
+        "cat notes.txt .git/HEAD src/copy.rs; readlink link; ./run.sh; test -d empty && echo empty-dir; \
+         for d in node_modules target .venv; do test -e $d && echo \"$d is back\"; done; \
+         sha256sum big.bin",
+    );
+    assert!(
+        shown.starts_with("one\nref: refs/heads/main\nfn main() {}\nnotes.txt\nrun\nempty-dir\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("is back"), "{shown}");
+    assert!(shown.contains(big_sha), "{shown} vs {big_sha}");
+    assert!(
+        b.log().contains(&format!("hydrated workspace {label}")),
+        "{}",
+        b.log_tail(20)
+    );
+
+    // One changed file: one object and the manifest.
+    bash(api, &session, "echo two > notes.txt; rm src/copy.rs");
+    detach_web(api, &session);
+    let second = last_save_report(&b, &label);
+    assert!(
+        second.contains(": 8 paths (1 changed, 1 removed), uploaded 1 objects (4 bytes), puts=2;"),
+        "{second}"
+    );
+    assert_eq!(world.stored_text(&session, "notes.txt"), "two\n");
+}
+
+#[test]
+fn of_two_runners_saving_one_workspace_the_one_that_lost_it_is_told_and_keeps_its_copy() {
+    let _guard = stack().guard();
+    let world = World::new("s3race");
+    world.define_web();
+    let api = &world.api;
+    let session = api.create_fake_session().id;
+    let label = format!("{session}/web");
+
+    // A attaches and writes, then dies without saving (its lease stays).
+    let mut a = Runner::start(world.cloud_runner("cloud-a"));
+    attach_web(api, &session, "cloud-a");
+    bash(api, &session, "echo from-a > who.txt");
+    let root_a = a
+        .workspaces_root()
+        .join(&session)
+        .canonicalize()
+        .expect("A's copy");
+    a.kill_hard();
+    let detached = detach_web(api, &session);
+    assert!(detached.contains("cloud-a"), "{detached}");
+
+    // B takes the workspace over, writes and detaches: its save wins.
+    let b = Runner::start(world.cloud_runner("cloud-b"));
+    attach_web(api, &session, "cloud-b");
+    assert!(
+        b.log().contains(&format!(
+            "took workspace {label} over from runner \"cloud-a\""
+        )),
+        "{}",
+        b.log_tail(20)
+    );
+    bash(api, &session, "echo from-b > who.txt");
+    detach_web(api, &session);
+    last_save_report(&b, &label);
+    assert_eq!(world.stored_text(&session, "who.txt"), "from-b\n");
+
+    // A comes back, adopts the workspace it held, and tries to save it before exiting: refused,
+    // said in its log, and its copy stays.
+    a.restart();
+    assert!(
+        a.current_log().contains("1 workspace(s) adopted"),
+        "{}",
+        a.log_tail(20)
+    );
+    a.stop(Duration::from_secs(60));
+    let log = a.current_log();
+    let refused = log
+        .lines()
+        .find(|l| l.contains(&format!("NOT saved workspace {label}")))
+        .unwrap_or_else(|| panic!("no refusal in A's log:\n{log}"));
+    assert!(
+        refused.contains(&format!("keeps its copy at {}", root_a.display())),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root_a.join("who.txt")).expect("A's copy"),
+        "from-a\n"
+    );
+    assert_eq!(world.stored_text(&session, "who.txt"), "from-b\n");
+}
