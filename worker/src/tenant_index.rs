@@ -13,6 +13,7 @@ use worker::{
 };
 use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
 use wuhu_core::llm::models::UsageTotals;
+use wuhu_core::llm::request_log;
 use wuhu_core::orchestration::{Admission, Gate, Limits, Slot};
 use wuhu_core::tenant_usage::{self, HourKey, HourRow, TenantBudget, UsageQuery, UsageReport};
 use wuhu_core::wire::{Budget, ListSessionsResponse, SessionInfo};
@@ -25,6 +26,7 @@ use crate::http::{
 
 #[durable_object]
 pub struct TenantIndex {
+    state: State,
     sql: SqlStorage,
     env: Env,
     limits: Limits,
@@ -103,7 +105,12 @@ impl DurableObject for TenantIndex {
             "CREATE TABLE IF NOT EXISTS budget (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
             None,
         );
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS llm_log_sweep (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
+            None,
+        );
         TenantIndex {
+            state,
             sql,
             limits: crate::session_client::orchestration_limits(&env),
             env,
@@ -116,9 +123,74 @@ impl DurableObject for TenantIndex {
             Err(error) => error.into_response(),
         })
     }
+
+    /// The sweep of the tenant's expired request logs (the only use of this alarm).
+    async fn alarm(&self) -> worker::Result<Response> {
+        if let Err(e) = self.sweep_llm_logs().await {
+            worker::console_error!("sweeping expired request logs failed: {}", e.message);
+            let _ = self
+                .state
+                .storage()
+                .set_alarm(request_log::SWEEP_CONTINUE_MS as i64)
+                .await;
+        }
+        Response::empty()
+    }
 }
 
 impl TenantIndex {
+    /// One run of the sweep: at most [`request_log::SWEEP_PAGES_PER_RUN`] listing pages of
+    /// `{tenant}/llm-logs/`, their expired records deleted; the alarm is set for the rest, or
+    /// for when the next record expires (`wuhu_core::llm::request_log::Sweep`).
+    async fn sweep_llm_logs(&self) -> ApiResult<()> {
+        let mut sweep: request_log::Sweep = self.load_state("llm_log_sweep")?;
+        if sweep.tenant.is_empty() {
+            return Ok(());
+        }
+        let config = crate::workspace_io::tenant_config(&self.env, &sweep.tenant)
+            .await?
+            .map_err(|e| ApiError::new(409, "invalid_tenant_config", e.to_string()))?;
+        let bucket = self.env.bucket("ARCHIVE")?;
+        for _ in 0..request_log::SWEEP_PAGES_PER_RUN {
+            let mut list = bucket
+                .list()
+                .prefix(request_log::tenant_prefix(&sweep.tenant))
+                .limit(1000);
+            if let Some(cursor) = sweep.cursor.take() {
+                list = list.cursor(cursor);
+            }
+            let page = list.execute().await?;
+            let objects: Vec<(String, u64)> = page
+                .objects()
+                .iter()
+                .map(|o| (o.key(), o.uploaded().as_millis()))
+                .collect();
+            let cursor = if page.truncated() {
+                page.cursor()
+            } else {
+                None
+            };
+            let now = worker::Date::now().as_millis();
+            let expired = sweep.page(&objects, cursor, now, config.llm_request_log_days);
+            if !expired.is_empty() {
+                bucket.delete_multiple(expired).await?;
+            }
+            if sweep.cursor.is_none() {
+                break;
+            }
+        }
+        let now = worker::Date::now().as_millis();
+        let next = sweep.next_run_ms(now);
+        self.save_state("llm_log_sweep", &sweep)?;
+        if let Some(at) = next {
+            self.state
+                .storage()
+                .set_alarm(at.saturating_sub(now) as i64)
+                .await?;
+        }
+        Ok(())
+    }
+
     fn load_gate(&self) -> ApiResult<Gate> {
         self.load_state("gate")
     }
@@ -333,6 +405,23 @@ impl TenantIndex {
                 )?;
                 Ok(json_response(200, &serde_json::json!({"through": through})))
             }
+            (Method::Post, "/llm-logs/written") => {
+                // A session wrote request logs: a sweep pass starts within a minute unless
+                // one is already due.
+                let tenant = Identity::from_headers(&req)?.tenant;
+                let mut sweep: request_log::Sweep = self.load_state("llm_log_sweep")?;
+                if sweep.tenant != tenant {
+                    sweep.tenant = tenant;
+                    self.save_state("llm_log_sweep", &sweep)?;
+                }
+                let storage = self.state.storage();
+                if storage.get_alarm().await?.is_none() {
+                    storage
+                        .set_alarm(request_log::SWEEP_CONTINUE_MS as i64)
+                        .await?;
+                }
+                Ok(json_response(200, &serde_json::json!({"armed": true})))
+            }
             (Method::Get, "/budget") => Ok(json_response(200, &self.load_budget()?)),
             (Method::Put, "/budget") => {
                 let who = Identity::from_headers(&req)?.principal();
@@ -436,6 +525,21 @@ impl From<HourSqlRow> for HourRow {
             },
         }
     }
+}
+
+/// Tells the index that a session of the tenant wrote request logs, so its sweep of expired
+/// ones runs (see `TenantIndex::sweep_llm_logs`).
+pub(crate) async fn llm_logs_written(env: &Env, tenant: &str) -> ApiResult<()> {
+    let request = crate::internal::post_request(
+        "index",
+        "/llm-logs/written",
+        tenant,
+        "wuhu",
+        &serde_json::json!({}),
+    )?;
+    crate::internal::send(&stub(env, tenant)?, request)
+        .await
+        .map(|_: serde_json::Value| ())
 }
 
 /// Tells the index what a session's requests used (see `wuhu_core::tenant_usage`).

@@ -441,6 +441,62 @@ pub fn is_expired(uploaded_ms: u64, now_ms: u64, days: u32) -> bool {
     now_ms.saturating_sub(uploaded_ms) >= u64::from(days) * DAY_MS
 }
 
+/// Listing pages one run of the tenant's sweep reads at most (then it continues after
+/// [`SWEEP_CONTINUE_MS`]).
+pub const SWEEP_PAGES_PER_RUN: usize = 5;
+
+/// Wait before a sweep that stopped mid-listing continues.
+pub const SWEEP_CONTINUE_MS: u64 = 60 * 1000;
+
+/// Where the tenant's sweep of expired records stands between runs (the tenant index's alarm).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sweep {
+    /// The tenant swept.
+    pub tenant: String,
+    /// Where the listing continues (an R2 cursor), while a pass is under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// The earliest time (unix ms) a record kept by this pass expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_expiry_ms: Option<u64>,
+}
+
+impl Sweep {
+    /// Takes one listing page (`(key, uploaded unix ms)`; `truncated`: more follow at
+    /// `cursor`): returns the keys to delete. The next page, if any, is read in this run
+    /// while it has pages left, else after [`SWEEP_CONTINUE_MS`] ([`Sweep::next_run_ms`]).
+    pub fn page(
+        &mut self,
+        objects: &[(String, u64)],
+        cursor: Option<String>,
+        now_ms: u64,
+        days: u32,
+    ) -> Vec<String> {
+        let mut expired = Vec::new();
+        for (key, uploaded) in objects {
+            if is_expired(*uploaded, now_ms, days) {
+                expired.push(key.clone());
+            } else {
+                let expiry = uploaded.saturating_add(u64::from(days) * DAY_MS);
+                self.next_expiry_ms = Some(self.next_expiry_ms.map_or(expiry, |e| e.min(expiry)));
+            }
+        }
+        self.cursor = cursor;
+        expired
+    }
+
+    /// When the alarm should run next (unix ms), after a run ended: soon when the pass stopped
+    /// mid-listing, at the earliest expiry it saw when it finished (a new pass starts then),
+    /// never when nothing is left. A finished pass forgets its expiry for the next one.
+    pub fn next_run_ms(&mut self, now_ms: u64) -> Option<u64> {
+        if self.cursor.is_some() {
+            return Some(now_ms + SWEEP_CONTINUE_MS);
+        }
+        self.next_expiry_ms.take().map(|e| e.max(now_ms + 1000))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,5 +673,39 @@ mod tests {
                 "{uploaded} {now} {days}"
             );
         }
+    }
+
+    #[test]
+    fn the_tenant_sweep_deletes_what_expired_and_wakes_when_the_next_one_does() {
+        let day = DAY_MS;
+        let mut sweep = Sweep {
+            tenant: "t".into(),
+            ..Sweep::default()
+        };
+        let now = 10 * day;
+        // First page: one expired, one expiring in half a day; more pages follow.
+        let page = [
+            ("a".to_string(), 8 * day),
+            ("b".to_string(), 9 * day + day / 2),
+        ];
+        assert_eq!(
+            sweep.page(&page, Some("c1".into()), now, 2),
+            vec!["a".to_string()]
+        );
+        assert_eq!(sweep.next_run_ms(now), Some(now + SWEEP_CONTINUE_MS));
+        // Last page: one expiring sooner (in an hour), one expired.
+        let page = [
+            ("c".to_string(), 8 * day + day / 24),
+            ("d".to_string(), 7 * day),
+        ];
+        assert_eq!(sweep.page(&page, None, now, 2), vec!["d".to_string()]);
+        assert_eq!(sweep.next_run_ms(now), Some(now + day / 24));
+        // The pass is over; nothing left to wait for.
+        assert_eq!(sweep.next_run_ms(now), None);
+        assert_eq!(sweep.page(&[], None, now, 2), Vec::<String>::new());
+        assert_eq!(sweep.next_run_ms(now), None);
+        // An expiry in the past (clock skew) still waits a second.
+        sweep.next_expiry_ms = Some(now - 5);
+        assert_eq!(sweep.next_run_ms(now), Some(now + 1000));
     }
 }

@@ -264,6 +264,10 @@ async fn log_request(actor: &Rc<Actor>, step: u64, exchange: &Exchange, days: u3
         if let Err(e) = crate::llm_logs::sweep_session(&actor.env, &tenant, &session, days).await {
             worker::console_error!("deleting expired request logs failed: {}", e.message);
         }
+        // The tenant's sweep reaches the sessions that write no more.
+        if let Err(e) = crate::tenant_index::llm_logs_written(&actor.env, &tenant).await {
+            worker::console_error!("arming the request log sweep failed: {}", e.message);
+        }
     }
 }
 

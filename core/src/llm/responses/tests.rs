@@ -375,3 +375,66 @@ fn garbage_never_panics() {
         }
     }
 }
+
+#[test]
+fn error_bodies_of_http_failures() {
+    // Non-streaming error bodies of the OpenAI API, as its error-codes page documents them:
+    // the message shown, whether it is retried, whether it is a context overflow (compaction
+    // and one retry instead).
+    let cases = [
+        (
+            429,
+            r#"{"error":{"message":"Rate limit reached for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#,
+            "provider returned http 429: Rate limit reached for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000.",
+            true,
+            false,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#,
+            "provider returned http 400: Your input exceeds the context window of this model. Please adjust your input and try again.",
+            false,
+            true,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"Invalid schema for function 'bash'.","type":"invalid_request_error","param":"tools[0].parameters","code":"invalid_function_parameters"}}"#,
+            "provider returned http 400: Invalid schema for function 'bash'.",
+            false,
+            false,
+        ),
+        (
+            401,
+            r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#,
+            "provider returned http 401: Incorrect API key provided.",
+            false,
+            false,
+        ),
+        (
+            500,
+            r#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}"#,
+            "provider returned http 500: The server had an error while processing your request. Sorry about that!",
+            true,
+            false,
+        ),
+        (
+            503,
+            r#"{"error":{"message":"The engine is currently overloaded, please try again later","type":"server_error","param":null,"code":null}}"#,
+            "provider returned http 503: The engine is currently overloaded, please try again later",
+            true,
+            false,
+        ),
+    ];
+    for (status, body, message, retryable, overflow) in cases {
+        let failure = LlmFailure::from_response(status, &[], body);
+        assert_eq!(
+            (
+                failure.message.as_str(),
+                failure.retryable,
+                failure.is_context_overflow()
+            ),
+            (message, retryable, overflow),
+            "{status}"
+        );
+    }
+}
