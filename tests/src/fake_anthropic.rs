@@ -19,96 +19,58 @@
 //!   data: {"type":"message_stop"}
 //! ```
 
-use std::io::{self, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread;
+use std::time::Duration;
 
+use hyper::Response;
 use serde_json::{Value, json};
 
-use crate::fake_openai::{
-    DEFAULT_TEXT_PARTS, Reply, StreamReply, split_text, write_chunk, write_json_with,
-    write_stream_head,
-};
+use crate::fake_openai::{Reply, StreamReply, json_response, split_text, sse_response, text_only};
+use crate::fake_server::{Body, End};
 
 static MESSAGE_COUNTER: AtomicU64 = AtomicU64::new(1);
 
-/// Answers one `/v1/messages` request with `reply`. Returns whether the connection may serve
-/// another.
-pub(crate) fn respond(stream: &mut TcpStream, reply: Reply, model: &str) -> io::Result<bool> {
+/// Answers one `/v1/messages` request with `reply`.
+pub(crate) fn respond(reply: Reply, model: &str) -> Response<Body> {
     match reply {
         Reply::Status {
             status,
             body,
             headers,
-        } => {
-            write_json_with(stream, status, &body, &headers)?;
-            Ok(true)
-        }
+        } => json_response(status, &body, &headers),
         Reply::Stream(reply) => {
-            write_stream_head(stream)?;
-            for frame in stream_frames(model, &reply) {
-                if !reply.chunk_delay.is_zero() {
-                    thread::sleep(reply.chunk_delay);
-                }
-                write_chunk(stream, frame.as_bytes())?;
-            }
-            write_chunk(stream, b"")?;
-            Ok(true)
+            sse_response(stream_frames(model, &reply), reply.chunk_delay, End::Complete)
         }
         Reply::StreamError { text, error } => {
-            write_stream_head(stream)?;
-            let frames = stream_frames(model, &text_only(text));
+            let mut frames = stream_frames(model, &text_only(text));
             // Everything up to the first text delta, then the error.
             let cut = frames
                 .iter()
                 .position(|f| f.contains("text_delta"))
                 .map_or(frames.len(), |i| i + 1);
-            for frame in &frames[..cut] {
-                write_chunk(stream, frame.as_bytes())?;
-            }
+            frames.truncate(cut);
             let event = json!({"type": "error", "error": error});
-            write_chunk(
-                stream,
-                format!("event: error\ndata: {event}\n\n").as_bytes(),
-            )?;
-            write_chunk(stream, b"")?;
-            Ok(true)
+            frames.push(format!("event: error\ndata: {event}\n\n"));
+            sse_response(frames, Duration::ZERO, End::Complete)
         }
-        Reply::Malformed => {
-            write_stream_head(stream)?;
-            write_chunk(stream, b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_broken\"\n\n")?;
-            write_chunk(stream, b"event: ping\ndata: this is not json at all\n\n")?;
-            write_chunk(stream, b"")?;
-            Ok(true)
-        }
+        Reply::Malformed => sse_response(
+            vec![
+                "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_broken\"\n\n".to_string(),
+                "event: ping\ndata: this is not json at all\n\n".to_string(),
+            ],
+            Duration::ZERO,
+            End::Complete,
+        ),
         Reply::Truncated { text } => {
-            write_stream_head(stream)?;
-            let frames = stream_frames(model, &text_only(text));
+            let mut frames = stream_frames(model, &text_only(text));
             // message_start, the text block start and its deltas; no stop, no message_stop.
             let cut = frames
                 .iter()
                 .rposition(|f| f.contains("text_delta"))
                 .map_or(frames.len(), |i| i + 1);
-            for frame in &frames[..cut] {
-                write_chunk(stream, frame.as_bytes())?;
-            }
-            stream.flush()?;
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            Ok(false)
+            frames.truncate(cut);
+            sse_response(frames, Duration::ZERO, End::Cut)
         }
-    }
-}
-
-fn text_only(text: String) -> StreamReply {
-    StreamReply {
-        text,
-        tool_calls: Vec::new(),
-        chunk_delay: std::time::Duration::ZERO,
-        usage: None,
-        cache: (0, 0),
-        thinking: None,
-        text_parts: DEFAULT_TEXT_PARTS,
     }
 }
 

@@ -20,8 +20,6 @@
 //! (with `include_all_metadata`) from what was posted.
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,7 +148,7 @@ impl FakeChat {
         }));
         let handler_state = state.clone();
         let handler_kind = kind.clone();
-        let server = FakeServer::start("fake-chat", move |stream, request| {
+        let server = FakeServer::start("fake-chat", move |request| {
             let reply = {
                 let mut state = handler_state.lock().unwrap();
                 let (method, token) = call_name(&handler_kind, &request);
@@ -222,8 +220,7 @@ impl FakeChat {
                 }
                 reply
             };
-            write_reply(stream, &reply)?;
-            Ok(true)
+            reply.response()
         });
         FakeChat {
             server,
@@ -516,17 +513,6 @@ fn success(kind: &Kind, call: &ChatCall, reference: &str) -> HttpReply {
         }
         Kind::Generic { .. } => HttpReply::json(&json!({"id": reference})),
     }
-}
-
-fn write_reply(stream: &mut TcpStream, reply: &HttpReply) -> io::Result<()> {
-    let mut head = format!("HTTP/1.1 {} Fake\r\n", reply.status);
-    for (name, value) in &reply.headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n", reply.body.len()));
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&reply.body)?;
-    stream.flush()
 }
 
 /// Slack's `X-Slack-Signature` of `body` at `timestamp`: `v0=<hex HMAC-SHA256(secret,

@@ -10,17 +10,18 @@
 //! ```
 //!
 //! Unrouted paths answer `404 {"error":"no route for GET /x"}`. Connections are kept alive
-//! unless the client says `Connection: close`.
+//! unless the client says `Connection: close` (hyper's HTTP/1 server, see
+//! [`crate::fake_server`]).
 
 use std::collections::HashMap;
-use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use hyper::Response;
 use serde_json::{Value, json};
 
 use crate::fake_openai::RecordedRequest;
-use crate::fake_server::FakeServer;
+use crate::fake_server::{self, Body, FakeServer};
 
 /// A fixed answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,9 +83,8 @@ impl FakeHttp {
     pub fn start() -> FakeHttp {
         let state = Arc::new(Mutex::new(State::default()));
         let handler_state = state.clone();
-        let server = FakeServer::start("fake-http", move |stream, request| {
-            respond(stream, &handler_state, request)
-        });
+        let server =
+            FakeServer::start("fake-http", move |request| respond(&handler_state, request));
         FakeHttp { server, state }
     }
 
@@ -136,39 +136,25 @@ impl FakeHttp {
     }
 }
 
-/// Answers one request from the routes. Returns whether the connection may serve another.
-fn respond(
-    stream: &mut TcpStream,
-    state: &Mutex<State>,
-    request: RecordedRequest,
-) -> io::Result<bool> {
-    let reply = {
-        let mut state = state.lock().unwrap();
-        let route = request.path.split('?').next().unwrap_or_default();
-        let reply = state.routes.get(route).cloned().unwrap_or_else(|| {
-            HttpReply::json(
-                &json!({"error": format!("no route for {} {}", request.method, request.path)}),
-            )
-            .with_status(404)
-        });
-        state.requests.push(request.clone());
-        reply
-    };
-    write_reply(stream, &reply, request.method == "HEAD")?;
-    Ok(true)
+/// Answers one request from the routes.
+fn respond(state: &Mutex<State>, request: RecordedRequest) -> Response<Body> {
+    let mut state = state.lock().unwrap();
+    let route = request.path.split('?').next().unwrap_or_default();
+    let reply = state.routes.get(route).cloned().unwrap_or_else(|| {
+        HttpReply::json(
+            &json!({"error": format!("no route for {} {}", request.method, request.path)}),
+        )
+        .with_status(404)
+    });
+    state.requests.push(request);
+    reply.response()
 }
 
-fn write_reply(stream: &mut TcpStream, reply: &HttpReply, head_only: bool) -> io::Result<()> {
-    let mut head = format!("HTTP/1.1 {} Fake\r\n", reply.status);
-    for (name, value) in &reply.headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
+impl HttpReply {
+    /// As a response (hyper leaves out the body of an answer to `HEAD`).
+    pub(crate) fn response(self) -> Response<Body> {
+        fake_server::full(self.status, &self.headers, self.body)
     }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n", reply.body.len()));
-    stream.write_all(head.as_bytes())?;
-    if !head_only {
-        stream.write_all(&reply.body)?;
-    }
-    stream.flush()
 }
 
 #[cfg(test)]

@@ -21,16 +21,16 @@
 //! ```
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Duration;
 
+use bytes::Bytes;
+use hyper::Response;
 use serde_json::{Value, json};
 
-use crate::fake_server::FakeServer;
+use crate::fake_server::{self, Body, End, FakeServer};
 use crate::http;
 
 /// One scripted answer to a chat completion request.
@@ -303,8 +303,8 @@ impl FakeOpenAi {
     pub fn start() -> FakeOpenAi {
         let state = Arc::new(Mutex::new(State::default()));
         let handler_state = state.clone();
-        let server = FakeServer::start("fake-openai", move |stream, request| {
-            respond(stream, &handler_state, request)
+        let server = FakeServer::start("fake-openai", move |request| {
+            respond(&handler_state, request)
         });
         FakeOpenAi { server, state }
     }
@@ -368,12 +368,8 @@ impl FakeOpenAi {
     }
 }
 
-/// Answers one request. Returns whether the connection may serve another.
-fn respond(
-    stream: &mut TcpStream,
-    state: &Mutex<State>,
-    request: RecordedRequest,
-) -> io::Result<bool> {
+/// Answers one request.
+fn respond(state: &Mutex<State>, request: RecordedRequest) -> Response<Body> {
     let route = request
         .path
         .split('?')
@@ -381,20 +377,18 @@ fn respond(
         .unwrap_or_default()
         .to_string();
     if request.method == "POST" && route == "/v1/messages" {
-        let reply = next_reply(state, request);
-        return crate::fake_anthropic::respond(stream, reply.0, &reply.1);
+        let (reply, model) = next_reply(state, request);
+        return crate::fake_anthropic::respond(reply, &model);
     }
     if request.method == "POST" && route == "/v1/responses" {
-        let reply = next_reply(state, request);
-        return crate::fake_responses::respond(stream, reply.0, &reply.1);
+        let (reply, model) = next_reply(state, request);
+        return crate::fake_responses::respond(reply, &model);
     }
     if request.method != "POST" || route != "/v1/chat/completions" {
         let body = json!({"error": {"message": format!("Unknown request URL: {} {}", request.method, request.path), "type": "invalid_request_error", "param": null, "code": "unknown_url"}});
         state.lock().unwrap().requests.push(request);
-        write_json(stream, 404, &body.to_string())?;
-        return Ok(true);
+        return json_response(404, &body.to_string(), &[]);
     }
-    let model = request.model().unwrap_or_default().to_string();
     let streaming = request
         .body
         .get("stream")
@@ -405,81 +399,57 @@ fn respond(
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let (reply, _) = next_reply(state, request);
+    let (reply, model) = next_reply(state, request);
     match reply {
         Reply::Status {
             status,
             body,
             headers,
-        } => {
-            write_json_with(stream, status, &body, &headers)?;
-            Ok(true)
-        }
+        } => json_response(status, &body, &headers),
         Reply::StreamError { text, error } => {
-            write_stream_head(stream)?;
-            let reply = StreamReply {
-                text,
-                tool_calls: Vec::new(),
-                chunk_delay: Duration::ZERO,
-                usage: None,
-                cache: (0, 0),
-                thinking: None,
-                text_parts: DEFAULT_TEXT_PARTS,
-            };
-            let frames = stream_frames(&model, &reply, false);
-            for frame in frames.iter().filter(|f| f.contains("\"content\"")) {
-                write_chunk(stream, frame.as_bytes())?;
-            }
-            write_chunk(
-                stream,
-                format!("data: {}\n\n", json!({"error": error})).as_bytes(),
-            )?;
-            write_chunk(stream, b"")?;
-            Ok(true)
+            let frames = stream_frames(&model, &text_only(text), false);
+            let mut frames: Vec<String> = frames
+                .into_iter()
+                .filter(|f| f.contains("\"content\""))
+                .collect();
+            frames.push(format!("data: {}\n\n", json!({"error": error})));
+            sse_response(frames, Duration::ZERO, End::Complete)
         }
         Reply::Stream(reply) if !streaming => {
-            write_json(stream, 200, &completion_json(&model, &reply).to_string())?;
-            Ok(true)
+            json_response(200, &completion_json(&model, &reply).to_string(), &[])
         }
         Reply::Stream(reply) => {
-            write_stream_head(stream)?;
-            for frame in stream_frames(&model, &reply, include_usage || reply.usage.is_some()) {
-                if !reply.chunk_delay.is_zero() {
-                    thread::sleep(reply.chunk_delay);
-                }
-                write_chunk(stream, frame.as_bytes())?;
-            }
-            write_chunk(stream, b"")?;
-            Ok(true)
+            let frames = stream_frames(&model, &reply, include_usage || reply.usage.is_some());
+            sse_response(frames, reply.chunk_delay, End::Complete)
         }
-        Reply::Malformed => {
-            write_stream_head(stream)?;
-            write_chunk(stream, b"data: {\"id\":\"chatcmpl-broken\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"oops\"\n\n")?;
-            write_chunk(stream, b"data: this is not json at all\n\n")?;
-            write_chunk(stream, b"")?;
-            Ok(true)
-        }
+        Reply::Malformed => sse_response(
+            vec![
+                "data: {\"id\":\"chatcmpl-broken\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"oops\"\n\n".to_string(),
+                "data: this is not json at all\n\n".to_string(),
+            ],
+            Duration::ZERO,
+            End::Complete,
+        ),
         Reply::Truncated { text } => {
-            write_stream_head(stream)?;
-            let reply = StreamReply {
-                text,
-                tool_calls: Vec::new(),
-                chunk_delay: Duration::ZERO,
-                usage: None,
-                cache: (0, 0),
-                thinking: None,
-                text_parts: DEFAULT_TEXT_PARTS,
-            };
-            let frames = stream_frames(&model, &reply, false);
+            let mut frames = stream_frames(&model, &text_only(text), false);
             // Role chunk and the content chunks, but no finish, usage or [DONE].
             let cut = frames.iter().filter(|f| f.contains("\"content\"")).count();
-            for frame in frames.iter().take(cut) {
-                write_chunk(stream, frame.as_bytes())?;
-            }
-            stream.flush()?;
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            Ok(false)
+            frames.truncate(cut);
+            sse_response(frames, Duration::ZERO, End::Cut)
         }
+    }
+}
+
+/// A reply of only this text, without usage: what error and truncated streams send first.
+pub(crate) fn text_only(text: String) -> StreamReply {
+    StreamReply {
+        text,
+        tool_calls: Vec::new(),
+        chunk_delay: Duration::ZERO,
+        usage: None,
+        cache: (0, 0),
+        thinking: None,
+        text_parts: DEFAULT_TEXT_PARTS,
     }
 }
 
@@ -495,64 +465,30 @@ fn next_reply(state: &Mutex<State>, request: RecordedRequest) -> (Reply, String)
     (reply, model)
 }
 
-pub(crate) fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> io::Result<()> {
-    write_json_with(stream, status, body, &[])
-}
-
-/// A JSON response with extra headers.
-pub(crate) fn write_json_with(
-    stream: &mut TcpStream,
+/// A JSON response with extra headers, as the providers' APIs answer (with a request id).
+pub(crate) fn json_response(
     status: u16,
     body: &str,
     headers: &[(String, String)],
-) -> io::Result<()> {
-    let extra: String = headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .collect();
-    let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nx-request-id: req_fake\r\n{extra}\r\n",
-        reason(status),
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
+) -> Response<Body> {
+    let mut all = vec![
+        ("Content-Type".to_string(), "application/json".to_string()),
+        ("x-request-id".to_string(), "req_fake".to_string()),
+    ];
+    all.extend_from_slice(headers);
+    fake_server::full(status, &all, body.to_string())
 }
 
-pub(crate) fn write_stream_head(stream: &mut TcpStream) -> io::Result<()> {
-    stream.write_all(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\nx-request-id: req_fake\r\n\r\n",
-    )?;
-    stream.flush()
-}
-
-/// One chunk of the chunked transfer coding; an empty one ends the body.
-pub(crate) fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
-    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-    if data.is_empty() {
-        // "0\r\n" followed by the empty trailer line.
-        out = b"0\r\n\r\n".to_vec();
-    }
-    stream.write_all(&out)?;
-    stream.flush()
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        529 => "Overloaded",
-        _ => "Status",
-    }
+/// A `200 text/event-stream` response sending each frame as one chunk, each after `delay`.
+pub(crate) fn sse_response(frames: Vec<String>, delay: Duration, end: End) -> Response<Body> {
+    let headers = [
+        ("Content-Type", "text/event-stream; charset=utf-8"),
+        ("Cache-Control", "no-cache"),
+        ("x-request-id", "req_fake"),
+    ]
+    .map(|(name, value)| (name.to_string(), value.to_string()));
+    let chunks = frames.into_iter().map(Bytes::from).collect();
+    fake_server::streamed(200, &headers, chunks, delay, end)
 }
 
 static COMPLETION_COUNTER: AtomicU64 = AtomicU64::new(1);
@@ -646,6 +582,8 @@ pub(crate) fn split_text(text: &str, parts: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::io;
+
     use super::*;
     use crate::http::Request;
     use crate::sse::{SseItem, SseParser};

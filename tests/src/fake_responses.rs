@@ -5,100 +5,62 @@
 //! `response.output_text.delta`s, `function_call`s with `response.function_call_arguments.delta`s),
 //! then `response.completed` with usage (cached and reasoning token details).
 
-use std::io::{self, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread;
+use std::time::Duration;
 
+use hyper::Response;
 use serde_json::{Value, json};
 
-use crate::fake_openai::{
-    DEFAULT_TEXT_PARTS, Reply, StreamReply, split_text, write_chunk, write_json_with,
-    write_stream_head,
-};
+use crate::fake_openai::{Reply, StreamReply, json_response, split_text, sse_response, text_only};
+use crate::fake_server::{Body, End};
 
 static RESPONSE_COUNTER: AtomicU64 = AtomicU64::new(1);
 
-/// Answers one `/v1/responses` request with `reply`. Returns whether the connection may serve
-/// another.
-pub(crate) fn respond(stream: &mut TcpStream, reply: Reply, model: &str) -> io::Result<bool> {
+/// Answers one `/v1/responses` request with `reply`.
+pub(crate) fn respond(reply: Reply, model: &str) -> Response<Body> {
     match reply {
         Reply::Status {
             status,
             body,
             headers,
-        } => {
-            write_json_with(stream, status, &body, &headers)?;
-            Ok(true)
-        }
-        Reply::Stream(reply) => {
-            write_stream_head(stream)?;
-            for frame in stream_frames(model, &reply) {
-                if !reply.chunk_delay.is_zero() {
-                    thread::sleep(reply.chunk_delay);
-                }
-                write_chunk(stream, frame.as_bytes())?;
-            }
-            write_chunk(stream, b"")?;
-            Ok(true)
-        }
+        } => json_response(status, &body, &headers),
+        Reply::Stream(reply) => sse_response(
+            stream_frames(model, &reply),
+            reply.chunk_delay,
+            End::Complete,
+        ),
         Reply::StreamError { text, error } => {
-            write_stream_head(stream)?;
-            let frames = stream_frames(model, &text_only(text));
+            let mut frames = stream_frames(model, &text_only(text));
             let cut = frames
                 .iter()
                 .position(|f| f.contains("output_text.delta"))
                 .map_or(frames.len(), |i| i + 1);
-            for frame in &frames[..cut] {
-                write_chunk(stream, frame.as_bytes())?;
-            }
+            frames.truncate(cut);
             let mut event = json!({"type": "error", "param": null, "sequence_number": 99});
             if let (Some(event), Some(error)) = (event.as_object_mut(), error.as_object()) {
                 event.extend(error.clone());
             }
-            write_chunk(
-                stream,
-                format!("event: error\ndata: {event}\n\n").as_bytes(),
-            )?;
-            write_chunk(stream, b"")?;
-            Ok(true)
+            frames.push(format!("event: error\ndata: {event}\n\n"));
+            sse_response(frames, Duration::ZERO, End::Complete)
         }
-        Reply::Malformed => {
-            write_stream_head(stream)?;
-            write_chunk(
-                stream,
-                b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\n\n",
-            )?;
-            write_chunk(stream, b"data: this is not json at all\n\n")?;
-            write_chunk(stream, b"")?;
-            Ok(true)
-        }
+        Reply::Malformed => sse_response(
+            vec![
+                "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\n\n"
+                    .to_string(),
+                "data: this is not json at all\n\n".to_string(),
+            ],
+            Duration::ZERO,
+            End::Complete,
+        ),
         Reply::Truncated { text } => {
-            write_stream_head(stream)?;
-            let frames = stream_frames(model, &text_only(text));
+            let mut frames = stream_frames(model, &text_only(text));
             let cut = frames
                 .iter()
                 .rposition(|f| f.contains("output_text.delta"))
                 .map_or(frames.len(), |i| i + 1);
-            for frame in &frames[..cut] {
-                write_chunk(stream, frame.as_bytes())?;
-            }
-            stream.flush()?;
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            Ok(false)
+            frames.truncate(cut);
+            sse_response(frames, Duration::ZERO, End::Cut)
         }
-    }
-}
-
-fn text_only(text: String) -> StreamReply {
-    StreamReply {
-        text,
-        tool_calls: Vec::new(),
-        chunk_delay: std::time::Duration::ZERO,
-        usage: None,
-        cache: (0, 0),
-        thinking: None,
-        text_parts: DEFAULT_TEXT_PARTS,
     }
 }
 

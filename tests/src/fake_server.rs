@@ -1,58 +1,94 @@
-//! The plumbing the fake servers share: a listener on an ephemeral loopback port, a thread per
-//! connection, keep-alive, and each request decoded into a [`RecordedRequest`] for a handler.
+//! The plumbing the fake servers share: hyper's HTTP/1 server (keep-alive, chunked bodies) on
+//! an ephemeral loopback port, driven by the harness's tokio runtime ([`crate::net`]). Each
+//! request is read whole into a [`RecordedRequest`] and handed to a synchronous handler, which
+//! returns the response: a fixed body ([`full`]) or a stream of chunks ([`streamed`]) that may
+//! pause between chunks and may end by cutting the connection ([`End::Cut`]).
+//!
+//! Dropping a [`FakeServer`] stops accepting and closes its open connections.
 
+use std::convert::Infallible;
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::fake_openai::RecordedRequest;
-use crate::http::{self, BodyDecoder};
+use crate::net;
 
-/// A connection idle this long is closed.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest request body a fake reads (a whole LLM request with a long transcript fits many
+/// times); a larger one is answered `413` and not recorded.
+pub const MAX_REQUEST_BODY: usize = 64 * 1024 * 1024;
 
-/// A running server. Dropping it stops accepting connections.
+/// A response body: fixed or streamed.
+pub type Body = UnsyncBoxBody<Bytes, io::Error>;
+
+/// How a streamed body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The terminating chunk: a complete response.
+    Complete,
+    /// The connection is closed mid-body, after the chunks were sent (no terminating chunk).
+    Cut,
+}
+
+/// A running server. Dropping it stops accepting and closes its connections.
 pub struct FakeServer {
     addr: SocketAddr,
-    shutdown: Arc<AtomicBool>,
+    /// Dropped with the server: the accept loop and every connection watch it close.
+    _stop: watch::Sender<()>,
 }
 
 impl FakeServer {
-    /// Starts on `127.0.0.1:0`. `handle` answers one request on the stream and returns whether
-    /// the connection may serve another.
+    /// Starts on `127.0.0.1:0`. `handle` answers each request (read whole) with a response.
     pub fn start<F>(name: &str, handle: F) -> FakeServer
     where
-        F: Fn(&mut TcpStream, RecordedRequest) -> io::Result<bool> + Send + Sync + 'static,
+        F: Fn(RecordedRequest) -> Response<Body> + Send + Sync + 'static,
     {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a fake server");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap_or_else(|e| panic!("bind the {name} server: {e}"));
         let addr = listener.local_addr().expect("fake server address");
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let accept_shutdown = shutdown.clone();
+        listener
+            .set_nonblocking(true)
+            .expect("fake server listener non-blocking");
+        let listener = {
+            let _runtime = net::runtime().enter();
+            tokio::net::TcpListener::from_std(listener).expect("register the fake server")
+        };
+        let (stop, mut stopped) = watch::channel(());
         let handle = Arc::new(handle);
-        let conn_name = format!("{name}-conn");
-        thread::Builder::new()
-            .name(format!("{name}-accept"))
-            .spawn(move || {
-                for stream in listener.incoming() {
-                    if accept_shutdown.load(Ordering::SeqCst) {
-                        break;
+        net::runtime().spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = stopped.changed() => return,
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let handle = handle.clone();
+                let mut stopped = stopped.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| serve(handle.clone(), request));
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = stopped.changed() => {}
                     }
-                    let Ok(stream) = stream else { continue };
-                    let handle = handle.clone();
-                    let _ = thread::Builder::new()
-                        .name(conn_name.clone())
-                        .spawn(move || {
-                            let _ = serve_connection(stream, &*handle);
-                        });
-                }
-            })
-            .expect("spawn a fake server");
-        FakeServer { addr, shutdown }
+                });
+            }
+        });
+        FakeServer { addr, _stop: stop }
     }
 
     /// The listening address.
@@ -61,51 +97,138 @@ impl FakeServer {
     }
 }
 
-impl Drop for FakeServer {
-    fn drop(&mut self) {
-        self.shutdown.store(true, Ordering::SeqCst);
-        // Wake the accept loop.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
-    }
+/// Reads one request whole and asks the handler for the response.
+async fn serve<F>(handle: Arc<F>, request: Request<Incoming>) -> Result<Response<Body>, Infallible>
+where
+    F: Fn(RecordedRequest) -> Response<Body>,
+{
+    let (head, body) = request.into_parts();
+    let Ok(body) = Limited::new(body, MAX_REQUEST_BODY).collect().await else {
+        return Ok(full(413, &[], "request body too large or cut"));
+    };
+    let raw_body = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+    let recorded = RecordedRequest {
+        method: head.method.to_string(),
+        path: head
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string(),
+        headers: net::headers_of(&head.headers),
+        body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
+        raw_body,
+    };
+    Ok(handle(recorded))
 }
 
-fn serve_connection<F>(mut stream: TcpStream, handle: &F) -> io::Result<()>
-where
-    F: Fn(&mut TcpStream, RecordedRequest) -> io::Result<bool>,
-{
-    stream.set_nodelay(true)?;
-    let mut raw = Vec::new();
-    loop {
-        let deadline = Instant::now() + IDLE_TIMEOUT;
-        let Ok(head) = http::read_head(&mut stream, &mut raw, deadline) else {
-            return Ok(()); // Closed or idle: done with this connection.
-        };
-        let mut decoder = BodyDecoder::for_request(&head.headers)?;
-        let mut body = Vec::new();
-        loop {
-            decoder.decode(&mut raw, &mut body)?;
-            if decoder.is_done() {
-                break;
+/// A response with a fixed body and these headers (`Content-Length` is hyper's).
+pub fn full(status: u16, headers: &[(String, String)], body: impl Into<Bytes>) -> Response<Body> {
+    let body = Full::new(body.into())
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    with_head(status, headers, body)
+}
+
+/// A chunked response sending `chunks` in order, each after `delay`, then ending as `end`
+/// says.
+pub fn streamed(
+    status: u16,
+    headers: &[(String, String)],
+    chunks: Vec<Bytes>,
+    delay: Duration,
+    end: End,
+) -> Response<Body> {
+    let state = (chunks.into_iter(), Some(end));
+    let frames = futures_util::stream::unfold(state, move |(mut chunks, end)| async move {
+        if let Some(chunk) = chunks.next() {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
             }
-            if http::read_some(&mut stream, &mut raw, deadline)? == 0 {
-                return Ok(());
+            return Some((Ok(Frame::data(chunk)), (chunks, end)));
+        }
+        if end != Some(End::Cut) {
+            return None;
+        }
+        // hyper drops the connection, and what it has not written yet, at a body error: pause
+        // once so that it flushes the chunks before.
+        tokio::task::yield_now().await;
+        let cut = io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "fake server: cut mid-body",
+        );
+        Some((Err(cut), (chunks, None)))
+    });
+    with_head(status, headers, StreamBody::new(frames).boxed_unsync())
+}
+
+fn with_head(status: u16, headers: &[(String, String)], body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::from_u16(status).expect("a status code in 100..=999");
+    for (name, value) in headers {
+        let name = HeaderName::from_bytes(name.as_bytes()).expect("a valid header name");
+        let value = HeaderValue::from_str(value).expect("a valid header value");
+        response.headers_mut().append(name, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::Request;
+
+    fn text(chunks: &[&str]) -> Vec<Bytes> {
+        chunks.iter().map(|c| Bytes::from(c.to_string())).collect()
+    }
+
+    #[test]
+    fn requests_are_recorded_whole_and_streams_end_or_cut() {
+        let server = FakeServer::start("test", |request| match request.path.as_str() {
+            "/cut" => streamed(200, &[], text(&["a", "b"]), Duration::ZERO, End::Cut),
+            "/slow" => streamed(
+                200,
+                &[],
+                text(&["a", "b", "c"]),
+                Duration::from_millis(20),
+                End::Complete,
+            ),
+            _ => full(
+                201,
+                &[("X-Echo".into(), request.raw_body.clone())],
+                request.body.to_string(),
+            ),
+        });
+        let url = |path: &str| format!("http://{}{path}", server.addr());
+        let response = Request::new("POST", url("/echo?q=1"))
+            .header("X-Test", "yes")
+            .body(r#"{"a":1}"#)
+            .send()
+            .unwrap();
+        assert_eq!(
+            (response.status, response.header("x-echo"), response.text()),
+            (201, Some(r#"{"a":1}"#), r#"{"a":1}"#.to_string())
+        );
+        assert_eq!(
+            Request::new("GET", url("/slow")).send().unwrap().text(),
+            "abc"
+        );
+        let err = Request::new("GET", url("/cut")).send().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+        // The chunks before a cut arrive: read the body as it comes.
+        let response = crate::net::block_on(async {
+            crate::net::client().get(url("/cut")).send().await.unwrap()
+        });
+        let mut response = response;
+        let mut received = Vec::new();
+        let end = loop {
+            match crate::net::block_on(response.chunk()) {
+                Ok(Some(chunk)) => received.extend_from_slice(&chunk),
+                Ok(None) => break Ok(()),
+                Err(err) => break Err(err),
             }
-        }
-        let mut parts = head.start_line.split(' ');
-        let method = parts.next().unwrap_or_default().to_string();
-        let path = parts.next().unwrap_or_default().to_string();
-        let raw_body = String::from_utf8_lossy(&body).into_owned();
-        let request = RecordedRequest {
-            method,
-            path,
-            headers: head.headers.clone(),
-            body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
-            raw_body,
         };
-        let close = http::find_header(&head.headers, "connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
-        if !handle(&mut stream, request)? || close {
-            return Ok(());
-        }
+        assert!(end.is_err(), "a cut body must not end cleanly");
+        assert_eq!(received, b"ab");
+        drop(server);
     }
 }
