@@ -238,7 +238,7 @@ pub struct RecordedRequest {
     pub method: String,
     /// Path and query.
     pub path: String,
-    /// Headers in order.
+    /// Headers as hyper parsed them: names lowercase, each name's values together.
     pub headers: Vec<(String, String)>,
     /// The body as JSON (`Null` when it was not JSON).
     pub body: Value,

@@ -127,7 +127,7 @@ fn invalid_input(message: String) -> io::Error {
 pub struct Response {
     /// Status code.
     pub status: u16,
-    /// Headers in order; names as sent.
+    /// Headers as reqwest parsed them: names lowercase, each name's values together.
     pub headers: Vec<(String, String)>,
     /// Decoded body.
     pub body: Vec<u8>,

@@ -80,7 +80,8 @@ pub fn io_error(error: reqwest::Error) -> io::Error {
     io::Error::new(kind, message)
 }
 
-/// Response headers as the harness keeps them: in order, lossy UTF-8 values.
+/// Headers as the harness keeps them (responses, and the requests the fakes record): lowercase
+/// names, each name's values together, lossy UTF-8 values.
 pub fn headers_of(map: &reqwest::header::HeaderMap) -> Vec<(String, String)> {
     map.iter()
         .map(|(name, value)| {
