@@ -14,6 +14,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use clap::Args;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 use wuhu_client::{Client, FollowEvent, FollowOptions, TranscriptQuery};
@@ -21,7 +22,6 @@ use wuhu_core::wire::{
     CreateSessionRequest, EntryPayload, Lane, Message, Status, StreamEvent, custom_types,
 };
 
-use crate::commands::{ChatArgs, pending_approvals};
 use crate::exit;
 use crate::render::{Renderer, Style};
 
@@ -30,6 +30,19 @@ const DOUBLE_CTRL_C: Duration = Duration::from_secs(3);
 
 /// Prefix of a line that queues a follow-up instead of steering.
 const FOLLOW_UP_PREFIX: &str = "+ ";
+
+/// `wuhu chat`.
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// The session (default: a new one).
+    pub session: Option<String>,
+    /// Title of a new session.
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Transcript entries shown before the chat starts.
+    #[arg(long, default_value_t = 20)]
+    pub history: usize,
+}
 
 /// Runs the chat until the user exits (or stdin ends and the session is at rest).
 ///
@@ -90,11 +103,12 @@ Ctrl-C stops the turn, twice exits; /quit exits."
     stdout.flush()?;
 
     let mut running = history.session.status == Status::Running;
-    let mut my_approvals: VecDeque<String> = pending_approvals(&session.id, &history.transcript)
-        .into_iter()
-        .filter(|a| admin || a["approver"]["sub"] == me.as_str())
-        .filter_map(|a| a["approvalId"].as_str().map(str::to_string))
-        .collect();
+    let mut my_approvals: VecDeque<String> =
+        wuhu_core::approvals::pending_requests(&history.transcript)
+            .into_iter()
+            .filter(|a| admin || a["approver"]["sub"] == me.as_str())
+            .filter_map(|a| a["approvalId"].as_str().map(str::to_string))
+            .collect();
     for id in &my_approvals {
         writeln!(stdout, "{}", style.yellow(&format!("approve {id}? [y/n]")))?;
     }

@@ -8,8 +8,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use wuhu_client::{Client, FollowEvent, FollowOptions};
 use wuhu_core::wire::{
-    ApprovalPolicy, CreateEnvironmentRequest, CreateSessionRequest, Entry, EntryPayload, Lane,
-    MintTokenRequest, PatchSessionRequest, StreamEvent, UpdateEnvironmentRequest, custom_types,
+    ApprovalPolicy, CreateEnvironmentRequest, CreateSessionRequest, Entry, Lane, MintTokenRequest,
+    PatchSessionRequest, StreamEvent, UpdateEnvironmentRequest,
 };
 
 use crate::config::{self, Inputs, Resolved};
@@ -94,19 +94,6 @@ impl Cli {
     pub fn json_requested() -> bool {
         std::env::args().any(|a| a == "--json")
     }
-}
-
-/// `wuhu chat`.
-#[derive(Args, Debug)]
-pub struct ChatArgs {
-    /// The session (default: a new one).
-    pub session: Option<String>,
-    /// Title of a new session.
-    #[arg(long)]
-    pub title: Option<String>,
-    /// Transcript entries shown before the chat starts.
-    #[arg(long, default_value_t = 20)]
-    pub history: usize,
 }
 
 /// `wuhu sessions …`.
@@ -1002,18 +989,15 @@ fn parse_approval(approval: &str) -> ApprovalPolicy {
     }
 }
 
-/// A pending approval found in a transcript.
-pub fn pending_approvals(session_id: &str, entries: &[Entry]) -> Vec<Value> {
-    let mut pending: Vec<Value> = Vec::new();
-    for entry in entries {
-        let EntryPayload::Custom { custom_type, data } = &entry.payload else {
-            continue;
-        };
-        let id = data["approvalId"].as_str().unwrap_or_default();
-        match custom_type.as_str() {
-            custom_types::APPROVAL_REQUESTED => pending.push(json!({
+/// The approvals of `session_id` still waiting in `entries`, as `approvals list --json` prints
+/// them (the rule is [`wuhu_core::approvals::pending_requests`]).
+fn pending_approvals(session_id: &str, entries: &[Entry]) -> Vec<Value> {
+    wuhu_core::approvals::pending_requests(entries)
+        .into_iter()
+        .map(|data| {
+            json!({
                 "sessionId": session_id,
-                "approvalId": id,
+                "approvalId": data["approvalId"],
                 "tool": data["tool"],
                 "environment": data["environment"],
                 "runner": data["runner"],
@@ -1021,12 +1005,9 @@ pub fn pending_approvals(session_id: &str, entries: &[Entry]) -> Vec<Value> {
                 "requestedBy": data["requestedBy"],
                 "expiresAt": data["expiresAt"],
                 "text": data["text"],
-            })),
-            custom_types::APPROVAL_DECIDED => pending.retain(|p| p["approvalId"] != id),
-            _ => {}
-        }
-    }
-    pending
+            })
+        })
+        .collect()
 }
 
 async fn approvals(global: &Global, command: ApprovalsCommand) -> Result<u8> {

@@ -94,7 +94,7 @@ pub enum Command {
     /// Who the token says you are, and whether the server accepts it.
     Whoami,
     /// Chat with a session in the terminal (a new one when SESSION is absent).
-    Chat(commands::ChatArgs),
+    Chat(chat::ChatArgs),
     /// Sessions: list, create, show, follow, send, stop, cancel, rename.
     #[command(subcommand)]
     Sessions(commands::SessionsCommand),

@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::authority::Approver;
 use crate::authority::{Principal, may_answer_approval, runner_owner_must_approve};
 use crate::session::Millis;
-use crate::wire::ApprovalPolicy;
 use crate::wire::runner::RunnerKind;
+use crate::wire::{ApprovalPolicy, Entry, EntryPayload, custom_types};
 
 /// Default time an approval waits for its answer, in seconds: one hour.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 3600;
@@ -424,6 +424,26 @@ fn plural(n: u64, unit: &str) -> String {
     } else {
         format!("{n} {unit}s")
     }
+}
+
+/// The approval requests in `entries` (a transcript in cursor order) that no decision entry
+/// answers yet: each `wuhu_approval_request_v1`'s `data`, oldest first. A client reading a
+/// transcript (the CLI's `approvals list`, `wuhu chat`) asks these; an expired or withdrawn
+/// request is decided too (its decision entry says so), so it is not listed.
+pub fn pending_requests(entries: &[Entry]) -> Vec<&serde_json::Value> {
+    let mut pending: Vec<&serde_json::Value> = Vec::new();
+    for entry in entries {
+        let EntryPayload::Custom { custom_type, data } = &entry.payload else {
+            continue;
+        };
+        let id = &data["approvalId"];
+        match custom_type.as_str() {
+            custom_types::APPROVAL_REQUESTED => pending.push(data),
+            custom_types::APPROVAL_DECIDED => pending.retain(|p| p["approvalId"] != *id),
+            _ => {}
+        }
+    }
+    pending
 }
 
 #[cfg(test)]
@@ -964,5 +984,54 @@ mod tests {
         s.handle_tool_awaiting_approval(3, "v", true);
         s.handle_stop(Millis(7), "alice");
         assert!(s.checkpoint().awaiting_approval.is_empty());
+    }
+    #[test]
+    fn pending_requests_are_those_without_a_decision() {
+        let custom = |cursor: u64, custom_type: &str, id: &str| Entry {
+            cursor,
+            id: format!("e{cursor}"),
+            created_at: 0,
+            payload: EntryPayload::Custom {
+                custom_type: custom_type.into(),
+                data: serde_json::json!({"approvalId": id}),
+            },
+        };
+        let request = |c: u64, id: &'static str| custom(c, custom_types::APPROVAL_REQUESTED, id);
+        let decision = |c: u64, id: &'static str| custom(c, custom_types::APPROVAL_DECIDED, id);
+        let other = |c: u64| Entry {
+            cursor: c,
+            id: format!("e{c}"),
+            created_at: 0,
+            payload: EntryPayload::Custom {
+                custom_type: custom_types::LLM_ERROR.into(),
+                data: serde_json::json!({"approvalId": "a"}),
+            },
+        };
+        // (transcript, pending ids in order)
+        let cases: Vec<(Vec<Entry>, Vec<&str>)> = vec![
+            (vec![], vec![]),
+            (vec![other(1)], vec![]),
+            (vec![request(1, "a")], vec!["a"]),
+            (vec![request(1, "a"), decision(2, "a")], vec![]),
+            (
+                vec![request(1, "a"), request(2, "b"), decision(3, "a")],
+                vec!["b"],
+            ),
+            (
+                vec![request(1, "a"), other(2), request(3, "b")],
+                vec!["a", "b"],
+            ),
+            // A decision of another approval leaves this one waiting.
+            (vec![request(1, "a"), decision(2, "z")], vec!["a"]),
+            // Another entry naming the id decides nothing.
+            (vec![request(1, "a"), other(2)], vec!["a"]),
+        ];
+        for (entries, want) in cases {
+            let got: Vec<&str> = pending_requests(&entries)
+                .iter()
+                .map(|d| d["approvalId"].as_str().unwrap())
+                .collect();
+            assert_eq!(got, want, "{entries:?}");
+        }
     }
 }

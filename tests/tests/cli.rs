@@ -19,6 +19,9 @@ use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Stack, wait_for};
 
 const TURN: Duration = Duration::from_secs(60);
+/// A turn cut by a server kill: resumed when the follow's reconnect loads the session, else by
+/// its watchdog alarm (30 s after the turn started) and the retried step.
+const RESTART: Duration = Duration::from_secs(150);
 
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
@@ -567,6 +570,76 @@ fn a_follow_cut_mid_turn_resumes_without_loss_or_duplicates() {
             .iter()
             .filter_map(assistant)
             .any(|m| m.text() == "all done after the cuts"),
+        "{}",
+        describe(&printed)
+    );
+}
+
+/// `follow` across a server restart: `wrangler dev` is SIGKILLed while the turn streams and
+/// started again on the same state (on another port, behind the same relay). The CLI keeps
+/// reconnecting through the outage, says so once (one `disconnected`, one `resumed`, however
+/// many attempts failed), and prints every entry exactly once, in order, up to the idle.
+#[test]
+fn a_follow_across_a_server_restart_resumes_without_loss_and_says_so_once() {
+    wuhu_bin();
+    let mut stack = Stack::start();
+    let tenant = unique_name("cli-restart");
+    let relay = Relay::start(port_of(&stack.base_url()));
+    let wuhu = Wuhu::new()
+        .env("WUHU_SERVER", &relay.url())
+        .env("WUHU_TOKEN", &stack.user_token("gus", &tenant));
+    let api = stack.client("gus", &tenant);
+    let session = api.create_fake_session();
+    // A tool call, then a reply streamed slowly enough to be cut by the kill.
+    let reply = "the reply that outlived the server";
+    let content = fake_directive(&json!({
+        "toolCalls": [{"name": "list_sessions"}],
+        "afterTools": reply,
+        "chunks": 20,
+        "delayMs": 400,
+    }));
+    api.enqueue(&session.id, "followUp", &content);
+    let mut follow = wuhu.spawn(&["sessions", "follow", &session.id, "--until-idle", "--json"]);
+    wait_for("the reply streaming after the tool result", TURN, || {
+        let lines = follow.lines();
+        let tool_result = lines.iter().position(|l| l.contains("tool_result"))?;
+        lines[tool_result..]
+            .iter()
+            .any(|l| l.contains("assistant_text_delta"))
+            .then_some(())
+    });
+    stack.restart_killed();
+    follow.wait_line("the outage noticed", TURN, |l| {
+        l.contains("\"disconnected\"")
+    });
+    relay.retarget(port_of(&stack.base_url()));
+    let status = follow.wait_exit(RESTART);
+    assert!(status.success(), "{status:?} {}", follow.stderr());
+
+    let events = follow_events(&follow.lines());
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let n = |kind: &str| kinds.iter().filter(|k| **k == kind).count();
+    assert_eq!((n("disconnected"), n("resumed")), (1, 1), "{kinds:?}");
+    assert_eq!(kinds[kinds.len() - 2..], ["idle", "done"], "{kinds:?}");
+    let printed = entries_of(&events);
+    let unique: HashSet<u64> = printed.iter().map(|e| e.cursor).collect();
+    assert_eq!(
+        unique.len(),
+        printed.len(),
+        "an entry printed twice: {}",
+        describe(&printed)
+    );
+    let api = stack.client("gus", &tenant);
+    assert_eq!(
+        printed,
+        api.transcript(&session.id),
+        "printed != transcript"
+    );
+    assert!(
+        printed
+            .iter()
+            .filter_map(assistant)
+            .any(|m| m.text() == reply),
         "{}",
         describe(&printed)
     );
