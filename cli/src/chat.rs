@@ -15,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::Args;
+use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 use wuhu_client::{Client, FollowEvent, FollowOptions, TranscriptQuery};
 use wuhu_core::wire::{
-    CreateSessionRequest, EntryPayload, Lane, Message, Status, StreamEvent, custom_types,
+    CreateSessionRequest, Entry, EntryPayload, Lane, Message, Status, StreamEvent, custom_types,
 };
 
 use crate::exit;
-use crate::render::{Renderer, Style};
+use crate::render::{self, Renderer, Style};
 
 /// A second `Ctrl-C` within this long exits.
 const DOUBLE_CTRL_C: Duration = Duration::from_secs(3);
@@ -44,12 +45,12 @@ pub struct ChatArgs {
     pub history: usize,
 }
 
-/// Runs the chat until the user exits (or stdin ends and the session is at rest).
+/// Runs the chat until the user exits (or stdin ends and the session is at rest). With `json`
+/// (`--json`) it prints one JSON object per line instead of the terminal view (see [`Screen`]).
 ///
 /// # Errors
 /// The session cannot be read or created, or the follow stream gave up.
-pub async fn run(client: Client, args: ChatArgs) -> Result<u8> {
-    let style = Style::detect(false);
+pub async fn run(client: Client, args: ChatArgs, json: bool) -> Result<u8> {
     let claims = client
         .token()
         .and_then(|t| crate::token::read_claims(t).ok())
@@ -81,26 +82,23 @@ pub async fn run(client: Client, args: ChatArgs) -> Result<u8> {
     };
     let since = session.last_cursor.saturating_sub(args.history as u64);
     let history = client.transcript(&session.id, since).await?;
-    let mut renderer = Renderer::new(style);
-    let mut stdout = std::io::stdout();
-    writeln!(
-        stdout,
-        "{} {}",
-        style.bold(session.title.as_deref().unwrap_or("wuhu chat")),
-        style.dim(&format!("session {}", session.id))
-    )?;
-    writeln!(
-        stdout,
-        "{}",
-        style.dim(
-            "Type a message. While a turn runs a line steers it (\"+ text\" queues a follow-up). \
+    let mut screen = Screen::new(json);
+    let style = screen.style();
+    screen.note(
+        json!({"type": "session", "session": session}),
+        &format!(
+            "{} {}\n{}",
+            style.bold(session.title.as_deref().unwrap_or("wuhu chat")),
+            style.dim(&format!("session {}", session.id)),
+            style.dim(
+                "Type a message. While a turn runs a line steers it (\"+ text\" queues a follow-up). \
 Ctrl-C stops the turn, twice exits; /quit exits."
-        )
+            )
+        ),
     )?;
     for entry in &history.transcript {
-        renderer.entry(&mut stdout, entry)?;
+        screen.entry(entry)?;
     }
-    stdout.flush()?;
 
     let mut running = history.session.status == Status::Running;
     let mut my_approvals: VecDeque<String> =
@@ -110,7 +108,7 @@ Ctrl-C stops the turn, twice exits; /quit exits."
             .filter_map(|a| a["approvalId"].as_str().map(str::to_string))
             .collect();
     for id in &my_approvals {
-        writeln!(stdout, "{}", style.yellow(&format!("approve {id}? [y/n]")))?;
+        screen.ask_approval(id)?;
     }
 
     let last_cursor = history
@@ -134,27 +132,34 @@ Ctrl-C stops the turn, twice exits; /quit exits."
     let stdin_is_terminal = std::io::stdin().is_terminal();
     // Queue items sent and not yet seen in the transcript.
     let mut outstanding: HashSet<String> = HashSet::new();
+    // Something was sent and the turn that takes it has not ended yet: a piped chat waits.
+    let mut awaiting_answer = false;
     let mut last_ctrl_c: Option<Instant> = None;
     // One listener for the whole chat: from here on Ctrl-C never kills the process by default.
     let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
 
     loop {
-        if !input_open && !running && outstanding.is_empty() {
-            renderer.line_break(&mut stdout)?;
+        if !input_open && !running && outstanding.is_empty() && !awaiting_answer {
+            screen.end()?;
             return Ok(exit::OK);
         }
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else {
-                    renderer.line_break(&mut stdout)?;
+                    screen.end()?;
                     return Ok(exit::OK);
                 };
                 let event = event?;
                 match &event {
                     FollowEvent::Event(StreamEvent::Status { status }) => {
                         running = *status == Status::Running;
+                        // The turn that took everything sent so far has ended.
+                        awaiting_answer &= running || !outstanding.is_empty();
                     }
-                    FollowEvent::Event(StreamEvent::Idle) => running = false,
+                    FollowEvent::Event(StreamEvent::Idle) => {
+                        running = false;
+                        awaiting_answer &= !outstanding.is_empty();
+                    }
                     FollowEvent::Event(StreamEvent::EntryAppended { entry }) => {
                         match &entry.payload {
                             EntryPayload::Message { message: Message::User { queue_item_id: Some(id), .. } } => {
@@ -166,9 +171,8 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                                     && (admin || data["approver"]["sub"] == me.as_str())
                                 {
                                     my_approvals.push_back(id.clone());
-                                    renderer.event(&mut stdout, &event)?;
-                                    writeln!(stdout, "{}", style.yellow(&format!("approve {id}? [y/n]")))?;
-                                    stdout.flush()?;
+                                    screen.event(&event)?;
+                                    screen.ask_approval(&id)?;
                                     continue;
                                 }
                                 if custom_type == custom_types::APPROVAL_DECIDED {
@@ -180,7 +184,7 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                     }
                     _ => {}
                 }
-                renderer.event(&mut stdout, &event)?;
+                screen.event(&event)?;
             }
             line = lines.next_line(), if input_open => {
                 let line = match line {
@@ -191,7 +195,7 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                     }
                 };
                 // A terminal echoed the line (and its Enter) into whatever was streaming.
-                renderer.interrupt(stdin_is_terminal);
+                screen.renderer.interrupt(stdin_is_terminal);
                 let text = line.trim();
                 if text.is_empty() {
                     continue;
@@ -205,19 +209,22 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                     if let Some(decision) = decision {
                         my_approvals.pop_front();
                         match client.answer_approval(&session.id, &approval, decision).await {
-                            Ok(answer) => writeln!(stdout, "{}", style.dim(&format!("{}: {}", answer.approval_id, answer.decision)))?,
-                            Err(error) => writeln!(stdout, "{}", style.red(&format!("✗ {error}")))?,
+                            Ok(answer) => screen.note(
+                                json!({"type": "approval_answered", "approvalId": answer.approval_id, "decision": answer.decision}),
+                                &style.dim(&format!("{}: {}", answer.approval_id, answer.decision)),
+                            )?,
+                            Err(error) => screen.error(&error)?,
                         }
                         continue;
                     }
                 }
                 match text {
                     "/quit" | "/exit" => {
-                        renderer.line_break(&mut stdout)?;
+                        screen.end()?;
                         return Ok(exit::OK);
                     }
                     "/stop" => {
-                        stop(&client, &session.id, &mut renderer, &mut stdout).await?;
+                        stop(&client, &session.id, &mut screen).await?;
                         continue;
                     }
                     _ => {}
@@ -229,55 +236,137 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                 };
                 match client.enqueue(&session.id, lane, content).await {
                     Ok(item) => {
-                        renderer.own_items.push(item.id.clone());
-                        outstanding.insert(item.id);
-                        if running {
-                            let what = if lane == Lane::Steer { "↪ steering" } else { "↪ queued as a follow-up" };
-                            renderer.line_break(&mut stdout)?;
-                            writeln!(stdout, "{}", style.dim(what))?;
-                        }
+                        screen.renderer.own_items.push(item.id.clone());
+                        outstanding.insert(item.id.clone());
+                        awaiting_answer = true;
+                        let what = if !running {
+                            ""
+                        } else if lane == Lane::Steer {
+                            "↪ steering"
+                        } else {
+                            "↪ queued as a follow-up"
+                        };
+                        screen.note(
+                            json!({"type": "sent", "id": item.id, "lane": lane}),
+                            &style.dim(what),
+                        )?;
                     }
                     Err(error) => {
-                        renderer.line_break(&mut stdout)?;
-                        writeln!(stdout, "{}", style.red(&format!("✗ {error}")))?;
+                        screen.error(&error)?;
                         if error.status() == Some(401) {
                             return Ok(exit::AUTH);
                         }
                     }
                 }
-                stdout.flush()?;
             }
             _ = interrupts.recv() => {
                 if last_ctrl_c.is_some_and(|t| t.elapsed() < DOUBLE_CTRL_C) {
-                    renderer.line_break(&mut stdout)?;
+                    screen.end()?;
                     return Ok(exit::OK);
                 }
                 last_ctrl_c = Some(Instant::now());
                 if running {
-                    stop(&client, &session.id, &mut renderer, &mut stdout).await?;
-                    writeln!(stdout, "{}", style.dim("(Ctrl-C again to exit)"))?;
-                } else {
-                    renderer.line_break(&mut stdout)?;
-                    writeln!(stdout, "{}", style.dim("(Ctrl-C again to exit)"))?;
+                    stop(&client, &session.id, &mut screen).await?;
                 }
-                stdout.flush()?;
+                screen.note(
+                    json!({"type": "interrupted", "exitOnSecondWithinMs": DOUBLE_CTRL_C.as_millis() as u64}),
+                    &style.dim("(Ctrl-C again to exit)"),
+                )?;
             }
         }
     }
 }
 
-async fn stop(
-    client: &Client,
-    session_id: &str,
-    renderer: &mut Renderer,
-    stdout: &mut std::io::Stdout,
-) -> Result<()> {
-    renderer.line_break(stdout)?;
-    let style = renderer.style;
+async fn stop(client: &Client, session_id: &str, screen: &mut Screen) -> Result<()> {
     match client.stop(session_id).await {
-        Ok(_) => writeln!(stdout, "{}", style.yellow("■ stopping the turn"))?,
-        Err(error) => writeln!(stdout, "{}", style.red(&format!("✗ {error}")))?,
+        Ok(_) => {
+            let text = screen.style().yellow("■ stopping the turn");
+            screen.note(json!({"type": "stopping"}), &text)?;
+        }
+        Err(error) => screen.error(&error)?,
     }
-    stdout.flush()?;
     Ok(())
+}
+
+/// Where the chat writes: the terminal view (colours as [`Style::detect`] says), or with
+/// `--json` one JSON object per line on stdout: `{"type":"session","session"}` first, the
+/// history and the live stream as `sessions follow --json` prints them (history entries as
+/// `entry_appended`), and the chat's own records: `approval_asked`, `approval_answered`,
+/// `sent` (`id`, `lane`), `stopping`, `interrupted`, `error` (`message`, `code`, `status`).
+struct Screen {
+    json: bool,
+    renderer: Renderer,
+    stdout: std::io::Stdout,
+}
+
+impl Screen {
+    fn new(json: bool) -> Screen {
+        Screen {
+            json,
+            renderer: Renderer::new(Style::detect(json)),
+            stdout: std::io::stdout(),
+        }
+    }
+
+    fn style(&self) -> Style {
+        self.renderer.style
+    }
+
+    fn line(&mut self, value: &Value) -> std::io::Result<()> {
+        writeln!(self.stdout, "{value}")?;
+        self.stdout.flush()
+    }
+
+    /// A history entry.
+    fn entry(&mut self, entry: &Entry) -> std::io::Result<()> {
+        if self.json {
+            return self.line(&json!({"type": "entry_appended", "entry": entry}));
+        }
+        self.renderer.entry(&mut self.stdout, entry)?;
+        self.stdout.flush()
+    }
+
+    /// A live event.
+    fn event(&mut self, event: &FollowEvent) -> std::io::Result<()> {
+        if self.json {
+            return self.line(&render::event_json(event));
+        }
+        self.renderer.event(&mut self.stdout, event)
+    }
+
+    /// One of the chat's own records: `value` under `--json`, else `text` on a line of its own
+    /// (nothing when it is empty).
+    fn note(&mut self, value: Value, text: &str) -> std::io::Result<()> {
+        if self.json {
+            return self.line(&value);
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        self.renderer.line_break(&mut self.stdout)?;
+        writeln!(self.stdout, "{text}")?;
+        self.stdout.flush()
+    }
+
+    fn ask_approval(&mut self, id: &str) -> std::io::Result<()> {
+        let text = self.style().yellow(&format!("approve {id}? [y/n]"));
+        self.note(json!({"type": "approval_asked", "approvalId": id}), &text)
+    }
+
+    fn error(&mut self, error: &wuhu_client::Error) -> std::io::Result<()> {
+        let text = self.style().red(&format!("✗ {error}"));
+        self.note(
+            json!({"type": "error", "message": error.to_string(), "code": error.code(), "status": error.status()}),
+            &text,
+        )
+    }
+
+    /// Ends a partial line before the chat exits.
+    fn end(&mut self) -> std::io::Result<()> {
+        if self.json {
+            return Ok(());
+        }
+        self.renderer.line_break(&mut self.stdout)?;
+        self.stdout.flush()
+    }
 }

@@ -13,7 +13,7 @@ use wuhu_core::wire::{
 };
 
 use crate::config::{self, Inputs, Resolved};
-use crate::render::{Renderer, Style, summarize};
+use crate::render::{self, Renderer, Style, summarize};
 use crate::token::{self, MintRequest};
 use crate::{Cli, Command, Global, exit};
 
@@ -424,7 +424,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Whoami => whoami(&global).await,
         Command::Chat(args) => {
             let client = connect(&global)?;
-            crate::chat::run(client, args).await
+            crate::chat::run(client, args, global.json).await
         }
         Command::Sessions(command) => sessions(&global, command).await,
         Command::Envs(command) => envs(&global, command).await,
@@ -835,14 +835,7 @@ async fn follow(
         let event = event?;
         let mut out = std::io::stdout().lock();
         if json {
-            let value = match &event {
-                FollowEvent::Event(event) => serde_json::to_value(event)?,
-                FollowEvent::Disconnected { reason } => {
-                    json!({"type": "disconnected", "reason": reason})
-                }
-                FollowEvent::Resumed { cursor } => json!({"type": "resumed", "cursor": cursor}),
-            };
-            writeln!(out, "{value}")?;
+            writeln!(out, "{}", render::event_json(&event))?;
             out.flush()?;
         } else {
             // Notices go to stderr so piped output stays the transcript.

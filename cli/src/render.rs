@@ -3,6 +3,7 @@
 
 use std::io::{IsTerminal, Write};
 
+use serde_json::{Value, json};
 use wuhu_client::FollowEvent;
 use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, Message, StreamEvent, custom_types};
 
@@ -52,6 +53,16 @@ impl Style {
     /// Cyan text (people).
     pub fn cyan(&self, text: &str) -> String {
         self.paint("36", text)
+    }
+}
+
+/// A follow event as `--json` prints it: the stream event of `docs/api.md`, or the client's own
+/// `{"type":"disconnected","reason"}` / `{"type":"resumed","cursor"}`.
+pub fn event_json(event: &FollowEvent) -> Value {
+    match event {
+        FollowEvent::Event(event) => serde_json::to_value(event).unwrap_or(Value::Null),
+        FollowEvent::Disconnected { reason } => json!({"type": "disconnected", "reason": reason}),
+        FollowEvent::Resumed { cursor } => json!({"type": "resumed", "cursor": cursor}),
     }
 }
 

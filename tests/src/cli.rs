@@ -423,18 +423,23 @@ impl Tmux {
 
     /// The screen and scrollback as text.
     pub fn capture(&self) -> String {
+        self.capture_pane(false)
+    }
+
+    /// The screen with the escape sequences of its colours and attributes (`capture-pane -e`):
+    /// plain text has none.
+    pub fn capture_with_escapes(&self) -> String {
+        self.capture_pane(true)
+    }
+
+    fn capture_pane(&self, escapes: bool) -> String {
+        let mut args = vec!["-L", &self.socket, "capture-pane", "-p", "-J"];
+        if escapes {
+            args.push("-e");
+        }
+        args.extend(["-S", "-2000", "-t", "0"]);
         let output = Command::new("tmux")
-            .args([
-                "-L",
-                &self.socket,
-                "capture-pane",
-                "-p",
-                "-J",
-                "-S",
-                "-2000",
-                "-t",
-                "0",
-            ])
+            .args(args)
             .output()
             .expect("tmux capture-pane");
         String::from_utf8_lossy(&output.stdout).into_owned()

@@ -645,6 +645,100 @@ fn a_follow_across_a_server_restart_resumes_without_loss_and_says_so_once() {
     );
 }
 
+/// `wuhu chat --json` with stdin piped: one JSON object per line (the session, what was sent,
+/// the stream as `follow --json` prints it), no colour, and it exits once the turn that took
+/// its message has ended.
+#[test]
+fn chat_json_prints_one_object_per_line_and_exits_once_answered() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-chat-json");
+    let wuhu = user("hal", &tenant);
+    let ran = wuhu.run_with_stdin(&["chat", "--title", "scripted", "--json"], "hello json\n");
+    assert_eq!(ran.code(), 0, "{ran:?}");
+    assert!(!ran.stdout.contains('\x1b'), "{ran:?}");
+    let lines: Vec<Value> = ran
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect();
+    assert_eq!(lines[0]["type"], "session", "{lines:#?}");
+    assert_eq!(lines[0]["session"]["title"], "scripted");
+    let sent = lines
+        .iter()
+        .find(|l| l["type"] == "sent")
+        .unwrap_or_else(|| panic!("no sent record: {lines:#?}"));
+    assert_eq!(sent["lane"], "followUp");
+    let entries = entries_of(&lines);
+    assert_contiguous(&entries);
+    let user_entry = entries
+        .iter()
+        .find(|e| user_content(e) == Some("hello json"))
+        .unwrap_or_else(|| panic!("no user entry: {}", describe(&entries)));
+    assert!(
+        matches!(&user_entry.payload, EntryPayload::Message { message: Message::User { queue_item_id: Some(id), .. } } if *id == sent["id"]),
+        "{}",
+        describe(&entries)
+    );
+    // It waited for the answer before exiting.
+    assert!(
+        entries
+            .iter()
+            .filter_map(assistant)
+            .any(|m| m.text() == "echo: hello json"),
+        "{}",
+        describe(&entries)
+    );
+}
+
+/// Colour only on a terminal and without `NO_COLOR`: the same `sessions show` has escape codes
+/// in tmux, none there with `NO_COLOR=1`, and none when piped.
+#[test]
+fn colour_only_on_a_terminal_without_no_color() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-colour");
+    let wuhu = user("ivy", &tenant);
+    let id = wuhu
+        .run(&["sessions", "new", "--title", "colours"])
+        .ok()
+        .stdout
+        .trim()
+        .to_string();
+    wuhu.run(&["sessions", "send", &id, "paint me", "--wait"])
+        .ok();
+    let piped = wuhu.run(&["sessions", "show", &id]).ok();
+    assert!(piped.stdout.contains("echo: paint me"), "{piped:?}");
+    assert!(!piped.stdout.contains('\x1b'), "{piped:?}");
+    let bin = wuhu_bin().display().to_string();
+    let token = stack.user_token("ivy", &tenant);
+    let base = stack.base_url();
+    let home = wuhu.home().to_str().unwrap().to_string();
+    for (no_color, coloured) in [(None, true), (Some("1"), false), (Some(""), true)] {
+        let mut env = vec![
+            ("WUHU_SERVER", base.as_str()),
+            ("WUHU_TOKEN", token.as_str()),
+            ("HOME", home.as_str()),
+        ];
+        if let Some(value) = no_color {
+            env.push(("NO_COLOR", value));
+        }
+        // `cat` keeps the pane open after the command, to be read.
+        let tmux = Tmux::start(
+            &format!("{bin} sessions show {id}; echo END-OF-SHOW; cat"),
+            &env,
+        );
+        tmux.wait_screen("the transcript", TURN, |s| s.contains("END-OF-SHOW"));
+        let screen = tmux.capture_with_escapes();
+        assert!(screen.contains("paint me"), "{screen}");
+        assert_eq!(
+            screen.contains("\x1b["),
+            coloured,
+            "NO_COLOR={no_color:?}:\n{screen:?}"
+        );
+    }
+}
+
 /// `wuhu chat` in a terminal: a streamed reply, a line typed during a turn steers it, Ctrl-C
 /// once stops the running turn, twice exits.
 #[test]
