@@ -321,18 +321,18 @@ impl Stack {
 
     fn spawn_and_wait(&mut self) {
         self.starts += 1;
-        self.port = free_port();
-        let inspector_port = free_port();
+        // wrangler binds its own ephemeral ports (`--port 0`) and says which in its "Ready on"
+        // line. A port picked here and handed over ([`free_port`]) could be taken in between
+        // by any other listener on the machine (another test's fake server): then wrangler
+        // failed to start, or, worse, the fake answered `/healthz` and the test talked to it.
+        self.port = 0;
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log_path)
             .expect("open wrangler log");
-        let _ = writeln!(
-            log,
-            "===== wuhu-e2e: start #{} on port {} =====",
-            self.starts, self.port
-        );
+        let _ = writeln!(log, "===== wuhu-e2e: start #{} =====", self.starts);
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
         let mut vars = vec![
             ("WUHU_JWT_SECRET".to_string(), self.secret.clone()),
             ("OPENAI_BASE_URL".to_string(), self.openai.base_url()),
@@ -361,8 +361,8 @@ impl Stack {
         let mut command = Command::new(&self.wrangler_bin);
         command
             .current_dir(&self.root)
-            .args(["dev", "--ip", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--inspector-port", &inspector_port.to_string()])
+            .args(["dev", "--ip", "127.0.0.1", "--port", "0"])
+            .args(["--inspector-port", "0"])
             .arg("--persist-to")
             .arg(&self.persist_dir)
             .arg("--show-interactive-dev-session=false")
@@ -392,7 +392,10 @@ impl Stack {
 
         let deadline = Instant::now() + self.options.start_timeout;
         loop {
-            if self.healthz_ok() {
+            if self.port == 0 {
+                self.port = ready_port(&self.log_path, log_start).unwrap_or(0);
+            }
+            if self.port != 0 && self.healthz_ok() {
                 return;
             }
             if let Some(status) = self
@@ -496,7 +499,22 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// An ephemeral port that was free a moment ago.
+/// The port of wrangler's `Ready on http://127.0.0.1:PORT` line, in the log after `offset`.
+fn ready_port(log_path: &Path, offset: u64) -> Option<u16> {
+    let mut file = File::open(log_path).ok()?;
+    file.seek(SeekFrom::Start(offset)).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    const READY: &str = "Ready on http://127.0.0.1:";
+    let rest = &text[text.find(READY)? + READY.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok().filter(|port| *port != 0)
+}
+
+/// An ephemeral port that was free a moment ago (nothing listens there now: a test's
+/// "unreachable server"). Never hand it to a server to bind: another listener may take it
+/// first; let the server bind port 0 and say which it got.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local address").port()
@@ -557,7 +575,8 @@ fn tail(path: &Path, lines: usize) -> String {
 mod tests {
     use super::*;
 
-    /// A stand-in for wrangler: serves `/healthz` on `--port` and has a child (like workerd).
+    /// A stand-in for wrangler: serves `/healthz` on `--port` (0: an ephemeral one), says where as
+    /// wrangler does, and has a child (like workerd).
     const FAKE_WRANGLER: &str = r#"#!/usr/bin/env python3
 import http.server, subprocess, sys, os
 args = sys.argv[1:]
@@ -573,7 +592,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"ok")
     def log_message(self, *a):
         pass
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+server = http.server.HTTPServer(("127.0.0.1", port), H)
+print(f"[wrangler:info] Ready on http://127.0.0.1:{server.server_address[1]}", flush=True)
+server.serve_forever()
 "#;
 
     fn pids(stack: &Stack) -> Vec<libc::pid_t> {
