@@ -216,7 +216,7 @@ impl FakeChat {
                 let dropped = call.answer_dropped;
                 state.calls.push(call);
                 if dropped {
-                    return Ok(false);
+                    return crate::fake_server::no_answer();
                 }
                 reply
             };

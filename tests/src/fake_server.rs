@@ -2,11 +2,11 @@
 //! an ephemeral loopback port, driven by the harness's tokio runtime ([`crate::net`]). Each
 //! request is read whole into a [`RecordedRequest`] and handed to a synchronous handler, which
 //! returns the response: a fixed body ([`full`]) or a stream of chunks ([`streamed`]) that may
-//! pause between chunks and may end by cutting the connection ([`End::Cut`]).
+//! pause between chunks and may end by cutting the connection ([`End::Cut`]), or no response at
+//! all ([`no_answer`]: the connection is closed after the request was read).
 //!
 //! Dropping a [`FakeServer`] stops accepting and closes its open connections.
 
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -98,7 +98,7 @@ impl FakeServer {
 }
 
 /// Reads one request whole and asks the handler for the response.
-async fn serve<F>(handle: Arc<F>, request: Request<Incoming>) -> Result<Response<Body>, Infallible>
+async fn serve<F>(handle: Arc<F>, request: Request<Incoming>) -> Result<Response<Body>, io::Error>
 where
     F: Fn(RecordedRequest) -> Response<Body>,
 {
@@ -118,7 +118,27 @@ where
         body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
         raw_body,
     };
-    Ok(handle(recorded))
+    let response = handle(recorded);
+    if response.extensions().get::<NoAnswer>().is_some() {
+        // An error from the service makes hyper abort the connection without a response.
+        return Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "fake server: request taken, answer dropped",
+        ));
+    }
+    Ok(response)
+}
+
+/// Marks a [`no_answer`] response.
+#[derive(Clone, Copy, Debug)]
+struct NoAnswer;
+
+/// Not a response: the request was read (and recorded), then the connection is closed without
+/// an answer, as when a response is lost on its way back.
+pub fn no_answer() -> Response<Body> {
+    let mut response = full(200, &[], Bytes::new());
+    response.extensions_mut().insert(NoAnswer);
+    response
 }
 
 /// A response with a fixed body and these headers (`Content-Length` is hyper's).
@@ -185,6 +205,7 @@ mod tests {
     fn requests_are_recorded_whole_and_streams_end_or_cut() {
         let server = FakeServer::start("test", |request| match request.path.as_str() {
             "/cut" => streamed(200, &[], text(&["a", "b"]), Duration::ZERO, End::Cut),
+            "/lost" => no_answer(),
             "/slow" => streamed(
                 200,
                 &[],
@@ -212,6 +233,9 @@ mod tests {
             Request::new("GET", url("/slow")).send().unwrap().text(),
             "abc"
         );
+        // The request is read whole, then the connection closes with no status line.
+        let lost = Request::new("POST", url("/lost")).body("taken").send();
+        assert!(lost.is_err(), "{lost:?}");
         let err = Request::new("GET", url("/cut")).send().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
         // The chunks before a cut arrive: read the body as it comes.
