@@ -183,11 +183,12 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
          printf '#!/bin/sh\\necho run\\n' > run.sh; chmod +x run.sh; \
          mkdir -p node_modules/pkg target/debug .venv/bin; echo m > node_modules/pkg/index.js; \
          echo t > target/debug/out; echo v > .venv/bin/python; \
-         head -c 20000000 /dev/urandom > big.bin; sha256sum big.bin",
+         head -c 9000000 /dev/urandom > big.bin; sha256sum big.bin",
     );
     let big_sha = written.split_whitespace().next().expect("sha256sum output");
 
-    // Detach saves (the 20 MB file in parts) and deletes the local copy.
+    // Detach saves (the 9 MB file in two parts: over the 8 MiB threshold) and deletes the local
+    // copy.
     let detached = detach_web(api, &session);
     assert!(
         detached.starts_with("Environment \"web\" detached."),
@@ -197,18 +198,18 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
     let first = last_save_report(&a, &label);
     // 9 paths: notes.txt .git/HEAD src/main.rs src/copy.rs link run.sh big.bin README.md empty;
     // src/copy.rs has src/main.rs's content and a link or a directory has none: 6 contents,
-    // the 20 MB one in 3 parts.
+    // the 9 MB one in 2 parts.
     assert!(
         first.contains(": 9 paths (9 changed, 0 removed), uploaded 6 objects"),
         "{first}"
     );
-    // 5 single PUTs + 3 parts + the manifest.
-    assert!(first.contains("puts=9;"), "{first}");
+    // 5 single PUTs + 2 parts + the manifest.
+    assert!(first.contains("puts=8;"), "{first}");
     assert!(
         first.contains("not saved: .venv/, node_modules/, target/"),
         "{first}"
     );
-    assert!(a.log().contains("part 3 of 3"), "{}", a.log_tail(30));
+    assert!(a.log().contains("part 2 of 2"), "{}", a.log_tail(30));
     assert!(!root_a.exists(), "the local copy is deleted after detach");
     let manifest = world.manifest(&session).expect("a manifest");
     let files = manifest["files"].as_object().expect("files");
