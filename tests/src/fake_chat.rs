@@ -163,7 +163,8 @@ impl FakeChat {
                     failure
                 } else if let Some(reply) = lookup(&handler_kind, &state, &call, &request) {
                     reply
-                } else if let Some(existing) = nonce_repeat(&handler_kind, &state, &call) {
+                } else if let Some(existing) = nonce_repeat(&handler_kind, &state, &call, &request)
+                {
                     // Discord: "that message will be returned and no new message will be
                     // created".
                     HttpReply::json(
@@ -206,7 +207,7 @@ impl FakeChat {
                         _ => state.next_ref.to_string(),
                     };
                     call.ts = Some(reference.clone());
-                    hold(&handler_kind, &mut state, &call, &reference);
+                    hold(&handler_kind, &mut state, &call, &request, &reference);
                     if state.drop_answers > 0 {
                         state.drop_answers -= 1;
                         call.answer_dropped = true;
@@ -429,7 +430,17 @@ fn lookup(
 
 /// Discord: a create message with `enforce_nonce: true` whose nonce a message of the same
 /// channel already has (the fake keeps them all; Discord checks "the past few minutes").
-fn nonce_repeat(kind: &Kind, state: &State, call: &ChatCall) -> Option<Held> {
+fn nonce_repeat(
+    kind: &Kind,
+    state: &State,
+    call: &ChatCall,
+    request: &RecordedRequest,
+) -> Option<Held> {
+    if let Kind::Generic { .. } = kind {
+        // A receiver that dedupes on `Idempotency-Key`, as docs/channels.md asks.
+        let key = request.header("idempotency-key")?;
+        return state.held.iter().find(|m| m.channel == key).cloned();
+    }
     let Kind::Discord { .. } = kind else {
         return None;
     };
@@ -448,8 +459,15 @@ fn nonce_repeat(kind: &Kind, state: &State, call: &ChatCall) -> Option<Held> {
         .cloned()
 }
 
-/// Keeps what a successful call created (Slack `chat.postMessage`, Discord create message).
-fn hold(kind: &Kind, state: &mut State, call: &ChatCall, reference: &str) {
+/// Keeps what a successful call created (Slack `chat.postMessage`, Discord create message; a
+/// generic reply under its `Idempotency-Key`).
+fn hold(
+    kind: &Kind,
+    state: &mut State,
+    call: &ChatCall,
+    request: &RecordedRequest,
+    reference: &str,
+) {
     let (channel, thread_ts) = match kind {
         Kind::Slack { .. } if call.method == "chat.postMessage" => (
             call.body["channel"]
@@ -465,6 +483,10 @@ fn hold(kind: &Kind, state: &mut State, call: &ChatCall, reference: &str) {
                 .to_string(),
             None,
         ),
+        Kind::Generic { .. } => match request.header("idempotency-key") {
+            Some(key) => (key.to_string(), None),
+            None => return,
+        },
         _ => return,
     };
     state.held.push(Held {

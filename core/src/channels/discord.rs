@@ -166,7 +166,7 @@ fn parse_command(
 pub fn hook_answer(outcome: &HookOutcome) -> Value {
     let message = |content: &str, flags: u64| json!({"type": MESSAGE, "data": {"content": content, "flags": flags, "allowed_mentions": {"parse": []}}});
     match outcome {
-        HookOutcome::Queued { .. } => json!({ "type": DEFERRED }),
+        HookOutcome::Queued { .. } | HookOutcome::Accepted => json!({ "type": DEFERRED }),
         HookOutcome::Duplicate => message("Already received.", EPHEMERAL),
         HookOutcome::Ignored(why) => message(&format!("Nothing to do: {why}."), EPHEMERAL),
         HookOutcome::Note { text, .. } => message(text, 0),

@@ -222,6 +222,10 @@ pub enum HookOutcome {
         /// The queue item.
         queued: String,
     },
+    /// Stored, and on its way to the session (its delivery did not finish within
+    /// [`HOOK_WAIT_MS`]: a session being created, a session slow to answer); the reply follows
+    /// as for a queued message.
+    Accepted,
     /// Seen before: acknowledged, nothing done.
     Duplicate,
     /// Nothing to do.
@@ -252,14 +256,17 @@ pub fn hook_answer(platform: Platform, outcome: &HookOutcome) -> serde_json::Val
         HookOutcome::Queued { session, queued } => {
             json!({"ok": true, "session": session, "queued": queued})
         }
+        HookOutcome::Accepted => json!({"ok": true, "accepted": true}),
         HookOutcome::Duplicate => json!({"ok": true, "duplicate": true}),
         HookOutcome::Ignored(why) => json!({"ok": true, "ignored": why}),
         HookOutcome::Note { ok, text } => json!({"ok": ok, "note": text}),
     }
 }
 
-/// A person's message from a platform, verified and decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A person's message from a platform, verified and decoded (stored as JSON in the binding's
+/// inbox until it is in its session's queue).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
 pub struct Inbound {
     /// Keys that identify this delivery; any of them seen before makes it a duplicate.
     pub dedupe_keys: Vec<String>,
@@ -275,6 +282,16 @@ pub struct Inbound {
     /// continue a thread that has one.
     pub may_start: bool,
 }
+
+/// Most messages a binding's inbox holds (accepted by a hook, not yet in their sessions'
+/// queues); past it a hook answers 503 and the platform retries later.
+pub const MAX_INBOX: usize = 1_000;
+/// How long a hook waits for its message to reach the session before it answers "accepted"
+/// (Slack and Discord want an answer within 3 s).
+pub const HOOK_WAIT_MS: u64 = 2_000;
+/// When the alarm delivers an accepted message whose hook's own delivery did not finish (the
+/// instance died after the answer): this long after the hook.
+pub const INBOX_LEASE_MS: u64 = 5_000;
 
 /// Most dedupe keys a binding remembers; the oldest are forgotten first. Platforms retry for
 /// minutes to hours, so keys also expire after [`DEDUPE_TTL_SECS`].

@@ -13,6 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use futures::channel::oneshot;
 
@@ -42,6 +43,11 @@ use crate::internal;
 
 #[durable_object]
 pub struct ChannelActor {
+    actor: Rc<Actor>,
+}
+
+/// The actor's state, shared with the work a hook hands over (`State::wait_until`).
+struct Actor {
     sql: SqlStorage,
     state: State,
     env: Env,
@@ -49,6 +55,8 @@ pub struct ChannelActor {
     /// first messages arriving together (handlers interleave at every await) make one session.
     /// Borrows never cross an await.
     creating: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    /// Inbox rows being delivered by this instance (the alarm leaves them alone).
+    delivering: RefCell<HashSet<i64>>,
 }
 
 /// Marks a thread's session as being created until dropped; dropping wakes the deliveries
@@ -142,6 +150,17 @@ struct ApprovalRow {
 }
 
 #[derive(Deserialize)]
+struct SeqRow {
+    seq: f64,
+}
+
+#[derive(Deserialize)]
+struct InboxRow {
+    seq: f64,
+    body: String,
+}
+
+#[derive(Deserialize)]
 struct DueRow {
     due: f64,
 }
@@ -178,35 +197,43 @@ impl DurableObject for ChannelActor {
             "CREATE TABLE IF NOT EXISTS approvals (approval_id TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, at INTEGER NOT NULL)",
             // Platform users mapped to Wuhu people (at most `MAX_MEMBERS_PER_BINDING`).
             "CREATE TABLE IF NOT EXISTS members (user TEXT PRIMARY KEY, sub TEXT NOT NULL)",
+            // Messages a hook accepted and not yet delivered to their session (at most
+            // `channels::MAX_INBOX`): stored with the dedupe keys before the hook answers, so
+            // nothing acknowledged is lost. `due`: when the alarm takes it (should its hook's
+            // own delivery not finish), or tries it again.
+            "CREATE TABLE IF NOT EXISTS inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, due INTEGER NOT NULL)",
         ] {
             let _ = sql.exec(ddl, None);
         }
         ChannelActor {
-            sql,
-            state,
-            env,
-            creating: RefCell::new(HashMap::new()),
+            actor: Rc::new(Actor {
+                sql,
+                state,
+                env,
+                creating: RefCell::new(HashMap::new()),
+                delivering: RefCell::new(HashSet::new()),
+            }),
         }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
-        Ok(match self.route(req).await {
+        Ok(match self.actor.route(req).await {
             Ok(response) => response,
             Err(error) => error.into_response(),
         })
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
-        if let Err(e) = self.background().await {
+        if let Err(e) = self.actor.background().await {
             worker::console_error!("channel background work failed: {}", e.message);
         }
-        self.rearm().await;
+        self.actor.rearm().await;
         Response::ok("ok")
     }
 }
 
-impl ChannelActor {
-    async fn route(&self, mut req: Request) -> ApiResult<Response> {
+impl Actor {
+    async fn route(self: &Rc<Self>, mut req: Request) -> ApiResult<Response> {
         let path = req.path();
         let pairs = query_pairs(&req);
         match (req.method(), path.as_str()) {
@@ -554,7 +581,7 @@ impl ChannelActor {
     // Hooks
 
     async fn hook(
-        &self,
+        self: &Rc<Self>,
         req: &Request,
         platform: Option<Platform>,
         body: &[u8],
@@ -730,18 +757,170 @@ impl ChannelActor {
         Ok(rows.into_iter().next())
     }
 
-    async fn message(&self, binding: &ChannelBinding, inbound: Inbound) -> ApiResult<HookOutcome> {
+    /// A person's message: stored in the inbox with its dedupe keys (one synchronous section,
+    /// so one transaction, durable before the answer leaves), then delivered to its session by
+    /// a task the hook waits for at most `channels::HOOK_WAIT_MS`: a slow delivery (a session
+    /// being created) is answered "accepted" in time and finishes after the answer; should the
+    /// instance die first, the alarm delivers the row after `channels::INBOX_LEASE_MS`.
+    async fn message(
+        self: &Rc<Self>,
+        binding: &ChannelBinding,
+        inbound: Inbound,
+    ) -> ApiResult<HookOutcome> {
         if !self.first_delivery(&inbound.dedupe_keys)? {
             return Ok(HookOutcome::Duplicate);
         }
-        match self.deliver(binding, &inbound, None).await {
-            Ok(outcome) => Ok(outcome),
-            Err(e) => {
-                // Not enqueued: the platform's retry must get another chance.
+        let waiting: Vec<CountRow> = self
+            .sql
+            .exec("SELECT COUNT(*) AS n FROM inbox", None)
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        if waiting.first().map_or(0, |c| c.n as usize) >= channels::MAX_INBOX {
+            // Back-pressure: the platform retries later (its retry is not a duplicate).
+            self.forget_delivery(&inbound.dedupe_keys);
+            return Err(ApiError::new(
+                503,
+                "busy",
+                format!(
+                    "{} messages wait for their sessions; try again later",
+                    channels::MAX_INBOX
+                ),
+            ));
+        }
+        let due = now_ms() + channels::INBOX_LEASE_MS;
+        let seq = self
+            .sql
+            .exec(
+                "INSERT INTO inbox (body, due) VALUES (?, ?) RETURNING seq",
+                vec![to_json(&inbound)?.into(), (due as i64).into()],
+            )
+            .map_err(sql_err)?
+            .to_array::<SeqRow>()
+            .map_err(sql_err)?
+            .first()
+            .map(|r| r.seq as i64)
+            .ok_or_else(|| ApiError::internal("inbox insert returned no row"))?;
+        self.arm_by(due).await;
+        self.delivering.borrow_mut().insert(seq);
+        let (tx, rx) = oneshot::channel();
+        let actor = self.clone();
+        let for_task = binding.clone();
+        self.state.wait_until(async move {
+            let outcome = actor.deliver_inbox(seq, &for_task, &inbound).await;
+            let _ = tx.send(outcome);
+        });
+        let wait = worker::Delay::from(std::time::Duration::from_millis(channels::HOOK_WAIT_MS));
+        match futures::future::select(rx, wait).await {
+            futures::future::Either::Left((Ok(outcome), _)) => outcome,
+            // Not delivered yet: accepted (stored); the task or the alarm finishes it.
+            _ => Ok(HookOutcome::Accepted),
+        }
+    }
+
+    /// Delivers inbox row `seq`: removed once its message is in the session's queue (or
+    /// refused for good: a 4xx, then the platform's retry may try again); kept for the alarm
+    /// after a failure that may pass (then the hook answers "accepted").
+    async fn deliver_inbox(
+        &self,
+        seq: i64,
+        binding: &ChannelBinding,
+        inbound: &Inbound,
+    ) -> ApiResult<HookOutcome> {
+        let result = self.deliver(binding, inbound, None).await;
+        self.delivering.borrow_mut().remove(&seq);
+        let done = || {
+            self.sql
+                .exec("DELETE FROM inbox WHERE seq = ?", vec![seq.into()])
+                .map_err(sql_err)
+        };
+        match result {
+            Ok(outcome) => {
+                done()?;
+                Ok(outcome)
+            }
+            Err(e) if e.status < 500 => {
+                done()?;
                 self.forget_delivery(&inbound.dedupe_keys);
                 Err(e)
             }
+            Err(e) => {
+                let attempts: Vec<CountRow> = self
+                    .sql
+                    .exec(
+                        "UPDATE inbox SET attempts = attempts + 1 WHERE seq = ? RETURNING attempts AS n",
+                        vec![seq.into()],
+                    )
+                    .map_err(sql_err)?
+                    .to_array()
+                    .map_err(sql_err)?;
+                let attempts = attempts.first().map_or(1, |c| c.n as u32);
+                match outbox::next_try_in_ms(attempts, None, js_sys::Math::random()) {
+                    Some(wait) => {
+                        worker::console_error!(
+                            "channel {}: delivering a message failed ({}); again in {wait} ms",
+                            binding.id,
+                            e.message
+                        );
+                        self.sql
+                            .exec(
+                                "UPDATE inbox SET due = ? WHERE seq = ?",
+                                vec![((now_ms() + wait) as i64).into(), seq.into()],
+                            )
+                            .map_err(sql_err)?;
+                        self.arm_by(now_ms() + wait).await;
+                    }
+                    None => {
+                        worker::console_error!(
+                            "channel {}: gave up delivering a message after {attempts} tries ({})",
+                            binding.id,
+                            e.message
+                        );
+                        done()?;
+                    }
+                }
+                Ok(HookOutcome::Accepted)
+            }
         }
+    }
+
+    /// The alarm's part of the inbox: rows due (their hook's delivery did not finish, or a
+    /// retry), oldest first, one at a time.
+    async fn drain_inbox(&self, binding: &ChannelBinding) -> ApiResult<()> {
+        let rows: Vec<InboxRow> = self
+            .sql
+            .exec(
+                "SELECT seq, body FROM inbox WHERE due <= ? ORDER BY seq LIMIT 50",
+                vec![(now_ms() as i64).into()],
+            )
+            .map_err(sql_err)?
+            .to_array()
+            .map_err(sql_err)?;
+        for row in rows {
+            let seq = row.seq as i64;
+            if !self.delivering.borrow_mut().insert(seq) {
+                continue;
+            }
+            let inbound: Inbound = match from_json(&row.body) {
+                Ok(inbound) => inbound,
+                Err(e) => {
+                    self.delivering.borrow_mut().remove(&seq);
+                    worker::console_error!("dropping a corrupt inbox row: {}", e.message);
+                    let _ = self
+                        .sql
+                        .exec("DELETE FROM inbox WHERE seq = ?", vec![seq.into()]);
+                    continue;
+                }
+            };
+            if let Err(e) = self.deliver_inbox(seq, binding, &inbound).await {
+                worker::console_error!(
+                    "channel {}: a stored message was refused: {}",
+                    binding.id,
+                    e.message
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Enqueues a message in its thread's session (created on a first message that may start
@@ -1189,6 +1368,9 @@ impl ChannelActor {
         let Some((binding, credentials)) = self.load_binding()? else {
             return Ok(());
         };
+        if let Err(e) = self.drain_inbox(&binding).await {
+            worker::console_error!("channel inbox: {}", e.message);
+        }
         let watches: Vec<WatchRow> = self
             .sql
             .exec(
@@ -1592,10 +1774,16 @@ impl ChannelActor {
             .exec("SELECT MIN(due) AS due FROM outbox WHERE sent = 0", None)
             .and_then(|c| c.to_array())
             .unwrap_or_default();
+        let inbox: Vec<DueRow> = self
+            .sql
+            .exec("SELECT MIN(due) AS due FROM inbox", None)
+            .and_then(|c| c.to_array())
+            .unwrap_or_default();
         let now = now_ms();
-        let mut next: Option<u64> = None;
+        let mut next: Option<u64> = inbox.first().map(|i| i.due as u64);
         if let Some(started) = watches.first().map(|w| w.due as u64) {
-            next = Some(now + turn::poll_interval_ms(now.saturating_sub(started)));
+            let at = now + turn::poll_interval_ms(now.saturating_sub(started));
+            next = Some(next.map_or(at, |n| n.min(at)));
         }
         if let Some(due) = outbox.first().map(|o| o.due as u64) {
             next = Some(next.map_or(due, |n| n.min(due)));
