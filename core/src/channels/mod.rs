@@ -283,6 +283,33 @@ pub struct Inbound {
     pub may_start: bool,
 }
 
+/// The id of the session a thread's first message creates: derived from the binding, the
+/// thread and the message (its first dedupe key), so a delivery tried again after the Worker
+/// died mid-creation finds the session the first try made (`/init` answers 409) instead of
+/// making a second one. A UUID (version 4 and variant bits set) from SHA-256.
+pub fn session_id_for(binding_id: &str, thread_key: &str, message_key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in [binding_id, thread_key, message_key] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
 /// Most messages a binding's inbox holds (accepted by a hook, not yet in their sessions'
 /// queues); past it a hook answers 503 and the platform retries later.
 pub const MAX_INBOX: usize = 1_000;
@@ -314,4 +341,25 @@ pub fn bounded_text(text: &str) -> String {
         end -= 1;
     }
     text[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_one_per_message() {
+        let id = session_id_for("b1", "C1:1.0", "Ev1");
+        assert_eq!(id, session_id_for("b1", "C1:1.0", "Ev1"));
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        for other in [
+            session_id_for("b2", "C1:1.0", "Ev1"),
+            session_id_for("b1", "C1:1.1", "Ev1"),
+            session_id_for("b1", "C1:1.0", "Ev2"),
+            session_id_for("b1", "C1:1.0E", "v1"),
+        ] {
+            assert_ne!(id, other);
+        }
+    }
 }

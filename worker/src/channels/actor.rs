@@ -810,7 +810,14 @@ impl Actor {
             let outcome = actor.deliver_inbox(seq, &for_task, &inbound).await;
             let _ = tx.send(outcome);
         });
-        let wait = worker::Delay::from(std::time::Duration::from_millis(channels::HOOK_WAIT_MS));
+        // `WUHU_CHANNEL_HOOK_WAIT_MS` (0 to the default) lets tests answer before delivery.
+        let wait_ms = self
+            .env
+            .var("WUHU_CHANNEL_HOOK_WAIT_MS")
+            .ok()
+            .and_then(|v| v.to_string().parse::<u64>().ok())
+            .map_or(channels::HOOK_WAIT_MS, |ms| ms.min(channels::HOOK_WAIT_MS));
+        let wait = worker::Delay::from(std::time::Duration::from_millis(wait_ms));
         match futures::future::select(rx, wait).await {
             futures::future::Either::Left((Ok(outcome), _)) => outcome,
             // Not delivered yet: accepted (stored); the task or the alarm finishes it.
@@ -966,7 +973,14 @@ impl Actor {
                 creating: &self.creating,
                 thread_key: inbound.thread_key.clone(),
             };
-            let info = self.create_session(binding, &author, &inbound.text).await?;
+            let id = channels::session_id_for(
+                &binding.id,
+                &inbound.thread_key,
+                inbound.dedupe_keys.first().map_or("", String::as_str),
+            );
+            let info = self
+                .create_session(binding, &id, &author, &inbound.text)
+                .await?;
             self.sql
                 .exec(
                     "INSERT OR REPLACE INTO threads (key, session, target, replied, used_at) VALUES (?, ?, ?, ?, ?)",
@@ -1204,13 +1218,15 @@ impl Actor {
 
     /// A session for a new thread: the binding's defaults, created by the first author, open to
     /// the whole tenant (a group chat).
+    /// `id` is [`channels::session_id_for`] the message: a session an earlier try of it made
+    /// (`/init` answers 409) is taken as it is.
     async fn create_session(
         &self,
         binding: &ChannelBinding,
+        id: &str,
         author: &str,
         first_text: &str,
     ) -> ApiResult<SessionInfo> {
-        let id = uuid::Uuid::new_v4().to_string();
         let system_prompt = match (
             &binding.defaults.system_prompt,
             &binding.defaults.environment,
@@ -1239,9 +1255,13 @@ impl Actor {
             "title": title.trim(),
             "globalContext": null,
         });
-        let stub = crate::session_client::stub(&self.env, &binding.tenant, &id)?;
+        let stub = crate::session_client::stub(&self.env, &binding.tenant, id)?;
         let request = internal::post_request("session", "/init", &binding.tenant, author, &init)?;
-        let _: SessionInfo = internal::send(&stub, request).await?;
+        match internal::send::<SessionInfo>(&stub, request).await {
+            Ok(_) => {}
+            Err(e) if e.status == 409 => {}
+            Err(e) => return Err(e),
+        }
         let request = internal::post_request(
             "session",
             "/title",
