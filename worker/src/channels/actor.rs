@@ -817,6 +817,9 @@ impl Actor {
             .ok()
             .and_then(|v| v.to_string().parse::<u64>().ok())
             .map_or(channels::HOOK_WAIT_MS, |ms| ms.min(channels::HOOK_WAIT_MS));
+        if wait_ms == 0 {
+            return Ok(HookOutcome::Accepted);
+        }
         let wait = worker::Delay::from(std::time::Duration::from_millis(wait_ms));
         match futures::future::select(rx, wait).await {
             futures::future::Either::Left((Ok(outcome), _)) => outcome,
