@@ -1,14 +1,17 @@
 //! Background jobs: `bash {command, background: true}` answers at once with a job id and the
 //! command runs on. Jobs belong to the runner **process**, not to a connection: a reconnect
 //! neither kills nor forgets them, and a job that ends while the runner is disconnected is
-//! reported after the next `welcome`. A runner that dies takes its jobs' records with it; the
-//! session then concludes they are lost (`wuhu_core::jobs`).
+//! reported after the next `welcome`. A runner that exits kills its jobs' process groups; one
+//! that is killed outright cannot, and the next runner process kills what it left (records in
+//! `<log dir>/job-records/`, [`Jobs::new`]). Either way the session concludes the jobs are lost
+//! (`wuhu_core::jobs`).
 //!
 //! Bounds (`wuhu_core::wire::runner::jobs`): `MAX_RUNNING_PER_RUNNER` running jobs,
 //! `MAX_RUNNING_PER_SESSION` per session; [`MAX_FINISHED_KEPT`] finished jobs remembered (the oldest is forgotten first, with its
-//! output file). Output goes to `<log dir>/jobs/<session>/<job>.log`; the file is kept only when
-//! the output is longer than the report's tail, and the session's `read` may read it (and no
-//! other session's: [`crate::tools::ToolContext::job_logs`]).
+//! output file). Output passes through the runner to `<log dir>/jobs/<session>/<job>.log`, which
+//! is cut to its last `LOG_KEEP_BYTES` when it reaches `MAX_LOG_BYTES`; the file is kept only
+//! when the output is longer than the report's tail, and the session's `read` may read it (and
+//! no other session's: [`crate::tools::ToolContext::job_logs`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::process::ExitStatusExt;
@@ -22,17 +25,25 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use wuhu_core::tools::truncate_tail_with;
 use wuhu_core::wire::runner::jobs::{
-    FINISHED_EVENT, MAX_FINISHED_KEPT, TAIL_BYTES, TAIL_LINES, UNKNOWN_JOB,
+    FINISHED_EVENT, LOG_KEEP_BYTES, MAX_FINISHED_KEPT, MAX_LOG_BYTES, TAIL_BYTES, TAIL_LINES,
+    UNKNOWN_JOB,
 };
 use wuhu_core::wire::runner::{JobReport, JobState, RunnerMessage};
 
-use crate::tools::bash::{BashArgs, DEFAULT_PATH, NON_INTERACTIVE_ENV};
+use crate::tools::bash::{BashArgs, DEFAULT_PATH, GroupGuard, NON_INTERACTIVE_ENV};
 use crate::tools::{CancelHandle, CancelSignal, ToolContext, ToolOutput};
 
 /// How long `job_kill` waits for the killed job to be reaped before it answers.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// How much of the log's end is read to make the tail.
 const TAIL_READ_BYTES: u64 = 4 * TAIL_BYTES as u64;
+/// How long a job's end waits for the rest of its output once its process exited (a process
+/// it left behind may hold the output open; the end is then reported without waiting longer).
+const OUTPUT_WAIT: Duration = Duration::from_secs(2);
+/// The directory of job records below the log dir: one file per running job, naming the
+/// runner process and the job's process group, so a runner that starts after another died
+/// kills the jobs it left ([`Jobs::new`]).
+const RECORDS_DIR: &str = "job-records";
 
 struct Job {
     id: String,
@@ -68,6 +79,15 @@ pub struct Jobs {
     log_dir: PathBuf,
     temp_root: PathBuf,
     seed: u64,
+    /// Where the output file is cut ([`MAX_LOG_BYTES`], [`LOG_KEEP_BYTES`]).
+    log_cap: LogCap,
+}
+
+/// When a job's output file is cut, and to how much.
+#[derive(Clone, Copy, Debug)]
+struct LogCap {
+    max: u64,
+    keep: u64,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -107,12 +127,29 @@ impl Jobs {
         } else {
             nanos ^ (u64::from(std::process::id()) << 32)
         };
+        let orphans = kill_orphans(&log_dir.join(RECORDS_DIR));
+        if orphans > 0 {
+            eprintln!(
+                "wuhu-runner: killed {orphans} background job(s) left running by a runner process that ended"
+            );
+        }
         Jobs {
             inner: Mutex::new(Inner::default()),
             log_dir,
             temp_root,
             seed,
+            log_cap: LogCap {
+                max: MAX_LOG_BYTES,
+                keep: LOG_KEEP_BYTES,
+            },
         }
+    }
+
+    /// Cuts output files at `max` bytes to their last `keep` (tests use small ones).
+    #[cfg(test)]
+    fn with_log_cap(mut self, max: u64, keep: u64) -> Jobs {
+        self.log_cap = LogCap { max, keep };
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -194,16 +231,33 @@ impl Jobs {
         let log_dir = session_log_dir(&self.log_dir, session_id);
         let log_path = log_dir.join(format!("{job_id}.log"));
         let temp_dir = self.temp_root.join(&job_id);
+        let records = self.log_dir.join(RECORDS_DIR);
         let opened = std::fs::create_dir_all(&log_dir)
             .and_then(|()| std::fs::create_dir_all(&temp_dir))
-            .and_then(|()| std::fs::File::create(&log_path));
+            .and_then(|()| std::fs::create_dir_all(&records))
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&log_path)
+            });
         let log = match opened {
             Ok(log) => log,
             Err(e) => return ToolOutput::error(format!("cannot create the job's log file: {e}")),
         };
-        let err = match log.try_clone() {
-            Ok(err) => err,
-            Err(e) => return ToolOutput::error(format!("cannot create the job's log file: {e}")),
+        // The output passes through the runner (one pipe for stdout and stderr), which writes
+        // it to the log file and cuts the file at its bound.
+        let pipe = std::io::pipe().and_then(|(reader, writer)| {
+            let err = writer.try_clone()?;
+            Ok((reader, writer, err))
+        });
+        let (reader, out, err) = match pipe {
+            Ok(pipe) => pipe,
+            Err(e) => {
+                return ToolOutput::error(format!("cannot create the job's output pipe: {e}"));
+            }
         };
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
@@ -215,7 +269,7 @@ impl Jobs {
             .env("TMPDIR", &temp_dir)
             .env("WUHU_JOB_ID", &job_id)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
+            .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .process_group(0)
             .kill_on_drop(true);
@@ -234,7 +288,29 @@ impl Jobs {
                 return ToolOutput::error(format!("cannot start bash: {e}"));
             }
         };
+        // Our copies of the pipe's write end go with the command: the output ends when the
+        // job's processes close theirs.
         drop(cmd);
+        let cap = self.log_cap;
+        let (copied_tx, copied) = tokio::sync::oneshot::channel();
+        let copier = std::thread::Builder::new()
+            .name(format!("{job_id}-output"))
+            .spawn(move || {
+                let _ = copied_tx.send(copy_capped(reader, log, cap));
+            });
+        if let Err(e) = copier {
+            // Without a reader the job would block on a full pipe: it is killed at once.
+            let mut guard = GroupGuard(child.id().map(|pid| pid as i32));
+            guard.kill();
+            let _ = std::fs::remove_dir_all(&temp_dir);
+            let _ = std::fs::remove_file(&log_path);
+            return ToolOutput::error(format!("cannot start the job's output reader: {e}"));
+        }
+        let record = records.join(&job_id);
+        if let Some(pid) = child.id() {
+            // Best effort: without it, only a runner that dies leaves this job behind.
+            let _ = std::fs::write(&record, format!("{} {pid}\n", std::process::id()));
+        }
         let (kill, kill_signal) = CancelSignal::new();
         let (done_tx, done) = watch::channel(false);
         let command = wuhu_core::jobs::short_command(&args.command);
@@ -259,12 +335,22 @@ impl Jobs {
         let id = job_id.clone();
         tokio::spawn(async move {
             let ended = wait_for(child, kill_signal, timeout).await;
+            let _ = std::fs::remove_file(&record);
             let _ = std::fs::remove_dir_all(&temp_dir);
-            // Reading the log may take a while: not under the lock, not on a runtime thread.
-            let tail = tokio::task::spawn_blocking(move || read_tail(&log_path))
+            let copied = tokio::time::timeout(OUTPUT_WAIT, copied)
                 .await
-                .unwrap_or_default();
-            jobs.finish(&id, ended, tail);
+                .ok()
+                .and_then(Result::ok);
+            // Reading the log may take a while: not under the lock, not on a runtime thread.
+            let (tail, truncated, lines_in_file) =
+                tokio::task::spawn_blocking(move || read_tail(&log_path))
+                    .await
+                    .unwrap_or_default();
+            let (truncated, total_lines) = match copied {
+                Some(copied) => (truncated || copied.cut, copied.lines),
+                None => (truncated, lines_in_file),
+            };
+            jobs.finish(&id, ended, (tail, truncated, total_lines));
             let _ = done_tx.send(true);
         });
         ToolOutput::ok(format!(
@@ -529,17 +615,9 @@ async fn wait_for(
     mut kill: CancelSignal,
     timeout: Option<Duration>,
 ) -> Ended {
-    let pgid = child.id().map(|pid| pid as i32);
-    let kill_group = || {
-        if let Some(pgid) = pgid
-            && pgid > 0
-        {
-            // SAFETY: kill(2) with a negative pid signals the process group we created.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-    };
+    // Dropped before the job ended (the runner shuts down and its runtime drops this task),
+    // the guard kills the job's process group: a runner does not leave its jobs behind.
+    let mut group = GroupGuard(child.id().map(|pid| pid as i32));
     let far = Instant::now() + Duration::from_secs(86_400 * 365);
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut timed_out = false;
@@ -549,14 +627,15 @@ async fn wait_for(
             status = child.wait() => break status,
             () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() && !timed_out && !killed => {
                 timed_out = true;
-                kill_group();
+                group.kill();
             },
             () = kill.cancelled(), if !timed_out && !killed => {
                 killed = true;
-                kill_group();
+                group.kill();
             },
         }
     };
+    group.disarm();
     let (exit_code, signal) = match status {
         Ok(status) => (status.code(), status.signal()),
         Err(_) => (None, None),
@@ -567,6 +646,155 @@ async fn wait_for(
         timed_out,
         killed,
     }
+}
+
+/// What the output reader saw.
+#[derive(Clone, Copy, Debug, Default)]
+struct Copied {
+    /// Lines of output (a last line without a newline counts).
+    lines: u64,
+    /// Whether the file was cut (its beginning dropped).
+    cut: bool,
+}
+
+/// Copies a job's output from `reader` to `file` until every writer closed it; when the file
+/// would grow past `cap.max`, it is rewritten to a line saying how much was dropped and the
+/// output's last `cap.keep` bytes (from a line start). A write that fails (a full disk) drops
+/// the output but keeps reading, so the job never blocks on its pipe.
+fn copy_capped(mut reader: impl std::io::Read, mut file: std::fs::File, cap: LogCap) -> Copied {
+    use std::io::Write;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut copied = Copied::default();
+    let mut total = 0u64;
+    let mut in_file = 0u64;
+    let mut last = None;
+    let mut writable = true;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let chunk = &buf[..n];
+        total += n as u64;
+        copied.lines += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        last = chunk.last().copied();
+        if !writable {
+            continue;
+        }
+        if in_file + n as u64 > cap.max {
+            match cut_log(&mut file, in_file, chunk, total, cap.keep) {
+                Ok(len) => {
+                    in_file = len;
+                    copied.cut = true;
+                }
+                Err(_) => writable = false,
+            }
+        } else if file.write_all(chunk).is_ok() {
+            in_file += n as u64;
+        } else {
+            writable = false;
+        }
+    }
+    copied.lines += u64::from(total > 0 && last != Some(b'\n'));
+    copied
+}
+
+/// Rewrites `file` (holding `in_file` bytes) as a line saying how much was dropped, then the
+/// last `keep` bytes of its content followed by `chunk`, starting at a line. `total` counts
+/// every byte of output so far, `chunk` included. Returns the file's new length.
+fn cut_log(
+    file: &mut std::fs::File,
+    in_file: u64,
+    chunk: &[u8],
+    total: u64,
+    keep: u64,
+) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let from_chunk = chunk.len().min(keep as usize);
+    let from_file = (keep - from_chunk as u64).min(in_file);
+    let mut kept = vec![0u8; from_file as usize];
+    file.seek(SeekFrom::Start(in_file - from_file))?;
+    file.read_exact(&mut kept)?;
+    kept.extend_from_slice(&chunk[chunk.len() - from_chunk..]);
+    // Start at a line, unless the kept part is one long line.
+    let start = match kept.iter().position(|b| *b == b'\n') {
+        Some(at) if at + 1 < kept.len() => at + 1,
+        _ => 0,
+    };
+    let kept = &kept[start..];
+    let header = format!(
+        "[wuhu: the first {} bytes of this job's output were dropped; its output file keeps at most the last {keep} bytes]\n",
+        total - kept.len() as u64
+    );
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(header.as_bytes())?;
+    file.write_all(kept)?;
+    Ok((header.len() + kept.len()) as u64)
+}
+
+/// Kills the jobs that runner processes which are gone left running, from their records in
+/// `dir` (`<runner pid> <process group>`); a record of a runner that still runs (another
+/// runner on this machine) is left alone. A process is killed only when it is that job's
+/// (its environment has the job's `WUHU_JOB_ID`), so a reused process id is never hit.
+/// Returns how many were killed.
+fn kill_orphans(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut killed = 0;
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        let job_id = entry.file_name().to_string_lossy().into_owned();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let mut numbers = text.split_whitespace().map(str::parse::<i32>);
+        let (Some(Ok(runner)), Some(Ok(group))) = (numbers.next(), numbers.next()) else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        if runner as u32 != std::process::id() && process_exists(runner) {
+            continue;
+        }
+        if group > 0 && is_job_process(group, &job_id) {
+            let mut guard = GroupGuard(Some(group));
+            guard.kill();
+            killed += 1;
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    killed
+}
+
+fn process_exists(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether process `pid` runs with `WUHU_JOB_ID=<job_id>` in its environment.
+fn is_job_process(pid: i32, job_id: &str) -> bool {
+    let wanted = format!("WUHU_JOB_ID={job_id}");
+    if let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) {
+        return environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes());
+    }
+    // Without /proc (macOS): `ps -E` shows a process's environment after its command.
+    std::process::Command::new("ps")
+        .args(["-ww", "-E", "-o", "command=", "-p", &pid.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .any(|w| w == wanted)
+        })
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

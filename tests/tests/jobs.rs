@@ -295,6 +295,77 @@ fn runner_connections(runner: &Runner) -> usize {
         .count()
 }
 
+/// Whether process `pid` runs (a zombie does not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Starts a job whose process (a `sleep` in the job's process group) writes its pid to a file
+/// in `dir`; returns the job id and the pid once it is written.
+#[track_caller]
+fn start_sleeper(api: &Api, id: &str, dir: &TempDir, name: &str) -> (String, i32) {
+    let path = dir.path().join(format!("{name}.pid"));
+    let job = start_job(
+        api,
+        id,
+        &format!("sleep 120 & echo $! > {}; wait", path.display()),
+    );
+    let pid = wait_for("the job's pid", TURN, || {
+        std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+    });
+    assert!(alive(pid));
+    (job, pid)
+}
+
+#[track_caller]
+fn wait_dead(pid: i32, what: &str) {
+    wait_for(what, TURN, || (!alive(pid)).then_some(()));
+}
+
+#[test]
+fn stopping_a_session_kills_its_jobs_visibly() {
+    let (api, id, _runner, dir) = session_with_runner("jobs-stop");
+    let (job, pid) = start_sleeper(&api, &id, &dir, "stop");
+    api.stop(&id);
+    wait_dead(pid, "the job's process killed by the stop");
+    // Its end waits on the `system` lane of the stopped session, saying `killed` ...
+    let page = api.session(&id);
+    assert_eq!(page.session.status, wuhu_core::wire::Status::Stopped);
+    let queued = page
+        .queue
+        .iter()
+        .find(|q| q.content.contains(&job))
+        .unwrap_or_else(|| panic!("no queued end of {job}: {:?}", page.queue));
+    assert!(queued.content.contains("was killed"), "{}", queued.content);
+    // ... and reaches the transcript when someone resumes the session.
+    api.enqueue(&id, "followUp", "go on");
+    let (_, (_, content, details)) = wait_job_end(&api, &id, &job, TURN);
+    assert_eq!(details["state"], "killed", "{content}");
+}
+
+#[test]
+fn a_runner_that_exits_kills_its_jobs_and_one_that_starts_kills_those_a_dead_one_left() {
+    let (api, id, mut runner, dir) = session_with_runner("jobs-exit");
+    // SIGTERM: the runner kills its jobs' process groups as it exits.
+    let (_, pid) = start_sleeper(&api, &id, &dir, "term");
+    runner.stop(Duration::from_secs(20));
+    wait_dead(pid, "the job's process killed by the exiting runner");
+    // SIGKILL leaves the job running; the next runner process kills it as it starts.
+    runner.restart();
+    let (_, pid) = start_sleeper(&api, &id, &dir, "kill");
+    runner.kill_hard();
+    assert!(alive(pid));
+    runner.restart();
+    wait_dead(pid, "the orphaned job's process killed by the next runner");
+}
+
 #[test]
 fn a_runner_killed_during_a_job_ends_it_as_lost() {
     // The runner stays away: lost after the grace (10 s here).

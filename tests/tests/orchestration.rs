@@ -457,3 +457,140 @@ fn stopping_a_parent_stops_its_running_children_but_not_detached_ones() {
     );
     api.stop(&detached);
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=Wuhu Test",
+            "-c",
+            "user.email=test@wuhu.invalid",
+        ])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `spawn_session {environment: <definition>}`: the definition says how the child gets its
+/// working directory. A `worktree` definition gives each child its own worktree and branch
+/// (named after the child), the parent none.
+#[test]
+fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
+    let (api, tenant) = client("orch-worktree");
+    let dir = TempDir::new("wuhu-e2e-orch-worktree");
+    let repo = dir.mkdir("repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    dir.write("repo/hello.txt", "hello from main\n");
+    git(&repo, &["add", "hello.txt"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let runner = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac").workspaces_root(dir.mkdir("workspaces")),
+    );
+    let defined = api.post(
+        "/v1/environments",
+        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    let parent = api.create_fake_session().id;
+
+    let names = ["a", "b"];
+    let spawns: Vec<(&str, Value)> = names
+        .iter()
+        .map(|name| {
+            let task = calls_then(
+                &[(
+                    "bash",
+                    json!({"command": format!("echo {name} > {name}.txt && git rev-parse --abbrev-ref HEAD")}),
+                )],
+                &format!("done {name}"),
+            );
+            (
+                "spawn_session",
+                json!({"task": task, "title": name, "environment": "repo"}),
+            )
+        })
+        .collect();
+    api.enqueue(&parent, "followUp", &calls_then(&spawns, "spawned two"));
+    let settled = wait_all_settled(&api, &parent, 2);
+    let parent_entries = api.transcript(&parent);
+    assert!(
+        api.session(&parent).environments.is_empty(),
+        "the parent got no environment:\n{}",
+        describe(&parent_entries)
+    );
+    for name in names {
+        let child = settled
+            .iter()
+            .find(|c| c.title.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no child {name}: {settled:?}"));
+        let short: String = child
+            .id
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(8)
+            .collect();
+        let branch = format!("wuhu/{short}");
+        let root = runner.workspaces_root().join(&child.id);
+        // Its own worktree, on its own branch, with its own file only.
+        assert_eq!(
+            std::fs::read_to_string(root.join(format!("{name}.txt"))).unwrap(),
+            format!("{name}\n")
+        );
+        for other in names.iter().filter(|o| **o != name) {
+            assert!(!root.join(format!("{other}.txt")).exists());
+        }
+        assert!(!repo.join(format!("{name}.txt")).exists());
+        let entries = api.transcript(&child.id);
+        let text = describe(&entries);
+        let notice = entries
+            .iter()
+            .find_map(|e| match &e.payload {
+                EntryPayload::Custom { custom_type, data }
+                    if custom_type == custom_types::ENVIRONMENT_ATTACHED =>
+                {
+                    Some(data.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no attached notice in the child:\n{text}"));
+        assert_eq!(notice["branch"], json!(branch), "{notice}");
+        assert_eq!(notice["root"], json!(root), "{notice}");
+        let ran = entries
+            .iter()
+            .filter_map(tool_result)
+            .map(|r| r.content.clone())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(ran.contains(&branch), "{text}");
+        let page = api.session(&child.id);
+        assert_eq!(page.environments.len(), 1, "{text}");
+    }
+    let branches = git(&repo, &["branch", "--list", "wuhu/*"]);
+    assert_eq!(branches.lines().count(), 2, "{branches}");
+
+    // A definition that does not exist fails the spawn, visibly, and the child is not made.
+    let before = api.session(&parent).children.len();
+    let missing = api.run_tool(
+        &parent,
+        "spawn_session",
+        json!({"task": "x", "environment": "no-such-definition"}),
+        TURN,
+    );
+    assert!(missing.is_error, "{}", missing.content);
+    assert!(
+        missing.content.contains("no-such-definition"),
+        "{}",
+        missing.content
+    );
+    let after = api.session(&parent).children;
+    assert_eq!(after.len(), before + 1);
+    assert!(matches!(
+        after.last().unwrap().lifecycle,
+        ChildLifecycle::Failed { .. }
+    ));
+}

@@ -80,11 +80,11 @@ async fn call_runner(
     reply
 }
 
-/// Waits for whoever must approve `call` reaching `target` (nobody, mostly). `Err` is the tool
+/// Waits for whoever must approve the call `approval_id` reaching `target` (nobody, mostly). `Err` is the tool
 /// error the agent sees when the approval is denied, expires, is withdrawn or cannot be asked.
 async fn approve(
     ctx: &ToolContext,
-    call: &ToolCall,
+    approval_id: &str,
     target: Target<'_>,
     action: Action<'_>,
     data: Value,
@@ -104,7 +104,7 @@ async fn approve(
         action,
         data,
     };
-    let outcome = ctx.approvals.request(&call.id, ask).await;
+    let outcome = ctx.approvals.request(approval_id, ask).await;
     match approvals::outcome_error(&outcome, &action, &approver) {
         None => Ok(()),
         Some(error) => Err(error),
@@ -203,20 +203,99 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
             "An environment named {name:?} is already attached; pass another name."
         )));
     }
-    let resolved = match runner_client::resolve(
+    let request = AttachRequest {
+        approval_id: &call.id,
+        tool: &call.name,
+        session_id: &ctx.session_id,
+        spec: &args.spec,
+        name: args.name.as_deref(),
+        preference,
+    };
+    let Attached {
+        attachment,
+        epoch,
+        text,
+        entries,
+    } = match attach(ctx, request).await {
+        Ok(attached) => attached,
+        Err(e) => return ToolOutput::text(Err(e)),
+    };
+    let env = &attachment.environment;
+    let content = format!(
+        "{text}\nUse bash, read, write, edit, ls, find and grep there{}.",
+        if ctx.attachments.is_empty() {
+            String::new()
+        } else {
+            format!(" with environment={:?}", env.name)
+        }
+    );
+    let mut validated = HashMap::new();
+    validated.insert(env.name.clone(), epoch);
+    ToolOutput {
+        content,
+        is_error: false,
+        entries,
+        change: Some(AttachmentChange::Attach(attachment)),
+        validated,
+        blobs: Vec::new(),
+    }
+}
+
+/// What [`attach`] is asked.
+pub(crate) struct AttachRequest<'a> {
+    /// Keys the approval a definition with `"approval":"ask"` waits for.
+    pub(crate) approval_id: &'a str,
+    /// The tool asking (shown with the approval).
+    pub(crate) tool: &'a str,
+    /// The session the environment is materialised for: the caller's own, or a child's
+    /// (`spawn_session {environment: <spec>}`): a `worktree` or `folder-template` definition
+    /// gives that session its own directory (the runner names it after the session).
+    pub(crate) session_id: &'a str,
+    /// A definition's name or id, or a runner's own environment.
+    pub(crate) spec: &'a str,
+    /// The name within the session (default: `spec`).
+    pub(crate) name: Option<&'a str>,
+    /// `local`, `cloud` or `any`.
+    pub(crate) preference: &'a str,
+}
+
+/// An environment a runner materialised, with the entries that tell the session of it.
+pub(crate) struct Attached {
+    pub(crate) attachment: Attachment,
+    /// The runner's connection epoch (its snapshot is valid on it).
+    pub(crate) epoch: u64,
+    /// `Environment "api" (...) attached ...`.
+    pub(crate) text: String,
+    /// The `environment_attached` notice and the AGENTS.md message.
+    pub(crate) entries: Vec<EntryPayload>,
+}
+
+/// Resolves `request.spec` as the session's owner, waits for the approval it needs, and has the
+/// runner materialise it for `request.session_id`. How the session gets its working directory
+/// is the definition's (its kind), not the caller's: `local` is used in place, `folder-template`
+/// and `worktree` make one per session.
+///
+/// # Errors
+/// The message the agent sees.
+pub(crate) async fn attach(
+    ctx: &ToolContext,
+    request: AttachRequest<'_>,
+) -> Result<Attached, String> {
+    let name = request
+        .name
+        .map(str::to_string)
+        .unwrap_or_else(|| request.spec.to_string());
+    let resolved = runner_client::resolve(
         &ctx.env,
         &ctx.tenant,
         &ctx.owner,
-        &ctx.session_id,
-        &args.spec,
-        preference,
-        args.name.as_deref(),
+        request.session_id,
+        request.spec,
+        request.preference,
+        request.name,
     )
     .await
-    {
-        Ok(resolved) => resolved,
-        Err(e) => return ToolOutput::text(Err(e.message)),
-    };
+    .map_err(|e| e.message)?;
     let mut entries = Vec::new();
     let target = Target {
         runner: &resolved.runner,
@@ -225,19 +304,17 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         policy: resolved.approval,
     };
     let data = json!({
-        "tool": call.name,
+        "tool": request.tool,
         "environment": name,
-        "spec": args.spec,
+        "spec": request.spec,
         "kind": resolved.spec.source.kind().as_str(),
     });
     // The gate appends the request entry itself, so people see it while the call waits.
     let action = Action::Attach { environment: &name };
-    if let Err(error) = approve(ctx, call, target, action, data).await {
-        return ToolOutput::text(Err(error));
-    }
+    approve(ctx, request.approval_id, target, action, data).await?;
     let message = ServerMessage::Attach {
         id: uuid::Uuid::new_v4().to_string(),
-        session_id: ctx.session_id.clone(),
+        session_id: request.session_id.to_string(),
         spec: resolved.spec.clone(),
     };
     let reply = call_runner(
@@ -263,18 +340,18 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
                 ..
             }),
         )) => {
-            return ToolOutput::text(Err(format!(
+            return Err(format!(
                 "Attaching environment {name:?} on runner {:?} failed ({}):\n{}",
                 resolved.runner, e.code, e.message
-            )));
+            ));
         }
         Ok((_, other)) => {
-            return ToolOutput::text(Err(format!(
+            return Err(format!(
                 "Runner {:?} answered attach unexpectedly: {other:?}",
                 resolved.runner
-            )));
+            ));
         }
-        Err(e) => return ToolOutput::text(Err(runner_error(&resolved.runner, &e))),
+        Err(e) => return Err(runner_error(&resolved.runner, &e)),
     };
     let attachment = Attachment {
         environment,
@@ -318,24 +395,12 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
             },
         });
     }
-    let content = format!(
-        "{text}\nUse bash, read, write, edit, ls, find and grep there{}.",
-        if ctx.attachments.is_empty() {
-            String::new()
-        } else {
-            format!(" with environment={:?}", env.name)
-        }
-    );
-    let mut validated = HashMap::new();
-    validated.insert(env.name.clone(), epoch);
-    ToolOutput {
-        content,
-        is_error: false,
+    Ok(Attached {
+        attachment,
+        epoch,
+        text,
         entries,
-        change: Some(AttachmentChange::Attach(attachment)),
-        validated,
-        blobs: Vec::new(),
-    }
+    })
 }
 
 #[derive(Deserialize)]
@@ -361,7 +426,7 @@ async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         environment: &args.name,
     };
     let data = json!({"tool": call.name, "environment": args.name});
-    if let Err(error) = approve(ctx, call, attachment_target(&attachment), action, data).await {
+    if let Err(error) = approve(ctx, &call.id, attachment_target(&attachment), action, data).await {
         return ToolOutput::text(Err(error));
     }
     let message = ServerMessage::Detach {
@@ -442,7 +507,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         environment: &name,
     };
     let data = json!({"tool": call.name, "environment": name});
-    if let Err(error) = approve(ctx, call, attachment_target(&attachment), action, data).await {
+    if let Err(error) = approve(ctx, &call.id, attachment_target(&attachment), action, data).await {
         return ToolOutput::text(Err(error));
     }
     let context = attachment.environment.context();

@@ -12,6 +12,7 @@ use wuhu_core::orchestration::{self, check_target};
 use wuhu_core::tools::names;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus, Lane, ToolCall, normalize_title};
 
+use crate::environment_tools;
 use crate::session_client::{self, ChildInit, ChildInput, InitRequest};
 use crate::tool_context::ToolContext;
 
@@ -76,11 +77,16 @@ pub(crate) async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<String
         names::SPAWN_SESSION => {
             let args: SpawnArgs = parse(&call.name, &call.arguments)?;
             let wait = args.wait;
-            let child = spawn(ctx, args).await?;
-            if wait {
-                return Ok(render_states(&child));
+            let spawned = spawn(ctx, &call.id, args).await?;
+            let mut text = if wait {
+                render_states(&spawned.states)
+            } else {
+                render_spawned(&spawned.states[0])
+            };
+            if let Some(environment) = spawned.environment {
+                text.push_str(&format!("\nIts own environment: {environment}"));
             }
-            Ok(render_spawned(&child[0]))
+            Ok(text)
         }
         names::SEND_TO_SESSION => {
             let args: SendArgs = parse(&call.name, &call.arguments)?;
@@ -114,11 +120,12 @@ pub(crate) async fn js_call(ctx: &ToolContext, name: &str, arg: &Value) -> Resul
         "sessions.spawn" => {
             let args: SpawnArgs = parse("wuhu.sessions.spawn", arg)?;
             let wait = args.wait;
-            let states = spawn(ctx, args).await?;
+            let approval_id = format!("js-spawn-{}", uuid::Uuid::new_v4());
+            let spawned = spawn(ctx, &approval_id, args).await?;
             if wait {
-                Ok(to_json(&states))
+                Ok(to_json(&spawned.states))
             } else {
-                Ok(to_json(&states[0]))
+                Ok(to_json(&spawned.states[0]))
             }
         }
         "sessions.send" => {
@@ -157,7 +164,9 @@ fn check_content(what: &str, text: &str) -> Result<(), String> {
 
 /// Creates a child. Returns its status (with `wait`: once its first turn settled, or the
 /// timeout passed).
-async fn spawn(ctx: &ToolContext, args: SpawnArgs) -> Result<Vec<ChildStatus>, String> {
+///
+/// `approval_id` keys the approval an environment definition with `"approval":"ask"` waits for.
+async fn spawn(ctx: &ToolContext, approval_id: &str, args: SpawnArgs) -> Result<Spawned, String> {
     check_content("task", &args.task)?;
     let title = match args.title.as_deref() {
         Some(t) => Some(normalize_title(t).map_err(|e| format!("title: {e}"))?),
@@ -170,15 +179,6 @@ async fn spawn(ctx: &ToolContext, args: SpawnArgs) -> Result<Vec<ChildStatus>, S
     {
         return Err("model must be 1 to 200 characters".into());
     }
-    let attachments = match args.environment.as_deref().unwrap_or("none") {
-        "none" => Vec::new(),
-        "inherit" => ctx.attachments.clone(),
-        spec => {
-            return Err(format!(
-                "environment {spec:?}: a child gets \"none\" or \"inherit\" for now; the child can call request_environment itself"
-            ));
-        }
-    };
     let id = uuid::Uuid::new_v4().to_string();
     let lineage = orchestration::child_lineage(
         &ctx.session_id,
@@ -198,6 +198,45 @@ async fn spawn(ctx: &ToolContext, args: SpawnArgs) -> Result<Vec<ChildStatus>, S
     };
     // Recorded before the child exists, so its first report finds it.
     ctx.children.record(status.clone())?;
+    // A failure before the child exists is final: past every report it could send.
+    let fail = |mut status: ChildStatus, message: String| {
+        status.lifecycle = ChildLifecycle::Failed {
+            message: message.clone(),
+        };
+        status.cursor = u64::MAX;
+        let _ = ctx.children.record(status);
+        message
+    };
+    // `none`, `inherit` (the parent's directories, shared), or a definition made for the child:
+    // how it gets its working directory is the definition's (a `worktree` definition gives it
+    // its own worktree and branch), not this tool's.
+    let (attachments, entries, environment) = match args.environment.as_deref().unwrap_or("none") {
+        "none" => (Vec::new(), Vec::new(), None),
+        "inherit" => (ctx.attachments.clone(), Vec::new(), None),
+        spec => {
+            let request = environment_tools::AttachRequest {
+                approval_id: &format!("{approval_id}-env"),
+                tool: names::SPAWN_SESSION,
+                session_id: &id,
+                spec,
+                name: None,
+                preference: "any",
+            };
+            match environment_tools::attach(ctx, request).await {
+                Ok(attached) => (
+                    vec![attached.attachment],
+                    attached.entries,
+                    Some(attached.text),
+                ),
+                Err(e) => {
+                    return Err(fail(
+                        status,
+                        format!("making the child's environment {spec:?} failed: {e}"),
+                    ));
+                }
+            }
+        }
+    };
     let init = InitRequest {
         id: id.clone(),
         tenant: ctx.tenant.clone(),
@@ -216,6 +255,7 @@ async fn spawn(ctx: &ToolContext, args: SpawnArgs) -> Result<Vec<ChildStatus>, S
             access: ctx.parent_session.access,
             attachments,
             task: args.task,
+            entries,
         }),
     };
     match session_client::init_child(&ctx.env, &init).await {
@@ -225,20 +265,29 @@ async fn spawn(ctx: &ToolContext, args: SpawnArgs) -> Result<Vec<ChildStatus>, S
             ctx.children.record(status.clone())?;
         }
         Err(e) => {
-            let message = format!("creating the child failed: {}", e.message);
-            status.lifecycle = ChildLifecycle::Failed {
-                message: message.clone(),
-            };
-            // Past every report the child could send: this is final.
-            status.cursor = u64::MAX;
-            let _ = ctx.children.record(status);
-            return Err(message);
+            return Err(fail(
+                status,
+                format!("creating the child failed: {}", e.message),
+            ));
         }
     }
-    if args.wait {
-        return wait(ctx, &[id], None).await;
-    }
-    Ok(vec![current(ctx, &id).unwrap_or(status)])
+    let states = if args.wait {
+        wait(ctx, &[id], None).await?
+    } else {
+        vec![current(ctx, &id).unwrap_or(status)]
+    };
+    Ok(Spawned {
+        states,
+        environment,
+    })
+}
+
+/// What [`spawn`] did.
+struct Spawned {
+    /// The child's status (one), settled when the spawn waited.
+    states: Vec<ChildStatus>,
+    /// `Environment "repo" (...) attached ...`, when one was made for the child.
+    environment: Option<String>,
 }
 
 fn current(ctx: &ToolContext, id: &str) -> Option<ChildStatus> {

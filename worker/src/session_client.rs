@@ -9,8 +9,8 @@ use wuhu_core::authority::Access;
 use wuhu_core::environments::Attachment;
 use wuhu_core::orchestration::Lineage;
 use wuhu_core::wire::{
-    ChildLifecycle, ChildStatus, Entry, ForkedFrom, GetSessionResponse, Lane, SessionInfo,
-    StopResponse,
+    ChildLifecycle, ChildStatus, Entry, EntryPayload, ForkedFrom, GetSessionResponse, Lane,
+    SessionInfo, StopResponse,
 };
 
 use crate::auth::Identity;
@@ -95,6 +95,10 @@ pub(crate) struct ChildInit {
     pub(crate) attachments: Vec<Attachment>,
     /// Its first message, sent by `created_by` through the concurrency gate.
     pub(crate) task: String,
+    /// Entries its transcript starts with: the notice and AGENTS.md of an environment made for
+    /// it (`environment: <spec>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) entries: Vec<EntryPayload>,
 }
 
 /// A message for a child (`send_to_session`), through the gate when the child is settled.

@@ -187,10 +187,25 @@ impl Session {
     /// A new session. Emits its header entry, then one `custom_message` entry per context
     /// message (such as the user's global context), which the LLM sees from then on.
     pub fn create(now: Millis, seed: u64, header: Header, context: Vec<Message>) -> Session {
+        let entries = context
+            .into_iter()
+            .map(|message| EntryPayload::Message { message })
+            .collect();
+        Session::create_with_entries(now, seed, header, entries)
+    }
+
+    /// A new session whose header is followed by `entries` (context messages, and notices such
+    /// as the environment a child was given at its spawn).
+    pub fn create_with_entries(
+        now: Millis,
+        seed: u64,
+        header: Header,
+        entries: Vec<EntryPayload>,
+    ) -> Session {
         let mut session = Session::restore(Checkpoint::default(), Vec::new(), seed);
         session.append(now, EntryPayload::Header(header));
-        for message in context {
-            session.append(now, EntryPayload::Message { message });
+        for payload in entries {
+            session.append(now, payload);
         }
         session
     }

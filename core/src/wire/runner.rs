@@ -144,6 +144,11 @@ pub mod jobs {
     pub const TAIL_LINES: usize = 200;
     /// Bytes of output a [`super::JobReport`]'s `outputTail` keeps at most.
     pub const TAIL_BYTES: usize = 16 * 1024;
+    /// Bytes a job's output file on the runner holds at most: when its output reaches this, the
+    /// file is cut to its last [`LOG_KEEP_BYTES`] after a line saying how much was dropped.
+    pub const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
+    /// Bytes of a job's output kept when its file is cut (see [`MAX_LOG_BYTES`]).
+    pub const LOG_KEEP_BYTES: u64 = 8 * 1024 * 1024;
     /// `details.unknownJob` of a `job_status` / `job_kill` answer for a job this runner process
     /// does not know (it never ran it, or it restarted since, or forgot it).
     pub const UNKNOWN_JOB: &str = "unknownJob";

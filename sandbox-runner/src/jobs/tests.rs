@@ -158,3 +158,133 @@ async fn long_output_is_kept_in_a_file_the_session_can_read_and_bounds_hold() {
         let _ = jobs.kill("s1", &json!({"id": id})).await;
     }
 }
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Reads a pid a job wrote to `path`, waiting for it to appear.
+async fn pid_in(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no pid in {}", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_output_file_keeps_its_tail_within_its_bound() {
+    let (dir, ctx) = context(EnvironmentKind::Local);
+    let jobs = Arc::new(
+        Jobs::new(dir.path().join("logs"), dir.path().join("tmp")).with_log_cap(4000, 2000),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    jobs.connected(tx);
+    job_id(&jobs.start(&ctx, "s1", "work", args("seq 1 20000; printf last")));
+    let (_, report) = next_event(&mut rx).await;
+    assert_eq!(report.state, JobState::Succeeded);
+    assert_eq!(report.total_lines, 20001);
+    assert!(report.truncated);
+    assert!(
+        report.output_tail.ends_with("19999\n20000\nlast"),
+        "{}",
+        report.output_tail
+    );
+    let path = report.full_output_path.unwrap();
+    let file = std::fs::read_to_string(&path).unwrap();
+    assert!(file.len() <= 4000, "{} bytes", file.len());
+    assert!(file.starts_with("[wuhu: the first "), "{file}");
+    assert!(file.ends_with("20000\nlast"), "{file}");
+    // After the header, whole lines: the first kept one is a number of its own.
+    let first = file.lines().nth(1).unwrap();
+    let n: u32 = first.parse().unwrap_or_else(|_| panic!("{first:?}"));
+    assert!(n > 19000, "{n}");
+}
+
+#[test]
+fn a_runner_shutting_down_kills_its_jobs_process_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pid = runtime.block_on(async {
+        let (_dir, ctx) = context(EnvironmentKind::Local);
+        let jobs = Arc::new(Jobs::new(dir.path().join("logs"), dir.path().join("tmp")));
+        let command = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+        job_id(&jobs.start(&ctx, "s1", "work", args(&command)));
+        pid_in(&pid_file).await
+    });
+    assert!(alive(pid));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job's process {pid} outlived the runner"
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[tokio::test]
+async fn a_starting_runner_kills_the_jobs_a_dead_runner_left_and_no_other_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("logs").join(RECORDS_DIR);
+    std::fs::create_dir_all(&records).unwrap();
+    // A runner process that has ended.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let start = |job: &str| {
+        std::process::Command::new("sleep")
+            .arg("60")
+            .env("WUHU_JOB_ID", job)
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    use std::os::unix::process::CommandExt;
+    let mut orphan = start("job-orphan");
+    let mut other_runners = start("job-other");
+    let mut not_a_job = start("job-else");
+    let record = |job: &str, runner: u32, child: &std::process::Child| {
+        std::fs::write(records.join(job), format!("{runner} {}\n", child.id())).unwrap();
+    };
+    record("job-orphan", gone_pid, &orphan);
+    // A runner that still runs (the test's parent process stands in for it).
+    record(
+        "job-other",
+        std::os::unix::process::parent_id(),
+        &other_runners,
+    );
+    // The record names a job whose id the process does not carry (a reused pid).
+    record("job-mismatch", gone_pid, &not_a_job);
+
+    let _jobs = Jobs::new(dir.path().join("logs"), dir.path().join("tmp"));
+    let status = orphan.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert!(other_runners.try_wait().unwrap().is_none());
+    assert!(not_a_job.try_wait().unwrap().is_none());
+    assert!(!records.join("job-orphan").exists());
+    assert!(!records.join("job-mismatch").exists());
+    assert!(records.join("job-other").exists());
+    for mut child in [other_runners, not_a_job] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

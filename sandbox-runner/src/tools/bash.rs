@@ -267,10 +267,10 @@ pub async fn run_command(
 }
 
 /// Kills a process group when told to, or when dropped while armed.
-struct GroupGuard(Option<i32>);
+pub(crate) struct GroupGuard(pub(crate) Option<i32>);
 
 impl GroupGuard {
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(pgid) = self.0
             && pgid > 0
         {
@@ -281,7 +281,7 @@ impl GroupGuard {
         }
     }
 
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.0 = None;
     }
 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use worker::SqlStorage;
 use wuhu_core::jobs::{self, Change, JobRecord, JobTimings, Observation};
 use wuhu_core::session::Millis;
-use wuhu_core::wire::runner::jobs::{STATUS_TOOL, UNKNOWN_JOB};
+use wuhu_core::wire::runner::jobs::{KILL_TOOL, STATUS_TOOL, UNKNOWN_JOB};
 use wuhu_core::wire::runner::{JobEvent, JobReport, RunnerMessage};
 
 use super::{Actor, now};
@@ -204,8 +204,22 @@ impl Actor {
         Ok(true)
     }
 
+    /// The session was stopped: its running jobs are killed (`job_kill` on their runners), and
+    /// each ends as `killed` with its `wuhu_job_finished_v1` message (queued: a stopped session
+    /// stays stopped until someone resumes it). A job whose runner cannot be reached now is
+    /// left to the poll (it ends `lost` when the runner stays away).
+    pub(super) async fn kill_jobs(self: &Rc<Self>) {
+        self.ask_running_jobs(KILL_TOOL).await;
+    }
+
     /// The alarm's poll: asks each running job's runner how it stands and applies the answer.
     pub(super) async fn poll_jobs(self: &Rc<Self>) {
+        self.ask_running_jobs(STATUS_TOOL).await;
+    }
+
+    /// Asks each running job's runner `tool` (`job_status` or `job_kill`) and applies the
+    /// answer.
+    async fn ask_running_jobs(self: &Rc<Self>, tool: &str) {
         let Ok(store) = self.job_store.as_ref() else {
             return;
         };
@@ -222,15 +236,9 @@ impl Actor {
         let owner = self.owner();
         let session_id = self.session_id();
         for record in running {
-            let answer = runner_client::ask_job(
-                &self.env,
-                &tenant,
-                &owner,
-                &session_id,
-                &record,
-                STATUS_TOOL,
-            )
-            .await;
+            let answer =
+                runner_client::ask_job(&self.env, &tenant, &owner, &session_id, &record, tool)
+                    .await;
             let observation = match &answer {
                 Ok(answer) => observation_of(answer),
                 Err(e)

@@ -9,7 +9,7 @@ use wuhu_core::llm::{self, fake};
 use wuhu_core::session::{CancelError, EnqueueError, ForkPrefix, Session};
 use wuhu_core::wire::{
     CancelRequest, CancelResponse, ChildStatus, CompactRequest, CompactResponse, CompactionReason,
-    EnqueueRequest, EnqueueResponse, GetSessionResponse, Header, Lane,
+    EnqueueRequest, EnqueueResponse, EntryPayload, GetSessionResponse, Header, Lane,
     MAX_COMPACT_INSTRUCTIONS_BYTES, Message, PatchSessionRequest, SessionStats, Status,
     StopResponse, UsageResponse, custom_types,
 };
@@ -257,6 +257,8 @@ impl Actor {
                 self.pump().wait().await?;
                 // Running children stop with it, unless spawned detached.
                 self.cascade_stop().await;
+                // So do its background jobs (each ends `killed`, with its message).
+                self.kill_jobs().await;
                 let status = self.status().unwrap_or(Status::Stopped);
                 Ok(json_response(
                     200,
@@ -458,7 +460,7 @@ impl Actor {
             provider,
             model,
         };
-        let context = init
+        let context: Vec<EntryPayload> = init
             .global_context
             .map(|g| Message::CustomMessage {
                 custom_type: custom_types::GLOBAL_CONTEXT.into(),
@@ -468,7 +470,9 @@ impl Actor {
                 ),
                 details: Some(serde_json::json!({"path": format!("wuhu://workspace/{}", g.path), "version": g.version})),
             })
+            .map(|message| EntryPayload::Message { message })
             .into_iter()
+            .chain(child.iter().flat_map(|c| c.entries.iter().cloned()))
             .collect();
         let t = now();
         let meta = SessionMeta {
@@ -494,7 +498,7 @@ impl Actor {
             self.store()?.save_attachments(&child.attachments)?;
             *self.attachments.borrow_mut() = child.attachments.clone();
         }
-        let mut session = Session::create(t, seed(), header, context);
+        let mut session = Session::create_with_entries(t, seed(), header, context);
         session.set_retry_policy(inference::retry_policy(&self.env));
         if let Some(budget) = init.budget {
             session.handle_budget(t, budget, &meta.created_by);
