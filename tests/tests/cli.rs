@@ -739,8 +739,9 @@ fn colour_only_on_a_terminal_without_no_color() {
     }
 }
 
-/// `wuhu chat` in a terminal: a streamed reply, a line typed during a turn steers it, Ctrl-C
-/// once stops the running turn, twice exits.
+/// `wuhu chat` in a terminal: a streamed reply, a line typed during a turn steers it, one
+/// typed with the `+ ` prefix queues a follow-up, Ctrl-C once stops the running turn, twice
+/// exits.
 #[test]
 fn chat_streams_steers_and_stops_in_a_terminal() {
     let stack = stack();
@@ -772,7 +773,12 @@ fn chat_streams_steers_and_stops_in_a_terminal() {
         s.matches("one two").count() >= 2
     });
     tmux.type_line("please steer");
+    // "+ " queues a follow-up instead: it runs after the steered turn ends.
+    tmux.type_line("+ later please");
     tmux.wait_screen("the steer acknowledged", TURN, |s| s.contains("steering"));
+    tmux.wait_screen("the follow-up acknowledged", TURN, |s| {
+        s.contains("queued as a follow-up")
+    });
     let screen = tmux.wait_screen("the steered reply", TURN, |s| {
         s.contains("echo: please steer")
     });
@@ -781,8 +787,28 @@ fn chat_streams_steers_and_stops_in_a_terminal() {
         screen.matches(slow).count() >= 2,
         "the first reply whole:\n{screen}"
     );
+    tmux.wait_screen("the follow-up's reply", TURN, |s| {
+        s.contains("echo: later please")
+    });
     api.wait_idle(&session.id, TURN);
     let entries = api.transcript(&session.id);
+    let follow_up = entries
+        .iter()
+        .find(|e| user_content(e) == Some("later please"))
+        .unwrap_or_else(|| panic!("no follow-up in {}", describe(&entries)));
+    assert!(
+        matches!(
+            &follow_up.payload,
+            EntryPayload::Message {
+                message: Message::User {
+                    lane: Some(Lane::FollowUp),
+                    ..
+                }
+            }
+        ),
+        "{}",
+        describe(&entries)
+    );
     let steer = entries
         .iter()
         .find(|e| user_content(e) == Some("please steer"))
@@ -891,4 +917,81 @@ fn chat_asks_the_runner_owner_inline_and_y_approves() {
     wait_for("chat to exit on /quit", TURN, || {
         tmux.exited().then_some(())
     });
+}
+
+/// `wuhu approvals list/approve/deny` against real pending approvals: bob's commands on
+/// alice's runner wait for alice; `approve` lets the first run, `deny` refuses the second, and
+/// every `--json` answer parses with the id and decision.
+#[test]
+fn approvals_approve_and_deny_answer_a_held_call() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-approvals");
+    let alice_api = stack.client("alice", &tenant);
+    let bob = stack.client("bob", &tenant);
+    let alice = user("alice", &tenant);
+    let dir = TempDir::new("wuhu-e2e-cli-approvals");
+    let api_dir = dir.mkdir("api");
+    let _mac = Runner::start(
+        RunnerConfig::new(stack, "alice", &tenant, "mac")
+            .env("api", &api_dir)
+            .workspaces_root(dir.mkdir("workspaces")),
+    );
+    let session = alice_api.create_fake_session().id;
+    let shared = alice_api.patch(
+        &format!("/v1/sessions/{session}"),
+        &json!({"access": "tenant"}),
+    );
+    assert_eq!(shared.status, 200, "{shared}");
+    let (results, entries) = ToolTurn::start(
+        &alice_api,
+        &session,
+        &[(
+            "request_environment",
+            json!({"spec": "mac:api", "name": "api"}),
+        )],
+    )
+    .finish(&alice_api, TURN);
+    assert!(!results[0].is_error, "{}", describe(&entries));
+
+    for (verb, decision, runs) in [("approve", "approve", true), ("deny", "deny", false)] {
+        let marker = api_dir.join(format!("{verb}d-by-alice"));
+        let turn = ToolTurn::start(
+            &bob,
+            &session,
+            &[(
+                "bash",
+                json!({"command": format!("touch '{}'", marker.display())}),
+            )],
+        );
+        let pending = wait_for("the approval waiting", TURN, || {
+            let listed = alice
+                .run(&["approvals", "list", &session, "--json"])
+                .ok()
+                .json();
+            let approvals = listed["approvals"].as_array().cloned().unwrap_or_default();
+            (!approvals.is_empty()).then_some(approvals)
+        });
+        assert_eq!(pending.len(), 1, "{pending:#?}");
+        assert_eq!(pending[0]["approver"]["sub"], "alice", "{pending:#?}");
+        let id = pending[0]["approvalId"]
+            .as_str()
+            .expect("approvalId")
+            .to_string();
+        assert!(!marker.exists(), "ran before the answer");
+        let answer = alice
+            .run(&["approvals", verb, &session, &id, "--json"])
+            .ok()
+            .json();
+        assert_eq!(answer["approvalId"], id.as_str(), "{answer}");
+        assert_eq!(answer["decision"], decision, "{answer}");
+        let (results, entries) = turn.finish(&bob, TURN);
+        assert_eq!(results[0].is_error, !runs, "{}", describe(&entries));
+        assert_eq!(marker.exists(), runs, "{verb}: {}", describe(&entries));
+        let left = alice
+            .run(&["approvals", "list", &session, "--json"])
+            .ok()
+            .json();
+        assert_eq!(left["approvals"], json!([]), "{verb}");
+    }
 }
