@@ -24,7 +24,7 @@ use wuhu_core::wire::{
 };
 
 use crate::exit;
-use crate::render::{self, Renderer, Style};
+use crate::render::{self, Renderer, SPINNER_TICK, Spinner, Style};
 
 /// A second `Ctrl-C` within this long exits.
 const DOUBLE_CTRL_C: Duration = Duration::from_secs(3);
@@ -137,6 +137,9 @@ Ctrl-C stops the turn, twice exits; /quit exits."
     let mut last_ctrl_c: Option<Instant> = None;
     // One listener for the whole chat: from here on Ctrl-C never kills the process by default.
     let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // Moves the spinner while a tool runs (only on a terminal: see `Spinner::active`).
+    let mut ticker = tokio::time::interval(SPINNER_TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
 
     loop {
         if !input_open && !running && outstanding.is_empty() && !awaiting_answer {
@@ -259,6 +262,7 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                     }
                 }
             }
+            _ = ticker.tick(), if screen.spinner.active() => screen.spin()?,
             _ = interrupts.recv() => {
                 if last_ctrl_c.is_some_and(|t| t.elapsed() < DOUBLE_CTRL_C) {
                     screen.end()?;
@@ -293,19 +297,50 @@ async fn stop(client: &Client, session_id: &str, screen: &mut Screen) -> Result<
 /// history and the live stream as `sessions follow --json` prints them (history entries as
 /// `entry_appended`), and the chat's own records: `approval_asked`, `approval_answered`,
 /// `sent` (`id`, `lane`), `stopping`, `interrupted`, `error` (`message`, `code`, `status`).
+///
+/// On a terminal (colours on) a running tool call has a spinner line under it
+/// (`⠋ running bash`), erased before anything else is written.
 struct Screen {
     json: bool,
     renderer: Renderer,
+    spinner: Spinner,
+    /// The spinner line is on screen (the cursor is at its end).
+    spinner_shown: bool,
     stdout: std::io::Stdout,
 }
 
 impl Screen {
     fn new(json: bool) -> Screen {
+        let style = Style::detect(json);
         Screen {
             json,
-            renderer: Renderer::new(Style::detect(json)),
+            renderer: Renderer::new(style),
+            spinner: Spinner::new(style.animated()),
+            spinner_shown: false,
             stdout: std::io::stdout(),
         }
+    }
+
+    /// Erases the spinner line, if drawn.
+    fn clear_spinner(&mut self) -> std::io::Result<()> {
+        if self.spinner_shown {
+            self.spinner_shown = false;
+            write!(self.stdout, "\r\x1b[2K")?;
+        }
+        Ok(())
+    }
+
+    /// Draws the next spinner frame (on a line of its own only: never over streamed text).
+    fn spin(&mut self) -> std::io::Result<()> {
+        if !self.spinner.active() || !self.renderer.at_line_start() {
+            return Ok(());
+        }
+        if let Some(line) = self.spinner.line() {
+            write!(self.stdout, "\r\x1b[2K{}", self.style().dim(&line))?;
+            self.spinner_shown = true;
+        }
+        self.spinner.advance();
+        self.stdout.flush()
     }
 
     fn style(&self) -> Style {
@@ -319,18 +354,29 @@ impl Screen {
 
     /// A history entry.
     fn entry(&mut self, entry: &Entry) -> std::io::Result<()> {
+        self.spinner.track(entry);
         if self.json {
             return self.line(&json!({"type": "entry_appended", "entry": entry}));
         }
+        self.clear_spinner()?;
         self.renderer.entry(&mut self.stdout, entry)?;
         self.stdout.flush()
     }
 
     /// A live event.
     fn event(&mut self, event: &FollowEvent) -> std::io::Result<()> {
+        match event {
+            FollowEvent::Event(StreamEvent::EntryAppended { entry }) => self.spinner.track(entry),
+            FollowEvent::Event(StreamEvent::Status { status }) if *status != Status::Running => {
+                self.spinner.clear()
+            }
+            FollowEvent::Event(StreamEvent::Idle) => self.spinner.clear(),
+            _ => {}
+        }
         if self.json {
             return self.line(&render::event_json(event));
         }
+        self.clear_spinner()?;
         self.renderer.event(&mut self.stdout, event)
     }
 
@@ -343,6 +389,7 @@ impl Screen {
         if text.is_empty() {
             return Ok(());
         }
+        self.clear_spinner()?;
         self.renderer.line_break(&mut self.stdout)?;
         writeln!(self.stdout, "{text}")?;
         self.stdout.flush()
@@ -366,6 +413,7 @@ impl Screen {
         if self.json {
             return Ok(());
         }
+        self.clear_spinner()?;
         self.renderer.line_break(&mut self.stdout)?;
         self.stdout.flush()
     }

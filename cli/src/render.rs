@@ -2,6 +2,7 @@
 //! stdout is a terminal and `NO_COLOR` is unset.
 
 use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use wuhu_client::FollowEvent;
@@ -20,6 +21,11 @@ impl Style {
         Style {
             color: !json && !no_color && std::io::stdout().is_terminal(),
         }
+    }
+
+    /// Whether the output may move (a spinner): the same terminal without `NO_COLOR`.
+    pub fn animated(&self) -> bool {
+        self.color
     }
 
     fn paint(&self, code: &str, text: &str) -> String {
@@ -132,6 +138,11 @@ impl Renderer {
         if echoed_newline {
             self.at_line_start = true;
         }
+    }
+
+    /// Whether the cursor is at the start of a line (nothing streamed is waiting for its end).
+    pub fn at_line_start(&self) -> bool {
+        self.at_line_start
     }
 
     /// Ends a partial line.
@@ -261,6 +272,87 @@ impl Renderer {
     }
 }
 
+/// Frames of the spinner drawn while a tool runs, on a terminal.
+pub const SPINNER_FRAMES: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+/// The marker instead of frames when output may not move (not a terminal, `NO_COLOR`, `--json`):
+/// the tool call's own `⋯ name args` line, nothing redrawn.
+pub const STATIC_MARKER: &str = "⋯";
+/// How often an animated spinner moves.
+pub const SPINNER_TICK: Duration = Duration::from_millis(120);
+
+/// The tool calls running (seen called, no result yet) and the spinner frame for them.
+#[derive(Debug)]
+pub struct Spinner {
+    animated: bool,
+    /// Running calls: (id, tool name), in call order. Bounded by the calls of one step.
+    running: Vec<(String, String)>,
+    tick: usize,
+}
+
+impl Spinner {
+    /// A spinner; `animated` (see [`Style::animated`]) or a static marker.
+    pub fn new(animated: bool) -> Spinner {
+        Spinner {
+            animated,
+            running: Vec::new(),
+            tick: 0,
+        }
+    }
+
+    /// Follows an entry: an assistant message's tool calls start, their results end them.
+    pub fn track(&mut self, entry: &Entry) {
+        match &entry.payload {
+            EntryPayload::Message {
+                message: Message::Assistant(assistant),
+            } => {
+                for block in &assistant.content {
+                    if let ContentBlock::ToolCall(call) = block {
+                        self.running.push((call.id.clone(), call.name.clone()));
+                    }
+                }
+            }
+            EntryPayload::Message {
+                message: Message::ToolResult(result),
+            } => self.running.retain(|(id, _)| *id != result.tool_call_id),
+            _ => {}
+        }
+    }
+
+    /// The turn ended (idle, stopped, failed): nothing runs any more.
+    pub fn clear(&mut self) {
+        self.running.clear();
+    }
+
+    /// Whether a frame should be drawn now: animated and a tool runs.
+    pub fn active(&self) -> bool {
+        self.animated && !self.running.is_empty()
+    }
+
+    /// The current frame: cycling through [`SPINNER_FRAMES`] when animated, else
+    /// [`STATIC_MARKER`].
+    pub fn frame(&self) -> &'static str {
+        if self.animated {
+            SPINNER_FRAMES[self.tick % SPINNER_FRAMES.len()]
+        } else {
+            STATIC_MARKER
+        }
+    }
+
+    /// Moves to the next frame.
+    pub fn advance(&mut self) {
+        self.tick = self.tick.wrapping_add(1);
+    }
+
+    /// The status line for the running calls (`⠋ running bash, read`), if any run.
+    pub fn line(&self) -> Option<String> {
+        if self.running.is_empty() {
+            return None;
+        }
+        let names: Vec<&str> = self.running.iter().map(|(_, n)| n.as_str()).collect();
+        Some(format!("{} running {}", self.frame(), names.join(", ")))
+    }
+}
+
 /// The first `max` characters of one line of `text`, with `…` when cut.
 pub fn summarize(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or("");
@@ -325,6 +417,88 @@ mod tests {
             "echo: \n⚠ connection lost (x); reconnecting…\n✓ reconnected; resuming after entry 2, nothing lost\necho: hi\n"
         );
         assert_eq!(render(&[assistant(3, "plain")]), "plain\n");
+    }
+
+    fn entry(payload: EntryPayload) -> Entry {
+        Entry {
+            cursor: 1,
+            id: "e1".into(),
+            created_at: 0,
+            payload,
+        }
+    }
+
+    fn calls(ids: &[(&str, &str)]) -> Entry {
+        entry(EntryPayload::Message {
+            message: Message::Assistant(AssistantMessage {
+                content: ids
+                    .iter()
+                    .map(|(id, name)| {
+                        ContentBlock::ToolCall(wuhu_core::wire::ToolCall {
+                            id: (*id).into(),
+                            name: (*name).into(),
+                            arguments: json!({}),
+                        })
+                    })
+                    .collect(),
+                stop_reason: StopReason::ToolUse,
+                ..AssistantMessage::default()
+            }),
+        })
+    }
+
+    fn result(id: &str) -> Entry {
+        entry(EntryPayload::Message {
+            message: Message::ToolResult(wuhu_core::wire::ToolResult {
+                tool_call_id: id.into(),
+                tool_name: "bash".into(),
+                content: "ok".into(),
+                is_error: false,
+                blobs: Vec::new(),
+            }),
+        })
+    }
+
+    #[test]
+    fn an_animated_spinner_cycles_every_frame_and_a_static_one_never_moves() {
+        let mut spinner = Spinner::new(true);
+        let mut seen = Vec::new();
+        for _ in 0..SPINNER_FRAMES.len() * 2 {
+            seen.push(spinner.frame());
+            spinner.advance();
+        }
+        // Each frame differs from the one before, all frames appear, and they wrap around.
+        assert!(seen.windows(2).all(|w| w[0] != w[1]), "{seen:?}");
+        assert_eq!(&seen[..SPINNER_FRAMES.len()], &SPINNER_FRAMES[..]);
+        assert_eq!(&seen[SPINNER_FRAMES.len()..], &SPINNER_FRAMES[..]);
+        let mut still = Spinner::new(false);
+        still.track(&calls(&[("c1", "bash")]));
+        for _ in 0..3 {
+            assert_eq!(still.frame(), STATIC_MARKER);
+            still.advance();
+        }
+        assert!(!still.active(), "a static spinner is never redrawn");
+        assert_eq!(still.line().as_deref(), Some("⋯ running bash"));
+    }
+
+    #[test]
+    fn the_spinner_runs_from_a_tool_call_until_its_result_or_the_turn_end() {
+        let mut spinner = Spinner::new(true);
+        assert!(!spinner.active());
+        assert_eq!(spinner.line(), None);
+        spinner.track(&calls(&[("c1", "bash"), ("c2", "read")]));
+        assert!(spinner.active());
+        assert_eq!(spinner.line().as_deref(), Some("⠋ running bash, read"));
+        spinner.track(&result("c1"));
+        spinner.advance();
+        assert_eq!(spinner.line().as_deref(), Some("⠙ running read"));
+        spinner.track(&result("other"));
+        assert!(spinner.active());
+        spinner.track(&result("c2"));
+        assert!(!spinner.active());
+        spinner.track(&calls(&[("c3", "bash")]));
+        spinner.clear();
+        assert!(!spinner.active());
     }
 
     #[test]
