@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::session::{Effect, SystemInput};
 use crate::wire::{
-    ChildLifecycle, ChildStatus, ContentBlock, EntryPayload, Message, Status, custom_types,
+    ChildLifecycle, ChildStatus, ContentBlock, EntryPayload, Message, Spent, Status, custom_types,
 };
 
 /// Depth at which a session no longer gets the spawn tools, unless configured.
@@ -298,6 +298,15 @@ pub fn accept_report(known: Option<&ChildStatus>, report: &ChildStatus) -> bool 
                 > (known.cursor, lifecycle_rank(&known.lifecycle))
         }
     }
+}
+
+/// What a session's children spent, as they last reported (each child's report counts its own
+/// children): what the session's budget counts besides its own requests.
+pub fn children_spent(children: &[ChildStatus]) -> Spent {
+    children
+        .iter()
+        .filter_map(|c| c.spent.as_ref())
+        .fold(Spent::default(), |total, spent| total.plus(spent))
 }
 
 /// A message for the parent's `system` lane.

@@ -594,3 +594,56 @@ fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
         ChildLifecycle::Failed { .. }
     ));
 }
+
+/// A child's usage counts against its parent's budget too: each report carries what the child
+/// (and its own children) spent, and the parent's budget counts their sum with its own.
+#[test]
+fn what_a_child_spends_counts_against_its_parents_budget() {
+    let (api, _tenant) = client("orch-budget");
+    let parent = api.create_fake_session().id;
+    // The child's second request carries a 40,000-character tool result: over 10,000 tokens.
+    let task = calls_then(
+        &[("js", json!({"code": "'x'.repeat(40000)"}))],
+        "spent plenty",
+    );
+    api.enqueue(
+        &parent,
+        "followUp",
+        &calls_then(
+            &[("spawn_session", json!({"task": task, "title": "spender"}))],
+            "spawned",
+        ),
+    );
+    wait_all_settled(&api, &parent, 1);
+    let child_spent = wait_for("the child's spending reported", TURN, || {
+        let children = children(&api, &parent);
+        let spent = children[0].spent?;
+        (spent.tokens >= 10_000).then_some(spent.tokens)
+    });
+    let page = api.wait_idle(&parent, TURN);
+    let usage = api.get(&format!("/v1/sessions/{parent}/usage")).json();
+    let own = usage["inputTokens"].as_u64().unwrap() + usage["outputTokens"].as_u64().unwrap();
+    assert!(own < child_spent, "own {own}, child {child_spent}");
+    // Under the budget by its own requests, over it with its child's.
+    let budget = own + child_spent / 2;
+    let patched = api.patch(
+        &format!("/v1/sessions/{parent}"),
+        &json!({"budget": {"maxTokens": budget}}),
+    );
+    assert_eq!(patched.status, 200, "{patched}");
+    let refused = api.enqueue_raw(&parent, "followUp", "more");
+    assert_eq!(refused.status, 402, "{refused}");
+    assert_eq!(
+        refused.json()["error"]["code"],
+        "budget_exceeded",
+        "{refused}"
+    );
+    // Raised past both, the parent goes on.
+    let patched = api.patch(
+        &format!("/v1/sessions/{parent}"),
+        &json!({"budget": {"maxTokens": own + child_spent + 100_000}}),
+    );
+    assert_eq!(patched.status, 200, "{patched}");
+    api.enqueue(&parent, "followUp", "more");
+    assert!(page.session.last_cursor > 0);
+}

@@ -195,6 +195,7 @@ async fn spawn(ctx: &ToolContext, approval_id: &str, args: SpawnArgs) -> Result<
         detached: args.detached,
         lifecycle: ChildLifecycle::Spawning,
         cursor: 0,
+        spent: None,
     };
     // Recorded before the child exists, so its first report finds it.
     ctx.children.record(status.clone())?;

@@ -313,6 +313,33 @@ fn status(id: &str, lifecycle: ChildLifecycle, cursor: u64) -> ChildStatus {
         detached: false,
         lifecycle,
         cursor,
+        spent: None,
+    }
+}
+
+/// Each child's reported spending, and the total (tokens, USD) its parent counts.
+type SpentCase = (Vec<Option<crate::wire::Spent>>, (u64, f64));
+
+#[test]
+fn a_parent_counts_what_its_children_reported_they_spent() {
+    let spent = |tokens, usd| Some(crate::wire::Spent { tokens, usd });
+    let cases: Vec<SpentCase> = vec![
+        (vec![], (0, 0.0)),
+        (vec![None, None], (0, 0.0)),
+        (vec![spent(10, 0.5), None, spent(5, 0.25)], (15, 0.75)),
+        (vec![spent(u64::MAX, 0.0), spent(1, 0.0)], (u64::MAX, 0.0)),
+    ];
+    for (reports, (tokens, usd)) in cases {
+        let children: Vec<ChildStatus> = reports
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ChildStatus {
+                spent: *s,
+                ..status(&format!("c{i}"), ChildLifecycle::Running, 1)
+            })
+            .collect();
+        let total = children_spent(&children);
+        assert_eq!((total.tokens, total.usd), (tokens, usd), "{reports:?}");
     }
 }
 

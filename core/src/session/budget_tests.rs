@@ -194,3 +194,45 @@ fn a_spent_tenant_budget_ends_the_turn_before_its_request() {
         }
     }
 }
+
+#[test]
+fn what_the_children_spent_counts_against_the_budget() {
+    // (budget tokens, own reply tokens, children's reported tokens, whether enqueue is refused)
+    let cases = [
+        (100, 40, 0, false),
+        (100, 40, 59, false),
+        (100, 40, 60, true), // 40 + 60 reaches the limit
+        (100, 0, 500, true),
+    ];
+    for (max, own, children, refused) in cases {
+        let label = format!("budget {max}, own {own}, children {children}");
+        let mut session = Session::create(Millis(0), 1, header(), vec![]);
+        session.handle_budget(
+            Millis(0),
+            Budget {
+                max_tokens: Some(max),
+                max_usd: None,
+            },
+            "ana",
+        );
+        enqueue(&mut session, 0).unwrap();
+        session.handle_inference_done(Millis(2), 1, Ok(reply(own, None, false)));
+        drain(&mut session);
+        session.handle_children_spent(crate::wire::Spent {
+            tokens: children,
+            usd: 0.0,
+        });
+        assert_eq!(session.total_spent().tokens, own + children, "{label}");
+        assert_eq!(
+            session.spent().tokens,
+            own,
+            "{label}: own spending stays its own"
+        );
+        let answer = enqueue(&mut session, 1);
+        assert_eq!(
+            matches!(answer, Err(EnqueueError::BudgetExceeded { .. })),
+            refused,
+            "{label}: {answer:?}"
+        );
+    }
+}

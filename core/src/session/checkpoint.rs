@@ -53,6 +53,10 @@ pub struct Checkpoint {
     /// since budgets exist.
     #[serde(default, skip_serializing_if = "Spent::is_zero")]
     pub spent: Spent,
+    /// What the session's children (and theirs, in turn) spent, as they last reported it:
+    /// counted against this session's budget too ([`super::Session::handle_children_spent`]).
+    #[serde(default, skip_serializing_if = "Spent::is_zero")]
+    pub children_spent: Spent,
     /// The session's budget, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
@@ -80,6 +84,7 @@ impl Default for Checkpoint {
             group_chat_since: None,
             context: Anchors::default(),
             spent: Spent::default(),
+            children_spent: Spent::default(),
             budget: None,
         }
     }

@@ -715,12 +715,26 @@ impl Session {
         self.state.budget
     }
 
-    /// Which limit of the budget is reached, if any.
+    /// Which limit of the budget is reached, if any: the session's own requests and its
+    /// children's count ([`Session::total_spent`]).
     pub fn budget_exceeded(&self) -> Option<&'static str> {
         self.state
             .budget
             .as_ref()
-            .and_then(|b| b.exceeded_by(&self.state.spent))
+            .and_then(|b| b.exceeded_by(&self.total_spent()))
+    }
+
+    /// What the session and its children (as they last reported) spent: what its budget
+    /// counts, and what it reports to its own parent.
+    pub fn total_spent(&self) -> Spent {
+        self.state.spent.plus(&self.state.children_spent)
+    }
+
+    /// The host summed what the session's children reported they spent (each child's own
+    /// total, its children included; `orchestration::children_spent`). Counted against the
+    /// session's budget from the next enqueue and the next step on.
+    pub fn handle_children_spent(&mut self, spent: Spent) {
+        self.state.children_spent = spent;
     }
 
     /// The older entries the context needs (see [`crate::compaction::Anchors`]).
@@ -888,7 +902,7 @@ impl Session {
             && let Some(limit) = self.budget_exceeded()
         {
             // A request starts only under the budget: the turn ends here, visibly.
-            let spent = self.state.spent;
+            let spent = self.total_spent();
             let budget = self.state.budget.unwrap_or_default();
             self.append(
                 now,

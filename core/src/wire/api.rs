@@ -239,6 +239,14 @@ impl Spent {
         self.tokens == 0 && self.usd == 0.0
     }
 
+    /// This and `other` together.
+    pub fn plus(&self, other: &Spent) -> Spent {
+        Spent {
+            tokens: self.tokens.saturating_add(other.tokens),
+            usd: self.usd + other.usd,
+        }
+    }
+
     /// Adds one request's usage.
     pub fn add(&mut self, usage: &super::Usage) {
         self.tokens = self

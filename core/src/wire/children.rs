@@ -68,7 +68,7 @@ impl ChildLifecycle {
 
 /// One child as its parent knows it; also the `child_status` follow event and the body a child
 /// reports with (`POST /child_event` between actors).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ChildStatus {
@@ -86,4 +86,8 @@ pub struct ChildStatus {
     /// The child's newest cursor when this happened: reports are sent concurrently and may
     /// arrive out of order; the newer one wins.
     pub cursor: u64,
+    /// What the child and its own children spent when it reported (tokens, dollars): counted
+    /// against its parent's budget too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<super::Spent>,
 }

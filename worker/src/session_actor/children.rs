@@ -154,14 +154,18 @@ impl Actor {
         if !self.record_child(status.clone())? {
             return Ok(false);
         }
+        // What the children spent counts against this session's budget too.
+        let spent = orchestration::children_spent(&self.children_list());
+        self.with_session(|s| s.handle_children_spent(spent));
         if let Some(message) = parent_message(&status) {
             self.with_session(|s| {
                 s.handle_system_message(now(), message.id, message.input, message.content)
             })
             .ok_or_else(|| ApiError::internal("session not loaded"))?
             .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
-            self.pump().wait().await?;
         }
+        // Also saves the children's spending with the checkpoint.
+        self.pump().wait().await?;
         Ok(true)
     }
 
@@ -183,6 +187,7 @@ impl Actor {
                         detached: l.meta.lineage.detached,
                         lifecycle,
                         cursor: l.session.last_cursor(),
+                        spent: Some(l.session.total_spent()),
                     },
                 ))
             })

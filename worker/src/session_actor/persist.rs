@@ -87,6 +87,10 @@ impl Actor {
         let t = now();
         let mut session = Session::restore(stored.checkpoint, stored.queue, seed());
         session.set_retry_policy(super::inference::retry_policy(&self.env));
+        // What the children spent is what their newest reports say (the `children` table).
+        session.handle_children_spent(wuhu_core::orchestration::children_spent(
+            &self.children_list(),
+        ));
         if session.handle_stored_cursor(t, stored.newest_cursor) {
             worker::console_error!(
                 "checkpoint was behind the stored transcript (newest cursor {}); repaired",
