@@ -190,12 +190,28 @@ impl Wuhu {
 
     /// Starts `wuhu args…` in the background, its stdout read line by line as it comes.
     pub fn spawn(&self, args: &[&str]) -> Running {
-        let mut child = self
-            .command(args)
+        self.spawn_inner(args, None)
+    }
+
+    /// [`Wuhu::spawn`] with `input` on stdin, which then ends.
+    pub fn spawn_with_stdin(&self, args: &[&str], input: &str) -> Running {
+        self.spawn_inner(args, Some(input))
+    }
+
+    fn spawn_inner(&self, args: &[&str], input: Option<&str>) -> Running {
+        let mut command = self.command(args);
+        if input.is_some() {
+            command.stdin(Stdio::piped());
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn wuhu");
+        if let Some(input) = input {
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(input.as_bytes()).expect("write stdin");
+        }
         let lines = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let stdout = child.stdout.take().expect("stdout");

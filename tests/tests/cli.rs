@@ -995,3 +995,64 @@ fn approvals_approve_and_deny_answer_a_held_call() {
         assert_eq!(left["approvals"], json!([]), "{verb}");
     }
 }
+
+/// `wuhu chat` across a server restart: the stream resumes by itself, says so once
+/// (`disconnected`, then `resumed`), nothing is shown twice, and the chat still sees the turn
+/// that took its message end.
+#[test]
+fn a_chat_across_a_server_restart_resumes_without_loss_and_says_so_once() {
+    wuhu_bin();
+    let mut stack = Stack::start();
+    let tenant = unique_name("cli-chat-restart");
+    let relay = Relay::start(port_of(&stack.base_url()));
+    let wuhu = Wuhu::new()
+        .env("WUHU_SERVER", &relay.url())
+        .env("WUHU_TOKEN", &stack.user_token("gil", &tenant));
+    let api = stack.client("gil", &tenant);
+    let session = api.create_fake_session();
+    let reply = "the chat reply that outlived the server";
+    let content = fake_directive(&json!({
+        "toolCalls": [{"name": "list_sessions"}],
+        "afterTools": reply,
+        "chunks": 20,
+        "delayMs": 400,
+    }));
+    let mut chat = wuhu.spawn_with_stdin(&["chat", &session.id, "--json"], &format!("{content}\n"));
+    wait_for("the reply streaming after the tool result", TURN, || {
+        let lines = chat.lines();
+        let tool_result = lines.iter().position(|l| l.contains("tool_result"))?;
+        lines[tool_result..]
+            .iter()
+            .any(|l| l.contains("assistant_text_delta"))
+            .then_some(())
+    });
+    stack.restart_killed();
+    chat.wait_line("the outage noticed", TURN, |l| {
+        l.contains("\"disconnected\"")
+    });
+    relay.retarget(port_of(&stack.base_url()));
+    let status = chat.wait_exit(RESTART);
+    assert!(status.success(), "{status:?} {}", chat.stderr());
+
+    let events = follow_events(&chat.lines());
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let n = |kind: &str| kinds.iter().filter(|k| **k == kind).count();
+    assert_eq!((n("disconnected"), n("resumed")), (1, 1), "{kinds:?}");
+    let printed = entries_of(&events);
+    let unique: HashSet<u64> = printed.iter().map(|e| e.cursor).collect();
+    assert_eq!(
+        unique.len(),
+        printed.len(),
+        "an entry printed twice: {}",
+        describe(&printed)
+    );
+    assert_contiguous(&printed);
+    assert!(
+        printed
+            .iter()
+            .filter_map(assistant)
+            .any(|m| m.text() == reply),
+        "{}",
+        describe(&printed)
+    );
+}
