@@ -34,6 +34,7 @@ pub mod authority;
 pub mod blobs;
 pub mod browser;
 pub mod channels;
+pub mod civil_time;
 pub mod compaction;
 pub mod context;
 pub mod egress;

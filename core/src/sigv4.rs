@@ -5,6 +5,7 @@
 //! Verified against the presigned `GET` example of AWS's S3 documentation
 //! ("Authenticating Requests: Using Query Parameters").
 
+use crate::civil_time::CivilTime;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
@@ -122,23 +123,10 @@ fn encode(text: &str, encode_slash: bool) -> String {
 
 /// `YYYYMMDDTHHMMSSZ` of unix seconds (UTC).
 pub fn amz_date(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
-    let seconds = unix % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = CivilTime::from_unix(i64::try_from(unix).unwrap_or(i64::MAX));
     format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        seconds / 3_600,
-        seconds % 3_600 / 60,
-        seconds % 60
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
     )
 }
 
