@@ -202,11 +202,13 @@ pub(crate) struct Settings {
     pub(crate) log_days: Option<u32>,
 }
 
-/// Reads the tenant's settings, at each step (and for a manual compaction).
+/// Reads the tenant's settings, at each step (and for a manual compaction). The two documents
+/// are read at once: each is an R2 round trip that stands before the provider request.
 pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Settings, LlmFailure> {
+    let (models, log_days) = futures::join!(tenant_models(actor), request_logs(actor));
     Ok(Settings {
-        models: tenant_models(actor).await?,
-        log_days: request_logs(actor).await?,
+        models: models?,
+        log_days: log_days?,
     })
 }
 
