@@ -76,6 +76,11 @@ pub(crate) async fn send<T: DeserializeOwned>(stub: &Stub, request: Request) -> 
     expect_ok(response).await
 }
 
+/// Names a message a chat binding enqueues (its platform message id), so the session queues it
+/// once however often it is sent (`wuhu_core::session::keyed_item_id`). Set only on requests
+/// between actors: the router never forwards a client's headers.
+pub(crate) const ITEM_KEY_HEADER: &str = "x-wuhu-item-key";
+
 /// A `POST` of `body` as JSON to `https://<host><path>`, on behalf of `sub` in `tenant`.
 pub(crate) fn post_request<B: Serialize>(
     host: &str,

@@ -75,6 +75,19 @@ pub const MAX_QUEUE_ITEMS: usize = 1000;
 /// the actor's memory until delivered, so this bounds that memory; it leaves room for a few
 /// items as large as a request body (1 MiB) behind a running turn.
 pub const MAX_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+/// The queue item id of a message its sender names by `key` (a chat platform's message id),
+/// scoped by author so two senders' keys never meet: `k-` and 32 hex digits of SHA-256.
+#[must_use]
+pub fn keyed_item_id(author: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in [author, key] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    format!("k-{}", hex::encode(&hasher.finalize()[..16]))
+}
+
 /// How many delivered item ids are remembered, to tell "already delivered" from "unknown".
 const REMEMBERED_DELIVERED: usize = 256;
 /// How many distinct turn authors are recorded. Later authors of a turn that already has this
@@ -388,6 +401,34 @@ impl Session {
         Ok(())
     }
 
+    /// Queues a message its sender names by an item id of its own ([`keyed_item_id`]): an id
+    /// already queued or recently delivered (the last 256) is not queued again (`Ok(false)`), so
+    /// a sender unsure whether a message arrived (a chat hook retried after a crash) may send it
+    /// again.
+    ///
+    /// # Errors
+    /// As [`Session::handle_enqueue`].
+    pub fn handle_enqueue_once(
+        &mut self,
+        now: Millis,
+        item_id: String,
+        lane: Lane,
+        author: String,
+        content: String,
+    ) -> Result<bool, EnqueueError> {
+        if self.knows_item(&item_id) {
+            return Ok(false);
+        }
+        self.handle_enqueue(now, item_id, lane, author, content)
+            .map(|()| true)
+    }
+
+    /// Whether an item of this id waits in the queue or was delivered recently.
+    fn knows_item(&self, item_id: &str) -> bool {
+        self.queue.iter().any(|item| item.id == item_id)
+            || self.state.delivered.iter().any(|id| id == item_id)
+    }
+
     /// Queues a message from the server itself on the `system` lane (a child's lifecycle, a
     /// finished background job): delivered at the next step boundary as a `custom_message` of
     /// `input`'s type, starting a turn when the session is idle. A stopped session stays
@@ -405,9 +446,7 @@ impl Session {
         input: SystemInput,
         content: String,
     ) -> Result<bool, EnqueueError> {
-        if self.queue.iter().any(|item| item.id == item_id)
-            || self.state.delivered.iter().any(|id| *id == item_id)
-        {
+        if self.knows_item(&item_id) {
             return Ok(false);
         }
         if self.queue.len() >= MAX_QUEUE_ITEMS {

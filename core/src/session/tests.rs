@@ -1072,3 +1072,34 @@ fn a_server_message_never_resumes_a_stopped_session() {
             infer 3"#]],
     );
 }
+
+#[test]
+fn a_keyed_message_is_queued_once_while_queued_and_after_delivery() {
+    let mut h = Harness::new();
+    let once = |h: &mut Harness, author: &str, key: &str, text: &str| {
+        let r = h.session.handle_enqueue_once(
+            Millis(2_000),
+            keyed_item_id(author, key),
+            Lane::FollowUp,
+            author.into(),
+            text.into(),
+        );
+        h.drain();
+        r
+    };
+    // Delivered at once (the session was idle), then sent again: not queued again.
+    assert_eq!(once(&mut h, "slack:U1", "ev1", "hello"), Ok(true));
+    assert_eq!(once(&mut h, "slack:U1", "ev1", "hello"), Ok(false));
+    // While a turn runs it waits in the queue; sent again it is not queued twice.
+    assert_eq!(once(&mut h, "slack:U1", "ev2", "later"), Ok(true));
+    assert_eq!(once(&mut h, "slack:U1", "ev2", "later"), Ok(false));
+    assert_eq!(h.session.queue().len(), 1);
+    // Another author's key of the same text is another message.
+    assert_eq!(once(&mut h, "slack:U2", "ev2", "later"), Ok(true));
+    assert_eq!(h.session.queue().len(), 2);
+    // Ids are scoped by author and do not run two fields together.
+    assert_ne!(keyed_item_id("a", "bc"), keyed_item_id("ab", "c"));
+    assert_eq!(keyed_item_id("a", "b"), keyed_item_id("a", "b"));
+    assert!(keyed_item_id("a", "b").starts_with("k-"));
+    assert_eq!(keyed_item_id("a", "b").len(), 34);
+}

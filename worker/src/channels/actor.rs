@@ -1007,7 +1007,14 @@ impl Actor {
             _ => "followUp",
         });
         let queued = self
-            .enqueue(binding, &session, &author, lane, &inbound.text)
+            .enqueue(
+                binding,
+                &session,
+                &author,
+                lane,
+                &inbound.text,
+                inbound.dedupe_keys.first().map(String::as_str),
+            )
             .await?;
         self.sql
             .exec(
@@ -1063,6 +1070,7 @@ impl Actor {
         author: &str,
         lane: &str,
         content: &str,
+        message_key: Option<&str>,
     ) -> ApiResult<EnqueueResponse> {
         let request = internal::post_request(
             "session",
@@ -1071,6 +1079,9 @@ impl Actor {
             author,
             &json!({ "content": content }),
         )?;
+        if let Some(key) = message_key {
+            request.headers().set(internal::ITEM_KEY_HEADER, key)?;
+        }
         let stub = crate::session_client::stub(&self.env, &binding.tenant, session)?;
         internal::send(&stub, request).await
     }

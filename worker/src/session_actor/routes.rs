@@ -156,9 +156,22 @@ impl Actor {
                         ),
                     }
                 }
-                let id = uuid::Uuid::new_v4().to_string();
-                self.with_session(|s| {
-                    s.handle_enqueue(now(), id.clone(), lane, author, request.content)
+                // A chat binding names its message (internal header, never forwarded from a
+                // client): the same message sent again after a crash is not queued twice.
+                let keyed = req
+                    .headers()
+                    .get(crate::internal::ITEM_KEY_HEADER)
+                    .ok()
+                    .flatten()
+                    .map(|key| wuhu_core::session::keyed_item_id(&author, &key));
+                let id = keyed
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                self.with_session(|s| match keyed {
+                    Some(_) => s
+                        .handle_enqueue_once(now(), id.clone(), lane, author, request.content)
+                        .map(|_| ()),
+                    None => s.handle_enqueue(now(), id.clone(), lane, author, request.content),
                 })
                 .ok_or_else(|| ApiError::internal("session not loaded"))?
                 .map_err(|e| match e {
