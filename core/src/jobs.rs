@@ -5,12 +5,14 @@
 //!
 //! * its runner reports it finished (an `event`, or a `job_status` answer): `succeeded`,
 //!   `failed` or `killed`, as the runner says;
-//! * its runner is connected but does not know it (the runner process restarted): `lost`;
-//! * its runner stays disconnected for [`JobTimings::grace_ms`]: `lost`.
+//! * its runner went away: it is connected but does not know the job (the runner process died
+//!   or restarted), or it stays disconnected for [`JobTimings::grace_ms`]. The job is then
+//!   `failed`, with a [`JobRecord::reason`] naming the runner and how it went away (issue 12:
+//!   "if the runner dies the job ends as failed, visibly").
 //!
 //! Each ending becomes one `wuhu_job_finished_v1` `custom_message` on the session's `system`
 //! lane ([`finished_message`]), whose id is derived from the job, so hearing of the end twice
-//! (event and poll) queues it once. While any job runs, the session asks its runner about it
+//! (event and poll) queues it once; it wakes an idle session like any other end. While any job runs, the session asks its runner about it
 //! every [`JobTimings::poll_ms`] ([`next_poll`]): that is how a lost event, a dead runner or a
 //! restarted one are noticed.
 
@@ -23,8 +25,7 @@ use crate::wire::runner::{JobReport, JobState};
 
 /// How often a session asks about its running jobs, unless configured.
 pub const DEFAULT_POLL_MS: u64 = 15_000;
-/// How long a job's runner may stay disconnected before the job counts as lost, unless
-/// configured (a runner reconnects within 30 s of backoff).
+/// How long a job's runner may stay disconnected before the job fails, unless configured (a runner reconnects within 30 s of backoff).
 pub const DEFAULT_GRACE_MS: u64 = 60_000;
 /// Jobs a session remembers (running or finished); the oldest finished one is forgotten first,
 /// and a start is refused while this many run.
@@ -35,7 +36,7 @@ pub const MAX_JOBS_KEPT: usize = 256;
 pub struct JobTimings {
     /// Between two polls of a session's running jobs.
     pub poll_ms: u64,
-    /// How long a runner may be away before its jobs are lost.
+    /// How long a runner may be away before its jobs fail.
     pub grace_ms: u64,
 }
 
@@ -86,9 +87,14 @@ pub struct JobRecord {
     /// Since when its runner has been found disconnected (cleared when it is seen again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub absent_since_ms: Option<u64>,
-    /// How it ended (the runner's report, or the session's conclusion for `lost`).
+    /// How it ended (the runner's report, or the session's conclusion when the runner went
+    /// away).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<JobReport>,
+    /// Why it failed, when the session concluded it (its runner went away); `None` for an end
+    /// its runner reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What the session learnt about a running job.
@@ -134,12 +140,12 @@ pub fn observe(
     if record.state.is_finished() {
         return None;
     }
-    let lost = |why: String| {
+    let runner_gone = |why: String| {
         let mut next = record.clone();
         let report = JobReport {
             job_id: record.job_id.clone(),
             command: record.command.clone(),
-            state: JobState::Lost,
+            state: JobState::Failed,
             exit_code: None,
             signal: None,
             timed_out: false,
@@ -150,9 +156,10 @@ pub fn observe(
             truncated: false,
             full_output_path: None,
         };
-        next.state = JobState::Lost;
+        next.state = JobState::Failed;
         next.absent_since_ms = None;
-        let message = finished_message(&next, &report, Some(&why));
+        next.reason = Some(why);
+        let message = finished_message(&next, &report);
         next.report = Some(report);
         Some(Change {
             record: next,
@@ -174,24 +181,24 @@ pub fn observe(
             let mut next = record.clone();
             next.state = report.state;
             next.absent_since_ms = None;
-            let message = finished_message(&next, &report, None);
+            let message = finished_message(&next, &report);
             next.report = Some(report);
             Some(Change {
                 record: next,
                 message: Some(message),
             })
         }
-        Observation::Unknown => lost(format!(
-            "runner {:?} is connected but no longer knows the job: the runner process restarted \
-             (or died and was started again), which ends its jobs",
+        Observation::Unknown => runner_gone(format!(
+            "its runner {:?} went away: it is connected again but no longer knows the job (the \
+             runner process died or was restarted, which ends its jobs)",
             record.runner
         )),
         Observation::RunnerAbsent => {
             let since = record.absent_since_ms.unwrap_or(now.0);
             if now.0.saturating_sub(since) >= timings.grace_ms {
-                return lost(format!(
-                    "runner {:?} has been disconnected for {} s (the runner died or lost its \
-                     network)",
+                return runner_gone(format!(
+                    "its runner {:?} went away: disconnected for {} s (the runner process died \
+                     or lost its network)",
                     record.runner,
                     now.0.saturating_sub(since) / 1000
                 ));
@@ -262,14 +269,21 @@ pub fn to_forget(records: &[JobRecord]) -> Vec<String> {
         .collect()
 }
 
-/// The `system`-lane message for a job that ended; `why` explains a `lost` job.
-pub fn finished_message(record: &JobRecord, report: &JobReport, why: Option<&str>) -> JobMessage {
+/// The `system`-lane message for a job that ended (`record` as it is now: its
+/// [`JobRecord::reason`] explains a job that failed because its runner went away).
+pub fn finished_message(record: &JobRecord, report: &JobReport) -> JobMessage {
+    let why = record.reason.as_deref();
     let name = format!(
         "Background job {} (`{}`) in environment {:?}",
         record.job_id, record.command, record.environment
     );
     let took = format_duration(report.duration_ms);
     let mut content = match report.state {
+        JobState::Failed if why.is_some() => format!(
+            "{name} failed: {}. Whether the command finished is unknown; check the environment \
+             before running it again.",
+            why.unwrap_or_default()
+        ),
         JobState::Succeeded => format!("{name} succeeded (exit code 0) after {took}."),
         JobState::Failed if report.timed_out => {
             format!("{name} failed: it timed out after {took} and its process group was killed.")
@@ -282,14 +296,9 @@ pub fn finished_message(record: &JobRecord, report: &JobReport, why: Option<&str
             (None, None) => format!("{name} failed after {took}."),
         },
         JobState::Killed => format!("{name} was killed (job_kill) after {took}."),
-        JobState::Lost => format!(
-            "{name} was lost: {}. Whether it finished is unknown; check the environment before \
-             running it again.",
-            why.unwrap_or("its runner lost it")
-        ),
         JobState::Running => format!("{name} is still running ({took} so far)."),
     };
-    if report.state != JobState::Lost {
+    if why.is_none() {
         if report.output_tail.is_empty() {
             content.push_str(" It printed nothing.");
         } else {

@@ -22,7 +22,7 @@
 //! * [`access`]: Cloudflare Access identities and the team's key set.
 //! * [`browser`]: cross-site checks for cookie credentials, CORS.
 //! * [`orchestration`]: child sessions: lineage, recursion guard, lifecycle, concurrency gate.
-//! * [`jobs`]: background jobs: how a session concludes a job ended (or was lost).
+//! * [`jobs`]: background jobs: how a session concludes a job ended (or failed when its runner went away).
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
 //! * [`tenant_usage`]: usage of a whole tenant: session reports, hourly rows, grouped queries.
 #![warn(missing_docs, unreachable_pub)]

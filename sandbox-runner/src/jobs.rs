@@ -3,8 +3,8 @@
 //! neither kills nor forgets them, and a job that ends while the runner is disconnected is
 //! reported after the next `welcome`. A runner that exits kills its jobs' process groups; one
 //! that is killed outright cannot, and the next runner process kills what it left (records in
-//! `<log dir>/job-records/`, [`Jobs::new`]). Either way the session concludes the jobs are lost
-//! (`wuhu_core::jobs`).
+//! `<log dir>/job-records/`, [`Jobs::new`]). Either way the session concludes the jobs failed
+//! because their runner went away (`wuhu_core::jobs`).
 //!
 //! Bounds (`wuhu_core::wire::runner::jobs`): `MAX_RUNNING_PER_RUNNER` running jobs,
 //! `MAX_RUNNING_PER_SESSION` per session; [`MAX_FINISHED_KEPT`] finished jobs remembered (the oldest is forgotten first, with its

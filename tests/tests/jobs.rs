@@ -1,8 +1,8 @@
 //! Background jobs end to end (issue 12, `docs/orchestration.md`): `bash {background: true}`
 //! answers at once; the job's end arrives on the session's `system` lane as a
 //! `wuhu_job_finished_v1` message that wakes the idle session; `job_status` and `job_kill`;
-//! a runner killed during a job ends it as `lost`, visibly (after the grace when it stays away,
-//! at the next poll when it comes back as a new process).
+//! a runner killed during a job ends it as `failed`, visibly, saying its runner went away (after
+//! the grace when it stays away, at the next poll when it comes back as a new process).
 //!
 //! A job survives a reconnect of its runner, and an end that happens while the runner is
 //! disconnected is delivered after it is back.
@@ -367,30 +367,50 @@ fn a_runner_that_exits_kills_its_jobs_and_one_that_starts_kills_those_a_dead_one
 }
 
 #[test]
-fn a_runner_killed_during_a_job_ends_it_as_lost() {
-    // The runner stays away: lost after the grace (10 s here).
+fn a_runner_killed_during_a_job_ends_it_as_failed_visibly() {
+    // The runner process is killed (SIGKILL, by its PID) and stays away: the job fails after
+    // the grace (10 s here), and the message wakes the idle session.
     let (api, id, mut runner, _dir) = session_with_runner("jobs-dead");
-    let job = start_job(&api, &id, "sleep 60");
+    let job = start_job(&api, &id, "sleep 30");
+    let idle = api.wait_idle(&id, TURN).session.last_cursor;
     runner.kill_hard();
-    let (_, (cursor, content, details)) = wait_job_end(&api, &id, &job, TURN);
-    assert_eq!(details["state"], "lost", "{content}");
+    let (entries, (cursor, content, details)) = wait_job_end(&api, &id, &job, TURN);
+    assert!(cursor > idle, "{}", describe(&entries));
+    assert_eq!(details["state"], "failed", "{content}");
+    let reason = details["reason"].as_str().unwrap_or_default();
     assert!(
-        content.contains("has been disconnected for")
-            && content.contains("Whether it finished is unknown"),
+        reason.contains("runner \"mac\" went away") && reason.contains("disconnected for"),
+        "{details}"
+    );
+    assert!(
+        content.contains("failed: its runner \"mac\" went away")
+            && content.contains("Whether the command finished is unknown"),
         "{content}"
     );
     assert_woke(&api, &id, cursor);
+    // job_status says the same, from the session's record.
+    let status = api.run_tool(&id, "job_status", json!({"id": job}), TURN);
+    assert!(
+        !status.is_error
+            && status
+                .content
+                .contains("failed: its runner \"mac\" went away"),
+        "{}",
+        status.content
+    );
+    let entries = api.transcript(&id);
+    assert_eq!(job_messages(&entries).len(), 1, "{}", describe(&entries));
 
-    // The runner comes back as a new process: it does not know the job, which is lost at the
-    // next poll.
+    // The runner comes back as a new process: it does not know the job, which fails at the
+    // next poll (or after the grace, should the poll find the runner away).
     runner.restart();
-    let job = start_job(&api, &id, "sleep 60");
+    let job = start_job(&api, &id, "sleep 30");
     runner.kill_hard();
     runner.restart();
     let (_, (_, content, details)) = wait_job_end(&api, &id, &job, TURN);
-    assert_eq!(details["state"], "lost", "{content}");
+    assert_eq!(details["state"], "failed", "{content}");
     assert!(
-        content.contains("no longer knows the job") || content.contains("has been disconnected"),
+        content.contains("no longer knows the job") || content.contains("disconnected for"),
         "{content}"
     );
 }

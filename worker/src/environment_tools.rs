@@ -604,6 +604,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
                     state: JobState::Running,
                     absent_since_ms: None,
                     report: None,
+                    reason: None,
                 };
                 if let Err(e) = ctx.jobs.record(record) {
                     output.content.push_str(&format!(
@@ -659,7 +660,7 @@ async fn job_tool(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     };
     if record.state.is_finished() {
         let text = match &record.report {
-            Some(report) => wuhu_core::jobs::finished_message(&record, report, None).content,
+            Some(report) => wuhu_core::jobs::finished_message(&record, report).content,
             None => format!("Job {id} {}.", record.state.as_str()),
         };
         return ToolOutput::text(Ok(text));
@@ -683,8 +684,8 @@ async fn job_tool(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         ))),
         Err(e) if e.code == codes::RUNNER_NOT_CONNECTED => ToolOutput::text(Err(format!(
             "Runner {:?} is not connected, so job {id} cannot be reached now. If the runner \
-             does not come back soon, the job counts as lost and a wuhu_job_finished_v1 \
-             message says so.",
+             does not come back soon, the job fails and a wuhu_job_finished_v1 message says \
+             so.",
             record.runner
         ))),
         Err(e) => ToolOutput::text(Err(runner_error(&record.runner, &e))),

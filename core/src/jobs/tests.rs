@@ -16,6 +16,7 @@ fn record(state: JobState, absent_since_ms: Option<u64>) -> JobRecord {
         state,
         absent_since_ms,
         report: None,
+        reason: None,
     }
 }
 
@@ -37,6 +38,9 @@ fn report(state: JobState, exit_code: Option<i32>) -> JobReport {
 }
 
 /// (case, record, observation, now) → (state after, absent since after, message queued?)
+///
+/// A runner that goes away (restarted, or away for the grace) fails its running jobs, with a
+/// reason naming it; an end its runner reports carries no reason.
 #[test]
 fn a_job_ends_once_and_only_from_running() {
     use JobState::*;
@@ -96,11 +100,11 @@ fn a_job_ends_once_and_only_from_running() {
             None,
         ),
         (
-            "unknown to a connected runner: lost at once",
+            "unknown to a connected runner (it restarted): failed at once",
             record(Running, None),
             O::Unknown,
             3_000,
-            Some((Lost, None, true)),
+            Some((Failed, None, true)),
         ),
         (
             "runner absent: the absence starts",
@@ -117,11 +121,11 @@ fn a_job_ends_once_and_only_from_running() {
             None,
         ),
         (
-            "runner absent for the grace: lost",
+            "runner absent for the grace: failed",
             record(Running, Some(3_000)),
             O::RunnerAbsent,
             33_000,
-            Some((Lost, None, true)),
+            Some((Failed, None, true)),
         ),
         (
             "a finished job never changes (event after poll)",
@@ -131,21 +135,24 @@ fn a_job_ends_once_and_only_from_running() {
             None,
         ),
         (
-            "a lost job stays lost when its runner reports",
-            record(Lost, None),
+            "a job failed for its runner's absence stays failed when the runner reports",
+            JobRecord {
+                reason: Some("its runner went away".into()),
+                ..record(Failed, None)
+            },
             O::Report(report(Succeeded, Some(0))),
             3_000,
             None,
         ),
         (
-            "a finished job is not lost",
+            "a finished job does not fail for its runner's absence",
             record(Failed, None),
             O::RunnerAbsent,
             99_000,
             None,
         ),
         (
-            "a finished job is not lost to an unknown",
+            "a finished job does not fail when its runner forgot it",
             record(Killed, None),
             O::Unknown,
             3_000,
@@ -153,6 +160,7 @@ fn a_job_ends_once_and_only_from_running() {
         ),
     ];
     for (case, record, observation, now, want) in cases {
+        let runner_gone = matches!(observation, O::Unknown | O::RunnerAbsent);
         let got = observe(&record, observation, Millis(now), T);
         let got_summary = got.as_ref().map(|c| {
             (
@@ -175,6 +183,21 @@ fn a_job_ends_once_and_only_from_running() {
                 let details = message.input.details.unwrap();
                 assert_eq!(details["state"], change.record.state.as_str(), "{case}");
                 assert_eq!(details["environment"], "work");
+                // Concluded by the session: failed, the reason naming the runner that went
+                // away, in the details, the record and the text; reported: no reason.
+                if runner_gone {
+                    assert_eq!(change.record.state, Failed, "{case}");
+                    let reason = change.record.reason.as_deref().unwrap_or_default();
+                    assert!(
+                        reason.contains("runner \"mac\" went away"),
+                        "{case}: {reason}"
+                    );
+                    assert_eq!(details["reason"], reason, "{case}");
+                    assert!(message.content.contains(reason), "{case}");
+                } else {
+                    assert_eq!(change.record.reason, None, "{case}");
+                    assert!(details.get("reason").is_none(), "{case}");
+                }
             }
         }
     }
@@ -183,7 +206,7 @@ fn a_job_ends_once_and_only_from_running() {
 #[test]
 fn messages_say_how_the_job_ended_and_where_the_whole_output_is() {
     let running = record(JobState::Running, None);
-    let text = |report: JobReport| finished_message(&running, &report, None).content;
+    let text = |report: JobReport| finished_message(&running, &report).content;
     expect_test::expect![[r#"
         Background job job-1 (`sleep 2; echo done`) in environment "work" succeeded (exit code 0) after 2.0 s. Its output:
 
@@ -213,17 +236,28 @@ fn messages_say_how_the_job_ended_and_where_the_whole_output_is() {
     };
     expect_test::expect![[r#"Background job job-1 (`sleep 2; echo done`) in environment "work" was killed (job_kill) after 3 min 20 s. It printed nothing."#]]
     .assert_eq(&text(silent));
-    let lost = observe(&running, Observation::Unknown, Millis(4_000), T)
+    let restarted = observe(&running, Observation::Unknown, Millis(4_000), T).unwrap();
+    expect_test::expect![[r#"Background job job-1 (`sleep 2; echo done`) in environment "work" failed: its runner "mac" went away: it is connected again but no longer knows the job (the runner process died or was restarted, which ends its jobs). Whether the command finished is unknown; check the environment before running it again."#]]
+    .assert_eq(&restarted.message.as_ref().unwrap().content);
+    let details = restarted.message.unwrap().input.details.unwrap();
+    assert_eq!(details["durationMs"], 3_000, "failed after 3 s");
+    assert_eq!(details["state"], "failed");
+    // job_status of the finished job says the same (from the record).
+    let record = restarted.record;
+    assert_eq!(
+        finished_message(&record, record.report.as_ref().unwrap()).content,
+        text_of_gone(&record)
+    );
+    let absent = JobRecord {
+        absent_since_ms: Some(1_000),
+        ..running.clone()
+    };
+    let away = observe(&absent, Observation::RunnerAbsent, Millis(31_000), T)
         .unwrap()
         .message
         .unwrap();
-    expect_test::expect![[r#"Background job job-1 (`sleep 2; echo done`) in environment "work" was lost: runner "mac" is connected but no longer knows the job: the runner process restarted (or died and was started again), which ends its jobs. Whether it finished is unknown; check the environment before running it again."#]]
-    .assert_eq(&lost.content);
-    assert_eq!(
-        lost.input.details.unwrap()["durationMs"],
-        3_000,
-        "lost after 3 s"
-    );
+    expect_test::expect![[r#"Background job job-1 (`sleep 2; echo done`) in environment "work" failed: its runner "mac" went away: disconnected for 30 s (the runner process died or lost its network). Whether the command finished is unknown; check the environment before running it again."#]]
+    .assert_eq(&away.content);
 }
 
 #[test]
@@ -237,7 +271,7 @@ fn polls_run_while_a_job_runs_and_bounds_hold() {
     assert_eq!(
         next_poll(
             &[
-                record(JobState::Lost, None),
+                record(JobState::Failed, None),
                 record(JobState::Running, None)
             ],
             now,
@@ -319,4 +353,23 @@ fn timings_come_from_the_grace_variable() {
         });
         assert_eq!(got, want, "{value:?}");
     }
+}
+
+fn text_of_gone(record: &JobRecord) -> String {
+    format!(
+        "Background job job-1 (`sleep 2; echo done`) in environment \"work\" failed: {}. \
+         Whether the command finished is unknown; check the environment before running it \
+         again.",
+        record.reason.as_deref().unwrap()
+    )
+}
+
+/// A record kept before a runner's going away was called `failed` reads as failed.
+#[test]
+fn a_record_saying_lost_reads_as_failed() {
+    let mut json = serde_json::to_value(record(JobState::Running, None)).unwrap();
+    json["state"] = "lost".into();
+    let read: JobRecord = serde_json::from_value(json).unwrap();
+    assert_eq!(read.state, JobState::Failed);
+    assert_eq!(serde_json::to_value(read.state).unwrap(), "failed");
 }

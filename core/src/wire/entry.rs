@@ -333,7 +333,8 @@ pub mod custom_types {
     /// `message`, `cursor`). See `docs/orchestration.md`.
     pub const CHILD_STATUS: &str = "wuhu_child_status_v1";
     /// A background job ended (`custom_message` on the session's `system` lane; `details` is
-    /// the runner's job report plus `runner`, `environment` and, for a lost job, `reason`).
+    /// the runner's job report plus `runner`, `environment` and, for a job that failed because
+    /// its runner went away, `reason`).
     /// See `docs/orchestration.md`.
     pub const JOB_FINISHED: &str = "wuhu_job_finished_v1";
     /// An LLM request failed; `data` has `message`, `status`, `attempt`, `willRetry`.

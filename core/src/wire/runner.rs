@@ -176,13 +176,14 @@ pub enum JobState {
     Running,
     /// It exited with code 0.
     Succeeded,
-    /// It exited with another code, or was killed by a signal or its timeout.
+    /// It exited with another code, or was killed by a signal or its timeout; or (the
+    /// session's conclusion, never a runner's) its runner went away: the runner process died
+    /// or restarted, or stayed disconnected (`wuhu_core::jobs::observe`). Read from `lost`
+    /// too, the name such an end had before.
+    #[serde(alias = "lost")]
     Failed,
     /// `job_kill` killed it.
     Killed,
-    /// Its runner lost it (the runner process died or restarted, or stayed disconnected);
-    /// only the session concludes this, never a runner.
-    Lost,
 }
 
 impl JobState {
@@ -198,7 +199,6 @@ impl JobState {
             JobState::Succeeded => "succeeded",
             JobState::Failed => "failed",
             JobState::Killed => "killed",
-            JobState::Lost => "lost",
         }
     }
 }

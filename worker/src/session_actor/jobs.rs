@@ -207,7 +207,7 @@ impl Actor {
     /// The session was stopped: its running jobs are killed (`job_kill` on their runners), and
     /// each ends as `killed` with its `wuhu_job_finished_v1` message (queued: a stopped session
     /// stays stopped until someone resumes it). A job whose runner cannot be reached now is
-    /// left to the poll (it ends `lost` when the runner stays away).
+    /// left to the poll (it fails when the runner stays away).
     pub(super) async fn kill_jobs(self: &Rc<Self>) {
         self.ask_running_jobs(KILL_TOOL).await;
     }
