@@ -24,6 +24,11 @@
 //! stream within [`CREDENTIAL_RECHECK_MS`] plus one registry round trip. The client's reconnect
 //! is then authenticated afresh (401 if revoked; a failed check's reconnect resumes losslessly).
 //!
+//! **Status**: once the backfill is sent, the stream sends one `status` event with the status at
+//! registration (the status as of the last backfilled entry); live `status` events follow as
+//! they happen. So a client that tracks `status` events knows the session's status after every
+//! frame from then on, even when it connected after a turn's `status` and `idle` were broadcast.
+//!
 //! **Invariant** (with `stopAfterIdle`): the stream stops at an idle point, and every entry
 //! appended before that point is sent before its `idle`. An idle point is either a live `idle`
 //! event (the session broadcasts a turn's entries before its `idle`) or the moment the follower
@@ -218,6 +223,8 @@ pub struct Follow {
     next_heartbeat: Millis,
     /// The session's status as of the last live event received.
     status: Status,
+    /// The status at registration, sent once the backfill is sent (see [`Follow::poll`]).
+    registered_status: Option<Status>,
     /// Entries of the current backfill page not sent yet.
     page: VecDeque<Entry>,
     page_in_flight: bool,
@@ -249,6 +256,7 @@ impl Follow {
                 .map(|t| Millis(now.0.saturating_add(t.saturating_mul(1000)))),
             next_heartbeat: Millis(now.0 + HEARTBEAT_MS),
             status: registration.status,
+            registered_status: Some(registration.status),
             page: VecDeque::new(),
             page_in_flight: false,
             live: VecDeque::new(),
@@ -420,7 +428,14 @@ impl Follow {
                     .min(crate::archive::MAX_PAGE),
             };
         }
-        // 2. Live events, in arrival order.
+        // 2. The status at registration, which is the status as of the last backfilled entry:
+        //    a client that tracks `status` events knows the session's status from here on,
+        //    even when the stream opened after a turn ended (its `status` and `idle` events were
+        //    broadcast before this follower registered).
+        if let Some(status) = self.registered_status.take() {
+            return Output::Frame(Frame::Text(StreamEvent::Status { status }.to_sse()));
+        }
+        // 3. Live events, in arrival order.
         while let Some(event) = self.live.pop_front() {
             self.live_bytes -= event.cost();
             match event.0.kind {
@@ -438,7 +453,7 @@ impl Follow {
                 _ => return Output::Frame(Frame::Live(event)),
             }
         }
-        // 3. Everything received is sent: at rest, this is an idle point.
+        // 4. Everything received is sent: at rest, this is an idle point.
         if self.stop_after_idle && self.status != Status::Running {
             self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
             return Output::Frame(Frame::Text(StreamEvent::Idle.to_sse()));

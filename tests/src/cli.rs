@@ -23,6 +23,10 @@ use crate::runner::TempDir;
 use crate::stack::repo_root;
 use crate::util::wait_until;
 
+/// How long a one-shot command ([`Wuhu::run`]) may take before it is killed and the test fails
+/// with what it printed: a hung command must fail its test, never hang the suite.
+pub const RUN_DEADLINE: Duration = Duration::from_secs(180);
+
 /// The `wuhu` binary, built once per process in the profile of the running test binary.
 pub fn wuhu_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
@@ -163,29 +167,17 @@ impl Wuhu {
         command
     }
 
-    /// Runs `wuhu args…` to the end.
+    /// Runs `wuhu args…` to the end; kills it and fails after [`RUN_DEADLINE`].
     #[track_caller]
     pub fn run(&self, args: &[&str]) -> Ran {
-        self.command(args).output().expect("run wuhu").into()
+        self.spawn_inner(args, None).finish(RUN_DEADLINE)
     }
 
-    /// Runs `wuhu args…` with `input` on stdin.
+    /// Runs `wuhu args…` with `input` on stdin (which then ends); kills it and fails after
+    /// [`RUN_DEADLINE`].
     #[track_caller]
     pub fn run_with_stdin(&self, args: &[&str], input: &str) -> Ran {
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn wuhu");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("write stdin");
-        child.wait_with_output().expect("wait wuhu").into()
+        self.spawn_inner(args, Some(input)).finish(RUN_DEADLINE)
     }
 
     /// Starts `wuhu args…` in the background, its stdout read line by line as it comes.
@@ -213,13 +205,20 @@ impl Wuhu {
             stdin.write_all(input.as_bytes()).expect("write stdin");
         }
         let lines = Arc::new(Mutex::new(Vec::new()));
+        let stdout_text = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let stdout = child.stdout.take().expect("stdout");
-        let sink = lines.clone();
+        let (sink, text_sink) = (lines.clone(), stdout_text.clone());
         let out_reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().expect("lines").push(line);
+            let mut reader = BufReader::new(stdout);
+            let mut raw = Vec::new();
+            while matches!(reader.read_until(b'\n', &mut raw), Ok(n) if n > 0) {
+                let text = String::from_utf8_lossy(&raw).into_owned();
+                text_sink.lock().expect("stdout").push_str(&text);
+                let line = text.strip_suffix('\n').unwrap_or(&text);
+                let line = line.strip_suffix('\r').unwrap_or(line);
+                sink.lock().expect("lines").push(line.to_string());
+                raw.clear();
             }
         });
         let mut err = child.stderr.take().expect("stderr");
@@ -232,6 +231,7 @@ impl Wuhu {
         Running {
             child,
             lines,
+            stdout: stdout_text,
             stderr,
             readers: vec![out_reader, err_reader],
         }
@@ -242,6 +242,7 @@ impl Wuhu {
 pub struct Running {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
     readers: Vec<std::thread::JoinHandle<()>>,
 }
@@ -293,6 +294,17 @@ impl Running {
     /// Stderr so far (complete once the process exited).
     pub fn stderr(&self) -> String {
         self.stderr.lock().expect("stderr").clone()
+    }
+
+    /// Waits for the exit (killing it and failing after `timeout`) and returns what it printed.
+    #[track_caller]
+    pub fn finish(mut self, timeout: Duration) -> Ran {
+        let status = self.wait_exit(timeout);
+        Ran {
+            status,
+            stdout: self.stdout.lock().expect("stdout").clone(),
+            stderr: self.stderr(),
+        }
     }
 }
 

@@ -26,6 +26,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod delay_proxy;
 pub mod drop_proxy;
 pub mod entries;
 pub mod fake_anthropic;

@@ -309,9 +309,13 @@ impl Stack {
     }
 
     /// A guard for one test on a shared stack: if the test panics, it prints the wrangler log
-    /// tail and keeps the temp dir.
+    /// tail and keeps the temp dir; if the test runs past [`TEST_DEADLINE`], the test process
+    /// ends (see [`watchdog`]).
     pub fn guard(&self) -> FailureGuard<'_> {
-        FailureGuard { stack: self }
+        FailureGuard {
+            stack: self,
+            watch: watchdog::watch(self.log_path.clone()),
+        }
     }
 
     /// Marks the temp dir to be kept after the stack goes away.
@@ -476,10 +480,12 @@ impl Drop for Stack {
 /// See [`Stack::guard`].
 pub struct FailureGuard<'a> {
     stack: &'a Stack,
+    watch: u64,
 }
 
 impl Drop for FailureGuard<'_> {
     fn drop(&mut self) {
+        watchdog::unwatch(self.watch);
         if std::thread::panicking() {
             self.stack.keep_dir();
             eprintln!(
@@ -487,6 +493,92 @@ impl Drop for FailureGuard<'_> {
                 self.stack.dir.display(),
                 self.stack.log_tail(60)
             );
+        }
+    }
+}
+
+/// How long one test holding a [`FailureGuard`] may run. A hung test must fail the run, naming
+/// itself, long before the CI's own limit ends everything without a word.
+/// `WUHU_E2E_TEST_DEADLINE` (seconds) overrides it.
+pub const TEST_DEADLINE: Duration = Duration::from_secs(600);
+
+fn test_deadline() -> Duration {
+    std::env::var("WUHU_E2E_TEST_DEADLINE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(TEST_DEADLINE, Duration::from_secs)
+}
+
+/// Ends the test process when a guarded test outlives [`TEST_DEADLINE`]: it prints the test's
+/// name and the wrangler log tail, then exits with 101 (libtest's failure code). The stacks'
+/// own watchdog shells (see [`Stack`]) kill the wrangler groups when the process is gone.
+mod watchdog {
+    use std::io::Write;
+    use std::path::PathBuf;
+    use std::sync::{Mutex, Once};
+    use std::time::{Duration, Instant};
+
+    struct Watched {
+        id: u64,
+        test: String,
+        log: PathBuf,
+        since: Instant,
+    }
+
+    static WATCHED: Mutex<(u64, Vec<Watched>)> = Mutex::new((0, Vec::new()));
+    static START: Once = Once::new();
+    /// How often the deadline is checked.
+    const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+    pub(super) fn watch(log: PathBuf) -> u64 {
+        START.call_once(|| {
+            std::thread::Builder::new()
+                .name("wuhu-e2e-watchdog".into())
+                .spawn(run)
+                .expect("spawn the test watchdog");
+        });
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("a test on the main thread")
+            .to_string();
+        let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+        watched.0 += 1;
+        let id = watched.0;
+        watched.1.push(Watched {
+            id,
+            test,
+            log,
+            since: Instant::now(),
+        });
+        id
+    }
+
+    pub(super) fn unwatch(id: u64) {
+        let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+        watched.1.retain(|w| w.id != id);
+    }
+
+    fn run() {
+        loop {
+            std::thread::sleep(CHECK_EVERY);
+            let watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(late) = watched
+                .1
+                .iter()
+                .find(|w| w.since.elapsed() > super::test_deadline())
+            {
+                // Straight to fd 2: `eprintln!` in a thread spawned by a test goes to that
+                // test's captured output, which is lost when the process exits.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "wuhu-e2e: test `{}` has run for over {} s: ending the test process. \
+                     Wrangler log tail:\n{}",
+                    late.test,
+                    super::test_deadline().as_secs(),
+                    super::tail(&late.log, 60)
+                );
+                std::process::exit(101);
+            }
         }
     }
 }

@@ -13,6 +13,7 @@ use wuhu_core::wire::{
     ListRunnersResponse, ListSessionsResponse, Message, SessionInfo, Status, StreamEvent,
 };
 use wuhu_e2e::cli::{Relay, Tmux, Wuhu, wuhu_bin};
+use wuhu_e2e::delay_proxy::DelayProxy;
 use wuhu_e2e::entries::{assert_contiguous, assistant, describe, fake_directive, user_content};
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
@@ -689,6 +690,45 @@ fn chat_json_prints_one_object_per_line_and_exits_once_answered() {
         "{}",
         describe(&entries)
     );
+}
+
+/// A piped chat exits once its message is answered whenever its follow stream connects: before
+/// the turn, during it, or only after it ended (the stream's `status` after the backfill says
+/// the session is at rest; before it did, such a chat waited forever for a `status` event that
+/// had been broadcast before it connected). The follow requests are held back by a proxy.
+#[test]
+fn a_piped_chat_exits_once_answered_however_late_its_follow_stream_connects() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-chat-late");
+    for delay_ms in [0, 50, 250, 1000, 2500] {
+        let proxy = DelayProxy::start(
+            &stack.base_url(),
+            "/follow",
+            Duration::from_millis(delay_ms),
+        );
+        let wuhu = Wuhu::new()
+            .env("WUHU_SERVER", &proxy.url())
+            .env("WUHU_TOKEN", &stack.user_token("lea", &tenant));
+        let text = format!("late by {delay_ms} ms");
+        let ran = wuhu.run_with_stdin(&["chat", "--json"], &format!("{text}\n"));
+        assert_eq!(ran.code(), 0, "{delay_ms} ms: {ran:?}");
+        let lines: Vec<Value> = ran
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+            .collect();
+        let entries = entries_of(&lines);
+        assert_contiguous(&entries);
+        assert!(
+            entries
+                .iter()
+                .filter_map(assistant)
+                .any(|m| m.text() == format!("echo: {text}")),
+            "{delay_ms} ms: {}",
+            describe(&entries)
+        );
+    }
 }
 
 /// Colour only on a terminal and without `NO_COLOR`: the same `sessions show` has escape codes

@@ -524,7 +524,8 @@ fn since_time_filters_reads_and_replays() {
     );
     let events = follow.collect_to_end(TURN);
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
-    assert_eq!(names, ["idle", "done"], "{}", summarize(&events));
+    assert_eq!(names, ["status", "idle", "done"], "{}", summarize(&events));
+    assert_eq!(events[0].data["status"], "idle");
 }
 
 #[test]
@@ -534,7 +535,15 @@ fn an_idle_follow_stream_sends_heartbeat_comments() {
     let session = api.create_fake_session();
     let mut follow = api.follow(&session.id, "sinceCursor=1&timeoutSeconds=40");
     let deadline = Instant::now() + Duration::from_secs(30);
-    // The first item on an idle session with nothing to replay must be a heartbeat.
+    // The first event says the session is at rest (nothing to replay); then, on a quiet
+    // session, the next item must be a heartbeat.
+    match follow.next_item(deadline) {
+        Ok(Some(wuhu_e2e::SseItem::Event(event))) => {
+            assert_eq!(event.event, "status", "{event:?}");
+            assert_eq!(event.data["status"], "idle", "{event:?}");
+        }
+        other => panic!("expected the status at registration first: {other:?}"),
+    }
     match follow.next_item(deadline) {
         Ok(Some(wuhu_e2e::SseItem::Comment(comment))) => assert_eq!(comment, "heartbeat"),
         Ok(Some(wuhu_e2e::SseItem::Event(event))) => {

@@ -71,6 +71,14 @@ fn render_quick(frame: &Frame) -> String {
         return format!("entry {id}");
     }
     match first.strip_prefix("event: ") {
+        Some("status") => {
+            let data = text.lines().nth(1).unwrap_or_default();
+            let status = ["running", "idle", "stopped"]
+                .into_iter()
+                .find(|s| data.contains(&format!("\"{s}\"")))
+                .unwrap_or("?");
+            format!("status {status}")
+        }
         Some(name) => name.to_string(),
         None => "heartbeat".into(),
     }
@@ -330,7 +338,9 @@ fn backfill_then_live_dedupes_by_cursor() {
         ",
         expect![[r#"
             read 0 3
-            entries 1..=4
+            entries 1..=3
+            status running
+            entry 4
             delta hi
             wait until Some(Millis(15000))
             entry 5
@@ -362,6 +372,7 @@ fn pages_stop_at_the_registration_cursor_and_resume_after_the_last_one_sent() {
             entries 1201..=2200
             read 2200 300
             entries 2201..=2500
+            status idle
             wait until Some(Millis(15000))
             entry 2501
             wait until Some(Millis(15000))
@@ -390,6 +401,7 @@ fn stop_after_idle_at_rest_sends_buffered_events_first() {
         expect![[r#"
             read 0 1
             entry 1
+            status running
             delta a
             entry 2
             status idle
@@ -411,6 +423,7 @@ fn stop_after_idle_at_rest_sends_buffered_events_first() {
         expect![[r#"
             read 1 1
             entry 2
+            status stopped
             idle
             done
             end
@@ -428,6 +441,7 @@ fn stop_after_idle_at_rest_sends_buffered_events_first() {
         poll
         ",
         expect![[r#"
+            status running
             wait until Some(Millis(15000))
             entry 1
             wait until Some(Millis(15000))
@@ -452,6 +466,7 @@ fn since_time_skips_entries_but_advances_the_cursor() {
         expect![[r#"
             read 0 4
             entries 3..=4
+            status idle
             idle
             done
             end
@@ -473,6 +488,7 @@ fn heartbeats_and_the_timeout() {
         poll
         ",
         expect![[r#"
+            status running
             wait until Some(Millis(15000))
             heartbeat
             wait until Some(Millis(30000))
@@ -513,6 +529,7 @@ fn a_revocable_credential_is_rechecked_on_a_bounded_interval() {
         poll
         ",
         expect![[r#"
+            status running
             wait until Some(Millis(5000))
             entry 1
             wait until Some(Millis(5000))
@@ -560,6 +577,7 @@ fn a_revocable_credential_is_rechecked_on_a_bounded_interval() {
             check credential
             read 0 3
             entries 1..=3
+            status idle
             wait until Some(Millis(11000))
             check credential
         "#]],
@@ -571,6 +589,7 @@ fn a_revocable_credential_is_rechecked_on_a_bounded_interval() {
         poll
         ",
         expect![[r#"
+            status idle
             heartbeat
             wait until Some(Millis(75000))
         "#]],
@@ -621,8 +640,9 @@ fn a_follower_past_its_buffer_bound_is_lagged_and_closed() {
     );
     let big = "x".repeat(100 * 1024);
     let delta = live(StreamEvent::AssistantTextDelta { delta: big });
-    // Caught up: the first entry goes out.
+    // Caught up: the status at registration, then the first entry goes out.
     follow.handle_live(live(StreamEvent::EntryAppended { entry: entry(1) }));
+    assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
     assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
     let mut accepted = 0;
     while !follow.is_closed() {
@@ -861,6 +881,36 @@ fn check(
         "in order, once: {}",
         case()
     );
+    // Exactly one status frame before the first entry past the backfill, after every backfilled
+    // entry; from it on, a client tracking status frames knows the session's status after each
+    // entry it was sent.
+    let backfilled = cursor_of(timeline, registered);
+    let first_status = frames
+        .iter()
+        .position(|f| f.starts_with("status "))
+        .unwrap_or_else(|| panic!("no status frame: {}", case()));
+    assert!(
+        frames[..first_status].iter().all(|f| f
+            .strip_prefix("entry ")
+            .is_some_and(|c| c.parse::<u64>().unwrap() <= backfilled)),
+        "only backfilled entries before the first status: {}",
+        case()
+    );
+    let mut tracked = None;
+    for frame in &frames[first_status..] {
+        if let Some(status) = frame.strip_prefix("status ") {
+            tracked = Some(status.to_string());
+        } else if let Some(cursor) = frame.strip_prefix("entry ") {
+            let cursor: u64 = cursor.parse().unwrap();
+            let truth = status_after_entry(timeline, cursor);
+            assert_eq!(
+                tracked.as_deref(),
+                Some(truth.as_str()),
+                "status after entry {cursor}: {}",
+                case()
+            );
+        }
+    }
     // Everything delivered is sent, unless the stream stopped at an idle point.
     let ended = frames.last().is_some_and(|f| f == "done");
     if !ended {
@@ -869,6 +919,14 @@ fn check(
             .filter(|e| matches!(e, StreamEvent::EntryAppended { .. }))
             .count() as u64;
         assert_eq!(k, appended, "everything delivered is sent: {}", case());
+        // And the client knows the status as of everything delivered.
+        let truth = status_of(timeline, delivered);
+        assert_eq!(
+            tracked.as_deref(),
+            Some(truth.as_str()),
+            "status after everything delivered: {}",
+            case()
+        );
         assert!(
             !frames.iter().any(|f| f == "idle") || !stop_after_idle,
             "{}",
@@ -898,4 +956,37 @@ fn check(
         "stopped at cursor {k}, which is no idle point between event {registered} and {delivered}: {}",
         case()
     );
+}
+
+/// The highest cursor among the first `n` events of `timeline`.
+fn cursor_of(timeline: &[StreamEvent], n: usize) -> u64 {
+    timeline[..n]
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::EntryAppended { entry } => Some(entry.cursor),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The status after the first `n` events of `timeline` (idle before any).
+fn status_of(timeline: &[StreamEvent], n: usize) -> String {
+    timeline[..n]
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Status { status } => Some(status.as_str().to_string()),
+            _ => None,
+        })
+        .next_back()
+        .unwrap_or_else(|| "idle".into())
+}
+
+/// The status right after entry `cursor` was appended.
+fn status_after_entry(timeline: &[StreamEvent], cursor: u64) -> String {
+    let at = timeline
+        .iter()
+        .position(|e| matches!(e, StreamEvent::EntryAppended { entry } if entry.cursor == cursor))
+        .expect("an entry of the timeline");
+    status_of(timeline, at + 1)
 }
