@@ -315,6 +315,9 @@ pub enum SessionAction<'a> {
     Rename,
     /// Change its access.
     ChangeAccess,
+    /// Delete it (`DELETE /v1/sessions/:id`): its owner or an admin only, not its creator once
+    /// someone else owns it (decision 0017).
+    Delete,
 }
 
 /// What the rules say about an action.
@@ -337,6 +340,15 @@ pub fn session_allows(
     action: SessionAction<'_>,
 ) -> Verdict {
     let privileged = who.is_admin() || who.sub == session.owner || who.sub == session.created_by;
+    if action == SessionAction::Delete {
+        return if who.is_admin() || who.sub == session.owner {
+            Verdict::Allow
+        } else if privileged || session.access == Access::Tenant {
+            Verdict::Forbidden
+        } else {
+            Verdict::Hidden
+        };
+    }
     if privileged {
         return Verdict::Allow;
     }
@@ -349,7 +361,8 @@ pub fn session_allows(
         SessionAction::CancelItem { .. }
         | SessionAction::Stop
         | SessionAction::Rename
-        | SessionAction::ChangeAccess => Verdict::Forbidden,
+        | SessionAction::ChangeAccess
+        | SessionAction::Delete => Verdict::Forbidden,
     }
 }
 
@@ -647,20 +660,31 @@ mod tests {
             Stop,
             Rename,
             ChangeAccess,
+            Delete,
         ];
-        let cases: [(&Principal, SessionFacts<'_>, [Verdict; 7]); 8] = [
-            (&alice, private, [Allow; 7]),
-            (&carol, private, [Allow; 7]),
-            (&admin, private, [Allow; 7]),
-            (&bob, private, [Hidden; 7]),
-            (&alice, group, [Allow; 7]),
-            (&carol, group, [Allow; 7]),
-            (&admin, group, [Allow; 7]),
+        // Carol created the session and Alice owns it (she prompted first): Carol may do
+        // everything but delete it.
+        let cases: [(&Principal, SessionFacts<'_>, [Verdict; 8]); 8] = [
+            (&alice, private, [Allow; 8]),
+            (
+                &carol,
+                private,
+                [Allow, Allow, Allow, Allow, Allow, Allow, Allow, Forbidden],
+            ),
+            (&admin, private, [Allow; 8]),
+            (&bob, private, [Hidden; 8]),
+            (&alice, group, [Allow; 8]),
+            (
+                &carol,
+                group,
+                [Allow, Allow, Allow, Allow, Allow, Allow, Allow, Forbidden],
+            ),
+            (&admin, group, [Allow; 8]),
             (
                 &bob,
                 group,
                 [
-                    Allow, Allow, Allow, Forbidden, Forbidden, Forbidden, Forbidden,
+                    Allow, Allow, Allow, Forbidden, Forbidden, Forbidden, Forbidden, Forbidden,
                 ],
             ),
         ];

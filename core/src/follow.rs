@@ -64,6 +64,9 @@ pub const CREDENTIAL_RECHECK_MS: u64 = 5_000;
 /// The `error` message that ends a stream whose credential was revoked.
 pub const REVOKED_MESSAGE: &str = "the credential of this stream was revoked (or expired)";
 
+/// The `error` event that ends every stream of a session when it is deleted.
+pub const DELETED_MESSAGE: &str = "the session was deleted";
+
 /// The parameters of one follow request, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FollowRequest {
@@ -300,6 +303,20 @@ impl Follow {
                 .to_sse(),
             )),
         }
+    }
+
+    /// The session was deleted: the stream ends with an `error` event saying so (a reconnect
+    /// gets 404). Nothing queued is sent after it.
+    pub fn handle_deleted(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.close_with(Frame::Text(
+            StreamEvent::Error {
+                message: DELETED_MESSAGE.to_string(),
+            }
+            .to_sse(),
+        ));
     }
 
     /// Whether the host may stop sending live events to this follower and forget it.

@@ -13,6 +13,7 @@
 //! * [`follow`]: the follow stream (backfill and live merge, bounds, idle points).
 //! * [`sse`]: the one Server-Sent Events decoder (providers, clients).
 //! * [`authority`]: who may do what inside a tenant.
+//! * [`deletion`]: deleting a session: the forks rule, the order of the steps.
 //! * [`channels`]: chat channels (Slack, …): bindings, hook signatures, threads, replies.
 //! * [`approvals`]: when a tool call waits for a person, who may answer, and expiry.
 //! * [`hub`]: the runner hub's connection rules (hello, name ownership, liveness).
@@ -37,6 +38,7 @@ pub mod channels;
 pub mod civil_time;
 pub mod compaction;
 pub mod context;
+pub mod deletion;
 pub mod egress;
 pub mod environments;
 pub mod follow;

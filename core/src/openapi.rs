@@ -205,6 +205,18 @@ const ROUTES: &[Route] = &[
         errors: &[400, 403, 404, 413],
     },
     Route {
+        method: "delete",
+        path: "/v1/sessions/{id}",
+        id: "deleteSession",
+        tag: "sessions",
+        summary: "Delete a session with its children, transcript, blobs and request logs (its owner or an admin)",
+        auth: Auth::User,
+        params: &[],
+        request: None,
+        ok: (204, Body::Empty),
+        errors: &[403, 404, 409],
+    },
+    Route {
         method: "post",
         path: "/v1/sessions/{id}/enqueue",
         id: "enqueue",
@@ -922,7 +934,7 @@ fn error_description(status: u16) -> &'static str {
         403 => "`forbidden`: the caller may see this but not do it, or a cross-site request",
         404 => "`not_found`: no such thing in the caller's tenant (or not visible to them)",
         409 => {
-            "a conflict: `already_delivered`, `already_decided`, `expired`, `withdrawn`, `conflict`, `nothing_to_compact`, `too_many_channels`"
+            "a conflict: `already_delivered`, `already_decided`, `expired`, `withdrawn`, `conflict`, `nothing_to_compact`, `too_many_channels`, `has_forks`"
         }
         413 => "`payload_too_large`: a body over 1 MiB",
         426 => "`upgrade_required`: not a WebSocket upgrade",
@@ -1051,6 +1063,12 @@ fn operation(generator: &mut SchemaGenerator, route: &Route) -> Value {
         }
     }
     responses.insert(ok_status.to_string(), ok);
+    if route.id == "deleteSession" {
+        responses.insert(
+            "202".into(),
+            json!({"description": "Hidden and marked for deletion, but a step failed: the session's alarm finishes it. `DELETE` again answers 202 until it is done, then 404."}),
+        );
+    }
     let mut errors: Vec<u16> = route
         .errors
         .iter()

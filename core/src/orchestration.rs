@@ -284,15 +284,19 @@ pub fn lifecycle_rank(lifecycle: &ChildLifecycle) -> u8 {
         ChildLifecycle::Created => 2,
         ChildLifecycle::Running => 3,
         ChildLifecycle::Idle { .. } | ChildLifecycle::Failed { .. } | ChildLifecycle::Stopped => 4,
+        ChildLifecycle::Disposed => 5,
     }
 }
 
 /// Whether a parent that recorded `known` about a child takes `report`: reports travel
 /// concurrently, so only a newer one (a higher cursor, or the same cursor and a later state)
-/// replaces what is known; a repeat or an older one is dropped.
+/// replaces what is known; a repeat or an older one is dropped. `disposed` is final: it replaces
+/// anything and nothing replaces it (a report sent before the deletion may arrive after it).
 pub fn accept_report(known: Option<&ChildStatus>, report: &ChildStatus) -> bool {
     match known {
         None => true,
+        Some(known) if known.lifecycle == ChildLifecycle::Disposed => false,
+        Some(_) if report.lifecycle == ChildLifecycle::Disposed => true,
         Some(known) => {
             (report.cursor, lifecycle_rank(&report.lifecycle))
                 > (known.cursor, lifecycle_rank(&known.lifecycle))
@@ -321,7 +325,8 @@ pub struct ParentMessage {
 }
 
 /// The `custom_message` a parent gets for a child's report, for the states that matter to it:
-/// `idle` (with the final text), `failed` and `stopped`. The others only reach followers.
+/// `idle` (with the final text), `failed`, `stopped` and `disposed`. The others only reach
+/// followers.
 pub fn parent_message(status: &ChildStatus) -> Option<ParentMessage> {
     let name = match &status.title {
         Some(title) => format!("Child session {} ({title:?})", status.id),
@@ -336,6 +341,7 @@ pub fn parent_message(status: &ChildStatus) -> Option<ParentMessage> {
         }
         ChildLifecycle::Failed { message } => format!("{name} failed: {message}"),
         ChildLifecycle::Stopped => format!("{name} was stopped."),
+        ChildLifecycle::Disposed => format!("{name} was deleted: it is gone with its transcript."),
         _ => return None,
     };
     Some(ParentMessage {

@@ -238,6 +238,9 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             fork_session(&mut req, &env, &identity, id).await
         }
         (["v1", "sessions", _, "fork"], _) => Err(method_not_allowed()),
+        (["v1", "sessions", id], Method::Delete) => {
+            forward(&mut req, &env, &identity, id, "delete", Method::Delete).await
+        }
         (["v1", "sessions", id], Method::Patch) => {
             forward(&mut req, &env, &identity, id, "title", Method::Post).await
         }

@@ -8,9 +8,9 @@
 //! - [`routes`]: the internal routes (reached only through the router, which has already
 //!   authenticated; identity arrives in `x-wuhu-tenant` / `x-wuhu-sub`): `POST /init`,
 //!   `GET /info`, `GET /transcript`, `POST /enqueue`, `POST /cancel`, `POST /approval`,
-//!   `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`; between actors only
-//!   `POST /child_event`, `POST /child_input`, `POST /start`; from the runner hub only
-//!   `POST /job_event`.
+//!   `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`, `DELETE /delete`; between actors
+//!   only `POST /child_event`, `POST /child_input`, `POST /start`, `POST /dispose`; from the
+//!   runner hub only `POST /job_event`.
 //! - [`persist`]: loading, and committing each drain before it is performed (durability rules);
 //!   [`store`] is its SQLite schema, [`blob_io`] the out-of-line objects in R2.
 //! - [`effects`]: performing a committed drain (followers, tasks, alarm, index, flush).
@@ -23,6 +23,7 @@
 //! - [`jobs`]: background jobs: the `jobs` table, `/job_event` from the runner hub, the poll
 //!   of running jobs from the alarm, their endings on the `system` lane.
 //! - [`archive`]: flushing to R2 and reading contiguous pages; [`follow`]: the follow stream.
+//! - [`deletion`]: deleting the session: the mark, then the steps of `wuhu_core::deletion`.
 //!
 //! No module outside this folder imports the actor: tools get a complete
 //! [`crate::tool_context::ToolContext`] instead.
@@ -48,6 +49,7 @@ mod approvals;
 mod archive;
 mod blob_io;
 mod children;
+mod deletion;
 mod effects;
 mod follow;
 mod inference;
@@ -105,6 +107,14 @@ pub(crate) struct Actor {
     child_store: Result<children::ChildStore, String>,
     /// The background jobs this session started (a table of its own).
     job_store: Result<jobs::JobStore, String>,
+    /// The mark of a deletion in progress (a table of its own; `deletion`).
+    deletion_store: Result<deletion::DeletionStore, String>,
+    /// The session was marked for deletion in this isolate: no write is committed any more.
+    deleting: Cell<bool>,
+    /// A request or the alarm is performing the deletion's steps.
+    deletion_running: Cell<bool>,
+    /// A deletion dropped the storage in this isolate: its tables are gone.
+    storage_dropped: Cell<bool>,
     /// When the alarm next asks about running jobs (ms); `None` when not scheduled in this
     /// isolate (the alarm then asks at once if a job runs).
     job_poll_at: Cell<Option<u64>>,
@@ -158,6 +168,8 @@ impl DurableObject for SessionActor {
             children::ChildStore::open(state.storage().sql()).map_err(|e| e.to_string());
         let runner_calls = Rc::new(RunnerCalls::open(state.storage().sql()));
         let job_store = jobs::JobStore::open(state.storage().sql()).map_err(|e| e.to_string());
+        let deletion_store =
+            deletion::DeletionStore::open(state.storage().sql()).map_err(|e| e.to_string());
         let actor = Actor {
             state,
             env,
@@ -182,6 +194,10 @@ impl DurableObject for SessionActor {
             approval_store,
             child_store,
             job_store,
+            deletion_store,
+            deleting: Cell::new(false),
+            deletion_running: Cell::new(false),
+            storage_dropped: Cell::new(false),
             job_poll_at: Cell::new(None),
             approval_waiters: RefCell::new(HashMap::new()),
             pending_writes: RefCell::new(std::collections::VecDeque::new()),
@@ -206,6 +222,15 @@ impl DurableObject for SessionActor {
     async fn alarm(&self) -> worker::Result<Response> {
         let actor = self.actor.clone();
         actor.alarm_armed_for.set(None);
+        // A session marked for deletion only finishes its deletion.
+        match actor.deletion_mark() {
+            Ok(Some(_)) => {
+                actor.finish_deletion().await;
+                return Response::ok("ok");
+            }
+            Ok(None) => {}
+            Err(e) => worker::console_error!("reading the deletion mark failed: {}", e.message),
+        }
         // Loading a session whose checkpoint shows work in flight resumes it. A load that fails
         // (a write failed and storage is still unwell) is retried: nothing else may come.
         let loaded = actor.ensure_loaded();

@@ -1,6 +1,6 @@
 //! Calls from the router (or another actor) to a session actor, with the typed bodies of its
 //! internal routes (`/init`, and between a parent's and a child's actors `/child_input`,
-//! `/child_event`, `/start`; see `docs/orchestration.md`).
+//! `/child_event`, `/start`, `/dispose`; see `docs/orchestration.md`).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -235,6 +235,25 @@ pub(crate) async fn child_event(
     status: &ChildStatus,
 ) -> ApiResult<serde_json::Value> {
     post(env, tenant, "wuhu", parent, "/child_event", status).await
+}
+
+/// Deletes child `id` as its parent's deletion (`POST /dispose`: no person is checked; the
+/// parent's deletion was authorised and checked the forks of the whole tree). `Ok` once the
+/// child's deletion is finished; a child still deleting (202) is an error, retried.
+pub(crate) async fn dispose(env: &Env, tenant: &str, id: &str) -> ApiResult<()> {
+    let request = crate::internal::post_request("session", "/dispose", tenant, "wuhu", &())?;
+    let response = stub(env, tenant, id)?
+        .fetch_with_request(request)
+        .await
+        .map_err(|e| ApiError::new(503, "unavailable", format!("no answer: {e}")))?;
+    if response.status_code() == 202 {
+        return Err(ApiError::new(
+            503,
+            "unavailable",
+            format!("child {id} is still being deleted"),
+        ));
+    }
+    crate::internal::expect_empty(response).await
 }
 
 /// Tells child `id` that the gate granted it a slot: it runs the input it kept.

@@ -3,7 +3,9 @@
 //! whole after every change, so it survives restarts).
 //! It also keeps the tenant's usage: hourly totals per session, provider and model, and the
 //! cursor each session reported through (`wuhu_core::tenant_usage`).
-//! Internal routes: `POST /upsert` (SessionInfo), `GET /list?limit&before&parentId`,
+//! Internal routes: `POST /upsert` (SessionInfo; `?created=1` for a new session), `GET
+//! /list?limit&before&parentId`, `GET /tree` (the lineage and forks of listed sessions, for the
+//! forks rule of a deletion), `POST /remove` (`{id}`: a deleted session leaves the list),
 //! `POST /gate/request` (a [`Slot`]), `POST /gate/release` (`{child}`),
 //! `POST /usage/report` (a `UsageReport`), `GET /usage?from&to&by`.
 
@@ -12,6 +14,7 @@ use worker::{
     DurableObject, Env, Method, Request, RequestInit, Response, SqlStorage, State, durable_object,
 };
 use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
+use wuhu_core::deletion::TreeRow;
 use wuhu_core::llm::models::UsageTotals;
 use wuhu_core::llm::request_log;
 use wuhu_core::orchestration::{Admission, Gate, Limits, Slot};
@@ -81,12 +84,30 @@ struct SeqRow {
     seq: f64,
 }
 
+/// A row of `GET /tree`: a listed session that is a child or a fork.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TreeSqlRow {
+    #[serde(alias = "id")]
+    id: String,
+    #[serde(default, alias = "parent_id")]
+    parent_id: Option<String>,
+    #[serde(default, alias = "forked_from")]
+    forked_from: Option<String>,
+}
+
 impl DurableObject for TenantIndex {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
         // `seq` orders sessions by creation: ids are random and times only have seconds.
         let _ = sql.exec(
             "CREATE TABLE IF NOT EXISTS session_list (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, info TEXT NOT NULL)",
+            None,
+        );
+        // Deleted sessions: a refresh of a deleted session's row that was in flight when it was
+        // removed must not list it again. One short row per deleted session.
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS deleted_sessions (id TEXT PRIMARY KEY)",
             None,
         );
         let _ = sql.exec(
@@ -266,15 +287,57 @@ impl TenantIndex {
                 Ok(json_response(200, &granted))
             }
             (Method::Post, "/upsert") => {
+                let created = query(&query_pairs(&req), "created").is_some();
                 let body = read_body(&mut req).await?;
                 let info: SessionInfo = parse_json(&body)?;
                 let json =
                     serde_json::to_string(&info).map_err(|e| ApiError::internal(e.to_string()))?;
+                if created {
+                    self.sql.exec(
+                        "DELETE FROM deleted_sessions WHERE id = ?",
+                        vec![info.id.clone().into()],
+                    )?;
+                } else {
+                    let deleted: Vec<SeqRow> = self
+                        .sql
+                        .exec(
+                            "SELECT 0 AS seq FROM deleted_sessions WHERE id = ?",
+                            vec![info.id.clone().into()],
+                        )?
+                        .to_array()?;
+                    if !deleted.is_empty() {
+                        return Ok(json_response(200, &serde_json::json!({"ok": true})));
+                    }
+                }
                 self.sql.exec(
                     "INSERT INTO session_list (id, info) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET info = excluded.info",
                     vec![info.id.clone().into(), json.into()],
                 )?;
                 Ok(json_response(200, &serde_json::json!({"ok": true})))
+            }
+            (Method::Post, "/remove") => {
+                let body = read_body(&mut req).await?;
+                let remove: ReleaseRequest = parse_json(&body)?;
+                self.sql.exec(
+                    "INSERT INTO deleted_sessions (id) VALUES (?) ON CONFLICT(id) DO NOTHING",
+                    vec![remove.child.clone().into()],
+                )?;
+                self.sql.exec(
+                    "DELETE FROM session_list WHERE id = ?",
+                    vec![remove.child.into()],
+                )?;
+                Ok(json_response(200, &serde_json::json!({"ok": true})))
+            }
+            (Method::Get, "/tree") => {
+                // Only children and forks matter to the forks rule; the rest is not read.
+                let rows: Vec<TreeSqlRow> = self
+                    .sql
+                    .exec(
+                        "SELECT id, json_extract(info, '$.parentId') AS parent_id, json_extract(info, '$.forkedFrom.sessionId') AS forked_from FROM session_list WHERE json_extract(info, '$.parentId') IS NOT NULL OR json_extract(info, '$.forkedFrom.sessionId') IS NOT NULL",
+                        None,
+                    )?
+                    .to_array()?;
+                Ok(json_response(200, &rows))
             }
             (Method::Get, "/list") => {
                 let viewer = Identity::from_headers(&req)?.principal();
@@ -601,13 +664,22 @@ fn stub(env: &Env, tenant: &str) -> ApiResult<worker::Stub> {
         .get_stub()?)
 }
 
-/// Records (or refreshes) a session in its tenant's index.
+/// Refreshes a session in its tenant's index (never a deleted one).
 pub(crate) async fn upsert(env: &Env, tenant: &str, info: &SessionInfo) -> ApiResult<()> {
+    upsert_at(env, tenant, info, "https://index/upsert").await
+}
+
+/// Records a new session in its tenant's index.
+pub(crate) async fn create(env: &Env, tenant: &str, info: &SessionInfo) -> ApiResult<()> {
+    upsert_at(env, tenant, info, "https://index/upsert?created=1").await
+}
+
+async fn upsert_at(env: &Env, tenant: &str, info: &SessionInfo, url: &str) -> ApiResult<()> {
     let body = serde_json::to_string(info).map_err(|e| ApiError::internal(e.to_string()))?;
     let mut init = RequestInit::new();
     init.with_method(Method::Post)
         .with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    let req = Request::new_with_init("https://index/upsert", &init)?;
+    let req = Request::new_with_init(url, &init)?;
     let resp = stub(env, tenant)?.fetch_with_request(req).await?;
     crate::internal::expect_ok(resp)
         .await
@@ -656,4 +728,29 @@ pub(crate) async fn gate_release(env: &Env, tenant: &str, child: &str) -> ApiRes
     let body = serde_json::json!({ "child": child });
     let request = crate::internal::post_request("index", "/gate/release", tenant, "wuhu", &body)?;
     crate::internal::send(&stub(env, tenant)?, request).await
+}
+
+/// Removes a deleted session from its tenant's list (for good: see `deleted_sessions`).
+pub(crate) async fn remove(env: &Env, tenant: &str, id: &str) -> ApiResult<()> {
+    let body = serde_json::json!({ "child": id });
+    let request = crate::internal::post_request("index", "/remove", tenant, "wuhu", &body)?;
+    crate::internal::send::<serde_json::Value>(&stub(env, tenant)?, request)
+        .await
+        .map(|_| ())
+}
+
+/// The listed children and forks of the tenant, for the forks rule
+/// (`wuhu_core::deletion::blocking_forks`). One row per child or fork of the tenant.
+pub(crate) async fn tree(env: &Env, tenant: &str) -> ApiResult<Vec<TreeRow>> {
+    let req = Request::new("https://index/tree", Method::Get)?;
+    let resp = stub(env, tenant)?.fetch_with_request(req).await?;
+    let rows: Vec<TreeSqlRow> = crate::internal::expect_ok(resp).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| TreeRow {
+            id: r.id,
+            parent_id: r.parent_id,
+            forked_from: r.forked_from,
+        })
+        .collect())
 }

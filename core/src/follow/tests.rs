@@ -163,6 +163,7 @@ fn run(script: &str, expect: Expect) {
                     error => Err(error.to_string()),
                 },
             ),
+            "deleted" => f!().handle_deleted(),
             "poll" => loop {
                 match f!().poll(now) {
                     Output::Frame(frame) => log.push(render(&frame)),
@@ -495,6 +496,34 @@ fn heartbeats_and_the_timeout() {
             heartbeat
             wait until Some(Millis(40000))
             done
+            end
+        "#]],
+    );
+}
+
+/// A deleted session ends its streams with an `error`; what was buffered is not sent, and a
+/// second deletion adds nothing.
+#[test]
+fn a_deletion_ends_the_stream() {
+    run(
+        "
+        new sinceCursor=0 0 running
+        entry 1
+        poll
+        entry 2
+        delta secret
+        deleted
+        deleted
+        poll
+        entry 3
+        poll
+        ",
+        expect![[r#"
+            status running
+            entry 1
+            wait until Some(Millis(15000))
+            error the session was deleted
+            end
             end
         "#]],
     );

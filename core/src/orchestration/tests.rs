@@ -366,8 +366,11 @@ fn newer_reports_win_whatever_order_they_arrive_in() {
         ),
         status("c", ChildLifecycle::Running, 6),
         status("c", ChildLifecycle::Stopped, 8),
+        // Deleted: its last report, sent at the cursor it was deleted at (or earlier: the
+        // deletion reads no newer one), and final.
+        status("c", ChildLifecycle::Disposed, 7),
     ];
-    // Every arrival order (of 7 reports: 5040) ends with the newest one recorded, and the
+    // Every arrival order (of 8 reports: 40320) ends with the newest one recorded, and the
     // recorded one only ever moves forward.
     let mut order: Vec<usize> = (0..reports.len()).collect();
     let mut count = 0;
@@ -385,7 +388,7 @@ fn newer_reports_win_whatever_order_they_arrive_in() {
             assert_eq!(known.as_ref(), Some(&reports[newest_arrived]), "{order:?}");
         }
     });
-    assert_eq!(count, 5040);
+    assert_eq!(count, 40320);
     // A repeat is dropped.
     assert!(!accept_report(Some(&reports[4]), &reports[4]));
 }
@@ -403,7 +406,7 @@ fn permute(items: &mut Vec<usize>, k: usize, visit: &mut impl FnMut(&[usize])) {
 }
 
 #[test]
-fn the_parent_hears_of_idle_failed_and_stopped_only() {
+fn the_parent_hears_of_idle_failed_stopped_and_disposed_only() {
     let cases: Vec<(ChildLifecycle, Option<&str>)> = vec![
         (ChildLifecycle::Spawning, None),
         (
@@ -436,6 +439,10 @@ fn the_parent_hears_of_idle_failed_and_stopped_only() {
         (
             ChildLifecycle::Stopped,
             Some("Child session c (\"t\") was stopped."),
+        ),
+        (
+            ChildLifecycle::Disposed,
+            Some("Child session c (\"t\") was deleted: it is gone with its transcript."),
         ),
     ];
     for (lifecycle, want) in cases {

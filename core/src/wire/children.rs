@@ -36,6 +36,9 @@ pub enum ChildLifecycle {
     },
     /// It was stopped (by a person, its parent, or a cascade).
     Stopped,
+    /// It was deleted (`DELETE /v1/sessions/:id`, or its parent's deletion): final, nothing
+    /// replaces it (decision 0017).
+    Disposed,
 }
 
 impl ChildLifecycle {
@@ -49,6 +52,7 @@ impl ChildLifecycle {
             ChildLifecycle::Idle { .. } => "idle",
             ChildLifecycle::Failed { .. } => "failed",
             ChildLifecycle::Stopped => "stopped",
+            ChildLifecycle::Disposed => "disposed",
         }
     }
 
@@ -56,7 +60,10 @@ impl ChildLifecycle {
     pub fn is_settled(&self) -> bool {
         matches!(
             self,
-            ChildLifecycle::Idle { .. } | ChildLifecycle::Failed { .. } | ChildLifecycle::Stopped
+            ChildLifecycle::Idle { .. }
+                | ChildLifecycle::Failed { .. }
+                | ChildLifecycle::Stopped
+                | ChildLifecycle::Disposed
         )
     }
 

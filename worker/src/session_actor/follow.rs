@@ -87,6 +87,18 @@ impl Followers {
         });
     }
 
+    /// The session was deleted: every stream ends with an `error` (and is forgotten).
+    pub(crate) fn end_deleted(&mut self) {
+        for shared in self.list.drain(..).filter_map(|w| w.upgrade()) {
+            let mut shared = shared.borrow_mut();
+            shared.follow.handle_deleted();
+            shared.woken = true;
+            if let Some(waker) = shared.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.list.iter().filter(|w| w.strong_count() > 0).count()
     }

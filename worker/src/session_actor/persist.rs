@@ -74,6 +74,10 @@ impl Actor {
         if self.loaded.borrow().is_some() {
             return Ok(true);
         }
+        // A session marked for deletion does not exist for anyone (decision 0017).
+        if self.deleting.get() || self.deletion_mark()?.is_some() {
+            return Ok(false);
+        }
         // A writer task still finishing batches of a dropped session must not race a reload.
         if self.writing.get() {
             return Err(storage_error(
@@ -207,6 +211,14 @@ impl Actor {
     /// Commits one batch (its objects are already written), then performs its effects.
     pub(super) fn commit(self: &Rc<Self>, mut batch: Batch) -> ApiResult<()> {
         let done = batch.done.take();
+        // A batch drained before the session was marked for deletion is not written.
+        if self.deleting.get() {
+            let gone = ApiError::not_found("session not found");
+            if let Some(done) = done {
+                let _ = done.send(Err(gone.clone()));
+            }
+            return Err(gone);
+        }
         let result = self
             .store()
             .and_then(|store| Ok(store.commit(std::mem::take(&mut batch.writes))?))

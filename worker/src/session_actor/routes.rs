@@ -43,6 +43,12 @@ impl Actor {
             let init: ForkInit = parse_json(&body)?;
             return self.fork_init(init).await;
         }
+        // Deletion answers for a marked session too (the steps go on).
+        match (&method, path.as_str()) {
+            (worker::Method::Delete, "/delete") => return self.delete_route(&req, false).await,
+            (worker::Method::Post, "/dispose") => return self.delete_route(&req, true).await,
+            _ => {}
+        }
         if !self.ensure_loaded()? {
             return Err(ApiError::not_found("session not found"));
         }
@@ -460,6 +466,16 @@ impl Actor {
         if self.ensure_loaded()? {
             return Err(ApiError::new(409, "conflict", "session already exists"));
         }
+        if self.deletion_mark()?.is_some() {
+            return Err(ApiError::new(
+                409,
+                "conflict",
+                "the session is being deleted",
+            ));
+        }
+        // A session deleted in this isolate is created again (an id derived from a chat thread).
+        self.recreate_tables()?;
+        self.deleting.set(false);
         let child = init.child;
         let provider = init.provider.unwrap_or_else(|| fake::PROVIDER.to_string());
         let model = init
@@ -521,7 +537,7 @@ impl Actor {
         let info = self.info()?;
         // The index learns of the session before the caller does, so a list right after
         // creation shows it.
-        tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
+        tenant_index::create(&self.env, &info_tenant(&self), &info).await?;
         let Some(child) = child else {
             return Ok(json_response(201, &info));
         };
@@ -551,6 +567,16 @@ impl Actor {
         if self.ensure_loaded()? {
             return Err(ApiError::new(409, "conflict", "session already exists"));
         }
+        if self.deletion_mark()?.is_some() {
+            return Err(ApiError::new(
+                409,
+                "conflict",
+                "the session is being deleted",
+            ));
+        }
+        // A session deleted in this isolate is created again (an id derived from a chat thread).
+        self.recreate_tables()?;
+        self.deleting.set(false);
         let mut prefix = ForkPrefix::default();
         while prefix.last_cursor() < init.from.cursor {
             let page = crate::session_client::prefix(
@@ -604,7 +630,7 @@ impl Actor {
         *self.loaded.borrow_mut() = Some(Loaded { session, meta });
         self.pump().wait().await?;
         let info = self.info()?;
-        tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
+        tenant_index::create(&self.env, &info_tenant(&self), &info).await?;
         Ok(json_response(201, &info))
     }
 

@@ -141,6 +141,12 @@ struct SegmentRow {
 type SqlResult<T> = worker::Result<T>;
 
 impl Store {
+    /// Creates the tables again after the storage was dropped (a deleted session created again
+    /// in the same isolate).
+    pub(crate) fn recreate(&self) -> SqlResult<()> {
+        Store::open(self.sql.clone(), self.raw.clone()).map(|_| ())
+    }
+
     pub(crate) fn open(sql: SqlStorage, raw: RawStorage) -> SqlResult<Store> {
         sql.exec(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",

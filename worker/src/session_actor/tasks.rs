@@ -55,7 +55,7 @@ impl Tasks {
     }
 
     /// Aborts every task.
-    fn abort_all(&self) {
+    pub(crate) fn abort_all(&self) {
         let handles: Vec<AbortHandle> = self
             .running
             .borrow()

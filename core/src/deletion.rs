@@ -1,0 +1,307 @@
+//! Deleting a session (`DELETE /v1/sessions/:id`, decision 0017): the forks rule, the order of
+//! the steps and where they stand, so a deletion that was acknowledged finishes after a restart.
+//!
+//! Who may delete is [`crate::authority::session_allows`] with
+//! [`crate::authority::SessionAction::Delete`]: the session's owner or an admin.
+//!
+//! A deletion starts by storing a [`Deletion`] in the session actor's own storage (the *mark*):
+//! from then on the session answers as if it did not exist, and the actor performs the
+//! [`Step`]s in order, recording each one done. A step is idempotent (deleting what is already
+//! gone does nothing), so repeating the step that was running when the isolate died is safe.
+//! The last step drops the actor's storage, the mark with it.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::authority::Access;
+use crate::wire::Spent;
+
+/// At most this many forks are named in a `has_forks` refusal (the count is always given).
+pub const MAX_FORKS_NAMED: usize = 20;
+
+/// One step of a deletion, in the order they run ([`STEPS`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// End the running turn: abort its inference and tool tasks, cancel its runner calls,
+    /// withdraw waiting approvals, kill its background jobs, drop input waiting for a slot.
+    /// Nothing is written to the transcript: it is about to go.
+    Stop,
+    /// Remove it from the tenant's session list (the index keeps a tombstone, so a late
+    /// refresh of the row does not bring it back).
+    Unlist,
+    /// Delete every child it spawned, each with its own deletion (recursively), and wait.
+    DisposeChildren,
+    /// Tell its parent, if it is a child, that it is `disposed`, and free its gate slot.
+    TellParent,
+    /// Delete its objects: archive segments, out-of-line entries, blobs, request logs
+    /// ([`object_prefixes`]).
+    DeleteObjects,
+    /// Drop the actor's storage (SQLite and alarm), the mark with it. Always last.
+    DropStorage,
+}
+
+/// Every step, in order.
+pub const STEPS: [Step; 6] = [
+    Step::Stop,
+    Step::Unlist,
+    Step::DisposeChildren,
+    Step::TellParent,
+    Step::DeleteObjects,
+    Step::DropStorage,
+];
+
+/// A deletion in progress: what the session was (enough to authorise a repeated `DELETE` and to
+/// perform the steps without loading it) and how many steps are done.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Deletion {
+    /// The session.
+    pub session_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its owner when it was marked.
+    pub owner: String,
+    /// Its creator.
+    pub created_by: String,
+    /// Its access when it was marked.
+    pub access: Access,
+    /// Its parent, for a child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// Whether it was spawned detached (told to the parent with `disposed`).
+    #[serde(default)]
+    pub detached: bool,
+    /// Its title (told to the parent with `disposed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its newest committed cursor when it was marked.
+    pub cursor: u64,
+    /// What it and its children spent (told to the parent with `disposed`: the parent's budget
+    /// keeps counting it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<Spent>,
+    /// Who asked (a person's `sub`, or `wuhu` when its parent's deletion disposed of it).
+    pub requested_by: String,
+    /// How many of [`STEPS`] are done.
+    pub steps_done: usize,
+}
+
+impl Deletion {
+    /// The step to perform now; `None` once every step is done.
+    #[must_use]
+    pub fn next_step(&self) -> Option<Step> {
+        STEPS.get(self.steps_done).copied()
+    }
+
+    /// Records that `step` is done. A step reported out of order (a repeat after a restart, or
+    /// a step not yet due) changes nothing.
+    pub fn handle_step_done(&mut self, step: Step) {
+        if self.next_step() == Some(step) {
+            self.steps_done += 1;
+        }
+    }
+
+    /// Whether every step is done.
+    pub fn is_done(&self) -> bool {
+        self.next_step().is_none()
+    }
+}
+
+/// One session of a tenant's list, as the forks rule sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeRow {
+    /// The session.
+    pub id: String,
+    /// Its parent, for a child.
+    pub parent_id: Option<String>,
+    /// The session whose history it reads, for a fork.
+    pub forked_from: Option<String>,
+}
+
+/// The forks rule: a session cannot be deleted while a fork outside the sessions the deletion
+/// removes (it and its descendants) reads its history or a descendant's (decision 0013: a fork
+/// copies nothing). Returns those forks, sorted; empty means the deletion may go ahead.
+/// Deleting the forks first (or the fork of a fork first) lifts the refusal.
+pub fn blocking_forks(target: &str, rows: &[TreeRow]) -> Vec<String> {
+    let removed = subtree(target, rows);
+    let mut forks: Vec<String> = rows
+        .iter()
+        .filter(|row| !removed.contains(row.id.as_str()))
+        .filter(|row| {
+            row.forked_from
+                .as_deref()
+                .is_some_and(|from| removed.contains(from))
+        })
+        .map(|row| row.id.clone())
+        .collect();
+    forks.sort();
+    forks.dedup();
+    forks
+}
+
+/// `target` and every session whose chain of parents reaches it (cycle-safe).
+pub fn subtree<'a>(target: &'a str, rows: &'a [TreeRow]) -> BTreeSet<&'a str> {
+    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+    for row in rows {
+        if let Some(parent) = row.parent_id.as_deref() {
+            children.entry(parent).or_default().push(row.id.as_str());
+        }
+    }
+    let mut seen = BTreeSet::from([target]);
+    let mut queue = VecDeque::from([target]);
+    while let Some(id) = queue.pop_front() {
+        for &child in children.get(id).into_iter().flatten() {
+            if seen.insert(child) {
+                queue.push_back(child);
+            }
+        }
+    }
+    seen
+}
+
+/// The object-storage prefixes holding a session's objects: its archive segments
+/// ([`crate::archive::segment_prefix`]), its out-of-line entries
+/// ([`crate::out_of_line::blob_prefix`]), its blobs ([`crate::blobs::session_prefix`]) and its
+/// request logs ([`crate::llm::request_log::session_prefix`]). Nothing else in the bucket is
+/// keyed by session.
+pub fn object_prefixes(tenant: &str, session_id: &str) -> [String; 4] {
+    [
+        crate::archive::segment_prefix(tenant, session_id),
+        crate::out_of_line::blob_prefix(tenant, session_id),
+        crate::blobs::session_prefix(tenant, session_id),
+        crate::llm::request_log::session_prefix(tenant, session_id),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, parent: Option<&str>, forked_from: Option<&str>) -> TreeRow {
+        TreeRow {
+            id: id.into(),
+            parent_id: parent.map(Into::into),
+            forked_from: forked_from.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn forks_rule_table() {
+        // a ─ child b ─ child c; f forks a, g forks c, h forks f; k forks b and is itself
+        // (impossibly, but the rule must not care) a child of a.
+        let rows = [
+            row("a", None, None),
+            row("b", Some("a"), None),
+            row("c", Some("b"), None),
+            row("f", None, Some("a")),
+            row("g", None, Some("c")),
+            row("h", None, Some("f")),
+            row("k", Some("a"), Some("b")),
+            row("x", None, None),
+            // A cycle of parents does not loop forever.
+            row("p", Some("q"), None),
+            row("q", Some("p"), None),
+        ];
+        let cases: &[(&str, &[&str])] = &[
+            // Forks of the session and of its descendants block; a fork inside the deleted tree
+            // does not.
+            ("a", &["f", "g"]),
+            ("b", &["g", "k"]),
+            ("c", &["g"]),
+            // A fork with a fork of its own is blocked by it.
+            ("f", &["h"]),
+            ("g", &[]),
+            ("h", &[]),
+            ("x", &[]),
+            ("p", &[]),
+            // An unknown session (not listed) has no forks.
+            ("zz", &[]),
+        ];
+        for (target, want) in cases {
+            assert_eq!(blocking_forks(target, &rows), *want, "deleting {target}");
+        }
+        assert_eq!(
+            subtree("a", &rows).into_iter().collect::<Vec<_>>(),
+            ["a", "b", "c", "k"]
+        );
+        assert_eq!(
+            subtree("p", &rows).into_iter().collect::<Vec<_>>(),
+            ["p", "q"]
+        );
+    }
+
+    #[test]
+    fn steps_run_in_order_and_storage_goes_last() {
+        let mut deletion = Deletion {
+            session_id: "s".into(),
+            tenant: "t".into(),
+            owner: "alice".into(),
+            created_by: "alice".into(),
+            access: Access::Private,
+            parent_id: None,
+            detached: false,
+            title: None,
+            cursor: 3,
+            spent: None,
+            requested_by: "alice".into(),
+            steps_done: 0,
+        };
+        let mut seen = Vec::new();
+        while let Some(step) = deletion.next_step() {
+            // A repeat of a done step, or a step out of order, changes nothing.
+            deletion.handle_step_done(Step::DropStorage);
+            if step != Step::DropStorage {
+                assert_eq!(deletion.next_step(), Some(step));
+            }
+            if let Some(done) = seen.last() {
+                let before = deletion.clone();
+                deletion.handle_step_done(*done);
+                assert_eq!(deletion, before);
+            }
+            if step == Step::DropStorage {
+                break;
+            }
+            deletion.handle_step_done(step);
+            seen.push(step);
+        }
+        assert!(deletion.is_done());
+        seen.push(Step::DropStorage);
+        assert_eq!(seen, STEPS);
+        // The storage that holds the mark goes last; the session leaves the list before its
+        // children are deleted, and the parent hears of it before its objects go.
+        assert_eq!(STEPS.last(), Some(&Step::DropStorage));
+        let at = |s: Step| STEPS.iter().position(|x| *x == s).unwrap();
+        assert!(at(Step::Stop) < at(Step::DisposeChildren));
+        assert!(at(Step::Unlist) < at(Step::DisposeChildren));
+        assert!(at(Step::TellParent) < at(Step::DeleteObjects));
+        // The stored form (the actor's `deletion` row) reads back.
+        let json = serde_json::to_string(&deletion).unwrap();
+        assert_eq!(serde_json::from_str::<Deletion>(&json).unwrap(), deletion);
+    }
+
+    #[test]
+    fn object_prefixes_cover_every_per_session_key() {
+        let s1 = "11111111-2222-3333-4444-555555555555";
+        let prefixes = object_prefixes("acme", s1);
+        let blob = crate::blobs::new_id(s1, [7; 16]);
+        let keys = [
+            crate::archive::segment_key("acme", s1, 1, 9),
+            crate::out_of_line::blob_key("acme", s1, 7),
+            crate::blobs::object_key("acme", crate::blobs::parse_id(&blob).unwrap()),
+            crate::llm::request_log::object_key("acme", s1, 3, 1_700_000_000_000),
+        ];
+        for key in &keys {
+            assert!(
+                prefixes.iter().any(|p| key.starts_with(p.as_str())),
+                "{key} is under no prefix"
+            );
+        }
+        // No prefix reaches another session's keys (one id a prefix of another).
+        for prefix in &prefixes {
+            assert!(prefix.ends_with('/'), "{prefix}");
+            assert!(prefix.contains(&format!("/{s1}/")), "{prefix}");
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Deleting a session (`DELETE /v1/sessions/:id`, decision 0017) through the real Worker and a
+//! real `wuhu-runner`: deleted at any moment of a turn, nothing of it remains (not in reads,
+//! the list, follow, blobs, nor the objects in local R2) and nothing answers 5xx; its running
+//! command is killed; who may delete; a deleted child is `disposed` to its parent, and a
+//! deleted parent takes its children with it; the forks rule.
+//!
+//! One `wrangler dev` for the file; every test uses its own tenant.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wuhu_core::wire::{ChildLifecycle, ChildStatus, EntryPayload, Message, custom_types};
+use wuhu_e2e::entries::fake_directive;
+use wuhu_e2e::http::Response;
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
+use wuhu_e2e::util::{random_hex, unique_name};
+use wuhu_e2e::{Api, Stack, StackOptions, wait_for};
+
+const TURN: Duration = Duration::from_secs(90);
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        Stack::start_with(StackOptions {
+            fake_delay_ms: Some(0),
+            ..StackOptions::default()
+        })
+    })
+}
+
+fn delete(api: &Api, id: &str) -> Response {
+    api.send(api.request("DELETE", &format!("/v1/sessions/{id}")))
+}
+
+/// Every answer about a deleted session: 404 with a JSON error, never anything else.
+#[track_caller]
+fn assert_gone(api: &Api, id: &str) {
+    for (what, response) in [
+        ("read", api.get(&format!("/v1/sessions/{id}"))),
+        ("stats", api.get(&format!("/v1/sessions/{id}/stats"))),
+        ("usage", api.get(&format!("/v1/sessions/{id}/usage"))),
+        (
+            "follow",
+            api.get(&format!("/v1/sessions/{id}/follow?timeoutSeconds=2")),
+        ),
+        (
+            "prompt",
+            api.post(
+                &format!("/v1/sessions/{id}/enqueue"),
+                &json!({"content": "anyone there?"}),
+            ),
+        ),
+        (
+            "fork",
+            api.post(&format!("/v1/sessions/{id}/fork"), &json!({"atCursor": 1})),
+        ),
+        ("delete again", delete(api, id)),
+    ] {
+        assert_eq!(response.status, 404, "{what} of deleted {id}: {response}");
+        assert_eq!(
+            response.json()["error"]["code"],
+            "not_found",
+            "{what}: {response}"
+        );
+    }
+    let listed = api.list_sessions("limit=200");
+    assert!(
+        listed.sessions.iter().all(|s| s.id != id),
+        "{id} is still listed"
+    );
+}
+
+/// Files of local R2 holding object bodies (not its SQLite metadata, whose freed pages may keep
+/// old bytes).
+fn r2_bodies(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(read) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in read.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_string_lossy().contains("/r2/")
+                && path.extension().is_none_or(|e| e != "sqlite")
+            {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// The R2 object bodies that contain `needle`.
+fn r2_objects_with(needle: &str) -> Vec<PathBuf> {
+    r2_bodies(stack().persist_dir())
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(p)
+                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// Whether a process whose command line contains `needle` runs.
+fn process_running(needle: &str) -> bool {
+    let Ok(read) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    read.flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+            cmdline
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+        })
+    })
+}
+
+/// Deleted at every moment of a turn (before it starts, while the reply streams, while its
+/// command runs on the runner): the deletion is acknowledged (204), nothing of
+/// the session answers but 404, the running command is killed, and none of its objects (archive
+/// segments, blobs) is left in R2. The invariant is checked for each moment, not one example.
+#[test]
+fn nothing_of_a_session_remains_whenever_it_is_deleted() {
+    let tenant = unique_name("del-moments");
+    let api = stack().client("ana", &tenant);
+    let dir = TempDir::new("wuhu-e2e-deletion");
+    let work = dir.mkdir("work");
+    let _runner = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac")
+            .workspaces_root(dir.mkdir("workspaces"))
+            .env("work", &work),
+    );
+    let survivor = api.create_fake_session().id;
+    // Moment k: delete after the k-th event of the second turn's follow stream (0: at once;
+    // a large k: after the turn ended).
+    for moment in [0usize, 1, 2, 4, 6, 9, 1000] {
+        let mark = format!("MARK{}", random_hex(8));
+        let id = api.create_fake_session().id;
+        let attached = api.run_tool(&id, "request_environment", json!({"spec": "work"}), TURN);
+        assert!(!attached.is_error, "{}", attached.content);
+        // A long output: a blob in R2; the turn's end flushes the transcript to R2.
+        let turn = ToolTurn::start(
+            &api,
+            &id,
+            &[(
+                "bash",
+                json!({"command": format!("seq -f '{mark}-%08g' 1 40000")}),
+            )],
+        );
+        let (results, _) = turn.finish(&api, TURN);
+        let blob = results[0].blobs.first().expect("a blob").uri.clone();
+        let blob_id = blob.strip_prefix("wuhu://blob/").unwrap().to_string();
+        assert_eq!(api.get(&format!("/v1/blobs/{blob_id}")).status, 200);
+        wait_for("the archive and the blob in R2", TURN, || {
+            (r2_objects_with(&mark).len() >= 2).then_some(())
+        });
+
+        // The second turn: a slowly streamed reply, then a command that runs until killed.
+        let sleeper = format!("3600.{}", 1000 + moment);
+        let mut follow = api.follow(&id, "");
+        let content = fake_directive(&json!({
+            "reply": format!("{mark} thinking about it for a while"),
+            "chunks": 6,
+            "delayMs": 150,
+            "toolCalls": [{"name": "bash", "arguments": {"command": format!("sleep {sleeper}")}}],
+            "afterTools": "slept",
+        }));
+        api.enqueue(&id, "followUp", &content);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen = 0;
+        while seen < moment {
+            match follow.next_event(deadline) {
+                Ok(Some(_)) => seen += 1,
+                _ => break,
+            }
+        }
+        if moment == 1000 {
+            // After the turn: only when the command runs can it be seen killed.
+            wait_for("the command runs", TURN, || {
+                process_running(&sleeper).then_some(())
+            });
+        }
+
+        let response = delete(&api, &id);
+        assert_eq!(response.status, 204, "moment {moment}: {response}");
+        // The follower is told, and its stream ends.
+        let rest = follow.collect_to_end(Duration::from_secs(10));
+        let last = rest.last().map(|e| (e.event.clone(), e.data.clone()));
+        assert!(
+            last.as_ref()
+                .is_some_and(|(event, data)| event == "error"
+                    && data["message"] == "the session was deleted"),
+            "moment {moment}: the stream ended with {last:?}"
+        );
+        assert_gone(&api, &id);
+        assert_eq!(
+            api.get(&format!("/v1/blobs/{blob_id}")).status,
+            404,
+            "moment {moment}: the blob is still served"
+        );
+        wait_for("the command killed", Duration::from_secs(30), || {
+            (!process_running(&sleeper)).then_some(())
+        });
+        let left = wait_for_value("no object of the session in R2", || {
+            let left = r2_objects_with(&mark);
+            left.is_empty().then_some(()).ok_or(left)
+        });
+        assert!(
+            left.is_ok(),
+            "moment {moment}: objects left in R2: {left:?}"
+        );
+    }
+    // Another session of the tenant is untouched.
+    assert_eq!(api.get(&format!("/v1/sessions/{survivor}")).status, 200);
+}
+
+/// Polls `probe` until it is `Ok` or 20 s passed; the last `Err` otherwise.
+fn wait_for_value<E>(_what: &str, mut probe: impl FnMut() -> Result<(), E>) -> Result<(), E> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match probe() {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// Only the owner or an admin deletes; others get what they get for any action they may not
+/// do (404 when they cannot read it, 403 when they can), and the session survives.
+#[test]
+fn only_the_owner_or_an_admin_deletes() {
+    let stack = stack();
+    let tenant = unique_name("del-who");
+    let alice = stack.client("alice", &tenant);
+    let bob = stack.client("bob", &tenant);
+    let root = stack.admin_client("root", &tenant);
+    let mallory = stack.client("alice", &unique_name("other"));
+
+    let id = alice.create_fake_session().id;
+    for (who, api) in [("bob", &bob), ("another tenant", &mallory)] {
+        let response = delete(api, &id);
+        assert_eq!(response.status, 404, "{who}: {response}");
+        assert_eq!(response.json()["error"]["code"], "not_found");
+    }
+    // Bob can read a tenant session, but not delete it.
+    alice
+        .patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}))
+        .expect_status(200);
+    let response = delete(&bob, &id);
+    assert_eq!(response.status, 403, "{response}");
+    assert_eq!(response.json()["error"]["code"], "forbidden");
+    assert_eq!(alice.get(&format!("/v1/sessions/{id}")).status, 200);
+    assert_eq!(bob.get(&format!("/v1/sessions/{id}")).status, 200);
+
+    // An admin may.
+    assert_eq!(delete(&root, &id).status, 204);
+    assert_gone(&alice, &id);
+    assert_gone(&root, &id);
+
+    // The owner may; an unknown or malformed id is a JSON 404.
+    let own = bob.create_fake_session().id;
+    assert_eq!(delete(&bob, &own).status, 204);
+    assert_gone(&bob, &own);
+    for unknown in ["00000000-0000-4000-8000-000000000000", "not-a-session"] {
+        let response = delete(&bob, unknown);
+        assert_eq!(response.status, 404, "{response}");
+        assert_eq!(response.json()["error"]["code"], "not_found");
+    }
+}
+
+fn child_statuses(entries: &[wuhu_core::wire::Entry]) -> Vec<ChildStatus> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EntryPayload::Message {
+                message:
+                    Message::CustomMessage {
+                        custom_type,
+                        details: Some(details),
+                        ..
+                    },
+            } if custom_type == custom_types::CHILD_STATUS => {
+                serde_json::from_value(details.clone()).ok()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn spawn_child(api: &Api, parent: &str, title: &str) -> String {
+    let content = fake_directive(&json!({
+        "toolCalls": [{"name": "spawn_session", "arguments": {"task": "say hi", "title": title}}],
+        "afterTools": format!("spawned {title}"),
+    }));
+    api.enqueue(parent, "followUp", &content);
+    wait_for("the child idle and the parent idle", TURN, || {
+        let page = api.session(parent);
+        let child = page
+            .children
+            .iter()
+            .find(|c| c.title.as_deref() == Some(title))?;
+        (child.lifecycle.is_settled() && page.session.status == wuhu_core::wire::Status::Idle)
+            .then(|| child.id.clone())
+    })
+}
+
+/// A deleted child is `disposed` to its parent (a `custom_message` on its `system` lane, a
+/// `child_status` to its followers, its record); a deleted parent takes its children with it.
+#[test]
+fn a_deleted_child_is_disposed_to_its_parent_and_a_deleted_parent_takes_its_children() {
+    let tenant = unique_name("del-tree");
+    let api = stack().client("ana", &tenant);
+    let parent = api.create_fake_session().id;
+    let first = spawn_child(&api, &parent, "first");
+    let mut follow = api.follow(&parent, "");
+
+    assert_eq!(delete(&api, &first).status, 204);
+    assert_gone(&api, &first);
+    follow.collect_until(TURN, |event| {
+        event.event == "child_status"
+            && event.data["child"]["id"] == first.as_str()
+            && event.data["child"]["state"] == "disposed"
+    });
+    let entries = api.wait_transcript(&parent, "the disposed message", TURN, |entries| {
+        child_statuses(entries)
+            .iter()
+            .any(|s| s.id == first && s.lifecycle == ChildLifecycle::Disposed)
+    });
+    assert!(child_statuses(&entries).iter().any(|s| s.id == first
+        && s.lifecycle == ChildLifecycle::Disposed
+        && s.title.as_deref() == Some("first")));
+    let recorded = api.session(&parent).children;
+    assert!(
+        recorded
+            .iter()
+            .any(|c| c.id == first && c.lifecycle == ChildLifecycle::Disposed),
+        "{recorded:?}"
+    );
+
+    // The parent with a child of its own (and a grandchild): all of them go.
+    let second = spawn_child(&api, &parent, "second");
+    let grandchild = spawn_child(&api, &second, "grandchild");
+    assert_eq!(delete(&api, &parent).status, 204);
+    for id in [&parent, &second, &grandchild] {
+        assert_gone(&api, id);
+    }
+}
+
+/// A session whose history a fork reads cannot be deleted (409 `has_forks`, naming the fork)
+/// until the fork is; a fork itself is deleted like any session, its history untouched.
+#[test]
+fn a_forked_session_is_refused_until_its_forks_are_deleted() {
+    let tenant = unique_name("del-forks");
+    let api = stack().client("ana", &tenant);
+    let id = api.create_fake_session().id;
+    api.enqueue(&id, "followUp", "remember the tulips");
+    api.wait_idle(&id, TURN);
+    let fork: Value = api
+        .post(&format!("/v1/sessions/{id}/fork"), &json!({"atCursor": 2}))
+        .expect_status(201)
+        .json();
+    let fork_id = fork["id"].as_str().unwrap().to_string();
+
+    let refused = delete(&api, &id);
+    assert_eq!(refused.status, 409, "{refused}");
+    let error = &refused.json()["error"];
+    assert_eq!(error["code"], "has_forks");
+    assert_eq!(error["forks"], json!([fork_id]));
+    assert!(error["message"].as_str().unwrap().contains(&fork_id));
+    // Nothing was deleted: both read as before.
+    assert_eq!(api.get(&format!("/v1/sessions/{id}")).status, 200);
+    assert!(api.transcript(&fork_id).len() >= 2);
+
+    // The fork of a fork blocks the fork in turn.
+    let fork_of_fork: Value = api
+        .post(
+            &format!("/v1/sessions/{fork_id}/fork"),
+            &json!({"atCursor": 1}),
+        )
+        .expect_status(201)
+        .json();
+    let fork_of_fork = fork_of_fork["id"].as_str().unwrap().to_string();
+    let refused = delete(&api, &fork_id);
+    assert_eq!(refused.status, 409, "{refused}");
+    assert_eq!(refused.json()["error"]["forks"], json!([fork_of_fork]));
+
+    for gone in [&fork_of_fork, &fork_id, &id] {
+        assert_eq!(delete(&api, gone).status, 204);
+        assert_gone(&api, gone);
+    }
+}

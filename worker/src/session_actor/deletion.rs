@@ -1,0 +1,416 @@
+//! Deleting the session (`DELETE /v1/sessions/:id` from the router, `POST /dispose` from a
+//! parent's deletion; decision 0017). The rules (who may, the forks rule, the steps and their
+//! order) are `wuhu_core::deletion`; this module stores the mark and performs the steps.
+//!
+//! The mark (the `deletion` table, one row) is written before anything is deleted and is the
+//! acknowledgement: from then on the session answers 404 to everything but `DELETE`, and the
+//! steps run (in the request, and again from the alarm until they are all done). The last step
+//! drops this actor's storage, the mark with it.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use wasm_bindgen_futures::spawn_local;
+use worker::{Delay, Request, Response, SqlStorage};
+use wuhu_core::authority::{self, SessionAction, SessionFacts, Verdict};
+use wuhu_core::deletion::{self, Deletion, MAX_FORKS_NAMED, Step};
+use wuhu_core::session::Millis;
+use wuhu_core::wire::runner::jobs::KILL_TOOL;
+use wuhu_core::wire::{ChildLifecycle, ChildStatus};
+
+use super::{Actor, now};
+use crate::auth::Identity;
+use crate::http::{ApiError, ApiResult, json_response};
+use crate::runner_calls::cancel_on_runner;
+use crate::{runner_client, session_client, tenant_index};
+
+/// The alarm's retry of a deletion whose step failed (also the backstop armed with the mark).
+const RETRY_MS: u64 = 10_000;
+/// Object listing pages deleted per prefix in one run (1,000 keys each); more is left to the
+/// next run (the alarm).
+const MAX_PAGES_PER_PREFIX: usize = 50;
+/// How long the objects step waits for a write or an archive flush that was under way when the
+/// session was marked (it retries from the alarm after that).
+const WRITES_SETTLE: Duration = Duration::from_secs(10);
+
+/// The `deletion` table: the mark, one JSON row.
+pub(crate) struct DeletionStore {
+    sql: SqlStorage,
+}
+
+#[derive(Deserialize)]
+struct MarkRow {
+    state: String,
+}
+
+impl DeletionStore {
+    pub(crate) fn open(sql: SqlStorage) -> worker::Result<DeletionStore> {
+        sql.exec(
+            "CREATE TABLE IF NOT EXISTS deletion (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
+            None,
+        )?;
+        Ok(DeletionStore { sql })
+    }
+
+    fn load(&self) -> worker::Result<Option<Deletion>> {
+        let rows: Vec<MarkRow> = self
+            .sql
+            .exec("SELECT state FROM deletion WHERE k = 0", None)?
+            .to_array()?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| serde_json::from_str(&r.state).ok()))
+    }
+
+    fn save(&self, deletion: &Deletion) -> ApiResult<()> {
+        let json =
+            serde_json::to_string(deletion).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.sql.exec(
+            "INSERT INTO deletion (k, state) VALUES (0, ?) ON CONFLICT(k) DO UPDATE SET state = excluded.state",
+            vec![json.into()],
+        )?;
+        Ok(())
+    }
+}
+
+impl Actor {
+    fn deletion_store(&self) -> ApiResult<&DeletionStore> {
+        self.deletion_store
+            .as_ref()
+            .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))
+    }
+
+    /// The deletion in progress, if the session is marked.
+    pub(super) fn deletion_mark(&self) -> ApiResult<Option<Deletion>> {
+        // Dropped storage has no tables left to read.
+        if self.storage_dropped.get() {
+            return Ok(None);
+        }
+        Ok(self.deletion_store()?.load()?)
+    }
+
+    /// Before a session is created in an actor whose storage a deletion dropped in this
+    /// isolate (an id derived from a chat thread, created again): the tables come back, empty.
+    pub(super) fn recreate_tables(&self) -> ApiResult<()> {
+        if !self.storage_dropped.replace(false) {
+            return Ok(());
+        }
+        let sql = self.state.storage().sql();
+        self.store()?.recreate()?;
+        super::approvals::ApprovalStore::open(sql.clone())?;
+        super::children::ChildStore::open(sql.clone())?;
+        crate::runner_calls::RunnerCalls::open(sql.clone());
+        super::jobs::JobStore::open(sql.clone())?;
+        DeletionStore::open(sql)?;
+        Ok(())
+    }
+
+    /// `DELETE /delete` (from the router: the caller must be the owner or an admin) and
+    /// `POST /dispose` (`internal`: a parent's deletion). Answers 204 once every step is done,
+    /// 202 when one failed or another request is performing them (the alarm finishes), 404 when
+    /// there is nothing (left) to delete, 409 `has_forks` when the forks rule refuses.
+    pub(super) async fn delete_route(
+        self: &Rc<Self>,
+        req: &Request,
+        internal: bool,
+    ) -> ApiResult<Response> {
+        let identity = if internal {
+            None
+        } else {
+            Some(Identity::from_headers(req)?)
+        };
+        if let Some(marked) = self.deletion_mark()? {
+            // Already marked: whoever may delete it sees the deletion go on.
+            if let Some(identity) = &identity {
+                let facts = SessionFacts {
+                    owner: &marked.owner,
+                    created_by: &marked.created_by,
+                    access: marked.access,
+                };
+                check(authority::session_allows(
+                    &identity.principal(),
+                    facts,
+                    SessionAction::Delete,
+                ))?;
+            }
+        } else {
+            if !self.ensure_loaded()? {
+                return Err(ApiError::not_found("session not found"));
+            }
+            if let Some(identity) = &identity {
+                let principal = identity.principal();
+                let verdict = self.with_loaded(|l| {
+                    let facts = SessionFacts {
+                        owner: l.session.owner().unwrap_or(&l.meta.created_by),
+                        created_by: &l.meta.created_by,
+                        access: l.meta.access,
+                    };
+                    authority::session_allows(&principal, facts, SessionAction::Delete)
+                });
+                check(verdict.unwrap_or(Verdict::Hidden))?;
+            }
+            let (tenant, id) = (self.tenant(), self.session_id());
+            // A parent's deletion checked the forks of its whole tree.
+            if !internal {
+                let rows = tenant_index::tree(&self.env, &tenant).await?;
+                let forks = deletion::blocking_forks(&id, &rows);
+                if !forks.is_empty() {
+                    return Ok(has_forks(&forks));
+                }
+            }
+            // A concurrent request may have marked it during the await.
+            if self.deletion_mark()?.is_none() {
+                let requested_by = identity.as_ref().map_or("wuhu", |i| i.sub.as_str());
+                self.mark(requested_by)?;
+            }
+        }
+        if self.finish_deletion().await {
+            Ok(Response::empty()?.with_status(204))
+        } else {
+            Ok(Response::empty()?.with_status(202))
+        }
+    }
+
+    /// Writes the mark and hides the session: nothing of it is read, written or streamed again.
+    fn mark(self: &Rc<Self>, requested_by: &str) -> ApiResult<()> {
+        let cursor = self.committed_cursor();
+        let deletion = self
+            .with_loaded(|l| Deletion {
+                session_id: l.meta.id.clone(),
+                tenant: l.meta.tenant.clone(),
+                owner: l.session.owner().unwrap_or(&l.meta.created_by).to_string(),
+                created_by: l.meta.created_by.clone(),
+                access: l.meta.access,
+                parent_id: l.meta.lineage.parent_id.clone(),
+                detached: l.meta.lineage.detached,
+                title: l.meta.title.clone(),
+                cursor,
+                spent: Some(l.session.total_spent()),
+                requested_by: requested_by.to_string(),
+                steps_done: 0,
+            })
+            .ok_or_else(|| ApiError::not_found("session not found"))?;
+        self.deletion_store()?.save(&deletion)?;
+        worker::console_log!(
+            "deleting session {} of {} (asked by {requested_by})",
+            deletion.session_id,
+            deletion.tenant
+        );
+        self.hide();
+        // The backstop: a deletion interrupted here finishes from the alarm.
+        self.arm_alarm(Millis(now().0 + RETRY_MS));
+        Ok(())
+    }
+
+    /// Drops the session from memory and refuses every later write of this isolate; ends the
+    /// follow streams; fails the writes that waited.
+    fn hide(&self) {
+        self.deleting.set(true);
+        *self.loaded.borrow_mut() = None;
+        *self.tail.borrow_mut() = None;
+        self.unarchived.set(None);
+        for batch in self.pending_writes.borrow_mut().drain(..) {
+            if let Some(done) = batch.done {
+                let _ = done.send(Err(ApiError::not_found("session not found")));
+            }
+        }
+        self.followers.borrow_mut().end_deleted();
+    }
+
+    /// Performs the steps left. Returns whether the deletion is finished; `false` when a step
+    /// failed (the alarm retries) or another request is performing them.
+    pub(super) async fn finish_deletion(self: &Rc<Self>) -> bool {
+        if self.deletion_running.replace(true) {
+            return false;
+        }
+        let result = self.run_steps().await;
+        self.deletion_running.set(false);
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                worker::console_error!("a deletion step failed (retried): {}", e.message);
+                self.alarm_armed_for.set(None);
+                self.arm_alarm(Millis(now().0 + RETRY_MS));
+                false
+            }
+        }
+    }
+
+    async fn run_steps(self: &Rc<Self>) -> ApiResult<()> {
+        loop {
+            let Some(mut deletion) = self.deletion_mark()? else {
+                return Ok(());
+            };
+            let Some(step) = deletion.next_step() else {
+                return Ok(());
+            };
+            self.perform_step(&deletion, step).await?;
+            if step == Step::DropStorage {
+                return Ok(());
+            }
+            deletion.handle_step_done(step);
+            self.deletion_store()?.save(&deletion)?;
+        }
+    }
+
+    async fn perform_step(self: &Rc<Self>, deletion: &Deletion, step: Step) -> ApiResult<()> {
+        let (env, tenant, id) = (&self.env, &deletion.tenant, &deletion.session_id);
+        match step {
+            Step::Stop => {
+                // After a restart the mark is all there is: hide again.
+                self.hide();
+                self.tasks.abort_all();
+                self.approval_waiters.borrow_mut().clear();
+                let mut calls = self.runner_calls.take_all();
+                calls.extend(self.runner_calls.orphans());
+                for call in calls {
+                    spawn_local(cancel_on_runner(
+                        env.clone(),
+                        tenant.clone(),
+                        self.runner_calls.clone(),
+                        call,
+                    ));
+                }
+                // Background jobs are killed; one whose runner is away ends with that runner's
+                // process.
+                let running = self
+                    .job_store
+                    .as_ref()
+                    .map(|s| s.list())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|r| !r.state.is_finished());
+                for record in running {
+                    if let Err(e) =
+                        runner_client::ask_job(env, tenant, &deletion.owner, id, &record, KILL_TOOL)
+                            .await
+                    {
+                        worker::console_error!(
+                            "killing job {} of a deleted session failed: {}",
+                            record.job_id,
+                            e.message
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Step::Unlist => tenant_index::remove(env, tenant, id).await,
+            Step::DisposeChildren => {
+                let children = self.children_list();
+                let disposals = children.iter().map(|child| async move {
+                    match session_client::dispose(env, tenant, &child.id).await {
+                        Err(e) if e.status != 404 => Err(e),
+                        _ => Ok(()),
+                    }
+                });
+                futures::future::join_all(disposals)
+                    .await
+                    .into_iter()
+                    .collect::<ApiResult<Vec<()>>>()
+                    .map(|_| ())
+            }
+            Step::TellParent => {
+                let Some(parent) = &deletion.parent_id else {
+                    return Ok(());
+                };
+                let status = ChildStatus {
+                    id: id.clone(),
+                    title: deletion.title.clone(),
+                    detached: deletion.detached,
+                    lifecycle: ChildLifecycle::Disposed,
+                    cursor: deletion.cursor,
+                    spent: deletion.spent,
+                };
+                match session_client::child_event(env, tenant, parent, &status).await {
+                    // The parent is gone (or being deleted): nobody to tell.
+                    Err(e) if e.status != 404 => return Err(e),
+                    _ => {}
+                }
+                let granted = tenant_index::gate_release(env, tenant, id).await?;
+                session_client::start_granted(env, tenant, granted).await;
+                Ok(())
+            }
+            Step::DeleteObjects => {
+                let deadline = now().0 + WRITES_SETTLE.as_millis() as u64;
+                while self.writing.get() || self.flushing.get() {
+                    if now().0 > deadline {
+                        return Err(ApiError::new(
+                            503,
+                            "unavailable",
+                            "a write of the deleted session is still under way",
+                        ));
+                    }
+                    Delay::from(Duration::from_millis(100)).await;
+                }
+                let bucket = env.bucket("ARCHIVE")?;
+                for prefix in deletion::object_prefixes(tenant, id) {
+                    delete_prefix(&bucket, &prefix).await?;
+                }
+                Ok(())
+            }
+            Step::DropStorage => {
+                let storage = self.state.storage();
+                storage.delete_alarm().await?;
+                storage.delete_all().await?;
+                self.storage_dropped.set(true);
+                self.alarm_armed_for.set(None);
+                self.attachments.borrow_mut().clear();
+                self.validated.borrow_mut().clear();
+                self.committed_cursor.set(0);
+                worker::console_log!("deleted session {id} of {tenant}");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Deletes every object under `prefix`, a listing page at a time.
+async fn delete_prefix(bucket: &worker::Bucket, prefix: &str) -> ApiResult<()> {
+    for _ in 0..MAX_PAGES_PER_PREFIX {
+        let page = bucket.list().prefix(prefix).limit(1000).execute().await?;
+        let keys: Vec<String> = page.objects().iter().map(|o| o.key()).collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        bucket.delete_multiple(keys).await?;
+    }
+    Err(ApiError::new(
+        503,
+        "unavailable",
+        format!("more objects under {prefix} remain"),
+    ))
+}
+
+fn check(verdict: Verdict) -> ApiResult<()> {
+    match verdict {
+        Verdict::Allow => Ok(()),
+        Verdict::Hidden => Err(ApiError::not_found("session not found")),
+        Verdict::Forbidden => Err(ApiError::new(
+            403,
+            "forbidden",
+            "only the session's owner or an admin may delete it",
+        )),
+    }
+}
+
+/// `409 has_forks`: the forks rule refused; names the forks (at most [`MAX_FORKS_NAMED`]).
+fn has_forks(forks: &[String]) -> Response {
+    let named: Vec<&String> = forks.iter().take(MAX_FORKS_NAMED).collect();
+    json_response(
+        409,
+        &serde_json::json!({
+            "error": {
+                "code": "has_forks",
+                "message": format!(
+                    "{} fork(s) read this session's history: delete them first ({})",
+                    forks.len(),
+                    named.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                "forks": named,
+                "count": forks.len(),
+            }
+        }),
+    )
+}
