@@ -177,6 +177,11 @@ pub enum SessionsCommand {
         /// New title.
         title: String,
     },
+    /// Delete a session, its children and everything stored for it (its owner or an admin).
+    Rm {
+        /// Session id.
+        id: String,
+    },
 }
 
 /// Fields of an environment definition, for `add` and `edit`.
@@ -798,6 +803,16 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                 print_json(&cancelled);
             } else {
                 println!("cancelled {}", cancelled.id);
+            }
+        }
+        SessionsCommand::Rm { id } => {
+            let finished = client.delete_session(&id).await?;
+            if global.json {
+                print_json(&json!({"deleted": id, "finished": finished}));
+            } else if finished {
+                println!("deleted {id}");
+            } else {
+                println!("deleting {id} (it finishes in the background)");
             }
         }
         SessionsCommand::Rename { id, title } => {

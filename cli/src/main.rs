@@ -95,7 +95,7 @@ pub enum Command {
     Whoami,
     /// Chat with a session in the terminal (a new one when SESSION is absent).
     Chat(chat::ChatArgs),
-    /// Sessions: list, create, show, follow, send, stop, cancel, rename.
+    /// Sessions: list, create, show, follow, send, stop, cancel, rename, rm.
     #[command(subcommand)]
     Sessions(commands::SessionsCommand),
     /// Environment definitions.

@@ -374,6 +374,27 @@ impl Client {
             .await
     }
 
+    /// `DELETE /v1/sessions/:id`: deletes the session, its children and everything stored for
+    /// it (its owner or an admin). `true` when the deletion is finished (`204`), `false` when it
+    /// finishes in the background (`202`: `DELETE` again answers `404` once it is done).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `403`, `404`, `409 has_forks` (the message names the forks).
+    pub async fn delete_session(&self, id: &str) -> Result<bool, Error> {
+        let response = self
+            .request(Method::DELETE, self.url(["v1", "sessions", id]))
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(Error::Transport)?;
+        if !(200..300).contains(&status) {
+            return Err(api_error(status, &bytes));
+        }
+        Ok(status != 202)
+    }
+
     /// `GET /v1/sessions/:id/stats`: storage use of the session's actor.
     ///
     /// # Errors

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wuhu_core::wire::{ChildLifecycle, ChildStatus, EntryPayload, Message, custom_types};
+use wuhu_e2e::cli::{Wuhu, wuhu_bin};
 use wuhu_e2e::entries::fake_directive;
 use wuhu_e2e::http::Response;
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
@@ -23,6 +24,8 @@ const TURN: Duration = Duration::from_secs(90);
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
     STACK.get_or_init(|| {
+        // Built before the stack starts, so a slow build does not eat a test's deadlines.
+        wuhu_bin();
         Stack::start_with(StackOptions {
             fake_delay_ms: Some(0),
             ..StackOptions::default()
@@ -394,4 +397,49 @@ fn a_forked_session_is_refused_until_its_forks_are_deleted() {
         assert_eq!(delete(&api, gone).status, 204);
         assert_gone(&api, gone);
     }
+}
+
+/// `wuhu sessions rm ID`: deletes (exit 0, `--json` `{"deleted","finished":true}`); the exit
+/// codes of the refusals: 2 for someone who sees it but may not, 3 for a session that is not
+/// there (also the second time), 4 with `has_forks` for a forked one.
+#[test]
+fn the_cli_deletes_with_rm() {
+    let stack = stack();
+    let tenant = unique_name("del-cli");
+    let cli = |sub: &str| {
+        Wuhu::new()
+            .env("WUHU_SERVER", &stack.base_url())
+            .env("WUHU_TOKEN", &stack.user_token(sub, &tenant))
+    };
+    let api = stack.client("ana", &tenant);
+    let id = api.create_fake_session().id;
+    api.patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}))
+        .expect_status(200);
+
+    let refused = cli("bo").run(&["--json", "sessions", "rm", &id]);
+    assert_eq!(refused.code(), 2, "{refused:?}");
+    assert_eq!(refused.error_json()["error"]["code"], "forbidden");
+
+    let fork: Value = api
+        .post(&format!("/v1/sessions/{id}/fork"), &json!({"atCursor": 1}))
+        .expect_status(201)
+        .json();
+    let fork_id = fork["id"].as_str().unwrap();
+    let forked = cli("ana").run(&["sessions", "rm", &id]);
+    assert_eq!(forked.code(), 4, "{forked:?}");
+    assert!(
+        forked.stderr.contains("has_forks") && forked.stderr.contains(fork_id),
+        "{forked:?}"
+    );
+
+    let deleted = cli("ana").run(&["--json", "sessions", "rm", fork_id]).ok();
+    assert_eq!(
+        deleted.json(),
+        json!({"deleted": fork_id, "finished": true})
+    );
+    let deleted = cli("ana").run(&["sessions", "rm", &id]).ok();
+    assert_eq!(deleted.stdout.trim(), format!("deleted {id}"));
+    assert_gone(&api, &id);
+    let again = cli("ana").run(&["sessions", "rm", &id]);
+    assert_eq!(again.code(), 3, "{again:?}");
 }
