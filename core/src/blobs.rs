@@ -405,11 +405,52 @@ pub fn accept_upload(
             claimed.uri
         ));
     }
+    let media_type = normalize_media_type(media_type);
     Ok(BlobRef {
         uri: claimed.uri.clone(),
         size,
-        media_type: normalize_media_type(media_type).to_string(),
-        preview: claimed.preview.as_deref().map(preview),
+        media_type: media_type.to_string(),
+        // A preview is text; the pixel size is read from the stored bytes ([`accept_image`]).
+        preview: (!is_image(media_type))
+            .then(|| claimed.preview.as_deref().map(preview))
+            .flatten(),
+        width: None,
+        height: None,
+    })
+}
+
+/// Checks an accepted blob stored with an image media type against the head of its stored
+/// bytes (`head`: at most [`crate::images::HEADER_BYTES`]): the magic bytes must say the same
+/// media type and the size must be within [`crate::images::MAX_IMAGE_BYTES`]; the width and
+/// height are what the stored header says, never what the runner claimed. Other blobs pass
+/// unchanged.
+///
+/// # Errors
+/// A message for the tool result: the reference is dropped.
+pub fn accept_image(blob: BlobRef, head: &[u8]) -> Result<BlobRef, String> {
+    if !is_image(&blob.media_type) {
+        return Ok(blob);
+    }
+    let Some(info) = crate::images::inspect(head).filter(|i| i.media_type == blob.media_type)
+    else {
+        return Err(format!(
+            "{} is stored as {} but its bytes are not one",
+            blob.uri, blob.media_type
+        ));
+    };
+    if blob.size > crate::images::MAX_IMAGE_BYTES {
+        return Err(format!(
+            "{} has {} bytes, over the {} byte limit for images",
+            blob.uri,
+            blob.size,
+            crate::images::MAX_IMAGE_BYTES
+        ));
+    }
+    Ok(BlobRef {
+        width: info.width,
+        height: info.height,
+        preview: None,
+        ..blob
     })
 }
 

@@ -24,6 +24,7 @@
 //! * [`browser`]: cross-site checks for cookie credentials, CORS.
 //! * [`orchestration`]: child sessions: lineage, recursion guard, lifecycle, concurrency gate.
 //! * [`jobs`]: background jobs: how a session concludes a job ended (or failed when its runner went away).
+//! * [`images`]: image blobs: media type by magic bytes, pixel size, bounds.
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
 //! * [`tenant_usage`]: usage of a whole tenant: session reports, hourly rows, grouped queries.
 #![warn(missing_docs, unreachable_pub)]
@@ -43,6 +44,7 @@ pub mod egress;
 pub mod environments;
 pub mod follow;
 pub mod hub;
+pub mod images;
 pub mod jobs;
 pub mod llm;
 #[cfg(test)]

@@ -1,11 +1,14 @@
 //! Uploading a call's output that is too long for the transcript straight to storage, with the
 //! upload URL the server issued for the call (`tool_call.upload`), instead of sending it over
-//! the WebSocket. The rules (URL resolution, the note, the limits) are `wuhu_core::blobs`.
+//! the WebSocket; and images a `read` found, as image blobs. The rules (URL resolution, the
+//! note, the limits, what bytes are an image) are `wuhu_core::blobs` and `wuhu_core::images`.
 
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::io::AsyncReadExt;
 use wuhu_core::blobs::{self, BlobRef};
+use wuhu_core::images;
 use wuhu_core::wire::runner::UploadSlot;
 
 use crate::tools::ToolOutput;
@@ -52,6 +55,87 @@ pub async fn offload_output(
     }
 }
 
+/// When `output` is a `read` of an image (`details.image` names the file), uploads the image
+/// to `slot` as an image blob and makes the result refer to it; the file is read again and
+/// checked again (by its bytes, within [`images::MAX_IMAGE_BYTES`]). Without a slot, or when
+/// the upload fails, the result is a tool error saying why: an image is never sent as text.
+pub async fn attach_image(
+    server: &str,
+    slot: Option<&UploadSlot>,
+    output: &mut ToolOutput,
+) -> Vec<BlobRef> {
+    let Some(Value::Object(image)) = output.details.as_mut().and_then(|d| d.get_mut("image"))
+    else {
+        return Vec::new();
+    };
+    let path = match image.remove("path") {
+        Some(Value::String(path)) => path,
+        _ => return Vec::new(),
+    };
+    let shown = image
+        .get("shown")
+        .and_then(Value::as_str)
+        .unwrap_or(&path)
+        .to_string();
+    match upload_image(server, slot, &path, &shown).await {
+        Ok(blob) => {
+            output.content = images::describe(
+                &shown,
+                &blob.uri,
+                &blob.media_type,
+                blob.size,
+                blob.width,
+                blob.height,
+            );
+            image.insert("blob".into(), Value::String(blob.uri.clone()));
+            if let (Some(w), Some(h)) = (blob.width, blob.height) {
+                image.insert("width".into(), w.into());
+                image.insert("height".into(), h.into());
+            }
+            vec![blob]
+        }
+        Err(problem) => {
+            *output = ToolOutput::error(problem);
+            Vec::new()
+        }
+    }
+}
+
+async fn upload_image(
+    server: &str,
+    slot: Option<&UploadSlot>,
+    path: &str,
+    shown: &str,
+) -> Result<BlobRef, String> {
+    let Some(slot) = slot else {
+        return Err(format!(
+            "{shown} is an image, and the server issued no upload URL for this call to attach it"
+        ));
+    };
+    // One byte over the limit is enough to refuse.
+    let mut bytes = Vec::new();
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| format!("reading {shown} failed: {e}"))?;
+    file.take(images::MAX_IMAGE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| format!("reading {shown} failed: {e}"))?;
+    let info = images::inspect(&bytes[..bytes.len().min(images::HEADER_BYTES)])
+        .ok_or_else(|| format!("{shown} changed while it was read: it is no longer an image"))?;
+    if let Some(reason) = images::refusal(shown, &info, bytes.len() as u64) {
+        return Err(reason);
+    }
+    let blob = upload_bytes(server, slot, bytes, info.media_type)
+        .await
+        .map_err(|problem| format!("{shown} is an image, and attaching it failed: {problem}"))?;
+    Ok(BlobRef {
+        width: info.width,
+        height: info.height,
+        ..blob
+    })
+}
+
 /// Uploads the file at `path` as `media_type` to `slot`.
 ///
 /// # Errors
@@ -65,6 +149,19 @@ pub async fn upload_file(
     let bytes = tokio::fs::read(path)
         .await
         .map_err(|e| format!("reading {path} failed: {e}"))?;
+    upload_bytes(server, slot, bytes, media_type).await
+}
+
+/// Uploads `bytes` as `media_type` to `slot`.
+///
+/// # Errors
+/// Why not: over the limit, or the server refused.
+pub async fn upload_bytes(
+    server: &str,
+    slot: &UploadSlot,
+    bytes: Vec<u8>,
+    media_type: &str,
+) -> Result<BlobRef, String> {
     let size = bytes.len() as u64;
     if size > slot.max_bytes {
         return Err(format!(
@@ -103,5 +200,7 @@ pub async fn upload_file(
         size,
         media_type: media_type.to_string(),
         preview,
+        width: None,
+        height: None,
     })
 }

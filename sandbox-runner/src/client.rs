@@ -490,12 +490,13 @@ fn dispatch(
                     signal,
                 )
                 .await;
-                let blobs = match &upload {
-                    Some(slot) => {
-                        crate::blob_upload::offload_output(&server, slot, &mut output).await
-                    }
-                    None => Vec::new(),
-                };
+                let mut blobs =
+                    crate::blob_upload::attach_image(&server, upload.as_ref(), &mut output).await;
+                if blobs.is_empty()
+                    && let Some(slot) = &upload
+                {
+                    blobs = crate::blob_upload::offload_output(&server, slot, &mut output).await;
+                }
                 calls.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 let _ = out.send(RunnerMessage::ToolResult {
                     id,

@@ -39,6 +39,7 @@ pub mod http;
 pub mod jwt;
 pub mod moto;
 pub mod net;
+pub mod png;
 pub mod runner;
 pub mod sse;
 pub mod stack;

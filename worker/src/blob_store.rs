@@ -4,6 +4,7 @@
 
 use worker::{Env, Headers, Range, Request, Response};
 use wuhu_core::blobs::{self, BlobRef, UploadGrant, UploadRefusal};
+use wuhu_core::images;
 use wuhu_core::sigv4;
 use wuhu_core::wire::runner::UploadSlot;
 
@@ -176,16 +177,63 @@ pub(crate) async fn accept(
                 continue;
             }
         };
-        match blobs::accept_upload(
+        let blob = match blobs::accept_upload(
             blob,
             &slot.blob_id,
             stored.as_ref().map(|(s, m)| (*s, m.as_str())),
         ) {
+            Ok(blob) => blob,
+            Err(note) => {
+                notes.push(note);
+                continue;
+            }
+        };
+        if !blobs::is_image(&blob.media_type) {
+            accepted.push(blob);
+            continue;
+        }
+        // An image: its stored bytes must be one, and its pixel size is what they say.
+        let head = match read_bytes(env, tenant, &slot.blob_id, Some(images::HEADER_BYTES)).await {
+            Ok(Some(head)) => head,
+            Ok(None) => {
+                notes.push(format!("{} was not uploaded", blob.uri));
+                continue;
+            }
+            Err(e) => {
+                notes.push(format!("{} could not be checked: {e}", blob.uri));
+                continue;
+            }
+        };
+        match blobs::accept_image(blob, &head) {
             Ok(blob) => accepted.push(blob),
             Err(note) => notes.push(note),
         }
     }
     (accepted, notes)
+}
+
+/// The bytes of blob `blob_id` of `tenant` (the first `at_most` of them, if given); `None` if
+/// it does not exist. The caller bounds the size (a `HEAD` or the blob reference says it).
+pub(crate) async fn read_bytes(
+    env: &Env,
+    tenant: &str,
+    blob_id: &str,
+    at_most: Option<usize>,
+) -> Result<Option<Vec<u8>>, String> {
+    let id = blobs::parse_id(blob_id).ok_or_else(|| format!("{blob_id} is not a blob id"))?;
+    let bucket = env.bucket(BUCKET).map_err(|e| e.to_string())?;
+    let get = bucket.get(blobs::object_key(tenant, id));
+    let get = match at_most {
+        Some(n) => get.range(Range::Prefix { length: n as u64 }),
+        None => get,
+    };
+    let Some(object) = get.execute().await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let Some(body) = object.body() else {
+        return Ok(Some(Vec::new()));
+    };
+    body.bytes().await.map(Some).map_err(|e| e.to_string())
 }
 
 /// `GET /v1/blobs/:id`: whoever may read the blob's session gets it (whole, or the one byte

@@ -579,6 +579,14 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
             if !blobs.is_empty() {
                 let (accepted, notes) =
                     crate::blob_store::accept(&ctx.env, &ctx.tenant, upload.as_ref(), &blobs).await;
+                // An image that is not accepted leaves nothing to show: the call failed.
+                let image_refused = blobs
+                    .iter()
+                    .any(|b| wuhu_core::blobs::is_image(&b.media_type))
+                    && !accepted
+                        .iter()
+                        .any(|b| wuhu_core::blobs::is_image(&b.media_type));
+                output.is_error |= image_refused;
                 for note in notes {
                     output
                         .content

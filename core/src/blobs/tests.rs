@@ -185,6 +185,8 @@ fn a_runner_names_only_the_granted_blob_as_stored() {
         size: 5,
         media_type: "image/png".into(),
         preview: Some("x".repeat(5000)),
+        width: Some(9),
+        height: Some(9),
     };
     // What storage says wins over what the runner says.
     let accepted = accept_upload(&claimed, &granted, Some((7, "text/plain"))).unwrap();
@@ -195,6 +197,80 @@ fn a_runner_names_only_the_granted_blob_as_stored() {
     assert!(accept_upload(&claimed, &granted, Some((MAX_BLOB_BYTES + 1, "text/plain"))).is_err());
     let other = new_id(SESSION, [1; 16]);
     assert!(accept_upload(&claimed, &other, Some((7, "text/plain"))).is_err());
+    // An image keeps no preview and none of the runner's pixel claims.
+    let image = accept_upload(&claimed, &granted, Some((7, "image/png"))).unwrap();
+    assert_eq!(
+        (image.preview, image.width, image.height),
+        (None, None, None)
+    );
+}
+
+#[test]
+fn an_image_blob_is_what_its_stored_bytes_say() {
+    let png = |w: u32, h: u32| {
+        let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+        b.extend_from_slice(&w.to_be_bytes());
+        b.extend_from_slice(&h.to_be_bytes());
+        b
+    };
+    let blob = |media_type: &str, size: u64| BlobRef {
+        uri: uri(&id()),
+        size,
+        media_type: media_type.into(),
+        preview: None,
+        width: Some(1),
+        height: Some(1),
+    };
+    let max = crate::images::MAX_IMAGE_BYTES;
+    for (name, stored, head, expected) in [
+        (
+            "png",
+            blob("image/png", 70),
+            png(2, 3),
+            Ok((Some(2), Some(3))),
+        ),
+        (
+            "png at the limit",
+            blob("image/png", max),
+            png(2, 3),
+            Ok((Some(2), Some(3))),
+        ),
+        (
+            "over the limit",
+            blob("image/png", max + 1),
+            png(2, 3),
+            Err(()),
+        ),
+        (
+            "jpeg stored as png",
+            blob("image/png", 70),
+            vec![0xff, 0xd8, 0xff, 0xe0],
+            Err(()),
+        ),
+        (
+            "text stored as png",
+            blob("image/png", 70),
+            b"<html>".to_vec(),
+            Err(()),
+        ),
+        (
+            "text is left alone",
+            blob("text/plain", 70),
+            b"<html>".to_vec(),
+            Ok((Some(1), Some(1))),
+        ),
+        (
+            "a big text blob too",
+            blob("text/plain", max + 1),
+            Vec::new(),
+            Ok((Some(1), Some(1))),
+        ),
+    ] {
+        let got = accept_image(stored, &head)
+            .map(|b| (b.width, b.height))
+            .map_err(|_| ());
+        assert_eq!(got, expected, "{name}");
+    }
 }
 
 #[test]
@@ -233,6 +309,8 @@ fn the_output_note_names_the_blob_instead_of_the_log() {
         size: 10,
         media_type: "text/plain".into(),
         preview: None,
+        width: None,
+        height: None,
     };
     let content = "tail\n[Showing the last 2 of 9 lines (2000 lines or 50 KB limit). Full output: /tmp/l.log]";
     let replaced = replace_output_path(content, "/tmp/l.log", &blob);

@@ -322,6 +322,12 @@ pub struct BlobRef {
     /// The head of a text blob (at most 1 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<String>,
+    /// Pixel width of an image blob, as its stored header says (`crate::images`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    /// Pixel height of an image blob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
 }
 
 /// Custom entry types this server writes.

@@ -92,6 +92,9 @@ pub fn read(ctx: &ToolContext, args: ReadArgs) -> ToolOutput {
     {
         return ToolOutput::error(format!("cannot read {shown}"));
     }
+    if let Some(image) = wuhu_core::images::inspect(&sniff) {
+        return read_image(&path, &shown, image);
+    }
     if sniff.contains(&0) {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         return ToolOutput::error(format!(
@@ -165,6 +168,24 @@ pub fn read(ctx: &ToolContext, args: ReadArgs) -> ToolOutput {
         })
     };
     ToolOutput::ok(content).with_details(details)
+}
+
+/// `read` of an image (by its magic bytes): no text, but a result the runner turns into an
+/// image blob (`crate::blob_upload::attach_image`) after the call: `details.image` names the
+/// file. Images over [`wuhu_core::images::MAX_IMAGE_BYTES`] are refused here.
+fn read_image(path: &Path, shown: &str, image: wuhu_core::images::ImageInfo) -> ToolOutput {
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if let Some(reason) = wuhu_core::images::refusal(shown, &image, size) {
+        return ToolOutput::error(reason);
+    }
+    ToolOutput::ok(format!("{shown}: {} image, {size} bytes", image.media_type)).with_details(
+        json!({"image": {
+            "path": path.to_string_lossy(),
+            "shown": shown,
+            "mediaType": image.media_type,
+            "size": size,
+        }}),
+    )
 }
 
 /// `write`: replaces the file atomically (temp file + rename), creating parent directories and
@@ -414,6 +435,37 @@ mod tests {
         assert_eq!(
             (out.content.as_str(), out.is_error),
             ("missing does not exist", true)
+        );
+    }
+
+    #[test]
+    fn read_of_an_image_names_the_file_for_the_upload_by_its_bytes_not_its_name() {
+        let (_dir, ctx) = context(EnvironmentKind::Local);
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\0\x02\0\0\0\x02\x08\x06\0\0\0";
+        std::fs::write(ctx.root.join("shot.txt"), png).unwrap();
+        let out = run(&ctx, "read", json!({"path": "shot.txt"}));
+        assert!(!out.is_error, "{}", out.content);
+        let image = &out.details.as_ref().expect("details")["image"];
+        assert_eq!(image["mediaType"], "image/png");
+        assert_eq!(image["shown"], "shot.txt");
+        assert_eq!(image["size"], png.len());
+        assert!(image["path"].as_str().unwrap().ends_with("shot.txt"));
+        // Over the limit: refused, no upload.
+        let big = std::fs::File::create(ctx.root.join("big.png")).unwrap();
+        std::io::Write::write_all(&mut &big, png).unwrap();
+        big.set_len(wuhu_core::images::MAX_IMAGE_BYTES + 1).unwrap();
+        let out = run(&ctx, "read", json!({"path": "big.png"}));
+        assert!(out.is_error && out.details.is_none(), "{out:?}");
+        assert!(
+            out.content.contains("over the 5242880 byte (5 MiB) limit"),
+            "{}",
+            out.content
+        );
+        // A file named .png that is not one is read as what it is.
+        std::fs::write(ctx.root.join("fake.png"), "not an image\n").unwrap();
+        assert_eq!(
+            run(&ctx, "read", json!({"path": "fake.png"})).content,
+            "not an image\n"
         );
     }
 

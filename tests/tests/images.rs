@@ -1,0 +1,116 @@
+//! Images a tool produced, through the real Worker and a real `wuhu-runner`: `read` of a PNG in
+//! an environment uploads it as an image blob (found by its bytes, not its name), the result
+//! refers to it with its media type and pixel size, `GET /v1/blobs/:id` serves it as
+//! `image/png` to the session's readers and 404s for another tenant, and an image over the
+//! 5 MiB limit is a clear tool error.
+//!
+//! One `wrangler dev` for the file; every test uses its own tenant.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wuhu_core::blobs;
+use wuhu_core::wire::ToolResult;
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Api, Stack, StackOptions};
+
+const TURN: Duration = Duration::from_secs(120);
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        Stack::start_with(StackOptions {
+            fake_delay_ms: Some(0),
+            ..StackOptions::default()
+        })
+    })
+}
+
+#[track_caller]
+fn run_tool(api: &Api, session: &str, name: &str, arguments: Value) -> ToolResult {
+    let turn = ToolTurn::start(api, session, &[(name, arguments)]);
+    turn.finish(api, TURN).0.pop().expect("one result")
+}
+
+#[test]
+fn a_read_image_is_an_image_blob_served_to_readers_only() {
+    let _guard = stack().guard();
+    let tenant = unique_name("images");
+    let api = stack().client("ana", &tenant);
+    let dir = TempDir::new("wuhu-e2e-images");
+    let project = dir.mkdir("api");
+    let png = wuhu_e2e::png::solid(2, 3, [200, 30, 30, 255]);
+    std::fs::write(project.join("shot.png"), &png).unwrap();
+    // Named as text, but its bytes are a PNG: an image all the same.
+    std::fs::write(project.join("shot.dat"), &png).unwrap();
+    // Over the limit: a PNG head, then zeros to one byte past 5 MiB.
+    let big = std::fs::File::create(project.join("big.png")).unwrap();
+    std::io::Write::write_all(&mut &big, &png).unwrap();
+    big.set_len(wuhu_core::images::MAX_IMAGE_BYTES + 1).unwrap();
+    drop(big);
+    let _mac = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac")
+            .workspaces_root(dir.mkdir("workspaces"))
+            .env("api", &project),
+    );
+    let session = api.create_fake_session().id;
+    let attached = run_tool(
+        &api,
+        &session,
+        "request_environment",
+        json!({"spec": "api"}),
+    );
+    assert!(!attached.is_error, "{}", attached.content);
+
+    for name in ["shot.png", "shot.dat"] {
+        let result = run_tool(&api, &session, "read", json!({"path": name}));
+        assert!(!result.is_error, "{name}: {}", result.content);
+        assert_eq!(result.blobs.len(), 1, "{name}: one blob: {result:?}");
+        let blob = &result.blobs[0];
+        assert_eq!(blob.media_type, "image/png", "{name}");
+        assert_eq!(blob.size, png.len() as u64, "{name}");
+        assert_eq!((blob.width, blob.height), (Some(2), Some(3)), "{name}");
+        assert_eq!(blob.preview, None, "{name}");
+        // The model reads where the image is and its size; never its bytes.
+        assert!(result.content.contains(&blob.uri), "{}", result.content);
+        assert!(result.content.contains("2x3 pixels"), "{}", result.content);
+        assert!(result.content.len() < 300, "{}", result.content);
+        let id = blob
+            .uri
+            .strip_prefix(blobs::URI_PREFIX)
+            .expect("a blob URI");
+
+        let served = api.get(&format!("/v1/blobs/{id}"));
+        assert_eq!(served.status, 200, "{}", served.text());
+        assert_eq!(served.header("content-type"), Some("image/png"));
+        assert_eq!(served.header("x-content-type-options"), Some("nosniff"));
+        assert_eq!(served.header("content-disposition"), None, "shown inline");
+        assert_eq!(served.body, png, "{name}: the bytes the runner read");
+        // Another tenant (same user name) and a member of the tenant while the session is
+        // private: 404.
+        for (who, client) in [
+            (
+                "another tenant",
+                stack().client("ana", &unique_name("other")),
+            ),
+            ("a non-member", stack().client("bob", &tenant)),
+        ] {
+            let refused = client.get(&format!("/v1/blobs/{id}"));
+            assert_eq!(refused.status, 404, "{who}: {}", refused.text());
+        }
+    }
+
+    let refused = run_tool(&api, &session, "read", json!({"path": "big.png"}));
+    assert!(refused.is_error, "{}", refused.content);
+    assert!(refused.blobs.is_empty(), "{refused:?}");
+    assert!(
+        refused.content.contains("big.png")
+            && refused
+                .content
+                .contains("over the 5242880 byte (5 MiB) limit for images"),
+        "{}",
+        refused.content
+    );
+}
