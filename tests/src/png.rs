@@ -3,13 +3,10 @@
 
 /// A `width`×`height` PNG whose every pixel is `rgba`.
 pub fn solid(width: u32, height: u32, rgba: [u8; 4]) -> Vec<u8> {
-    let mut raw = Vec::new();
-    for _ in 0..height {
-        raw.push(0); // Filter type: none.
-        for _ in 0..width {
-            raw.extend_from_slice(&rgba);
-        }
-    }
+    // Each row: filter type 0 (none), then the pixels.
+    let mut row = vec![0];
+    row.extend(rgba.repeat(width as usize));
+    let raw = row.repeat(height as usize);
     assert!(
         raw.len() <= 0xffff,
         "one stored block: keep test images small"

@@ -57,7 +57,8 @@ fn images_are_known_by_magic_bytes_and_sized_from_their_headers() {
     );
     let mut no_frame = jpeg(0xc4, 1, 1); // DHT is not a frame header…
     no_frame.extend_from_slice(&[0xff, 0xda, 0x00, 0x02]); // …and the scan starts.
-    let cases: Vec<(&str, Vec<u8>, Option<(&str, Option<u32>, Option<u32>)>)> = vec![
+    type Expected = Option<(&'static str, Option<u32>, Option<u32>)>;
+    let cases: Vec<(&str, Vec<u8>, Expected)> = vec![
         ("png", png(2, 3), Some(("image/png", Some(2), Some(3)))),
         (
             "png, 4000 wide",
