@@ -1,7 +1,9 @@
 //! Child sessions end to end (issue 12, `docs/orchestration.md`): an orchestrator spawns
 //! children in parallel that work in its inherited environment on a real runner and wakes on
 //! their `idle` events; the recursion guard at the maximum depth; the per-tenant concurrency
-//! gate queueing a fourth child; the stop cascade sparing detached children.
+//! gate queueing a fourth child; the stop cascade sparing detached children; the steering
+//! tools (`send_to_session`, `wait_sessions`, `stop_session`, js `wuhu.sessions.*`) on a
+//! session's own children only.
 //!
 //! One `wrangler dev` for the file, with `WUHU_MAX_RUNNING_SESSIONS=3`; every test has its own
 //! tenant (the gate is per tenant).
@@ -456,6 +458,186 @@ fn stopping_a_parent_stops_its_running_children_but_not_detached_ones() {
         wuhu_core::wire::Status::Stopped
     );
     api.stop(&detached);
+}
+
+/// The steering tools act on a session's own children only: a follow-up restarts an idle
+/// child, `wait_sessions` returns its new final text, `stop_session` stops it mid-turn; js
+/// `wuhu.sessions.*` takes the same argument objects; a child never targets its parent or
+/// itself, and a parent never a session that is not its child.
+#[test]
+fn the_steering_tools_drive_a_sessions_own_children_only() {
+    let (api, _tenant) = client("orch-steer");
+    let parent = api.create_fake_session().id;
+    let reply = |text: &str| fake_directive(&json!({"reply": text}));
+    let spawned = api.run_tool(
+        &parent,
+        "spawn_session",
+        json!({"task": reply("first answer"), "title": "kid", "wait": true}),
+        TURN,
+    );
+    assert!(
+        !spawned.is_error
+            && spawned
+                .content
+                .contains("idle. Final message:\nfirst answer"),
+        "{}",
+        spawned.content
+    );
+    let kid = children(&api, &parent)[0].id.clone();
+
+    // A follow-up to the idle child starts a turn; the wait returns its new final text.
+    let sent = api.run_tool(
+        &parent,
+        "send_to_session",
+        json!({"id": kid, "content": reply("second answer")}),
+        TURN,
+    );
+    assert_eq!(sent.content, format!("Sent to {kid}."), "{}", sent.content);
+    let waited = api.run_tool(
+        &parent,
+        "wait_sessions",
+        json!({"ids": [kid], "timeoutSeconds": 60}),
+        TURN,
+    );
+    assert!(
+        !waited.is_error
+            && waited
+                .content
+                .contains("idle. Final message:\nsecond answer"),
+        "{}",
+        waited.content
+    );
+    let kid_entries = api.transcript(&kid);
+    assert!(
+        kid_entries
+            .iter()
+            .filter_map(assistant)
+            .any(|m| m.text() == "second answer"),
+        "{}",
+        describe(&kid_entries)
+    );
+
+    // A child never targets its parent or itself (a wait cycle), even prompted by its owner.
+    for (tool, arguments) in [
+        (
+            "send_to_session",
+            json!({"id": parent, "content": "hello parent"}),
+        ),
+        ("wait_sessions", json!({"ids": [kid], "timeoutSeconds": 1})),
+        ("stop_session", json!({"id": parent})),
+    ] {
+        let refused = api.run_tool(&kid, tool, arguments, TURN);
+        assert!(
+            refused.is_error
+                && refused.content.contains("Refused")
+                && refused.content.contains("would form a cycle"),
+            "{tool}: {}",
+            refused.content
+        );
+    }
+    assert_ne!(
+        api.session(&parent).session.status,
+        wuhu_core::wire::Status::Stopped
+    );
+    // A parent never targets a session that is not its child.
+    let stranger = api.create_fake_session().id;
+    let refused = api.run_tool(
+        &parent,
+        "send_to_session",
+        json!({"id": stranger, "content": "hi"}),
+        TURN,
+    );
+    assert!(
+        refused.is_error && refused.content.contains("not a child of this session"),
+        "{}",
+        refused.content
+    );
+    assert_eq!(
+        api.transcript(&stranger).len(),
+        1,
+        "the stranger got nothing"
+    );
+
+    // stop_session stops the child mid-turn.
+    let long = fake_directive(
+        &json!({"reply": "a b c d e f g h i j k l m n o p q r s t", "chunks": 20, "delayMs": 1000}),
+    );
+    api.run_tool(
+        &parent,
+        "send_to_session",
+        json!({"id": kid, "content": long, "lane": "steer"}),
+        TURN,
+    );
+    api.wait_status(&kid, wuhu_core::wire::Status::Running, TURN);
+    let stopped = api.run_tool(&parent, "stop_session", json!({"id": kid}), TURN);
+    assert_eq!(
+        stopped.content,
+        format!("Stopped {kid}."),
+        "{}",
+        stopped.content
+    );
+    assert_eq!(
+        api.session(&kid).session.status,
+        wuhu_core::wire::Status::Stopped
+    );
+    wait_for("the parent records the stop", TURN, || {
+        children(&api, &parent)
+            .iter()
+            .any(|c| c.id == kid && c.lifecycle == ChildLifecycle::Stopped)
+            .then_some(())
+    });
+
+    // js: the same argument objects, answered with JSON.
+    let script = format!(
+        "const s = await wuhu.sessions.spawn({{task: {task}, title: 'js-kid'}}); JSON.stringify(s)",
+        task = serde_json::to_string(&reply("from js")).unwrap()
+    );
+    let spawned = api.run_tool(&parent, "js", json!({"code": script}), TURN);
+    assert!(!spawned.is_error, "{}", spawned.content);
+    let status = js_value(&spawned.content);
+    let js_kid = status["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", spawned.content))
+        .to_string();
+    assert_eq!(status["title"], "js-kid", "{status}");
+    let waited = api.run_tool(
+        &parent,
+        "wait_sessions",
+        json!({"ids": [js_kid], "timeoutSeconds": 60}),
+        TURN,
+    );
+    assert!(
+        waited.content.contains("idle. Final message:\nfrom js"),
+        "{}",
+        waited.content
+    );
+    let script = format!(
+        "const w = await wuhu.sessions.wait({{ids: ['{js_kid}'], timeoutSeconds: 2}}); const x = await wuhu.sessions.stop({{id: '{js_kid}'}}); JSON.stringify([w[0].state, w[0].finalText, x.stopped])"
+    );
+    let done = api.run_tool(&parent, "js", json!({"code": script}), TURN);
+    assert_eq!(
+        js_value(&done.content),
+        json!(["idle", "from js", true]),
+        "{}",
+        done.content
+    );
+    assert_eq!(
+        api.session(&js_kid).session.status,
+        wuhu_core::wire::Status::Stopped
+    );
+}
+
+/// What a `js` script returned (its result is JSON; a string holding JSON is read again).
+#[track_caller]
+fn js_value(content: &str) -> Value {
+    let value: Value =
+        serde_json::from_str(content.trim()).unwrap_or_else(|e| panic!("{e}: {content}"));
+    match value {
+        Value::String(inner) => {
+            serde_json::from_str(&inner).unwrap_or_else(|e| panic!("{e}: {content}"))
+        }
+        other => other,
+    }
 }
 
 fn git(dir: &std::path::Path, args: &[&str]) -> String {
