@@ -98,9 +98,14 @@ fn r2_bodies(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The R2 object bodies that contain `needle`.
+/// The R2 object bodies of the file's stack that contain `needle`.
 fn r2_objects_with(needle: &str) -> Vec<PathBuf> {
-    r2_bodies(stack().persist_dir())
+    r2_objects_in(stack().persist_dir(), needle)
+}
+
+/// The R2 object bodies under state dir `dir` that contain `needle`.
+fn r2_objects_in(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    r2_bodies(dir)
         .into_iter()
         .filter(|p| {
             std::fs::read(p)
@@ -442,4 +447,132 @@ fn the_cli_deletes_with_rm() {
     assert_gone(&api, &id);
     let again = cli("ana").run(&["sessions", "rm", &id]);
     assert_eq!(again.code(), 3, "{again:?}");
+}
+
+/// SIGKILLed while deletions run (once the k-th of six is answered, for several k), then
+/// started again on the same state: every session ends whole or gone, never half. Whole: it and
+/// its child read and it is listed, its archive in R2; gone: it and its child answer 404, it is
+/// not listed and none of its objects is left in R2. Every deletion that was answered ends gone
+/// (a marked session is finished by its alarm, with nobody asking), and no answer was a 5xx.
+#[test]
+fn deletions_cut_by_a_crash_finish_or_never_started() {
+    let mut stack = Stack::start_with(StackOptions {
+        fake_delay_ms: Some(0),
+        vars: vec![("WUHU_FAULT_DELETION".into(), "fail_objects".into())],
+        ..StackOptions::default()
+    });
+    let tenant = unique_name("del-crash");
+
+    // First, deterministically: a deletion whose objects step fails is acknowledged with 202,
+    // hidden at once (404, unlisted, its child deleted) but not finished (its objects are in
+    // R2); killed and started again with storage healthy, its alarm finishes it unasked.
+    let api = stack.client("ana", &tenant);
+    let mark = format!("CRASH{}", random_hex(8));
+    let id = api.create_fake_session().id;
+    api.enqueue(&id, "followUp", &format!("remember {mark}"));
+    api.wait_idle(&id, TURN);
+    let child = spawn_child(&api, &id, "child");
+    wait_for("the archive in R2", TURN, || {
+        (!r2_objects_in(stack.persist_dir(), &mark).is_empty()).then_some(())
+    });
+    assert_eq!(delete(&api, &id).status, 202);
+    assert_eq!(api.get(&format!("/v1/sessions/{id}")).status, 404);
+    assert_eq!(api.get(&format!("/v1/sessions/{child}")).status, 404);
+    assert!(
+        api.list_sessions("limit=200")
+            .sessions
+            .iter()
+            .all(|s| s.id != id)
+    );
+    assert!(!r2_objects_in(stack.persist_dir(), &mark).is_empty());
+    assert_eq!(delete(&api, &id).status, 202, "still not finished");
+    stack.set_var("WUHU_FAULT_DELETION", None);
+    stack.restart_killed();
+    wait_for(
+        "the alarm to finish the deletion",
+        Duration::from_secs(120),
+        || {
+            r2_objects_in(stack.persist_dir(), &mark)
+                .is_empty()
+                .then_some(())
+        },
+    );
+    let api = stack.client("ana", &tenant);
+    assert_gone(&api, &id);
+
+    // Then killed at moments the test does not choose.
+    let mut outcomes = Vec::new();
+    for kill_after in [1usize, 3, 5] {
+        let api = stack.client("ana", &tenant);
+        let mut sessions = Vec::new();
+        for n in 0..6 {
+            let mark = format!("CRASH{}", random_hex(8));
+            let id = api.create_fake_session().id;
+            api.enqueue(&id, "followUp", &format!("remember {mark}"));
+            api.wait_idle(&id, TURN);
+            let child = spawn_child(&api, &id, &format!("child {n}"));
+            wait_for("the archive in R2", TURN, || {
+                (!r2_objects_in(stack.persist_dir(), &mark).is_empty()).then_some(())
+            });
+            sessions.push((id, child, mark));
+        }
+
+        let (answered, answers) = std::sync::mpsc::channel();
+        let deletions: Vec<_> = sessions
+            .iter()
+            .map(|(id, _, _)| {
+                let request = api.request("DELETE", &format!("/v1/sessions/{id}"));
+                let answered = answered.clone();
+                std::thread::spawn(move || {
+                    let status = request.send().ok().map(|r| r.status);
+                    let _ = answered.send(());
+                    status
+                })
+            })
+            .collect();
+        for _ in 0..kill_after {
+            answers
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a deletion answered");
+        }
+        stack.restart_killed();
+        let statuses: Vec<Option<u16>> = deletions.into_iter().map(|t| t.join().unwrap()).collect();
+
+        let api = stack.client("ana", &tenant);
+        for ((id, child, mark), status) in sessions.iter().zip(&statuses) {
+            assert!(
+                status.is_none_or(|s| s == 204 || s == 202),
+                "{id}: answered {status:?}"
+            );
+            let outcome = wait_for(
+                "the session whole or gone",
+                Duration::from_secs(120),
+                || {
+                    let read = api.get(&format!("/v1/sessions/{id}")).status;
+                    let child_read = api.get(&format!("/v1/sessions/{child}")).status;
+                    let listed = api
+                        .list_sessions("limit=200")
+                        .sessions
+                        .iter()
+                        .any(|s| &s.id == id);
+                    let objects = !r2_objects_in(stack.persist_dir(), mark).is_empty();
+                    match (read, child_read, listed, objects) {
+                        (200, 200, true, true) => Some("whole"),
+                        (404, 404, false, false) => Some("gone"),
+                        _ => None,
+                    }
+                },
+            );
+            if status.is_some() {
+                assert_eq!(outcome, "gone", "{id} was answered {status:?}");
+            }
+            // Whatever is left whole is deleted normally after the restart.
+            if outcome == "whole" {
+                assert_eq!(delete(&api, id).status, 204);
+                assert_gone(&api, child);
+            }
+            outcomes.push((kill_after, *status, outcome));
+        }
+    }
+    eprintln!("(killed after k answers, answer, outcome): {outcomes:?}");
 }

@@ -15,7 +15,6 @@ use wasm_bindgen_futures::spawn_local;
 use worker::{Delay, Request, Response, SqlStorage};
 use wuhu_core::authority::{self, SessionAction, SessionFacts, Verdict};
 use wuhu_core::deletion::{self, Deletion, MAX_FORKS_NAMED, Step};
-use wuhu_core::session::Millis;
 use wuhu_core::wire::runner::jobs::KILL_TOOL;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus};
 
@@ -30,6 +29,10 @@ const RETRY_MS: u64 = 10_000;
 /// Object listing pages deleted per prefix in one run (1,000 keys each); more is left to the
 /// next run (the alarm).
 const MAX_PAGES_PER_PREFIX: usize = 50;
+/// Test-only fault injection: when this variable is `fail_objects`, the objects step fails (as
+/// an R2 outage would), so the deletion answers 202 and is left to the alarm. Unset in
+/// `wrangler.toml`; tests pass it with `--var`.
+const FAULT_VAR: &str = "WUHU_FAULT_DELETION";
 /// How long the objects step waits for a write or an archive flush that was under way when the
 /// session was marked (it retries from the alarm after that).
 const WRITES_SETTLE: Duration = Duration::from_secs(10);
@@ -163,7 +166,7 @@ impl Actor {
             // A concurrent request may have marked it during the await.
             if self.deletion_mark()?.is_none() {
                 let requested_by = identity.as_ref().map_or("wuhu", |i| i.sub.as_str());
-                self.mark(requested_by)?;
+                self.mark(requested_by).await?;
             }
         }
         if self.finish_deletion().await {
@@ -174,7 +177,7 @@ impl Actor {
     }
 
     /// Writes the mark and hides the session: nothing of it is read, written or streamed again.
-    fn mark(self: &Rc<Self>, requested_by: &str) -> ApiResult<()> {
+    async fn mark(self: &Rc<Self>, requested_by: &str) -> ApiResult<()> {
         let cursor = self.committed_cursor();
         let deletion = self
             .with_loaded(|l| Deletion {
@@ -199,8 +202,10 @@ impl Actor {
             deletion.tenant
         );
         self.hide();
-        // The backstop: a deletion interrupted here finishes from the alarm.
-        self.arm_alarm(Millis(now().0 + RETRY_MS));
+        // The backstop, set before any step runs (and before the answer): a deletion
+        // interrupted from here on finishes from the alarm.
+        self.alarm_armed_for.set(Some(now().0 + RETRY_MS));
+        self.state.storage().set_alarm(RETRY_MS as i64).await?;
         Ok(())
     }
 
@@ -225,14 +230,19 @@ impl Actor {
         if self.deletion_running.replace(true) {
             return false;
         }
+        // In a fresh isolate (the alarm after a restart) nothing is hidden yet.
+        self.hide();
         let result = self.run_steps().await;
         self.deletion_running.set(false);
         match result {
             Ok(()) => true,
             Err(e) => {
                 worker::console_error!("a deletion step failed (retried): {}", e.message);
-                self.alarm_armed_for.set(None);
-                self.arm_alarm(Millis(now().0 + RETRY_MS));
+                // Awaited: a retry must not depend on a task that a crash would lose.
+                self.alarm_armed_for.set(Some(now().0 + RETRY_MS));
+                if let Err(e) = self.state.storage().set_alarm(RETRY_MS as i64).await {
+                    worker::console_error!("setting the deletion's alarm failed: {e}");
+                }
                 false
             }
         }
@@ -333,6 +343,16 @@ impl Actor {
                 Ok(())
             }
             Step::DeleteObjects => {
+                if env
+                    .var(FAULT_VAR)
+                    .is_ok_and(|v| v.to_string() == "fail_objects")
+                {
+                    return Err(ApiError::new(
+                        503,
+                        "unavailable",
+                        format!("deleting objects failed: injected by {FAULT_VAR}"),
+                    ));
+                }
                 let deadline = now().0 + WRITES_SETTLE.as_millis() as u64;
                 while self.writing.get() || self.flushing.get() {
                     if now().0 > deadline {

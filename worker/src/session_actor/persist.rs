@@ -75,7 +75,7 @@ impl Actor {
             return Ok(true);
         }
         // A session marked for deletion does not exist for anyone (decision 0017).
-        if self.deleting.get() || self.deletion_mark()?.is_some() {
+        if self.deleting.get() || self.storage_dropped.get() || self.deletion_mark()?.is_some() {
             return Ok(false);
         }
         // A writer task still finishing batches of a dropped session must not race a reload.
