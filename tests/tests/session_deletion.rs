@@ -442,9 +442,13 @@ fn the_cli_deletes_with_rm() {
         deleted.json(),
         json!({"deleted": fork_id, "finished": true})
     );
+    // A follower of the session (`sessions follow`) ends "not found" (exit 3) when it goes.
+    let mut follower = cli("ana").spawn(&["sessions", "follow", &id]);
     let deleted = cli("ana").run(&["sessions", "rm", &id]).ok();
     assert_eq!(deleted.stdout.trim(), format!("deleted {id}"));
     assert_gone(&api, &id);
+    let exited = follower.wait_exit(Duration::from_secs(60));
+    assert_eq!(exited.code(), Some(3), "{}", follower.stderr());
     let again = cli("ana").run(&["sessions", "rm", &id]);
     assert_eq!(again.code(), 3, "{again:?}");
 }
