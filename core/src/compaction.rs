@@ -442,6 +442,7 @@ impl Parts {
             messages,
             tools,
             max_output_tokens: None,
+            images: Default::default(),
         }
     }
 }
@@ -778,6 +779,7 @@ fn summary_request(
             lane: None,
         }],
         tools: Vec::new(),
+        images: Default::default(),
         max_output_tokens: Some(SUMMARY_MAX_OUTPUT_TOKENS),
     }
 }

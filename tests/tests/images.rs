@@ -2,19 +2,22 @@
 //! an environment uploads it as an image blob (found by its bytes, not its name), the result
 //! refers to it with its media type and pixel size, `GET /v1/blobs/:id` serves it as
 //! `image/png` to the session's readers and 404s for another tenant, and an image over the
-//! 5 MiB limit is a clear tool error.
+//! 5 MiB limit is a clear tool error. The model is shown the image: the request after the `read`
+//! carries it in each provider dialect (Anthropic Messages, OpenAI Responses, Chat Completions),
+//! as the fake provider records.
 //!
 //! One `wrangler dev` for the file; every test uses its own tenant.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use base64::Engine as _;
 use serde_json::{Value, json};
 use wuhu_core::blobs;
 use wuhu_core::wire::ToolResult;
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Api, Stack, StackOptions};
+use wuhu_e2e::{Api, Reply, Stack, StackOptions};
 
 const TURN: Duration = Duration::from_secs(120);
 
@@ -113,4 +116,110 @@ fn a_read_image_is_an_image_blob_served_to_readers_only() {
         "{}",
         refused.content
     );
+}
+
+/// Whether `value` holds `wanted` somewhere (itself or a nested value).
+fn holds(value: &Value, wanted: &Value) -> bool {
+    value == wanted
+        || match value {
+            Value::Array(items) => items.iter().any(|v| holds(v, wanted)),
+            Value::Object(map) => map.values().any(|v| holds(v, wanted)),
+            _ => false,
+        }
+}
+
+/// The objects of `value` (itself or nested) whose `type` is `kind`.
+fn of_type<'a>(value: &'a Value, kind: &str, out: &mut Vec<&'a Value>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| of_type(v, kind, out)),
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some(kind) {
+                out.push(value);
+            }
+            map.values().for_each(|v| of_type(v, kind, out));
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_model_is_shown_the_image_in_each_dialect() {
+    let _guard = stack().guard();
+    let tenant = unique_name("shown");
+    let api = stack().client("ana", &tenant);
+    let dir = TempDir::new("wuhu-e2e-shown");
+    let project = dir.mkdir("api");
+    let png = wuhu_e2e::png::solid(2, 2, [10, 200, 10, 255]);
+    std::fs::write(project.join("shot.png"), &png).unwrap();
+    let _mac = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac")
+            .workspaces_root(dir.mkdir("workspaces"))
+            .env("api", &project),
+    );
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    let data_url = format!("data:image/png;base64,{data}");
+    for provider in ["anthropic", "openai", "openai-compatible"] {
+        let model = unique_name(&format!("vision-{provider}"));
+        let session = api
+            .create_session(json!({"provider": provider, "model": model}))
+            .id;
+        stack().openai().script(
+            &model,
+            [
+                Reply::tool_calls([("request_environment", json!({"spec": "api"}))]),
+                Reply::tool_calls([("read", json!({"path": "shot.png"}))]),
+                Reply::text("A green square."),
+            ],
+        );
+        let mut follow = api.follow(&session, "sinceCursor=0&timeoutSeconds=60");
+        api.enqueue(&session, "followUp", "what is in shot.png?");
+        follow.collect_until(TURN, |e| e.event == "idle");
+        let requests = stack().openai().requests_for(&model);
+        assert_eq!(requests.len(), 3, "{provider}: three steps");
+        let after_read = &requests[2].body;
+        match provider {
+            "anthropic" => {
+                let image = json!({"type": "image", "source": {
+                    "type": "base64", "media_type": "image/png", "data": data,
+                }});
+                let mut results = Vec::new();
+                of_type(after_read, "tool_result", &mut results);
+                assert!(
+                    results.iter().any(|r| holds(r, &image)),
+                    "{provider}: the image is in a tool_result: {after_read}"
+                );
+            }
+            "openai" => {
+                let image = json!({"type": "input_image", "image_url": data_url});
+                let input = after_read["input"].as_array().expect("input");
+                let at = input
+                    .iter()
+                    .position(|item| item["role"] == "user" && holds(item, &image))
+                    .unwrap_or_else(|| panic!("{provider}: no input_image: {after_read}"));
+                assert_eq!(
+                    input[at - 1]["type"],
+                    "function_call_output",
+                    "{provider}: the image follows the function output"
+                );
+            }
+            _ => {
+                let image = json!({"type": "image_url", "image_url": {"url": data_url}});
+                let messages = after_read["messages"].as_array().expect("messages");
+                let at = messages
+                    .iter()
+                    .position(|m| m["role"] == "user" && holds(m, &image))
+                    .unwrap_or_else(|| panic!("{provider}: no image_url: {after_read}"));
+                assert_eq!(
+                    messages[at - 1]["role"],
+                    "tool",
+                    "{provider}: the image follows the tool message"
+                );
+            }
+        }
+        // The request before the read had no image.
+        assert!(
+            !requests[1].raw_body.contains(&data),
+            "{provider}: no image before the read"
+        );
+    }
 }

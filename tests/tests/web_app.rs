@@ -3,7 +3,7 @@
 //! The browser script is `tests/web/app_in_chromium.mjs`; it signs in (a cookie session), creates a session, watches
 //! a reply stream in, reloads mid-stream (nothing lost or doubled), cancels a queued follow-up,
 //! sees a dropped connection resume (a proxy cuts it), steers mid-turn, stops, renames and searches, answers an approval for alice's machine that
-//! bob's prompt asked for, edits a workspace document, manages environment definitions, mints a
+//! bob's prompt asked for, shows an image a tool read (`<img>` from `GET /v1/blobs/:id`, decoded), edits a workspace document, manages environment definitions, mints a
 //! runner token and connects a real runner with the command the page shows, mints a personal
 //! token on the Tokens page (keyboard only), copies it, uses it against the API, revokes it after
 //! a confirm and sees the API refuse it (401), checks that a page on
@@ -64,6 +64,12 @@ fn the_web_app_works_in_chromium() {
     let tenant = unique_name("web");
     let dir = TempDir::new("wuhu-e2e-web");
     let api_dir = dir.mkdir("api");
+    // An image the browser script has a tool read, then sees in the transcript.
+    std::fs::write(
+        api_dir.join("shot.png"),
+        wuhu_e2e::png::solid(3, 2, [30, 90, 220, 255]),
+    )
+    .expect("write shot.png");
     let runner = Runner::start(
         RunnerConfig::new(&stack, "alice", &tenant, "mac")
             .env("api", &api_dir)

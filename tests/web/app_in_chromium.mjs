@@ -304,6 +304,28 @@ try {
   await assistantMessages().filter({ hasText: "touched it" }).waitFor();
   check(existsSync(marker), "the approved call ran on alice's machine");
 
+  // 8b. An image a tool read (shot.png, 3x2, written by web_app.rs into the environment) is
+  // shown in the transcript, loaded from GET /v1/blobs/:id with the cookie session.
+  log("an image tool result");
+  await call(ALICE, "POST", `/v1/sessions/${shared.id}/enqueue?lane=followUp`, {
+    content: fake({ toolCalls: [{ name: "read", arguments: { path: "shot.png" } }], afterTools: "read the image" }),
+  });
+  await assistantMessages().filter({ hasText: "read the image" }).waitFor();
+  const image = page.getByTestId("tool-image").first();
+  await image.waitFor();
+  const natural = await poll("the image decoded", async () => {
+    const size = await image.evaluate((img) => (img.complete ? [img.naturalWidth, img.naturalHeight] : null));
+    return size && size[0] > 0 ? size : null;
+  });
+  check(natural[0] === 3 && natural[1] === 2, `the image is the 3x2 PNG (${natural})`);
+  const src = await image.getAttribute("src");
+  check(/^\/v1\/blobs\/[0-9a-f-]{36}\.[0-9a-f]{32}$/.test(src ?? ""), `the image comes from the blob route (${src})`);
+  const served = await page.evaluate(async (path) => {
+    const response = await fetch(path);
+    return [response.status, response.headers.get("content-type")];
+  }, src);
+  check(served[0] === 200 && served[1] === "image/png", `the blob is served as image/png with the cookie (${served})`);
+
   // 9. Workspace: create a document with frontmatter, then edit and save it again.
   log("workspace documents");
   const docPath = `notes/web-${Date.now()}.md`;

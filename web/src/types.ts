@@ -32,6 +32,16 @@ export interface ToolCall {
   arguments: unknown;
 }
 
+/** A blob a tool produced (`wuhu://blob/<id>`), served by `GET /v1/blobs/:id` (docs/api.md). */
+export interface BlobRef {
+  uri: string;
+  size: number;
+  mediaType: string;
+  preview?: string;
+  width?: number;
+  height?: number;
+}
+
 export type ContentBlock =
   | { type: "text"; text: string }
   | ({ type: "tool_call" } & ToolCall)
@@ -42,7 +52,14 @@ export type ContentBlock =
 export type Message =
   | { role: "user"; author: string; content: string; queueItemId?: string; lane?: Lane }
   | { role: "assistant"; provider: string; model: string; content: ContentBlock[]; stopReason: string }
-  | { role: "tool_result"; toolCallId: string; toolName: string; content: string; isError: boolean }
+  | {
+      role: "tool_result";
+      toolCallId: string;
+      toolName: string;
+      content: string;
+      isError: boolean;
+      blobs?: BlobRef[];
+    }
   | { role: "custom_message"; customType: string; content: string; details?: unknown };
 
 interface EntryBase {

@@ -5,6 +5,7 @@
 use worker::{Env, Headers, Range, Request, Response};
 use wuhu_core::blobs::{self, BlobRef, UploadGrant, UploadRefusal};
 use wuhu_core::images;
+use wuhu_core::llm::inline_images::{InlineImage, InlineImages};
 use wuhu_core::sigv4;
 use wuhu_core::wire::runner::UploadSlot;
 
@@ -346,4 +347,24 @@ pub(crate) async fn read_text(
         .await
         .map_err(|e| format!("reading {uri} failed: {e}"))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The bytes of the image blobs an LLM request shows (`inline_images::to_load` picked them
+/// within the per-request bounds). An image that cannot be read is left out: the request says
+/// so in a note instead of failing.
+pub(crate) async fn load_images(env: &Env, tenant: &str, chosen: &[BlobRef]) -> InlineImages {
+    let mut loaded = InlineImages::new();
+    for blob in chosen {
+        let Some(Ok(id)) = blobs::id_from_uri(&blob.uri) else {
+            continue;
+        };
+        match read_bytes(env, tenant, id.id, None).await {
+            Ok(Some(bytes)) if bytes.len() as u64 <= images::MAX_IMAGE_BYTES => {
+                loaded.insert(blob.uri.clone(), InlineImage::new(&blob.media_type, &bytes));
+            }
+            Ok(_) => {}
+            Err(e) => worker::console_error!("loading {} for a request failed: {e}", blob.uri),
+        }
+    }
+    loaded
 }

@@ -9,7 +9,8 @@
 //! * the system prompt is a `system` text block; tools carry `input_schema`;
 //! * user and custom messages are `user` text blocks, tool results `tool_result` blocks in a
 //!   `user` message (results first, as the API requires), consecutive same-role messages are
-//!   merged into one message;
+//!   merged into one message; a tool result's images (`LlmRequest::images`) are `image` blocks
+//!   (base64 source) inside its `tool_result` content, after its text;
 //! * assistant `thinking` / `redacted_thinking` blocks produced by this provider go back
 //!   unchanged (their signature must match); reasoning of other providers is dropped;
 //! * prompt caching: `cache_control: {"type": "ephemeral"}` breakpoints on the stable prefix —
@@ -24,6 +25,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::inline_images::{self, InlineImages};
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
 use crate::wire::{ContentBlock, Message, StopReason, Usage, custom_types};
@@ -95,7 +97,7 @@ pub fn build_http_request(
     }
     body.insert(
         "messages".to_string(),
-        Value::Array(messages_json(&request.messages)),
+        Value::Array(messages_json(&request.messages, &request.images)),
     );
 
     HttpRequest {
@@ -110,7 +112,7 @@ fn ephemeral() -> Value {
 }
 
 /// The context as Messages API `messages`: alternating roles, each with content blocks.
-fn messages_json(messages: &[Message]) -> Vec<Value> {
+fn messages_json(messages: &[Message], images: &InlineImages) -> Vec<Value> {
     // (role, blocks, whether a block of it is the global context)
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut global_context_at: Option<(usize, usize)> = None;
@@ -135,8 +137,25 @@ fn messages_json(messages: &[Message]) -> Vec<Value> {
                 let mut block = Map::new();
                 block.insert("type".into(), "tool_result".into());
                 block.insert("tool_use_id".into(), result.tool_call_id.clone().into());
-                if !result.content.is_empty() {
-                    block.insert("content".into(), result.content.clone().into());
+                // Images go inside the result: text first, then one image block each.
+                let (text, shown) = inline_images::for_result(result, images);
+                if shown.is_empty() {
+                    if !text.is_empty() {
+                        block.insert("content".into(), text.into());
+                    }
+                } else {
+                    let mut content = Vec::new();
+                    if !text.is_empty() {
+                        content.push(json!({"type": "text", "text": text}));
+                    }
+                    content.extend(shown.iter().map(|(_, image)| {
+                        json!({"type": "image", "source": {
+                            "type": "base64",
+                            "media_type": image.media_type,
+                            "data": image.base64,
+                        }})
+                    }));
+                    block.insert("content".into(), Value::Array(content));
                 }
                 if result.is_error {
                     block.insert("is_error".into(), true.into());

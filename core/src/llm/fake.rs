@@ -478,6 +478,7 @@ mod tests {
             messages,
             tools: vec![],
             max_output_tokens: None,
+            images: Default::default(),
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod anthropic;
 pub mod fake;
+pub mod inline_images;
 pub mod models;
 pub mod openai;
 pub mod request_log;
@@ -29,6 +30,9 @@ pub struct LlmRequest {
     pub tools: Vec<ToolSchema>,
     /// The most output tokens to ask for; `None`: the provider codec's default.
     pub max_output_tokens: Option<u32>,
+    /// The bytes of the image blobs the request shows the model, by URI: loaded by the host
+    /// ([`inline_images::to_load`]); a tool result's image missing here is a text note.
+    pub images: inline_images::InlineImages,
 }
 
 /// A tool as the LLM sees it.

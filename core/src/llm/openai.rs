@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::inline_images;
 use super::stream::{Dialect, SseStream, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
 use crate::wire::{Message, StopReason, Usage};
@@ -42,7 +43,34 @@ pub fn build_http_request(
     if !request.system_prompt.is_empty() {
         messages.push(json!({"role": "system", "content": request.system_prompt}));
     }
-    messages.extend(request.messages.iter().map(message_json));
+    // A tool result's images follow the run of tool messages they belong to, in one user
+    // message (`image_url` data URLs): nothing may come between an assistant's tool calls and
+    // their tool messages.
+    let mut pending_images: Vec<Value> = Vec::new();
+    for message in &request.messages {
+        if let Message::ToolResult(result) = message {
+            let (text, shown) = inline_images::for_result(result, &request.images);
+            messages.push(json!({
+                "role": "tool",
+                "tool_call_id": result.tool_call_id,
+                "content": text,
+            }));
+            for (uri, image) in shown {
+                pending_images
+                    .push(json!({"type": "text", "text": inline_images::caption(result, uri)}));
+                pending_images
+                    .push(json!({"type": "image_url", "image_url": {"url": image.data_url()}}));
+            }
+            continue;
+        }
+        if !pending_images.is_empty() {
+            messages.push(json!({"role": "user", "content": std::mem::take(&mut pending_images)}));
+        }
+        messages.push(message_json(message));
+    }
+    if !pending_images.is_empty() {
+        messages.push(json!({"role": "user", "content": pending_images}));
+    }
 
     let mut body = Map::new();
     body.insert("model".to_string(), Value::String(request.model.clone()));
@@ -381,6 +409,7 @@ mod tests {
             messages,
             tools,
             max_output_tokens: None,
+            images: Default::default(),
         }
     }
 

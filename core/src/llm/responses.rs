@@ -7,7 +7,9 @@
 //!
 //! Input shape: user and custom messages are `{"role":"user","content"}`; an assistant message
 //! becomes its items in order — `reasoning` (only this provider's, only with encrypted content),
-//! `message` with `output_text`, `function_call` — and tool results `function_call_output`.
+//! `message` with `output_text`, `function_call` — and tool results `function_call_output`
+//! (a result's images, `LlmRequest::images`, follow the run of outputs in one user message of
+//! `input_text` captions and `input_image` data URLs).
 //! Anthropic thinking blocks are dropped.
 //!
 //! Stream events used: `response.output_item.added` / `.done`, `response.output_text.delta`,
@@ -17,6 +19,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::inline_images::{self, InlineImages};
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
 use crate::wire::{ContentBlock, Message, StopReason, Usage};
@@ -53,7 +56,7 @@ pub fn build_http_request(
     }
     body.insert(
         "input".to_string(),
-        Value::Array(input_items(&request.messages)),
+        Value::Array(input_items(&request.messages, &request.images)),
     );
     body.insert("stream".to_string(), Value::Bool(true));
     body.insert("store".to_string(), Value::Bool(false));
@@ -87,18 +90,34 @@ pub fn build_http_request(
     }
 }
 
-fn input_items(messages: &[Message]) -> Vec<Value> {
+fn input_items(messages: &[Message], images: &InlineImages) -> Vec<Value> {
     let mut items = Vec::with_capacity(messages.len());
+    // A tool result's images (`input_image` data URLs) follow the run of function outputs they
+    // belong to, in one user message.
+    let mut pending_images: Vec<Value> = Vec::new();
     for message in messages {
+        if !matches!(message, Message::ToolResult(_)) && !pending_images.is_empty() {
+            items.push(json!({"role": "user", "content": std::mem::take(&mut pending_images)}));
+        }
         match message {
             Message::User { content, .. } | Message::CustomMessage { content, .. } => {
                 items.push(json!({"role": "user", "content": content}));
             }
-            Message::ToolResult(result) => items.push(json!({
-                "type": "function_call_output",
-                "call_id": result.tool_call_id,
-                "output": result.content,
-            })),
+            Message::ToolResult(result) => {
+                let (text, shown) = inline_images::for_result(result, images);
+                items.push(json!({
+                    "type": "function_call_output",
+                    "call_id": result.tool_call_id,
+                    "output": text,
+                }));
+                for (uri, image) in shown {
+                    pending_images.push(
+                        json!({"type": "input_text", "text": inline_images::caption(result, uri)}),
+                    );
+                    pending_images
+                        .push(json!({"type": "input_image", "image_url": image.data_url()}));
+                }
+            }
             Message::Assistant(assistant) => {
                 let own = assistant.provider == PROVIDER;
                 for block in &assistant.content {
@@ -137,6 +156,9 @@ fn input_items(messages: &[Message]) -> Vec<Value> {
                 }
             }
         }
+    }
+    if !pending_images.is_empty() {
+        items.push(json!({"role": "user", "content": pending_images}));
     }
     items
 }

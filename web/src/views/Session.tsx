@@ -4,7 +4,7 @@ import type { Identity } from "../auth";
 import { follow, type Connection } from "../follow";
 import { renderMarkdown } from "../markdown";
 import { buildItems, formatArguments, mergeEntries, sortedEntries, type ApprovalView, type Item } from "../transcript";
-import type { Attachment, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo } from "../types";
+import type { Attachment, BlobRef, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo } from "../types";
 import { ErrorLine, StatusBadge, errorText, timeAgo } from "../util";
 
 export function SessionView({ id, me }: { id: string; me: Identity }) {
@@ -351,16 +351,20 @@ function ItemView({ item, sessionId }: { item: Item; sessionId: string }) {
               )}
             </details>
           ))}
+          {item.calls.map(({ call, result }) => result && <ToolImages key={`img-${call.id}`} blobs={result.blobs} />)}
         </div>
       );
     case "tool_result":
       return (
-        <details class={`tool ${item.result.isError ? "tool-error" : ""}`}>
-          <summary>
-            <code>{item.result.toolName}</code> result
-          </summary>
-          <pre>{item.result.content}</pre>
-        </details>
+        <>
+          <details class={`tool ${item.result.isError ? "tool-error" : ""}`}>
+            <summary>
+              <code>{item.result.toolName}</code> result
+            </summary>
+            <pre>{item.result.content}</pre>
+          </details>
+          <ToolImages blobs={item.result.blobs} />
+        </>
       );
     case "context":
       return (
@@ -545,4 +549,37 @@ function Composer({ onSend, running }: { onSend: (lane: Lane, content: string) =
       <ErrorLine error={error} />
     </form>
   );
+}
+
+const BLOB_URI = "wuhu://blob/";
+
+/**
+ * The images a tool result refers to (a `read` of a PNG, a screenshot), shown in the transcript
+ * outside the collapsed call: loaded from `GET /v1/blobs/:id` on this origin, so the cookie
+ * session authenticates it like any API call, and served with its image media type.
+ */
+function ToolImages({ blobs }: { blobs?: BlobRef[] }) {
+  const images = (blobs ?? []).filter((b) => b.mediaType.startsWith("image/") && b.uri.startsWith(BLOB_URI));
+  if (images.length === 0) return null;
+  return (
+    <div class="tool-images">
+      {images.map((blob) => (
+        <a key={blob.uri} href={blobUrl(blob)} target="_blank" rel="noopener noreferrer">
+          <img
+            class="tool-image"
+            data-testid="tool-image"
+            src={blobUrl(blob)}
+            alt={blob.uri}
+            title={`${blob.uri} (${blob.mediaType}${blob.width && blob.height ? `, ${blob.width}x${blob.height}` : ""}, ${blob.size} bytes)`}
+            width={blob.width}
+            height={blob.height}
+          />
+        </a>
+      ))}
+    </div>
+  );
+}
+
+function blobUrl(blob: BlobRef): string {
+  return `/v1/blobs/${encodeURIComponent(blob.uri.slice(BLOB_URI.length))}`;
 }

@@ -479,6 +479,18 @@ async fn run_http(
         .map(|v| v.to_string())
         .or_else(|_| actor.env.var(provider.api_key_var).map(|v| v.to_string()))
         .ok();
+    // Tool results' images: their bytes from R2, the newest within the per-request bounds.
+    let chosen = wuhu_core::llm::inline_images::to_load(&request.messages);
+    let with_images;
+    let request = if chosen.is_empty() {
+        request
+    } else {
+        with_images = LlmRequest {
+            images: crate::blob_store::load_images(&actor.env, &actor.tenant(), &chosen).await,
+            ..request.clone()
+        };
+        &with_images
+    };
     let http = provider.build_http_request(&base_url, api_key.as_deref(), request);
     if let Some(exchange) = exchange.as_deref_mut() {
         exchange.url = http.url.clone();

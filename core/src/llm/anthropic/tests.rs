@@ -21,6 +21,7 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSchema>) -> LlmRequest {
         messages,
         tools,
         max_output_tokens: None,
+        images: Default::default(),
     }
 }
 

@@ -201,6 +201,7 @@ fn request_carries_reasoning_items_between_steps() {
             parameters: json!({"type": "object"}),
         }],
         max_output_tokens: Some(4096),
+        images: Default::default(),
     };
     let http = build_http_request("https://api.example.test/v1/", Some("sk-1"), &request);
     assert_eq!(http.url, "https://api.example.test/v1/responses");
@@ -237,6 +238,7 @@ fn request_carries_reasoning_items_between_steps() {
             system_prompt: String::new(),
             tools: vec![],
             max_output_tokens: None,
+            images: Default::default(),
             ..request
         },
     );
