@@ -21,13 +21,10 @@ use bytes::Bytes;
 use futures_util::TryStreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
-use crate::fake_server::{Body, full};
-use crate::net;
+use crate::fake_server::{Body, full, listen};
 
 /// See the module docs.
 pub struct DelayProxy {
@@ -39,46 +36,17 @@ impl DelayProxy {
     /// Forwards `127.0.0.1:<ephemeral>` to `upstream` (a base URL), holding each request whose
     /// path contains `matching` for `delay`.
     pub fn start(upstream: &str, matching: &str, delay: Duration) -> DelayProxy {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the delay proxy");
-        let addr = listener.local_addr().expect("delay proxy address");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let listener = {
-            let _runtime = net::runtime().enter();
-            tokio::net::TcpListener::from_std(listener).expect("register the delay proxy")
-        };
-        let (stop, mut stopped) = watch::channel(());
         let upstream = upstream.trim_end_matches('/').to_string();
         let matching = matching.to_string();
         let client = reqwest::Client::new();
-        net::runtime().spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = stopped.changed() => return,
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let _ = stream.set_nodelay(true);
-                let (upstream, matching, client) =
-                    (upstream.clone(), matching.clone(), client.clone());
-                let mut stopped = stopped.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |request| {
-                        forward(
-                            client.clone(),
-                            upstream.clone(),
-                            matching.clone(),
-                            delay,
-                            request,
-                        )
-                    });
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service);
-                    tokio::select! {
-                        _ = connection => {}
-                        _ = stopped.changed() => {}
-                    }
-                });
-            }
+        let (addr, stop) = listen("delay proxy", move |request| {
+            forward(
+                client.clone(),
+                upstream.clone(),
+                matching.clone(),
+                delay,
+                request,
+            )
         });
         DelayProxy { addr, _stop: stop }
     }

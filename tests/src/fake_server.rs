@@ -7,6 +7,7 @@
 //!
 //! Dropping a [`FakeServer`] stops accepting and closes its open connections.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,39 +56,8 @@ impl FakeServer {
     where
         F: Fn(RecordedRequest) -> Response<Body> + Send + Sync + 'static,
     {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap_or_else(|e| panic!("bind the {name} server: {e}"));
-        let addr = listener.local_addr().expect("fake server address");
-        listener
-            .set_nonblocking(true)
-            .expect("fake server listener non-blocking");
-        let listener = {
-            let _runtime = net::runtime().enter();
-            tokio::net::TcpListener::from_std(listener).expect("register the fake server")
-        };
-        let (stop, mut stopped) = watch::channel(());
         let handle = Arc::new(handle);
-        net::runtime().spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = stopped.changed() => return,
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let _ = stream.set_nodelay(true);
-                let handle = handle.clone();
-                let mut stopped = stopped.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |request| serve(handle.clone(), request));
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service);
-                    tokio::select! {
-                        _ = connection => {}
-                        _ = stopped.changed() => {}
-                    }
-                });
-            }
-        });
+        let (addr, stop) = listen(name, move |request| serve(handle.clone(), request));
         FakeServer { addr, _stop: stop }
     }
 
@@ -95,6 +65,49 @@ impl FakeServer {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+/// Serves HTTP/1 (keep-alive) on `127.0.0.1:0` on the harness's runtime, `respond` answering
+/// each request. Returns the address and the sender whose drop stops accepting and closes the
+/// open connections.
+pub fn listen<F, Fut, E>(name: &str, respond: F) -> (SocketAddr, watch::Sender<()>)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Body>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap_or_else(|e| panic!("bind the {name} server: {e}"));
+    let addr = listener.local_addr().expect("server address");
+    listener
+        .set_nonblocking(true)
+        .expect("server listener non-blocking");
+    let listener = {
+        let _runtime = net::runtime().enter();
+        tokio::net::TcpListener::from_std(listener).expect("register the server")
+    };
+    let (stop, mut stopped) = watch::channel(());
+    net::runtime().spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stopped.changed() => return,
+            };
+            let Ok((stream, _)) = accepted else { continue };
+            let _ = stream.set_nodelay(true);
+            let respond = respond.clone();
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service_fn(respond));
+                tokio::select! {
+                    _ = connection => {}
+                    _ = stopped.changed() => {}
+                }
+            });
+        }
+    });
+    (addr, stop)
 }
 
 /// Reads one request whole and asks the handler for the response.

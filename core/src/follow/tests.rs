@@ -785,26 +785,7 @@ fn simulate(
     stop_after_idle: bool,
     slots: &[usize],
 ) -> (Vec<String>, usize) {
-    let cursor_at = |n: usize| {
-        timeline[..n]
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::EntryAppended { entry } => Some(entry.cursor),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0)
-    };
-    let status_at = |n: usize| {
-        timeline[..n]
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::Status { status } => Some(*status),
-                _ => None,
-            })
-            .next_back()
-            .unwrap_or(Status::Idle)
-    };
+    let cursor_at = |n: usize| cursor_of(timeline, n);
     let mut follow = Follow::new(
         Millis(0),
         &FollowRequest {
@@ -815,7 +796,7 @@ fn simulate(
         },
         Registration {
             last_cursor: cursor_at(registered),
-            status: status_at(registered),
+            status: status_of(timeline, registered),
         },
     );
     let live: Vec<LiveEvent> = timeline.iter().map(LiveEvent::new).collect();
@@ -1000,15 +981,15 @@ fn cursor_of(timeline: &[StreamEvent], n: usize) -> u64 {
 }
 
 /// The status after the first `n` events of `timeline` (idle before any).
-fn status_of(timeline: &[StreamEvent], n: usize) -> String {
+fn status_of(timeline: &[StreamEvent], n: usize) -> Status {
     timeline[..n]
         .iter()
         .filter_map(|e| match e {
-            StreamEvent::Status { status } => Some(status.as_str().to_string()),
+            StreamEvent::Status { status } => Some(*status),
             _ => None,
         })
         .next_back()
-        .unwrap_or_else(|| "idle".into())
+        .unwrap_or(Status::Idle)
 }
 
 /// The status right after entry `cursor` was appended.
@@ -1017,5 +998,5 @@ fn status_after_entry(timeline: &[StreamEvent], cursor: u64) -> String {
         .iter()
         .position(|e| matches!(e, StreamEvent::EntryAppended { entry } if entry.cursor == cursor))
         .expect("an entry of the timeline");
-    status_of(timeline, at + 1)
+    status_of(timeline, at + 1).as_str().to_string()
 }
