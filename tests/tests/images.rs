@@ -158,8 +158,20 @@ fn the_model_is_shown_the_image_in_each_dialect() {
     );
     let data = base64::engine::general_purpose::STANDARD.encode(&png);
     let data_url = format!("data:image/png;base64,{data}");
-    for provider in ["anthropic", "openai", "openai-compatible"] {
-        let model = unique_name(&format!("vision-{provider}"));
+    // A text-only model: the tenant's model table says `"images": false`.
+    let text_only = unique_name("text-only");
+    let table =
+        json!({"models": [{"id": text_only, "provider": "openai-compatible", "images": false}]});
+    let written = stack()
+        .admin_client("root", &tenant)
+        .put_doc("config/models.json", table.to_string());
+    assert!(written.status < 300, "{written}");
+    for provider in ["anthropic", "openai", "openai-compatible", "text-only"] {
+        let (provider, model) = match provider {
+            "text-only" => ("openai-compatible", text_only.clone()),
+            p => (p, unique_name(&format!("vision-{p}"))),
+        };
+        let text_only_model = model == text_only;
         let session = api
             .create_session(json!({"provider": provider, "model": model}))
             .id;
@@ -200,6 +212,26 @@ fn the_model_is_shown_the_image_in_each_dialect() {
                     input[at - 1]["type"],
                     "function_call_output",
                     "{provider}: the image follows the function output"
+                );
+            }
+            _ if text_only_model => {
+                assert!(
+                    !requests[2].raw_body.contains(&data),
+                    "a text-only model gets no image: {after_read}"
+                );
+                let messages = after_read["messages"].as_array().expect("messages");
+                let tool = messages
+                    .iter()
+                    .find(|m| {
+                        m["role"] == "tool"
+                            && m["content"].as_str().unwrap_or("").contains("shot.png")
+                    })
+                    .unwrap_or_else(|| panic!("no read result: {after_read}"));
+                assert!(
+                    tool["content"].as_str().unwrap().contains(
+                        "is not shown: the model table marks this model as not accepting images"
+                    ),
+                    "{tool}"
                 );
             }
             _ => {

@@ -16,12 +16,18 @@ pub const MAX_REQUEST_IMAGE_BYTES: u64 = 10 * 1024 * 1024;
 /// The images of a request by blob URI (`wuhu://blob/<id>`): at most [`MAX_REQUEST_IMAGES`],
 /// so a list (a map's code costs the Worker's wasm more than its lookups save).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InlineImages(Vec<(String, InlineImage)>);
+pub struct InlineImages(Vec<(String, InlineImage)>, bool);
 
 impl InlineImages {
     /// No images.
     pub fn new() -> InlineImages {
         InlineImages::default()
+    }
+
+    /// No images, because the model accepts none (its model table row says `"images": false`):
+    /// the notes say so.
+    pub fn text_only() -> InlineImages {
+        InlineImages(Vec::new(), true)
     }
 
     /// Adds (or replaces) the image of `uri`.
@@ -144,11 +150,18 @@ pub fn for_result<'a>(
                 if !text.is_empty() {
                     text.push_str("\n\n");
                 }
-                text.push_str(&format!(
-                    "[The image {} is not shown in this request: a request carries only the newest {MAX_REQUEST_IMAGES} images, at most {} MiB in all. Read the file again to see it.]",
-                    blob.uri,
-                    MAX_REQUEST_IMAGE_BYTES / (1024 * 1024)
-                ));
+                if images.1 {
+                    text.push_str(&format!(
+                        "[The image {} is not shown: the model table marks this model as not accepting images.]",
+                        blob.uri
+                    ));
+                } else {
+                    text.push_str(&format!(
+                        "[The image {} is not shown in this request: a request carries only the newest {MAX_REQUEST_IMAGES} images, at most {} MiB in all. Read the file again to see it.]",
+                        blob.uri,
+                        MAX_REQUEST_IMAGE_BYTES / (1024 * 1024)
+                    ));
+                }
             }
         }
     }
@@ -387,6 +400,19 @@ mod tests {
                 {"type": "input_text", "text": "The image wuhu://blob/1 returned by the read call c1:"},
                 {"type": "input_image", "image_url": "data:image/png;base64,iVBORw=="},
             ])
+        );
+        // A text-only model: no image, a note that says why.
+        let text_only = crate::llm::LlmRequest {
+            images: InlineImages::text_only(),
+            ..request.clone()
+        };
+        let chat = body(crate::llm::openai::build_http_request(
+            "http://a", None, &text_only,
+        ));
+        assert!(!chat.to_string().contains("image_url"), "{chat}");
+        assert_eq!(
+            chat["messages"][1]["content"],
+            "shot 1\n\n[The image wuhu://blob/1 is not shown: the model table marks this model as not accepting images.]"
         );
         // A request without images is what it was.
         let plain = crate::llm::LlmRequest {

@@ -160,6 +160,14 @@ pub struct ModelRow {
     /// Whether the tenant's table set this row (replacing or adding one).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tenant: bool,
+    /// Whether requests may show the model images (`"images": false` in a tenant row marks a
+    /// text-only model: a tool result's image is then a note, `llm::inline_images`).
+    #[serde(rename = "images", skip_serializing_if = "is_true")]
+    pub accepts_images: bool,
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 impl From<&ModelInfo> for ModelRow {
@@ -176,6 +184,7 @@ impl From<&ModelInfo> for ModelRow {
                 cache_write_per_mtok: info.cache_write_per_mtok,
             }),
             tenant: false,
+            accepts_images: true,
         }
     }
 }
@@ -203,6 +212,8 @@ struct TenantRow {
     cache_read_per_mtok: Option<f64>,
     #[serde(default)]
     cache_write_per_mtok: Option<f64>,
+    #[serde(default)]
+    images: Option<bool>,
 }
 
 #[derive(serde::Deserialize)]
@@ -315,6 +326,7 @@ impl ModelTable {
                     max_output_tokens: None,
                     prices: None,
                     tenant: true,
+                    accepts_images: true,
                 },
             };
             let prices = match (row.input_per_mtok, row.output_per_mtok, base.prices) {
@@ -359,6 +371,7 @@ impl ModelTable {
                 max_output_tokens: row.max_output_tokens.or(base.max_output_tokens),
                 prices,
                 tenant: true,
+                accepts_images: row.images.unwrap_or(base.accepts_images),
             };
             match builtin {
                 Some(i) => table.rows[i] = merged,
@@ -410,6 +423,12 @@ impl ModelTable {
             + usage.cache_read_tokens as f64 * prices.cache_read_per_mtok
             + usage.cache_write_tokens as f64 * prices.cache_write_per_mtok;
         Some(dollars / 1_000_000.0)
+    }
+
+    /// Whether requests may show `model` images: unless its row says `"images": false` (a
+    /// model not in the table is assumed to accept them).
+    pub fn accepts_images(&self, model: &str) -> bool {
+        self.lookup(model).is_none_or(|row| row.accepts_images)
     }
 
     /// `wuhu://config/models.json`: the rows in effect and the defaults for unknown models.
@@ -719,14 +738,20 @@ mod tests {
                         "{model}: unknown window={}",
                         table.context_window("openai-compatible", model)
                     ),
-                    Some(row) => format!(
-                        "{model}: {} {}/{:?} ${:?}{}",
-                        row.provider,
-                        row.context_window,
-                        row.max_output_tokens,
-                        table.cost_usd(model, &mtok),
-                        if row.tenant { " tenant" } else { "" }
-                    ),
+                    Some(row) => {
+                        format!(
+                            "{model}: {} {}/{:?} ${:?}{}",
+                            row.provider,
+                            row.context_window,
+                            row.max_output_tokens,
+                            table.cost_usd(model, &mtok),
+                            if row.tenant { " tenant" } else { "" }
+                        ) + if table.accepts_images(model) {
+                            ""
+                        } else {
+                            " text-only"
+                        }
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join("; "),
@@ -767,6 +792,13 @@ mod tests {
                 ),
                 "gpt-4o: openai 128000/Some(16384) $Some(12.5); gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(12.5); claude-sonnet-4-5: anthropic 200000/Some(64000) $Some(18.0); my-llama-3: openai-compatible 128000/Some(4096) $Some(1.0) tenant; my-llama: openai-compatible 128000/Some(4096) $Some(1.0) tenant",
             ),
+            // A text-only model (no images in its requests); a built-in row may be marked too.
+            (
+                Some(
+                    r#"{"models":[{"id":"my-llama","provider":"openai-compatible","images":false},{"id":"gpt-4o","images":false}]}"#,
+                ),
+                "gpt-4o: openai 128000/Some(16384) $Some(12.5) tenant text-only; gpt-4o-2024-08-06: openai 128000/Some(16384) $Some(12.5) tenant text-only; claude-sonnet-4-5: anthropic 200000/Some(64000) $Some(18.0); my-llama-3: openai-compatible 128000/None $None tenant text-only; my-llama: openai-compatible 128000/None $None tenant text-only",
+            ),
             // Refusals: never a silent fallback.
             (
                 Some("{"),
@@ -778,7 +810,7 @@ mod tests {
             ),
             (
                 Some(r#"{"models":[{"id":"x","provider":"fake","price":3}]}"#),
-                "error: wuhu://workspace/config/models.json is not a valid model table: unknown field `price`, expected one of `id`, `provider`, `contextWindow`, `maxOutputTokens`, `inputPerMtok`, `outputPerMtok`, `cacheReadPerMtok`, `cacheWritePerMtok` at line 1 column 46",
+                "error: wuhu://workspace/config/models.json is not a valid model table: unknown field `price`, expected one of `id`, `provider`, `contextWindow`, `maxOutputTokens`, `inputPerMtok`, `outputPerMtok`, `cacheReadPerMtok`, `cacheWritePerMtok`, `images` at line 1 column 46",
             ),
             (
                 Some(r#"{"models":[{"id":"my-llama"}]}"#),

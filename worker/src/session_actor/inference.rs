@@ -324,6 +324,7 @@ async fn call(
                     request,
                     &mut builder,
                     exchange.as_mut(),
+                    settings.models.accepts_images(&header.model),
                 )
                 .await;
                 if let (Some(days), Some(mut exchange)) = (settings.log_days, exchange) {
@@ -467,6 +468,7 @@ async fn run_http(
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
     mut exchange: Option<&mut Exchange>,
+    accepts_images: bool,
 ) -> Result<bool, LlmFailure> {
     let base_url = actor
         .env
@@ -479,14 +481,19 @@ async fn run_http(
         .map(|v| v.to_string())
         .or_else(|_| actor.env.var(provider.api_key_var).map(|v| v.to_string()))
         .ok();
-    // Tool results' images: their bytes from R2, the newest within the per-request bounds.
+    // Tool results' images: their bytes from R2, the newest within the per-request bounds;
+    // none for a model the table marks as text-only.
     let chosen = wuhu_core::llm::inline_images::to_load(&request.messages);
     let with_images;
     let request = if chosen.is_empty() {
         request
     } else {
         with_images = LlmRequest {
-            images: crate::blob_store::load_images(&actor.env, &actor.tenant(), &chosen).await,
+            images: if accepts_images {
+                crate::blob_store::load_images(&actor.env, &actor.tenant(), &chosen).await
+            } else {
+                wuhu_core::llm::inline_images::InlineImages::text_only()
+            },
             ..request.clone()
         };
         &with_images
