@@ -372,7 +372,7 @@ pub fn catalogue() -> Vec<ToolSchema> {
         },
         ToolSchema {
             name: names::READ,
-            description: "Read a text file or document. `wuhu://workspace/<path>` is the workspace knowledge base (always available; a path ending in `/` lists documents), `wuhu://config/<path>` the server settings (read-only), `wuhu://env/<name>/<path>` or a plain path a file in an attached environment. Output is cut at 2000 lines or 50 KB; the result says which offset continues.",
+            description: "Read a text file or document. `wuhu://workspace/<path>` is the workspace knowledge base (always available; a path ending in `/` lists documents), `wuhu://config/<path>` the server settings (read-only), `wuhu://env/<name>/<path>` or a plain path a file in an attached environment. Output is cut at 2000 lines or 50 KB; the result says which offset continues. An image file in an environment (PNG, JPEG, GIF, WebP, at most 5 MiB) is attached as an image you can see.",
             parameters: json!({
                 "type": "object",
                 "properties": {
