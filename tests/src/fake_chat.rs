@@ -95,6 +95,8 @@ struct State {
     next_ref: u64,
     /// Discord: every interaction token is past its 15 minutes.
     interactions_expired: bool,
+    /// Discord: the URL `GET /gateway/bot` names ([`FakeChat::set_gateway`]).
+    gateway_url: Option<String>,
 }
 
 /// A fake chat platform API.
@@ -151,6 +153,9 @@ impl FakeChat {
         let server = FakeServer::start("fake-chat", move |request| {
             let reply = {
                 let mut state = handler_state.lock().unwrap();
+                if let Some(reply) = gateway_bot(&handler_kind, &state, &request) {
+                    return reply.response();
+                }
                 let (method, token) = call_name(&handler_kind, &request);
                 let mut call = ChatCall {
                     method,
@@ -271,6 +276,12 @@ impl FakeChat {
         self.state.lock().unwrap().interactions_expired = true;
     }
 
+    /// Discord: `GET /gateway/bot` names `url` (a [`crate::fake_gateway::FakeGateway`]);
+    /// until then it answers 503. Not recorded as a call.
+    pub fn set_gateway(&self, url: &str) {
+        self.state.lock().unwrap().gateway_url = Some(url.to_string());
+    }
+
     /// A `429` with `Retry-After: secs`, as every platform rate-limits (with its own body).
     pub fn rate_limited(secs: u64) -> HttpReply {
         HttpReply::json(&json!({"ok": false, "error": "ratelimited", "error_code": 429,
@@ -318,6 +329,26 @@ impl FakeChat {
 
 /// The [`ChatCall::method`] of a POST to a Slack slash command's `response_url`.
 pub const SLACK_RESPONSE_URL: &str = "response_url";
+
+/// Discord's `GET /gateway/bot` (the bot token authorizes it).
+fn gateway_bot(kind: &Kind, state: &State, request: &RecordedRequest) -> Option<HttpReply> {
+    let Kind::Discord { token } = kind else {
+        return None;
+    };
+    if request.method != "GET" || !request.path.ends_with("/gateway/bot") {
+        return None;
+    }
+    if request.header("authorization") != Some(format!("Bot {token}").as_str()) {
+        return Some(
+            HttpReply::json(&json!({"message": "401: Unauthorized", "code": 0})).with_status(401),
+        );
+    }
+    Some(match &state.gateway_url {
+        Some(url) => HttpReply::json(&json!({"url": url, "shards": 1, "session_start_limit":
+            {"total": 1000, "remaining": 999, "reset_after": 14_400_000, "max_concurrency": 1}})),
+        None => HttpReply::json(&json!({"message": "no gateway in this test"})).with_status(503),
+    })
+}
 
 /// The call's name and the credential it carried.
 fn call_name(kind: &Kind, request: &RecordedRequest) -> (String, Option<String>) {

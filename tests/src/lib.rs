@@ -31,6 +31,7 @@ pub mod drop_proxy;
 pub mod entries;
 pub mod fake_anthropic;
 pub mod fake_chat;
+pub mod fake_gateway;
 pub mod fake_http;
 pub mod fake_openai;
 pub mod fake_responses;

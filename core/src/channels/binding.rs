@@ -202,6 +202,10 @@ pub struct ChannelView {
     pub webhook_url: String,
     /// What to paste where, in order.
     pub setup: Vec<String>,
+    /// Discord only: the binding's Gateway connection (how mentions and plain messages
+    /// arrive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<super::gateway::GatewayStatus>,
 }
 
 /// `GET /v1/channels`.
@@ -685,6 +689,7 @@ pub fn setup_steps(platform: Platform, url: &str) -> Vec<String> {
         Platform::Discord => vec![
             format!("Developer Portal → your application → General Information → Interactions Endpoint URL: {url}"),
             "Register the /wuhu application command (options: text) for your application".into(),
+            "Developer Portal → Bot → Privileged Gateway Intents: enable MESSAGE CONTENT (mentions, direct messages and plain messages arrive over the Gateway connection this binding keeps open)".into(),
         ],
         Platform::Generic => vec![format!(
             "POST {url} with body {{\"thread\",\"user\",\"text\",\"id\"}} (id: your message id, optional), headers X-Wuhu-Timestamp: <unix seconds> and X-Wuhu-Signature: sha256=<hex HMAC-SHA256(secret, \"<timestamp>.<body>\")>; replies arrive at replyUrl signed the same way"
@@ -709,6 +714,7 @@ pub fn view(
         credentials: masked.clone(),
         setup: setup_steps(binding.platform, &url),
         webhook_url: url,
+        gateway: None,
     }
 }
 

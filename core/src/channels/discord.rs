@@ -1,10 +1,10 @@
 //! Discord: what an interaction posted to `/hooks/discord/:id` means, what the hook answers,
 //! and the API calls that deliver replies.
 //!
-//! Discord sends a bot nothing but interactions here (reading every channel message needs the
-//! Gateway, a long-lived socket a Worker does not hold), so people talk through the
-//! application command `/wuhu`: `/wuhu text:<message>`, or its subcommands `ask text:…`,
-//! `stop`, `new`, `status`, `steer text:…`. A channel (a thread is a channel) is a session.
+//! Discord sends the hook interactions only: the application command `/wuhu`
+//! (`/wuhu text:<message>`, or its subcommands `ask text:…`, `stop`, `new`, `status`,
+//! `steer text:…`) and button clicks. Mentions and other messages arrive over the Gateway
+//! ([`super::gateway`]). A channel (a thread is a channel) is a session.
 //!
 //! A message is answered at once with a deferred response (type 5, "thinking…"): the turn's
 //! reply edits that original response (`PATCH /webhooks/{app}/{token}/messages/@original`),

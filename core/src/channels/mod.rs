@@ -12,6 +12,7 @@
 
 pub mod binding;
 pub mod discord;
+pub mod gateway;
 pub mod generic;
 pub mod members;
 pub mod outbox;

@@ -11,7 +11,9 @@
 //! for (`watches`), queues what to post (`outbox`), and posts it with retries. A hook answers as
 //! soon as the message is enqueued in the session.
 
-use std::cell::RefCell;
+mod gateway;
+
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
@@ -57,6 +59,10 @@ struct Actor {
     creating: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
     /// Inbox rows being delivered by this instance (the alarm leaves them alone).
     delivering: RefCell<HashSet<i64>>,
+    /// Whether a task delivers Gateway messages from the inbox (one at a time, in order).
+    draining: Cell<bool>,
+    /// The Discord Gateway connection (Discord bindings only; decision 0018).
+    gateway: RefCell<gateway::GatewayHandle>,
 }
 
 /// Marks a thread's session as being created until dropped; dropping wakes the deliveries
@@ -202,6 +208,8 @@ impl DurableObject for ChannelActor {
             // nothing acknowledged is lost. `due`: when the alarm takes it (should its hook's
             // own delivery not finish), or tries it again.
             "CREATE TABLE IF NOT EXISTS inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, due INTEGER NOT NULL)",
+            // A Discord binding's Gateway connection: `channels::gateway::Saved` as JSON.
+            "CREATE TABLE IF NOT EXISTS gateway (k INTEGER PRIMARY KEY CHECK (k = 1), saved TEXT NOT NULL)",
         ] {
             let _ = sql.exec(ddl, None);
         }
@@ -212,6 +220,8 @@ impl DurableObject for ChannelActor {
                 env,
                 creating: RefCell::new(HashMap::new()),
                 delivering: RefCell::new(HashSet::new()),
+                draining: Cell::new(false),
+                gateway: RefCell::new(gateway::GatewayHandle::default()),
             }),
         }
     }
@@ -246,7 +256,14 @@ impl Actor {
             (Method::Get, "/registry/get") => {
                 let id = query(&pairs, "id").unwrap_or_default();
                 let listed = self.listed(&id)?;
-                Ok(json_response(200, &view(&req, &listed)))
+                let mut view = view(&req, &listed);
+                if listed.binding.platform == Platform::Discord {
+                    view.gateway =
+                        send_binding(&self.env, &id, "/binding/gateway", Method::Post, b"{}")
+                            .await
+                            .ok();
+                }
+                Ok(json_response(200, &view))
             }
             (Method::Patch, "/registry/patch") => {
                 let id = query(&pairs, "id").unwrap_or_default();
@@ -306,12 +323,17 @@ impl Actor {
             }
             (Method::Post, "/binding/init") => {
                 let body = read_body(&mut req).await?;
-                self.binding_init(&body)
+                let response = self.binding_init(&body)?;
+                self.binding_changed().await?;
+                Ok(response)
             }
             (Method::Post, "/binding/patch") => {
                 let body = read_body(&mut req).await?;
-                self.binding_patch(&body)
+                let response = self.binding_patch(&body)?;
+                self.binding_changed().await?;
+                Ok(response)
             }
+            (Method::Post, "/binding/gateway") => Ok(json_response(200, &self.gateway_status())),
             (Method::Post, "/binding/delete") => {
                 for table in [
                     "binding",
@@ -321,11 +343,13 @@ impl Actor {
                     "outbox",
                     "approvals",
                     "members",
+                    "gateway",
                 ] {
                     self.sql
                         .exec(&format!("DELETE FROM {table}"), None)
                         .map_err(sql_err)?;
                 }
+                self.gateway_stop();
                 let _ = self.state.storage().delete_alarm().await;
                 Ok(json_response(200, &json!({"ok": true})))
             }
@@ -492,6 +516,19 @@ impl Actor {
                 masked: credentials.masked(),
             },
         ))
+    }
+
+    /// After a create or patch: a Discord binding's Gateway connection starts afresh (the token
+    /// may be new), watched by the alarm.
+    async fn binding_changed(self: &Rc<Self>) -> ApiResult<()> {
+        let (binding, _) = self
+            .load_binding()?
+            .ok_or_else(|| ApiError::not_found("no such channel"))?;
+        if binding.platform == Platform::Discord {
+            self.gateway_restart(&binding);
+            self.arm_by(now_ms() + channels::gateway::WATCHDOG_MS).await;
+        }
+        Ok(())
     }
 
     /// Every mapped member, in user order.
@@ -767,40 +804,10 @@ impl Actor {
         binding: &ChannelBinding,
         inbound: Inbound,
     ) -> ApiResult<HookOutcome> {
-        if !self.first_delivery(&inbound.dedupe_keys)? {
-            return Ok(HookOutcome::Duplicate);
-        }
-        let waiting: Vec<CountRow> = self
-            .sql
-            .exec("SELECT COUNT(*) AS n FROM inbox", None)
-            .map_err(sql_err)?
-            .to_array()
-            .map_err(sql_err)?;
-        if waiting.first().map_or(0, |c| c.n as usize) >= channels::MAX_INBOX {
-            // Back-pressure: the platform retries later (its retry is not a duplicate).
-            self.forget_delivery(&inbound.dedupe_keys);
-            return Err(ApiError::new(
-                503,
-                "busy",
-                format!(
-                    "{} messages wait for their sessions; try again later",
-                    channels::MAX_INBOX
-                ),
-            ));
-        }
         let due = now_ms() + channels::INBOX_LEASE_MS;
-        let seq = self
-            .sql
-            .exec(
-                "INSERT INTO inbox (body, due) VALUES (?, ?) RETURNING seq",
-                vec![to_json(&inbound)?.into(), (due as i64).into()],
-            )
-            .map_err(sql_err)?
-            .to_array::<SeqRow>()
-            .map_err(sql_err)?
-            .first()
-            .map(|r| r.seq as i64)
-            .ok_or_else(|| ApiError::internal("inbox insert returned no row"))?;
+        let Some(seq) = self.store_inbound(&inbound, due)? else {
+            return Ok(HookOutcome::Duplicate);
+        };
         self.arm_by(due).await;
         self.delivering.borrow_mut().insert(seq);
         let (tx, rx) = oneshot::channel();
@@ -826,6 +833,64 @@ impl Actor {
             // Not delivered yet: accepted (stored); the task or the alarm finishes it.
             _ => Ok(HookOutcome::Accepted),
         }
+    }
+
+    /// Stores a person's message in the inbox with its dedupe keys (synchronous: one
+    /// transaction), due for the alarm at `due`. `None`: seen before. Past
+    /// `channels::MAX_INBOX` waiting messages: 503.
+    fn store_inbound(&self, inbound: &Inbound, due: u64) -> ApiResult<Option<i64>> {
+        if !self.first_delivery(&inbound.dedupe_keys)? {
+            return Ok(None);
+        }
+        if self.inbox_len() >= channels::MAX_INBOX {
+            // Back-pressure: the platform retries later (its retry is not a duplicate).
+            self.forget_delivery(&inbound.dedupe_keys);
+            return Err(ApiError::new(
+                503,
+                "busy",
+                format!(
+                    "{} messages wait for their sessions; try again later",
+                    channels::MAX_INBOX
+                ),
+            ));
+        }
+        let seq = self
+            .sql
+            .exec(
+                "INSERT INTO inbox (body, due) VALUES (?, ?) RETURNING seq",
+                vec![to_json(inbound)?.into(), (due as i64).into()],
+            )
+            .map_err(sql_err)?
+            .to_array::<SeqRow>()
+            .map_err(sql_err)?
+            .first()
+            .map(|r| r.seq as i64)
+            .ok_or_else(|| ApiError::internal("inbox insert returned no row"))?;
+        Ok(Some(seq))
+    }
+
+    /// Messages waiting in the inbox.
+    fn inbox_len(&self) -> usize {
+        self.sql
+            .exec("SELECT COUNT(*) AS n FROM inbox", None)
+            .and_then(|c| c.to_array::<CountRow>())
+            .ok()
+            .and_then(|rows| rows.first().map(|c| c.n as usize))
+            .unwrap_or(0)
+    }
+
+    /// Whether an inbox row is due now that no task of this instance delivers.
+    fn inbox_due_now(&self) -> bool {
+        let rows: Vec<SeqRow> = self
+            .sql
+            .exec(
+                "SELECT seq FROM inbox WHERE due <= ? ORDER BY seq LIMIT 100",
+                vec![(now_ms() as i64).into()],
+            )
+            .and_then(|c| c.to_array())
+            .unwrap_or_default();
+        let delivering = self.delivering.borrow();
+        rows.iter().any(|r| !delivering.contains(&(r.seq as i64)))
     }
 
     /// Delivers inbox row `seq`: removed once its message is in the session's queue (or
@@ -946,14 +1011,10 @@ impl Actor {
             if let Some(row) = self.thread(&inbound.thread_key)? {
                 break (row.session, row.replied as u64);
             }
-            if !inbound.may_start {
-                return Ok(HookOutcome::Ignored(
-                    "not a mention in an unbound thread".into(),
-                ));
-            }
             // One creation per thread at a time: a delivery that finds one under way waits for
             // it and looks again (then the thread has its session; had the creation failed,
-            // this delivery creates).
+            // this delivery creates). A message that may not start one waits too: it continues
+            // the session being made.
             let waiting = {
                 let mut creating = self.creating.borrow_mut();
                 match creating.get_mut(&inbound.thread_key) {
@@ -961,6 +1022,11 @@ impl Actor {
                         let (tx, rx) = oneshot::channel();
                         waiters.push(tx);
                         Some(rx)
+                    }
+                    None if !inbound.may_start => {
+                        return Ok(HookOutcome::Ignored(
+                            "not a mention in an unbound thread".into(),
+                        ));
                     }
                     None => {
                         creating.insert(inbound.thread_key.clone(), Vec::new());
@@ -1398,10 +1464,11 @@ impl Actor {
         Ok(pending.first().map_or(0, |c| c.n as usize) + n <= outbox::MAX_PENDING)
     }
 
-    async fn background(&self) -> ApiResult<()> {
+    async fn background(self: &Rc<Self>) -> ApiResult<()> {
         let Some((binding, credentials)) = self.load_binding()? else {
             return Ok(());
         };
+        self.gateway_watchdog(&binding);
         if let Err(e) = self.drain_inbox(&binding).await {
             worker::console_error!("channel inbox: {}", e.message);
         }
@@ -1821,6 +1888,11 @@ impl Actor {
         }
         if let Some(due) = outbox.first().map(|o| o.due as u64) {
             next = Some(next.map_or(due, |n| n.min(due)));
+        }
+        if self.gateway_wanted() {
+            // The watchdog of the Discord Gateway connection.
+            let at = now + channels::gateway::WATCHDOG_MS;
+            next = Some(next.map_or(at, |n| n.min(at)));
         }
         if let Some(at) = next {
             self.set_alarm_at(at.max(now + 10)).await;

@@ -1,0 +1,289 @@
+//! Discord mentions, direct messages and plain messages over the Gateway, end to end: the real
+//! Worker under `wrangler dev` holds the binding's Gateway connection to a fake Gateway
+//! (`wuhu_e2e::fake_gateway`, real v10 JSON frames) named by the fake Discord API's
+//! `GET /gateway/bot`; replies go out through the fake's create message.
+//!
+//! Messages on one connection are handled in order, so a message pushed after another has
+//! been answered tells the test the earlier ones were seen: no test sleeps for a fixed time.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wuhu_core::wire::{EntryPayload, Message, custom_types};
+use wuhu_e2e::fake_chat::{ChatCall, FakeChat, discord_keys};
+use wuhu_e2e::fake_gateway::{FakeGateway, INTENTS};
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Api, Stack, StackOptions, wait_for};
+
+const TURN: Duration = Duration::from_secs(30);
+const BOT_TOKEN: &str = "bot-gateway-token-0123456789";
+const BOT_ID: &str = "80001";
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        Stack::start_with(StackOptions {
+            fake_delay_ms: Some(0),
+            ..StackOptions::default()
+        })
+    })
+}
+
+/// A tenant with a Discord binding whose API and Gateway are fakes.
+struct Bot {
+    admin: Api,
+    id: String,
+    fake: FakeChat,
+    gateway: FakeGateway,
+}
+
+impl Bot {
+    /// The binding is created after `prepare` set the gateway up.
+    fn new(prefix: &str, heartbeat_ms: u64, prepare: impl FnOnce(&FakeGateway)) -> Bot {
+        let admin = stack().admin_client("root", &unique_name(prefix));
+        let fake = FakeChat::discord(BOT_TOKEN);
+        let gateway = FakeGateway::start(BOT_TOKEN, BOT_ID, heartbeat_ms);
+        prepare(&gateway);
+        fake.set_gateway(&gateway.url());
+        let (_, public_key) = discord_keys();
+        let response = admin.post(
+            "/v1/channels",
+            &json!({"platform": "discord", "name": "team", "apiBaseUrl": fake.api_base_url(),
+                "credentials": {"applicationId": "app1", "publicKey": public_key, "botToken": BOT_TOKEN}}),
+        );
+        assert_eq!(response.status, 201, "{response}");
+        let id = response.json()["id"].as_str().unwrap().to_string();
+        Bot {
+            admin,
+            id,
+            fake,
+            gateway,
+        }
+    }
+
+    /// `GET /v1/channels/:id`'s `gateway`.
+    fn status(&self) -> Value {
+        let response = self.admin.get(&format!("/v1/channels/{}", self.id));
+        assert_eq!(response.status, 200, "{response}");
+        response.json()["gateway"].clone()
+    }
+
+    #[track_caller]
+    fn wait_state(&self, state: &str) -> Value {
+        wait_for(&format!("gateway state {state}"), TURN, || {
+            let status = self.status();
+            (status["state"] == state).then_some(status)
+        })
+    }
+
+    fn sessions(&self) -> Vec<wuhu_core::wire::SessionInfo> {
+        self.admin.list_sessions("").sessions
+    }
+
+    fn user_messages(&self, session: &str) -> Vec<(String, String)> {
+        self.admin
+            .transcript(session)
+            .into_iter()
+            .filter_map(|e| match e.payload {
+                EntryPayload::Message {
+                    message:
+                        Message::User {
+                            author, content, ..
+                        },
+                } => Some((author, content)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A `MESSAGE_CREATE`'s `d` in guild `G1`: person `user` (a bot when `bot`) writes `content`
+/// in `channel`, mentioning the bot when `mention`.
+fn message(id: &str, channel: &str, user: u64, content: &str, mention: bool) -> Value {
+    let mentions = if mention {
+        json!([{"id": BOT_ID, "username": "wuhu", "bot": true}])
+    } else {
+        json!([])
+    };
+    json!({"id": id, "channel_id": channel, "guild_id": "G1", "type": 0, "tts": false,
+        "author": {"id": user.to_string(), "username": format!("person{user}"), "discriminator": "0"},
+        "content": content, "mentions": mentions, "attachments": [], "embeds": [],
+        "timestamp": "2026-11-27T06:00:00.000000+00:00"})
+}
+
+fn texts(posts: &[ChatCall]) -> Vec<String> {
+    posts.iter().map(|p| p.text().to_string()).collect()
+}
+
+/// Two people mention the bot in one channel: one session (owned by the first, open to the
+/// tenant), the group reminder once, the second person's message prefixed, replies created in
+/// the channel; a plain message there continues it. A bot's message, and a plain message in a
+/// channel without a session, start nothing.
+#[test]
+fn mentions_start_a_session_and_plain_messages_continue_it() {
+    let _guard = stack().guard();
+    let bot = Bot::new("gw-flow", 300, |_| {});
+    let connections = bot.gateway.wait_ready(1, TURN);
+    let identify = connections[0].identify.clone().expect("an IDENTIFY");
+    assert_eq!(identify["token"], BOT_TOKEN);
+    assert_eq!(identify["intents"], INTENTS);
+    assert_eq!(connections[0].path, "/?v=10&encoding=json");
+    let status = bot.wait_state("connected");
+    assert!(status["connectedSince"].as_u64().is_some(), "{status}");
+
+    // Nothing to start: a bot mentioning us, a person not mentioning us in an unbound channel.
+    let mut from_a_bot = message("m1", "C1", 70001, &format!("<@{BOT_ID}> hi"), true);
+    from_a_bot["author"]["bot"] = json!(true);
+    bot.gateway.push_message(from_a_bot);
+    bot.gateway.push_message(message(
+        "m2",
+        "C2",
+        90001,
+        "chatting among ourselves",
+        false,
+    ));
+
+    bot.gateway.push_message(message(
+        "m3",
+        "C1",
+        90001,
+        &format!("<@{BOT_ID}> hello"),
+        true,
+    ));
+    let posts = bot.fake.wait_for_posts(1, TURN);
+    bot.gateway.push_message(message(
+        "m4",
+        "C1",
+        90002,
+        &format!("me too <@!{BOT_ID}>"),
+        false, // the mention in the text is enough
+    ));
+    let posts = bot.fake.wait_for_posts(posts.len() + 1, TURN);
+    assert_eq!(
+        texts(&posts),
+        ["echo: hello", "echo: [discord:90002]:\n\nme too"]
+    );
+    for post in &posts {
+        assert_eq!(post.method, "POST channels/C1/messages", "{post:?}");
+        assert_eq!(post.token.as_deref(), Some(BOT_TOKEN));
+        assert_eq!(post.body["allowed_mentions"], json!({"parse": []}));
+    }
+
+    // A bot's message in the bound channel is not taken; a plain message continues.
+    let mut bot_in_channel = message("m5", "C1", 70001, "beep", false);
+    bot_in_channel["author"]["bot"] = json!(true);
+    bot.gateway.push_message(bot_in_channel);
+    bot.gateway
+        .push_message(message("m6", "C1", 90001, "thanks", false));
+    bot.fake.wait_for_posts(posts.len() + 1, TURN);
+
+    let sessions = bot.sessions();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(sessions[0].owner, "discord:90001");
+    assert_eq!(sessions[0].access, wuhu_core::authority::Access::Tenant);
+    assert_eq!(
+        bot.user_messages(&sessions[0].id),
+        [
+            ("discord:90001".to_string(), "hello".to_string()),
+            ("discord:90002".into(), "me too".into()),
+            ("discord:90001".into(), "thanks".into()),
+        ]
+    );
+    let reminders = bot
+        .admin
+        .transcript(&sessions[0].id)
+        .iter()
+        .filter(|e| matches!(&e.payload, EntryPayload::Message { message: Message::CustomMessage { custom_type, .. } } if custom_type == custom_types::GROUP_CHAT_REMINDER))
+        .count();
+    assert_eq!(reminders, 1);
+    // Heartbeats flow (every 300 ms here) and are acknowledged: the connection stays.
+    wait_for("two heartbeats", TURN, || {
+        let c = bot.gateway.connections();
+        (c[0].heartbeats >= 2).then_some(())
+    });
+    assert_eq!(bot.gateway.connections().len(), 1);
+}
+
+/// A dropped connection resumes the session at `resume_gateway_url`; the replayed
+/// `MESSAGE_CREATE` is not enqueued again. `op 7 RECONNECT` resumes the same way.
+#[test]
+fn a_resumed_gateway_does_not_enqueue_a_replay_twice() {
+    let _guard = stack().guard();
+    let bot = Bot::new("gw-resume", 30_000, |g| g.replay_all_on_resume());
+    bot.gateway.wait_ready(1, TURN);
+    bot.gateway.push_message(message(
+        "r1",
+        "C1",
+        90001,
+        &format!("<@{BOT_ID}> first"),
+        true,
+    ));
+    bot.fake.wait_for_posts(1, TURN);
+
+    bot.gateway.drop_connection();
+    let connections = bot.gateway.wait_ready(2, TURN);
+    assert!(
+        connections[1]
+            .path
+            .starts_with("/resume?v=10&encoding=json")
+    );
+    let resume = connections[1]
+        .resume
+        .clone()
+        .expect("a RESUME, not an IDENTIFY");
+    assert_eq!(resume["token"], BOT_TOKEN);
+    assert_eq!(resume["seq"], 2, "{resume}"); // READY was 1, the message 2
+    assert!(connections[1].identify.is_none());
+    // The replay (r1 again) came before this one on the same connection.
+    bot.gateway
+        .push_message(message("r2", "C1", 90001, "second", false));
+    bot.fake.wait_for_posts(2, TURN);
+
+    bot.gateway.send_reconnect();
+    let connections = bot.gateway.wait_ready(3, TURN);
+    assert!(connections[2].resume.is_some());
+    bot.gateway
+        .push_message(message("r3", "C1", 90001, "third", false));
+    let posts = bot.fake.wait_for_posts(3, TURN);
+
+    let sessions = bot.sessions();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let said: Vec<String> = bot
+        .user_messages(&sessions[0].id)
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(said, ["first", "second", "third"]);
+    assert_eq!(posts.len(), 3, "{:?}", texts(&posts));
+    assert_eq!(bot.status()["state"], "connected");
+}
+
+/// Close code 4004 (authentication failed) forbids reconnecting: the connection stops, the
+/// binding shows why, and nothing reconnects; a PATCH of the binding starts it again.
+#[test]
+fn an_authentication_failure_stops_the_connection_visibly() {
+    let _guard = stack().guard();
+    let bot = Bot::new("gw-4004", 30_000, |g| g.close_on_identify(4004));
+    let status = bot.wait_state("stopped");
+    assert!(
+        status["lastError"].as_str().unwrap().contains("4004"),
+        "{status}"
+    );
+    let connections = bot.gateway.connections();
+    assert_eq!(connections.len(), 1, "{connections:?}");
+    assert_eq!(connections[0].closed_with, Some(4004));
+    // Still one connection after another look: stopped means stopped.
+    assert_eq!(bot.status()["state"], "stopped");
+    assert_eq!(bot.gateway.connections().len(), 1);
+
+    bot.gateway.accept_identify();
+    let response = bot.admin.patch(
+        &format!("/v1/channels/{}", bot.id),
+        &json!({"name": "again"}),
+    );
+    assert_eq!(response.status, 200, "{response}");
+    bot.gateway.wait_ready(1, TURN);
+    bot.wait_state("connected");
+    assert_eq!(bot.gateway.connections().len(), 2);
+}
