@@ -197,6 +197,19 @@ fn mentions_start_a_session_and_plain_messages_continue_it() {
         .filter(|e| matches!(&e.payload, EntryPayload::Message { message: Message::CustomMessage { custom_type, .. } } if custom_type == custom_types::GROUP_CHAT_REMINDER))
         .count();
     assert_eq!(reminders, 1);
+
+    // A direct message (no guild) starts a session of its own without a mention.
+    let mut direct = message("m7", "D1", 90003, "a private question", false);
+    direct.as_object_mut().unwrap().remove("guild_id");
+    bot.gateway.push_message(direct);
+    let posts = bot
+        .fake
+        .wait_for_text("the DM's reply", TURN, |t| t == "echo: a private question");
+    assert_eq!(posts.last().unwrap().method, "POST channels/D1/messages");
+    let sessions = bot.sessions();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert!(sessions.iter().any(|s| s.owner == "discord:90003"));
+
     // Heartbeats flow (every 300 ms here) and are acknowledged: the connection stays.
     wait_for("two heartbeats", TURN, || {
         let c = bot.gateway.connections();

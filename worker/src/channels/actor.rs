@@ -678,6 +678,11 @@ impl Actor {
             }
         }
         .map_err(ApiError::bad_request)?;
+        // A Discord binding made before the Gateway was held (no watchdog alarm yet) starts it
+        // at its first verified interaction.
+        if self.gateway_watchdog(&binding) {
+            self.arm_by(now_ms() + channels::gateway::WATCHDOG_MS).await;
+        }
         let outcome = match delivery {
             Delivery::Answer(answer) => return Ok(json_response(200, &answer)),
             Delivery::Ignored(why) => HookOutcome::Ignored(why.to_string()),

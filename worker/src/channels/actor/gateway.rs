@@ -99,20 +99,23 @@ impl Actor {
         self.gateway_watchdog(binding);
     }
 
-    /// The watchdog (each alarm, and after a create or patch): starts the connection of a
-    /// Discord binding when none is running, unless it gave up.
-    pub(super) fn gateway_watchdog(self: &Rc<Self>, binding: &ChannelBinding) {
+    /// The watchdog (each alarm, a verified hook, a create or patch): starts the connection of
+    /// a Discord binding when none is running, unless it gave up. True when it started one.
+    pub(super) fn gateway_watchdog(self: &Rc<Self>, binding: &ChannelBinding) -> bool {
         if binding.platform != Platform::Discord {
-            return;
+            return false;
+        }
+        {
+            let handle = self.gateway.borrow();
+            if handle.running && now_ms().saturating_sub(handle.alive_at) < STALL_MS {
+                return false;
+            }
         }
         if self.gateway_saved().status.state == GatewayState::Stopped {
-            return;
+            return false;
         }
         let generation = {
             let mut handle = self.gateway.borrow_mut();
-            if handle.running && now_ms().saturating_sub(handle.alive_at) < STALL_MS {
-                return;
-            }
             if handle.running {
                 worker::console_error!(
                     "channel {}: the gateway task stalled; replaced",
@@ -136,12 +139,21 @@ impl Actor {
                 handle.socket = None;
             }
         });
+        true
     }
 
     fn current(&self, generation: u64) -> bool {
         let mut handle = self.gateway.borrow_mut();
         handle.alive_at = now_ms();
         handle.generation == generation
+    }
+
+    /// Stores the machine's state, unless this generation was replaced (a deleted binding
+    /// keeps no row).
+    fn save_if_current(&self, generation: u64, machine: &Gateway) {
+        if self.current(generation) {
+            self.gateway_save(machine.saved());
+        }
     }
 
     /// One generation of the connection: connects, resumes, reconnects with backoff, until the
@@ -189,7 +201,7 @@ impl Actor {
                             ),
                         }
                     }
-                    Action::Save => self.gateway_save(machine.saved()),
+                    Action::Save => self.save_if_current(generation, &machine),
                     // No socket: nothing to send or close.
                     Action::Send(_) | Action::Close(_) | Action::Message(_) => {}
                 }
@@ -227,7 +239,7 @@ impl Actor {
                         closed = true;
                     }
                     Action::Message(d) => self.gateway_message(binding, &d, machine),
-                    Action::Save => self.gateway_save(machine.saved()),
+                    Action::Save => self.save_if_current(generation, machine),
                     Action::Connect { .. } => {}
                 }
             }
@@ -237,6 +249,12 @@ impl Actor {
                 return;
             }
             let now = now_ms();
+            if machine.poll_deadline().is_some_and(|at| at <= now) {
+                // Due before the next frame is read: a stream of frames never delays a
+                // heartbeat.
+                machine.handle(now, js_sys::Math::random(), Input::Timeout);
+                continue;
+            }
             let wait = machine
                 .poll_deadline()
                 .map_or(MAX_SLEEP_MS, |at| at.saturating_sub(now))
@@ -279,7 +297,7 @@ impl Actor {
             if ended {
                 while let Some(action) = machine.poll_action() {
                     if let Action::Save = action {
-                        self.gateway_save(machine.saved());
+                        self.save_if_current(generation, machine);
                     }
                 }
                 self.gateway.borrow_mut().socket = None;
