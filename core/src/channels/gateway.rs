@@ -67,7 +67,9 @@ pub const CLOSE_TO_RESUME: u16 = 4900;
 pub const CLOSE_NORMAL: u16 = 1000;
 
 /// What is kept across restarts of the Durable Object (stored as JSON): enough to resume the
-/// session, and what the binding's status shows.
+/// session, and what the binding's status shows. Stored on every change of state and with a
+/// heartbeat when the sequence number moved (at most one write per heartbeat interval for a
+/// busy server, not one per message).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Saved {
@@ -284,6 +286,8 @@ pub struct Gateway {
     heartbeat_interval: Option<u64>,
     next_heartbeat_at: Option<u64>,
     awaiting_ack: bool,
+    /// The sequence number last stored.
+    saved_seq: Option<u64>,
     actions: VecDeque<Action>,
 }
 
@@ -306,6 +310,7 @@ impl Gateway {
             heartbeat_interval: None,
             next_heartbeat_at: None,
             awaiting_ack: false,
+            saved_seq: None,
             actions: VecDeque::new(),
         }
     }
@@ -420,10 +425,19 @@ impl Gateway {
         }
     }
 
+    /// Asks the driver to store [`Saved`].
+    fn save(&mut self) {
+        self.saved_seq = self.saved.seq;
+        self.actions.push_back(Action::Save);
+    }
+
     fn heartbeat(&mut self, now: u64) {
         self.actions.push_back(Action::Send(
             json!({"op": 1, "d": self.saved.seq}).to_string(),
         ));
+        if self.saved.seq != self.saved_seq {
+            self.save();
+        }
         self.awaiting_ack = true;
         self.next_heartbeat_at = self.heartbeat_interval.map(|i| now + i);
     }
@@ -510,10 +524,9 @@ impl Gateway {
                 self.ready(now);
             }
             Some("RESUMED") => self.ready(now),
-            Some("MESSAGE_CREATE") => {
-                self.actions.push_back(Action::Message(d.clone()));
-                self.actions.push_back(Action::Save);
-            }
+            // The sequence number is stored with the next heartbeat, not per message: a resume
+            // from an older one replays a little more, and replays are deduplicated.
+            Some("MESSAGE_CREATE") => self.actions.push_back(Action::Message(d.clone())),
             _ => {}
         }
     }
@@ -528,7 +541,7 @@ impl Gateway {
             last_error: self.saved.status.last_error.take(),
             last_error_at: self.saved.status.last_error_at,
         };
-        self.actions.push_back(Action::Save);
+        self.save();
     }
 
     fn closed(&mut self, now: u64, random: f64, code: u16, reason: &str) {
@@ -568,7 +581,7 @@ impl Gateway {
         self.awaiting_ack = false;
         self.saved.status.state = GatewayState::Reconnecting;
         self.saved.status.connected_since = None;
-        self.actions.push_back(Action::Save);
+        self.save();
     }
 
     fn note_error(&mut self, now: u64, error: String) {
@@ -597,7 +610,7 @@ impl Gateway {
         self.note_error(now, error);
         self.saved.status.state = GatewayState::Stopped;
         self.saved.status.connected_since = None;
-        self.actions.push_back(Action::Save);
+        self.save();
     }
 }
 
@@ -756,8 +769,8 @@ mod tests {
                 r#"+0 > op 2 {"intents":37376,"properties":{"browser":"wuhu","device":"wuhu","os":"cloudflare"},"token":"TOKEN"}"#,
                 "+0 save Connected",
                 "+0 message \"M1\"",
-                "+0 save Connected",
                 "+500 > op 1 2",
+                "+500 save Connected",
                 "+1500 > op 1 2",
                 "+1500 > op 1 2",
             ]
@@ -792,7 +805,6 @@ mod tests {
                 r#"+2250 > op 6 {"seq":1,"session_id":"S1","token":"TOKEN"}"#,
                 // The replay comes before `RESUMED`.
                 "+2250 message \"M1\"",
-                "+2250 save Connecting",
                 "+2250 save Connected",
             ]
             .join("\n")
