@@ -42,6 +42,11 @@ impl Bot {
     /// The binding is created after `prepare` set the gateway up.
     fn new(prefix: &str, heartbeat_ms: u64, prepare: impl FnOnce(&FakeGateway)) -> Bot {
         let admin = stack().admin_client("root", &unique_name(prefix));
+        Bot::with_admin(admin, heartbeat_ms, prepare)
+    }
+
+    /// A binding of `admin`'s tenant (on any stack).
+    fn with_admin(admin: Api, heartbeat_ms: u64, prepare: impl FnOnce(&FakeGateway)) -> Bot {
         let fake = FakeChat::discord(BOT_TOKEN);
         let gateway = FakeGateway::start(BOT_TOKEN, BOT_ID, heartbeat_ms);
         prepare(&gateway);
@@ -299,4 +304,55 @@ fn an_authentication_failure_stops_the_connection_visibly() {
     bot.gateway.wait_ready(1, TURN);
     bot.wait_state("connected");
     assert_eq!(bot.gateway.connections().len(), 2);
+}
+
+/// A restart of the Worker (SIGKILL) takes the socket with it: the binding's alarm (the
+/// watchdog, at most 30 s later) reconnects and resumes the stored session; the replayed message
+/// is not taken twice.
+#[test]
+fn after_a_restart_the_stored_session_is_resumed() {
+    let mut stack = Stack::start_with(StackOptions {
+        fake_delay_ms: Some(0),
+        ..StackOptions::default()
+    });
+    let tenant = unique_name("gw-restart");
+    let mut bot = Bot::with_admin(stack.admin_client("root", &tenant), 200, |g| {
+        g.replay_all_on_resume()
+    });
+    bot.gateway.wait_ready(1, TURN);
+    bot.gateway.push_message(message(
+        "k1",
+        "C1",
+        90001,
+        &format!("<@{BOT_ID}> before"),
+        true,
+    ));
+    bot.fake.wait_for_posts(1, TURN);
+    stack.restart_killed();
+    bot.admin = stack.admin_client("root", &tenant);
+    let connections = bot.gateway.wait_ready(2, gateway_watchdog_deadline());
+    let resumed = connections
+        .iter()
+        .filter(|c| c.ready)
+        .nth(1)
+        .expect("a second ready connection");
+    assert!(resumed.path.starts_with("/resume?"), "{resumed:?}");
+    assert!(resumed.identify.is_none(), "{resumed:?}");
+    assert_eq!(resumed.resume.as_ref().unwrap()["token"], BOT_TOKEN);
+    bot.gateway
+        .push_message(message("k2", "C1", 90001, "after", false));
+    bot.fake.wait_for_posts(2, TURN);
+    let sessions = bot.sessions();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let said: Vec<String> = bot
+        .user_messages(&sessions[0].id)
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(said, ["before", "after"]);
+}
+
+/// The watchdog looks every 30 s; a restart may come just after a look.
+fn gateway_watchdog_deadline() -> Duration {
+    Duration::from_millis(wuhu_core::channels::gateway::WATCHDOG_MS) + TURN
 }
