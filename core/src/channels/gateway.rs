@@ -241,9 +241,30 @@ pub fn read_gateway_bot(status: u16, body: &Value) -> Result<String, (String, bo
         ));
     }
     match body["url"].as_str() {
-        Some(url) if url.starts_with("wss://") || url.starts_with("ws://") => Ok(url.to_string()),
-        _ => Err(("GET /gateway/bot named no ws URL".into(), false, None)),
+        Some(url) if url_allowed(url) => Ok(url.to_string()),
+        _ => Err(("GET /gateway/bot named no wss URL".into(), false, None)),
     }
+}
+
+/// Whether the bot token may be sent to Gateway `url`: `wss`, or `ws` to a loopback host (local
+/// fakes), without userinfo; as the binding's `apiBaseUrl` is checked.
+pub fn url_allowed(url: &str) -> bool {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return false;
+    };
+    let loopback = matches!(
+        parsed.host_str(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+    );
+    let scheme_ok = match parsed.scheme() {
+        "wss" => true,
+        "ws" => loopback,
+        _ => false,
+    };
+    scheme_ok
+        && parsed.host_str().is_some_and(|h| !h.is_empty())
+        && parsed.username().is_empty()
+        && parsed.password().is_none()
 }
 
 /// `url` with the Gateway [`QUERY`] (replacing any query it had).
@@ -517,7 +538,12 @@ impl Gateway {
         match payload["t"].as_str() {
             Some("READY") => {
                 self.saved.session_id = d["session_id"].as_str().map(str::to_string);
-                self.saved.resume_url = d["resume_gateway_url"].as_str().map(str::to_string);
+                // A resume URL the token may not go to is not kept: the next connection
+                // identifies at the URL `GET /gateway/bot` names.
+                self.saved.resume_url = d["resume_gateway_url"]
+                    .as_str()
+                    .filter(|url| url_allowed(url))
+                    .map(str::to_string);
                 if let Some(id) = d["user"]["id"].as_str() {
                     self.saved.user_id = Some(id.to_string());
                 }
@@ -1010,7 +1036,23 @@ mod tests {
         let spent =
             json!({"url": "wss://g", "session_start_limit": {"remaining": 0, "reset_after": 5000}});
         assert_eq!(read_gateway_bot(200, &spent).unwrap_err().2, Some(5000));
-        assert!(read_gateway_bot(200, &json!({"url": "https://x"})).is_err());
+        for (url, allowed) in [
+            ("wss://gateway.discord.gg", true),
+            ("wss://gateway-us-east1-b.discord.gg/", true),
+            ("ws://127.0.0.1:4000", true),
+            ("ws://localhost:4000/resume", true),
+            ("ws://gateway.discord.gg", false),
+            ("https://gateway.discord.gg", false),
+            ("wss://user:pw@gateway.discord.gg", false),
+            ("gateway.discord.gg", false),
+        ] {
+            assert_eq!(url_allowed(url), allowed, "{url}");
+            assert_eq!(
+                read_gateway_bot(200, &json!({ "url": url })).is_ok(),
+                allowed,
+                "{url}"
+            );
+        }
     }
 
     /// Which messages start, continue or are ignored, and how the text reads.
