@@ -14,7 +14,8 @@
 //! closed with 4004, other intents with 4014) and answered with `READY` (a new session, its
 //! `resume_gateway_url` is `ws://<this server>/resume`); a `RESUME` of the known session replays
 //! the dispatches after its `seq` (or all of them, [`FakeGateway::replay_all_on_resume`]) and
-//! ends with `RESUMED`; heartbeats are answered with `ACK`. Every connection is recorded
+//! ends with `RESUMED`; heartbeats are answered with `ACK` (unless [`FakeGateway::ack_heartbeats`]
+//! turned that off). Every connection is recorded
 //! ([`GatewayConnection`]). Dropping the server stops accepting and ends its connections.
 
 use std::collections::VecDeque;
@@ -71,6 +72,8 @@ struct State {
     history: Vec<(u64, &'static str, Value)>,
     replay_all: bool,
     close_on_identify: Option<u16>,
+    /// Heartbeats are not acknowledged (a zombie connection, as the client sees it).
+    no_acks: bool,
 }
 
 /// A running fake Gateway.
@@ -106,6 +109,7 @@ impl FakeGateway {
             history: Vec::new(),
             replay_all: false,
             close_on_identify: None,
+            no_acks: false,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (accept_state, accept_stop) = (state.clone(), stop.clone());
@@ -178,6 +182,11 @@ impl FakeGateway {
     /// A resume replays every dispatch of the session, not only those after its `seq`.
     pub fn replay_all_on_resume(&self) {
         self.state.lock().unwrap().replay_all = true;
+    }
+
+    /// Heartbeats are acknowledged (`true`, the default) or silently taken (`false`).
+    pub fn ack_heartbeats(&self, ack: bool) {
+        self.state.lock().unwrap().no_acks = !ack;
     }
 
     /// Later `IDENTIFY`s are answered with `READY` again (undoes [`Self::close_on_identify`]).
@@ -297,8 +306,14 @@ fn serve(stream: TcpStream, addr: SocketAddr, state: Arc<Mutex<State>>, stop: Ar
         let d = frame["d"].clone();
         match frame["op"].as_u64() {
             Some(1) => {
-                state.lock().unwrap().connections[index].heartbeats += 1;
-                send(&mut ws, &json!({"op": 11}));
+                let ack = {
+                    let mut state = state.lock().unwrap();
+                    state.connections[index].heartbeats += 1;
+                    !state.no_acks
+                };
+                if ack {
+                    send(&mut ws, &json!({"op": 11}));
+                }
             }
             Some(2) => {
                 let (token, close_code) = {

@@ -277,6 +277,48 @@ fn a_resumed_gateway_does_not_enqueue_a_replay_twice() {
     assert_eq!(bot.status()["state"], "connected");
 }
 
+/// Heartbeats without an `ACK` mean a zombie connection: the binding closes it and resumes on a
+/// new one, and says why in its status.
+#[test]
+fn a_zombie_connection_is_replaced_and_resumed() {
+    let _guard = stack().guard();
+    let bot = Bot::new("gw-zombie", 200, |_| {});
+    bot.gateway.wait_ready(1, TURN);
+    bot.gateway.ack_heartbeats(false);
+    let connections = bot.gateway.wait_ready(2, TURN);
+    bot.gateway.ack_heartbeats(true);
+    assert!(connections[0].heartbeats >= 1, "{connections:?}");
+    // Closed by the binding, not by the fake.
+    assert_eq!(connections[0].closed_with, None, "{connections:?}");
+    let resumed = connections
+        .iter()
+        .filter(|c| c.ready)
+        .nth(1)
+        .expect("a second ready connection");
+    assert!(
+        resumed.resume.is_some() && resumed.identify.is_none(),
+        "{resumed:?}"
+    );
+    let status = bot.wait_state("connected");
+    assert!(
+        status["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("zombie"),
+        "{status}"
+    );
+    // Messages flow on the new connection.
+    bot.gateway.push_message(message(
+        "z1",
+        "C1",
+        90001,
+        &format!("<@{BOT_ID}> still there?"),
+        true,
+    ));
+    let posts = bot.fake.wait_for_posts(1, TURN);
+    assert_eq!(texts(&posts), ["echo: still there?"]);
+}
+
 /// Close code 4004 (authentication failed) forbids reconnecting: the connection stops, the
 /// binding shows why, and nothing reconnects; a PATCH of the binding starts it again.
 #[test]
