@@ -21,6 +21,7 @@
 //! * [`snapshot_vars`]: which environment variables a snapshot may capture.
 //! * [`tokens`]: tokens for programs, cookie sessions, revocation.
 //! * [`access`]: Cloudflare Access identities and the team's key set.
+//! * [`jwt`]: compact JWTs: HS256 signing and checks, RS256 parsing (the host verifies).
 //! * [`browser`]: cross-site checks for cookie credentials, CORS.
 //! * [`orchestration`]: child sessions: lineage, recursion guard, lifecycle, concurrency gate.
 //! * [`jobs`]: background jobs: how a session concludes a job ended (or failed when its runner went away).
@@ -46,6 +47,7 @@ pub mod follow;
 pub mod hub;
 pub mod images;
 pub mod jobs;
+pub mod jwt;
 pub mod llm;
 #[cfg(test)]
 mod openapi;

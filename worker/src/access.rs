@@ -1,15 +1,15 @@
-//! Cloudflare Access: verifies an Access application token (RS256) against the team's key set,
+//! Cloudflare Access: verifies an Access application token (RS256, WebCrypto) against the team's key set,
 //! which this isolate fetches and caches as `wuhu_core::access::JwksCache` decides. What the
 //! claims must say is `wuhu_core::access::check_access_claims`.
 
 use std::cell::RefCell;
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use worker::{Env, Fetch, Method, Request, RequestInit};
 use wuhu_core::access::{
     AccessClaims, AccessConfig, AccessVars, JwksCache, KeyLookup, MAX_JWKS_BYTES,
     check_access_claims, parse_jwks,
 };
+use wuhu_core::jwt::Jws;
 use wuhu_core::wire::AuthVia;
 
 use crate::http::{ApiError, ApiResult};
@@ -48,29 +48,32 @@ pub(crate) fn config(env: &Env) -> ApiResult<Option<AccessConfig>> {
 
 /// Verifies an Access token: header (`RS256`, a `kid`), signature with the team's key, claims.
 pub(crate) async fn verify(token: &str, config: &AccessConfig) -> ApiResult<Authenticated> {
-    let header =
-        decode_header(token).map_err(|_| ApiError::unauthorized("malformed access token"))?;
-    if header.alg != Algorithm::RS256 {
+    let jws = Jws::parse(token).map_err(|_| ApiError::unauthorized("malformed access token"))?;
+    if jws.alg != "RS256" {
         return Err(ApiError::unauthorized(
             "access token algorithm must be RS256",
         ));
     }
-    let kid = header
+    let kid = jws
         .kid
+        .as_deref()
         .ok_or_else(|| ApiError::unauthorized("access token has no kid"))?;
-    let key = key_for(&kid, config).await?;
-    let decoding = DecodingKey::from_rsa_components(&key.n, &key.e)
-        .map_err(|_| ApiError::unauthorized("the team's key for this kid is unusable"))?;
+    let key = key_for(kid, config).await?;
     // The signature only; the claims are core's to judge.
-    let mut validation = Validation::new(Algorithm::RS256);
-    validation.validate_exp = false;
-    validation.validate_nbf = false;
-    validation.validate_aud = false;
-    validation.required_spec_claims.clear();
-    crate::jwt_crypto::install();
-    let data = decode::<AccessClaims>(token, &decoding, &validation)
-        .map_err(|_| ApiError::unauthorized("bad access token signature"))?;
-    let grant = check_access_claims(&data.claims, config, now_secs())
+    let valid =
+        crate::webcrypto::verify_rs256(&key.n, &key.e, jws.signature(), jws.signing_input())
+            .await
+            .map_err(|why| {
+                worker::console_warn!("access: the team's key {kid} is unusable: {why}");
+                ApiError::unauthorized("the team's key for this kid is unusable")
+            })?;
+    if !valid {
+        return Err(ApiError::unauthorized("bad access token signature"));
+    }
+    let claims: AccessClaims = jws
+        .claims()
+        .map_err(|_| ApiError::unauthorized("malformed access token"))?;
+    let grant = check_access_claims(&claims, config, now_secs())
         .map_err(|e| ApiError::unauthorized(e.to_string()))?;
     Ok(Authenticated {
         identity: Identity {

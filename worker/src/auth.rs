@@ -3,12 +3,12 @@
 //! Signatures are checked here; what the claims may say is decided by `wuhu_core::authority`,
 //! `wuhu_core::tokens` and `wuhu_core::access`.
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
 use worker::{Env, Request};
 use wuhu_core::authority::{
     self, DEFAULT_MAX_RUNNER_TOKEN_SECS, DEFAULT_MAX_USER_TOKEN_SECS, TokenLimits,
 };
 use wuhu_core::browser::check_cross_site;
+use wuhu_core::jwt::{self, Jws, JwtError};
 use wuhu_core::tokens::{SESSION_COOKIE, SESSION_TYP, cookie_value};
 use wuhu_core::wire::{AuthVia, Claims};
 
@@ -157,41 +157,23 @@ fn verify(
     kind: TokenKind,
     config: &TokenConfig,
 ) -> ApiResult<(Identity, Claims)> {
-    let mut validation = Validation::new(Algorithm::HS256);
-    validation.set_required_spec_claims(&["exp", "sub"]);
-    validation.leeway = 0;
-    validation.validate_nbf = true;
-    match &config.audience {
-        Some(aud) => validation.set_audience(&[aud]),
-        None => validation.validate_aud = false,
-    }
-    if let Some(iss) = &config.issuer {
-        validation.set_issuer(&[iss]);
-        validation.required_spec_claims.insert("iss".into());
-    }
-    crate::jwt_crypto::install();
-    let data = decode::<Claims>(
-        token,
-        &DecodingKey::from_secret(secret.as_bytes()),
-        &validation,
-    )
-    .map_err(|e| {
-        use jsonwebtoken::errors::ErrorKind;
-        let why = match e.kind() {
-            ErrorKind::ExpiredSignature => "token expired",
-            ErrorKind::ImmatureSignature => "token not valid yet",
-            ErrorKind::InvalidSignature => "bad token signature",
-            ErrorKind::InvalidIssuer => "token issuer is not accepted",
-            ErrorKind::InvalidAudience => "token audience is not accepted",
-            ErrorKind::MissingRequiredClaim(_) => "token lacks a required claim",
-            ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
-                "token algorithm must be HS256"
-            }
-            _ => "invalid token",
-        };
-        ApiError::unauthorized(why)
+    let parsed = Jws::parse(token).map_err(|e| ApiError::unauthorized(e.to_string()))?;
+    parsed.verify_hs256(secret.as_bytes()).map_err(|e| {
+        ApiError::unauthorized(match e {
+            JwtError::Algorithm => "token algorithm must be HS256".to_string(),
+            e => e.to_string(),
+        })
     })?;
-    let grant = authority::check_claims(&data.claims, kind, now_secs(), config.limits)
+    let claims: Claims = parsed
+        .claims()
+        .map_err(|e| ApiError::unauthorized(e.to_string()))?;
+    let expect = jwt::Expect {
+        issuer: config.issuer.as_deref(),
+        audience: config.audience.as_deref(),
+    };
+    jwt::check_registered(&claims, expect, now_secs())
+        .map_err(|e| ApiError::unauthorized(e.to_string()))?;
+    let grant = authority::check_claims(&claims, kind, now_secs(), config.limits)
         .map_err(|e| ApiError::unauthorized(e.to_string()))?;
     let identity = Identity {
         sub: grant.principal.sub,
@@ -199,7 +181,7 @@ fn verify(
         role: grant.principal.role,
         runner_kind: grant.runner_kind,
     };
-    Ok((identity, data.claims))
+    Ok((identity, claims))
 }
 
 /// Signs `claims` with the server's secret (HS256): tokens from `/v1/tokens` and cookie
@@ -209,11 +191,5 @@ pub(crate) fn sign(env: &Env, claims: &Claims) -> ApiResult<String> {
     authority::check_secret(secret.as_deref())
         .map_err(|e| ApiError::new(500, "server_misconfigured", e.to_string()))?;
     let secret = secret.unwrap_or_default();
-    crate::jwt_crypto::install();
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(Algorithm::HS256),
-        claims,
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
-    )
-    .map_err(|e| ApiError::internal(format!("signing a token failed: {e}")))
+    Ok(jwt::sign_hs256(claims, secret.as_bytes()))
 }

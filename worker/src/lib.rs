@@ -17,7 +17,6 @@ mod http;
 mod identity;
 mod internal;
 mod js_tool;
-mod jwt_crypto;
 mod llm_logs;
 mod model_tool;
 mod observe;
@@ -31,6 +30,7 @@ mod signin;
 mod tenant_index;
 mod token_registry;
 mod tool_context;
+mod webcrypto;
 mod workspace_io;
 
 use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};
