@@ -85,3 +85,18 @@ pub(crate) async fn verify_rs256(
     let key = key("jwk", &jwk, &algorithm, "verify").await?;
     verify(&algorithm, &key, signature, data).await
 }
+
+/// Ed25519 (RFC 8032) of `signature` over `message` with the raw 32-byte `public_key`.
+///
+/// # Errors
+/// A message when the key cannot be imported; `Ok(false)` for a signature that does not verify.
+pub(crate) async fn verify_ed25519(
+    public_key: &[u8; 32],
+    signature: &[u8; 64],
+    message: &[u8],
+) -> Result<bool, String> {
+    let algorithm = json(r#"{"name":"Ed25519"}"#)?;
+    let raw = js_sys::Uint8Array::from(&public_key[..]);
+    let key = key("raw", &raw, &algorithm, "verify").await?;
+    verify(&algorithm, &key, signature, message).await
+}

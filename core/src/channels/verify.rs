@@ -5,12 +5,15 @@
 //! |---|---|
 //! | Slack | `X-Slack-Signature: v0=<hex HMAC-SHA256(signing secret, "v0:{ts}:{body}")>`, `X-Slack-Request-Timestamp` within [`MAX_SKEW_SECS`] of now |
 //! | Telegram | `X-Telegram-Bot-Api-Secret-Token` equals the binding's secret token |
-//! | Discord | Ed25519 over `{X-Signature-Timestamp}{body}` with the application's public key (`X-Signature-Ed25519`, hex) |
+//! | Discord | Ed25519 over `{X-Signature-Timestamp}{body}` with the application's public key (`X-Signature-Ed25519`, hex), timestamp within [`MAX_SKEW_SECS`] |
 //! | generic | `X-Wuhu-Signature: sha256=<hex HMAC-SHA256(secret, "{X-Wuhu-Timestamp}.{body}")>`, timestamp within [`MAX_SKEW_SECS`] |
 //!
 //! Every comparison of secret material is constant-time.
-
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+//!
+//! Discord's check is two steps: [`discord`] decides the key, the signature and the exact bytes
+//! signed (and refuses stale or malformed deliveries), the host runs the Ed25519 verification
+//! (WebCrypto in the Worker, so its wasm links no curve arithmetic; ed25519-dalek in this
+//! crate's tests) and [`Ed25519Check::verdict`] turns its answer into the outcome.
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -152,14 +155,42 @@ pub fn telegram(secret_token: &str, header: Option<&str>) -> Result<(), VerifyEr
     }
 }
 
-/// A Discord application public key from its hex form, if it is one.
-pub fn discord_key(public_key_hex: &str) -> Option<VerifyingKey> {
-    let bytes: [u8; 32] = hex::decode(public_key_hex).ok()?.try_into().ok()?;
-    VerifyingKey::from_bytes(&bytes).ok()
+/// A Discord application public key from its hex form: 32 bytes as 64 hex characters. Whether
+/// the bytes are a point of the curve is learnt when a delivery is verified (a key that is not
+/// refuses every delivery).
+pub fn discord_key(public_key_hex: &str) -> Option<[u8; 32]> {
+    hex::decode(public_key_hex).ok()?.try_into().ok()
 }
 
-/// Discord's interaction signature (Ed25519 over timestamp + body). Discord sets no freshness
-/// rule of its own; a timestamp far from now is refused as for the other platforms.
+/// An Ed25519 verification for the host to run: `signature` over `message` with `public_key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ed25519Check {
+    /// The application's public key.
+    pub public_key: [u8; 32],
+    /// The delivery's signature.
+    pub signature: [u8; 64],
+    /// The signed bytes: `{timestamp}{body}`.
+    pub message: Vec<u8>,
+}
+
+impl Ed25519Check {
+    /// The outcome once the host ran the verification: `valid` is its answer (false also when
+    /// the key could not be used).
+    ///
+    /// # Errors
+    /// [`VerifyError::BadSignature`] unless `valid`.
+    pub fn verdict(&self, valid: bool) -> Result<(), VerifyError> {
+        if valid {
+            Ok(())
+        } else {
+            Err(VerifyError::BadSignature)
+        }
+    }
+}
+
+/// Discord's interaction signature (Ed25519 over timestamp + body), first step: what to verify.
+/// Discord sets no freshness rule of its own; a timestamp far from now is refused as for the
+/// other platforms.
 ///
 /// # Errors
 /// A [`VerifyError`]; the delivery must be refused with 401.
@@ -169,21 +200,24 @@ pub fn discord(
     signature: Option<&str>,
     body: &[u8],
     now_secs: i64,
-) -> Result<(), VerifyError> {
+) -> Result<Ed25519Check, VerifyError> {
     let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
         return Err(VerifyError::Missing);
     };
     fresh(timestamp, now_secs)?;
-    let key = discord_key(public_key_hex).ok_or(VerifyError::BadSignature)?;
-    let bytes: [u8; 64] = hex::decode(signature)
+    let public_key = discord_key(public_key_hex).ok_or(VerifyError::BadSignature)?;
+    let signature: [u8; 64] = hex::decode(signature)
         .ok()
         .and_then(|b| b.try_into().ok())
         .ok_or(VerifyError::BadSignature)?;
     let mut message = Vec::with_capacity(timestamp.len() + body.len());
     message.extend_from_slice(timestamp.as_bytes());
     message.extend_from_slice(body);
-    key.verify(&message, &Signature::from_bytes(&bytes))
-        .map_err(|_| VerifyError::BadSignature)
+    Ok(Ed25519Check {
+        public_key,
+        signature,
+        message,
+    })
 }
 
 /// Compares without an early exit, so timing does not tell how much of a guess was right.
@@ -197,7 +231,23 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ed25519_dalek::{Signer, SigningKey};
+    use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+
+    /// Both steps, with ed25519-dalek as the host's verifier.
+    fn discord(
+        public_key_hex: &str,
+        timestamp: Option<&str>,
+        signature: Option<&str>,
+        body: &[u8],
+        now_secs: i64,
+    ) -> Result<(), VerifyError> {
+        let check = super::discord(public_key_hex, timestamp, signature, body, now_secs)?;
+        let valid = VerifyingKey::from_bytes(&check.public_key).is_ok_and(|key| {
+            key.verify(&check.message, &Signature::from_bytes(&check.signature))
+                .is_ok()
+        });
+        check.verdict(valid)
+    }
 
     const NOW: i64 = 1_531_420_618;
 
@@ -352,6 +402,14 @@ mod tests {
             Err(VerifyError::Missing)
         );
         assert!(discord_key("00").is_none());
+        assert!(discord_key(&format!("{public}00")).is_none());
+        assert!(discord_key(&"g".repeat(64)).is_none());
         assert!(discord_key(&public).is_some());
+        // What the host is asked to verify: exactly the timestamp then the body.
+        let check = super::discord(&public, Some(&ts), Some(&sig), body, NOW).unwrap();
+        assert_eq!(check.message, [ts.as_bytes(), body].concat());
+        assert_eq!(hex::encode(check.public_key), public);
+        assert_eq!(hex::encode(check.signature), sig);
+        assert_eq!(check.verdict(false), Err(VerifyError::BadSignature));
     }
 }

@@ -145,23 +145,38 @@ pub fn catalogue_for(may_spawn: bool) -> Vec<ToolSchema> {
 
 /// Every tool, in a stable order (a stable list keeps provider prompt caches warm).
 pub fn catalogue() -> Vec<ToolSchema> {
+    static CATALOGUE: std::sync::OnceLock<Vec<ToolSchema>> = std::sync::OnceLock::new();
+    CATALOGUE.get_or_init(build_catalogue).clone()
+}
+
+/// A parameter schema from its JSON text: parsing text links a few bytes per schema where
+/// `json!` expands to code for every key (about 30 KB of the Worker's wasm for the catalogue,
+/// docs/benchmarks.md). Every schema is parsed by the tests that read the catalogue.
+fn schema(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).expect("a tool's parameter schema is JSON")
+}
+
+fn build_catalogue() -> Vec<ToolSchema> {
     vec![
         ToolSchema {
             name: names::LIST_SESSIONS,
             description: "List sessions of this workspace, newest first. Returns id, title, status and times.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "How many (default 20)"},
                     "before": {"type": "string", "description": "Continue after this session id (from a previous page)"}
                 },
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::READ_SESSION,
             description: "Read the transcript of another session of this workspace as text. Long transcripts are cut; the result says which sinceCursor continues.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "id": {"type": "string", "description": "Session id"},
@@ -169,12 +184,14 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["id"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::REQUEST_ENVIRONMENT,
             description: "Attach an environment (a directory on a runner: a user's Mac or a cloud VM) to this session so that bash, read, write, edit, ls, find and grep can work there. `spec` names an environment definition or an environment a runner offers. The attachment appears in the transcript, with the environment's AGENTS.md if it has one. Some environments need a person's approval first.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "spec": {"type": "string", "description": "Environment definition or offered environment name"},
@@ -183,22 +200,26 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["spec"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::DETACH_ENVIRONMENT,
             description: "Detach an environment from this session. A worktree is removed (its branch is kept).",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {"name": {"type": "string", "description": "Environment name in this session"}},
                 "required": ["name"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::BASH,
             description: "Run a shell command (bash -c, non-interactive, CI=1, no pager) in an attached environment's working directory. Returns the exit code and output (the tail when long). With background: true it returns a job id at once and the command runs on; when it ends, a wuhu_job_finished_v1 message brings its exit code, duration and the tail of its output (job_status and job_kill take the id).",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "command": {"type": "string"},
@@ -208,32 +229,38 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["command"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::JOB_STATUS,
             description: "How a background job (bash with background: true) stands: running or how it ended, exit code, duration, and the tail of its output so far.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {"id": {"type": "string", "description": "The job id bash returned"}},
                 "required": ["id"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::JOB_KILL,
             description: "Kill a background job's whole process group. Its wuhu_job_finished_v1 message follows (state killed).",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {"id": {"type": "string", "description": "The job id bash returned"}},
                 "required": ["id"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::EDIT,
             description: "Replace one exact, unique occurrence of oldText with newText in a file of an attached environment. Returns a diff.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "path": {"type": "string"},
@@ -243,12 +270,14 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["path", "oldText", "newText"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::LS,
             description: "List a directory of an attached environment.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "Directory (default: the working directory)"},
@@ -256,12 +285,14 @@ pub fn catalogue() -> Vec<ToolSchema> {
                     "environment": {"type": "string", "description": "Environment name (needed when several are attached)"}
                 },
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::FIND,
             description: "Find files by glob in an attached environment (honours .gitignore).",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "pattern": {"type": "string", "description": "Glob, e.g. *.rs or src/**/*.ts"},
@@ -271,12 +302,14 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["pattern"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::GREP,
             description: "Search file contents by regex in an attached environment (honours .gitignore; long lines cut at 500 chars).",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "pattern": {"type": "string"},
@@ -290,19 +323,22 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["pattern"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::JS,
             description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.sessions.spawn/send/wait/stop({...}) (the arguments of spawn_session, send_to_session, wait_sessions, stop_session), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path), wuhu.session.setModel({provider, model}) (as set_model). Limits: 5 s, 32 MiB.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "code": {"type": "string", "description": "The script"}
                 },
                 "required": ["code"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::SET_MODEL,
@@ -319,7 +355,8 @@ pub fn catalogue() -> Vec<ToolSchema> {
         ToolSchema {
             name: names::SPAWN_SESSION,
             description: "Start a child session that works on `task` on its own (same owner, same access), and return its id at once; its lifecycle (idle with its final message, failed, stopped) reaches you later as a system message, which wakes you when you are idle. With `wait: true`, return its final message instead. Children beyond the concurrency limits wait for a slot; the result says so. `environment`: \"none\" (default), \"inherit\" (your attached environments), or an environment spec to attach for it. A detached child keeps running when you are stopped.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "task": {"type": "string", "description": "The child's first message"},
@@ -331,12 +368,14 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["task"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::SEND_TO_SESSION,
             description: "Send a message to one of your child sessions: `steer` reaches it at its next step, `followUp` when it would stop. An idle child starts a turn (through the concurrency gate).",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "id": {"type": "string"},
@@ -345,12 +384,14 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["id", "content"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::WAIT_SESSIONS,
             description: "Wait until the given child sessions are idle, failed or stopped (or the timeout passes); returns each one's state and final message.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
@@ -358,22 +399,26 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["ids"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::STOP_SESSION,
             description: "Stop one of your child sessions (and its own running children).",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {"id": {"type": "string"}},
                 "required": ["id"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::READ,
             description: "Read a text file or document. `wuhu://workspace/<path>` is the workspace knowledge base (always available; a path ending in `/` lists documents), `wuhu://config/<path>` the server settings (read-only), `wuhu://env/<name>/<path>` or a plain path a file in an attached environment. Output is cut at 2000 lines or 50 KB; the result says which offset continues. An image file in an environment (PNG, JPEG, GIF, WebP, at most 5 MiB) is attached as an image you can see.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "wuhu:// URL or a path in an environment"},
@@ -383,12 +428,14 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["path"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
         ToolSchema {
             name: names::WRITE,
             description: "Write a text file or document, replacing it. `wuhu://workspace/<path>` writes the workspace knowledge base (Markdown may start with YAML frontmatter); `wuhu://env/<name>/<path>` or a plain path writes in an attached environment.",
-            parameters: json!({
+            parameters: schema(
+                r#"{
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "wuhu:// URL or a path in an environment"},
@@ -397,7 +444,8 @@ pub fn catalogue() -> Vec<ToolSchema> {
                 },
                 "required": ["path", "content"],
                 "additionalProperties": false
-            }),
+            }"#,
+            ),
         },
     ]
 }

@@ -654,7 +654,7 @@ impl Actor {
                 telegram::parse(body)
             }
             Credentials::Discord { public_key, .. } => {
-                verify::discord(
+                let check = verify::discord(
                     public_key,
                     header("x-signature-timestamp").as_deref(),
                     header("x-signature-ed25519").as_deref(),
@@ -662,6 +662,14 @@ impl Actor {
                     now_secs(),
                 )
                 .map_err(unauthorized)?;
+                let valid = crate::webcrypto::verify_ed25519(
+                    &check.public_key,
+                    &check.signature,
+                    &check.message,
+                )
+                .await
+                .unwrap_or(false);
+                check.verdict(valid).map_err(unauthorized)?;
                 discord::parse(body, now_secs())
             }
             Credentials::Generic { secret, .. } => {
