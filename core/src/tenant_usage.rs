@@ -85,6 +85,35 @@ pub struct UsageReport {
     pub records: Vec<UsageRecord>,
 }
 
+/// How long a session relies on its index's last answer about the budget (unix ms).
+pub const BUDGET_ANSWER_FRESH_MS: u64 = 60_000;
+
+/// Whether a session asks its tenant's index for the budget before a request, given the state
+/// the index last answered it and when (`last_answer`: from a report of all of the session's
+/// own usage, or from an earlier question): when it has none, when that answer is older than
+/// [`BUDGET_ANSWER_FRESH_MS`], or when it has a limit reached (an admin may have raised it
+/// since). A fresh answer with no limit reached stands without a round trip: what other
+/// sessions spent since then is seen in the answer to this session's next report, which
+/// follows each of its requests. So once a limit is reached, each session still sends at most
+/// one more request, as when every request asked.
+pub fn must_ask_budget(last_answer: Option<(&TenantBudget, u64)>, now_ms: u64) -> bool {
+    last_answer.is_none_or(|(state, at)| {
+        state.exceeded().is_some() || now_ms.saturating_sub(at) > BUDGET_ANSWER_FRESH_MS
+    })
+}
+
+/// The index's answer to a [`UsageReport`]: the cursor it holds for the session, and the
+/// tenant's budget with the report counted, so a session reporting before a request learns
+/// whether it may send it from the same round trip.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportAnswer {
+    /// The cursor the index holds for the session after the report.
+    pub through: u64,
+    /// The budget and what the tenant spent, this report included.
+    pub budget: TenantBudget,
+}
+
 /// The records among `entries` (assistant messages and compaction summaries with usage).
 pub fn records(entries: &[Entry]) -> Vec<UsageRecord> {
     entries
@@ -521,6 +550,44 @@ mod tests {
         assert!(answer.truncated);
         assert_eq!(answer.groups.len(), MAX_GROUPS);
         assert_eq!(answer.total.messages, MAX_GROUPS as u64 + 3);
+    }
+
+    #[test]
+    fn a_session_asks_for_the_budget_unless_its_last_answer_has_no_limit_reached() {
+        let state = |budget: Option<Budget>, tokens: u64| TenantBudget {
+            budget,
+            spent: Spent { tokens, usd: 0.0 },
+        };
+        let tokens = |max: u64| {
+            Some(Budget {
+                max_tokens: Some(max),
+                max_usd: None,
+            })
+        };
+        let now = 1_000_000;
+        let fresh = now - BUDGET_ANSWER_FRESH_MS;
+        // (last answer, when it came, must ask)
+        let table = [
+            (None, now, true),
+            (Some(state(None, 0)), now, false),
+            (Some(state(None, 1_000_000)), now, false),
+            (Some(state(None, 0)), fresh, false),
+            (Some(state(None, 0)), fresh - 1, true),
+            (Some(state(tokens(100), 99)), now, false),
+            (Some(state(tokens(100), 99)), fresh - 1, true),
+            (Some(state(tokens(100), 100)), now, true),
+            (Some(state(tokens(100), 101)), now, true),
+            (Some(state(tokens(0), 0)), now, true),
+            // A clock that went back does not make an answer stale.
+            (Some(state(None, 0)), now + 5, false),
+        ];
+        for (last, at, want) in table {
+            assert_eq!(
+                must_ask_budget(last.as_ref().map(|s| (s, at)), now),
+                want,
+                "{last:?} at {at}"
+            );
+        }
     }
 
     #[test]

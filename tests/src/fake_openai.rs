@@ -244,6 +244,8 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The body as text.
     pub raw_body: String,
+    /// When the whole request had arrived (the benchmarks split a turn's latency at it).
+    pub received_at: std::time::Instant,
 }
 
 impl RecordedRequest {
@@ -323,6 +325,17 @@ impl FakeOpenAi {
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()
+    }
+
+    /// When the newest request naming `model` arrived (without copying the recorded bodies).
+    pub fn last_request_at(&self, model: &str) -> Option<std::time::Instant> {
+        let state = self.state.lock().unwrap();
+        state
+            .requests
+            .iter()
+            .rev()
+            .find(|r| r.model() == Some(model))
+            .map(|r| r.received_at)
     }
 
     /// Queues replies for requests naming `model`.

@@ -119,6 +119,7 @@ where
     let Ok(body) = Limited::new(body, MAX_REQUEST_BODY).collect().await else {
         return Ok(full(413, &[], "request body too large or cut"));
     };
+    let received_at = std::time::Instant::now();
     let raw_body = String::from_utf8_lossy(&body.to_bytes()).into_owned();
     let recorded = RecordedRequest {
         method: head.method.to_string(),
@@ -130,6 +131,7 @@ where
         headers: net::headers_of(&head.headers),
         body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
         raw_body,
+        received_at,
     };
     let response = handle(recorded);
     if response.extensions().get::<NoAnswer>().is_some() {

@@ -87,6 +87,12 @@ pub(crate) struct Actor {
     usage_sending: Cell<bool>,
     /// The tenant's budget was spent when last asked (enqueue asks again while it is).
     pub(crate) tenant_budget_spent: Cell<bool>,
+    /// The tenant's budget as its index last answered this actor (a usage report's answer or
+    /// a question's): a step asks again only when `tenant_usage::must_ask_budget` says so.
+    pub(crate) known_budget: Cell<Option<(wuhu_core::tenant_usage::TenantBudget, u64)>>,
+    /// Entries through this cursor were looked at for usage (the stored cursor marks only
+    /// those reported).
+    pub(crate) usage_scanned_through: Cell<u64>,
     /// When this actor last deleted its session's expired request logs (unix ms; 0: never).
     pub(crate) llm_logs_swept_at: Cell<u64>,
     alarm_armed_for: Cell<Option<u64>>,
@@ -184,6 +190,8 @@ impl DurableObject for SessionActor {
             usage_dirty: Cell::new(false),
             usage_sending: Cell::new(false),
             tenant_budget_spent: Cell::new(false),
+            known_budget: Cell::new(None),
+            usage_scanned_through: Cell::new(0),
             llm_logs_swept_at: Cell::new(0),
             alarm_armed_for: Cell::new(None),
             turn_started_at: Cell::new(None),

@@ -460,13 +460,18 @@ impl TenantIndex {
                     )?;
                 }
                 let mut budget = self.load_budget()?;
-                budget.add(&rows);
-                self.save_budget(&budget)?;
+                if !rows.is_empty() {
+                    budget.add(&rows);
+                    self.save_budget(&budget)?;
+                }
                 self.sql.exec(
                     "INSERT INTO usage_cursor (session, through) VALUES (?, ?) ON CONFLICT(session) DO UPDATE SET through = excluded.through",
                     vec![report.session.clone().into(), (through as i64).into()],
                 )?;
-                Ok(json_response(200, &serde_json::json!({"through": through})))
+                Ok(json_response(
+                    200,
+                    &tenant_usage::ReportAnswer { through, budget },
+                ))
             }
             (Method::Post, "/llm-logs/written") => {
                 // A session wrote request logs: a sweep pass starts within a minute unless
@@ -605,15 +610,19 @@ pub(crate) async fn llm_logs_written(env: &Env, tenant: &str) -> ApiResult<()> {
         .map(|_: serde_json::Value| ())
 }
 
-/// Tells the index what a session's requests used (see `wuhu_core::tenant_usage`).
-pub(crate) async fn report_usage(env: &Env, tenant: &str, report: &UsageReport) -> ApiResult<()> {
+/// Tells the index what a session's requests used (see `wuhu_core::tenant_usage`); the answer
+/// carries the tenant's budget with the report counted.
+pub(crate) async fn report_usage(
+    env: &Env,
+    tenant: &str,
+    report: &UsageReport,
+) -> ApiResult<tenant_usage::ReportAnswer> {
     let request = crate::internal::post_request("index", "/usage/report", tenant, "wuhu", report)?;
-    crate::internal::send(&stub(env, tenant)?, request)
-        .await
-        .map(|_: serde_json::Value| ())
+    crate::internal::send(&stub(env, tenant)?, request).await
 }
 
-/// The tenant's budget and what it spent (for a session before each step's request).
+/// The tenant's budget and what it spent (for a session before a step's request, when
+/// `tenant_usage::must_ask_budget` says so).
 pub(crate) async fn budget(env: &Env, tenant: &str) -> ApiResult<TenantBudget> {
     let headers = worker::Headers::new();
     headers.set("x-wuhu-tenant", tenant)?;

@@ -191,6 +191,11 @@ impl Actor {
         });
     }
 
+    /// Reports the usage of the entries committed since the last report. Entries without usage
+    /// (a user's message, tool results) only move this session's own cursor: no round trip to
+    /// the index. Each answer carries the tenant's budget with the report counted: it becomes
+    /// `known_budget` before the cursor moves, so the known state always counts every request
+    /// of this session that is marked reported.
     pub(crate) async fn report_usage(self: &Rc<Self>) -> crate::http::ApiResult<()> {
         use wuhu_core::tenant_usage::{self, UsageReport};
         let Some((session, fork_cursor)) = self.with_loaded(|l| {
@@ -201,26 +206,37 @@ impl Actor {
         }) else {
             return Ok(());
         };
-        // A fork reports its own requests only: its history is its parent's.
+        // A fork reports its own requests only: its history is its parent's. Entries looked at
+        // without finding usage move only the cursor in memory: a write here would hold the
+        // step's provider request behind its commit (the output gate). The stored cursor may
+        // lag; those entries are looked at again after a restart, and the index counts a
+        // record once.
         let mut through = self
             .store()?
             .usage_reported_through()?
             .unwrap_or(0)
-            .max(fork_cursor);
+            .max(fork_cursor)
+            .max(self.usage_scanned_through.get());
         while through < self.committed_cursor() {
             let (entries, _) =
                 archive::read_page(self, through, tenant_usage::MAX_REPORT_RECORDS).await?;
             let Some(last) = entries.last().map(|e| e.cursor) else {
                 break;
             };
-            let report = UsageReport {
-                session: session.clone(),
-                user: self.owner(),
-                through: last,
-                records: tenant_usage::records(&entries),
-            };
-            tenant_index::report_usage(&self.env, &info_tenant(self), &report).await?;
-            self.store()?.save_usage_reported_through(last)?;
+            let records = tenant_usage::records(&entries);
+            if !records.is_empty() {
+                let report = UsageReport {
+                    session: session.clone(),
+                    user: self.owner(),
+                    through: last,
+                    records,
+                };
+                let answer =
+                    tenant_index::report_usage(&self.env, &info_tenant(self), &report).await?;
+                self.known_budget.set(Some((answer.budget, now().0)));
+                self.store()?.save_usage_reported_through(last)?;
+            }
+            self.usage_scanned_through.set(last);
             through = last;
         }
         Ok(())

@@ -25,30 +25,47 @@ const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Runs as an actor task (see `session_actor::tasks`): aborting the task drops this future,
 /// and with it the provider request (see [`AbortOnDrop`]).
 pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
-    if !tenant_budget_allows(&actor, step).await {
+    // Both are reads that stand before the provider request: they go out together (the
+    // request still waits for the budget's answer).
+    let (allowed, settings) = futures::join!(tenant_budget_allows(&actor, step), settings(&actor));
+    if !allowed {
         return;
     }
-    let outcome = infer(&actor, step).await;
+    let outcome = infer(&actor, step, settings).await;
     if let Some(outcome) = outcome {
         actor.with_session(|s| s.handle_inference_done(now(), step, outcome));
         actor.pump();
     }
 }
 
-/// Before a step's request: this session's usage is reported (settled) first, then the
-/// tenant's budget asked (`wuhu_core::tenant_usage::TenantBudget`). A spent budget ends the
-/// turn (`Session::handle_tenant_budget_exceeded`). An index that cannot be reached does not
-/// stop the session (logged).
+/// Before a step's request: this session's usage is reported (settled) first; then the
+/// tenant's budget (`wuhu_core::tenant_usage::TenantBudget`) is the state the index last
+/// answered this actor, or asked when `tenant_usage::must_ask_budget` says so (none known, or
+/// a limit reached). A step after a user's message or tool results has nothing to report and
+/// usually nothing to ask: no round trip to the index before the provider request. A spent
+/// budget ends the turn (`Session::handle_tenant_budget_exceeded`). An index that cannot be
+/// reached does not stop the session (logged).
 async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> bool {
     if let Err(e) = actor.report_usage().await {
         worker::console_error!("reporting usage before a request failed: {}", e.message);
     }
-    let state = match crate::tenant_index::budget(&actor.env, &actor.tenant()).await {
-        Ok(state) => state,
-        Err(e) => {
-            worker::console_error!("asking the tenant's budget failed: {}", e.message);
-            return true;
+    let known = actor.known_budget.get();
+    let state = match known {
+        Some((state, at))
+            if !wuhu_core::tenant_usage::must_ask_budget(Some((&state, at)), now().0) =>
+        {
+            state
         }
+        _ => match crate::tenant_index::budget(&actor.env, &actor.tenant()).await {
+            Ok(state) => {
+                actor.known_budget.set(Some((state, now().0)));
+                state
+            }
+            Err(e) => {
+                worker::console_error!("asking the tenant's budget failed: {}", e.message);
+                return true;
+            }
+        },
     };
     let Some(limit) = state.exceeded() else {
         actor.tenant_budget_spent.set(false);
@@ -117,13 +134,17 @@ fn transcript_unreadable() -> LlmFailure {
 ///
 /// The plan (`wuhu_core::compaction`) may ask to compact first; a provider's context-overflow
 /// refusal compacts once and tries again. A step compacts at most once.
-async fn infer(actor: &Rc<Actor>, step: u64) -> Option<Result<AssistantMessage, LlmFailure>> {
+async fn infer(
+    actor: &Rc<Actor>,
+    step: u64,
+    settings: Result<Settings, LlmFailure>,
+) -> Option<Result<AssistantMessage, LlmFailure>> {
     // The recursion guard: a session at the maximum depth is not offered the spawn tools.
     let may_spawn = wuhu_core::orchestration::may_spawn(
         actor.lineage().depth,
         &crate::session_client::orchestration_limits(&actor.env),
     );
-    let settings = &match settings(actor).await {
+    let settings = &match settings {
         Ok(settings) => settings,
         Err(failure) => return Some(Err(failure)),
     };

@@ -56,7 +56,7 @@ pub fn peer(stack: &Stack, config: &Config) -> Measured {
         eprintln!("bench: peer run {}/{PEER_RUNS}: wuhu…", run + 1);
         let wuhu = wuhu_run(stack, &model, config);
         eprintln!("bench: peer run {}/{PEER_RUNS}: agents…", run + 1);
-        let agents = agents_run(&server, config);
+        let agents = agents_run(stack, &model, &server, config);
         runs.push([wuhu, agents]);
     }
 
@@ -69,6 +69,11 @@ pub fn peer(stack: &Stack, config: &Config) -> Measured {
     series.push(Series::new(
         "agents_first_delta",
         pick(1, |t| &t.first_delta),
+    ));
+    series.push(Series::new("wuhu_to_provider", pick(0, |t| &t.to_provider)));
+    series.push(Series::new(
+        "agents_to_provider",
+        pick(1, |t| &t.to_provider),
     ));
     series.push(Series::new("wuhu_turn", pick(0, |t| &t.turn)));
     series.push(Series::new("agents_turn", pick(1, |t| &t.turn)));
@@ -88,6 +93,13 @@ pub fn peer(stack: &Stack, config: &Config) -> Measured {
             json!({
                 "first_delta_p50": round(median_of_runs(i, &|t| p(&t.first_delta, 50.0))),
                 "first_delta_p99": round(median_of_runs(i, &|t| p(&t.first_delta, 99.0))),
+                // The first delta split where the provider has the request: the system's work
+                // before the provider call, then the stream's way back to the client.
+                "to_provider_p50": round(median_of_runs(i, &|t| p(&t.to_provider, 50.0))),
+                "provider_to_first_delta_p50": round(median_of_runs(i, &|t| {
+                    let gaps: Vec<f64> = t.first_delta.iter().zip(&t.to_provider).map(|(f, p)| f - p).collect();
+                    p(&gaps, 50.0)
+                })),
                 "turn_p50": round(median_of_runs(i, &|t| p(&t.turn, 50.0))),
                 "turns_per_s": round(median_of_runs(i, &|t| t.turns_per_s)),
             }),
@@ -124,6 +136,8 @@ pub fn peer(stack: &Stack, config: &Config) -> Measured {
 /// One run of one system.
 struct TurnSeries {
     first_delta: Vec<f64>,
+    /// Request sent → the provider has the whole request (what the system does before it).
+    to_provider: Vec<f64>,
     turn: Vec<f64>,
     response: Vec<f64>,
     turns_per_s: f64,
@@ -135,6 +149,7 @@ fn wuhu_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
     let rx = crate::follow_stamped(&api, &session.id, session.last_cursor);
     let mut out = TurnSeries {
         first_delta: vec![],
+        to_provider: vec![],
         turn: vec![],
         response: vec![],
         turns_per_s: 0.0,
@@ -149,6 +164,7 @@ fn wuhu_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
         let responded = started.elapsed();
         let (first, idle) = until_idle(&rx, started, turn);
         if turn >= config.warmup {
+            out.to_provider.push(ms(provider_at(stack, model, started)));
             out.first_delta.push(ms(first));
             out.turn.push(ms(idle));
             out.response.push(ms(responded));
@@ -186,10 +202,21 @@ fn until_idle(
     }
 }
 
-fn agents_run(server: &PeerServer, config: &Config) -> TurnSeries {
+/// Time from `started` to the arrival of the newest provider request for `model`.
+fn provider_at(stack: &Stack, model: &str, started: Instant) -> Duration {
+    let at = stack
+        .openai()
+        .last_request_at(model)
+        .expect("the provider saw the turn's request");
+    at.checked_duration_since(started)
+        .expect("the provider request of this turn arrived after it started")
+}
+
+fn agents_run(stack: &Stack, model: &str, server: &PeerServer, config: &Config) -> TurnSeries {
     let mut chat = server.chat(&unique_name("bench"));
     let mut out = TurnSeries {
         first_delta: vec![],
+        to_provider: vec![],
         turn: vec![],
         response: vec![],
         turns_per_s: 0.0,
@@ -201,6 +228,8 @@ fn agents_run(server: &PeerServer, config: &Config) -> TurnSeries {
         }
         let (first, done) = chat.turn(&format!("bench turn {turn}"));
         if turn >= config.warmup {
+            out.to_provider
+                .push(ms(provider_at(stack, model, chat.started)));
             out.first_delta.push(ms(first));
             out.turn.push(ms(done));
         }
@@ -298,6 +327,7 @@ impl PeerServer {
             ws,
             history: Vec::new(),
             turns: 0,
+            started: Instant::now(),
         }
     }
 }
@@ -326,6 +356,8 @@ struct PeerChat {
     /// UI messages so far, sent in full with each request as `useAgentChat` does.
     history: Vec<Value>,
     turns: usize,
+    /// When the latest turn's request was sent.
+    started: Instant,
 }
 
 impl PeerChat {
@@ -345,6 +377,7 @@ impl PeerChat {
             "type": "cf_agent_use_chat_request",
         });
         let started = Instant::now();
+        self.started = started;
         self.ws
             .send(tungstenite::Message::text(frame.to_string()))
             .expect("send to the peer");
