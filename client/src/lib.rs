@@ -381,17 +381,8 @@ impl Client {
     /// # Errors
     /// As [`Client::healthz`]; `403`, `404`, `409 has_forks` (the message names the forks).
     pub async fn delete_session(&self, id: &str) -> Result<bool, Error> {
-        let response = self
-            .request(Method::DELETE, self.url(["v1", "sessions", id]))
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await
-            .map_err(Error::Transport)?;
-        let status = response.status().as_u16();
-        let bytes = response.bytes().await.map_err(Error::Transport)?;
-        if !(200..300).contains(&status) {
-            return Err(api_error(status, &bytes));
-        }
+        let request = self.request(Method::DELETE, self.url(["v1", "sessions", id]));
+        let (status, _) = self.exchange(request).await?;
         Ok(status != 202)
     }
 
@@ -586,16 +577,7 @@ impl Client {
     }
 
     async fn send<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T, Error> {
-        let response = request
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await
-            .map_err(Error::Transport)?;
-        let status = response.status().as_u16();
-        let bytes = response.bytes().await.map_err(Error::Transport)?;
-        if !(200..300).contains(&status) {
-            return Err(api_error(status, &bytes));
-        }
+        let (status, bytes) = self.exchange(request).await?;
         serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
             status,
             message: e.to_string(),
@@ -603,6 +585,12 @@ impl Client {
     }
 
     async fn send_empty(&self, request: RequestBuilder) -> Result<(), Error> {
+        self.exchange(request).await.map(|_| ())
+    }
+
+    /// Sends `request` with the client's deadline: a 2xx answer's status and body, else the
+    /// API's error.
+    async fn exchange(&self, request: RequestBuilder) -> Result<(u16, Vec<u8>), Error> {
         let response = request
             .timeout(REQUEST_TIMEOUT)
             .send()
@@ -613,7 +601,7 @@ impl Client {
         if !(200..300).contains(&status) {
             return Err(api_error(status, &bytes));
         }
-        Ok(())
+        Ok((status, bytes.to_vec()))
     }
 }
 

@@ -7,13 +7,14 @@
 //! steps run (in the request, and again from the alarm until they are all done). The last step
 //! drops this actor's storage, the mark with it.
 
+use super::routes::verdict_answer;
 use std::rc::Rc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
 use worker::{Delay, Request, Response, SqlStorage};
-use wuhu_core::authority::{self, SessionAction, SessionFacts, Verdict};
+use wuhu_core::authority::{self, SessionAction, SessionFacts};
 use wuhu_core::deletion::{self, Deletion, MAX_FORKS_NAMED, Step};
 use wuhu_core::wire::runner::jobs::KILL_TOOL;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus};
@@ -132,27 +133,21 @@ impl Actor {
                     created_by: &marked.created_by,
                     access: marked.access,
                 };
-                check(authority::session_allows(
-                    &identity.principal(),
-                    facts,
-                    SessionAction::Delete,
-                ))?;
+                verdict_answer(
+                    authority::session_allows(&identity.principal(), facts, SessionAction::Delete),
+                    DELETE_FORBIDDEN,
+                )?;
             }
         } else {
             if !self.ensure_loaded()? {
                 return Err(ApiError::not_found("session not found"));
             }
             if let Some(identity) = &identity {
-                let principal = identity.principal();
-                let verdict = self.with_loaded(|l| {
-                    let facts = SessionFacts {
-                        owner: l.session.owner().unwrap_or(&l.meta.created_by),
-                        created_by: &l.meta.created_by,
-                        access: l.meta.access,
-                    };
-                    authority::session_allows(&principal, facts, SessionAction::Delete)
-                });
-                check(verdict.unwrap_or(Verdict::Hidden))?;
+                self.authorize_as(
+                    &identity.principal(),
+                    SessionAction::Delete,
+                    DELETE_FORBIDDEN,
+                )?;
             }
             let (tenant, id) = (self.tenant(), self.session_id());
             // A parent's deletion checked the forks of its whole tree.
@@ -403,17 +398,8 @@ async fn delete_prefix(bucket: &worker::Bucket, prefix: &str) -> ApiResult<()> {
     ))
 }
 
-fn check(verdict: Verdict) -> ApiResult<()> {
-    match verdict {
-        Verdict::Allow => Ok(()),
-        Verdict::Hidden => Err(ApiError::not_found("session not found")),
-        Verdict::Forbidden => Err(ApiError::new(
-            403,
-            "forbidden",
-            "only the session's owner or an admin may delete it",
-        )),
-    }
-}
+/// The `403` of a `DELETE` by a member who may read the session but not delete it.
+const DELETE_FORBIDDEN: &str = "only the session's owner or an admin may delete it";
 
 /// `409 has_forks`: the forks rule refused; names the forks (at most [`MAX_FORKS_NAMED`]).
 fn has_forks(forks: &[String]) -> Response {

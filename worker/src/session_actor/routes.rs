@@ -664,6 +664,20 @@ impl Actor {
     /// Checks `action` by `who` against the session's owner, creator and access
     /// (`wuhu_core::authority::session_allows`).
     pub(super) fn authorize(&self, who: &Principal, action: SessionAction<'_>) -> ApiResult<()> {
+        self.authorize_as(
+            who,
+            action,
+            "only the session's owner, its creator or an admin may do this",
+        )
+    }
+
+    /// [`Actor::authorize`] with the message of its `403`.
+    pub(super) fn authorize_as(
+        &self,
+        who: &Principal,
+        action: SessionAction<'_>,
+        forbidden: &str,
+    ) -> ApiResult<()> {
         let verdict = self
             .with_loaded(|l| {
                 let facts = SessionFacts {
@@ -674,14 +688,16 @@ impl Actor {
                 authority::session_allows(who, facts, action)
             })
             .unwrap_or(Verdict::Hidden);
-        match verdict {
-            Verdict::Allow => Ok(()),
-            Verdict::Hidden => Err(ApiError::not_found("session not found")),
-            Verdict::Forbidden => Err(ApiError::new(
-                403,
-                "forbidden",
-                "only the session's owner, its creator or an admin may do this",
-            )),
-        }
+        verdict_answer(verdict, forbidden)
+    }
+}
+
+/// A verdict as the API answers it: a session the caller may not see is `404` (its existence is
+/// never revealed), a refused action `403` with `forbidden`'s message.
+pub(super) fn verdict_answer(verdict: Verdict, forbidden: &str) -> ApiResult<()> {
+    match verdict {
+        Verdict::Allow => Ok(()),
+        Verdict::Hidden => Err(ApiError::not_found("session not found")),
+        Verdict::Forbidden => Err(ApiError::new(403, "forbidden", forbidden)),
     }
 }
