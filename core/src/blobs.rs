@@ -454,5 +454,51 @@ pub fn accept_image(blob: BlobRef, head: &[u8]) -> Result<BlobRef, String> {
     })
 }
 
+/// What `read {"path": "wuhu://blob/<id>"}` gives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BlobRead {
+    /// Text, paged by lines like a file.
+    Text,
+    /// An image, attached to the result as this reference (media type and pixel size from its
+    /// stored bytes), as `read` of an image file on a runner attaches it.
+    Image(BlobRef),
+}
+
+/// Decides what a `read` of blob `uri` gives from the stored object: its media type, its size
+/// and its first bytes (at least [`crate::images::HEADER_BYTES`] of them, or all of a shorter
+/// blob). The bytes decide: a blob whose bytes are an image is an image whatever its stored
+/// type says; one stored as an image whose bytes are not one is refused, as is text over
+/// [`MAX_READ_BYTES`].
+///
+/// # Errors
+/// The tool error: an image over [`crate::images::MAX_IMAGE_BYTES`], or no text to page.
+pub fn read_kind(
+    uri: &str,
+    stored_media_type: &str,
+    size: u64,
+    head: &[u8],
+) -> Result<BlobRead, String> {
+    if let Some(info) = crate::images::inspect(head) {
+        if let Some(why) = crate::images::refusal(uri, &info, size) {
+            return Err(why);
+        }
+        return Ok(BlobRead::Image(BlobRef {
+            uri: uri.to_string(),
+            size,
+            media_type: info.media_type.to_string(),
+            preview: None,
+            width: info.width,
+            height: info.height,
+        }));
+    }
+    if is_image(stored_media_type) || size > MAX_READ_BYTES {
+        return Err(format!(
+            "{uri} is {} ({size} bytes): not text to page",
+            normalize_media_type(stored_media_type)
+        ));
+    }
+    Ok(BlobRead::Text)
+}
+
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,8 @@
 //! an environment uploads it as an image blob (found by its bytes, not its name), the result
 //! refers to it with its media type and pixel size, `GET /v1/blobs/:id` serves it as
 //! `image/png` to the session's readers and 404s for another tenant, and an image over the
-//! 5 MiB limit is a clear tool error. The model is shown the image: the request after the `read`
+//! 5 MiB limit is a clear tool error; `read` of the blob's URL attaches the image again. The
+//! model is shown the image: the request after the `read`
 //! carries it in each provider dialect (Anthropic Messages, OpenAI Responses, Chat Completions),
 //! as the fake provider records.
 //!
@@ -84,6 +85,19 @@ fn a_read_image_is_an_image_blob_served_to_readers_only() {
             .uri
             .strip_prefix(blobs::URI_PREFIX)
             .expect("a blob URI");
+
+        // `read` of the blob's URL returns the image as the read of the file did: the same
+        // reference attached (media type and pixel size from the stored bytes), not text.
+        let again = run_tool(&api, &session, "read", json!({"path": blob.uri}));
+        assert!(!again.is_error, "{name} by URL: {}", again.content);
+        assert_eq!(again.blobs, vec![blob.clone()], "{name} by URL");
+        assert!(again.content.contains("2x3 pixels"), "{}", again.content);
+        assert!(
+            again.content.contains("the image is attached"),
+            "{}",
+            again.content
+        );
+        assert!(again.content.len() < 300, "{}", again.content);
 
         let served = api.get(&format!("/v1/blobs/{id}"));
         assert_eq!(served.status, 200, "{}", served.text());

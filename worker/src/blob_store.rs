@@ -3,7 +3,7 @@
 //! blobs.
 
 use worker::{Env, Headers, Range, Request, Response};
-use wuhu_core::blobs::{self, BlobRef, UploadGrant, UploadRefusal};
+use wuhu_core::blobs::{self, BlobRead, BlobRef, UploadGrant, UploadRefusal};
 use wuhu_core::images;
 use wuhu_core::llm::inline_images::{InlineImage, InlineImages};
 use wuhu_core::sigv4;
@@ -309,17 +309,23 @@ pub(crate) async fn get_route(
         .with_headers(headers))
 }
 
-/// The text of blob `blob_id` for the session `session_id` of `tenant` (`read`): only its
-/// own blobs, at most [`blobs::MAX_READ_BYTES`].
-///
-/// # Errors
-/// A message for the tool result.
-pub(crate) async fn read_text(
+/// What a `read` of a blob gives (`wuhu_core::blobs::read_kind` decides which).
+pub(crate) enum BlobContent {
+    /// The blob's text, to page by lines.
+    Text(String),
+    /// An image to attach to the result.
+    Image(BlobRef),
+}
+
+/// Reads blob `blob_id` of session `session_id` for the `read` tool: its first
+/// [`images::HEADER_BYTES`] decide whether it is an image (only they are fetched then) or text
+/// (fetched whole when longer, up to [`blobs::MAX_READ_BYTES`]).
+pub(crate) async fn read_blob(
     env: &Env,
     tenant: &str,
     session_id: &str,
     blob_id: &str,
-) -> Result<String, String> {
+) -> Result<BlobContent, String> {
     let uri = blobs::uri(blob_id);
     let id = blobs::parse_id(blob_id).ok_or_else(|| format!("{uri} is not a blob"))?;
     if id.session_id != session_id {
@@ -328,25 +334,37 @@ pub(crate) async fn read_text(
     let bucket = env.bucket(BUCKET).map_err(|e| e.to_string())?;
     let object = bucket
         .get(blobs::object_key(tenant, id))
+        .range(Range::Prefix {
+            length: images::HEADER_BYTES as u64,
+        })
         .execute()
         .await
         .map_err(|e| format!("reading {uri} failed: {e}"))?
         .ok_or_else(|| format!("No blob {uri} in this session"))?;
     let media_type = object.http_metadata().content_type.unwrap_or_default();
-    if blobs::is_image(&media_type) || object.size() > blobs::MAX_READ_BYTES {
-        return Err(format!(
-            "{uri} is {} ({} bytes): not text to page",
-            blobs::normalize_media_type(&media_type),
-            object.size()
-        ));
+    let size = object.size();
+    let head = match object.body() {
+        Some(body) => body
+            .bytes()
+            .await
+            .map_err(|e| format!("reading {uri} failed: {e}"))?,
+        None => Vec::new(),
+    };
+    match blobs::read_kind(&uri, &media_type, size, &head)? {
+        BlobRead::Image(blob) => Ok(BlobContent::Image(blob)),
+        BlobRead::Text if size <= head.len() as u64 => Ok(BlobContent::Text(
+            String::from_utf8_lossy(&head).into_owned(),
+        )),
+        BlobRead::Text => {
+            let bytes = read_bytes(env, tenant, blob_id, None)
+                .await
+                .map_err(|e| format!("reading {uri} failed: {e}"))?
+                .ok_or_else(|| format!("No blob {uri} in this session"))?;
+            Ok(BlobContent::Text(
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ))
+        }
     }
-    let bytes = object
-        .body()
-        .ok_or_else(|| format!("{uri} has no body"))?
-        .bytes()
-        .await
-        .map_err(|e| format!("reading {uri} failed: {e}"))?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The bytes of the image blobs an LLM request shows (`inline_images::to_load` picked them

@@ -2,11 +2,15 @@
 //! [`ToolContext`]; tools never reach back into the session (decision 0003).
 
 use serde::Deserialize;
+use wuhu_core::images;
 use wuhu_core::tools::{names, page_lines, truncate_head};
-use wuhu_core::wire::{ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall};
+use wuhu_core::wire::{
+    BlobRef, ContentBlock, Entry, EntryPayload, GetSessionResponse, Message, ToolCall,
+};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
-use crate::tool_context::ToolContext;
+use crate::blob_store::BlobContent;
+use crate::tool_context::{ToolContext, ToolOutput};
 use crate::{session_client, tenant_index, workspace_io};
 
 fn parse_args<T: for<'de> Deserialize<'de>>(call: &ToolCall) -> Result<T, String> {
@@ -47,8 +51,20 @@ struct ReadArgs {
     since_cursor: Option<u64>,
 }
 
-/// Runs one tool call. `Err` is a tool error the model sees.
-pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<String, String> {
+/// Runs one tool call; an error result is a tool error the model sees.
+pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> ToolOutput {
+    let mut attached = Vec::new();
+    let mut output = ToolOutput::text(execute_text(context, call, &mut attached).await);
+    output.blobs = attached;
+    output
+}
+
+/// Runs one tool call; blobs the result refers to (an image `read` of a blob) go to `attached`.
+async fn execute_text(
+    context: &ToolContext,
+    call: &ToolCall,
+    attached: &mut Vec<BlobRef>,
+) -> Result<String, String> {
     match call.name.as_str() {
         names::LIST_SESSIONS => {
             let args: ListArgs = parse_args(call)?;
@@ -140,14 +156,32 @@ pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> Result<St
                 }
                 Some(Err(e)) => Err(e.to_string()),
                 Some(Ok(WuhuUrl::Blob(id))) => {
-                    let text = crate::blob_store::read_text(
+                    match crate::blob_store::read_blob(
                         &context.env,
                         &context.tenant,
                         &context.session_id,
                         &id,
                     )
-                    .await?;
-                    Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
+                    .await?
+                    {
+                        BlobContent::Text(text) => {
+                            Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
+                        }
+                        // As `read` of an image file on a runner: the text says what and where,
+                        // the reference attaches the image.
+                        BlobContent::Image(blob) => {
+                            let text = images::describe(
+                                &blob.uri,
+                                &blob.uri,
+                                &blob.media_type,
+                                blob.size,
+                                blob.width,
+                                blob.height,
+                            );
+                            attached.push(blob);
+                            Ok(text)
+                        }
+                    }
                 }
                 Some(Ok(WuhuUrl::Config(path))) => {
                     let text = crate::config_doc(&context.env, &context.tenant, &path)

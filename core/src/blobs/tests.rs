@@ -330,3 +330,80 @@ fn previews_cut_at_a_char_boundary() {
     let cut = preview(&euros);
     assert!(cut.len() <= PREVIEW_BYTES && cut.len() > PREVIEW_BYTES - 3);
 }
+
+#[test]
+fn a_read_of_a_blob_is_an_image_when_its_bytes_are_one() {
+    let png = {
+        let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+        b.extend_from_slice(&4u32.to_be_bytes());
+        b.extend_from_slice(&5u32.to_be_bytes());
+        b
+    };
+    let gif = b"GIF89a\x07\0\x09\0".to_vec();
+    let u = uri(&id());
+    let image = |media_type: &str, size: u64, w: u32, h: u32| {
+        Ok(BlobRead::Image(BlobRef {
+            uri: u.clone(),
+            size,
+            media_type: media_type.into(),
+            preview: None,
+            width: Some(w),
+            height: Some(h),
+        }))
+    };
+    let max_image = crate::images::MAX_IMAGE_BYTES;
+    type Case<'a> = (&'a str, &'a str, u64, &'a [u8], Result<BlobRead, String>);
+    let cases: Vec<Case<'_>> = vec![
+        ("png", "image/png", 900, &png, image("image/png", 900, 4, 5)),
+        (
+            "png at the limit",
+            "image/png",
+            max_image,
+            &png,
+            image("image/png", max_image, 4, 5),
+        ),
+        // The bytes decide, not the stored type.
+        (
+            "png stored as text",
+            "text/plain",
+            900,
+            &png,
+            image("image/png", 900, 4, 5),
+        ),
+        (
+            "gif stored as bytes",
+            "application/octet-stream",
+            40,
+            &gif,
+            image("image/gif", 40, 7, 9),
+        ),
+        (
+            "text",
+            "text/plain; charset=utf-8",
+            5,
+            b"hello",
+            Ok(BlobRead::Text),
+        ),
+        ("empty", "text/plain", 0, b"", Ok(BlobRead::Text)),
+        (
+            "text at the limit",
+            "text/plain",
+            MAX_READ_BYTES,
+            b"hello",
+            Ok(BlobRead::Text),
+        ),
+    ];
+    for (name, stored, size, head, expected) in cases {
+        assert_eq!(read_kind(&u, stored, size, head), expected, "{name}");
+    }
+    let over = read_kind(&u, "image/png", max_image + 1, &png).unwrap_err();
+    assert!(
+        over.contains("over the 5242880 byte (5 MiB) limit"),
+        "{over}"
+    );
+    assert!(over.starts_with(&u), "{over}");
+    let not_png = read_kind(&u, "image/png", 5, b"hello").unwrap_err();
+    assert!(not_png.contains("not text to page"), "{not_png}");
+    let big_text = read_kind(&u, "text/plain", MAX_READ_BYTES + 1, b"hello").unwrap_err();
+    assert!(big_text.contains("not text to page"), "{big_text}");
+}

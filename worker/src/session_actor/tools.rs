@@ -39,7 +39,7 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     } else if orchestration_tools::handles(&call) {
         ToolOutput::text(orchestration_tools::execute(&context, &call).await)
     } else {
-        ToolOutput::text(builtin_tools::execute(&context, &call).await)
+        builtin_tools::execute(&context, &call).await
     };
     let model_switch = context.model_switch.take();
     let switched = actor.finish_tool(step, &call.id, output, model_switch);
