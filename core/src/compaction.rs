@@ -68,11 +68,20 @@ fn tokens_of(bytes: usize, provider: &str) -> u64 {
     (bytes as f64 / bytes_per_token(provider)).ceil() as u64
 }
 
-/// Estimated tokens of one message.
+/// Estimated tokens of one message; a tool result's images count as
+/// [`crate::images::estimate_tokens`] each (every image it could show: a request may leave some
+/// out, so this errs high).
 pub fn estimate_message(provider: &str, message: &Message) -> u64 {
     let bytes = match message {
         Message::User { content, .. } | Message::CustomMessage { content, .. } => content.len(),
-        Message::ToolResult(result) => result.content.len() + result.tool_name.len(),
+        Message::ToolResult(result) => {
+            let images: u64 = crate::llm::inline_images::image_blobs(result)
+                .map(|b| crate::images::estimate_tokens(provider, b.width, b.height))
+                .sum();
+            return tokens_of(result.content.len() + result.tool_name.len(), provider)
+                + images
+                + MESSAGE_OVERHEAD_TOKENS;
+        }
         Message::Assistant(assistant) => assistant
             .content
             .iter()

@@ -95,6 +95,33 @@ pub fn describe(
     )
 }
 
+/// Most tokens one image is counted as: Anthropic scales an image down to about 1.15
+/// megapixels (about 1 600 tokens); OpenAI's largest high-detail image (8 tiles) is 1 445.
+pub const MAX_IMAGE_TOKENS: u64 = 1_600;
+
+/// Estimated input tokens of one image shown to `provider`'s models, from the pixel size its
+/// stored header gave ([`MAX_IMAGE_TOKENS`] when it is unknown):
+/// - Anthropic: `width × height / 750`, at most [`MAX_IMAGE_TOKENS`] (larger images are scaled
+///   down to that);
+/// - the OpenAI dialects: 85 + 170 per 512-pixel tile, after scaling to fit 2048 × 2048 and then
+///   the short side to at most 768.
+pub fn estimate_tokens(provider: &str, width: Option<u32>, height: Option<u32>) -> u64 {
+    let (Some(w), Some(h)) = (width, height) else {
+        return MAX_IMAGE_TOKENS;
+    };
+    let (w, h) = (f64::from(w.max(1)), f64::from(h.max(1)));
+    let tokens = if provider == "anthropic" {
+        (w * h / 750.0).ceil()
+    } else {
+        let fit = (2048.0 / w.max(h)).min(1.0);
+        let (w, h) = (w * fit, h * fit);
+        let short = (768.0 / w.min(h)).min(1.0);
+        let (w, h) = (w * short, h * short);
+        85.0 + 170.0 * (w / 512.0).ceil() * (h / 512.0).ceil()
+    };
+    (tokens as u64).clamp(1, MAX_IMAGE_TOKENS)
+}
+
 fn be16(bytes: &[u8], at: usize) -> Option<u32> {
     let b = bytes.get(at..at + 2)?;
     Some(u32::from(u16::from_be_bytes([b[0], b[1]])))

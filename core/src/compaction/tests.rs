@@ -1037,3 +1037,58 @@ fn sessions_refuse_carried_cursors_that_are_not_before_the_cut() {
         }
     }
 }
+
+#[test]
+fn a_tool_results_images_count_their_tokens() {
+    use crate::wire::{BlobRef, ToolResult};
+    let blob = |media_type: &str, size: u64, w: u32, h: u32| BlobRef {
+        uri: format!("wuhu://blob/{media_type}{size}{w}"),
+        size,
+        media_type: media_type.into(),
+        preview: None,
+        width: Some(w),
+        height: Some(h),
+    };
+    let result = |blobs: Vec<BlobRef>| {
+        Message::ToolResult(ToolResult {
+            tool_call_id: "c1".into(),
+            tool_name: "read".into(),
+            content: "shot.png: image/png image".into(),
+            is_error: false,
+            blobs,
+        })
+    };
+    let max = crate::images::MAX_IMAGE_BYTES;
+    for provider in ["anthropic", "openai"] {
+        let bare = estimate_message(provider, &result(Vec::new()));
+        let cases: Vec<(&str, Vec<BlobRef>, u64)> = vec![
+            (
+                "one image",
+                vec![blob("image/png", 900, 1000, 1000)],
+                crate::images::estimate_tokens(provider, Some(1000), Some(1000)),
+            ),
+            (
+                "two images",
+                vec![
+                    blob("image/png", 900, 1000, 1000),
+                    blob("image/jpeg", 900, 100, 100),
+                ],
+                crate::images::estimate_tokens(provider, Some(1000), Some(1000))
+                    + crate::images::estimate_tokens(provider, Some(100), Some(100)),
+            ),
+            ("a text blob", vec![blob("text/plain", 900, 0, 0)], 0),
+            (
+                "an image too large to show",
+                vec![blob("image/png", max + 1, 10, 10)],
+                0,
+            ),
+        ];
+        for (name, blobs, extra) in cases {
+            assert_eq!(
+                estimate_message(provider, &result(blobs)),
+                bare + extra,
+                "{provider}: {name}"
+            );
+        }
+    }
+}

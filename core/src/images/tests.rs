@@ -206,3 +206,34 @@ fn the_description_names_the_blob_and_the_pixels() {
     );
     assert!(!describe("a.jpg", "u", "image/jpeg", 1, None, None).contains("pixels"));
 }
+
+#[test]
+fn image_tokens_follow_each_providers_rule_and_are_capped() {
+    let cases: [(&str, Option<u32>, Option<u32>, u64); 16] = [
+        // Anthropic: width × height / 750, rounded up, at most MAX_IMAGE_TOKENS.
+        ("anthropic", Some(100), Some(100), 14),
+        ("anthropic", Some(750), Some(1), 1),
+        ("anthropic", Some(1000), Some(1000), 1334),
+        ("anthropic", Some(1092), Some(1092), 1590),
+        ("anthropic", Some(2000), Some(2000), MAX_IMAGE_TOKENS),
+        ("anthropic", Some(0), Some(0), 1),
+        ("anthropic", None, Some(10), MAX_IMAGE_TOKENS),
+        ("anthropic", None, None, MAX_IMAGE_TOKENS),
+        // OpenAI dialects: 85 + 170 per 512-pixel tile after fitting 2048 and a 768 short side.
+        ("openai", Some(100), Some(100), 255),
+        ("openai", Some(512), Some(512), 255),
+        ("openai", Some(513), Some(512), 425),
+        ("openai", Some(1024), Some(1024), 765),
+        ("openai", Some(2048), Some(4096), 1105),
+        ("openai-compatible", Some(4096), Some(8192), 1105),
+        ("openai-compatible", Some(20_000), Some(10), 765),
+        ("openai", None, None, MAX_IMAGE_TOKENS),
+    ];
+    for (provider, w, h, expected) in cases {
+        assert_eq!(
+            estimate_tokens(provider, w, h),
+            expected,
+            "{provider} {w:?}x{h:?}"
+        );
+    }
+}
