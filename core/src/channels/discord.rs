@@ -14,7 +14,7 @@
 
 use serde_json::{Value, json};
 
-use super::outbox::{Attempt, HttpCall, Outbound};
+use super::outbound::{Attempt, HttpCall, Outbound};
 use super::{
     ApprovalClick, Command, CommandKind, Delivery, HookOutcome, Inbound, ReplyTarget, bounded_text,
     button_value, parse_button_value,
@@ -291,7 +291,7 @@ pub fn answer(attempt: Attempt, body: &Value) -> Attempt {
             retry_after_ms: retry_after_ms.or_else(|| {
                 body["retry_after"]
                     .as_f64()
-                    .and_then(|s| super::outbox::retry_after_ms(&s.to_string()))
+                    .and_then(|s| super::outbound::retry_after_ms(&s.to_string()))
             }),
         },
         Attempt::Refused(status) => Attempt::Refused(format!(
@@ -304,7 +304,7 @@ pub fn answer(attempt: Attempt, body: &Value) -> Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::outbox::classify;
+    use crate::channels::outbound::classify;
 
     const NOW: i64 = 1_800_000_000;
 

@@ -15,7 +15,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::outbox::{HttpCall, Outbound};
+use super::outbound::{HttpCall, Outbound};
 use super::verify::hmac_hex;
 use super::{
     ApprovalClick, Command, DECISIONS, Delivery, Inbound, ReplyTarget, bounded_text, parse_command,

@@ -15,6 +15,7 @@ pub mod discord;
 pub mod gateway;
 pub mod generic;
 pub mod members;
+pub mod outbound;
 pub mod outbox;
 pub mod seal;
 pub mod slack;

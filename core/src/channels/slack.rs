@@ -12,7 +12,7 @@
 
 use serde_json::{Value, json};
 
-use super::outbox::{HttpCall, Outbound};
+use super::outbound::{HttpCall, Outbound};
 use super::{
     ApprovalClick, Command, CommandKind, Delivery, Inbound, ReplyTarget, bounded_text,
     parse_command,

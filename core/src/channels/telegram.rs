@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use super::outbox::{Attempt, HttpCall, Outbound};
+use super::outbound::{Attempt, HttpCall, Outbound};
 use super::{
     ApprovalClick, Command, Delivery, Inbound, ReplyTarget, bounded_text, button_value,
     parse_button_value, parse_command,
@@ -217,7 +217,7 @@ pub fn answer(attempt: Attempt, body: &Value) -> Attempt {
             retry_after_ms: retry_after_ms.or_else(|| {
                 body["parameters"]["retry_after"]
                     .as_u64()
-                    .map(|s| (s * 1000).min(super::outbox::MAX_BACKOFF_MS))
+                    .map(|s| (s * 1000).min(super::outbound::MAX_BACKOFF_MS))
             }),
         },
         Attempt::Refused(_) if description.contains("message is not modified") => {
@@ -231,7 +231,7 @@ pub fn answer(attempt: Attempt, body: &Value) -> Attempt {
 mod tests {
     use super::*;
     use crate::channels::CommandKind;
-    use crate::channels::outbox::classify;
+    use crate::channels::outbound::classify;
 
     fn update(message: Value) -> Delivery {
         parse(
