@@ -2,7 +2,7 @@
 // token itself), mint one and see it exactly once, revoke one after a confirm. Admins may mint
 // for another user and list every user's tokens.
 
-import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 import { api } from "../api";
 import type { Identity } from "../auth";
 import type { MintedToken, TokenInfo } from "../types";
@@ -186,7 +186,9 @@ function CopyButton({ text, label }: { text: string; label: string }) {
 function MintedCard({ minted, onDone }: { minted: MintedToken; onDone: () => void }) {
   const heading = useRef<HTMLHeadingElement>(null);
   // Focus moves to the new token so a keyboard user lands on it.
-  useEffect(() => heading.current?.focus(), [minted.jti]);
+  // In the render that shows the card (a layout effect), not after the next paint: focus never
+  // lags the card, for a screen reader or a script that reads the page as soon as it appears.
+  useLayoutEffect(() => heading.current?.focus(), [minted.jti]);
   return (
     <div class="card minted" data-testid="minted" role="region" aria-label="New token">
       <h2 tabIndex={-1} ref={heading}>
@@ -313,7 +315,7 @@ function ConfirmRevoke({
   onNo: () => void;
 }) {
   const yes = useRef<HTMLButtonElement>(null);
-  useEffect(() => yes.current?.focus(), []);
+  useLayoutEffect(() => yes.current?.focus(), []);
   return (
     <span
       class="confirm"
