@@ -101,6 +101,16 @@ impl Bot {
             })
             .collect()
     }
+
+    /// The texts of the user messages of the binding's one session (asserts there is one).
+    fn said_in_the_only_session(&self) -> Vec<String> {
+        let sessions = self.sessions();
+        assert_eq!(sessions.len(), 1, "{sessions:?}");
+        self.user_messages(&sessions[0].id)
+            .into_iter()
+            .map(|(_, text)| text)
+            .collect()
+    }
 }
 
 /// A `MESSAGE_CREATE`'s `d` in guild `G1`: person `user` (a bot when `bot`) writes `content`
@@ -265,14 +275,7 @@ fn a_resumed_gateway_does_not_enqueue_a_replay_twice() {
         .push_message(message("r3", "C1", 90001, "third", false));
     let posts = bot.fake.wait_for_posts(3, TURN);
 
-    let sessions = bot.sessions();
-    assert_eq!(sessions.len(), 1, "{sessions:?}");
-    let said: Vec<String> = bot
-        .user_messages(&sessions[0].id)
-        .into_iter()
-        .map(|(_, text)| text)
-        .collect();
-    assert_eq!(said, ["first", "second", "third"]);
+    assert_eq!(bot.said_in_the_only_session(), ["first", "second", "third"]);
     assert_eq!(posts.len(), 3, "{:?}", texts(&posts));
     assert_eq!(bot.status()["state"], "connected");
 }
@@ -384,14 +387,7 @@ fn after_a_restart_the_stored_session_is_resumed() {
     bot.gateway
         .push_message(message("k2", "C1", 90001, "after", false));
     bot.fake.wait_for_posts(2, TURN);
-    let sessions = bot.sessions();
-    assert_eq!(sessions.len(), 1, "{sessions:?}");
-    let said: Vec<String> = bot
-        .user_messages(&sessions[0].id)
-        .into_iter()
-        .map(|(_, text)| text)
-        .collect();
-    assert_eq!(said, ["before", "after"]);
+    assert_eq!(bot.said_in_the_only_session(), ["before", "after"]);
 }
 
 /// The watchdog looks every 30 s; a restart may come just after a look.
