@@ -2,7 +2,8 @@
 //! processes with `--store` and a real S3-compatible server (moto, [`wuhu_e2e::moto`]):
 //! a workspace moves from one runner to another with every saved file (and without the skipped
 //! directories), a save uploads only what changed, and of two runners saving one workspace the
-//! one that lost it is told and keeps its copy.
+//! one that lost it is told and keeps its copy; a save deletes the objects its manifest no longer
+//! references.
 //!
 //! One `wrangler dev` and one moto for the file; every test uses its own tenant, bucket prefix,
 //! runners and temp dirs.
@@ -204,7 +205,10 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
         "{first}"
     );
     // 5 single PUTs + 2 parts + the manifest.
-    assert!(first.contains("puts=8;"), "{first}");
+    assert!(
+        first.contains("puts=8, deleted 0 unreferenced objects;"),
+        "{first}"
+    );
     assert!(
         first.contains("not saved: .venv/, node_modules/, target/"),
         "{first}"
@@ -260,7 +264,9 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
     detach_web(api, &session);
     let second = last_save_report(&b, &label);
     assert!(
-        second.contains(": 8 paths (1 changed, 1 removed), uploaded 1 objects (4 bytes), puts=2;"),
+        second.contains(
+            ": 8 paths (1 changed, 1 removed), uploaded 1 objects (4 bytes), puts=2, deleted 1 unreferenced objects;"
+        ),
         "{second}"
     );
     assert_eq!(world.stored_text(&session, "notes.txt"), "two\n");
@@ -326,4 +332,67 @@ fn of_two_runners_saving_one_workspace_the_one_that_lost_it_is_told_and_keeps_it
         "from-a\n"
     );
     assert_eq!(world.stored_text(&session, "who.txt"), "from-b\n");
+}
+
+#[test]
+fn a_save_deletes_the_objects_its_manifest_no_longer_references_and_keeps_the_rest() {
+    let _guard = stack().guard();
+    let world = World::new("s3gc");
+    world.define_web();
+    let api = &world.api;
+    let session = api.create_fake_session().id;
+    let label = format!("{session}/web");
+    let object = |sha: &str| {
+        moto().get(
+            BUCKET,
+            &format!("{}/workspaces/{session}/web/objects/{sha}", world.prefix),
+        )
+    };
+    let sha_of = |manifest: &Value, path: &str| {
+        manifest["files"][path]["sha256"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{path} not in {manifest}"))
+            .to_string()
+    };
+
+    let runner = Runner::start(world.cloud_runner("cloud-gc"));
+    attach_web(api, &session, "cloud-gc");
+    bash(
+        api,
+        &session,
+        "echo old > changed.txt; echo kept > renamed.txt; echo same > a.txt; cp a.txt b.txt",
+    );
+    detach_web(api, &session);
+    let first = world.manifest(&session).expect("the first manifest");
+    let old_changed = sha_of(&first, "changed.txt");
+    let renamed = sha_of(&first, "renamed.txt");
+    let shared = sha_of(&first, "a.txt");
+    assert!(object(&old_changed).is_some());
+
+    // Change one file, rename another, remove one of two paths sharing a content.
+    attach_web(api, &session, "cloud-gc");
+    bash(
+        api,
+        &session,
+        "echo new > changed.txt; mv renamed.txt moved.txt; rm b.txt",
+    );
+    detach_web(api, &session);
+    let second = last_save_report(&runner, &label);
+    // Exactly one object lost its last reference: the changed file's old content.
+    assert!(
+        second.contains("uploaded 1 objects (4 bytes), puts=2, deleted 1 unreferenced objects;"),
+        "{second}"
+    );
+    let manifest = world.manifest(&session).expect("the second manifest");
+    assert_eq!(sha_of(&manifest, "moved.txt"), renamed);
+    assert_eq!(object(&old_changed), None, "the old content is deleted");
+    assert_eq!(object(&renamed).as_deref(), Some(&b"kept\n"[..]));
+    assert_eq!(object(&shared).as_deref(), Some(&b"same\n"[..]));
+    // Every object the manifest references is there.
+    for (path, entry) in manifest["files"].as_object().expect("files") {
+        if let Some(sha) = entry["sha256"].as_str() {
+            assert!(object(sha).is_some(), "{path}: object {sha} missing");
+        }
+    }
+    assert_eq!(world.stored_text(&session, "changed.txt"), "new\n");
 }

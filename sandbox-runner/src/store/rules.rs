@@ -304,14 +304,7 @@ impl SavePlan {
 /// Plans a save: a content is uploaded only when no path of the last saved manifest had it
 /// (objects are content-addressed, so a renamed or copied file uploads nothing).
 pub fn plan_save(base: &Manifest, local: &Manifest) -> SavePlan {
-    let stored: BTreeSet<&str> = base
-        .files
-        .values()
-        .filter_map(|e| match e {
-            ManifestEntry::File { sha256, .. } => Some(sha256.as_str()),
-            _ => None,
-        })
-        .collect();
+    let stored = referenced_objects(base);
     let mut planned = BTreeSet::new();
     let mut uploads = Vec::new();
     let (mut changed, mut unchanged) = (0, 0);
@@ -339,6 +332,41 @@ pub fn plan_save(base: &Manifest, local: &Manifest) -> SavePlan {
         removed,
         unchanged,
     }
+}
+
+/// How many object hashes a workspace keeps for a later delete when deleting them failed
+/// (the rest are left in the bucket, said in the log).
+pub const MAX_PENDING_DELETES: usize = 10_000;
+
+/// The hashes of the manifest's files.
+pub fn referenced_objects(manifest: &Manifest) -> BTreeSet<&str> {
+    manifest
+        .files
+        .values()
+        .filter_map(|e| match e {
+            ManifestEntry::File { sha256, .. } => Some(sha256.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The objects to delete once `written` is the stored manifest (never before: until its write
+/// succeeds, `previous` is what a hydrate reads): every object `previous` referenced, and every
+/// one an earlier delete failed on (`pending`), that `written` does not reference. Sorted,
+/// without duplicates.
+pub fn unreferenced_objects(
+    previous: &Manifest,
+    written: &Manifest,
+    pending: &[String],
+) -> Vec<String> {
+    let keep = referenced_objects(written);
+    let mut delete: BTreeSet<&str> = referenced_objects(previous);
+    delete.extend(pending.iter().map(String::as_str));
+    delete
+        .into_iter()
+        .filter(|sha| !keep.contains(sha))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The lease object: which attach of which runner may save the workspace. Written on attach
@@ -818,6 +846,84 @@ mod tests {
         assert!(plan_save(&base, &base).is_noop());
         let first = plan_save(&Manifest::empty(), &base);
         assert_eq!(first.uploads.len(), 3);
+    }
+
+    #[test]
+    fn a_save_deletes_only_objects_no_longer_referenced() {
+        let sha = |c: char| c.to_string().repeat(64);
+        let previous = manifest(&[
+            ("a", file('a', 1)),
+            ("b", file('b', 2)),
+            ("c", file('c', 3)),
+            ("dup1", file('d', 4)),
+            ("dup2", file('d', 4)),
+        ]);
+        // (written manifest, pending from an earlier failed delete, hashes to delete)
+        type Case<'a> = (Vec<(&'a str, ManifestEntry)>, Vec<char>, Vec<char>);
+        let cases: Vec<Case> = vec![
+            // Nothing changed: nothing to delete.
+            (
+                vec![
+                    ("a", file('a', 1)),
+                    ("b", file('b', 2)),
+                    ("c", file('c', 3)),
+                    ("dup1", file('d', 4)),
+                    ("dup2", file('d', 4)),
+                ],
+                vec![],
+                vec![],
+            ),
+            // `a` changed: its old content goes; `b` renamed: its content stays; one of two
+            // paths sharing `d` removed: `d` stays.
+            (
+                vec![
+                    ("a", file('x', 1)),
+                    ("b-renamed", file('b', 2)),
+                    ("c", file('c', 3)),
+                    ("dup2", file('d', 4)),
+                ],
+                vec![],
+                vec!['a'],
+            ),
+            // A content moved to a new path while its old path now holds another: kept.
+            (
+                vec![("a", file('b', 2)), ("b", file('a', 1))],
+                vec![],
+                vec!['c', 'd'],
+            ),
+            // Everything removed, links and directories left.
+            (
+                vec![
+                    ("l", ManifestEntry::Symlink { target: sha('a') }),
+                    ("d", ManifestEntry::Dir),
+                ],
+                vec![],
+                vec!['a', 'b', 'c', 'd'],
+            ),
+            // Pending deletes are retried, unless the new manifest references them again.
+            (
+                vec![
+                    ("a", file('a', 1)),
+                    ("b", file('b', 2)),
+                    ("c", file('c', 3)),
+                    ("dup1", file('d', 4)),
+                    ("p2", file('q', 4)),
+                ],
+                vec!['p', 'q', 'p'],
+                vec!['p'],
+            ),
+        ];
+        for (i, (written, pending, want)) in cases.into_iter().enumerate() {
+            let pending: Vec<String> = pending.into_iter().map(sha).collect();
+            let want: Vec<String> = want.into_iter().map(sha).collect();
+            let written = manifest(&written);
+            let got = unreferenced_objects(&previous, &written, &pending);
+            assert_eq!(got, want, "case {i}");
+            // The invariant: nothing the written manifest references is ever deleted.
+            let keep = referenced_objects(&written);
+            assert!(got.iter().all(|h| !keep.contains(h.as_str())), "case {i}");
+        }
+        assert!(unreferenced_objects(&Manifest::empty(), &previous, &[]).is_empty());
     }
 
     #[test]

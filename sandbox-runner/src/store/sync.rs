@@ -47,6 +47,10 @@ struct Held {
     base: Manifest,
     base_etag: Option<String>,
     save_also: Vec<String>,
+    /// Objects no saved manifest references whose delete failed: retried at the next save (at
+    /// most [`rules::MAX_PENDING_DELETES`]).
+    #[serde(default)]
+    pending_deletes: Vec<String>,
 }
 
 impl Held {
@@ -89,6 +93,10 @@ pub struct SaveReport {
     pub uploaded_bytes: u64,
     /// PUT requests sent (objects, parts, the manifest).
     pub puts: u64,
+    /// Objects deleted after the manifest write: no manifest references them any more.
+    pub deleted: usize,
+    /// Unreferenced objects whose delete failed or was not tried (kept for the next save).
+    pub delete_failed: usize,
     /// Directories left out by the skip rules, as `path/` (at most 20 named).
     pub skipped: Vec<String>,
 }
@@ -97,7 +105,7 @@ impl std::fmt::Display for SaveReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "saved workspace {}: {} paths ({} changed, {} removed), uploaded {} objects ({} bytes), puts={}; not saved: {}",
+            "saved workspace {}: {} paths ({} changed, {} removed), uploaded {} objects ({} bytes), puts={}, deleted {} unreferenced objects{}; not saved: {}",
             self.label,
             self.files,
             self.changed,
@@ -105,6 +113,15 @@ impl std::fmt::Display for SaveReport {
             self.uploaded,
             self.uploaded_bytes,
             self.puts,
+            self.deleted,
+            if self.delete_failed > 0 {
+                format!(
+                    " ({} not deleted: retried at the next save)",
+                    self.delete_failed
+                )
+            } else {
+                String::new()
+            },
             if self.skipped.is_empty() {
                 String::from("nothing")
             } else {
@@ -302,6 +319,7 @@ impl Store {
             base,
             base_etag,
             save_also: save_also.to_vec(),
+            pending_deletes: Vec::new(),
         };
         self.remember(held);
         Ok(restored)
@@ -324,14 +342,17 @@ impl Store {
         };
         let result = self.save_held(&held).await;
         match &result {
-            Ok((report, manifest, etag)) => {
-                if let Some(manifest) = manifest {
+            Ok(saved) => {
+                if saved.written.is_some() || saved.pending_deletes != held.pending_deletes {
                     let mut next = held.clone();
-                    next.base = manifest.clone();
-                    next.base_etag = etag.clone();
+                    if let Some((manifest, etag)) = &saved.written {
+                        next.base = manifest.clone();
+                        next.base_etag = etag.clone();
+                    }
+                    next.pending_deletes = saved.pending_deletes.clone();
                     self.remember(next);
                 }
-                log(&report.to_string());
+                log(&saved.report.to_string());
             }
             Err(SaveError::Lost(lost)) => {
                 log(&format!(
@@ -347,7 +368,7 @@ impl Store {
                 held.session_id, held.environment
             )),
         }
-        result.map(|(report, _, _)| Some(report))
+        result.map(|saved| Some(saved.report))
     }
 
     /// Saves every held workspace (`why`: `interval` or `exit`).
@@ -440,10 +461,7 @@ impl Store {
         }
     }
 
-    async fn save_held(
-        &self,
-        held: &Held,
-    ) -> Result<(SaveReport, Option<Manifest>, Option<String>), SaveError> {
+    async fn save_held(&self, held: &Held) -> Result<Saved, SaveError> {
         let keys = held.keys(&self.location).map_err(SaveError::Failed)?;
         let puts_before = self.s3.puts();
         let rules_ = SkipRules::new(&held.save_also);
@@ -464,6 +482,8 @@ impl Store {
             uploaded: 0,
             uploaded_bytes: 0,
             puts: 0,
+            deleted: 0,
+            delete_failed: 0,
             skipped,
         };
         // The lease first: a runner that lost the workspace uploads nothing.
@@ -471,7 +491,17 @@ impl Store {
         let lease = lease.and_then(|(body, _)| serde_json::from_slice::<Lease>(&body).ok());
         rules::check_lease(lease.as_ref(), &held.holder).map_err(SaveError::Lost)?;
         if plan.is_noop() && held.base_etag.is_some() {
-            return Ok((report, None, None));
+            // Nothing to write; deletes an earlier save could not do are tried again.
+            let garbage =
+                rules::unreferenced_objects(&held.base, &held.base, &held.pending_deletes);
+            let pending_deletes = self
+                .delete_unreferenced(&keys, held, garbage, &mut report)
+                .await;
+            return Ok(Saved {
+                report,
+                written: None,
+                pending_deletes,
+            });
         }
         let total: u64 = plan.uploads.iter().map(|(_, _, size)| size).sum();
         for (sha256, path, size) in &plan.uploads {
@@ -499,7 +529,66 @@ impl Store {
             Put::PreconditionFailed => return Err(SaveError::Lost(Lost::ManifestChanged)),
         };
         report.puts = self.s3.puts() - puts_before;
-        Ok((report, Some(local), etag))
+        // Only now, with the new manifest stored, may what it no longer references go.
+        let garbage = rules::unreferenced_objects(&held.base, &local, &held.pending_deletes);
+        let pending_deletes = self
+            .delete_unreferenced(&keys, held, garbage, &mut report)
+            .await;
+        Ok(Saved {
+            report,
+            written: Some((local, etag)),
+            pending_deletes,
+        })
+    }
+
+    /// Deletes `garbage` (objects the stored manifest does not reference) while the lease is
+    /// still this attach's; returns the hashes left for the next save (failed deletes, or all of
+    /// them when the lease could not be confirmed), at most [`rules::MAX_PENDING_DELETES`].
+    async fn delete_unreferenced(
+        &self,
+        keys: &WorkspaceKeys,
+        held: &Held,
+        garbage: Vec<String>,
+        report: &mut SaveReport,
+    ) -> Vec<String> {
+        if garbage.is_empty() {
+            return Vec::new();
+        }
+        // Read the lease again: a runner that took the workspace over since the save began may
+        // have uploaded one of these contents for its own manifest.
+        let lease = match self.s3.get(&keys.lease()).await {
+            Ok(found) => found.and_then(|(body, _)| serde_json::from_slice::<Lease>(&body).ok()),
+            Err(e) => {
+                log(&format!(
+                    "workspace {}: not deleting {} unreferenced objects now (reading the lease failed: {e})",
+                    keys.label(),
+                    garbage.len()
+                ));
+                return keep_pending(garbage, report);
+            }
+        };
+        if let Err(lost) = rules::check_lease(lease.as_ref(), &held.holder) {
+            log(&format!(
+                "workspace {}: not deleting {} unreferenced objects: {lost}",
+                keys.label(),
+                garbage.len()
+            ));
+            return keep_pending(garbage, report);
+        }
+        let mut failed = Vec::new();
+        for sha256 in garbage {
+            match self.s3.delete(&keys.object(&sha256)).await {
+                Ok(()) => report.deleted += 1,
+                Err(e) => {
+                    log(&format!(
+                        "workspace {}: deleting unreferenced object {sha256} failed (retried at the next save): {e}",
+                        keys.label()
+                    ));
+                    failed.push(sha256);
+                }
+            }
+        }
+        keep_pending(failed, report)
     }
 
     /// Uploads one file as `objects/<sha256>`, in parts above the threshold; fails when the file
@@ -653,6 +742,30 @@ impl Store {
             .unwrap_or_else(|| String::from("workspace"));
         self.state_dir.join(format!("{name}.json"))
     }
+}
+
+/// What a save did and what it leaves for the next one.
+struct Saved {
+    report: SaveReport,
+    /// The manifest written and its ETag (`None` when nothing changed).
+    written: Option<(Manifest, Option<String>)>,
+    /// Unreferenced objects not deleted yet.
+    pending_deletes: Vec<String>,
+}
+
+/// Counts `left` as not deleted and keeps at most [`rules::MAX_PENDING_DELETES`] of them.
+fn keep_pending(mut left: Vec<String>, report: &mut SaveReport) -> Vec<String> {
+    report.delete_failed += left.len();
+    if left.len() > rules::MAX_PENDING_DELETES {
+        log(&format!(
+            "workspace {}: {} unreferenced objects are left in the bucket for good (more than {} to retry)",
+            report.label,
+            left.len() - rules::MAX_PENDING_DELETES,
+            rules::MAX_PENDING_DELETES
+        ));
+        left.truncate(rules::MAX_PENDING_DELETES);
+    }
+    left
 }
 
 /// Saves held workspaces every `store.save_interval` until the process ends.
