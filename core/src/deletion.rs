@@ -15,7 +15,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::authority::Access;
+use crate::environments::Attachment;
 use crate::wire::Spent;
+use crate::wire::runner::{DiscardOutcome, EnvironmentKind, WorkspaceHost};
 
 /// At most this many forks are named in a `has_forks` refusal (the count is always given).
 pub const MAX_FORKS_NAMED: usize = 20;
@@ -38,17 +40,24 @@ pub enum Step {
     /// Delete its objects: archive segments, out-of-line entries, blobs, request logs
     /// ([`object_prefixes`]).
     DeleteObjects,
+    /// Hand the runners it attached a `folder-template` environment on
+    /// ([`WorkspaceHost`]s) to the tenant's runner hub, which tells each to discard the
+    /// session's stored workspaces and local copies (now, or when it next connects). Before
+    /// [`Step::DropStorage`], which drops the list. Added after the others: a mark stored by an
+    /// older version with every step before [`Step::DropStorage`] done runs this one next.
+    DiscardWorkspaces,
     /// Drop the actor's storage (SQLite and alarm), the mark with it. Always last.
     DropStorage,
 }
 
 /// Every step, in order.
-pub const STEPS: [Step; 6] = [
+pub const STEPS: [Step; 7] = [
     Step::Stop,
     Step::Unlist,
     Step::DisposeChildren,
     Step::TellParent,
     Step::DeleteObjects,
+    Step::DiscardWorkspaces,
     Step::DropStorage,
 ];
 
@@ -175,6 +184,111 @@ pub fn object_prefixes(tenant: &str, session_id: &str) -> [String; 4] {
     ]
 }
 
+/// Whether `id` has the shape of a session id (a UUID: 36 hex digits and dashes). A discard
+/// names nothing else, so its key prefix (`workspaces/<id>/`) and its local directories
+/// (`<id>`, `<id>-N`) can never reach another session's.
+pub fn is_session_id(id: &str) -> bool {
+    id.len() == 36
+        && id.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
+/// Most runners a session records as hosts of its workspaces (one per runner it attached a
+/// `folder-template` environment on); a further one is not recorded (logged), and its copy of
+/// the workspace is not discarded with the session.
+pub const MAX_WORKSPACE_HOSTS: usize = 16;
+
+/// What recording an attachment's runner did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostRecord {
+    /// A new host: store the list.
+    Added,
+    /// Already recorded, or not a `folder-template` environment: nothing to store.
+    Unchanged,
+    /// [`MAX_WORKSPACE_HOSTS`] are recorded already: not recorded.
+    Full,
+}
+
+/// Records the runner of a new attachment as a host of the session's workspaces when the
+/// environment is a `folder-template` copy (the only kind a runner copies or stores per
+/// session; `local` directories are the machine's own and worktrees are removed on detach).
+/// The runner and its owner are the hub's answer to the session's own attach, never what a
+/// runner said.
+pub fn record_workspace_host(
+    hosts: &mut Vec<WorkspaceHost>,
+    attachment: &Attachment,
+) -> HostRecord {
+    if attachment.environment.kind != EnvironmentKind::FolderTemplate {
+        return HostRecord::Unchanged;
+    }
+    let host = WorkspaceHost {
+        owner: attachment.runner_owner.clone(),
+        runner: attachment.runner.clone(),
+    };
+    if hosts.contains(&host) {
+        return HostRecord::Unchanged;
+    }
+    if hosts.len() >= MAX_WORKSPACE_HOSTS {
+        return HostRecord::Full;
+    }
+    hosts.push(host);
+    HostRecord::Added
+}
+
+/// Most discards a runner hub keeps waiting for their runners (per tenant). Past it the oldest
+/// are dropped (logged: those workspaces stay in their runners' stores).
+pub const MAX_PENDING_DISCARDS: usize = 10_000;
+/// Most discards sent to one runner connection and not answered yet; the next goes when one is
+/// answered.
+pub const DISCARDS_IN_FLIGHT: usize = 8;
+
+/// Which hosts of a `/discard` request the hub keeps a pending discard for: those that are
+/// runners of the tenant it knows (a freed or expired runner name is no runner; a new runner
+/// taking the name later is a different machine), each once, at most [`MAX_WORKSPACE_HOSTS`].
+/// Returns `(kept, unknown)`. `known` holds `(owner, name)` of the hub's runner rows.
+pub fn discard_targets<'a>(
+    hosts: &'a [WorkspaceHost],
+    known: &[(&str, &str)],
+) -> (Vec<&'a WorkspaceHost>, Vec<&'a WorkspaceHost>) {
+    let mut kept: Vec<&WorkspaceHost> = Vec::new();
+    let mut unknown = Vec::new();
+    for host in hosts {
+        if kept.contains(&host) || unknown.contains(&host) {
+            continue;
+        }
+        let is_known = known
+            .iter()
+            .any(|(owner, name)| *owner == host.owner && *name == host.runner);
+        if is_known && kept.len() < MAX_WORKSPACE_HOSTS {
+            kept.push(host);
+        } else {
+            unknown.push(host);
+        }
+    }
+    (kept, unknown)
+}
+
+/// How many pending discards to send to a runner connection now, given how many were sent on
+/// it and are not answered yet (at most [`DISCARDS_IN_FLIGHT`] outstanding).
+pub fn discards_to_send(in_flight: usize, waiting: usize) -> usize {
+    DISCARDS_IN_FLIGHT.saturating_sub(in_flight).min(waiting)
+}
+
+/// How many of the oldest pending discards to drop so that `count` stays within
+/// [`MAX_PENDING_DISCARDS`].
+pub fn discards_over_bound(count: usize) -> usize {
+    count.saturating_sub(MAX_PENDING_DISCARDS)
+}
+
+/// Whether a runner's `discard_result` ends the pending discard it answers: only `ok` does (an
+/// error is sent again at the runner's next connection). The hub looks the discard up by the
+/// answering socket's own owner and runner name, so a runner can only end its own.
+pub fn discard_done(outcome: &DiscardOutcome) -> bool {
+    matches!(outcome, DiscardOutcome::Ok { .. })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +390,8 @@ mod tests {
         assert!(at(Step::Stop) < at(Step::DisposeChildren));
         assert!(at(Step::Unlist) < at(Step::DisposeChildren));
         assert!(at(Step::TellParent) < at(Step::DeleteObjects));
+        // The hosts list is read from the storage dropped last.
+        assert!(at(Step::DiscardWorkspaces) < at(Step::DropStorage));
         // The stored form (the actor's `deletion` row) reads back.
         let json = serde_json::to_string(&deletion).unwrap();
         assert_eq!(serde_json::from_str::<Deletion>(&json).unwrap(), deletion);
@@ -303,5 +419,193 @@ mod tests {
             assert!(prefix.ends_with('/'), "{prefix}");
             assert!(prefix.contains(&format!("/{s1}/")), "{prefix}");
         }
+    }
+
+    #[test]
+    fn session_ids_are_uuids_only() {
+        let cases = [
+            ("11111111-2222-3333-4444-555555555555", true),
+            ("0f3c2a1b-AAAA-bbbb-cccc-0123456789ab", true),
+            ("11111111-2222-3333-4444-55555555555", false),
+            ("11111111-2222-3333-4444-5555555555555", false),
+            ("11111111-2222-3333-4444-55555555555/", false),
+            ("11111111222233334444-555555555555-", false),
+            ("../../../../../../../../../../../..", false),
+            ("111111112-222-3333-4444-555555555555", false),
+            ("", false),
+        ];
+        for (id, want) in cases {
+            assert_eq!(is_session_id(id), want, "{id:?}");
+        }
+    }
+
+    fn attachment(owner: &str, runner: &str, kind: EnvironmentKind) -> Attachment {
+        use crate::wire::runner::{AttachedEnvironment, RunnerKind, Snapshot};
+        Attachment {
+            environment: AttachedEnvironment {
+                name: "web".into(),
+                kind,
+                root: "/w/s".into(),
+                os: "Linux".into(),
+                repo_path: None,
+                branch: None,
+                snapshot: Snapshot::default(),
+                agents_md: None,
+                agents_md_truncated: false,
+            },
+            runner: runner.into(),
+            runner_owner: owner.into(),
+            runner_kind: RunnerKind::Cloud,
+            definition_id: None,
+            attached_at: 0,
+        }
+    }
+
+    fn host(owner: &str, runner: &str) -> WorkspaceHost {
+        WorkspaceHost {
+            owner: owner.into(),
+            runner: runner.into(),
+        }
+    }
+
+    #[test]
+    fn a_session_records_the_runners_of_its_folder_template_copies() {
+        use EnvironmentKind::{FolderTemplate, Local, Worktree};
+        // (attachments in order, hosts recorded, what the last one did)
+        type Case<'a> = (
+            Vec<(&'a str, &'a str, EnvironmentKind)>,
+            Vec<(&'a str, &'a str)>,
+            HostRecord,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                vec![("ops", "cloud-a", FolderTemplate)],
+                vec![("ops", "cloud-a")],
+                HostRecord::Added,
+            ),
+            // The same runner again, and other kinds: nothing new.
+            (
+                vec![
+                    ("ops", "cloud-a", FolderTemplate),
+                    ("ops", "cloud-a", FolderTemplate),
+                ],
+                vec![("ops", "cloud-a")],
+                HostRecord::Unchanged,
+            ),
+            (vec![("ana", "mac", Local)], vec![], HostRecord::Unchanged),
+            (
+                vec![("ana", "mac", Worktree)],
+                vec![],
+                HostRecord::Unchanged,
+            ),
+            // The same name of another owner is another runner.
+            (
+                vec![
+                    ("ops", "cloud-a", FolderTemplate),
+                    ("bob", "cloud-a", FolderTemplate),
+                ],
+                vec![("ops", "cloud-a"), ("bob", "cloud-a")],
+                HostRecord::Added,
+            ),
+        ];
+        for (i, (attachments, want, last)) in cases.into_iter().enumerate() {
+            let mut hosts = Vec::new();
+            let mut did = HostRecord::Unchanged;
+            for (owner, runner, kind) in attachments {
+                did = record_workspace_host(&mut hosts, &attachment(owner, runner, kind));
+            }
+            let want: Vec<WorkspaceHost> = want.into_iter().map(|(o, r)| host(o, r)).collect();
+            assert_eq!((hosts, did), (want, last), "case {i}");
+        }
+        // Bounded.
+        let mut hosts = Vec::new();
+        for n in 0..MAX_WORKSPACE_HOSTS {
+            let name = format!("r{n}");
+            assert_eq!(
+                record_workspace_host(&mut hosts, &attachment("ops", &name, FolderTemplate)),
+                HostRecord::Added
+            );
+        }
+        assert_eq!(
+            record_workspace_host(&mut hosts, &attachment("ops", "one-more", FolderTemplate)),
+            HostRecord::Full
+        );
+        assert_eq!(hosts.len(), MAX_WORKSPACE_HOSTS);
+    }
+
+    #[test]
+    fn discards_go_to_known_runners_only_bounded_and_end_on_ok() {
+        let known = [("ops", "cloud-a"), ("ana", "mac")];
+        // (hosts asked, kept, unknown)
+        type Case<'a> = (
+            Vec<(&'a str, &'a str)>,
+            Vec<(&'a str, &'a str)>,
+            Vec<(&'a str, &'a str)>,
+        );
+        let cases: Vec<Case> = vec![
+            (vec![("ops", "cloud-a")], vec![("ops", "cloud-a")], vec![]),
+            // A name of another owner, a freed name: not told.
+            (
+                vec![("ops", "cloud-a"), ("eve", "cloud-a"), ("ops", "gone")],
+                vec![("ops", "cloud-a")],
+                vec![("eve", "cloud-a"), ("ops", "gone")],
+            ),
+            // Each once.
+            (
+                vec![("ana", "mac"), ("ana", "mac"), ("ops", "cloud-a")],
+                vec![("ana", "mac"), ("ops", "cloud-a")],
+                vec![],
+            ),
+            (vec![], vec![], vec![]),
+        ];
+        for (i, (asked, kept, unknown)) in cases.into_iter().enumerate() {
+            let asked: Vec<WorkspaceHost> = asked.into_iter().map(|(o, r)| host(o, r)).collect();
+            let (got_kept, got_unknown) = discard_targets(&asked, &known);
+            let names = |v: Vec<&WorkspaceHost>| {
+                v.into_iter()
+                    .map(|h| (h.owner.clone(), h.runner.clone()))
+                    .collect::<Vec<_>>()
+            };
+            let want = |v: Vec<(&str, &str)>| {
+                v.into_iter()
+                    .map(|(o, r)| (o.to_string(), r.to_string()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                (names(got_kept), names(got_unknown)),
+                (want(kept), want(unknown)),
+                "case {i}"
+            );
+        }
+        // (in flight, waiting, to send now)
+        for (in_flight, waiting, want) in [
+            (0, 0, 0),
+            (0, 3, 3),
+            (0, 100, DISCARDS_IN_FLIGHT),
+            (DISCARDS_IN_FLIGHT - 1, 100, 1),
+            (DISCARDS_IN_FLIGHT, 100, 0),
+            (DISCARDS_IN_FLIGHT + 3, 100, 0),
+        ] {
+            assert_eq!(
+                discards_to_send(in_flight, waiting),
+                want,
+                "{in_flight} {waiting}"
+            );
+        }
+        for (count, drop) in [
+            (0, 0),
+            (MAX_PENDING_DISCARDS, 0),
+            (MAX_PENDING_DISCARDS + 1, 1),
+            (MAX_PENDING_DISCARDS + 40, 40),
+        ] {
+            assert_eq!(discards_over_bound(count), drop, "{count}");
+        }
+        assert!(discard_done(&DiscardOutcome::Ok {
+            objects: 0,
+            local: 0
+        }));
+        assert!(!discard_done(&DiscardOutcome::Error(
+            crate::wire::runner::ErrorBody::new("store_failed", "down")
+        )));
     }
 }

@@ -1061,6 +1061,12 @@ mod tests {
                 server(json!({"type": "refused", "code": "x", "message": "y"})),
                 Err("must be attach"),
             ),
+            // Only the hub sends discards (to the runners a deleted session recorded): a
+            // session's `/call` cannot.
+            (
+                server(json!({"type": "discard_workspaces", "id": "x", "sessionId": "s"})),
+                Err("must be attach"),
+            ),
         ];
         for (message, want) in cases {
             let got = plan_call(&message).map(|c| (c.id, c.kind, c.attach_name));

@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use wuhu_core::wire::runner::{
-    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, MAX_FRAME_BYTES,
+    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, DiscardOutcome, MAX_FRAME_BYTES,
     MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerMessage, ServerMessage,
     capabilities, codes, decode_frame, encode_frame, jobs, os_display_name,
 };
@@ -504,6 +504,33 @@ fn dispatch(
                     is_error: output.is_error,
                     details: output.details,
                     blobs,
+                });
+            });
+        }
+        ServerMessage::DiscardWorkspaces { id, session_id } => {
+            let host = host.clone();
+            let out = out.clone();
+            let status = options.status.clone();
+            tokio::spawn(async move {
+                let outcome = match host.discard(&session_id).await {
+                    Ok((objects, local)) => {
+                        status(&format!(
+                            "session {session_id} was deleted: discarded its workspaces ({objects} stored objects, {local} local copies)"
+                        ));
+                        DiscardOutcome::Ok { objects, local }
+                    }
+                    Err(error) => {
+                        status(&format!(
+                            "session {session_id} was deleted, but discarding its workspaces failed (the server asks again at the next connection): {}",
+                            error.message
+                        ));
+                        DiscardOutcome::Error(error)
+                    }
+                };
+                let _ = out.send(RunnerMessage::DiscardResult {
+                    id,
+                    session_id,
+                    outcome,
                 });
             });
         }

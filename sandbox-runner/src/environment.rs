@@ -238,6 +238,39 @@ impl EnvironmentHost {
         }
     }
 
+    /// The session was deleted: deletes its stored workspaces (with a store) and its local
+    /// copies, the directories `<workspaces root>/<session id>` and `<session id>-N`
+    /// ([`crate::store::rules::is_session_copy`]), except git worktrees (a `.git` file: they
+    /// are removed by detach, and `git worktree prune` needs their repository). Returns
+    /// `(objects deleted, local copies deleted)`.
+    ///
+    /// # Errors
+    ///
+    /// [`codes::INVALID_MESSAGE`] for an id that is not a session id; the store's errors
+    /// ([`codes::STORE_FAILED`]) and [`codes::INTERNAL`] for a copy that could not be deleted.
+    /// Local copies are deleted even when the store failed.
+    pub async fn discard(&self, session_id: &str) -> Result<(u64, u64), ErrorBody> {
+        if !wuhu_core::deletion::is_session_id(session_id) {
+            return Err(ErrorBody::new(
+                codes::INVALID_MESSAGE,
+                format!("{session_id:?} is not a session id; nothing is discarded"),
+            ));
+        }
+        // The store first: it stops saving the session's workspaces before their copies go.
+        let stored = match &self.store {
+            Some(store) => store.discard(session_id).await,
+            None => Ok(0),
+        };
+        let root = self.workspaces_root.clone();
+        let session = session_id.to_string();
+        let local = tokio::task::spawn_blocking(move || remove_session_copies(&root, &session))
+            .await
+            .map_err(|e| ErrorBody::new(codes::INTERNAL, e.to_string()))?;
+        let objects = stored?;
+        let local = local?;
+        Ok((objects, local))
+    }
+
     async fn folder_template(
         &self,
         session_id: &str,
@@ -473,7 +506,39 @@ fn claim_dir(root: &Path, session_id: &str) -> Result<PathBuf, ErrorBody> {
     ))
 }
 
-/// `path` canonicalized, or as given when it does not exist (yet).
+/// Deletes `session_id`'s local copies under `root` (not worktrees); returns how many.
+fn remove_session_copies(root: &Path, session_id: &str) -> Result<u64, ErrorBody> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Ok(0);
+    };
+    let mut removed = 0;
+    let mut failed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if !is_dir
+            || !crate::store::rules::is_session_copy(&name, session_id)
+            || path.join(".git").is_file()
+        {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => removed += 1,
+            Err(e) => failed.push(format!("{}: {e}", path.display())),
+        }
+    }
+    if failed.is_empty() {
+        Ok(removed)
+    } else {
+        Err(ErrorBody::new(
+            codes::INTERNAL,
+            format!("could not delete {}", failed.join("; ")),
+        ))
+    }
+}
+
+/// `path` canonicalized, or as given when it does not exist (yet)./// `path` canonicalized, or as given when it does not exist (yet).
 fn canonical(path: &Path) -> PathBuf {
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }

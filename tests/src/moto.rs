@@ -119,6 +119,32 @@ impl Moto {
         }
     }
 
+    /// The keys under `prefix` (one listing page: at most 1,000), sorted.
+    #[track_caller]
+    pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let response = Request::new(
+            "GET",
+            format!("{}/{bucket}?list-type=2&prefix={prefix}", self.endpoint()),
+        )
+        .header("Authorization", FAKE_AUTHORIZATION)
+        .send()
+        .expect("list objects");
+        assert_eq!(
+            response.status,
+            200,
+            "LIST {bucket}/{prefix}: {}",
+            response.text()
+        );
+        let text = response.text();
+        let mut keys: Vec<String> = text
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|rest| rest.split_once("</Key>").map(|(k, _)| k.to_string()))
+            .collect();
+        keys.sort();
+        keys
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()

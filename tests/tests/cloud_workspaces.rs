@@ -3,7 +3,8 @@
 //! a workspace moves from one runner to another with every saved file (and without the skipped
 //! directories), a save uploads only what changed, and of two runners saving one workspace the
 //! one that lost it is told and keeps its copy; a save deletes the objects its manifest no longer
-//! references.
+//! references; deleting the session discards its stored workspaces and local copies, also on a
+//! runner that was away during the `DELETE` (when it connects again).
 //!
 //! One `wrangler dev` and one moto for the file; every test uses its own tenant, bucket prefix,
 //! runners and temp dirs.
@@ -96,6 +97,11 @@ impl World {
         moto()
             .get(BUCKET, &key)
             .map(|b| serde_json::from_slice(&b).expect("manifest JSON"))
+    }
+
+    /// Every stored key of `session`'s workspaces.
+    fn session_keys(&self, session: &str) -> Vec<String> {
+        moto().keys(BUCKET, &format!("{}/workspaces/{session}/", self.prefix))
     }
 
     /// The stored content of `path` in `session`'s `web`.
@@ -395,4 +401,110 @@ fn a_save_deletes_the_objects_its_manifest_no_longer_references_and_keeps_the_re
         }
     }
     assert_eq!(world.stored_text(&session, "changed.txt"), "new\n");
+}
+
+fn delete_session(api: &Api, session: &str) -> u16 {
+    api.send(api.request("DELETE", &format!("/v1/sessions/{session}")))
+        .status
+}
+
+/// Waits until `session` has no stored key and `root` is gone.
+#[track_caller]
+fn wait_discarded(world: &World, runner: &Runner, session: &str, root: &std::path::Path) {
+    wuhu_e2e::util::wait_for(
+        "the session's workspaces to be discarded",
+        Duration::from_secs(60),
+        || (world.session_keys(session).is_empty() && !root.exists()).then_some(()),
+    );
+    assert!(
+        runner.log().contains(&format!(
+            "session {session} was deleted: discarded its workspaces"
+        )),
+        "{}",
+        runner.log_tail(20)
+    );
+}
+
+#[test]
+fn deleting_the_session_discards_its_stored_workspace_and_local_copy() {
+    let _guard = stack().guard();
+    let world = World::new("s3del");
+    world.define_web();
+    let api = &world.api;
+    let session = api.create_fake_session().id;
+    let other = api.create_fake_session().id;
+
+    let mut runner = Runner::start(world.cloud_runner("cloud-del"));
+    // Another session's workspace on the same runner and store: it stays.
+    attach_web(api, &other, "cloud-del");
+    bash(api, &other, "echo other > keep.txt");
+    detach_web(api, &other);
+    let others = world.session_keys(&other);
+    assert!(!others.is_empty());
+
+    attach_web(api, &session, "cloud-del");
+    bash(api, &session, "echo saved > a.txt");
+    detach_web(api, &session);
+    assert!(world.manifest(&session).is_some());
+    // Attached again: a held local copy and a lease, and a file not saved yet.
+    attach_web(api, &session, "cloud-del");
+    bash(api, &session, "echo unsaved > b.txt");
+    let root = runner.workspaces_root().join(&session);
+    assert!(root.join("b.txt").exists());
+    let keys = world.session_keys(&session);
+    assert!(
+        keys.iter().any(|k| k.ends_with("/web/lease.json"))
+            && keys.iter().any(|k| k.ends_with("/web/manifest.json"))
+            && keys.iter().any(|k| k.contains("/web/objects/")),
+        "{keys:?}"
+    );
+
+    let before = runner.log().len();
+    assert_eq!(delete_session(api, &session), 204);
+    wait_discarded(&world, &runner, &session, &root);
+    // The runner no longer saves it: its exit save uploads nothing of the session.
+    runner.stop(Duration::from_secs(60));
+    assert_eq!(world.session_keys(&session), Vec::<String>::new());
+    let after = runner.log()[before..].to_string();
+    assert!(
+        !after.contains(&format!("saved workspace {session}/")),
+        "{after}"
+    );
+    assert_eq!(world.session_keys(&other), others);
+}
+
+#[test]
+fn a_runner_away_during_the_delete_discards_the_workspace_when_it_connects() {
+    let _guard = stack().guard();
+    let world = World::new("s3delaway");
+    world.define_web();
+    let api = &world.api;
+    let session = api.create_fake_session().id;
+
+    let mut runner = Runner::start(world.cloud_runner("cloud-away"));
+    attach_web(api, &session, "cloud-away");
+    bash(api, &session, "echo saved > a.txt");
+    detach_web(api, &session);
+    attach_web(api, &session, "cloud-away");
+    bash(api, &session, "echo unsaved > b.txt");
+    let root = runner.workspaces_root().join(&session);
+    // The runner dies holding the workspace (its copy and its record of it stay on disk).
+    runner.kill_hard();
+    assert!(root.join("b.txt").exists());
+
+    assert_eq!(delete_session(api, &session), 204);
+    // Nobody could discard anything yet.
+    assert!(!world.session_keys(&session).is_empty());
+    assert!(root.exists());
+
+    // Back: it adopts the workspace, connects, is told, and discards it.
+    runner.restart();
+    wait_discarded(&world, &runner, &session, &root);
+    runner.stop(Duration::from_secs(60));
+    assert_eq!(world.session_keys(&session), Vec::<String>::new());
+    assert!(
+        !runner
+            .current_log()
+            .contains(&format!("saved workspace {session}/"))
+    );
 }

@@ -14,6 +14,9 @@
 //!   `runner_not_connected`, 502 `runner_disconnected`, 504 `timeout`.
 //! * `POST /revoked` `{"jti"}`: from the token registry when a runner token is revoked; closes
 //!   the sockets that connected with it → `{"closed": n}`.
+//! * `POST /discard`: [`wuhu_core::wire::runner::DiscardWorkspacesRequest`] from a session's
+//!   deletion → [`wuhu_core::wire::runner::DiscardWorkspacesResponse`]: pending discards of its
+//!   workspaces, sent to the runners that hosted them now or when they connect (`discards`).
 //!
 //! A runner's `job_finished_v1` event goes on to the session it names (`POST /job_event` on
 //! the session actor, with the runner's name and owner; the session heeds only jobs it started
@@ -27,6 +30,7 @@
 
 mod calls;
 mod definitions;
+mod discards;
 mod sockets;
 mod store;
 mod waiters;
@@ -174,6 +178,10 @@ impl RunnerHub {
                 let request: RunnerCallRequest = parse_json(&body)?;
                 calls::call(&sockets, &sub, request).await
             }
+            (Method::Post, "/discard") => {
+                let body = read_body(&mut req).await?;
+                discards::discard(&sockets, &body)
+            }
             (Method::Post, "/revoked") => {
                 #[derive(serde::Deserialize)]
                 struct Revoked {
@@ -187,9 +195,11 @@ impl RunnerHub {
                     &serde_json::json!({ "closed": closed }),
                 ))
             }
-            (_, "/connect" | "/runners" | "/environments" | "/resolve" | "/call" | "/revoked") => {
-                Err(method_not_allowed())
-            }
+            (
+                _,
+                "/connect" | "/runners" | "/environments" | "/resolve" | "/call" | "/revoked"
+                | "/discard",
+            ) => Err(method_not_allowed()),
             _ => Err(ApiError::not_found("no such route")),
         }
     }

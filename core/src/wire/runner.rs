@@ -550,6 +550,58 @@ pub enum DetachOutcome {
     Error(ErrorBody),
 }
 
+/// A runner a session attached a `folder-template` environment on, as the hub answered the
+/// session's attach (its owner's `sub` and its name): told to discard the session's workspaces
+/// when the session is deleted.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceHost {
+    /// The runner's owner.
+    pub owner: String,
+    /// The runner's name.
+    pub runner: String,
+}
+
+/// `POST /discard` on the runner hub (internal, from a session's deletion): keep a pending
+/// discard of `sessionId` for each host, and send it to those connected.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscardWorkspacesRequest {
+    /// The deleted session.
+    pub session_id: String,
+    /// The runners it recorded.
+    pub hosts: Vec<WorkspaceHost>,
+}
+
+/// Answer to [`DiscardWorkspacesRequest`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscardWorkspacesResponse {
+    /// Pending discards kept (each until its runner answers `ok`).
+    pub pending: usize,
+    /// Of those, sent now (the runner was connected).
+    pub sent: usize,
+    /// Hosts that are no runner of the tenant any more (not told).
+    pub unknown: Vec<WorkspaceHost>,
+}
+
+/// Outcome of a `discard_workspaces`: `"ok": {...}` or `"error": {code, message}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DiscardOutcome {
+    /// Everything of the session is gone from this runner's store and disk (also when there
+    /// was nothing).
+    Ok {
+        /// Objects deleted from the runner's store (manifests, leases and contents).
+        objects: u64,
+        /// Local copies (directories) deleted.
+        local: u64,
+    },
+    /// Something is left; the server keeps the request and sends it again when the runner
+    /// connects next.
+    Error(ErrorBody),
+}
+
 /// What became stale in a snapshot since it was captured.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
@@ -652,6 +704,16 @@ pub enum RunnerMessage {
         /// transcript refers to it.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         blobs: Vec<crate::wire::BlobRef>,
+    },
+    /// Answer to `discard_workspaces`: the server forgets the request once the outcome is `ok`.
+    DiscardResult {
+        /// The `discard_workspaces` id.
+        id: String,
+        /// The deleted session.
+        session_id: String,
+        /// Outcome.
+        #[serde(flatten)]
+        outcome: DiscardOutcome,
     },
     /// An asynchronous notification not tied to a request (reserved for async completions).
     Event {
@@ -764,6 +826,17 @@ pub enum ServerMessage {
         /// The `tool_call` id.
         id: String,
     },
+    /// The session was deleted (decision 0017): delete everything this runner keeps of it, its
+    /// stored workspaces (`<prefix>/workspaces/<sessionId>/`) and its local copies; answered by
+    /// `discard_result`. Sent by the hub alone (never through a session's `/call`), to the
+    /// runners the session attached a `folder-template` environment on, when they connect,
+    /// until they answer `ok`.
+    DiscardWorkspaces {
+        /// Request id.
+        id: String,
+        /// The deleted session (a UUID).
+        session_id: String,
+    },
     /// A frame the server could not handle.
     Error {
         /// The offending frame's id, if known.
@@ -790,6 +863,7 @@ impl Frame for RunnerMessage {
         "detach_result",
         "validate_result",
         "tool_result",
+        "discard_result",
         "event",
         "error",
     ];
@@ -805,6 +879,7 @@ impl Frame for ServerMessage {
         "validate",
         "tool_call",
         "cancel",
+        "discard_workspaces",
         "error",
     ];
 }
@@ -1160,6 +1235,19 @@ mod tests {
                 code: String::from(codes::MALFORMED_FRAME),
                 message: String::from("bad"),
             },
+            RunnerMessage::DiscardResult {
+                id: String::from("x1"),
+                session_id: String::from("s1"),
+                outcome: DiscardOutcome::Ok {
+                    objects: 12,
+                    local: 1,
+                },
+            },
+            RunnerMessage::DiscardResult {
+                id: String::from("x2"),
+                session_id: String::from("s1"),
+                outcome: DiscardOutcome::Error(ErrorBody::new(codes::STORE_FAILED, "boom")),
+            },
         ]
     }
 
@@ -1235,6 +1323,10 @@ mod tests {
             ServerMessage::Cancel {
                 id: String::from("t1"),
             },
+            ServerMessage::DiscardWorkspaces {
+                id: String::from("x1"),
+                session_id: String::from("s1"),
+            },
             ServerMessage::Error {
                 id: Some(String::from("x")),
                 code: String::from(codes::UNKNOWN_TYPE),
@@ -1297,6 +1389,29 @@ mod tests {
         );
         let tool = serde_json::to_value(&runner_messages()[7]).unwrap();
         assert_eq!(tool["isError"], false);
+        let discard = serde_json::to_value(ServerMessage::DiscardWorkspaces {
+            id: String::from("x1"),
+            session_id: String::from("s1"),
+        })
+        .unwrap();
+        assert_eq!(
+            discard,
+            json!({"type": "discard_workspaces", "id": "x1", "sessionId": "s1"})
+        );
+        let discarded = runner_messages()
+            .into_iter()
+            .filter(|m| matches!(m, RunnerMessage::DiscardResult { .. }))
+            .map(|m| serde_json::to_value(m).unwrap())
+            .collect::<Vec<_>>();
+        assert_eq!(
+            discarded,
+            vec![
+                json!({"type": "discard_result", "id": "x1", "sessionId": "s1",
+                    "ok": {"objects": 12, "local": 1}}),
+                json!({"type": "discard_result", "id": "x2", "sessionId": "s1",
+                    "error": {"code": "store_failed", "message": "boom"}}),
+            ]
+        );
     }
 
     #[test]

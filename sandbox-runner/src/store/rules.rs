@@ -141,6 +141,45 @@ impl WorkspaceKeys {
     }
 }
 
+/// The key prefix of every stored workspace of a deleted session:
+/// `<prefix>/workspaces/<session id>/` (with the slash, so it never reaches another session's).
+///
+/// # Errors
+///
+/// A message when `session_id` is not a session id (a UUID,
+/// [`wuhu_core::deletion::is_session_id`]): a discard never names anything wider.
+pub fn session_prefix(location: &StoreLocation, session_id: &str) -> Result<String, String> {
+    if !wuhu_core::deletion::is_session_id(session_id) {
+        return Err(format!(
+            "{session_id:?} is not a session id; nothing is discarded"
+        ));
+    }
+    Ok(if location.prefix.is_empty() {
+        format!("workspaces/{session_id}/")
+    } else {
+        format!("{}/workspaces/{session_id}/", location.prefix)
+    })
+}
+
+/// Whether the directory `name` (directly under the workspaces root) is one of the session's
+/// local copies: `<session id>` or `<session id>-N` (N from 1 to 999, as the attach names them
+/// when the first is taken). Only for a session id ([`wuhu_core::deletion::is_session_id`]):
+/// UUIDs have one length, so no session's copy is named like another's.
+pub fn is_session_copy(name: &str, session_id: &str) -> bool {
+    if !wuhu_core::deletion::is_session_id(session_id) {
+        return false;
+    }
+    let Some(rest) = name.strip_prefix(session_id) else {
+        return false;
+    };
+    if rest.is_empty() {
+        return true;
+    }
+    rest.strip_prefix('-').is_some_and(|n| {
+        (1..=3).contains(&n.len()) && !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 /// What is saved: everything but directories named in the skip list (at any depth).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SkipRules {
@@ -704,6 +743,64 @@ mod tests {
                 "{session:?} {env:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_discard_reaches_only_its_sessions_keys_and_copies() {
+        let at = |prefix: &str| StoreLocation {
+            bucket: String::from("b"),
+            prefix: prefix.to_string(),
+        };
+        let s1 = "11111111-2222-3333-4444-555555555555";
+        let s2 = "11111111-2222-3333-4444-555555555556";
+        assert_eq!(
+            session_prefix(&at("wuhu/prod"), s1).unwrap(),
+            format!("wuhu/prod/workspaces/{s1}/")
+        );
+        assert_eq!(
+            session_prefix(&at(""), s1).unwrap(),
+            format!("workspaces/{s1}/")
+        );
+        // Every key of every environment of the session is under it; none of another's.
+        let prefix = session_prefix(&at("p"), s1).unwrap();
+        for env in ["web", "api"] {
+            let keys = WorkspaceKeys::new(&at("p"), s1, env).unwrap();
+            for key in [keys.manifest(), keys.lease(), keys.object("ab")] {
+                assert!(key.starts_with(&prefix), "{key}");
+            }
+            let other = WorkspaceKeys::new(&at("p"), s2, env).unwrap();
+            assert!(!other.manifest().starts_with(&prefix));
+        }
+        // Nothing wider than one session is ever named.
+        for bad in [
+            "",
+            "s",
+            "..",
+            "*",
+            "11111111-2222-3333-4444-55555555555",
+            "a/b",
+        ] {
+            assert!(session_prefix(&at("p"), bad).is_err(), "{bad:?}");
+        }
+        // (directory name, one of s1's copies?)
+        let cases = [
+            (s1.to_string(), true),
+            (format!("{s1}-1"), true),
+            (format!("{s1}-999"), true),
+            (format!("{s1}-1000"), false),
+            (format!("{s1}-01"), false),
+            (format!("{s1}-"), false),
+            (format!("{s1}-x"), false),
+            (format!("{s1}x"), false),
+            (s2.to_string(), false),
+            (format!("{s2}-1"), false),
+            (String::from(".wuhu-store"), false),
+        ];
+        for (name, want) in cases {
+            assert_eq!(is_session_copy(&name, s1), want, "{name}");
+        }
+        assert!(!is_session_copy("", ""));
+        assert!(!is_session_copy("x-1", "x"));
     }
 
     #[test]

@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use rusty_s3::actions::{CompleteMultipartUpload, CreateMultipartUpload, S3Action};
+use rusty_s3::actions::{
+    CompleteMultipartUpload, CreateMultipartUpload, DeleteObjectsResponse, ListObjectsV2,
+    ObjectIdentifier, S3Action,
+};
 use rusty_s3::{Bucket, Credentials, UrlStyle};
 
 use super::rules::{AwsCredentials, StoreLocation};
@@ -225,6 +228,107 @@ impl S3 {
             return Ok(());
         }
         check(response, &what).await.map(|_| ())
+    }
+
+    /// One page (at most 1,000) of the keys under `prefix`, and the token of the next page.
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`].
+    pub async fn list(
+        &self,
+        prefix: &str,
+        token: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), S3Error> {
+        let what = format!("LIST {prefix}");
+        let mut action = self.bucket.list_objects_v2(Some(&self.credentials));
+        action.with_prefix(prefix);
+        action.with_max_keys(1000);
+        if let Some(token) = token {
+            action.with_continuation_token(token);
+        }
+        let url = action.sign(SIGNED_FOR);
+        let response = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        let body = check(response, &what)
+            .await?
+            .text()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        let page = ListObjectsV2::parse_response(&body)
+            .map_err(|e| S3Error::Invalid(format!("{what}: {e}")))?;
+        Ok((
+            page.contents.into_iter().map(|c| c.key).collect(),
+            page.next_continuation_token,
+        ))
+    }
+
+    /// Deletes up to 1,000 keys in one request (`POST ?delete`, quiet: only failures are
+    /// reported; a missing key is no failure).
+    ///
+    /// # Errors
+    ///
+    /// [`S3Error`], also when the server reports a key it could not delete.
+    pub async fn delete_many(&self, keys: &[String]) -> Result<(), S3Error> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let what = format!("DELETE {} keys from {}", keys.len(), keys[0]);
+        let objects: Vec<ObjectIdentifier> = keys
+            .iter()
+            .map(|k| ObjectIdentifier::new(k.clone()))
+            .collect();
+        let mut action = self
+            .bucket
+            .delete_objects(Some(&self.credentials), objects.iter());
+        action.set_quiet(true);
+        let url = action.sign(SIGNED_FOR);
+        let (body, md5) = action.body_with_md5();
+        let response = self
+            .http
+            .post(url)
+            .header("content-md5", md5)
+            .body(body)
+            .send()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        let text = check(response, &what)
+            .await?
+            .text()
+            .await
+            .map_err(|source| S3Error::Transport {
+                what: what.clone(),
+                source,
+            })?;
+        // Some servers answer a fully successful quiet delete with an empty body.
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        let answer = DeleteObjectsResponse::parse(&text)
+            .map_err(|e| S3Error::Invalid(format!("{what}: {e}")))?;
+        match answer.errors.first() {
+            None => Ok(()),
+            Some(first) => Err(S3Error::Invalid(format!(
+                "{what}: {} not deleted, the first {}: {} {}",
+                answer.errors.len(),
+                first.key,
+                first.code,
+                first.message
+            ))),
+        }
     }
 
     /// Starts a multipart upload; returns its id.

@@ -439,6 +439,61 @@ impl Store {
         Ok(true)
     }
 
+    /// The session was deleted (`discard_workspaces`): stops saving its workspaces (forgets
+    /// them; the caller deletes the local copies) and deletes every object under
+    /// `<prefix>/workspaces/<session id>/`: manifests, leases and contents of all its
+    /// environments. Returns how many objects were deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`codes::INVALID_MESSAGE`] when `session_id` is not a session id,
+    /// [`codes::STORE_FAILED`] when storage fails or more than [`MAX_DISCARD_PAGES`] pages of
+    /// objects remain (the hub sends the discard again at the next connection).
+    pub async fn discard(&self, session_id: &str) -> Result<u64, ErrorBody> {
+        let prefix = rules::session_prefix(&self.location, session_id)
+            .map_err(|e| ErrorBody::new(codes::INVALID_MESSAGE, e))?;
+        let _busy = self.busy.lock().await;
+        let held: Vec<PathBuf> = self
+            .held
+            .lock()
+            .map(|h| {
+                h.values()
+                    .filter(|w| w.session_id == session_id)
+                    .map(|w| w.root.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for root in &held {
+            self.forget(root);
+        }
+        let failed = |e: S3Error| {
+            ErrorBody::new(
+                codes::STORE_FAILED,
+                format!("discarding the workspaces of session {session_id}: {e}"),
+            )
+        };
+        let mut objects = 0u64;
+        // Always the first page: what was listed is deleted before the next listing.
+        for _ in 0..MAX_DISCARD_PAGES {
+            let (keys, _) = self.s3.list(&prefix, None).await.map_err(failed)?;
+            if keys.is_empty() {
+                log(&format!(
+                    "discarded the workspaces of deleted session {session_id}: {objects} objects deleted under {prefix}, {} held workspace(s) forgotten",
+                    held.len()
+                ));
+                return Ok(objects);
+            }
+            self.s3.delete_many(&keys).await.map_err(failed)?;
+            objects += keys.len() as u64;
+        }
+        Err(ErrorBody::new(
+            codes::STORE_FAILED,
+            format!(
+                "discarding the workspaces of session {session_id}: {objects} objects deleted, more remain under {prefix} (the rest next time)"
+            ),
+        ))
+    }
+
     /// Gives up a workspace whose attach failed after [`Store::hydrate`]: releases the lease.
     pub async fn abandon(&self, root: &Path) {
         let _busy = self.busy.lock().await;
@@ -743,6 +798,10 @@ impl Store {
         self.state_dir.join(format!("{name}.json"))
     }
 }
+
+/// Most listing pages (1,000 keys each) one discard deletes; the rest wait for the next time
+/// the hub sends it.
+pub const MAX_DISCARD_PAGES: usize = 100;
 
 /// What a save did and what it leaves for the next one.
 struct Saved {

@@ -369,6 +369,11 @@ impl Sockets<'_> {
                     runner.name
                 );
             }
+            RunnerMessage::DiscardResult {
+                session_id,
+                outcome,
+                ..
+            } => super::discards::on_result(self, ws, &info, &session_id, &outcome),
             RunnerMessage::Error {
                 id: None,
                 code,
@@ -560,6 +565,18 @@ impl Sockets<'_> {
             },
         );
         self.arm_alarm(now + SILENCE_LIMIT_MS).await;
+        // Discards of deleted sessions that waited for this runner.
+        match super::discards::send_waiting(self, ws, &info) {
+            Ok(0) => {}
+            Ok(n) => worker::console_log!(
+                "runner hub: sent {n} waiting discard(s) to runner {name:?} of {}",
+                info.owner
+            ),
+            Err(e) => worker::console_error!(
+                "runner hub: reading the waiting discards failed: {}",
+                e.message
+            ),
+        }
     }
 
     /// The tenant's runner names after deleting those whose reservation expired

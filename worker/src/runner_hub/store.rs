@@ -14,6 +14,9 @@ pub(super) fn migrate(sql: &SqlStorage) {
         "CREATE TABLE IF NOT EXISTS hub_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
         "CREATE TABLE IF NOT EXISTS runners (owner TEXT NOT NULL, name TEXT NOT NULL, kind TEXT NOT NULL, os TEXT NOT NULL, arch TEXT NOT NULL, environments TEXT NOT NULL, capabilities TEXT NOT NULL, version TEXT, last_seen_ms INTEGER NOT NULL, connected INTEGER NOT NULL, connected_at_ms INTEGER, epoch INTEGER NOT NULL, PRIMARY KEY (owner, name))",
         "CREATE TABLE IF NOT EXISTS environments (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, definition TEXT NOT NULL)",
+        // A deleted session's workspaces a runner has not confirmed discarding yet
+        // (`discards`); `sent_epoch` is the connection it was last sent on.
+        "CREATE TABLE IF NOT EXISTS pending_discards (owner TEXT NOT NULL, runner TEXT NOT NULL, session_id TEXT NOT NULL, created_ms INTEGER NOT NULL, sent_epoch INTEGER, PRIMARY KEY (owner, runner, session_id))",
     ] {
         if let Err(e) = sql.exec(statement, None) {
             worker::console_error!("runner hub: migration failed: {e}");
@@ -107,13 +110,130 @@ pub(super) fn runner(sql: &SqlStorage, owner: &str, name: &str) -> ApiResult<Opt
     Ok(rows.into_iter().next())
 }
 
-/// Deletes `owner`'s runner `name` (frees the name).
+/// Deletes `owner`'s runner `name` (frees the name), and the discards waiting for it: a runner
+/// that registers the name later is another machine.
 pub(super) fn delete_runner(sql: &SqlStorage, owner: &str, name: &str) -> ApiResult<()> {
     sql.exec(
         "DELETE FROM runners WHERE owner = ? AND name = ?",
         vec![owner.into(), name.into()],
     )?;
+    sql.exec(
+        "DELETE FROM pending_discards WHERE owner = ? AND runner = ?",
+        vec![owner.into(), name.into()],
+    )?;
     Ok(())
+}
+
+/// One pending discard.
+#[derive(Deserialize, Clone, Debug)]
+pub(super) struct DiscardRow {
+    pub(super) owner: String,
+    pub(super) runner: String,
+    pub(super) session_id: String,
+}
+
+#[derive(Deserialize)]
+struct CountRow {
+    n: i64,
+}
+
+/// Keeps a pending discard of `session_id` for `owner`'s runner `runner` (once).
+pub(super) fn add_discard(
+    sql: &SqlStorage,
+    owner: &str,
+    runner: &str,
+    session_id: &str,
+    now_ms: i64,
+) -> ApiResult<()> {
+    sql.exec(
+        "INSERT INTO pending_discards (owner, runner, session_id, created_ms, sent_epoch) VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+        vec![owner.into(), runner.into(), session_id.into(), now_ms.into()],
+    )?;
+    Ok(())
+}
+
+/// How many discards are pending (all runners).
+pub(super) fn count_discards(sql: &SqlStorage) -> ApiResult<usize> {
+    let rows: Vec<CountRow> = sql
+        .exec("SELECT COUNT(*) AS n FROM pending_discards", None)?
+        .to_array()?;
+    Ok(rows.first().map_or(0, |r| r.n.max(0) as usize))
+}
+
+/// Drops the `n` oldest pending discards; returns them.
+pub(super) fn drop_oldest_discards(sql: &SqlStorage, n: usize) -> ApiResult<Vec<DiscardRow>> {
+    let rows: Vec<DiscardRow> = sql
+        .exec(
+            "SELECT owner, runner, session_id FROM pending_discards ORDER BY created_ms LIMIT ?",
+            vec![(n as i64).into()],
+        )?
+        .to_array()?;
+    for row in &rows {
+        remove_discard(sql, &row.owner, &row.runner, &row.session_id)?;
+    }
+    Ok(rows)
+}
+
+/// Pending discards of a runner not sent on connection `epoch` yet, oldest first, at most
+/// `limit`; and how many were sent on it and not answered.
+pub(super) fn discards_for(
+    sql: &SqlStorage,
+    owner: &str,
+    runner: &str,
+    epoch: u64,
+    limit: usize,
+) -> ApiResult<(Vec<DiscardRow>, usize)> {
+    let waiting: Vec<DiscardRow> = sql
+        .exec(
+            "SELECT owner, runner, session_id FROM pending_discards WHERE owner = ? AND runner = ? AND (sent_epoch IS NULL OR sent_epoch != ?) ORDER BY created_ms LIMIT ?",
+            vec![
+                owner.into(),
+                runner.into(),
+                (epoch as i64).into(),
+                (limit as i64).into(),
+            ],
+        )?
+        .to_array()?;
+    let in_flight: Vec<CountRow> = sql
+        .exec(
+            "SELECT COUNT(*) AS n FROM pending_discards WHERE owner = ? AND runner = ? AND sent_epoch = ?",
+            vec![owner.into(), runner.into(), (epoch as i64).into()],
+        )?
+        .to_array()?;
+    Ok((
+        waiting,
+        in_flight.first().map_or(0, |r| r.n.max(0) as usize),
+    ))
+}
+
+/// Records that a pending discard was sent on connection `epoch`.
+pub(super) fn mark_discard_sent(sql: &SqlStorage, row: &DiscardRow, epoch: u64) -> ApiResult<()> {
+    sql.exec(
+        "UPDATE pending_discards SET sent_epoch = ? WHERE owner = ? AND runner = ? AND session_id = ?",
+        vec![
+            (epoch as i64).into(),
+            row.owner.clone().into(),
+            row.runner.clone().into(),
+            row.session_id.clone().into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Forgets a pending discard (its runner confirmed it).
+pub(super) fn remove_discard(
+    sql: &SqlStorage,
+    owner: &str,
+    runner: &str,
+    session_id: &str,
+) -> ApiResult<bool> {
+    let rows: Vec<CountRow> = sql
+        .exec(
+            "DELETE FROM pending_discards WHERE owner = ? AND runner = ? AND session_id = ? RETURNING 1 AS n",
+            vec![owner.into(), runner.into(), session_id.into()],
+        )?
+        .to_array()?;
+    Ok(!rows.is_empty())
 }
 
 /// What a `hello` says about a runner.

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
 use worker::{Delay, Request, Response, SqlStorage};
 use wuhu_core::authority::{self, SessionAction, SessionFacts};
-use wuhu_core::deletion::{self, Deletion, MAX_FORKS_NAMED, Step};
+use wuhu_core::deletion::{self, Deletion, HostRecord, MAX_FORKS_NAMED, Step};
 use wuhu_core::wire::runner::jobs::KILL_TOOL;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus};
 
@@ -23,7 +23,8 @@ use super::{Actor, now};
 use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult, json_response};
 use crate::runner_calls::cancel_on_runner;
-use crate::{runner_client, session_client, tenant_index};
+use crate::{internal, runner_client, session_client, tenant_index};
+use wuhu_core::wire::runner::{DiscardWorkspacesRequest, DiscardWorkspacesResponse};
 
 /// The alarm's retry of a deletion whose step failed (also the backstop armed with the mark).
 const RETRY_MS: u64 = 10_000;
@@ -84,6 +85,30 @@ impl Actor {
         self.deletion_store
             .as_ref()
             .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))
+    }
+
+    /// Records the runner of a new attachment among the hosts of the session's workspaces
+    /// (`deletion::record_workspace_host`), before the attachment is applied.
+    pub(super) fn record_workspace_host(&self, attachment: &wuhu_core::environments::Attachment) {
+        let Ok(store) = self.store() else {
+            return;
+        };
+        let mut hosts = store.load_workspace_hosts().unwrap_or_default();
+        match deletion::record_workspace_host(&mut hosts, attachment) {
+            HostRecord::Added => {
+                if let Err(e) = store.save_workspace_hosts(&hosts) {
+                    worker::console_error!("saving the workspace hosts failed: {e}");
+                }
+            }
+            HostRecord::Unchanged => {}
+            HostRecord::Full => worker::console_log!(
+                "session {}: runner {:?} of {} is not recorded as a workspace host ({} are): its copy is not discarded with the session",
+                self.session_id(),
+                attachment.runner,
+                attachment.runner_owner,
+                deletion::MAX_WORKSPACE_HOSTS
+            ),
+        }
     }
 
     /// The deletion in progress, if the session is marked.
@@ -363,6 +388,32 @@ impl Actor {
                 for prefix in deletion::object_prefixes(tenant, id) {
                     delete_prefix(&bucket, &prefix).await?;
                 }
+                Ok(())
+            }
+            Step::DiscardWorkspaces => {
+                let hosts = self.store()?.load_workspace_hosts()?;
+                if hosts.is_empty() {
+                    return Ok(());
+                }
+                let request = DiscardWorkspacesRequest {
+                    session_id: id.clone(),
+                    hosts,
+                };
+                let answer: DiscardWorkspacesResponse =
+                    internal::hub_post(env, tenant, "wuhu", "/discard", &request).await?;
+                worker::console_log!(
+                    "session {id} of {tenant}: {} runner(s) will discard its workspaces ({} told now){}",
+                    answer.pending,
+                    answer.sent,
+                    if answer.unknown.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; {} are no runners of the tenant any more",
+                            answer.unknown.len()
+                        )
+                    }
+                );
                 Ok(())
             }
             Step::DropStorage => {

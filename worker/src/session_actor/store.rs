@@ -381,6 +381,27 @@ impl Store {
         )
     }
 
+    /// The runners this session attached a `folder-template` environment on (told to discard
+    /// its workspaces when it is deleted; `wuhu_core::deletion::record_workspace_host`).
+    pub(crate) fn load_workspace_hosts(
+        &self,
+    ) -> SqlResult<Vec<wuhu_core::wire::runner::WorkspaceHost>> {
+        Ok(self
+            .get_meta("workspace_hosts")?
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    pub(crate) fn save_workspace_hosts(
+        &self,
+        hosts: &[wuhu_core::wire::runner::WorkspaceHost],
+    ) -> SqlResult<()> {
+        self.put_meta(
+            "workspace_hosts",
+            &serde_json::to_string(hosts).map_err(|e| worker::Error::RustError(e.to_string()))?,
+        )
+    }
+
     /// Entries with cursor > `since`, oldest first, at most `limit`.
     pub(crate) fn entries_after(&self, since: u64, limit: usize) -> SqlResult<Vec<Entry>> {
         let rows: Vec<BodyRow> = self

@@ -121,7 +121,10 @@ impl Actor {
         if let Some(change) = output.change {
             let mut attachments = self.attachments.borrow_mut();
             match change {
-                AttachmentChange::Attach(attachment) => attachments.push(attachment),
+                AttachmentChange::Attach(attachment) => {
+                    self.record_workspace_host(&attachment);
+                    attachments.push(attachment);
+                }
                 AttachmentChange::Detach(name) => {
                     attachments.retain(|a| a.name() != name);
                     self.validated.borrow_mut().remove(&name);
