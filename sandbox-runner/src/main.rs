@@ -109,7 +109,7 @@ struct RegisterArgs {
     /// session's saved workspace (else the template), save them on detach, every
     /// --store-save-interval and before exit, and delete the local copy after detach.
     /// Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY(/AWS_SESSION_TOKEN), else AWS_PROFILE
-    /// in ~/.aws/credentials or ~/.aws/config.
+    /// in ~/.aws/credentials or ~/.aws/config (static keys or credential_process).
     #[arg(long, value_name = "s3://BUCKET/PREFIX")]
     store: Option<String>,
     /// S3 endpoint for --store (R2, MinIO, a local server); path-style addressing. Default:

@@ -361,7 +361,33 @@ fn a_save_deletes_the_objects_its_manifest_no_longer_references_and_keeps_the_re
             .to_string()
     };
 
-    let runner = Runner::start(world.cloud_runner("cloud-gc"));
+    // This runner's keys come from a `credential_process` in the shared config file.
+    let script = world.dir.write(
+        "creds.sh",
+        "#!/bin/sh\nprintf '{\"Version\": 1, \"AccessKeyId\": \"wuhu-e2e-key\", \"SecretAccessKey\": \"wuhu-e2e-secret\", \"Expiration\": \"2999-01-01T00:00:00Z\"}'\n",
+    );
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod the script");
+    let aws_config = world.dir.write(
+        "aws-config",
+        &format!("[default]\ncredential_process = {}\n", script.display()),
+    );
+    let mut config = world.cloud_runner("cloud-gc");
+    config.vars.retain(|(k, _)| !k.starts_with("AWS_"));
+    let config = config
+        .var("AWS_CONFIG_FILE", aws_config.to_string_lossy())
+        .var(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            world.dir.path().join("no-credentials").to_string_lossy(),
+        );
+    let runner = Runner::start(config);
+    assert!(
+        runner.log().contains(
+            "credentials from credential_process of profile default in the shared config file"
+        ),
+        "{}",
+        runner.log_tail(20)
+    );
     attach_web(api, &session, "cloud-gc");
     bash(
         api,

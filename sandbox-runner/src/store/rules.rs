@@ -517,6 +517,138 @@ impl fmt::Debug for AwsCredentials {
     }
 }
 
+/// Where a runner's S3 credentials come from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// Keys from the environment or a profile.
+    Static(AwsCredentials),
+    /// A profile's `credential_process`: a command printing AWS's JSON (`Version` 1,
+    /// `AccessKeyId`, `SecretAccessKey`, optional `SessionToken` and `Expiration`), run with
+    /// `sh -c` at start and again before the credentials expire ([`needs_refresh`]).
+    Process {
+        /// The command line.
+        command: String,
+        /// Where it was found (for the start-up line; never the command, which may hold
+        /// arguments that are secrets).
+        source: String,
+    },
+}
+
+impl CredentialSource {
+    /// Where the credentials come from, for the start-up line.
+    pub fn source(&self) -> &str {
+        match self {
+            CredentialSource::Static(c) => &c.source,
+            CredentialSource::Process { source, .. } => source,
+        }
+    }
+}
+
+impl fmt::Debug for CredentialSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CredentialSource::Static(c) => f.debug_tuple("Static").field(c).finish(),
+            CredentialSource::Process { source, .. } => f
+                .debug_struct("Process")
+                .field("source", source)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// Credentials from a `credential_process`, and when they expire (unix seconds; `None`: never).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessCredentials {
+    /// The keys.
+    pub credentials: AwsCredentials,
+    /// `Expiration`, in unix seconds.
+    pub expires_at: Option<i64>,
+}
+
+/// Process credentials are fetched again this long before they expire.
+pub const REFRESH_BEFORE_EXPIRY_SECONDS: i64 = 300;
+/// ... but at most once per this many seconds while they are still valid (credentials that are
+/// issued already inside the refresh window would otherwise run the process for every request).
+pub const MIN_REFRESH_INTERVAL_SECONDS: i64 = 60;
+/// How long a `credential_process` may run.
+pub const CREDENTIAL_PROCESS_TIMEOUT_SECONDS: u64 = 60;
+/// The most output of a `credential_process` that is read.
+pub const CREDENTIAL_PROCESS_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// Reads a `credential_process`'s output (AWS's documented format, `Version` 1). `now` is unix
+/// seconds: credentials that have expired already are refused.
+///
+/// # Errors
+///
+/// A message without the output (which holds secrets): not JSON, another version, a missing or
+/// empty key, an `Expiration` that is not an RFC 3339 time or is past.
+pub fn parse_process_output(
+    output: &str,
+    source: &str,
+    now: i64,
+) -> Result<ProcessCredentials, String> {
+    let value: serde_json::Value = serde_json::from_str(output.trim())
+        .map_err(|e| format!("{source}: the output is not JSON ({e})"))?;
+    if value.get("Version").and_then(serde_json::Value::as_u64) != Some(1) {
+        return Err(format!("{source}: the output's Version is not 1"));
+    }
+    let text = |name: &str| {
+        value
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let (Some(access_key_id), Some(secret_access_key)) =
+        (text("AccessKeyId"), text("SecretAccessKey"))
+    else {
+        return Err(format!(
+            "{source}: the output lacks AccessKeyId or SecretAccessKey"
+        ));
+    };
+    let expires_at = match text("Expiration") {
+        None => None,
+        Some(time) => {
+            let at: jiff::Timestamp = time.parse().map_err(|e| {
+                format!("{source}: Expiration {time:?} is not an RFC 3339 time ({e})")
+            })?;
+            Some(at.as_second())
+        }
+    };
+    if let Some(at) = expires_at
+        && at <= now
+    {
+        return Err(format!(
+            "{source}: the credentials expired {} s ago",
+            now - at
+        ));
+    }
+    Ok(ProcessCredentials {
+        credentials: AwsCredentials {
+            access_key_id,
+            secret_access_key,
+            session_token: text("SessionToken"),
+            source: source.to_string(),
+        },
+        expires_at,
+    })
+}
+
+/// Whether process credentials fetched at `fetched_at` and expiring at `expires_at` (unix
+/// seconds) must be fetched again at `now`: always once expired; within
+/// [`REFRESH_BEFORE_EXPIRY_SECONDS`] of expiry when the last fetch is at least
+/// [`MIN_REFRESH_INTERVAL_SECONDS`] old; never when they do not expire.
+pub fn needs_refresh(expires_at: Option<i64>, fetched_at: i64, now: i64) -> bool {
+    match expires_at {
+        None => false,
+        Some(at) if now >= at => true,
+        Some(at) => {
+            now >= at - REFRESH_BEFORE_EXPIRY_SECONDS
+                && now - fetched_at >= MIN_REFRESH_INTERVAL_SECONDS
+        }
+    }
+}
+
 /// The standard AWS settings as read from the environment and the shared files.
 #[derive(Clone, Debug, Default)]
 pub struct AwsSources {
@@ -542,26 +674,27 @@ impl AwsSources {
     }
 }
 
-/// Resolves credentials like the AWS SDKs' default chain does for static credentials:
-/// `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`), else the profile
-/// (`AWS_PROFILE`, default `default`) in the shared credentials file, else in the shared config
-/// file (`[profile NAME]`, or `[default]`).
+/// Resolves credentials like the AWS SDKs' default chain does for static and process
+/// credentials: `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`), else the
+/// profile (`AWS_PROFILE`, default `default`) in the shared credentials file, else in the shared
+/// config file (`[profile NAME]`, or `[default]`); in a profile, static keys before
+/// `credential_process`.
 ///
 /// # Errors
 ///
-/// A message naming what was looked at when nothing holds both keys. SSO, role assumption,
-/// `credential_process` and instance metadata are not read.
-pub fn resolve_credentials(sources: &AwsSources) -> Result<AwsCredentials, String> {
+/// A message naming what was looked at when nothing holds both keys or a process. SSO, role
+/// assumption and instance metadata are not read.
+pub fn resolve_credentials(sources: &AwsSources) -> Result<CredentialSource, String> {
     if let (Some(id), Some(secret)) = (
         sources.var("AWS_ACCESS_KEY_ID"),
         sources.var("AWS_SECRET_ACCESS_KEY"),
     ) {
-        return Ok(AwsCredentials {
+        return Ok(CredentialSource::Static(AwsCredentials {
             access_key_id: id.to_string(),
             secret_access_key: secret.to_string(),
             session_token: sources.var("AWS_SESSION_TOKEN").map(str::to_string),
             source: String::from("environment"),
-        });
+        }));
     }
     let profile = sources.profile();
     let config_section = if profile == "default" {
@@ -587,16 +720,24 @@ pub fn resolve_credentials(sources: &AwsSources) -> Result<AwsCredentials, Strin
             values.get("aws_access_key_id"),
             values.get("aws_secret_access_key"),
         ) {
-            return Ok(AwsCredentials {
+            return Ok(CredentialSource::Static(AwsCredentials {
                 access_key_id: id.clone(),
                 secret_access_key: secret.clone(),
                 session_token: values.get("aws_session_token").cloned(),
                 source: format!("profile {profile} of the shared {file} file"),
+            }));
+        }
+        if let Some(command) = values.get("credential_process").filter(|c| !c.is_empty()) {
+            return Ok(CredentialSource::Process {
+                command: command.clone(),
+                source: format!(
+                    "credential_process of profile {profile} in the shared {file} file"
+                ),
             });
         }
     }
     Err(format!(
-        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile {profile:?} aws_access_key_id and aws_secret_access_key in the shared credentials file (~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE) or config file (SSO, role assumption, credential_process and instance metadata are not supported)"
+        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile {profile:?} aws_access_key_id and aws_secret_access_key, or credential_process, in the shared credentials file (~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE) or config file (SSO, role assumption and instance metadata are not supported)"
     ))
 }
 
@@ -1142,6 +1283,141 @@ mod tests {
         }
     }
 
+    fn keys(source: CredentialSource) -> AwsCredentials {
+        match source {
+            CredentialSource::Static(c) => c,
+            other => panic!("not static: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn credential_process_is_found_after_static_keys_and_its_output_is_checked() {
+        let config = "[profile proc]\ncredential_process = /opt/bin/creds --profile \"x=y\"\nregion = eu-west-1\n[profile both]\naws_access_key_id = STATIC\naws_secret_access_key = s\ncredential_process = /opt/bin/creds\n[profile empty]\ncredential_process =\n";
+        let creds = "[cred]\ncredential_process = /opt/bin/other\n";
+        // (profile, the command or the static key id, or an error fragment)
+        let cases: &[(&str, Result<&str, &str>)] = &[
+            ("proc", Ok("process:/opt/bin/creds --profile \"x=y\"")),
+            ("both", Ok("static:STATIC")),
+            ("cred", Ok("process:/opt/bin/other")),
+            ("empty", Err("no S3 credentials")),
+        ];
+        for (profile, want) in cases {
+            let got = resolve_credentials(&sources(
+                &[("AWS_PROFILE", profile)],
+                Some(creds),
+                Some(config),
+            ))
+            .map(|c| match c {
+                CredentialSource::Static(c) => format!("static:{}", c.access_key_id),
+                CredentialSource::Process { command, .. } => format!("process:{command}"),
+            });
+            match (want, &got) {
+                (Ok(w), Ok(g)) => assert_eq!(g, w, "{profile}"),
+                (Err(f), Err(m)) => assert!(m.contains(f), "{profile}: {m}"),
+                _ => panic!("{profile}: got {got:?}, want {want:?}"),
+            }
+        }
+        let process =
+            resolve_credentials(&sources(&[("AWS_PROFILE", "proc")], None, Some(config))).unwrap();
+        assert_eq!(
+            process.source(),
+            "credential_process of profile proc in the shared config file"
+        );
+        // The command is never shown (it may carry a secret argument).
+        assert!(!format!("{process:?}").contains("/opt/bin"));
+
+        let now = 1_800_000_000; // 2027-01-15T08:00:00Z
+        // (output, key id and expiry, or an error fragment)
+        type Case<'a> = (&'a str, Result<(&'a str, Option<i64>), &'a str>);
+        let cases: Vec<Case> = vec![
+            (
+                r#"{"Version":1,"AccessKeyId":"AK","SecretAccessKey":"SK","SessionToken":"T","Expiration":"2027-01-15T09:00:00Z"}"#,
+                Ok(("AK", Some(now + 3600))),
+            ),
+            (
+                r#"{"Version": 1, "AccessKeyId": "AK", "SecretAccessKey": "SK"}"#,
+                Ok(("AK", None)),
+            ),
+            (
+                r#"{"Version":1,"AccessKeyId":"AK","SecretAccessKey":"SK","Expiration":"2027-01-15T10:00:00+01:00"}"#,
+                Ok(("AK", Some(now + 3600))),
+            ),
+            (
+                r#"{"Version":2,"AccessKeyId":"AK","SecretAccessKey":"SK"}"#,
+                Err("Version is not 1"),
+            ),
+            (
+                r#"{"AccessKeyId":"AK","SecretAccessKey":"SK"}"#,
+                Err("Version is not 1"),
+            ),
+            (
+                r#"{"Version":1,"AccessKeyId":"AK","SecretAccessKey":""}"#,
+                Err("lacks AccessKeyId or SecretAccessKey"),
+            ),
+            (
+                r#"{"Version":1,"SecretAccessKey":"SK"}"#,
+                Err("lacks AccessKeyId or SecretAccessKey"),
+            ),
+            (
+                r#"{"Version":1,"AccessKeyId":"AK","SecretAccessKey":"SK","Expiration":"tomorrow"}"#,
+                Err("not an RFC 3339 time"),
+            ),
+            (
+                r#"{"Version":1,"AccessKeyId":"AK","SecretAccessKey":"SK","Expiration":"2027-01-15T07:59:00Z"}"#,
+                Err("expired 60 s ago"),
+            ),
+            ("AK SK", Err("not JSON")),
+            ("", Err("not JSON")),
+        ];
+        for (output, want) in cases {
+            let got = parse_process_output(output, "p", now);
+            match (&want, &got) {
+                (Ok((id, expires)), Ok(c)) => {
+                    assert_eq!(
+                        (c.credentials.access_key_id.as_str(), c.expires_at),
+                        (*id, *expires),
+                        "{output}"
+                    );
+                }
+                (Err(fragment), Err(message)) => {
+                    assert!(message.contains(fragment), "{output}: {message}");
+                    // Never the output's secrets.
+                    assert!(!message.contains("SK"), "{message}");
+                }
+                _ => panic!("{output}: got {got:?}, want {want:?}"),
+            }
+        }
+        let full = parse_process_output(cases_token(), "p", now).unwrap();
+        assert_eq!(full.credentials.session_token.as_deref(), Some("T"));
+
+        // (expires at, fetched at, now, refresh?)
+        let refresh_cases = [
+            (None, 0, now, false),
+            (Some(now + 3600), now - 10, now, false),
+            // Inside the window, fetched long enough ago.
+            (Some(now + 299), now - 3000, now, true),
+            (Some(now + 300), now - 3000, now, true),
+            (Some(now + 301), now - 3000, now, false),
+            // Inside the window, but fetched a moment ago: not yet.
+            (Some(now + 100), now - 59, now, false),
+            (Some(now + 100), now - 60, now, true),
+            // Expired: always.
+            (Some(now), now, now, true),
+            (Some(now - 1), now - 1, now, true),
+        ];
+        for (expires, fetched, at, want) in refresh_cases {
+            assert_eq!(
+                needs_refresh(expires, fetched, at),
+                want,
+                "{expires:?} {fetched} {at}"
+            );
+        }
+    }
+
+    fn cases_token() -> &'static str {
+        r#"{"Version":1,"AccessKeyId":"AK","SecretAccessKey":"SK","SessionToken":"T"}"#
+    }
+
     #[test]
     fn credentials_follow_the_standard_order() {
         let creds_file = "[default]\naws_access_key_id = FILEDEF\naws_secret_access_key = s1\n\n[dev]\n# comment\naws_access_key_id=FILEDEV\naws_secret_access_key=s2\naws_session_token = t2\n";
@@ -1188,7 +1464,7 @@ mod tests {
             ),
         ];
         for (vars, credentials, config, want) in cases {
-            let got = resolve_credentials(&sources(&vars, credentials, config));
+            let got = resolve_credentials(&sources(&vars, credentials, config)).map(keys);
             match (&want, &got) {
                 (Ok((id, source)), Ok(c)) => {
                     assert_eq!(
@@ -1201,11 +1477,11 @@ mod tests {
             }
         }
         let dev = resolve_credentials(&sources(&[("AWS_PROFILE", "dev")], Some(creds_file), None));
-        assert_eq!(dev.unwrap().session_token.as_deref(), Some("t2"));
+        assert_eq!(keys(dev.unwrap()).session_token.as_deref(), Some("t2"));
         // Debug output never shows the secret.
         let shown = format!(
             "{:?}",
-            resolve_credentials(&sources(&[], Some(creds_file), None)).unwrap()
+            keys(resolve_credentials(&sources(&[], Some(creds_file), None)).unwrap())
         );
         assert!(
             !shown.contains("s1") && !shown.contains("FILEDEF"),

@@ -199,7 +199,7 @@ impl Store {
                 .as_deref()
                 .map(|e| format!("endpoint {e}, path-style, "))
                 .unwrap_or_default(),
-            credentials.source,
+            credentials.source(),
             config.save_interval.as_secs(),
             rules::DEFAULT_SKIPPED_DIRS.join(", "),
         ));
