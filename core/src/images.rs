@@ -8,6 +8,8 @@
 //! and, when it builds an LLM request, inlines the image in the provider's dialect
 //! (`crate::llm`).
 
+pub mod cache;
+
 /// Largest image a `read` turns into an image blob, in bytes: the common provider limit
 /// (Anthropic refuses larger images; OpenAI's limit is higher). Larger images are refused with a
 /// tool error.
