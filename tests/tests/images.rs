@@ -269,3 +269,102 @@ fn the_model_is_shown_the_image_in_each_dialect() {
         );
     }
 }
+
+/// The JSON lines of the Worker's log (`observe`: request and turn lines).
+fn log_lines() -> Vec<Value> {
+    let text = std::fs::read_to_string(stack().log_path()).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| line.find("{\"").map(|i| &line[i..]))
+        .filter_map(|json| serde_json::from_str::<Value>(json).ok())
+        .filter(|v| v.get("event").is_some())
+        .collect()
+}
+
+/// The image cache (`wuhu_core::images::cache`, one per isolate): the first request that shows
+/// an image reads it from R2, every later step of the session (the same turn and the next) finds
+/// it in the cache and sends the same bytes; the turn log lines count both. Deleting the session
+/// drops its cached image.
+#[test]
+fn a_later_step_finds_the_image_in_the_isolate_cache() {
+    let _guard = stack().guard();
+    let tenant = unique_name("cached");
+    let api = stack().client("ana", &tenant);
+    let dir = TempDir::new("wuhu-e2e-cached");
+    let project = dir.mkdir("api");
+    let png = wuhu_e2e::png::solid(3, 2, [10, 10, 200, 255]);
+    std::fs::write(project.join("shot.png"), &png).unwrap();
+    std::fs::write(project.join("note.txt"), "a note\n").unwrap();
+    let _mac = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac")
+            .workspaces_root(dir.mkdir("workspaces"))
+            .env("api", &project),
+    );
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    let model = unique_name("vision-cached");
+    let session = api
+        .create_session(json!({"provider": "openai-compatible", "model": model}))
+        .id;
+    stack().openai().script(
+        &model,
+        [
+            Reply::tool_calls([("request_environment", json!({"spec": "api"}))]),
+            Reply::tool_calls([("read", json!({"path": "shot.png"}))]),
+            Reply::tool_calls([("read", json!({"path": "note.txt"}))]),
+            Reply::text("A blue rectangle and a note."),
+            Reply::text("Still a blue rectangle."),
+        ],
+    );
+    let turn_lines = |n: usize| {
+        wuhu_e2e::wait_for(
+            &format!("{n} turn lines of {session}"),
+            Duration::from_secs(20),
+            || {
+                let lines: Vec<Value> = log_lines()
+                    .into_iter()
+                    .filter(|l| l["event"] == "turn" && l["session"] == session.as_str())
+                    .collect();
+                (lines.len() >= n).then_some(lines)
+            },
+        )
+    };
+    let mut follow = api.follow(&session, "sinceCursor=0&timeoutSeconds=60");
+    api.enqueue(&session, "followUp", "what is in shot.png?");
+    follow.collect_until(TURN, |e| e.event == "idle");
+    let first = turn_lines(1);
+    api.enqueue(&session, "followUp", "and now?");
+    api.wait_idle(&session, TURN);
+    let lines = turn_lines(2);
+
+    let requests = stack().openai().requests_for(&model);
+    assert_eq!(requests.len(), 5, "five steps");
+    // Every step after the read shows the same bytes, whether read from R2 or the cache.
+    for (i, request) in requests.iter().enumerate() {
+        assert_eq!(
+            request.raw_body.contains(&data),
+            i >= 2,
+            "step {i} shows the image from the read on"
+        );
+    }
+    // The first turn read the image from R2 once (the step after the read) and found it in the
+    // cache at the next step; the second turn read nothing.
+    assert_eq!(first[0]["imagesRead"], 1, "{}", first[0]);
+    assert_eq!(first[0]["imagesCached"], 1, "{}", first[0]);
+    assert_eq!(lines[1]["imagesRead"], 0, "{}", lines[1]);
+    assert_eq!(lines[1]["imagesCached"], 1, "{}", lines[1]);
+    assert!(
+        lines[1]["imageCacheBytes"].as_u64().unwrap() >= png.len() as u64,
+        "{}",
+        lines[1]
+    );
+
+    let deleted = api.send(api.request("DELETE", &format!("/v1/sessions/{session}")));
+    assert!(deleted.status < 300, "{deleted}");
+    let dropped =
+        format!("deleted the objects of session {session} of {tenant}; 1 cached images dropped");
+    wuhu_e2e::wait_for("the deletion's log line", Duration::from_secs(30), || {
+        std::fs::read_to_string(stack().log_path())
+            .unwrap_or_default()
+            .contains(&dropped)
+            .then_some(())
+    });
+}

@@ -4,7 +4,7 @@
 
 use worker::{Env, Headers, Range, Request, Response};
 use wuhu_core::blobs::{self, BlobRead, BlobRef, UploadGrant, UploadRefusal};
-use wuhu_core::images;
+use wuhu_core::images::{self, cache::ByteLru};
 use wuhu_core::llm::inline_images::{InlineImage, InlineImages};
 use wuhu_core::sigv4;
 use wuhu_core::wire::runner::UploadSlot;
@@ -367,22 +367,67 @@ pub(crate) async fn read_blob(
     }
 }
 
+thread_local! {
+    /// The isolate's image cache (`wuhu_core::images::cache`): wasm runs one thread, so every
+    /// Durable Object of the isolate shares it, and its bound is the isolate's.
+    static IMAGE_CACHE: std::cell::RefCell<ByteLru> =
+        const { std::cell::RefCell::new(ByteLru::for_images()) };
+}
+
+/// How a request's images were found: in the isolate's cache or read from R2.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ImageLoads {
+    /// Images found in the cache.
+    pub(crate) hits: u32,
+    /// Images read from R2.
+    pub(crate) misses: u32,
+}
+
 /// The bytes of the image blobs an LLM request shows (`inline_images::to_load` picked them
-/// within the per-request bounds). An image that cannot be read is left out: the request says
-/// so in a note instead of failing.
-pub(crate) async fn load_images(env: &Env, tenant: &str, chosen: &[BlobRef]) -> InlineImages {
+/// within the per-request bounds): from the isolate's cache, else from R2 (and then cached). An
+/// image that cannot be read is left out: the request says so in a note instead of failing.
+pub(crate) async fn load_images(
+    env: &Env,
+    tenant: &str,
+    chosen: &[BlobRef],
+) -> (InlineImages, ImageLoads) {
     let mut loaded = InlineImages::new();
+    let mut loads = ImageLoads::default();
     for blob in chosen {
         let Some(Ok(id)) = blobs::id_from_uri(&blob.uri) else {
             continue;
         };
+        let key = blobs::object_key(tenant, id);
+        let cached = IMAGE_CACHE.with_borrow_mut(|cache| {
+            cache
+                .get(&key)
+                .map(|bytes| InlineImage::new(&blob.media_type, bytes))
+        });
+        if let Some(image) = cached {
+            loads.hits += 1;
+            loaded.insert(blob.uri.clone(), image);
+            continue;
+        }
+        loads.misses += 1;
         match read_bytes(env, tenant, id.id, None).await {
             Ok(Some(bytes)) if bytes.len() as u64 <= images::MAX_IMAGE_BYTES => {
                 loaded.insert(blob.uri.clone(), InlineImage::new(&blob.media_type, &bytes));
+                IMAGE_CACHE.with_borrow_mut(|cache| cache.insert(key, bytes));
             }
             Ok(_) => {}
             Err(e) => worker::console_error!("loading {} for a request failed: {e}", blob.uri),
         }
     }
-    loaded
+    (loaded, loads)
+}
+
+/// Drops the cached images of a deleted session from this isolate's cache; how many.
+pub(crate) fn forget_session_images(tenant: &str, session_id: &str) -> usize {
+    IMAGE_CACHE
+        .with_borrow_mut(|cache| cache.remove_prefix(&blobs::session_prefix(tenant, session_id)))
+}
+
+/// The bytes this isolate's image cache holds.
+pub(crate) fn cached_image_bytes() -> u64 {
+    IMAGE_CACHE.with_borrow(|cache| cache.bytes())
 }

@@ -46,6 +46,12 @@ pub(crate) struct TurnLine<'a> {
     pub(crate) last_cursor: u64,
     /// Since the turn started in this isolate; `None` when it started before a restart.
     pub(crate) duration_ms: Option<u64>,
+    /// Images the turn's requests found in the isolate's image cache.
+    pub(crate) images_cached: u32,
+    /// Images the turn's requests read from R2.
+    pub(crate) images_read: u32,
+    /// The bytes the isolate's image cache holds when the turn ends.
+    pub(crate) image_cache_bytes: u64,
 }
 
 impl TurnLine<'_> {
@@ -58,6 +64,9 @@ impl TurnLine<'_> {
             "step": self.step,
             "lastCursor": self.last_cursor,
             "durationMs": self.duration_ms,
+            "imagesCached": self.images_cached,
+            "imagesRead": self.images_read,
+            "imageCacheBytes": self.image_cache_bytes,
         });
         worker::console_log!("{line}");
     }

@@ -98,6 +98,9 @@ pub(crate) struct Actor {
     alarm_armed_for: Cell<Option<u64>>,
     /// When the running turn started in this isolate (for the turn log line).
     turn_started_at: Cell<Option<u64>>,
+    /// Images the running turn's requests found in the isolate's cache and read from R2 (for
+    /// the turn log line).
+    turn_image_loads: Cell<crate::blob_store::ImageLoads>,
     /// The context window; `None` until first needed.
     tail: RefCell<Option<ContextWindow>>,
     /// Count and bytes of entries not archived yet; `None` when unknown.
@@ -195,6 +198,7 @@ impl DurableObject for SessionActor {
             llm_logs_swept_at: Cell::new(0),
             alarm_armed_for: Cell::new(None),
             turn_started_at: Cell::new(None),
+            turn_image_loads: Cell::new(Default::default()),
             tail: RefCell::new(None),
             unarchived: Cell::new(None),
             attachments: RefCell::new(Vec::new()),

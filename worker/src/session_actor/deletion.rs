@@ -388,6 +388,12 @@ impl Actor {
                 for prefix in deletion::object_prefixes(tenant, id) {
                     delete_prefix(&bucket, &prefix).await?;
                 }
+                // Its images leave this isolate's cache too (other isolates' copies are found
+                // only through this session's references, and age out).
+                let dropped = crate::blob_store::forget_session_images(tenant, id);
+                worker::console_log!(
+                    "deleted the objects of session {id} of {tenant}; {dropped} cached images dropped"
+                );
                 Ok(())
             }
             Step::DiscardWorkspaces => {

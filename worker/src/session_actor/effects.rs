@@ -91,9 +91,11 @@ impl Actor {
     pub(super) fn observe_turn(&self, status: Status) {
         if status == Status::Running {
             self.turn_started_at.set(Some(now().0));
+            self.turn_image_loads.take();
             return;
         }
         let started = self.turn_started_at.take();
+        let images = self.turn_image_loads.take();
         let Some((session, tenant, step, last_cursor)) = self.with_loaded(|l| {
             (
                 l.meta.id.clone(),
@@ -111,8 +113,19 @@ impl Actor {
             step,
             last_cursor,
             duration_ms: started.map(|t| now().0.saturating_sub(t)),
+            images_cached: images.hits,
+            images_read: images.misses,
+            image_cache_bytes: crate::blob_store::cached_image_bytes(),
         }
         .emit();
+    }
+
+    /// Counts a request's image loads for the turn log line.
+    pub(super) fn note_image_loads(&self, loads: crate::blob_store::ImageLoads) {
+        let mut turn = self.turn_image_loads.get();
+        turn.hits += loads.hits;
+        turn.misses += loads.misses;
+        self.turn_image_loads.set(turn);
     }
 
     pub(super) fn unarchived_over_threshold(&self) -> bool {

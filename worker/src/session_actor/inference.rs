@@ -511,7 +511,10 @@ async fn run_http(
     } else {
         with_images = LlmRequest {
             images: if accepts_images {
-                crate::blob_store::load_images(&actor.env, &actor.tenant(), &chosen).await
+                let (images, loads) =
+                    crate::blob_store::load_images(&actor.env, &actor.tenant(), &chosen).await;
+                actor.note_image_loads(loads);
+                images
             } else {
                 wuhu_core::llm::inline_images::InlineImages::text_only()
             },

@@ -41,7 +41,12 @@ fn table() {
             30,
             10,
             8,
-            &[Insert("a", 9), Insert("b", 9), Insert("c", 9), Insert("d", 9)],
+            &[
+                Insert("a", 9),
+                Insert("b", 9),
+                Insert("c", 9),
+                Insert("d", 9),
+            ],
             "Stored 1",
             (&["b", "c", "d"], 30),
         ),
@@ -65,7 +70,12 @@ fn table() {
             30,
             20,
             8,
-            &[Insert("a", 9), Insert("b", 9), Insert("c", 9), Insert("d", 19)],
+            &[
+                Insert("a", 9),
+                Insert("b", 9),
+                Insert("c", 9),
+                Insert("d", 19),
+            ],
             "Stored 2",
             (&["c", "d"], 30),
         ),
@@ -293,7 +303,11 @@ fn random_sequences_keep_the_bound_and_the_bytes() {
             let mut keys: Vec<&str> = cache.entries.iter().map(|(k, _)| k.as_str()).collect();
             keys.sort();
             keys.dedup();
-            assert_eq!(keys.len(), cache.len(), "seed {seed} step {step}: a key twice");
+            assert_eq!(
+                keys.len(),
+                cache.len(),
+                "seed {seed} step {step}: a key twice"
+            );
         }
     }
     // The sequences are not all misses.
