@@ -35,10 +35,18 @@
 //! has sent everything it received while the session is at rest (`status` is not `running`;
 //! the status is tracked from the registration through live `status` events).
 //!
-//! **Bound**: live events wait in a per-follower buffer of at most [`MAX_BUFFERED_BYTES`]
-//! (frames are encoded once and shared between followers through [`LiveEvent`]). A follower
-//! whose buffer would grow past it gets a `lagged` event carrying the last cursor it was sent
-//! and is closed; reconnecting with `Last-Event-ID` resumes losslessly.
+//! **Bound**: live events wait in a per-follower queue of at most [`MAX_BUFFERED_EVENTS`] events
+//! and [`MAX_BUFFERED_BYTES`] of their frames. A frame is encoded once and shared by every
+//! follower through [`LiveEvent`]; a queue holds one pointer per event. A follower whose queue
+//! would grow past either bound gets a `lagged` event carrying the last cursor it was sent and is
+//! closed; reconnecting with `Last-Event-ID` resumes losslessly.
+//!
+//! **Memory** of a session's followers together: every follower receives the same broadcast
+//! sequence and sends it from the front, so each queue is a run of that sequence ending at the
+//! newest event, and the frames all queues hold are those of the longest one: at most
+//! [`MAX_BUFFERED_BYTES`] (or one larger event accepted into an empty queue), shared. What each
+//! follower holds on its own is its queue's pointers (at most [`MAX_BUFFERED_EVENTS`]) and the
+//! chunk the host is writing. docs/api.md states [`MAX_FOLLOWERS`] × that bound.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -47,13 +55,15 @@ use crate::session::Millis;
 use crate::wire::{Entry, SSE_HEARTBEAT, Status, StreamEvent};
 
 /// Live followers one session accepts at a time; one more is refused with 429.
-pub const MAX_FOLLOWERS: usize = 64;
-/// Bytes of encoded live events one follower may have waiting before it is lagged.
-/// Frames are shared between followers, so this bounds the memory of all followers together
-/// (plus [`EVENT_OVERHEAD`] per waiting event and follower).
+pub const MAX_FOLLOWERS: usize = 256;
+/// Bytes of encoded live events one follower may have waiting before it is lagged. Frames are
+/// shared between followers, so this also bounds the frames all followers hold together (see
+/// the module's **Memory**).
 pub const MAX_BUFFERED_BYTES: usize = 2 * 1024 * 1024;
-/// What one waiting event costs in a follower's buffer on top of its frame's bytes.
-pub const EVENT_OVERHEAD: usize = 64;
+/// Live events one follower may have waiting before it is lagged, however small they are: the
+/// bound on its own queue (a power of two, so the queue's capacity never passes it). A
+/// 1,000-delta reply computed at once (the fake provider without a delay) queues about 1,000.
+pub const MAX_BUFFERED_EVENTS: usize = 4096;
 /// Milliseconds between heartbeat comments on a quiet stream.
 pub const HEARTBEAT_MS: u64 = 15_000;
 /// Longest `timeoutSeconds` accepted.
@@ -162,9 +172,9 @@ impl LiveEvent {
         }))
     }
 
-    /// What it costs in a follower's buffer.
+    /// What it costs in a follower's buffer: its frame's bytes (shared with every follower).
     pub fn cost(&self) -> usize {
-        self.0.sse.len() + EVENT_OVERHEAD
+        self.0.sse.len()
     }
 }
 
@@ -334,9 +344,15 @@ impl Follow {
         self.live_bytes
     }
 
+    /// Live events waiting.
+    pub fn buffered_events(&self) -> usize {
+        self.live.len()
+    }
+
     /// A live event, in broadcast order. Buffers it, or lags the follower when its buffer
-    /// would grow past [`MAX_BUFFERED_BYTES`] (one event is always accepted into an empty
-    /// buffer, so a single large entry does not lag a follower that keeps up).
+    /// would grow past [`MAX_BUFFERED_BYTES`] or [`MAX_BUFFERED_EVENTS`] (one event is always
+    /// accepted into an empty buffer, so a single large entry does not lag a follower that
+    /// keeps up).
     pub fn handle_live(&mut self, event: LiveEvent) {
         if self.closed {
             return;
@@ -345,7 +361,10 @@ impl Follow {
             self.status = status;
         }
         let cost = event.cost();
-        if !self.live.is_empty() && self.live_bytes + cost > MAX_BUFFERED_BYTES {
+        if !self.live.is_empty()
+            && (self.live_bytes + cost > MAX_BUFFERED_BYTES
+                || self.live.len() >= MAX_BUFFERED_EVENTS)
+        {
             self.lagged = true;
             self.closed = true;
             self.live.clear();

@@ -82,6 +82,9 @@ pub struct StreamReply {
     pub thinking: Option<(String, String)>,
     /// Content deltas the text is split into (at most one per character).
     pub text_parts: usize,
+    /// Frames sent together in one write (after one `chunk_delay`): a provider whose deltas
+    /// arrive in bursts. 1 unless [`Reply::with_frames_per_write`] says otherwise.
+    pub frames_per_write: usize,
 }
 
 /// Content deltas of a text reply unless [`Reply::with_text_parts`] says otherwise.
@@ -98,6 +101,7 @@ impl Reply {
             cache: (0, 0),
             thinking: None,
             text_parts: DEFAULT_TEXT_PARTS,
+            frames_per_write: 1,
         })
     }
 
@@ -114,6 +118,7 @@ impl Reply {
             cache: (0, 0),
             thinking: None,
             text_parts: DEFAULT_TEXT_PARTS,
+            frames_per_write: 1,
         })
     }
 
@@ -210,6 +215,14 @@ impl Reply {
     pub fn with_text_parts(mut self, parts: usize) -> Reply {
         if let Reply::Stream(stream) = &mut self {
             stream.text_parts = parts.max(1);
+        }
+        self
+    }
+
+    /// Sends the frames of a stream reply `n` at a time (each group after the delay).
+    pub fn with_frames_per_write(mut self, n: usize) -> Reply {
+        if let Reply::Stream(stream) = &mut self {
+            stream.frames_per_write = n.max(1);
         }
         self
     }
@@ -433,6 +446,10 @@ fn respond(state: &Mutex<State>, request: RecordedRequest) -> Response<Body> {
         }
         Reply::Stream(reply) => {
             let frames = stream_frames(&model, &reply, include_usage || reply.usage.is_some());
+            let frames = frames
+                .chunks(reply.frames_per_write)
+                .map(|group| group.concat())
+                .collect();
             sse_response(frames, reply.chunk_delay, End::Complete)
         }
         Reply::Malformed => sse_response(
@@ -463,6 +480,7 @@ pub(crate) fn text_only(text: String) -> StreamReply {
         cache: (0, 0),
         thinking: None,
         text_parts: DEFAULT_TEXT_PARTS,
+        frames_per_write: 1,
     }
 }
 

@@ -3,8 +3,8 @@
 //! The main invariant: every follower sees every entry of a turn before that turn's `idle`,
 //! in cursor order, exactly once, whenever it connected.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -143,6 +143,255 @@ fn live_followers_see_every_entry_of_a_turn_before_its_idle() {
         failures.len(),
         failures[0]
     );
+}
+
+/// Followers of the many-followers test, by how they connect (200 in all: the figure).
+const BEFORE_TURN: usize = 60;
+/// Connecting during the reply, `RESUMING` of them with `Last-Event-ID` (every 14 followers, 5).
+const DURING_TURN: usize = 90;
+const RESUMING: usize = 50;
+/// Deltas of the followed reply, one token each.
+const DELTAS: usize = 1000;
+
+/// The `i`th token of the many-followers reply: fixed width, so each of the fake provider's
+/// `DELTAS` even chunks is exactly one token.
+fn token(i: usize) -> String {
+    format!("{i:04}|")
+}
+
+/// How many deltas the reference follower (opened before the turn) has seen, so that followers
+/// open at moments spread over the reply; `None` once the turn's `idle` arrived.
+#[derive(Default)]
+struct Progress {
+    seen: Mutex<Option<usize>>,
+    changed: Condvar,
+}
+
+impl Progress {
+    fn set(&self, seen: Option<usize>) {
+        *self.seen.lock().unwrap() = seen;
+        self.changed.notify_all();
+    }
+
+    /// Until the reference follower has seen `n` deltas, the turn is over, or `deadline`.
+    fn wait_for(&self, n: usize, deadline: Instant) {
+        let mut seen = self.seen.lock().unwrap();
+        while seen.is_some_and(|s| s < n) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            seen = self.changed.wait_timeout(seen, left).unwrap().0;
+        }
+    }
+}
+
+/// What one follower of the many-followers test received.
+struct Received {
+    kind: &'static str,
+    /// Entries after this cursor are due to it.
+    since: u64,
+    events: Vec<SseEvent>,
+}
+
+/// 200 followers on one session during a reply of 1,000 deltas: opened before the turn, at
+/// moments spread over the reply, and resuming from cursors of the transcript with
+/// `Last-Event-ID`. Each receives every delta broadcast after it connected, in order, exactly
+/// once (all 1,000 when it connected before the turn), every entry after its cursor exactly
+/// once in cursor order, the final message whole, and the turn's `idle`. Not timed: each wait
+/// has a deadline, nothing sleeps.
+#[test]
+fn two_hundred_followers_of_a_long_reply_miss_nothing() {
+    // A stack of its own: wrangler's dev proxy is the bottleneck of 200 streams, and the other
+    // tests of this file (the cap test opens 256) would share it.
+    let stack = Stack::start();
+    let _guard = stack.guard();
+    let api = stack.client("many", &unique_name("many"));
+    let model = unique_name("gpt-many");
+    let id = api
+        .create_session(json!({"provider": "openai-compatible", "model": model}))
+        .id;
+    let reply: String = (0..DELTAS).map(token).collect();
+    // The provider streams the reply in bursts of `BURST` deltas: followers connect between
+    // them. (Not one delta per write: under `wrangler dev` every chunk written to every follow
+    // stream costs a loopback request from wrangler's inspector proxy, and 200 followers × 1,000
+    // writes exhaust its file descriptors.)
+    const BURST: usize = 25;
+    stack.openai().script(
+        &model,
+        [
+            Reply::text("a first turn"),
+            Reply::text(reply.clone())
+                .with_text_parts(DELTAS)
+                .with_frames_per_write(BURST)
+                .with_delay(Duration::from_millis(100)),
+        ],
+    );
+    // A first turn, so that resuming followers have entries to backfill.
+    api.enqueue(&id, "followUp", "hello");
+    let before = api.wait_idle(&id, TURN).session.last_cursor;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let progress = Progress::default();
+    progress.set(Some(0));
+    let received: Vec<Received> = std::thread::scope(|scope| {
+        let mut readers = Vec::new();
+        // Before the turn: opened (so registered) before the enqueue, read until the turn's idle.
+        let query = format!("sinceCursor={before}&timeoutSeconds=120");
+        let opened: Vec<SseStream> = (0..BEFORE_TURN).map(|_| api.follow(&id, &query)).collect();
+        for (n, mut stream) in opened.into_iter().enumerate() {
+            let progress = &progress;
+            readers.push(scope.spawn(move || {
+                let mut events = Vec::new();
+                let mut deltas = 0;
+                while let Ok(Some(event)) = stream.next_event(deadline) {
+                    let idle = event.event == "idle";
+                    deltas += usize::from(event.event == "assistant_text_delta");
+                    events.push(event);
+                    if n == 0 {
+                        progress.set((!idle).then_some(deltas));
+                    }
+                    if idle {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    progress.set(None);
+                }
+                Received {
+                    kind: "before the turn",
+                    since: before,
+                    events,
+                }
+            }));
+        }
+        // During the turn: each opens once the reference follower has seen its share of the
+        // deltas (or the turn is over), and stops at the first idle point.
+        for n in 0..DURING_TURN + RESUMING {
+            let (api, id, progress) = (&api, id.as_str(), &progress);
+            readers.push(scope.spawn(move || {
+                // From the first delta on: a follower that registered at rest, before the
+                // enqueue, would stop at that idle point.
+                progress.wait_for(1 + n * (DELTAS - 1) / (DURING_TURN + RESUMING), deadline);
+                let (kind, since, last_event_id) = if n % 14 < 5 {
+                    // Resuming: from a cursor of the first turn, or the turn's own first entry.
+                    let since = n as u64 % (before + 2);
+                    ("resuming", since, Some(since))
+                } else {
+                    ("during the turn", before, None)
+                };
+                let query = match last_event_id {
+                    Some(_) => "stopAfterIdle=1&timeoutSeconds=120".to_string(),
+                    None => format!("sinceCursor={before}&stopAfterIdle=1&timeoutSeconds=120"),
+                };
+                let mut stream = api.follow_from(id, &query, last_event_id);
+                let mut events = Vec::new();
+                while let Ok(Some(event)) = stream.next_event(deadline) {
+                    events.push(event);
+                }
+                Received {
+                    kind,
+                    since,
+                    events,
+                }
+            }));
+        }
+        api.enqueue(&id, "followUp", "a long reply, please");
+        readers
+            .into_iter()
+            .map(|r| r.join().expect("reader"))
+            .collect()
+    });
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    assert_eq!(
+        transcript.last().and_then(assistant).map(|m| m.text()),
+        Some(reply.clone()),
+        "the turn ends with the whole reply:\n{}",
+        describe(&transcript)
+    );
+    let tokens: Vec<String> = (0..DELTAS).map(token).collect();
+    let mut failures = Vec::new();
+    let mut mid_reply = 0;
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for r in &received {
+        *counts.entry(r.kind).or_default() += 1;
+        let deltas: Vec<&str> = r.events.iter().filter_map(SseEvent::delta).collect();
+        if (1..DELTAS).contains(&deltas.len()) {
+            mid_reply += 1;
+        }
+        if let Err(problem) = check_many(r, &deltas, &tokens, &transcript) {
+            failures.push(format!(
+                "a follower {} (since {}): {problem}\n{}",
+                r.kind,
+                r.since,
+                summarize(&r.events[r.events.len().saturating_sub(8)..])
+            ));
+        }
+    }
+    eprintln!(
+        "{} followers {counts:?}, {mid_reply} connected mid-reply, {} broke the invariant",
+        received.len(),
+        failures.len()
+    );
+    assert_eq!(received.len(), BEFORE_TURN + DURING_TURN + RESUMING);
+    assert_eq!(counts.get("resuming"), Some(&RESUMING));
+    assert!(
+        failures.is_empty(),
+        "{} of {} followers broke the invariant; first:\n{}",
+        failures.len(),
+        received.len(),
+        failures[0]
+    );
+    // How many connected between two bursts depends on how fast the stack answers: counted,
+    // not asserted (under load, opening a follow stream while 200 stream can outlast the reply).
+}
+
+/// A follower of the many-followers test: its deltas are the reply's tokens `k..` to the last
+/// (`k` = 0 when it connected before the turn), its entries are the transcript after its
+/// cursor, and it ends at the turn's `idle` (then `done` when it asked to stop there).
+fn check_many(
+    r: &Received,
+    deltas: &[&str],
+    tokens: &[String],
+    transcript: &[Entry],
+) -> Result<(), String> {
+    let Some(first) = tokens.len().checked_sub(deltas.len()) else {
+        return Err(format!("{} deltas", deltas.len()));
+    };
+    if r.kind == "before the turn" && first != 0 {
+        return Err(format!("{} of {} deltas", deltas.len(), tokens.len()));
+    }
+    if let Some(i) = deltas
+        .iter()
+        .zip(&tokens[first..])
+        .position(|(d, t)| d != t)
+    {
+        return Err(format!(
+            "deltas are not the reply's last {} tokens in order: the {i}th is {:?}, expected {:?}",
+            deltas.len(),
+            deltas[i],
+            tokens[first + i]
+        ));
+    }
+    let names: Vec<&str> = r.events.iter().map(|e| e.event.as_str()).collect();
+    let ending: &[&str] = if r.kind == "before the turn" {
+        &["idle"]
+    } else {
+        &["idle", "done"]
+    };
+    if !names.ends_with(ending) || names.iter().filter(|n| **n == "idle").count() != 1 {
+        return Err(format!("does not end with one {ending:?}"));
+    }
+    let entries: Vec<Entry> = r.events.iter().filter_map(SseEvent::entry).collect();
+    let due = &transcript[r.since.min(transcript.len() as u64) as usize..];
+    if entries[..] != due[..] {
+        let cursors: Vec<u64> = entries.iter().map(|e| e.cursor).collect();
+        return Err(format!(
+            "entries {cursors:?}, expected the transcript after cursor {}",
+            r.since
+        ));
+    }
+    Ok(())
 }
 
 /// What a follower of `FOLLOW_TO_IDLE` must have received: entries `1..=k` in order exactly

@@ -706,6 +706,65 @@ fn a_follower_past_its_buffer_bound_is_lagged_and_closed() {
     assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
 }
 
+/// Whichever bound a follower that does not read reaches first lags it: the event count for
+/// small frames (a reply's deltas), the bytes for large ones. The events accepted before the
+/// one that lags it, by delta length.
+#[test]
+fn a_follower_is_lagged_at_whichever_bound_it_reaches_first() {
+    // (delta characters, events accepted, the bound reached)
+    let cases: &[(usize, usize, &str)] = &[
+        (1, MAX_BUFFERED_EVENTS, "events"),
+        (5, MAX_BUFFERED_EVENTS, "events"),
+        (400, MAX_BUFFERED_EVENTS, "events"),
+        (450, 3971, "bytes"),
+        (4 * 1024, 502, "bytes"),
+        (100 * 1024, 20, "bytes"),
+        (MAX_BUFFERED_BYTES, 1, "bytes"),
+    ];
+    for &(chars, expected, bound) in cases {
+        let mut follow = Follow::new(
+            Millis(0),
+            &request("sinceCursor=0"),
+            Registration {
+                last_cursor: 0,
+                status: Status::Running,
+            },
+        );
+        assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)), "status");
+        let delta = live(StreamEvent::AssistantTextDelta {
+            delta: "x".repeat(chars),
+        });
+        let mut accepted = 0;
+        loop {
+            follow.handle_live(delta.clone());
+            if follow.is_closed() {
+                break;
+            }
+            accepted += 1;
+            assert!(follow.buffered_events() <= MAX_BUFFERED_EVENTS);
+            assert!(follow.buffered_bytes() <= MAX_BUFFERED_BYTES.max(delta.cost()));
+        }
+        assert_eq!(
+            (accepted, bound),
+            (
+                expected,
+                if accepted == MAX_BUFFERED_EVENTS {
+                    "events"
+                } else {
+                    "bytes"
+                }
+            ),
+            "a delta of {chars} characters ({} bytes framed)",
+            delta.cost()
+        );
+        let Output::Frame(frame) = follow.poll(Millis(0)) else {
+            panic!("lagged frame expected")
+        };
+        assert_eq!(render(&frame), "lagged 0");
+        assert!(matches!(follow.poll(Millis(0)), Output::End));
+    }
+}
+
 /// The session side of the exhaustive test: broadcast order of two turns.
 fn timeline() -> Vec<StreamEvent> {
     let e = |cursor| StreamEvent::EntryAppended {

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use futures::future::{poll_fn, select};
 use worker::{Delay, Headers, Request, Response};
-use wuhu_core::follow::{Follow, FollowRequest, LiveEvent, MAX_FOLLOWERS, Output, Registration};
+use wuhu_core::follow::{
+    Follow, FollowRequest, Frame, LiveEvent, MAX_FOLLOWERS, Output, Registration,
+};
 use wuhu_core::session::Millis;
 use wuhu_core::wire::StreamEvent;
 
@@ -21,14 +23,19 @@ use crate::http::{ApiError, ApiResult, query, query_u64};
 use crate::identity::{Identity, JTI_HEADER};
 use crate::token_registry;
 
-/// Frames are written in chunks of about this many bytes (a frame is never split).
-const CHUNK_BYTES: usize = 64 * 1024;
+/// Frames are written in chunks of at most this many bytes; a frame that does not fit is written
+/// in pieces from its shared text. Each follower holds at most the chunk being built and the
+/// copy the runtime has not written yet, so this is part of the per-follower memory bound
+/// (docs/api.md, follow bounds) however large an entry is.
+const CHUNK_BYTES: usize = 16 * 1024;
 
 /// One follower, shared by its stream and the actor's list.
 struct Shared {
     follow: Follow,
     /// Who follows, and the `jti` of their revocable credential (re-checked by the stream).
     credential: Option<(Identity, String)>,
+    /// A frame partly written (it did not fit in the last chunk), and the bytes of it written.
+    pending: Option<(Frame, usize)>,
     /// A live event arrived since the stream last polled.
     woken: bool,
     waker: Option<Waker>,
@@ -59,6 +66,7 @@ impl Followers {
         let shared = Rc::new(RefCell::new(Shared {
             follow,
             credential,
+            pending: None,
             woken: false,
             waker: None,
         }));
@@ -148,10 +156,7 @@ pub(crate) async fn handle(
     let shared = actor.followers.borrow_mut().add(follow, credential)?;
     let stream = futures::stream::unfold((actor, shared), |(actor, shared)| async move {
         let chunk = next_chunk(&actor, &shared).await?;
-        Some((
-            Ok::<Vec<u8>, worker::Error>(chunk.into_bytes()),
-            (actor, shared),
-        ))
+        Some((Ok::<Vec<u8>, worker::Error>(chunk), (actor, shared)))
     });
     let headers = Headers::new();
     let _ = headers.set("content-type", "text/event-stream");
@@ -160,20 +165,33 @@ pub(crate) async fn handle(
     Ok(Response::from_stream(stream)?.with_headers(headers))
 }
 
-/// The next SSE text to write, or `None` to end the stream.
-async fn next_chunk(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) -> Option<String> {
-    let mut out = String::new();
+/// The next chunk of SSE text to write (at most [`CHUNK_BYTES`]), or `None` to end the stream.
+async fn next_chunk(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
     loop {
         let output = {
             let mut shared = shared.borrow_mut();
+            if let Some((frame, written)) = shared.pending.take() {
+                let rest = &frame.as_str().as_bytes()[written..];
+                let take = rest.len().min(CHUNK_BYTES - out.len());
+                out.extend_from_slice(&rest[..take]);
+                if take < rest.len() {
+                    shared.pending = Some((frame, written + take));
+                    return Some(out);
+                }
+                continue;
+            }
             shared.woken = false;
             shared.follow.poll(now())
         };
         match output {
             Output::Frame(frame) => {
-                out.push_str(frame.as_str());
-                if out.len() >= CHUNK_BYTES {
-                    return Some(out);
+                if out.len() + frame.as_str().len() <= CHUNK_BYTES {
+                    out.extend_from_slice(frame.as_str().as_bytes());
+                } else {
+                    // Written from the frame's own (for live events, shared) text, a piece
+                    // per chunk: never copied whole for one follower.
+                    shared.borrow_mut().pending = Some((frame, 0));
                 }
             }
             Output::ReadPage { since, limit } => {
