@@ -30,7 +30,7 @@ use bytes::Bytes;
 use hyper::Response;
 use serde_json::{Value, json};
 
-use crate::fake_server::{self, Body, End, FakeServer};
+use crate::fake_server::{self, Body, End, FakeServer, Gate};
 use crate::http;
 
 /// One scripted answer to a chat completion request.
@@ -85,6 +85,8 @@ pub struct StreamReply {
     /// Frames sent together in one write (after one `chunk_delay`): a provider whose deltas
     /// arrive in bursts. 1 unless [`Reply::with_frames_per_write`] says otherwise.
     pub frames_per_write: usize,
+    /// Holds each write after the first until the test lets it out ([`Reply::with_gate`]).
+    pub gate: Option<Gate>,
 }
 
 /// Content deltas of a text reply unless [`Reply::with_text_parts`] says otherwise.
@@ -102,6 +104,7 @@ impl Reply {
             thinking: None,
             text_parts: DEFAULT_TEXT_PARTS,
             frames_per_write: 1,
+            gate: None,
         })
     }
 
@@ -119,6 +122,7 @@ impl Reply {
             thinking: None,
             text_parts: DEFAULT_TEXT_PARTS,
             frames_per_write: 1,
+            gate: None,
         })
     }
 
@@ -223,6 +227,14 @@ impl Reply {
     pub fn with_frames_per_write(mut self, n: usize) -> Reply {
         if let Reply::Stream(stream) = &mut self {
             stream.frames_per_write = n.max(1);
+        }
+        self
+    }
+
+    /// Holds each write of a stream reply after the first until `gate` lets it out.
+    pub fn with_gate(mut self, gate: &Gate) -> Reply {
+        if let Reply::Stream(stream) = &mut self {
+            stream.gate = Some(gate.clone());
         }
         self
     }
@@ -448,9 +460,16 @@ fn respond(state: &Mutex<State>, request: RecordedRequest) -> Response<Body> {
             let frames = stream_frames(&model, &reply, include_usage || reply.usage.is_some());
             let frames = frames
                 .chunks(reply.frames_per_write)
-                .map(|group| group.concat())
+                .map(|group| Bytes::from(group.concat()))
                 .collect();
-            sse_response(frames, reply.chunk_delay, End::Complete)
+            fake_server::streamed_gated(
+                200,
+                &sse_headers(),
+                frames,
+                reply.chunk_delay,
+                End::Complete,
+                reply.gate,
+            )
         }
         Reply::Malformed => sse_response(
             vec![
@@ -481,6 +500,7 @@ pub(crate) fn text_only(text: String) -> StreamReply {
         thinking: None,
         text_parts: DEFAULT_TEXT_PARTS,
         frames_per_write: 1,
+        gate: None,
     }
 }
 
@@ -512,14 +532,17 @@ pub(crate) fn json_response(
 
 /// A `200 text/event-stream` response sending each frame as one chunk, each after `delay`.
 pub(crate) fn sse_response(frames: Vec<String>, delay: Duration, end: End) -> Response<Body> {
-    let headers = [
+    let chunks = frames.into_iter().map(Bytes::from).collect();
+    fake_server::streamed(200, &sse_headers(), chunks, delay, end)
+}
+
+fn sse_headers() -> [(String, String); 3] {
+    [
         ("Content-Type", "text/event-stream; charset=utf-8"),
         ("Cache-Control", "no-cache"),
         ("x-request-id", "req_fake"),
     ]
-    .map(|(name, value)| (name.to_string(), value.to_string()));
-    let chunks = frames.into_iter().map(Bytes::from).collect();
-    fake_server::streamed(200, &headers, chunks, delay, end)
+    .map(|(name, value)| (name.to_string(), value.to_string()))
 }
 
 static COMPLETION_COUNTER: AtomicU64 = AtomicU64::new(1);

@@ -173,25 +173,75 @@ pub fn streamed(
     delay: Duration,
     end: End,
 ) -> Response<Body> {
-    let state = (chunks.into_iter(), Some(end));
-    let frames = futures_util::stream::unfold(state, move |(mut chunks, end)| async move {
-        if let Some(chunk) = chunks.next() {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+    streamed_gated(status, headers, chunks, delay, end, None)
+}
+
+/// Lets a test decide when each chunk of a streamed body after the first goes out: the body
+/// waits for one permit per chunk ([`Gate::open`]). A test that ends without opening it leaves
+/// the body waiting until its stack stops.
+#[derive(Clone, Debug)]
+pub struct Gate(Arc<tokio::sync::Semaphore>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets `chunks` more chunks out.
+    pub fn open(&self, chunks: usize) {
+        self.0.add_permits(chunks);
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate::new()
+    }
+}
+
+impl PartialEq for Gate {
+    fn eq(&self, other: &Gate) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// [`streamed`], each chunk after the first held by `gate` when there is one.
+pub fn streamed_gated(
+    status: u16,
+    headers: &[(String, String)],
+    chunks: Vec<Bytes>,
+    delay: Duration,
+    end: End,
+    gate: Option<Gate>,
+) -> Response<Body> {
+    let state = (chunks.into_iter().enumerate(), Some(end));
+    let frames = futures_util::stream::unfold(state, move |(mut chunks, end)| {
+        let gate = gate.clone();
+        async move {
+            if let Some((index, chunk)) = chunks.next() {
+                if let Some(gate) = gate.filter(|_| index > 0)
+                    && let Ok(permit) = gate.0.acquire().await
+                {
+                    permit.forget();
+                }
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                return Some((Ok(Frame::data(chunk)), (chunks, end)));
             }
-            return Some((Ok(Frame::data(chunk)), (chunks, end)));
+            if end != Some(End::Cut) {
+                return None;
+            }
+            // hyper drops the connection, and what it has not written yet, at a body error:
+            // pause once so that it flushes the chunks before.
+            tokio::task::yield_now().await;
+            let cut = io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "fake server: cut mid-body",
+            );
+            Some((Err(cut), (chunks, None)))
         }
-        if end != Some(End::Cut) {
-            return None;
-        }
-        // hyper drops the connection, and what it has not written yet, at a body error: pause
-        // once so that it flushes the chunks before.
-        tokio::task::yield_now().await;
-        let cut = io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            "fake server: cut mid-body",
-        );
-        Some((Err(cut), (chunks, None)))
     });
     with_head(status, headers, StreamBody::new(frames).boxed_unsync())
 }

@@ -49,6 +49,7 @@ pub mod util;
 pub use api::Api;
 pub use fake_http::{FakeHttp, HttpReply};
 pub use fake_openai::{FakeOpenAi, RecordedRequest, Reply};
+pub use fake_server::Gate;
 pub use http::{Request, Response};
 pub use sse::{FollowOpen, SseEvent, SseItem, SseStream};
 pub use stack::{Stack, StackOptions};

@@ -14,7 +14,7 @@ use wuhu_core::wire::{Entry, Status};
 use wuhu_e2e::entries::{assert_contiguous, assistant, describe, fake_directive};
 use wuhu_e2e::sse::summarize;
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{FollowOpen, Reply, SseEvent, SseStream, Stack, StackOptions, wait_for};
+use wuhu_e2e::{FollowOpen, Gate, Reply, SseEvent, SseStream, Stack, StackOptions, wait_for};
 
 const TURN: Duration = Duration::from_secs(60);
 /// Every follower of the invariant test stops at the first idle it reaches.
@@ -159,8 +159,8 @@ fn token(i: usize) -> String {
     format!("{i:04}|")
 }
 
-/// How many deltas the reference follower (opened before the turn) has seen, so that followers
-/// open at moments spread over the reply; `None` once the turn's `idle` arrived.
+/// How many deltas the reference follower (opened before the turn) has seen; `None` once the
+/// turn's `idle` arrived.
 #[derive(Default)]
 struct Progress {
     seen: Mutex<Option<usize>>,
@@ -173,16 +173,19 @@ impl Progress {
         self.changed.notify_all();
     }
 
-    /// Until the reference follower has seen `n` deltas, the turn is over, or `deadline`.
+    /// Waits until the reference follower has seen `n` deltas; panics at `deadline` or when the
+    /// turn ended first.
     fn wait_for(&self, n: usize, deadline: Instant) {
         let mut seen = self.seen.lock().unwrap();
         while seen.is_some_and(|s| s < n) {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
+            assert!(
+                !left.is_zero(),
+                "the reference follower saw {seen:?} of {n}"
+            );
             seen = self.changed.wait_timeout(seen, left).unwrap().0;
         }
+        assert!(seen.is_some(), "the turn ended before delta {n}");
     }
 }
 
@@ -191,17 +194,27 @@ struct Received {
     kind: &'static str,
     /// Entries after this cursor are due to it.
     since: u64,
+    /// Deltas broadcast before it connected (all later ones are due to it).
+    missed: usize,
     events: Vec<SseEvent>,
 }
 
-/// 200 followers on one session during a reply of 1,000 deltas: opened before the turn, at
-/// moments spread over the reply, and resuming from cursors of the transcript with
-/// `Last-Event-ID`. Each receives every delta broadcast after it connected, in order, exactly
-/// once (all 1,000 when it connected before the turn), every entry after its cursor exactly
-/// once in cursor order, the final message whole, and the turn's `idle`. Not timed: each wait
-/// has a deadline, nothing sleeps.
+/// 200 followers on one session during a reply of 1,000 deltas: opened before the turn, at 20
+/// moments of the reply, and resuming from cursors of the transcript with `Last-Event-ID`. The
+/// provider's stream is held between bursts until the followers of that moment are connected,
+/// so each follower knows which deltas are due to it: every one broadcast after it connected
+/// (all 1,000 when it connected before the turn), in order, exactly once; then every entry after
+/// its cursor exactly once in cursor order, the final message whole, and the turn's `idle`. Not
+/// timed: each wait has a deadline, nothing sleeps.
 #[test]
 fn two_hundred_followers_of_a_long_reply_miss_nothing() {
+    /// Deltas per provider write (the first write also carries the role frame, so it has one
+    /// delta less). Not one delta per write: under `wrangler dev` every chunk written to every
+    /// follow stream costs a loopback request from wrangler's inspector proxy, and 200 followers
+    /// × 1,000 writes exhaust its file descriptors.
+    const BURST: usize = 25;
+    /// Moments followers connect at during the reply, every second write.
+    const MOMENTS: usize = 20;
     // A stack of its own: wrangler's dev proxy is the bottleneck of 200 streams, and the other
     // tests of this file (the cap test opens 256) would share it.
     let stack = Stack::start();
@@ -212,11 +225,7 @@ fn two_hundred_followers_of_a_long_reply_miss_nothing() {
         .create_session(json!({"provider": "openai-compatible", "model": model}))
         .id;
     let reply: String = (0..DELTAS).map(token).collect();
-    // The provider streams the reply in bursts of `BURST` deltas: followers connect between
-    // them. (Not one delta per write: under `wrangler dev` every chunk written to every follow
-    // stream costs a loopback request from wrangler's inspector proxy, and 200 followers × 1,000
-    // writes exhaust its file descriptors.)
-    const BURST: usize = 25;
+    let gate = Gate::new();
     stack.openai().script(
         &model,
         [
@@ -224,7 +233,7 @@ fn two_hundred_followers_of_a_long_reply_miss_nothing() {
             Reply::text(reply.clone())
                 .with_text_parts(DELTAS)
                 .with_frames_per_write(BURST)
-                .with_delay(Duration::from_millis(100)),
+                .with_gate(&gate),
         ],
     );
     // A first turn, so that resuming followers have entries to backfill.
@@ -260,42 +269,66 @@ fn two_hundred_followers_of_a_long_reply_miss_nothing() {
                 Received {
                     kind: "before the turn",
                     since: before,
-                    events,
-                }
-            }));
-        }
-        // During the turn: each opens once the reference follower has seen its share of the
-        // deltas (or the turn is over), and stops at the first idle point.
-        for n in 0..DURING_TURN + RESUMING {
-            let (api, id, progress) = (&api, id.as_str(), &progress);
-            readers.push(scope.spawn(move || {
-                // From the first delta on: a follower that registered at rest, before the
-                // enqueue, would stop at that idle point.
-                progress.wait_for(1 + n * (DELTAS - 1) / (DURING_TURN + RESUMING), deadline);
-                let (kind, since, last_event_id) = if n % 14 < 5 {
-                    // Resuming: from a cursor of the first turn, or the turn's own first entry.
-                    let since = n as u64 % (before + 2);
-                    ("resuming", since, Some(since))
-                } else {
-                    ("during the turn", before, None)
-                };
-                let query = match last_event_id {
-                    Some(_) => "stopAfterIdle=1&timeoutSeconds=120".to_string(),
-                    None => format!("sinceCursor={before}&stopAfterIdle=1&timeoutSeconds=120"),
-                };
-                let mut stream = api.follow_from(id, &query, last_event_id);
-                let mut events = Vec::new();
-                while let Ok(Some(event)) = stream.next_event(deadline) {
-                    events.push(event);
-                }
-                Received {
-                    kind,
-                    since,
+                    missed: 0,
                     events,
                 }
             }));
         }
         api.enqueue(&id, "followUp", "a long reply, please");
+        // During the turn: at moment m, once the reference follower has seen every delta of
+        // the writes let out so far, a share of the followers connect; then two more writes.
+        // A failed wait below must not leave the reply held (and every reader to its deadline).
+        struct LetOut<'a>(&'a Gate);
+        impl Drop for LetOut<'_> {
+            fn drop(&mut self) {
+                self.0.open(DELTAS);
+            }
+        }
+        let _let_out = LetOut(&gate);
+        let (opened_tx, opened_rx) = std::sync::mpsc::channel::<()>();
+        let during = DURING_TURN + RESUMING;
+        for moment in 0..MOMENTS {
+            let write = 2 * moment;
+            let missed = (BURST * (write + 1) - 1).min(DELTAS);
+            progress.wait_for(missed, deadline);
+            let these = (during * moment / MOMENTS)..(during * (moment + 1) / MOMENTS);
+            for n in these.clone() {
+                let (api, id, opened_tx) = (&api, id.as_str(), opened_tx.clone());
+                readers.push(scope.spawn(move || {
+                    let (kind, since, last_event_id) = if n % 14 < 5 {
+                        // Resuming: from a cursor of the first turn, or the turn's first entry.
+                        let since = n as u64 % (before + 2);
+                        ("resuming", since, Some(since))
+                    } else {
+                        ("during the turn", before, None)
+                    };
+                    let query = match last_event_id {
+                        Some(_) => "stopAfterIdle=1&timeoutSeconds=120".to_string(),
+                        None => format!("sinceCursor={before}&stopAfterIdle=1&timeoutSeconds=120"),
+                    };
+                    let mut stream = api.follow_from(id, &query, last_event_id);
+                    let _ = opened_tx.send(());
+                    let mut events = Vec::new();
+                    while let Ok(Some(event)) = stream.next_event(deadline) {
+                        events.push(event);
+                    }
+                    Received {
+                        kind,
+                        since,
+                        missed,
+                        events,
+                    }
+                }));
+            }
+            for _ in these {
+                let left = deadline.saturating_duration_since(Instant::now());
+                opened_rx
+                    .recv_timeout(left)
+                    .expect("the followers of this moment connect");
+            }
+            gate.open(2);
+        }
+        drop(_let_out);
         readers
             .into_iter()
             .map(|r| r.join().expect("reader"))
@@ -311,14 +344,10 @@ fn two_hundred_followers_of_a_long_reply_miss_nothing() {
     );
     let tokens: Vec<String> = (0..DELTAS).map(token).collect();
     let mut failures = Vec::new();
-    let mut mid_reply = 0;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for r in &received {
         *counts.entry(r.kind).or_default() += 1;
         let deltas: Vec<&str> = r.events.iter().filter_map(SseEvent::delta).collect();
-        if (1..DELTAS).contains(&deltas.len()) {
-            mid_reply += 1;
-        }
         if let Err(problem) = check_many(r, &deltas, &tokens, &transcript) {
             failures.push(format!(
                 "a follower {} (since {}): {problem}\n{}",
@@ -329,7 +358,7 @@ fn two_hundred_followers_of_a_long_reply_miss_nothing() {
         }
     }
     eprintln!(
-        "{} followers {counts:?}, {mid_reply} connected mid-reply, {} broke the invariant",
+        "{} followers {counts:?}, {} broke the invariant",
         received.len(),
         failures.len()
     );
@@ -342,24 +371,24 @@ fn two_hundred_followers_of_a_long_reply_miss_nothing() {
         received.len(),
         failures[0]
     );
-    // How many connected between two bursts depends on how fast the stack answers: counted,
-    // not asserted (under load, opening a follow stream while 200 stream can outlast the reply).
 }
 
-/// A follower of the many-followers test: its deltas are the reply's tokens `k..` to the last
-/// (`k` = 0 when it connected before the turn), its entries are the transcript after its
-/// cursor, and it ends at the turn's `idle` (then `done` when it asked to stop there).
+/// A follower of the many-followers test: its deltas are the reply's tokens after the ones
+/// broadcast before it connected, its entries are the transcript after its cursor, and it ends
+/// at the turn's `idle` (then `done` when it asked to stop there).
 fn check_many(
     r: &Received,
     deltas: &[&str],
     tokens: &[String],
     transcript: &[Entry],
 ) -> Result<(), String> {
-    let Some(first) = tokens.len().checked_sub(deltas.len()) else {
-        return Err(format!("{} deltas", deltas.len()));
-    };
-    if r.kind == "before the turn" && first != 0 {
-        return Err(format!("{} of {} deltas", deltas.len(), tokens.len()));
+    let first = r.missed;
+    if deltas.len() + first != tokens.len() {
+        return Err(format!(
+            "{} deltas; the {} after the {first} broadcast before it connected were due",
+            deltas.len(),
+            tokens.len() - first
+        ));
     }
     if let Some(i) = deltas
         .iter()
