@@ -282,9 +282,10 @@ pub fn discards_over_bound(count: usize) -> usize {
     count.saturating_sub(MAX_PENDING_DISCARDS)
 }
 
-/// Whether a runner's `discard_result` ends the pending discard it answers: only `ok` does (an
-/// error is sent again at the runner's next connection). The hub looks the discard up by the
-/// answering socket's own owner and runner name, so a runner can only end its own.
+/// Whether a runner's `discard_result` ends the pending discard it answers: only `ok` does (after
+/// an error it is sent again by the hub's next sweep or at the runner's next connection). The
+/// hub looks the discard up by the answering socket's own owner and runner name, so a runner can
+/// only end its own.
 pub fn discard_done(outcome: &DiscardOutcome) -> bool {
     matches!(outcome, DiscardOutcome::Ok { .. })
 }

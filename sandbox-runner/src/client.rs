@@ -521,7 +521,7 @@ fn dispatch(
                     }
                     Err(error) => {
                         status(&format!(
-                            "session {session_id} was deleted, but discarding its workspaces failed (the server asks again at the next connection): {}",
+                            "session {session_id} was deleted, but discarding its workspaces failed (the server asks again later): {}",
                             error.message
                         ));
                         DiscardOutcome::Error(error)

@@ -598,7 +598,7 @@ pub enum DiscardOutcome {
         local: u64,
     },
     /// Something is left; the server keeps the request and sends it again when the runner
-    /// connects next.
+    /// connects next (or at its next liveness sweep).
     Error(ErrorBody),
 }
 

@@ -448,7 +448,7 @@ impl Store {
     ///
     /// [`codes::INVALID_MESSAGE`] when `session_id` is not a session id,
     /// [`codes::STORE_FAILED`] when storage fails or more than [`MAX_DISCARD_PAGES`] pages of
-    /// objects remain (the hub sends the discard again at the next connection).
+    /// objects remain (the hub sends the discard again later).
     pub async fn discard(&self, session_id: &str) -> Result<u64, ErrorBody> {
         let prefix = rules::session_prefix(&self.location, session_id)
             .map_err(|e| ErrorBody::new(codes::INVALID_MESSAGE, e))?;

@@ -3,7 +3,8 @@
 //! `POST /discard` (internal, from the session's deletion step) keeps one pending discard per
 //! host in SQLite (`pending_discards`) before it answers, then sends `discard_workspaces` to
 //! the hosts that are connected. A runner that is away gets it when it says hello next. Only
-//! the runner's `discard_result` with `ok`, on a socket of that very runner, removes it. The
+//! the runner's `discard_result` with `ok`, on a socket of that very runner, removes it; after
+//! an error it is sent again by the next liveness sweep (or connection). The
 //! rules are `wuhu_core::deletion`'s (`discard_targets`, `discards_to_send`,
 //! `discards_over_bound`, `discard_done`).
 
@@ -107,7 +108,7 @@ pub(super) fn send_waiting(
 
 /// A runner's `discard_result`: an `ok` ends the pending discard of that runner (looked up by
 /// the socket's own owner and name, never by what the frame says about the runner), then the
-/// next waiting one goes; an error is logged and the discard waits for the next connection.
+/// next waiting one goes; an error is logged and the discard is sent again by the next sweep.
 pub(super) fn on_result(
     sockets: &Sockets<'_>,
     ws: &WebSocket,
@@ -125,10 +126,11 @@ pub(super) fn on_result(
                 DiscardOutcome::Ok { .. } => String::from("not done"),
             };
             worker::console_log!(
-                "runner hub: runner {:?} of {} could not discard the workspaces of session {session_id} (sent again at its next connection): {why}",
+                "runner hub: runner {:?} of {} could not discard the workspaces of session {session_id} (sent again at the next sweep or connection): {why}",
                 runner.name,
                 info.owner
             );
+            store::unsend_discard(sockets.sql, &info.owner, &runner.name, session_id)?;
             return Ok(());
         }
         let known = store::remove_discard(sockets.sql, &info.owner, &runner.name, session_id)?;

@@ -774,6 +774,15 @@ impl Sockets<'_> {
                 info.persisted_ms = *last;
                 save_info(&ws, &info);
             }
+            // Discards that failed on this connection (or wait beyond the in-flight bound).
+            if info.runner.is_some()
+                && let Err(e) = super::discards::send_waiting(self, &ws, &info)
+            {
+                worker::console_error!(
+                    "runner hub: reading the waiting discards failed: {}",
+                    e.message
+                );
+            }
         }
         if let Some(at) = plan.next_alarm_ms {
             let offset = (at - now).max(0) + 1000;

@@ -220,6 +220,21 @@ pub(super) fn mark_discard_sent(sql: &SqlStorage, row: &DiscardRow, epoch: u64) 
     Ok(())
 }
 
+/// Marks a pending discard as not sent (its runner answered an error): the next sweep or
+/// connection sends it again.
+pub(super) fn unsend_discard(
+    sql: &SqlStorage,
+    owner: &str,
+    runner: &str,
+    session_id: &str,
+) -> ApiResult<()> {
+    sql.exec(
+        "UPDATE pending_discards SET sent_epoch = NULL WHERE owner = ? AND runner = ? AND session_id = ?",
+        vec![owner.into(), runner.into(), session_id.into()],
+    )?;
+    Ok(())
+}
+
 /// Forgets a pending discard (its runner confirmed it).
 pub(super) fn remove_discard(
     sql: &SqlStorage,
