@@ -434,21 +434,17 @@ fn delete_session(api: &Api, session: &str) -> u16 {
         .status
 }
 
-/// Waits until `session` has no stored key and `root` is gone.
+/// Waits until the runner said it discarded `session`'s workspaces (it says so after deleting
+/// them), then checks that `session` has no stored key and `root` is gone.
 #[track_caller]
 fn wait_discarded(world: &World, runner: &Runner, session: &str, root: &std::path::Path) {
-    wuhu_e2e::util::wait_for(
-        "the session's workspaces to be discarded",
-        Duration::from_secs(60),
-        || (world.session_keys(session).is_empty() && !root.exists()).then_some(()),
-    );
-    assert!(
-        runner.log().contains(&format!(
-            "session {session} was deleted: discarded its workspaces"
-        )),
-        "{}",
-        runner.log_tail(20)
-    );
+    let said = format!("session {session} was deleted: discarded its workspaces");
+    let waited = wuhu_e2e::util::wait_until(Duration::from_secs(60), || {
+        runner.log().contains(&said).then_some(())
+    });
+    assert!(waited.is_ok(), "no {said:?} in:\n{}", runner.log_tail(20));
+    assert_eq!(world.session_keys(session), Vec::<String>::new());
+    assert!(!root.exists(), "{} is still there", root.display());
 }
 
 #[test]
