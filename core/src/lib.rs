@@ -35,6 +35,7 @@ pub mod approvals;
 pub mod archive;
 pub mod authority;
 pub mod blobs;
+pub mod bookkeeping;
 pub mod browser;
 pub mod channels;
 pub mod civil_time;

@@ -50,7 +50,8 @@ fn storage_stays_bounded_at_one_hundred_thousand_entries() {
     eprintln!("{last_cursor} entries in {:?}", started.elapsed());
 
     // The hot tail never holds more than the unarchived entries plus HOT_TAIL_KEEP archived ones;
-    // after each idle turn everything is archived, so it is at most HOT_TAIL_KEEP + one segment.
+    // the threshold flush keeps the unarchived ones under one segment (an idle session's rest is
+    // archived a moment later), so it is at most HOT_TAIL_KEEP + one segment.
     let bound = HOT_TAIL_KEEP + FLUSH_ENTRIES;
     for (cursor, bytes, hot) in &samples {
         assert!(

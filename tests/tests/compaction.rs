@@ -13,7 +13,7 @@ use wuhu_core::wire::{
     Compaction, CompactionReason, Entry, EntryPayload, Message, SessionInfo, custom_types,
 };
 use wuhu_e2e::entries::{assert_contiguous, assistants, customs, describe};
-use wuhu_e2e::util::unique_name;
+use wuhu_e2e::util::{unique_name, wait_for};
 use wuhu_e2e::{Reply, Stack};
 
 const TURN: Duration = Duration::from_secs(60);
@@ -372,10 +372,15 @@ fn a_fork_continues_from_a_cursor_reading_its_history_by_reference() {
     let stats = ada.get(&format!("/v1/sessions/{}/stats", fork.id)).json();
     assert_eq!(stats["hotEntries"], 1, "{stats}");
     assert!(stats["segments"].as_u64() <= Some(1), "{stats}");
-    let parent_stats = ada.get(&format!("/v1/sessions/{parent}/stats")).json();
-    assert!(
-        parent_stats["segments"].as_u64() > Some(0),
-        "{parent_stats}"
+    // The parent's entries reach segments once it has stayed idle a moment
+    // (`bookkeeping::IDLE_FLUSH_DELAY_MS`).
+    wait_for(
+        "the idle parent's entries to be archived",
+        Duration::from_secs(30),
+        || {
+            let parent_stats = ada.get(&format!("/v1/sessions/{parent}/stats")).json();
+            (parent_stats["segments"].as_u64() > Some(0)).then_some(())
+        },
     );
 
     // It continues from its history, without what the parent said after the cursor.

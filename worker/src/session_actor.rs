@@ -80,6 +80,11 @@ pub(crate) struct Actor {
     /// `tool_call`s sent to runners and not answered yet (also in SQLite, for restarts).
     runner_calls: Rc<RunnerCalls>,
     pub(crate) flushing: Cell<bool>,
+    /// When the session last became idle (`None` while a turn runs): the idle flush waits on it
+    /// (`wuhu_core::bookkeeping`).
+    idle_since: Cell<Option<u64>>,
+    /// An idle-flush timer is sleeping.
+    idle_flush_timer: Cell<bool>,
     index_dirty: Cell<bool>,
     index_sending: Cell<bool>,
     /// Usage to report to the tenant index, and whether a report is being sent.
@@ -93,6 +98,11 @@ pub(crate) struct Actor {
     /// Entries through this cursor were looked at for usage (the stored cursor marks only
     /// those reported).
     pub(crate) usage_scanned_through: Cell<u64>,
+    /// Usage reported through this cursor, not stored yet: the next commit stores it. Until
+    /// then a restart reads those entries again and reports them again, and the index counts
+    /// each record once (`tenant_usage::apply_report`), so a turn's end costs no commit of its
+    /// own for the report.
+    pub(crate) usage_reported_unsaved: Cell<Option<u64>>,
     /// When this actor last deleted its session's expired request logs (unix ms; 0: never).
     pub(crate) llm_logs_swept_at: Cell<u64>,
     alarm_armed_for: Cell<Option<u64>>,
@@ -188,6 +198,8 @@ impl DurableObject for SessionActor {
             tasks: tasks::Tasks::default(),
             runner_calls,
             flushing: Cell::new(false),
+            idle_since: Cell::new(None),
+            idle_flush_timer: Cell::new(false),
             index_dirty: Cell::new(false),
             index_sending: Cell::new(false),
             usage_dirty: Cell::new(false),
@@ -195,6 +207,7 @@ impl DurableObject for SessionActor {
             tenant_budget_spent: Cell::new(false),
             known_budget: Cell::new(None),
             usage_scanned_through: Cell::new(0),
+            usage_reported_unsaved: Cell::new(None),
             llm_logs_swept_at: Cell::new(0),
             alarm_armed_for: Cell::new(None),
             turn_started_at: Cell::new(None),

@@ -2,8 +2,11 @@
 //! archive flushes, the alarm and the tenant index.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use wasm_bindgen_futures::spawn_local;
+use worker::Delay;
+use wuhu_core::bookkeeping::{self, IdleFlush};
 use wuhu_core::session::{Effect, Millis};
 use wuhu_core::wire::{Status, StreamEvent};
 
@@ -50,6 +53,9 @@ impl Actor {
                 }
                 Effect::StatusChanged(status) => {
                     index = true;
+                    if status == Status::Running {
+                        self.idle_since.set(None);
+                    }
                     self.broadcast(StreamEvent::Status { status });
                     self.observe_turn(status);
                 }
@@ -65,6 +71,7 @@ impl Actor {
                 Effect::QueueInsert(_) | Effect::QueueDelete { .. } => {}
                 Effect::Idle => {
                     flush = true;
+                    self.idle_since.set(Some(now().0));
                     // Catches up on a report that failed earlier.
                     usage = true;
                     self.broadcast(StreamEvent::Idle);
@@ -82,9 +89,40 @@ impl Actor {
         if usage {
             self.schedule_usage_report();
         }
-        if flush || self.unarchived_over_threshold() {
+        if self.unarchived_over_threshold() {
             spawn_local(archive::flush(self.clone()));
+        } else if flush {
+            self.schedule_idle_flush();
         }
+    }
+
+    /// Archives an idle session's entries once it has stayed idle for
+    /// `bookkeeping::IDLE_FLUSH_DELAY_MS`: a turn that follows closely does not wait for the
+    /// last one's segment write. One timer at a time; it sleeps again when the session went
+    /// idle again meanwhile and stops when a turn runs (that turn's end schedules it again).
+    fn schedule_idle_flush(self: &Rc<Self>) {
+        if self.idle_flush_timer.replace(true) {
+            return;
+        }
+        let actor = self.clone();
+        spawn_local(async move {
+            loop {
+                match bookkeeping::idle_flush_wait(actor.idle_since.get(), now().0) {
+                    IdleFlush::Wait(ms) => Delay::from(Duration::from_millis(ms)).await,
+                    IdleFlush::Now => {
+                        actor.idle_flush_timer.set(false);
+                        // A session being deleted writes nothing more (its objects step waits
+                        // for a flush under way, not for one that has not started).
+                        if !actor.deleting.get() {
+                            archive::flush(actor).await;
+                        }
+                        return;
+                    }
+                    IdleFlush::Stop => break,
+                }
+            }
+            actor.idle_flush_timer.set(false);
+        });
     }
 
     /// Notes when a turn starts and logs one line when it ends (`observe::TurnLine`).
@@ -247,7 +285,7 @@ impl Actor {
                 let answer =
                     tenant_index::report_usage(&self.env, &info_tenant(self), &report).await?;
                 self.known_budget.set(Some((answer.budget, now().0)));
-                self.store()?.save_usage_reported_through(last)?;
+                self.usage_reported_unsaved.set(Some(last));
             }
             self.usage_scanned_through.set(last);
             through = last;
@@ -255,7 +293,8 @@ impl Actor {
         Ok(())
     }
 
-    /// Sends the latest session info to the tenant index; one send at a time, coalesced.
+    /// Sends the latest session info to the tenant index `bookkeeping::INDEX_ROW_DELAY_MS` after
+    /// a change; one send at a time, coalesced.
     pub(crate) fn schedule_index_update(self: &Rc<Self>) {
         self.index_dirty.set(true);
         if self.index_sending.get() {
@@ -264,6 +303,8 @@ impl Actor {
         self.index_sending.set(true);
         let actor = self.clone();
         spawn_local(async move {
+            // Changes made while this waits go in the same update (`wuhu_core::bookkeeping`).
+            Delay::from(Duration::from_millis(bookkeeping::INDEX_ROW_DELAY_MS)).await;
             while actor.index_dirty.replace(false) {
                 let Ok(info) = actor.info() else { break };
                 if let Err(e) = tenant_index::upsert(&actor.env, &info_tenant(&actor), &info).await

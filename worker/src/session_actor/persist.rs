@@ -194,6 +194,7 @@ impl Actor {
                 ApiError::internal(format!("session meta serialisation failed: {e}"))
             })?);
         }
+        writes.usage_reported_through = self.usage_reported_unsaved.take();
         writes.checkpoint = serde_json::to_string(loaded.session.checkpoint())
             .map_err(|e| ApiError::internal(format!("checkpoint serialisation failed: {e}")))?;
         Ok(Some(Batch {

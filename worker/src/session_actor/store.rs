@@ -98,6 +98,9 @@ pub(crate) struct Writes {
     pub(crate) meta: Option<String>,
     /// The checkpoint's JSON.
     pub(crate) checkpoint: String,
+    /// Usage reported to the tenant index through this cursor, when a report moved it since
+    /// the last commit (written with the next commit rather than in a commit of its own).
+    pub(crate) usage_reported_through: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -216,6 +219,9 @@ impl Store {
         }
         if let Some(meta) = &writes.meta {
             self.put_meta("session", meta)?;
+        }
+        if let Some(through) = writes.usage_reported_through {
+            self.save_usage_reported_through(through)?;
         }
         self.put_meta("checkpoint", &writes.checkpoint)
     }
