@@ -157,14 +157,16 @@ pub fn run_credential_process(
         }
     };
     let out = reader.join().unwrap_or_default();
-    if !status.success() {
-        return Err(format!("{source}: the command failed ({status})"));
-    }
+    // The size first: the reader stops at the limit, so a process still printing past it
+    // dies of SIGPIPE, and its exit status would hide why.
     if out.len() > rules::CREDENTIAL_PROCESS_MAX_OUTPUT_BYTES {
         return Err(format!(
             "{source}: the output is over {} bytes",
             rules::CREDENTIAL_PROCESS_MAX_OUTPUT_BYTES
         ));
+    }
+    if !status.success() {
+        return Err(format!("{source}: the command failed ({status})"));
     }
     rules::parse_process_output(&String::from_utf8_lossy(&out), source, unix_now())
 }
@@ -320,15 +322,7 @@ impl S3 {
             .bucket
             .get_object(Some(&*credentials), key)
             .sign(SIGNED_FOR);
-        let response = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
+        let response = self.http.get(url).send_named(&what).await?;
         if response.status() == StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -369,10 +363,7 @@ impl S3 {
             request = request.header(name, value);
         }
         self.puts.fetch_add(1, Ordering::Relaxed);
-        let response = request.send().await.map_err(|source| S3Error::Transport {
-            what: what.clone(),
-            source,
-        })?;
+        let response = request.send_named(&what).await?;
         let status = response.status();
         if *condition != Condition::None
             && (status == StatusCode::PRECONDITION_FAILED || status == StatusCode::CONFLICT)
@@ -395,15 +386,7 @@ impl S3 {
             .bucket
             .delete_object(Some(&*credentials), key)
             .sign(SIGNED_FOR);
-        let response = self
-            .http
-            .delete(url)
-            .send()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
+        let response = self.http.delete(url).send_named(&what).await?;
         if response.status() == StatusCode::NOT_FOUND {
             return Ok(());
         }
@@ -429,23 +412,8 @@ impl S3 {
             action.with_continuation_token(token);
         }
         let url = action.sign(SIGNED_FOR);
-        let response = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
-        let body = check(response, &what)
-            .await?
-            .text()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
+        let response = self.http.get(url).send_named(&what).await?;
+        let body = text_of(response, &what).await?;
         let page = ListObjectsV2::parse_response(&body)
             .map_err(|e| S3Error::Invalid(format!("{what}: {e}")))?;
         Ok((
@@ -481,20 +449,9 @@ impl S3 {
             .post(url)
             .header("content-md5", md5)
             .body(body)
-            .send()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
-        let text = check(response, &what)
-            .await?
-            .text()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
+            .send_named(&what)
+            .await?;
+        let text = text_of(response, &what).await?;
         // Some servers answer a fully successful quiet delete with an empty body.
         if text.trim().is_empty() {
             return Ok(());
@@ -525,23 +482,8 @@ impl S3 {
             .bucket
             .create_multipart_upload(Some(&*credentials), key)
             .sign(SIGNED_FOR);
-        let response = self
-            .http
-            .post(url)
-            .send()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
-        let body = check(response, &what)
-            .await?
-            .text()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
+        let response = self.http.post(url).send_named(&what).await?;
+        let body = text_of(response, &what).await?;
         let parsed = CreateMultipartUpload::parse_response(&body)
             .map_err(|e| S3Error::Invalid(format!("{what}: {e}")))?;
         Ok(parsed.upload_id().to_string())
@@ -566,16 +508,7 @@ impl S3 {
             .upload_part(Some(&*credentials), key, number, upload_id)
             .sign(SIGNED_FOR);
         self.puts.fetch_add(1, Ordering::Relaxed);
-        let response = self
-            .http
-            .put(url)
-            .body(body)
-            .send()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
+        let response = self.http.put(url).body(body).send_named(&what).await?;
         let response = check(response, &what).await?;
         etag_of(&response).ok_or_else(|| S3Error::Invalid(format!("{what}: no ETag")))
     }
@@ -601,16 +534,7 @@ impl S3 {
         );
         let url = action.sign(SIGNED_FOR);
         let body = CompleteMultipartUpload::body(action);
-        let response = self
-            .http
-            .post(url)
-            .body(body)
-            .send()
-            .await
-            .map_err(|source| S3Error::Transport {
-                what: what.clone(),
-                source,
-            })?;
+        let response = self.http.post(url).body(body).send_named(&what).await?;
         check(response, &what).await.map(|_| ())
     }
 
@@ -625,6 +549,32 @@ impl S3 {
             .sign(SIGNED_FOR);
         let _ = self.http.delete(url).send().await;
     }
+}
+
+/// Sending a signed request: a transport failure names what was asked.
+trait SendNamed {
+    async fn send_named(self, what: &str) -> Result<reqwest::Response, S3Error>;
+}
+
+impl SendNamed for reqwest::RequestBuilder {
+    async fn send_named(self, what: &str) -> Result<reqwest::Response, S3Error> {
+        self.send().await.map_err(|source| S3Error::Transport {
+            what: what.to_string(),
+            source,
+        })
+    }
+}
+
+/// The body of a successful answer, as text.
+async fn text_of(response: reqwest::Response, what: &str) -> Result<String, S3Error> {
+    check(response, what)
+        .await?
+        .text()
+        .await
+        .map_err(|source| S3Error::Transport {
+            what: what.to_string(),
+            source,
+        })
 }
 
 async fn check(response: reqwest::Response, what: &str) -> Result<reqwest::Response, S3Error> {
