@@ -22,8 +22,9 @@
 //! the session actor, with the runner's name and owner; the session heeds only jobs it started
 //! on that runner).
 //!
-//! By job: `sockets` (accepting runners, per-socket state, `hello`, frames, the liveness
-//! sweep), `waiters` (`/call`s waiting for an answer), `calls` (`/call`), `definitions`
+//! By job: `sockets` (accepting runners, `hello`, frames, the liveness sweep), `socket_state`
+//! (the per-socket attachment and sending a frame, below `sockets` and `discards`, which
+//! both use it), `discards` (pending discards of deleted sessions' workspaces), `waiters` (`/call`s waiting for an answer), `calls` (`/call`), `definitions`
 //! (listings, definitions, `/resolve`), `store` (SQLite). The rules they apply are
 //! `wuhu_core::hub`'s and `wuhu_core::resolve`'s. Heartbeats are answered by the runtime's
 //! auto-response (the hub does not wake for them); liveness reads the auto-response timestamp.
@@ -31,6 +32,7 @@
 mod calls;
 mod definitions;
 mod discards;
+mod socket_state;
 mod sockets;
 mod store;
 mod waiters;
@@ -180,7 +182,7 @@ impl RunnerHub {
             }
             (Method::Post, "/discard") => {
                 let body = read_body(&mut req).await?;
-                discards::discard(&sockets, &body)
+                discards::discard(sockets.sql, |owner, name| sockets.find(owner, name), &body)
             }
             (Method::Post, "/revoked") => {
                 #[derive(serde::Deserialize)]

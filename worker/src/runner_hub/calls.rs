@@ -10,7 +10,8 @@ use wuhu_core::hub::{self, CallKind};
 use wuhu_core::wire::runner::{MAX_FRAME_BYTES, RunnerKind, ServerMessage, codes, encode_frame};
 use wuhu_core::wire::{RunnerCallRequest, RunnerCallResponse};
 
-use super::sockets::{Sockets, send};
+use super::socket_state::send;
+use super::sockets::Sockets;
 use crate::http::{ApiError, ApiResult, json_response};
 use crate::internal::codes as call_codes;
 

@@ -11,7 +11,8 @@ use wuhu_core::wire::{
     ResolveEnvironmentRequest, RunnerEnvironmentInfo, RunnerInfo, UpdateEnvironmentRequest,
 };
 
-use super::sockets::{Sockets, now_ms};
+use super::socket_state::now_ms;
+use super::sockets::Sockets;
 use super::store;
 use crate::http::{ApiError, ApiResult, json_response, parse_json};
 

@@ -8,18 +8,22 @@
 //! rules are `wuhu_core::deletion`'s (`discard_targets`, `discards_to_send`,
 //! `discards_over_bound`, `discard_done`).
 
-use worker::{Response, WebSocket};
+use worker::{Response, SqlStorage, WebSocket};
 use wuhu_core::deletion;
 use wuhu_core::wire::runner::{
     DiscardOutcome, DiscardWorkspacesRequest, DiscardWorkspacesResponse, ServerMessage,
 };
 
-use super::sockets::{SocketInfo, Sockets, now_ms, send};
+use super::socket_state::{SocketInfo, now_ms, send};
 use super::store;
 use crate::http::{ApiError, ApiResult, json_response, parse_json};
 
 /// `POST /discard`.
-pub(super) fn discard(sockets: &Sockets<'_>, body: &[u8]) -> ApiResult<Response> {
+pub(super) fn discard(
+    sql: &SqlStorage,
+    find: impl Fn(&str, &str) -> Option<(WebSocket, SocketInfo)>,
+    body: &[u8],
+) -> ApiResult<Response> {
     let request: DiscardWorkspacesRequest = parse_json(body)?;
     let session_id = request.session_id.as_str();
     if !deletion::is_session_id(session_id) {
@@ -27,7 +31,7 @@ pub(super) fn discard(sockets: &Sockets<'_>, body: &[u8]) -> ApiResult<Response>
             "{session_id:?} is not a session id"
         )));
     }
-    let names = store::names(sockets.sql)?;
+    let names = store::names(sql)?;
     let known: Vec<(&str, &str)> = names
         .iter()
         .map(|r| (r.owner.as_str(), r.name.as_str()))
@@ -35,11 +39,11 @@ pub(super) fn discard(sockets: &Sockets<'_>, body: &[u8]) -> ApiResult<Response>
     let (kept, unknown) = deletion::discard_targets(&request.hosts, &known);
     let now = now_ms();
     for host in &kept {
-        store::add_discard(sockets.sql, &host.owner, &host.runner, session_id, now)?;
+        store::add_discard(sql, &host.owner, &host.runner, session_id, now)?;
     }
-    let over = deletion::discards_over_bound(store::count_discards(sockets.sql)?);
+    let over = deletion::discards_over_bound(store::count_discards(sql)?);
     if over > 0 {
-        for row in store::drop_oldest_discards(sockets.sql, over)? {
+        for row in store::drop_oldest_discards(sql, over)? {
             worker::console_log!(
                 "runner hub: dropped the pending discard of session {} on runner {:?} of {} ({} are kept at most): its workspaces stay in that runner's store",
                 row.session_id,
@@ -59,8 +63,8 @@ pub(super) fn discard(sockets: &Sockets<'_>, body: &[u8]) -> ApiResult<Response>
     // Stored first: what follows only speeds delivery up.
     let mut sent = 0;
     for host in &kept {
-        if let Some((ws, info)) = sockets.find(&host.owner, &host.runner) {
-            sent += send_waiting(sockets, &ws, &info)?;
+        if let Some((ws, info)) = find(&host.owner, &host.runner) {
+            sent += send_waiting(sql, &ws, &info)?;
         }
     }
     Ok(json_response(
@@ -76,7 +80,7 @@ pub(super) fn discard(sockets: &Sockets<'_>, body: &[u8]) -> ApiResult<Response>
 /// Sends a welcomed runner's waiting discards, at most `DISCARDS_IN_FLIGHT` unanswered on this
 /// connection. Returns how many were sent.
 pub(super) fn send_waiting(
-    sockets: &Sockets<'_>,
+    sql: &SqlStorage,
     ws: &WebSocket,
     info: &SocketInfo,
 ) -> ApiResult<usize> {
@@ -84,7 +88,7 @@ pub(super) fn send_waiting(
         return Ok(0);
     };
     let (waiting, in_flight) = store::discards_for(
-        sockets.sql,
+        sql,
         &info.owner,
         &runner.name,
         info.epoch,
@@ -100,7 +104,7 @@ pub(super) fn send_waiting(
         if !send(ws, &message) {
             break;
         }
-        store::mark_discard_sent(sockets.sql, &row, info.epoch)?;
+        store::mark_discard_sent(sql, &row, info.epoch)?;
         sent += 1;
     }
     Ok(sent)
@@ -110,7 +114,7 @@ pub(super) fn send_waiting(
 /// the socket's own owner and name, never by what the frame says about the runner), then the
 /// next waiting one goes; an error is logged and the discard is sent again by the next sweep.
 pub(super) fn on_result(
-    sockets: &Sockets<'_>,
+    sql: &SqlStorage,
     ws: &WebSocket,
     info: &SocketInfo,
     session_id: &str,
@@ -130,10 +134,10 @@ pub(super) fn on_result(
                 runner.name,
                 info.owner
             );
-            store::unsend_discard(sockets.sql, &info.owner, &runner.name, session_id)?;
+            store::unsend_discard(sql, &info.owner, &runner.name, session_id)?;
             return Ok(());
         }
-        let known = store::remove_discard(sockets.sql, &info.owner, &runner.name, session_id)?;
+        let known = store::remove_discard(sql, &info.owner, &runner.name, session_id)?;
         let (objects, local) = match outcome {
             DiscardOutcome::Ok { objects, local } => (*objects, *local),
             DiscardOutcome::Error(_) => (0, 0),
@@ -148,7 +152,7 @@ pub(super) fn on_result(
                 " (no such pending discard)"
             }
         );
-        send_waiting(sockets, ws, info)?;
+        send_waiting(sql, ws, info)?;
         Ok(())
     })();
     if let Err(e) = result {

@@ -2,7 +2,6 @@
 //! hibernation), `hello`, frames and answers, closing, and the liveness sweep. The decisions are
 //! `wuhu_core::hub`'s; this module gathers the facts and performs them.
 
-use serde::{Deserialize, Serialize};
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
     Request, Response, SqlStorage, State, WebSocket, WebSocketIncomingMessage, WebSocketPair,
@@ -13,11 +12,13 @@ use wuhu_core::hub::{
 use wuhu_core::wire::runner::{
     CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, JobEvent, JobReport,
     MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, RunnerMessage, ServerMessage,
-    codes, decode_frame_within, encode_frame, jobs,
+    codes, decode_frame_within, jobs,
 };
 
 use wuhu_core::authority::{self, Principal};
 
+use super::discards;
+use super::socket_state::{SocketInfo, SocketRunner, info_of, now_ms, save_info, send};
 use super::store;
 use super::waiters::Waiters;
 use crate::http::{ApiError, ApiResult};
@@ -25,67 +26,6 @@ use crate::identity::JTI_HEADER;
 
 /// `WebSocket.readyState` of an open socket.
 const OPEN: u16 = 1;
-
-/// Per-socket state, stored as the socket's attachment so it survives hibernation. Kept small:
-/// what `hello` offered lives in SQLite.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct SocketInfo {
-    pub(super) owner: String,
-    /// The tenant (from the verified token); empty on sockets accepted before it was kept.
-    #[serde(default)]
-    tenant: String,
-    /// The kind the runner's token allows (its `runnerKind` claim): the kind it is registered as.
-    #[serde(default)]
-    token_kind: RunnerKind,
-    pub(super) epoch: u64,
-    pub(super) connected_at_ms: i64,
-    last_seen_ms: i64,
-    #[serde(default)]
-    persisted_ms: i64,
-    #[serde(default)]
-    pub(super) runner: Option<SocketRunner>,
-    /// Set when the hub closed (or gave up on) the socket; it no longer counts as open.
-    #[serde(default)]
-    closed: bool,
-    /// The `jti` of the token the runner connected with, when it is revocable: revoking it
-    /// closes this socket ([`Sockets::revoked`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    jti: Option<String>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct SocketRunner {
-    pub(super) name: String,
-    pub(super) kind: RunnerKind,
-    os: String,
-}
-
-impl SocketInfo {
-    /// Whether this socket carries `owner`'s welcomed runner `name`.
-    pub(super) fn serves(&self, owner: &str, name: &str) -> bool {
-        self.owner == owner && self.runner.as_ref().is_some_and(|r| r.name == name)
-    }
-}
-
-pub(super) fn now_ms() -> i64 {
-    js_sys::Date::now() as i64
-}
-
-fn info_of(ws: &WebSocket) -> Option<SocketInfo> {
-    ws.deserialize_attachment::<SocketInfo>().ok().flatten()
-}
-
-fn save_info(ws: &WebSocket, info: &SocketInfo) {
-    if let Err(e) = ws.serialize_attachment(info) {
-        worker::console_error!("runner hub: saving socket state failed: {e}");
-    }
-}
-
-pub(super) fn send(ws: &WebSocket, message: &ServerMessage) -> bool {
-    ws.send_with_str(encode_frame(message)).is_ok()
-}
 
 fn send_error(ws: &WebSocket, id: Option<&str>, code: &str, message: impl Into<String>) {
     send(
@@ -373,7 +313,7 @@ impl Sockets<'_> {
                 session_id,
                 outcome,
                 ..
-            } => super::discards::on_result(self, ws, &info, &session_id, &outcome),
+            } => discards::on_result(self.sql, ws, &info, &session_id, &outcome),
             RunnerMessage::Error {
                 id: None,
                 code,
@@ -566,7 +506,7 @@ impl Sockets<'_> {
         );
         self.arm_alarm(now + SILENCE_LIMIT_MS).await;
         // Discards of deleted sessions that waited for this runner.
-        match super::discards::send_waiting(self, ws, &info) {
+        match discards::send_waiting(self.sql, ws, &info) {
             Ok(0) => {}
             Ok(n) => worker::console_log!(
                 "runner hub: sent {n} waiting discard(s) to runner {name:?} of {}",
@@ -776,7 +716,7 @@ impl Sockets<'_> {
             }
             // Discards that failed on this connection (or wait beyond the in-flight bound).
             if info.runner.is_some()
-                && let Err(e) = super::discards::send_waiting(self, &ws, &info)
+                && let Err(e) = discards::send_waiting(self.sql, &ws, &info)
             {
                 worker::console_error!(
                     "runner hub: reading the waiting discards failed: {}",
