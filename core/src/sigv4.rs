@@ -146,23 +146,39 @@ mod tests {
 
     /// AWS S3 documentation, "Authenticating Requests: Using Query Parameters": the presigned
     /// GET of `examplebucket/test.txt` on 2013-05-24, valid 86400 s.
+    /// AWS's documented presigned `GET`, and rusty-s3's own test of a presigned `PUT`
+    /// (`actions/put_object.rs`, `aws_example`) with the same inputs.
     #[test]
-    fn the_aws_documented_presigned_get() {
-        let url = presign_url(
-            &aws_example_credentials(),
-            &Presign {
-                method: "GET",
-                origin: "https://examplebucket.s3.amazonaws.com",
-                path: "/test.txt",
-                signed_headers: &[],
-                now_unix: 1_369_353_600,
-                expires_seconds: 86_400,
-            },
-        );
-        assert_eq!(
-            url,
-            "https://examplebucket.s3.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
-        );
+    fn the_documented_presigned_examples() {
+        for (method, signature) in [
+            (
+                "GET",
+                "aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+            ),
+            (
+                "PUT",
+                "f4db56459304dafaa603a99a23c6bea8821890259a65c18ff503a4a72a80efd9",
+            ),
+        ] {
+            let url = presign_url(
+                &aws_example_credentials(),
+                &Presign {
+                    method,
+                    origin: "https://examplebucket.s3.amazonaws.com",
+                    path: "/test.txt",
+                    signed_headers: &[],
+                    now_unix: 1_369_353_600,
+                    expires_seconds: 86_400,
+                },
+            );
+            assert_eq!(
+                url,
+                format!(
+                    "https://examplebucket.s3.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host&X-Amz-Signature={signature}"
+                ),
+                "{method}"
+            );
+        }
     }
 
     #[test]
@@ -206,27 +222,6 @@ mod tests {
             },
         );
         assert_ne!(url, other);
-    }
-
-    /// rusty-s3's own test of a presigned PUT (`actions/put_object.rs`, `aws_example`): the same
-    /// inputs as AWS's GET example.
-    #[test]
-    fn the_rusty_s3_presigned_put_example() {
-        let url = presign_url(
-            &aws_example_credentials(),
-            &Presign {
-                method: "PUT",
-                origin: "https://examplebucket.s3.amazonaws.com",
-                path: "/test.txt",
-                signed_headers: &[],
-                now_unix: 1_369_353_600,
-                expires_seconds: 86_400,
-            },
-        );
-        assert_eq!(
-            url,
-            "https://examplebucket.s3.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host&X-Amz-Signature=f4db56459304dafaa603a99a23c6bea8821890259a65c18ff503a4a72a80efd9"
-        );
     }
 
     /// moto cannot check a presigned request's signature (decision 0015), so the presigned PUTs

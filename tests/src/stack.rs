@@ -199,6 +199,16 @@ impl Stack {
         &self.log_path
     }
 
+    /// The JSON lines of the Worker's log (`observe`: request and turn lines), in order.
+    pub fn log_events(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| line.find("{\"").map(|i| &line[i..]))
+            .filter_map(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+            .filter(|v| v.get("event").is_some())
+            .collect()
+    }
+
     /// The last `lines` lines of the wrangler log.
     pub fn log_tail(&self, lines: usize) -> String {
         tail(&self.log_path, lines)

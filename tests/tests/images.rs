@@ -270,16 +270,6 @@ fn the_model_is_shown_the_image_in_each_dialect() {
     }
 }
 
-/// The JSON lines of the Worker's log (`observe`: request and turn lines).
-fn log_lines() -> Vec<Value> {
-    let text = std::fs::read_to_string(stack().log_path()).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| line.find("{\"").map(|i| &line[i..]))
-        .filter_map(|json| serde_json::from_str::<Value>(json).ok())
-        .filter(|v| v.get("event").is_some())
-        .collect()
-}
-
 /// The image cache (`wuhu_core::images::cache`, one per isolate): the first request that shows
 /// an image reads it from R2, every later step of the session (the same turn and the next) finds
 /// it in the cache and sends the same bytes; the turn log lines count both. Deleting the session
@@ -319,7 +309,8 @@ fn a_later_step_finds_the_image_in_the_isolate_cache() {
             &format!("{n} turn lines of {session}"),
             Duration::from_secs(20),
             || {
-                let lines: Vec<Value> = log_lines()
+                let lines: Vec<Value> = stack()
+                    .log_events()
                     .into_iter()
                     .filter(|l| l["event"] == "turn" && l["session"] == session.as_str())
                     .collect();

@@ -3,18 +3,8 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use wuhu_e2e::Stack;
 use wuhu_e2e::util::unique_name;
-
-fn log_lines(stack: &Stack) -> Vec<Value> {
-    let text = std::fs::read_to_string(stack.log_path()).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| line.find("{\"").map(|i| &line[i..]))
-        .filter_map(|json| serde_json::from_str::<Value>(json).ok())
-        .filter(|v| v.get("event").is_some())
-        .collect()
-}
 
 #[test]
 fn every_request_and_turn_is_one_json_line_without_secrets() {
@@ -40,7 +30,7 @@ fn every_request_and_turn_is_one_json_line_without_secrets() {
         "the request and turn lines",
         Duration::from_secs(20),
         || {
-            let lines = log_lines(&stack);
+            let lines = stack.log_events();
             let has_request = lines
                 .iter()
                 .any(|l| l["event"] == "request" && l["requestId"] == request_id.as_str());
