@@ -27,6 +27,39 @@ pub const OPENAI_TEST_KEY: &str = "test-key";
 /// The API key the Worker is given for the anthropic provider.
 pub const ANTHROPIC_TEST_KEY: &str = "test-anthropic-key";
 
+/// Set to `1` to keep wrangler's DevTools proxy on in tests and benchmarks (to attach DevTools
+/// to a test's Worker while debugging it).
+pub const KEEP_DEVTOOLS_VAR: &str = "WUHU_WRANGLER_DEVTOOLS";
+
+/// Whether the stacks this process starts run without wrangler's DevTools proxy (the default).
+pub fn devtools_off() -> bool {
+    std::env::var(KEEP_DEVTOOLS_VAR).map_or(true, |v| v != "1")
+}
+
+/// Starts `wrangler dev` without its DevTools proxy, unless [`KEEP_DEVTOOLS_VAR`] is `1`.
+///
+/// Why: the proxy enables the runtime's `Network` inspector domain, and then every chunk of
+/// every streamed subrequest (a follow stream the router relays, a provider's reply) becomes
+/// an inspector event that wrangler's proxy forwards to its Node process as an HTTP request on
+/// a new loopback connection. Cloudflare runs nothing like it, and it dominated what the
+/// benchmarks measured on streams: 200 followers of a 1,000-delta reply saw a delivery lag p99
+/// of 634–1,059 ms with it and 55–105 ms without it, alternating, same load
+/// (docs/benchmarks.md). The e2e tests get the same stack as the benchmarks.
+///
+/// How: wrangler 4 has no flag for it; it turns the proxy off (`inspectorEnabled`) when it runs
+/// in VS Code's JavaScript debug terminal, which it detects by `VSCODE_INSPECTOR_OPTIONS`.
+/// Miniflare reads that variable only to attach VS Code's debugger when `NODE_OPTIONS` names
+/// its bootloader, so the harness clears `NODE_OPTIONS` as well. Worker logs are unaffected:
+/// they reach wrangler's output through workerd's stdout, not the inspector.
+pub fn without_devtools(command: &mut Command) -> &mut Command {
+    if devtools_off() {
+        command
+            .env("VSCODE_INSPECTOR_OPTIONS", "{}")
+            .env_remove("NODE_OPTIONS");
+    }
+    command
+}
+
 /// How to start a stack.
 #[derive(Clone, Debug)]
 pub struct StackOptions {
@@ -387,7 +420,7 @@ impl Stack {
         for (name, value) in &vars {
             command.arg("--var").arg(format!("{name}:{value}"));
         }
-        command
+        without_devtools(&mut command)
             .env("WRANGLER_SEND_METRICS", "false")
             .env("CLOUDFLARE_CF_FETCH_ENABLED", "false")
             .env("WRANGLER_LOG_PATH", self.dir.join("wrangler-debug-logs"))

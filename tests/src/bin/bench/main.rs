@@ -252,6 +252,7 @@ fn main() {
         "machine": machine_info(),
         "git": command_output("git", &["rev-parse", "--short", "HEAD"]),
         "wrangler": wrangler_version(),
+        "wrangler_devtools": !wuhu_e2e::stack::devtools_off(),
         "config": {"turns": config.turns, "warmup": config.warmup},
         "benchmarks": results,
     });

@@ -258,7 +258,9 @@ impl PeerServer {
         let inspector = free_port();
         let log = std::fs::File::create(state.join("wrangler.log")).expect("peer log");
         let started = Instant::now();
-        let child = Command::new(&wrangler)
+        let mut command = Command::new(&wrangler);
+        // The same stack as Wuhu's: without wrangler's DevTools proxy (see `without_devtools`).
+        let child = wuhu_e2e::stack::without_devtools(&mut command)
             .current_dir(dir)
             .args(["dev", "--ip", "127.0.0.1", "--port", &port.to_string()])
             .args(["--inspector-port", &inspector.to_string()])
