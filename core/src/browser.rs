@@ -52,6 +52,18 @@ pub fn check_cross_site(
     }
 }
 
+/// The method the cross-site check sees for a request: a WebSocket upgrade (`Upgrade:
+/// websocket`, a `GET`) counts as state-changing (`WEBSOCKET`), because the socket it opens
+/// carries actions and a foreign page can read what it sends (WebSockets have no CORS): a cookie
+/// or Access upgrade from another origin is cross-site WebSocket hijacking and is refused.
+pub fn cross_site_method<'a>(method: &'a str, upgrade: Option<&str>) -> &'a str {
+    if upgrade.is_some_and(|u| u.trim().eq_ignore_ascii_case("websocket")) {
+        "WEBSOCKET"
+    } else {
+        method
+    }
+}
+
 /// The `host[:port]` of an origin such as `https://app.example.com:8443`; `None` for `null`
 /// or anything without a scheme.
 fn origin_host(origin: &str) -> Option<&str> {
@@ -158,6 +170,36 @@ pub fn cors_preflight_headers(origin: &str) -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn websocket_upgrades_are_checked_like_state_changing_requests() {
+        let host = "127.0.0.1:8787";
+        // (upgrade header, Sec-Fetch-Site, Origin, allowed)
+        type Case = (
+            Option<&'static str>,
+            Option<&'static str>,
+            Option<&'static str>,
+            bool,
+        );
+        let cases: [Case; 8] = [
+            (None, None, Some("https://evil.example"), true),
+            (Some("websocket"), None, Some("https://evil.example"), false),
+            (Some("WebSocket"), None, Some("https://evil.example"), false),
+            (Some("websocket"), Some("cross-site"), None, false),
+            (Some("websocket"), None, Some("http://127.0.0.1:8787"), true),
+            (Some("websocket"), Some("same-origin"), None, true),
+            (Some("websocket"), None, None, true),
+            (Some("h2c"), None, Some("https://evil.example"), true),
+        ];
+        for (upgrade, site, origin, allowed) in cases {
+            let method = cross_site_method("GET", upgrade);
+            assert_eq!(
+                check_cross_site(method, site, origin, host).is_ok(),
+                allowed,
+                "{upgrade:?} {site:?} {origin:?}"
+            );
+        }
+    }
 
     #[test]
     fn cross_site_table() {

@@ -198,6 +198,38 @@ impl Frame {
             Frame::Heartbeat => SSE_HEARTBEAT,
         }
     }
+
+    /// The event's JSON, exactly the SSE frame's `data:` (a slice of the same text, not a copy):
+    /// what a client WebSocket sends (`wuhu_core::socket`). `None` for the heartbeat.
+    pub fn data(&self) -> Option<&str> {
+        match self {
+            Frame::Heartbeat => None,
+            frame => Some(sse_data(frame.as_str())),
+        }
+    }
+}
+
+/// The `data:` of one SSE frame written by [`StreamEvent::to_sse`] (one `data` line: the JSON
+/// is compact, so it holds no newline).
+fn sse_data(sse: &str) -> &str {
+    let start = sse.find("data: ").map_or(0, |i| i + "data: ".len());
+    sse[start..].trim_end_matches('\n')
+}
+
+/// Why a stream ended (what its last frame said): a client WebSocket maps it to a close code
+/// (`wuhu_core::socket::close_code`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// `done`: `stopAfterIdle` or `timeoutSeconds`.
+    Done,
+    /// `lagged`: the follower's buffer overflowed.
+    Lagged,
+    /// `error`: the credential is no longer live.
+    Revoked,
+    /// `error`: the session was deleted.
+    Deleted,
+    /// `error`: reading the transcript or checking the credential failed (reconnect to resume).
+    Failed,
 }
 
 /// What the host does next.
@@ -254,6 +286,10 @@ pub struct Follow {
     recheck_at: Option<Millis>,
     /// A credential check was asked for and not answered yet.
     check_in_flight: bool,
+    /// Heartbeat comments are sent (SSE); a WebSocket has its own pings.
+    heartbeats: bool,
+    /// Why the stream ended, once it did.
+    end_reason: Option<EndReason>,
 }
 
 impl Follow {
@@ -279,7 +315,21 @@ impl Follow {
             closed: false,
             recheck_at: None,
             check_in_flight: false,
+            heartbeats: true,
+            end_reason: None,
         }
+    }
+
+    /// No heartbeat comments (a client WebSocket): [`Follow::poll_deadline`] then has no
+    /// deadline unless a timeout or a credential check is due, so a host needs no timer.
+    pub fn without_heartbeats(mut self) -> Follow {
+        self.heartbeats = false;
+        self
+    }
+
+    /// Why the stream ended ([`Output::End`] was or will be returned), if it did.
+    pub fn end_reason(&self) -> Option<EndReason> {
+        self.end_reason
     }
 
     /// The stream was authenticated by a revocable credential: check it every
@@ -298,13 +348,17 @@ impl Follow {
         }
         match live {
             Ok(true) => self.recheck_at = Some(Millis(now.0.saturating_add(CREDENTIAL_RECHECK_MS))),
-            Ok(false) => self.close_with(Frame::Text(
+            Ok(false) => self.close_with(
+                EndReason::Revoked,
+                Frame::Text(
                 StreamEvent::Error {
                     message: REVOKED_MESSAGE.to_string(),
                 }
                 .to_sse(),
             )),
-            Err(message) => self.close_with(Frame::Text(
+            Err(message) => self.close_with(
+                EndReason::Failed,
+                Frame::Text(
                 StreamEvent::Error {
                     message: format!(
                         "could not check this stream's credential ({message}); reconnect to resume"
@@ -321,12 +375,15 @@ impl Follow {
         if self.closed {
             return;
         }
-        self.close_with(Frame::Text(
-            StreamEvent::Error {
-                message: DELETED_MESSAGE.to_string(),
-            }
-            .to_sse(),
-        ));
+        self.close_with(
+            EndReason::Deleted,
+            Frame::Text(
+                StreamEvent::Error {
+                    message: DELETED_MESSAGE.to_string(),
+                }
+                .to_sse(),
+            ),
+        );
     }
 
     /// Whether the host may stop sending live events to this follower and forget it.
@@ -367,6 +424,7 @@ impl Follow {
         {
             self.lagged = true;
             self.closed = true;
+            self.end_reason = Some(EndReason::Lagged);
             self.live.clear();
             self.live_bytes = 0;
             self.page.clear();
@@ -384,22 +442,28 @@ impl Follow {
             return;
         }
         match page {
-            Ok(entries) if entries.is_empty() => self.close_with(Frame::Text(
-                StreamEvent::Error {
-                    message: format!(
-                        "the transcript ended at cursor {} before cursor {}",
-                        self.sent_cursor, self.backfill_until
-                    ),
-                }
-                .to_sse(),
-            )),
+            Ok(entries) if entries.is_empty() => self.close_with(
+                EndReason::Failed,
+                Frame::Text(
+                    StreamEvent::Error {
+                        message: format!(
+                            "the transcript ended at cursor {} before cursor {}",
+                            self.sent_cursor, self.backfill_until
+                        ),
+                    }
+                    .to_sse(),
+                ),
+            ),
             Ok(entries) => {
                 let until = self.backfill_until;
                 self.page
                     .extend(entries.into_iter().filter(|e| e.cursor <= until));
             }
             Err(message) => {
-                self.close_with(Frame::Text(StreamEvent::Error { message }.to_sse()));
+                self.close_with(
+                    EndReason::Failed,
+                    Frame::Text(StreamEvent::Error { message }.to_sse()),
+                );
             }
         }
     }
@@ -410,11 +474,11 @@ impl Follow {
         if self.closed && self.closing.is_empty() && !self.lagged {
             return None;
         }
-        let mut at = self.next_heartbeat;
-        for other in [self.deadline, self.recheck_at].into_iter().flatten() {
-            at = at.min(other);
-        }
-        Some(at)
+        let heartbeat = self.heartbeats.then_some(self.next_heartbeat);
+        [heartbeat, self.deadline, self.recheck_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next thing to do.
@@ -435,7 +499,7 @@ impl Follow {
             };
         }
         if self.deadline.is_some_and(|d| now >= d) {
-            self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
+            self.close_with(EndReason::Done, Frame::Text(StreamEvent::Done.to_sse()));
             return self.poll(now);
         }
         // 0. A revocable credential is re-checked before anything more is sent.
@@ -483,7 +547,7 @@ impl Follow {
                     }
                 }
                 Kind::Idle if self.stop_after_idle => {
-                    self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
+                    self.close_with(EndReason::Done, Frame::Text(StreamEvent::Done.to_sse()));
                     return Output::Frame(Frame::Live(event));
                 }
                 _ => return Output::Frame(Frame::Live(event)),
@@ -491,10 +555,10 @@ impl Follow {
         }
         // 4. Everything received is sent: at rest, this is an idle point.
         if self.stop_after_idle && self.status != Status::Running {
-            self.close_with(Frame::Text(StreamEvent::Done.to_sse()));
+            self.close_with(EndReason::Done, Frame::Text(StreamEvent::Done.to_sse()));
             return Output::Frame(Frame::Text(StreamEvent::Idle.to_sse()));
         }
-        if now >= self.next_heartbeat {
+        if self.heartbeats && now >= self.next_heartbeat {
             self.next_heartbeat = Millis(now.0 + HEARTBEAT_MS);
             return Output::Frame(Frame::Heartbeat);
         }
@@ -519,8 +583,9 @@ impl Follow {
     }
 
     /// Ends the stream after `frame`; live events are no longer wanted.
-    fn close_with(&mut self, frame: Frame) {
+    fn close_with(&mut self, reason: EndReason, frame: Frame) {
         self.closed = true;
+        self.end_reason = Some(reason);
         self.live.clear();
         self.live_bytes = 0;
         self.page.clear();

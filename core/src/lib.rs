@@ -59,6 +59,7 @@ mod rng;
 pub mod session;
 pub mod sigv4;
 pub mod snapshot_vars;
+pub mod socket;
 pub mod sse;
 pub mod tenant_config;
 pub mod tenant_usage;

@@ -1059,3 +1059,76 @@ fn status_after_entry(timeline: &[StreamEvent], cursor: u64) -> String {
         .expect("an entry of the timeline");
     status_of(timeline, at + 1).as_str().to_string()
 }
+
+/// What a client WebSocket needs of a follower: each frame's `data` is the SSE frame's `data:`
+/// JSON (a slice of it), no heartbeats and so no deadline without a credential to check, and the
+/// reason the stream ended.
+#[test]
+fn socket_followers_get_the_sse_data_without_heartbeats() {
+    let registration = Registration {
+        last_cursor: 0,
+        status: Status::Running,
+    };
+    let events = [
+        StreamEvent::EntryAppended { entry: entry(1) },
+        StreamEvent::AssistantTextDelta {
+            delta: "a\nb \"data: \"".into(),
+        },
+        StreamEvent::Idle,
+        StreamEvent::Lagged { cursor: 9 },
+    ];
+    for event in &events {
+        let json = serde_json::to_string(event).unwrap();
+        let live_frame = Frame::Live(live(event.clone()));
+        assert_eq!(live_frame.data(), Some(json.as_str()));
+        assert_eq!(Frame::Text(event.to_sse()).data(), Some(json.as_str()));
+    }
+    assert_eq!(Frame::Heartbeat.data(), None);
+
+    let mut follow =
+        Follow::new(Millis(0), &request("sinceCursor=0"), registration).without_heartbeats();
+    assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
+    assert!(matches!(follow.poll(Millis(0)), Output::Wait));
+    assert_eq!(follow.poll_deadline(), None);
+    assert!(matches!(
+        follow.poll(Millis(HEARTBEAT_MS * 3)),
+        Output::Wait
+    ));
+    let mut follow = follow.recheck_credential(Millis(100));
+    assert_eq!(
+        follow.poll_deadline(),
+        Some(Millis(100 + CREDENTIAL_RECHECK_MS))
+    );
+    assert!(matches!(
+        follow.poll(Millis(100 + CREDENTIAL_RECHECK_MS)),
+        Output::CheckCredential
+    ));
+    assert_eq!(follow.end_reason(), None);
+    follow.handle_credential(Millis(6000), Ok(false));
+    assert_eq!(follow.end_reason(), Some(EndReason::Revoked));
+
+    let reasons = [
+        ("deleted", EndReason::Deleted),
+        ("failed", EndReason::Failed),
+        ("lagged", EndReason::Lagged),
+    ];
+    for (what, reason) in reasons {
+        let mut follow = Follow::new(Millis(0), &request("sinceCursor=0"), registration);
+        match what {
+            "deleted" => follow.handle_deleted(),
+            "failed" => follow.handle_credential(Millis(0), Err("down".into())),
+            _ => {
+                let big = live(StreamEvent::AssistantTextDelta {
+                    delta: "x".repeat(MAX_BUFFERED_BYTES / 2 + 1),
+                });
+                follow.handle_live(big.clone());
+                follow.handle_live(big);
+            }
+        }
+        assert_eq!(follow.end_reason(), Some(reason), "{what}");
+    }
+    let mut follow = Follow::new(Millis(0), &request("stopAfterIdle=1"), registration);
+    follow.handle_live(live(StreamEvent::Idle));
+    while !matches!(follow.poll(Millis(0)), Output::End) {}
+    assert_eq!(follow.end_reason(), Some(EndReason::Done));
+}
