@@ -316,6 +316,23 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/v1/sessions/{id}/socket",
+        id: "sessionSocket",
+        tag: "sessions",
+        summary: "A WebSocket: the follow stream's events, and enqueue, stop and cancel frames (docs/api.md, wuhu_core::socket)",
+        auth: Auth::User,
+        params: &[Param {
+            name: "after",
+            location: "query",
+            schema: r#"{"type":"integer","minimum":0}"#,
+            description: "Send entries with a larger cursor (as `Last-Event-ID`); default 0.",
+        }],
+        request: None,
+        ok: (101, Body::Upgrade),
+        errors: &[400, 404, 426, 429],
+    },
+    Route {
+        method: "get",
         path: "/v1/sessions/{id}/stats",
         id: "sessionStats",
         tag: "sessions",

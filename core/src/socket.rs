@@ -92,10 +92,11 @@ impl ClientFrame {
     }
 }
 
-/// The answer to one client frame.
+/// The answer to one client frame. `B` is the body's type: the route's answer when encoding
+/// (no intermediate JSON value), any JSON when decoding.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ReplyFrame {
+pub enum ReplyFrame<B = serde_json::Value> {
     /// Exactly one per client frame.
     Reply {
         /// The frame's `id`; `null` when the frame's `id` could not be read.
@@ -104,16 +105,16 @@ pub enum ReplyFrame {
         status: u16,
         /// On success: the HTTP route's JSON answer.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        body: Option<serde_json::Value>,
+        body: Option<B>,
         /// On failure: the HTTP error's `{code, message}`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ErrorDetail>,
     },
 }
 
-impl ReplyFrame {
+impl<B: Serialize> ReplyFrame<B> {
     /// A success.
-    pub fn ok(id: &str, status: u16, body: serde_json::Value) -> ReplyFrame {
+    pub fn ok(id: &str, status: u16, body: B) -> ReplyFrame<B> {
         ReplyFrame::Reply {
             id: Some(id.to_string()),
             status,
@@ -178,7 +179,7 @@ impl FrameError {
     }
 
     /// Its reply.
-    pub fn reply(&self) -> ReplyFrame {
+    pub fn reply(&self) -> ReplyFrame<()> {
         ReplyFrame::error(self.id.as_deref(), self.status, self.code, &self.message)
     }
 }
@@ -234,7 +235,8 @@ pub fn parse_client_frame(
         }
         None => return Err(FrameError::bad(Some(id), "a frame needs a \"type\"")),
     }
-    serde_json::from_value(value).map_err(|e| FrameError::bad(Some(id), format!("bad frame: {e}")))
+    // Parsed again from the text (not from `value`): one deserializer for the whole Worker.
+    serde_json::from_str(text).map_err(|e| FrameError::bad(Some(id), format!("bad frame: {e}")))
 }
 
 fn too_large() -> FrameError {

@@ -42,6 +42,7 @@ pub mod moto;
 pub mod net;
 pub mod png;
 pub mod runner;
+pub mod socket;
 pub mod sse;
 pub mod stack;
 pub mod util;

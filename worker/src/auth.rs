@@ -7,7 +7,7 @@ use worker::{Env, Request};
 use wuhu_core::authority::{
     self, DEFAULT_MAX_RUNNER_TOKEN_SECS, DEFAULT_MAX_USER_TOKEN_SECS, TokenLimits,
 };
-use wuhu_core::browser::check_cross_site;
+use wuhu_core::browser::{check_cross_site, cross_site_method};
 use wuhu_core::jwt::{self, Jws, JwtError};
 use wuhu_core::tokens::{SESSION_COOKIE, SESSION_TYP, cookie_value};
 use wuhu_core::wire::{AuthVia, Claims};
@@ -88,8 +88,10 @@ pub(crate) async fn authenticate(
                 })
             })
             .unwrap_or_default();
+        // A WebSocket upgrade is a GET that opens a channel of actions: checked as
+        // state-changing (cross-site WebSocket hijacking).
         check_cross_site(
-            req.method().as_ref(),
+            cross_site_method(req.method().as_ref(), header("upgrade").as_deref()),
             header("sec-fetch-site").as_deref(),
             header("origin").as_deref(),
             &host,

@@ -4,7 +4,7 @@
 //! classes hold state: [`session_actor::SessionActor`] (one per session: transcript, lanes, the
 //! agent loop) and [`tenant_index::TenantIndex`] (one per tenant: the session list). Session
 //! meaning lives in `wuhu-core`; this crate turns its effects into I/O (SQLite, R2, `fetch`,
-//! alarms, SSE).
+//! alarms, SSE, WebSockets).
 
 mod access;
 mod auth;
@@ -258,6 +258,11 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             let jti = authenticated.jti.as_deref();
             forward_with(&mut req, &env, &identity, id, "follow", Method::Get, jti).await
         }
+        // A client WebSocket: the same authentication as `follow` (the upgrade passed the
+        // cross-site check above), handed to the session's actor, which accepts it.
+        (["v1", "sessions", id, "socket"], Method::Get) => {
+            connect_session_socket(&req, &env, &authenticated, id).await
+        }
         (["v1", "sessions", id, action @ ("stats" | "usage")], Method::Get) => {
             forward(&mut req, &env, &identity, id, action, Method::Get).await
         }
@@ -267,7 +272,7 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
                 "v1",
                 "sessions",
                 _,
-                "enqueue" | "cancel" | "stop" | "compact" | "follow" | "stats" | "usage",
+                "enqueue" | "cancel" | "stop" | "compact" | "follow" | "socket" | "stats" | "usage",
             ],
             _,
         ) => Err(method_not_allowed()),
@@ -418,6 +423,50 @@ async fn connect_runner(
         ));
     }
     hub_api::connect(env, identity, req, authenticated.jti.as_deref()).await
+}
+
+/// Hands a client's WebSocket upgrade to the session's actor (`GET /socket`), with the verified
+/// identity and the credential's `jti` (a revocable one is re-checked while the socket is open).
+async fn connect_session_socket(
+    req: &Request,
+    env: &Env,
+    authenticated: &Authenticated,
+    id: &str,
+) -> ApiResult<Response> {
+    let upgrade = req.headers().get("upgrade").ok().flatten();
+    if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
+        return Err(ApiError::new(
+            426,
+            "upgrade_required",
+            "connect with a WebSocket upgrade",
+        ));
+    }
+    let identity = &authenticated.identity;
+    let stub = session_client::stub(env, &identity.tenant, id)?;
+    let headers = Headers::new();
+    for (name, value) in req.headers().entries() {
+        if name != "authorization" && name != "cookie" && !name.starts_with("x-wuhu-") {
+            headers.set(&name, &value)?;
+        }
+    }
+    identity.set_headers(&headers)?;
+    if let Some(jti) = &authenticated.jti {
+        headers.set(JTI_HEADER, jti)?;
+    }
+    let query = req
+        .url()
+        .ok()
+        .and_then(|u| u.query().map(str::to_string))
+        .unwrap_or_default();
+    let url = if query.is_empty() {
+        "https://session/socket".to_string()
+    } else {
+        format!("https://session/socket?{query}")
+    };
+    let mut init = RequestInit::new();
+    init.with_method(Method::Get).with_headers(headers);
+    let internal = Request::new_with_init(&url, &init)?;
+    Ok(stub.fetch_with_request(internal).await?)
 }
 
 /// A percent-encoded path segment, decoded.

@@ -8,7 +8,8 @@
 //! - [`routes`]: the internal routes (reached only through the router, which has already
 //!   authenticated; identity arrives in `x-wuhu-tenant` / `x-wuhu-sub`): `POST /init`,
 //!   `GET /info`, `GET /transcript`, `POST /enqueue`, `POST /cancel`, `POST /approval`,
-//!   `POST /stop`, `POST /title`, `GET /follow`, `GET /stats`, `DELETE /delete`; between actors
+//!   `POST /stop`, `POST /title`, `GET /follow`, `GET /socket` (a client WebSocket, [`socket`]),
+//!   `GET /stats`, `DELETE /delete`; between actors
 //!   only `POST /child_event`, `POST /child_input`, `POST /start`, `POST /dispose`; from the
 //!   runner hub only `POST /job_event`.
 //! - [`persist`]: loading, and committing each drain before it is performed (durability rules);
@@ -33,7 +34,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use worker::{Date, DurableObject, Env, Request, Response, State, durable_object};
+use worker::{
+    Date, DurableObject, Env, Request, Response, State, WebSocket, WebSocketIncomingMessage,
+    durable_object,
+};
 use wuhu_core::approvals::Outcome;
 use wuhu_core::context::ContextWindow;
 use wuhu_core::environments::Attachment;
@@ -56,6 +60,7 @@ mod inference;
 mod jobs;
 mod persist;
 mod routes;
+mod socket;
 mod store;
 mod tasks;
 mod tools;
@@ -74,6 +79,8 @@ pub(crate) struct Actor {
     store: Result<Store, String>,
     loaded: RefCell<Option<Loaded>>,
     pub(crate) followers: RefCell<follow::Followers>,
+    /// The open client sockets were re-registered in this isolate (`socket`).
+    sockets_revived: Cell<bool>,
     /// Inference and tool tasks running in this isolate, each with its abort handle. None
     /// after a restart.
     tasks: tasks::Tasks,
@@ -195,6 +202,7 @@ impl DurableObject for SessionActor {
             store,
             loaded: RefCell::new(None),
             followers: RefCell::new(follow::Followers::default()),
+            sockets_revived: Cell::new(false),
             tasks: tasks::Tasks::default(),
             runner_calls,
             flushing: Cell::new(false),
@@ -238,14 +246,42 @@ impl DurableObject for SessionActor {
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
+        // A request may start a turn: sockets from before a hibernation follow it.
+        self.actor.revive_sockets();
         Ok(match self.actor.clone().route(req).await {
             Ok(response) => response,
             Err(error) => error.into_response(),
         })
     }
 
+    async fn websocket_message(
+        &self,
+        ws: WebSocket,
+        message: WebSocketIncomingMessage,
+    ) -> worker::Result<()> {
+        self.actor.socket_frame(&ws, message).await;
+        Ok(())
+    }
+
+    async fn websocket_close(
+        &self,
+        ws: WebSocket,
+        _code: usize,
+        _reason: String,
+        _was_clean: bool,
+    ) -> worker::Result<()> {
+        self.actor.socket_closed(&ws);
+        Ok(())
+    }
+
+    async fn websocket_error(&self, ws: WebSocket, _error: worker::Error) -> worker::Result<()> {
+        self.actor.socket_closed(&ws);
+        Ok(())
+    }
+
     async fn alarm(&self) -> worker::Result<Response> {
         let actor = self.actor.clone();
+        actor.revive_sockets();
         actor.alarm_armed_for.set(None);
         // A session marked for deletion only finishes its deletion.
         match actor.deletion_mark() {

@@ -2,6 +2,9 @@
 //! dedupe by cursor, `sinceTime`, idle points, the buffer bound, heartbeats and the timeout,
 //! re-checking a revocable credential) live in `wuhu_core::follow`; this file registers
 //! followers, reads pages, asks the token registry, runs timers and writes frames.
+//!
+//! A follower is one of two kinds of sink: an SSE stream (this file) or a client WebSocket
+//! (`socket`). Both are in one [`Followers`] list, under one cap, fed the same shared events.
 
 use std::cell::RefCell;
 use std::pin::pin;
@@ -30,14 +33,18 @@ use crate::token_registry;
 const CHUNK_BYTES: usize = 16 * 1024;
 
 /// One follower, shared by its stream and the actor's list.
-struct Shared {
-    follow: Follow,
+pub(super) struct Shared {
+    pub(super) follow: Follow,
     /// Who follows, and the `jti` of their revocable credential (re-checked by the stream).
-    credential: Option<(Identity, String)>,
+    pub(super) credential: Option<(Identity, String)>,
+    /// A client WebSocket's id (its attachment's); `None` for an SSE stream.
+    pub(super) socket: Option<String>,
+    /// The socket closed: its sink ends.
+    pub(super) gone: bool,
     /// A frame partly written (it did not fit in the last chunk), and the bytes of it written.
     pending: Option<(Frame, usize)>,
     /// A live event arrived since the stream last polled.
-    woken: bool,
+    pub(super) woken: bool,
     waker: Option<Waker>,
 }
 
@@ -49,10 +56,11 @@ pub(crate) struct Followers {
 }
 
 impl Followers {
-    fn add(
+    pub(super) fn add(
         &mut self,
         follow: Follow,
         credential: Option<(Identity, String)>,
+        socket: Option<String>,
     ) -> ApiResult<Rc<RefCell<Shared>>> {
         self.list
             .retain(|w| w.upgrade().is_some_and(|s| !s.borrow().follow.is_closed()));
@@ -66,6 +74,8 @@ impl Followers {
         let shared = Rc::new(RefCell::new(Shared {
             follow,
             credential,
+            socket,
+            gone: false,
             pending: None,
             woken: false,
             waker: None,
@@ -103,6 +113,45 @@ impl Followers {
             shared.woken = true;
             if let Some(waker) = shared.waker.take() {
                 waker.wake();
+            }
+        }
+    }
+
+    /// Whether the client WebSocket `id` has a live sink here.
+    pub(super) fn has_socket(&self, id: &str) -> bool {
+        self.list.iter().filter_map(Weak::upgrade).any(|s| {
+            let s = s.borrow();
+            s.socket.as_deref() == Some(id) && !s.gone
+        })
+    }
+
+    /// The client WebSocket `id` closed: its sink ends (and is forgotten).
+    pub(super) fn socket_gone(&mut self, id: &str) {
+        for shared in self.list.iter().filter_map(Weak::upgrade) {
+            let mut shared = shared.borrow_mut();
+            if shared.socket.as_deref() == Some(id) {
+                shared.gone = true;
+                shared.woken = true;
+                if let Some(waker) = shared.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+        self.list
+            .retain(|w| w.upgrade().is_some_and(|s| !s.borrow().gone));
+    }
+
+    /// The credential of the client WebSocket `id` is no longer live: its sink ends as a
+    /// failed periodic check would end it.
+    pub(super) fn socket_revoked(&mut self, id: &str) {
+        for shared in self.list.iter().filter_map(Weak::upgrade) {
+            let mut shared = shared.borrow_mut();
+            if shared.socket.as_deref() == Some(id) {
+                shared.follow.handle_credential(now(), Ok(false));
+                shared.woken = true;
+                if let Some(waker) = shared.waker.take() {
+                    waker.wake();
+                }
             }
         }
     }
@@ -153,7 +202,7 @@ pub(crate) async fn handle(
         }
         None => None,
     };
-    let shared = actor.followers.borrow_mut().add(follow, credential)?;
+    let shared = actor.followers.borrow_mut().add(follow, credential, None)?;
     let stream = futures::stream::unfold((actor, shared), |(actor, shared)| async move {
         let chunk = next_chunk(&actor, &shared).await?;
         Some((Ok::<Vec<u8>, worker::Error>(chunk), (actor, shared)))
@@ -194,23 +243,8 @@ async fn next_chunk(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) -> Option<V
                     shared.borrow_mut().pending = Some((frame, 0));
                 }
             }
-            Output::ReadPage { since, limit } => {
-                let page = archive::read_page(actor, since, limit)
-                    .await
-                    .map(|(entries, _)| entries)
-                    .map_err(|e| e.message);
-                shared.borrow_mut().follow.handle_page(page);
-            }
-            Output::CheckCredential => {
-                let credential = shared.borrow().credential.clone();
-                let live = match &credential {
-                    Some((who, jti)) => token_registry::check(&actor.env, who, jti)
-                        .await
-                        .map_err(|e| e.message),
-                    None => Ok(true),
-                };
-                shared.borrow_mut().follow.handle_credential(now(), live);
-            }
+            Output::ReadPage { since, limit } => read_page(actor, shared, since, limit).await,
+            Output::CheckCredential => check_credential(actor, shared).await,
             Output::Wait => {
                 if !out.is_empty() {
                     return Some(out);
@@ -223,8 +257,34 @@ async fn next_chunk(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) -> Option<V
     }
 }
 
+/// [`Output::ReadPage`] for either kind of sink.
+pub(super) async fn read_page(
+    actor: &Rc<Actor>,
+    shared: &Rc<RefCell<Shared>>,
+    since: u64,
+    limit: usize,
+) {
+    let page = archive::read_page(actor, since, limit)
+        .await
+        .map(|(entries, _)| entries)
+        .map_err(|e| e.message);
+    shared.borrow_mut().follow.handle_page(page);
+}
+
+/// [`Output::CheckCredential`] for either kind of sink.
+pub(super) async fn check_credential(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) {
+    let credential = shared.borrow().credential.clone();
+    let live = match &credential {
+        Some((who, jti)) => token_registry::check(&actor.env, who, jti)
+            .await
+            .map_err(|e| e.message),
+        None => Ok(true),
+    };
+    shared.borrow_mut().follow.handle_credential(now(), live);
+}
+
 /// Until a live event arrives or `deadline` passes.
-async fn wait(shared: &Rc<RefCell<Shared>>, deadline: Option<Millis>) {
+pub(super) async fn wait(shared: &Rc<RefCell<Shared>>, deadline: Option<Millis>) {
     let woken = poll_fn(|cx| {
         let mut shared = shared.borrow_mut();
         if shared.woken {

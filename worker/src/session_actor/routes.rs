@@ -132,107 +132,25 @@ impl Actor {
                 Ok(json_response(200, &response))
             }
             (worker::Method::Post, "/enqueue") => {
-                self.authorize(&principal, SessionAction::Prompt)?;
-                let lane_name = query(&pairs, "lane").unwrap_or_else(|| "followUp".into());
-                let lane = Lane::parse_public(&lane_name).ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "unknown lane {lane_name:?}: use steer or followUp"
-                    ))
-                })?;
+                let lane = query(&pairs, "lane");
                 let body = read_body(&mut req).await?;
                 let request: EnqueueRequest = parse_json(&body)?;
-                if request.content.trim().is_empty() {
-                    return Err(ApiError::bad_request("content must not be empty"));
-                }
-                // Once a step found the tenant's budget spent, input is refused until it is
-                // raised (asked again each time).
-                if self.tenant_budget_spent.get() {
-                    match tenant_index::budget(&self.env, &self.tenant()).await {
-                        Ok(state) if state.exceeded().is_some() => {
-                            return Err(ApiError::new(
-                                402,
-                                "budget_exceeded",
-                                "the tenant's budget is spent: an admin can raise it",
-                            ));
-                        }
-                        Ok(_) => self.tenant_budget_spent.set(false),
-                        Err(e) => worker::console_error!(
-                            "asking the tenant's budget failed: {}",
-                            e.message
-                        ),
-                    }
-                }
                 // A chat binding names its message (internal header, never forwarded from a
                 // client): the same message sent again after a crash is not queued twice.
-                let keyed = req
+                let key = req
                     .headers()
                     .get(crate::internal::ITEM_KEY_HEADER)
                     .ok()
-                    .flatten()
-                    .map(|key| wuhu_core::session::keyed_item_id(&author, &key));
-                let id = keyed
-                    .clone()
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-                self.with_session(|s| match keyed {
-                    Some(_) => s
-                        .handle_enqueue_once(now(), id.clone(), lane, author, request.content)
-                        .map(|_| ()),
-                    None => s.handle_enqueue(now(), id.clone(), lane, author, request.content),
-                })
-                .ok_or_else(|| ApiError::internal("session not loaded"))?
-                .map_err(|e| match e {
-                    EnqueueError::BudgetExceeded { .. } => {
-                        ApiError::new(402, "budget_exceeded", e.to_string())
-                    }
-                    _ => ApiError::new(429, "queue_full", e.to_string()),
-                })?;
-                // Acknowledged only once the item's row is committed.
-                self.pump().wait().await?;
-                Ok(json_response(200, &EnqueueResponse { id }))
+                    .flatten();
+                let response = self
+                    .enqueue(&identity, lane.as_deref(), request, key)
+                    .await?;
+                Ok(json_response(200, &response))
             }
             (worker::Method::Post, "/cancel") => {
                 let body = read_body(&mut req).await?;
                 let request: CancelRequest = parse_json(&body)?;
-                let item_author = self
-                    .with_loaded(|l| {
-                        l.session
-                            .queue()
-                            .iter()
-                            .find(|item| item.id == request.id)
-                            .map(|item| item.author.clone())
-                    })
-                    .flatten();
-                if let Some(item_author) = &item_author {
-                    self.authorize(
-                        &principal,
-                        SessionAction::CancelItem {
-                            author: item_author,
-                        },
-                    )?;
-                }
-                let result = self
-                    .with_session(|s| s.handle_cancel(&request.id))
-                    .ok_or_else(|| ApiError::internal("session not loaded"))?;
-                match result {
-                    Ok(()) => {
-                        self.pump().wait().await?;
-                        Ok(json_response(
-                            200,
-                            &CancelResponse {
-                                id: request.id,
-                                cancelled: true,
-                            },
-                        ))
-                    }
-                    Err(CancelError::NotFound) => {
-                        Err(ApiError::not_found("no queued item with this id"))
-                    }
-                    Err(CancelError::AlreadyDelivered) => Err(ApiError::new(
-                        409,
-                        "already_delivered",
-                        "the item was already delivered",
-                    )),
-                }
+                Ok(json_response(200, &self.cancel(&identity, request).await?))
             }
             // Internal only (a chat channel's outbox gave up a message of this session): a
             // notice in the transcript; whoever may prompt the session may leave it.
@@ -264,29 +182,7 @@ impl Actor {
                 let body = read_body(&mut req).await?;
                 approvals::answer_route(&self, &identity, &approval_id, &body).await
             }
-            (worker::Method::Post, "/stop") => {
-                self.authorize(&principal, SessionAction::Stop)?;
-                // Waiting approvals end as withdrawn; their calls get a "stopped" result.
-                approvals::withdraw_pending(&self);
-                // Input a child keeps for a slot is dropped: stopped means stopped.
-                self.take_pending()?;
-                let stopped = self
-                    .with_session(|s| s.handle_stop(now(), &author))
-                    .unwrap_or(0);
-                self.pump().wait().await?;
-                // Running children stop with it, unless spawned detached.
-                self.cascade_stop().await;
-                // So do its background jobs (each ends `killed`, with its message).
-                self.kill_jobs().await;
-                let status = self.status().unwrap_or(Status::Stopped);
-                Ok(json_response(
-                    200,
-                    &StopResponse {
-                        status,
-                        stopped_tool_calls: stopped,
-                    },
-                ))
-            }
+            (worker::Method::Post, "/stop") => Ok(json_response(200, &self.stop(&identity).await?)),
             (worker::Method::Post, "/title") => {
                 let body = read_body(&mut req).await?;
                 let request: PatchSessionRequest = parse_json(&body)?;
@@ -341,6 +237,7 @@ impl Actor {
                 Ok(json_response(200, &info))
             }
             (worker::Method::Get, "/follow") => follow::handle(self.clone(), &req, &pairs).await,
+            (worker::Method::Get, "/socket") => self.accept_socket(&req, &pairs, &identity).await,
             (worker::Method::Post, "/compact") => {
                 self.authorize(&principal, SessionAction::Prompt)?;
                 let body = read_body(&mut req).await?;
@@ -405,6 +302,131 @@ impl Actor {
             }
             _ => Err(ApiError::new(404, "not_found", "no such route")),
         }
+    }
+
+    /// `POST /enqueue` and a socket's `enqueue` frame: who may prompt, the lane, the content,
+    /// the tenant's budget; answered once the item's row is committed. The caller has checked
+    /// that `identity` may read the session. `key` names a chat binding's message (internal).
+    pub(super) async fn enqueue(
+        self: &Rc<Self>,
+        identity: &Identity,
+        lane: Option<&str>,
+        request: EnqueueRequest,
+        key: Option<String>,
+    ) -> ApiResult<EnqueueResponse> {
+        self.authorize(&identity.principal(), SessionAction::Prompt)?;
+        let author = identity.sub.clone();
+        let lane_name = lane.unwrap_or("followUp");
+        let lane = Lane::parse_public(lane_name).ok_or_else(|| {
+            ApiError::bad_request(format!("unknown lane {lane_name:?}: use steer or followUp"))
+        })?;
+        if request.content.trim().is_empty() {
+            return Err(ApiError::bad_request("content must not be empty"));
+        }
+        // Once a step found the tenant's budget spent, input is refused until it is
+        // raised (asked again each time).
+        if self.tenant_budget_spent.get() {
+            match tenant_index::budget(&self.env, &self.tenant()).await {
+                Ok(state) if state.exceeded().is_some() => {
+                    return Err(ApiError::new(
+                        402,
+                        "budget_exceeded",
+                        "the tenant's budget is spent: an admin can raise it",
+                    ));
+                }
+                Ok(_) => self.tenant_budget_spent.set(false),
+                Err(e) => {
+                    worker::console_error!("asking the tenant's budget failed: {}", e.message)
+                }
+            }
+        }
+        let keyed = key.map(|key| wuhu_core::session::keyed_item_id(&author, &key));
+        let id = keyed
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        self.with_session(|s| match keyed {
+            Some(_) => s
+                .handle_enqueue_once(now(), id.clone(), lane, author, request.content)
+                .map(|_| ()),
+            None => s.handle_enqueue(now(), id.clone(), lane, author, request.content),
+        })
+        .ok_or_else(|| ApiError::internal("session not loaded"))?
+        .map_err(|e| match e {
+            EnqueueError::BudgetExceeded { .. } => {
+                ApiError::new(402, "budget_exceeded", e.to_string())
+            }
+            _ => ApiError::new(429, "queue_full", e.to_string()),
+        })?;
+        // Acknowledged only once the item's row is committed.
+        self.pump().wait().await?;
+        Ok(EnqueueResponse { id })
+    }
+
+    /// `POST /cancel` and a socket's `cancel` frame (the caller has checked that `identity` may
+    /// read the session).
+    pub(super) async fn cancel(
+        self: &Rc<Self>,
+        identity: &Identity,
+        request: CancelRequest,
+    ) -> ApiResult<CancelResponse> {
+        let item_author = self
+            .with_loaded(|l| {
+                l.session
+                    .queue()
+                    .iter()
+                    .find(|item| item.id == request.id)
+                    .map(|item| item.author.clone())
+            })
+            .flatten();
+        if let Some(item_author) = &item_author {
+            self.authorize(
+                &identity.principal(),
+                SessionAction::CancelItem {
+                    author: item_author,
+                },
+            )?;
+        }
+        let result = self
+            .with_session(|s| s.handle_cancel(&request.id))
+            .ok_or_else(|| ApiError::internal("session not loaded"))?;
+        match result {
+            Ok(()) => {
+                self.pump().wait().await?;
+                Ok(CancelResponse {
+                    id: request.id,
+                    cancelled: true,
+                })
+            }
+            Err(CancelError::NotFound) => Err(ApiError::not_found("no queued item with this id")),
+            Err(CancelError::AlreadyDelivered) => Err(ApiError::new(
+                409,
+                "already_delivered",
+                "the item was already delivered",
+            )),
+        }
+    }
+
+    /// `POST /stop` and a socket's `stop` frame (the caller has checked that `identity` may
+    /// read the session).
+    pub(super) async fn stop(self: &Rc<Self>, identity: &Identity) -> ApiResult<StopResponse> {
+        self.authorize(&identity.principal(), SessionAction::Stop)?;
+        // Waiting approvals end as withdrawn; their calls get a "stopped" result.
+        approvals::withdraw_pending(self);
+        // Input a child keeps for a slot is dropped: stopped means stopped.
+        self.take_pending()?;
+        let stopped = self
+            .with_session(|s| s.handle_stop(now(), &identity.sub))
+            .unwrap_or(0);
+        self.pump().wait().await?;
+        // Running children stop with it, unless spawned detached.
+        self.cascade_stop().await;
+        // So do its background jobs (each ends `killed`, with its message).
+        self.kill_jobs().await;
+        let status = self.status().unwrap_or(Status::Stopped);
+        Ok(StopResponse {
+            status,
+            stopped_tool_calls: stopped,
+        })
     }
 
     /// A manual compaction: the summary request, then the `compaction` entry. It may run

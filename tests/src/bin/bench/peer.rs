@@ -8,6 +8,9 @@
 //! Each run alternates Wuhu and the peer (`PEER_RUNS` runs each); a turn is one user message:
 //! - Wuhu: `POST /enqueue` with one follow stream open (the README's pattern), timed to the
 //!   first `assistant_text_delta` and to `idle`.
+//! - Wuhu over its session socket (`wuhu_socket`): an `enqueue` frame and the events on the same
+//!   WebSocket (`GET /v1/sessions/:id/socket`), timed the same way; its enqueue response is the
+//!   `reply` frame.
 //! - The peer: a `cf_agent_use_chat_request` on the agent's WebSocket (what `useAgentChat`
 //!   sends: the whole history plus the new message), timed to the first `text-delta` chunk and
 //!   to the response marked `done`.
@@ -21,7 +24,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tungstenite::protocol::WebSocket;
+use wuhu_core::socket::ClientFrame;
+use wuhu_core::wire::EnqueueRequest;
 use wuhu_e2e::fake_openai::Reply;
+use wuhu_e2e::socket::{SessionSocket, SocketAuth, SocketRead};
 use wuhu_e2e::stack::{free_port, repo_root};
 use wuhu_e2e::util::{make_temp_dir, unique_name};
 use wuhu_e2e::{SseEvent, Stack};
@@ -51,13 +57,18 @@ pub fn peer(stack: &Stack, config: &Config) -> Measured {
     );
     let (server, peer_cold_start) = PeerServer::start(&dir, &stack.openai().base_url(), &model);
 
-    let mut runs: Vec<[TurnSeries; 2]> = Vec::new();
+    let mut runs: Vec<[TurnSeries; 3]> = Vec::new();
     for run in 0..PEER_RUNS {
         eprintln!("bench: peer run {}/{PEER_RUNS}: wuhu…", run + 1);
         let wuhu = wuhu_run(stack, &model, config);
         eprintln!("bench: peer run {}/{PEER_RUNS}: agents…", run + 1);
         let agents = agents_run(stack, &model, &server, config);
-        runs.push([wuhu, agents]);
+        eprintln!(
+            "bench: peer run {}/{PEER_RUNS}: wuhu over its socket…",
+            run + 1
+        );
+        let socket = wuhu_socket_run(stack, &model, config);
+        runs.push([wuhu, agents, socket]);
     }
 
     let mut series = Vec::new();
@@ -81,13 +92,26 @@ pub fn peer(stack: &Stack, config: &Config) -> Measured {
         "wuhu_enqueue_response",
         pick(0, |t| &t.response),
     ));
+    series.push(Series::new(
+        "wuhu_socket_first_delta",
+        pick(2, |t| &t.first_delta),
+    ));
+    series.push(Series::new(
+        "wuhu_socket_to_provider",
+        pick(2, |t| &t.to_provider),
+    ));
+    series.push(Series::new("wuhu_socket_turn", pick(2, |t| &t.turn)));
+    series.push(Series::new(
+        "wuhu_socket_enqueue_response",
+        pick(2, |t| &t.response),
+    ));
     // Medians over the runs of each run's figure, as the targets are stated.
     let median_of_runs = |i: usize, f: &dyn Fn(&TurnSeries) -> f64| -> f64 {
         median(runs.iter().map(|r| f(&r[i])).collect())
     };
     let p = |samples: &Vec<f64>, q: f64| crate::percentile(samples, q);
     let mut table = serde_json::Map::new();
-    for (i, name) in [(0, "wuhu"), (1, "agents")] {
+    for (i, name) in [(0, "wuhu"), (1, "agents"), (2, "wuhu_socket")] {
         table.insert(
             name.into(),
             json!({
@@ -107,25 +131,38 @@ pub fn peer(stack: &Stack, config: &Config) -> Measured {
     }
     table.get_mut("wuhu").expect("row")["cold_start_ms"] = json!(round(ms(config.stack_start)));
     table.get_mut("agents").expect("row")["cold_start_ms"] = json!(round(ms(peer_cold_start)));
-    let ratio = |key: &str| {
-        round(
-            table["agents"][key].as_f64().unwrap_or(f64::NAN)
-                / table["wuhu"][key].as_f64().unwrap_or(f64::NAN),
-        )
+    table.get_mut("wuhu_socket").expect("row")["cold_start_ms"] =
+        json!(round(ms(config.stack_start)));
+    let ratios_to = |row: &str| {
+        let ratio = |key: &str| {
+            round(
+                table["agents"][key].as_f64().unwrap_or(f64::NAN)
+                    / table[row][key].as_f64().unwrap_or(f64::NAN),
+            )
+        };
+        json!({
+            "first_delta_p50": ratio("first_delta_p50"),
+            "first_delta_p99": ratio("first_delta_p99"),
+            "turn_p50": ratio("turn_p50"),
+            "turns_per_s": round(1.0 / ratio("turns_per_s")),
+        })
     };
-    let ratios = json!({
-        "first_delta_p50": ratio("first_delta_p50"),
-        "first_delta_p99": ratio("first_delta_p99"),
-        "turn_p50": ratio("turn_p50"),
-        "turns_per_s": round(1.0 / ratio("turns_per_s")),
-    });
+    let ratios = ratios_to("wuhu");
+    let socket_ratios = ratios_to("wuhu_socket");
+    // The enqueue's answer: the HTTP response, or the socket's reply frame.
+    for (i, name) in [(0, "wuhu"), (2, "wuhu_socket")] {
+        table.get_mut(name).expect("row")["enqueue_response_p50"] =
+            json!(round(median_of_runs(i, &|t| p(&t.response, 50.0))));
+    }
     println!(
         "  medians of {PEER_RUNS} runs: {}",
         Value::Object(table.clone())
     );
     println!("  agents / wuhu (above 1: Wuhu is faster): {ratios}");
+    println!("  agents / wuhu over its socket (above 1: Wuhu is faster): {socket_ratios}");
     facts.push(("medians", Value::Object(table)));
     facts.push(("agents_over_wuhu", ratios));
+    facts.push(("agents_over_wuhu_socket", socket_ratios));
     facts.push(("runs", json!(PEER_RUNS)));
     facts.push(("reply_chunks", json!(REPLY_CHUNKS)));
     facts.push(("peer_versions", peer_versions(&dir)));
@@ -172,6 +209,81 @@ fn wuhu_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
     }
     out.turns_per_s =
         config.turns as f64 / measured_from.expect("turns ran").elapsed().as_secs_f64();
+    out
+}
+
+/// [`wuhu_run`] over the session socket: each turn is an `enqueue` frame, its `reply` (the
+/// enqueue response) and the events on the same socket.
+fn wuhu_socket_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
+    let api = stack.client("bench", &unique_name("bench-peer-socket"));
+    let session = api.create_session(json!({"provider": "openai-compatible", "model": model}));
+    let auth = SocketAuth::Bearer(api.token().expect("a token").to_string());
+    let query = format!("?after={}", session.last_cursor);
+    let mut socket = SessionSocket::connect(&stack.base_url(), &session.id, &query, &auth)
+        .unwrap_or_else(|e| panic!("the session socket: {e:?}"));
+    // Registered once the status after the (empty) backfill arrived.
+    loop {
+        match socket.read(Instant::now() + TURN_TIMEOUT) {
+            SocketRead::Frame(frame) if frame["type"] == "status" => break,
+            SocketRead::Frame(_) => {}
+            other => panic!("wuhu socket: {other:?} before its status"),
+        }
+    }
+    let mut out = TurnSeries {
+        first_delta: vec![],
+        to_provider: vec![],
+        turn: vec![],
+        response: vec![],
+        turns_per_s: 0.0,
+    };
+    let mut measured_from = None;
+    for turn in 0..config.warmup + config.turns {
+        if turn == config.warmup {
+            measured_from = Some(Instant::now());
+        }
+        let id = format!("t{turn}");
+        let started = Instant::now();
+        socket.send(&ClientFrame::Enqueue {
+            id: id.clone(),
+            lane: None,
+            body: EnqueueRequest {
+                content: format!("bench turn {turn}"),
+            },
+        });
+        let (mut responded, mut first, mut idle) = (None, None, None);
+        let deadline = started + TURN_TIMEOUT;
+        let idle = loop {
+            if let (Some(_), Some(idle)) = (responded, idle) {
+                break idle;
+            }
+            let frame = match socket.read(deadline) {
+                SocketRead::Frame(frame) => frame,
+                other => panic!("wuhu socket turn {turn}: {other:?}"),
+            };
+            let at = started.elapsed();
+            match frame["type"].as_str() {
+                Some("reply") => {
+                    assert_eq!(frame["id"], id.as_str(), "wuhu socket turn {turn}: {frame}");
+                    assert_eq!(frame["status"], 200, "wuhu socket turn {turn}: {frame}");
+                    responded = Some(at);
+                }
+                Some("assistant_text_delta") if first.is_none() => first = Some(at),
+                Some("idle") => idle = Some(at),
+                _ => {}
+            }
+        };
+        if turn >= config.warmup {
+            let first =
+                first.unwrap_or_else(|| panic!("wuhu socket turn {turn}: idle before any delta"));
+            out.to_provider.push(ms(provider_at(stack, model, started)));
+            out.first_delta.push(ms(first));
+            out.turn.push(ms(idle));
+            out.response.push(ms(responded.expect("a reply")));
+        }
+    }
+    out.turns_per_s =
+        config.turns as f64 / measured_from.expect("turns ran").elapsed().as_secs_f64();
+    socket.close();
     out
 }
 

@@ -1,0 +1,601 @@
+//! The session socket (`GET /v1/sessions/:id/socket`): the follow stream's events and cursors,
+//! lossless and once, and the HTTP routes' actions with their answers and their authority.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wuhu_core::socket::{CLOSE_REVOKED, ClientFrame, MAX_CLIENT_FRAME_BYTES};
+use wuhu_core::wire::{CancelRequest, EnqueueRequest, Entry, Status};
+use wuhu_e2e::entries::{assert_contiguous, describe};
+use wuhu_e2e::http::Request;
+use wuhu_e2e::socket::{SessionSocket, SocketAuth, SocketRead};
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Api, Reply, Stack, wait_for};
+
+const TURN: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(20);
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(Stack::start)
+}
+
+fn connect(api: &Api, id: &str, query: &str) -> Result<SessionSocket, (u16, String)> {
+    let auth = match api.token() {
+        Some(token) => SocketAuth::Bearer(token.to_string()),
+        None => SocketAuth::None,
+    };
+    SessionSocket::connect(&stack().base_url(), id, query, &auth)
+}
+
+#[track_caller]
+fn open(api: &Api, id: &str, query: &str) -> SessionSocket {
+    connect(api, id, query).unwrap_or_else(|e| panic!("the socket upgrade was refused: {e:?}"))
+}
+
+fn enqueue_frame(id: &str, lane: Option<&str>, content: &str) -> ClientFrame {
+    ClientFrame::Enqueue {
+        id: id.to_string(),
+        lane: lane.map(str::to_string),
+        body: EnqueueRequest {
+            content: content.to_string(),
+        },
+    }
+}
+
+/// Reads a socket up to its idle point: a live `idle` event, or the status sent after the
+/// backfill (the first `status`) when it is not `running` (the socket registered at rest, so
+/// the backfill held everything). The frames read, idle point included.
+fn read_to_idle(socket: &mut SessionSocket, timeout: Duration) -> Result<Vec<Value>, String> {
+    let deadline = Instant::now() + timeout;
+    let mut frames: Vec<Value> = Vec::new();
+    let mut seen_status = false;
+    loop {
+        match socket.read(deadline) {
+            SocketRead::Frame(frame) => {
+                let kind = frame["type"].as_str().unwrap_or_default().to_string();
+                let first_status = kind == "status" && !seen_status;
+                seen_status |= kind == "status";
+                let at_rest = first_status && frame["status"] != "running";
+                frames.push(frame);
+                if kind == "idle" || at_rest {
+                    return Ok(frames);
+                }
+            }
+            other => return Err(format!("{other:?} before an idle point; read {frames:?}")),
+        }
+    }
+}
+
+/// Reads the backfill up to the status sent after it: the socket is registered.
+#[track_caller]
+fn registered(socket: &mut SessionSocket) {
+    for _ in 0..1000 {
+        if socket.next_frame(WAIT)["type"] == "status" {
+            return;
+        }
+    }
+    panic!("no status after the backfill");
+}
+
+fn cursors(frames: &[Value]) -> Vec<u64> {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "entry_appended")
+        .map(|f| f["entry"]["cursor"].as_u64().expect("an entry's cursor"))
+        .collect()
+}
+
+/// Each socket's entries are exactly the transcript's after its `after` cursor, in order, once.
+fn check(frames: &[Value], transcript: &[Entry], after: u64) -> Result<(), String> {
+    let want: Vec<u64> = transcript
+        .iter()
+        .filter(|e| e.cursor > after)
+        .map(|e| e.cursor)
+        .collect();
+    let got = cursors(frames);
+    if got != want {
+        return Err(format!("entries {got:?}, want {want:?}"));
+    }
+    // The entries are the transcript's, byte for byte.
+    for frame in frames.iter().filter(|f| f["type"] == "entry_appended") {
+        let entry: Entry =
+            serde_json::from_value(frame["entry"].clone()).map_err(|e| e.to_string())?;
+        let stored = transcript.iter().find(|e| e.cursor == entry.cursor);
+        if stored != Some(&entry) {
+            return Err(format!(
+                "entry {} differs from the transcript",
+                entry.cursor
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Sockets opened before a turn, at many moments during it, and resuming with `?after=` at
+/// every cursor of the session: each gets exactly the transcript's entries after its cursor, in
+/// order, once, then an idle point; the socket opened before the turn gets exactly the events
+/// (deltas and statuses included) of an SSE follower opened at the same moment.
+#[test]
+fn sockets_get_the_follow_streams_events_exactly_once() {
+    const TURNS: usize = 4;
+    const OPENERS: usize = 3;
+    const PER_OPENER: usize = 12;
+    let _guard = stack().guard();
+    let api = stack().client("sam", &unique_name("socket"));
+    let model = unique_name("gpt-socket");
+    let session = api.create_session(
+        json!({"provider": "openai-compatible", "model": model, "systemPrompt": "be brief"}),
+    );
+    let id = session.id.as_str();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for turn in 0..TURNS {
+        let reply = format!("Turn {turn}: a reply streamed in many small chunks to the socket.");
+        let delay = Duration::from_millis(15 + 10 * turn as u64);
+        stack()
+            .openai()
+            .script(&model, [Reply::text(reply.clone()).with_delay(delay)]);
+        let before = api.session(id).session.last_cursor;
+        let mut sse = api.follow(id, &format!("sinceCursor={before}&timeoutSeconds=60"));
+        let mut reference = open(&api, id, &format!("?after={before}"));
+        // The reference socket has registered once it sent its status after the backfill.
+        let first = reference.next_frame(WAIT);
+        assert_eq!(first, json!({"type": "status", "status": "idle"}));
+        api.enqueue(id, "followUp", &format!("turn {turn}"));
+        let turn_over = AtomicBool::new(false);
+        let mut opened: Vec<(String, u64, SessionSocket)> = Vec::new();
+        std::thread::scope(|scope| {
+            let openers: Vec<_> = (0..OPENERS)
+                .map(|opener| {
+                    let (api, turn_over) = (&api, &turn_over);
+                    scope.spawn(move || {
+                        let mut sockets = Vec::new();
+                        let mut n = 0u64;
+                        while !turn_over.load(Ordering::Relaxed) && sockets.len() < PER_OPENER {
+                            // Openers 1 and 2 resume at every cursor of the session so far.
+                            let after = match opener {
+                                0 => before,
+                                _ => (n * 2 + opener as u64 - 1) % (before + 1),
+                            };
+                            n += 1;
+                            let socket = open(api, id, &format!("?after={after}"));
+                            sockets.push((format!("opener {opener} after={after}"), after, socket));
+                        }
+                        sockets
+                    })
+                })
+                .collect();
+            wait_for("the turn to end", TURN, || {
+                let page = api.session(id);
+                (page.session.status != Status::Running && page.queue.is_empty()).then_some(())
+            });
+            turn_over.store(true, Ordering::Relaxed);
+            for opener in openers {
+                opened.extend(opener.join().expect("opener"));
+            }
+        });
+        let transcript = api.transcript(id);
+        assert_contiguous(&transcript);
+        let mut reference_frames = vec![first];
+        match read_to_idle(&mut reference, TURN) {
+            Ok(frames) => reference_frames.extend(frames),
+            Err(e) => panic!("turn {turn}: the reference socket: {e}"),
+        }
+        // The same events as the SSE follower's, in the same order.
+        let sse_events: Vec<Value> = sse
+            .collect_until(TURN, |e| e.event == "idle")
+            .into_iter()
+            .map(|e| e.data)
+            .collect();
+        assert_eq!(
+            reference_frames, sse_events,
+            "turn {turn}: the socket's events differ from the SSE stream's"
+        );
+        assert!(
+            reference_frames
+                .iter()
+                .any(|f| f["type"] == "assistant_text_delta"),
+            "turn {turn}: no delta reached the socket"
+        );
+        if let Err(e) = check(&reference_frames, &transcript, before) {
+            failures.push(format!("turn {turn}, reference: {e}"));
+        }
+        for (name, after, mut socket) in opened {
+            checked += 1;
+            match read_to_idle(&mut socket, TURN) {
+                Ok(frames) => {
+                    if let Err(e) = check(&frames, &transcript, after) {
+                        failures.push(format!("turn {turn}, {name}: {e}"));
+                    }
+                }
+                Err(e) => failures.push(format!("turn {turn}, {name}: {e}")),
+            }
+            // Nothing more comes after the idle point: no duplicate, no late entry.
+            match socket.read(Instant::now() + Duration::from_millis(200)) {
+                SocketRead::Timeout => {}
+                other => failures.push(format!("turn {turn}, {name}: after idle: {other:?}")),
+            }
+            socket.close();
+        }
+        reference.close();
+        if !failures.is_empty() {
+            eprintln!("{}", describe(&transcript));
+        }
+    }
+    eprintln!("{checked} sockets checked");
+    assert!(
+        failures.is_empty(),
+        "{} failures; first: {}",
+        failures.len(),
+        failures[0]
+    );
+    assert!(checked >= TURNS * 3, "only {checked} sockets opened");
+}
+
+/// `enqueue`, `stop` and `cancel` frames answer what the HTTP routes answer; each frame gets
+/// exactly one reply; every message enqueued over the socket is in the transcript once.
+#[test]
+fn socket_actions_answer_as_the_http_routes() {
+    let _guard = stack().guard();
+    let api = stack().client("ada", &unique_name("socket-actions"));
+    let session = api.create_fake_session();
+    let id = session.id.as_str();
+    let mut socket = open(&api, id, "");
+    let mut events = Vec::new();
+
+    // One enqueue: the reply's body has the HTTP answer's shape ({"id"}).
+    socket.send(&enqueue_frame("one", None, "socket message one"));
+    let reply = socket.reply("one", WAIT, &mut events);
+    assert_eq!(reply["status"], 200, "{reply}");
+    let http = api.enqueue_raw(id, "followUp", "http message").json();
+    let keys = |v: &Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(keys(&reply["body"]), keys(&http), "{reply} vs {http}");
+    api.wait_idle(id, TURN);
+
+    // A burst on one socket: one reply each, each message once in the transcript.
+    const BURST: usize = 20;
+    for i in 0..BURST {
+        let lane = if i % 2 == 0 { Some("steer") } else { None };
+        socket.send(&enqueue_frame(
+            &format!("b{i}"),
+            lane,
+            &format!("burst {i}"),
+        ));
+    }
+    let deadline = Instant::now() + TURN;
+    let mut replies = std::collections::BTreeMap::new();
+    while replies.len() < BURST {
+        match socket.read(deadline) {
+            SocketRead::Frame(frame) if frame["type"] == "reply" => {
+                let key = frame["id"].as_str().expect("an id").to_string();
+                assert!(
+                    replies.insert(key, frame.clone()).is_none(),
+                    "two replies: {frame}"
+                );
+            }
+            SocketRead::Frame(_) => {}
+            other => panic!("{} of {BURST} replies, then {other:?}", replies.len()),
+        }
+    }
+    let item_ids: std::collections::BTreeSet<_> = replies
+        .values()
+        .map(|r| {
+            assert_eq!(r["status"], 200, "{r}");
+            r["body"]["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(item_ids.len(), BURST, "distinct queue item ids");
+    api.wait_idle(id, TURN);
+    let transcript = api.transcript(id);
+    let user_texts: Vec<String> = transcript
+        .iter()
+        .filter_map(|e| serde_json::to_value(&e.payload).ok())
+        .filter(|p| p["message"]["role"] == "user")
+        .map(|p| p.to_string())
+        .collect();
+    for text in (0..BURST)
+        .map(|i| format!("burst {i}"))
+        .chain(["socket message one".to_string()])
+    {
+        let found = user_texts
+            .iter()
+            .filter(|t| t.contains(&format!("\"{text}\"")))
+            .count();
+        assert_eq!(
+            found,
+            1,
+            "{text:?} in the transcript:\n{}",
+            describe(&transcript)
+        );
+    }
+
+    // stop: the HTTP answer's JSON.
+    socket.send(&ClientFrame::Stop { id: "halt".into() });
+    let reply = socket.reply("halt", WAIT, &mut events);
+    let http = api.stop(id);
+    assert_eq!(reply["status"], 200, "{reply}");
+    assert_eq!(reply["body"], serde_json::to_value(&http).unwrap());
+
+    // Errors are the HTTP errors: status, code and message.
+    let cases: [(ClientFrame, wuhu_e2e::http::Response); 3] = [
+        (
+            ClientFrame::Cancel {
+                id: "c".into(),
+                body: CancelRequest { id: "nope".into() },
+            },
+            api.cancel(id, "nope"),
+        ),
+        (
+            enqueue_frame("lane", Some("system"), "x"),
+            api.enqueue_raw(id, "system", "x"),
+        ),
+        (
+            enqueue_frame("empty", None, "  "),
+            api.enqueue_raw(id, "followUp", "  "),
+        ),
+    ];
+    for (frame, http) in cases {
+        let frame_id = frame.id().to_string();
+        socket.send(&frame);
+        let reply = socket.reply(&frame_id, WAIT, &mut events);
+        assert!(http.status >= 400, "{http}");
+        assert_eq!(reply["status"], http.status, "{reply} vs {http}");
+        assert_eq!(reply["error"], http.json()["error"], "{reply} vs {http}");
+    }
+}
+
+/// Frames that cannot be read get an error reply; the socket and the actor go on working.
+#[test]
+fn bad_frames_get_an_error_and_the_socket_goes_on() {
+    let _guard = stack().guard();
+    let api = stack().client("bea", &unique_name("socket-bad"));
+    let session = api.create_fake_session();
+    let id = session.id.as_str();
+    let mut socket = open(&api, id, "");
+    let mut events = Vec::new();
+    let oversize = format!(
+        r#"{{"type":"enqueue","id":"big","body":{{"content":"{}"}}}}"#,
+        "a".repeat(MAX_CLIENT_FRAME_BYTES)
+    );
+    let cases: [(&str, Option<&str>, u16, &str); 5] = [
+        ("not json", None, 400, "invalid json frame"),
+        (
+            r#"{"type":"launch","id":"u"}"#,
+            Some("u"),
+            400,
+            "unknown frame type",
+        ),
+        (r#"{"type":"stop"}"#, None, 400, "needs an \"id\""),
+        (
+            r#"{"type":"enqueue","id":"f","body":{}}"#,
+            Some("f"),
+            400,
+            "missing field",
+        ),
+        (oversize.as_str(), None, 413, "exceeds"),
+    ];
+    for (text, want_id, status, fragment) in cases {
+        socket.send_text(text);
+        let reply = loop {
+            let frame = socket.next_frame(WAIT);
+            if frame["type"] == "reply" {
+                break frame;
+            }
+            events.push(frame);
+        };
+        let shown: String = text.chars().take(60).collect();
+        assert_eq!(reply["id"].as_str(), want_id, "{shown}: {reply}");
+        assert_eq!(reply["status"], status, "{shown}: {reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(fragment),
+            "{shown}: {reply}"
+        );
+    }
+    socket.send_binary(b"\x00\x01");
+    let reply = socket.next_frame(WAIT);
+    assert_eq!(
+        (reply["type"].clone(), reply["status"].clone()),
+        (json!("reply"), json!(400)),
+        "{reply}"
+    );
+    // Still working: an enqueue is answered and its turn streams to the same socket.
+    socket.send(&enqueue_frame("ok", None, "still here"));
+    let reply = socket.reply("ok", WAIT, &mut events);
+    assert_eq!(reply["status"], 200, "{reply}");
+    let deadline = Instant::now() + TURN;
+    while !events.iter().any(|f| f["type"] == "idle") {
+        match socket.read(deadline) {
+            SocketRead::Frame(frame) => events.push(frame),
+            other => panic!("no idle after the enqueue: {other:?}; {events:?}"),
+        }
+    }
+    assert!(api.get(&format!("/v1/sessions/{id}")).status == 200);
+}
+
+/// Who may open a socket and act on it is who may follow and act over HTTP
+/// (tests/tests/session_authority.rs): hidden sessions answer 404 at the upgrade, a member of a
+/// tenant session may read and prompt but not stop, another tenant sees nothing.
+#[test]
+fn the_socket_has_the_authority_of_its_http_twins() {
+    let _guard = stack().guard();
+    let tenant = unique_name("socket-authz");
+    let alice = stack().client("alice", &tenant);
+    let bob = stack().client("bob", &tenant);
+    let root = stack().admin_client("root", &tenant);
+    let mallory = stack().client("alice", &unique_name("other"));
+    let nobody = stack().client_with_token(None);
+    let session = alice.create_fake_session();
+    let id = session.id.as_str();
+    // Alice prompts first: she owns it (a member who prompted first would own it).
+    alice.enqueue(id, "followUp", "mine");
+    alice.wait_idle(id, TURN);
+
+    let refused = |api: &Api, want: u16, who: &str| match connect(api, id, "") {
+        Ok(_) => panic!("{who}: the upgrade was accepted, want {want}"),
+        Err((status, body)) => assert_eq!(status, want, "{who}: {body}"),
+    };
+    refused(&nobody, 401, "no credential");
+    refused(&mallory, 404, "another tenant");
+    refused(&bob, 404, "a member, private session");
+    assert_eq!(
+        bob.get(&format!("/v1/sessions/{id}/follow?timeoutSeconds=1"))
+            .status,
+        404,
+        "the SSE twin agrees"
+    );
+    // Not an upgrade: 426.
+    let plain = alice.get(&format!("/v1/sessions/{id}/socket"));
+    assert_eq!(plain.status, 426, "{plain}");
+
+    let opened = alice.patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}));
+    assert_eq!(opened.status, 200, "{opened}");
+    let mut events = Vec::new();
+    let mut bob_socket = open(&bob, id, "");
+    bob_socket.send(&enqueue_frame("p", None, "bob prompts"));
+    let reply = bob_socket.reply("p", WAIT, &mut events);
+    assert_eq!(
+        reply["status"], 200,
+        "bob prompts a tenant session: {reply}"
+    );
+    bob_socket.send(&ClientFrame::Stop { id: "s".into() });
+    let reply = bob_socket.reply("s", WAIT, &mut events);
+    let http = bob.post(&format!("/v1/sessions/{id}/stop"), &json!({}));
+    assert_eq!(
+        (reply["status"].clone(), http.status),
+        (json!(403), 403),
+        "{reply}"
+    );
+    assert_eq!(reply["error"], http.json()["error"]);
+    let mut root_socket = open(&root, id, "");
+    root_socket.send(&ClientFrame::Stop { id: "s".into() });
+    assert_eq!(root_socket.reply("s", WAIT, &mut events)["status"], 200);
+
+    // Made private again, bob's open socket may no longer act (404, as over HTTP).
+    let closed = alice.patch(&format!("/v1/sessions/{id}"), &json!({"access": "private"}));
+    assert_eq!(closed.status, 200, "{closed}");
+    bob_socket.send(&enqueue_frame("p2", None, "bob again"));
+    let reply = bob_socket.reply("p2", WAIT, &mut events);
+    assert_eq!(reply["status"], 404, "{reply}");
+    // Even where the action itself would not ask (cancelling an unknown item): the session is
+    // hidden from him, with the HTTP twin's answer.
+    bob_socket.send(&ClientFrame::Cancel {
+        id: "c2".into(),
+        body: CancelRequest { id: "nope".into() },
+    });
+    let reply = bob_socket.reply("c2", WAIT, &mut events);
+    let http = bob.cancel(id, "nope");
+    assert_eq!(
+        (reply["status"].clone(), http.status),
+        (json!(404), 404),
+        "{reply}"
+    );
+    assert_eq!(reply["error"], http.json()["error"], "{reply} vs {http}");
+}
+
+/// A socket opened with a minted token closes (4401) once the token is revoked; a cookie
+/// upgrade from a foreign origin is refused (403), from this origin it works.
+#[test]
+fn revoked_credentials_close_the_socket_and_foreign_origins_are_refused() {
+    let _guard = stack().guard();
+    let tenant = unique_name("socket-revoke");
+    let alice = stack().client("alice", &tenant);
+    let minted = alice.post(
+        "/v1/tokens",
+        &json!({"name": "socket", "kind": "user", "ttlDays": 1}),
+    );
+    assert_eq!(minted.status, 201, "{minted}");
+    let token = minted.json()["token"].as_str().unwrap().to_string();
+    let jti = minted.json()["jti"].as_str().unwrap().to_string();
+    let laptop = stack().client_with_token(Some(token.clone()));
+    let session = laptop.create_fake_session();
+    let id = session.id.clone();
+
+    // The cookie session: this origin works, a foreign one is refused at the upgrade.
+    let signed_in = Request::new("POST", stack().url("/v1/auth/session"))
+        .bearer(&token)
+        .header("Origin", stack().base_url())
+        .send()
+        .expect("sign in");
+    assert_eq!(signed_in.status, 200, "{signed_in}");
+    let cookie = signed_in
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))
+        .and_then(|(_, v)| v.split(';').next().map(str::to_string))
+        .expect("a session cookie");
+    let base = stack().base_url();
+    let foreign = SessionSocket::connect(
+        &base,
+        &id,
+        "",
+        &SocketAuth::Cookie(cookie.clone(), Some("https://evil.example".into())),
+    );
+    assert_eq!(
+        foreign.err().map(|e| e.0),
+        Some(403),
+        "a foreign origin's upgrade"
+    );
+    let mut cookie_socket = SessionSocket::connect(
+        &base,
+        &id,
+        "",
+        &SocketAuth::Cookie(cookie.clone(), Some(base.clone())),
+    )
+    .expect("a cookie upgrade from this origin");
+    let mut events = Vec::new();
+    cookie_socket.send(&enqueue_frame("c", None, "from the cookie socket"));
+    assert_eq!(cookie_socket.reply("c", WAIT, &mut events)["status"], 200);
+
+    let mut socket = open(&laptop, &id, "");
+    registered(&mut socket);
+    let revoked = alice.send(alice.request("DELETE", &format!("/v1/tokens/{jti}")));
+    assert_eq!(revoked.status, 200, "{revoked}");
+    let started = Instant::now();
+    // Within the recheck interval (5 s) plus a registry round trip, without any frame sent.
+    for (name, s) in [("bearer", &mut socket), ("cookie", &mut cookie_socket)] {
+        let (frames, close) = s
+            .wait_closed(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            close.map(|c| c.0),
+            Some(CLOSE_REVOKED),
+            "{name}: {frames:?}"
+        );
+        assert!(
+            frames.iter().any(|f| f["type"] == "error"),
+            "{name}: an error event before the close: {frames:?}"
+        );
+    }
+    eprintln!(
+        "revoked sockets closed {:?} after the revoke",
+        started.elapsed()
+    );
+    assert_eq!(connect(&laptop, &id, "").err().map(|e| e.0), Some(401));
+}
+
+/// Sockets count against the session's follower cap and are forgotten when they close.
+#[test]
+fn closed_sockets_are_forgotten() {
+    let _guard = stack().guard();
+    let api = stack().client("cy", &unique_name("socket-count"));
+    let session = api.create_fake_session();
+    let id = session.id.as_str();
+    let followers = || api.get(&format!("/v1/sessions/{id}/stats")).json()["followers"].as_u64();
+    let mut sockets: Vec<SessionSocket> = (0..5).map(|_| open(&api, id, "")).collect();
+    for s in &mut sockets {
+        registered(s);
+    }
+    assert_eq!(followers(), Some(5));
+    for s in sockets {
+        s.close();
+    }
+    wait_for("closed sockets to be forgotten", WAIT, || {
+        (followers() == Some(0)).then_some(())
+    });
+}

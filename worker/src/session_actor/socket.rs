@@ -1,0 +1,316 @@
+//! `GET /socket`: a client WebSocket on the session (docs/api.md, "Session socket"). The frames
+//! and their validation are `wuhu_core::socket`; the event stream is a follower of the actor's
+//! [`super::follow::Followers`] list (the rules are `wuhu_core::follow`), written to the socket
+//! instead of an SSE body; client frames run the same actions as the HTTP routes
+//! ([`Actor::enqueue`], [`Actor::stop`], [`Actor::cancel`]) after the same checks.
+//!
+//! Sockets are accepted with the hibernation API: the runtime keeps them open while the actor is
+//! evicted from memory. What a socket needs after a wake is its attachment ([`Attachment`]: who,
+//! the credential's `jti`, the last cursor sent). The first event of a fresh isolate (a request,
+//! a frame, a close, the alarm) re-registers every open socket from its attachment, resuming
+//! after that cursor, so nothing is lost or sent twice. The cursor is written to the attachment
+//! (in memory, no storage write) whenever the sink has sent everything it had and waits: the
+//! actor can only be evicted while every sink waits, so the stored cursor is the one reached.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use worker::{Request, Response, WebSocket, WebSocketIncomingMessage, WebSocketPair};
+use wuhu_core::authority::{Role, SessionAction};
+use wuhu_core::follow::{Follow, FollowRequest, Output, Registration};
+use wuhu_core::socket::{
+    CLOSE_LOST_STATE, ClientFrame, ReplyFrame, close_code, parse_client_frame,
+};
+
+use super::follow::{self, Shared};
+use super::{Actor, now};
+use crate::http::{ApiError, ApiResult, query_u64};
+use crate::identity::{Identity, JTI_HEADER};
+use crate::token_registry;
+
+/// A socket's state that survives hibernation (kept small: the runtime bounds attachments).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Attachment {
+    /// Names the socket's sink in the followers list.
+    id: String,
+    sub: String,
+    tenant: String,
+    role: String,
+    /// The `jti` of a revocable credential (re-checked while the socket is open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    jti: Option<String>,
+    /// The last cursor sent (or the connect's `after`): where a re-registration resumes.
+    cursor: u64,
+    /// The sink ended and the socket was closed by the actor.
+    #[serde(default)]
+    closed: bool,
+}
+
+impl Attachment {
+    fn identity(&self) -> Identity {
+        Identity {
+            sub: self.sub.clone(),
+            tenant: self.tenant.clone(),
+            role: Role::parse(&self.role).unwrap_or_default(),
+            runner_kind: None,
+        }
+    }
+}
+
+/// The attachment is stored as its JSON text (a string is all the runtime's structured clone
+/// sees; no second serializer for this type in the Worker).
+fn attachment(ws: &WebSocket) -> Option<Attachment> {
+    let text = ws.deserialize_attachment::<String>().ok().flatten()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn save(ws: &WebSocket, attachment: &Attachment) {
+    let text = serde_json::to_string(attachment).unwrap_or_default();
+    if let Err(e) = ws.serialize_attachment(text) {
+        worker::console_error!("session socket: saving its attachment failed: {e}");
+    }
+}
+
+impl Actor {
+    /// `GET /socket` (the router authenticated the upgrade, and the caller may read the
+    /// session): registers the socket's sink, accepts the socket, starts sending.
+    pub(super) async fn accept_socket(
+        self: &Rc<Self>,
+        req: &Request,
+        pairs: &[(String, String)],
+        identity: &Identity,
+    ) -> ApiResult<Response> {
+        let upgrade = req.headers().get("upgrade").ok().flatten();
+        if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
+            return Err(ApiError::new(
+                426,
+                "upgrade_required",
+                "this endpoint takes a WebSocket upgrade",
+            ));
+        }
+        self.revive_sockets();
+        let after = query_u64(pairs, "after")?.unwrap_or(0);
+        let jti = req
+            .headers()
+            .get(JTI_HEADER)
+            .ok()
+            .flatten()
+            .filter(|j| !j.is_empty());
+        let attachment = Attachment {
+            id: uuid::Uuid::new_v4().to_string(),
+            sub: identity.sub.clone(),
+            tenant: identity.tenant.clone(),
+            role: identity.role.as_str().to_string(),
+            jti,
+            cursor: after,
+            closed: false,
+        };
+        let pair = WebSocketPair::new()?;
+        // Registered before it is accepted: a socket over the cap is refused (429) unopened.
+        let shared = self.register_socket(&attachment)?;
+        self.state.accept_web_socket(&pair.server);
+        save(&pair.server, &attachment);
+        drive(self.clone(), shared, pair.server, attachment);
+        Ok(Response::from_websocket(pair.client)?)
+    }
+
+    /// A sink for `attachment`'s socket in the followers list, resuming after its cursor.
+    fn register_socket(&self, attachment: &Attachment) -> ApiResult<Rc<RefCell<Shared>>> {
+        let request = FollowRequest {
+            since_cursor: attachment.cursor,
+            since_time: None,
+            stop_after_idle: false,
+            timeout_seconds: None,
+        };
+        // As for `/follow`: the snapshot and the registration happen in one synchronous step.
+        let committed = self.committed_cursor();
+        let registration = self
+            .with_loaded(|l| Registration {
+                last_cursor: committed,
+                status: l.session.status(),
+            })
+            .ok_or_else(|| ApiError::internal("session not loaded"))?;
+        let mut follow = Follow::new(now(), &request, registration).without_heartbeats();
+        let credential = match &attachment.jti {
+            Some(jti) => {
+                follow = follow.recheck_credential(now());
+                Some((attachment.identity(), jti.clone()))
+            }
+            None => None,
+        };
+        self.followers
+            .borrow_mut()
+            .add(follow, credential, Some(attachment.id.clone()))
+    }
+
+    /// Re-registers every open socket of a fresh isolate (after hibernation) from its
+    /// attachment, once. Cheap when there is none.
+    pub(super) fn revive_sockets(self: &Rc<Self>) {
+        if self.sockets_revived.get() {
+            return;
+        }
+        let sockets = self.state.get_websockets();
+        if sockets.is_empty() {
+            self.sockets_revived.set(true);
+            return;
+        }
+        if !matches!(self.ensure_loaded(), Ok(true)) {
+            return;
+        }
+        self.sockets_revived.set(true);
+        for ws in sockets {
+            let Some(attachment) = attachment(&ws) else {
+                let _ = ws.close(Some(CLOSE_LOST_STATE), Some("lost connection state"));
+                continue;
+            };
+            if attachment.closed || self.followers.borrow().has_socket(&attachment.id) {
+                continue;
+            }
+            match self.register_socket(&attachment) {
+                Ok(shared) => drive(self.clone(), shared, ws, attachment),
+                Err(e) => {
+                    let _ = ws.close(Some(CLOSE_LOST_STATE), Some(&truncate(&e.message)));
+                }
+            }
+        }
+    }
+
+    /// A frame from a client socket: exactly one reply, whatever it holds.
+    pub(super) async fn socket_frame(
+        self: &Rc<Self>,
+        ws: &WebSocket,
+        message: WebSocketIncomingMessage,
+    ) {
+        self.revive_sockets();
+        let Some(attachment) = attachment(ws) else {
+            let _ = ws.close(Some(CLOSE_LOST_STATE), Some("lost connection state"));
+            return;
+        };
+        if attachment.closed {
+            return;
+        }
+        let frame = match &message {
+            WebSocketIncomingMessage::String(text) => parse_client_frame(Some(text), 0),
+            WebSocketIncomingMessage::Binary(bytes) => parse_client_frame(None, bytes.len()),
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(error) => {
+                let _ = ws.send_with_str(error.reply().encode());
+                return;
+            }
+        };
+        let id = frame.id().to_string();
+        let reply = match self.socket_action(&attachment, &id, frame).await {
+            Ok(reply) => reply,
+            Err(e) => ReplyFrame::<()>::error(Some(&id), e.status, &e.code, e.message).encode(),
+        };
+        let _ = ws.send_with_str(reply);
+    }
+
+    /// What the HTTP twin of `frame` does, after the checks it has: a revocable credential must
+    /// still be live (as `authenticate` asks on every request), and the caller must be able to
+    /// read the session (as every session route checks first).
+    async fn socket_action(
+        self: &Rc<Self>,
+        attachment: &Attachment,
+        id: &str,
+        frame: ClientFrame,
+    ) -> ApiResult<String> {
+        let identity = attachment.identity();
+        if let Some(jti) = &attachment.jti {
+            let live = token_registry::check(&self.env, &identity, jti).await?;
+            if !live {
+                // The stream ends too, as the next periodic check would end it.
+                self.followers.borrow_mut().socket_revoked(&attachment.id);
+                return Err(ApiError::unauthorized("token revoked"));
+            }
+        }
+        if !self.ensure_loaded()? {
+            return Err(ApiError::not_found("session not found"));
+        }
+        self.authorize(&identity.principal(), SessionAction::Read)?;
+        Ok(match frame {
+            ClientFrame::Enqueue { lane, body, .. } => {
+                let response = self.enqueue(&identity, lane.as_deref(), body, None).await?;
+                ReplyFrame::ok(id, 200, response).encode()
+            }
+            ClientFrame::Stop { .. } => {
+                ReplyFrame::ok(id, 200, self.stop(&identity).await?).encode()
+            }
+            ClientFrame::Cancel { body, .. } => {
+                ReplyFrame::ok(id, 200, self.cancel(&identity, body).await?).encode()
+            }
+        })
+    }
+
+    /// A client socket closed (or failed): its sink ends.
+    pub(super) fn socket_closed(self: &Rc<Self>, ws: &WebSocket) {
+        self.revive_sockets();
+        // Completes the closing handshake (a no-op when the socket is closed already).
+        let _ = ws.close(Some(1000), Some("closed"));
+        if let Some(attachment) = attachment(ws) {
+            self.followers.borrow_mut().socket_gone(&attachment.id);
+        }
+    }
+}
+
+fn truncate(text: &str) -> String {
+    // A close reason is at most 123 bytes.
+    let mut end = text.len().min(120);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+/// Runs a socket's sink until it ends: the same loop as an SSE stream's (`follow`), writing each
+/// frame's `data` JSON as one text frame, saving the cursor reached whenever it waits, and
+/// closing the socket with the code of the reason it ended.
+fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attachment: Attachment) {
+    wasm_bindgen_futures::spawn_local(async move {
+        loop {
+            let output = {
+                let mut shared = shared.borrow_mut();
+                if shared.gone {
+                    return;
+                }
+                shared.woken = false;
+                shared.follow.poll(now())
+            };
+            match output {
+                Output::Frame(frame) => {
+                    if let Some(data) = frame.data()
+                        && ws.send_with_str(data).is_err()
+                    {
+                        actor.followers.borrow_mut().socket_gone(&attachment.id);
+                        return;
+                    }
+                }
+                Output::ReadPage { since, limit } => {
+                    follow::read_page(&actor, &shared, since, limit).await
+                }
+                Output::CheckCredential => follow::check_credential(&actor, &shared).await,
+                Output::Wait => {
+                    let cursor = shared.borrow().follow.sent_cursor();
+                    if cursor != attachment.cursor {
+                        attachment.cursor = cursor;
+                        save(&ws, &attachment);
+                    }
+                    let deadline = shared.borrow().follow.poll_deadline();
+                    follow::wait(&shared, deadline).await;
+                }
+                Output::End => {
+                    let reason = shared.borrow().follow.end_reason();
+                    attachment.cursor = shared.borrow().follow.sent_cursor();
+                    attachment.closed = true;
+                    save(&ws, &attachment);
+                    let (code, why) = reason.map_or((1000, "done"), close_code);
+                    let _ = ws.close(Some(code), Some(why));
+                    return;
+                }
+            }
+        }
+    });
+}
