@@ -30,7 +30,9 @@ use wuhu_core::wire::runner::jobs::{
 };
 use wuhu_core::wire::runner::{JobReport, JobState, RunnerMessage};
 
-use crate::tools::bash::{BashArgs, DEFAULT_PATH, GroupGuard, NON_INTERACTIVE_ENV};
+use crate::tools::bash::{
+    BashArgs, DEFAULT_PATH, GroupGuard, NON_INTERACTIVE_ENV, command_path, program_in_path,
+};
 use crate::tools::{CancelHandle, CancelSignal, ToolContext, ToolOutput};
 
 /// How long `job_kill` waits for the killed job to be reaped before it answers.
@@ -259,7 +261,7 @@ impl Jobs {
                 return ToolOutput::error(format!("cannot create the job's output pipe: {e}"));
             }
         };
-        let mut cmd = tokio::process::Command::new("bash");
+        let mut cmd = tokio::process::Command::new(program_in_path("bash", command_path(&ctx.env)));
         cmd.arg("-c")
             .arg(&args.command)
             .current_dir(&ctx.cwd)

@@ -48,6 +48,36 @@ pub const NON_INTERACTIVE_ENV: [(&str, &str); 4] = [
     ("GIT_TERMINAL_PROMPT", "0"),
 ];
 
+/// The program to start for `name` (`bash`): its absolute path, found in `path` (the
+/// command's own `PATH`) the way `execvp` searches, or `name` itself when a relative or empty
+/// entry comes before any match (only the child's working directory could resolve it) or
+/// nothing matches (the spawn then reports the error).
+///
+/// An absolute path lets std start the command with `posix_spawn` (vfork: no copy of the
+/// runner's page tables); with a bare name and a `PATH` of the child's own, std must fork the
+/// runner and search in the child. Measured in docs/benchmarks.md ("Where the runner round trip
+/// goes").
+pub fn program_in_path(name: &str, path: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in path.split(':') {
+        if !dir.starts_with('/') {
+            break;
+        }
+        let candidate = std::path::Path::new(dir).join(name);
+        if std::fs::metadata(&candidate)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        {
+            return candidate;
+        }
+    }
+    PathBuf::from(name)
+}
+
+/// The command's `PATH`: its snapshot's, or [`DEFAULT_PATH`].
+pub fn command_path(env: &std::collections::BTreeMap<String, String>) -> &str {
+    env.get("PATH").map_or(DEFAULT_PATH, String::as_str)
+}
+
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandRun {
@@ -179,7 +209,7 @@ pub async fn run_command(
     let writer_err = writer
         .try_clone()
         .map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let mut cmd = tokio::process::Command::new("bash");
+    let mut cmd = tokio::process::Command::new(program_in_path("bash", command_path(&ctx.env)));
     cmd.arg("-c")
         .arg(command)
         .current_dir(&ctx.cwd)
@@ -404,6 +434,49 @@ mod tests {
     use crate::tools::tests::{context, run};
     use serde_json::json;
     use wuhu_core::wire::runner::EnvironmentKind;
+
+    #[test]
+    fn bash_is_found_in_the_commands_path_as_execvp_would() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let make = |sub: &str, mode: u32| {
+            let d = dir.path().join(sub);
+            std::fs::create_dir_all(&d).unwrap();
+            let f = d.join("bash");
+            std::fs::write(&f, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            d.display().to_string()
+        };
+        let plain = make("plain", 0o644);
+        let first = make("first", 0o755);
+        let second = make("second", 0o755);
+        let missing = dir.path().join("missing").display().to_string();
+        let cases: &[(String, PathBuf)] = &[
+            // The first executable match, past missing dirs and non-executable files.
+            (
+                format!("{missing}:{plain}:{first}:{second}"),
+                PathBuf::from(&first).join("bash"),
+            ),
+            (
+                format!("{second}:{first}"),
+                PathBuf::from(&second).join("bash"),
+            ),
+            // A relative or empty entry before any match: only the child's cwd resolves it.
+            (format!("{missing}:relative:{first}"), PathBuf::from("bash")),
+            (format!(":{first}"), PathBuf::from("bash")),
+            // A relative entry after the match does not matter.
+            (
+                format!("{first}:relative"),
+                PathBuf::from(&first).join("bash"),
+            ),
+            // Nothing found: the spawn reports it.
+            (missing.clone(), PathBuf::from("bash")),
+            (String::new(), PathBuf::from("bash")),
+        ];
+        for (path, want) in cases {
+            assert_eq!(&program_in_path("bash", path), want, "PATH={path}");
+        }
+    }
 
     #[test]
     fn runs_in_cwd_with_snapshot_env_and_non_interactive_settings() {
