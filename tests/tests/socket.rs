@@ -599,3 +599,67 @@ fn closed_sockets_are_forgotten() {
         (followers() == Some(0)).then_some(())
     });
 }
+
+/// The actor is evicted from memory while a socket stays open (the hibernation API), and the
+/// next turn reaches the socket through its attachment: every entry once, in order, twice in a
+/// row (so the second wake resumes from the cursor the first one's turn reached). Eviction needs
+/// the actor idle for a while (about 10 s under `wrangler dev`), so each round waits idle first,
+/// then starts a turn, until the Worker has logged two wakes that re-registered the socket.
+#[test]
+fn sockets_are_registered_again_after_the_actor_hibernates() {
+    let _guard = stack().guard();
+    let api = stack().client("hal", &unique_name("socket-hibernate"));
+    let session = api.create_fake_session();
+    let id = session.id.as_str();
+    let mut after = api.session(id).session.last_cursor;
+    let mut socket = open(&api, id, &format!("?after={after}"));
+    registered(&mut socket);
+    let revived = || {
+        stack()
+            .log_events()
+            .iter()
+            .filter(|e| e["event"] == "sockets_revived" && e["session"] == id)
+            .count()
+    };
+    let started = Instant::now();
+    for round in 0..8 {
+        // Idle time for the runtime to evict the actor: not a synchronisation.
+        std::thread::sleep(Duration::from_secs(12));
+        api.enqueue(id, "followUp", &format!("after a nap {round}"));
+        let frames =
+            read_live_idle(&mut socket, TURN).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        api.wait_idle(id, TURN);
+        let transcript = api.transcript(id);
+        check(&frames, &transcript, after).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        after = transcript.last().map_or(after, |e| e.cursor);
+        if revived() >= 2 {
+            eprintln!(
+                "re-registered after {:?} (round {round})",
+                started.elapsed()
+            );
+            return;
+        }
+    }
+    panic!(
+        "the actor was evicted {} times with its socket open, not twice",
+        revived()
+    );
+}
+
+/// Reads up to a live `idle` event (statuses sent by a re-registration included).
+fn read_live_idle(socket: &mut SessionSocket, timeout: Duration) -> Result<Vec<Value>, String> {
+    let deadline = Instant::now() + timeout;
+    let mut frames = Vec::new();
+    loop {
+        match socket.read(deadline) {
+            SocketRead::Frame(frame) => {
+                let idle = frame["type"] == "idle";
+                frames.push(frame);
+                if idle {
+                    return Ok(frames);
+                }
+            }
+            other => return Err(format!("{other:?} before idle; read {frames:?}")),
+        }
+    }
+}

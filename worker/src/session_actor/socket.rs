@@ -159,6 +159,7 @@ impl Actor {
             return;
         }
         self.sockets_revived.set(true);
+        let mut revived = 0;
         for ws in sockets {
             let Some(attachment) = attachment(&ws) else {
                 let _ = ws.close(Some(CLOSE_LOST_STATE), Some("lost connection state"));
@@ -168,11 +169,23 @@ impl Actor {
                 continue;
             }
             match self.register_socket(&attachment) {
-                Ok(shared) => drive(self.clone(), shared, ws, attachment),
+                Ok(shared) => {
+                    revived += 1;
+                    drive(self.clone(), shared, ws, attachment);
+                }
                 Err(e) => {
                     let _ = ws.close(Some(CLOSE_LOST_STATE), Some(&truncate(&e.message)));
                 }
             }
+        }
+        if revived > 0 {
+            // One line per wake that found open sockets (hibernation is otherwise invisible).
+            let line = serde_json::json!({
+                "event": "sockets_revived",
+                "session": self.session_id(),
+                "sockets": revived,
+            });
+            worker::console_log!("{line}");
         }
     }
 
