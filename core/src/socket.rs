@@ -202,16 +202,23 @@ pub fn parse_client_frame(
     if text.len() > MAX_CLIENT_FRAME_BYTES {
         return Err(too_large());
     }
-    let value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| FrameError::bad(None, format!("invalid json frame: {e}")))?;
-    let Some(object) = value.as_object() else {
-        return Err(FrameError::bad(None, "a frame must be a JSON object"));
-    };
-    let id = match object.get("id") {
+    // First only `id` and `type` (other fields skipped), so that any later refusal names the
+    // frame's `id`.
+    let envelope: Envelope = serde_json::from_str(text).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            FrameError::bad(None, format!("invalid json frame: {e}"))
+        } else {
+            not_an_object()
+        }
+    })?;
+    if !text.trim_start().starts_with('{') {
+        return Err(not_an_object());
+    }
+    let id = match envelope.id {
         Some(serde_json::Value::String(id))
             if !id.is_empty() && id.chars().count() <= MAX_FRAME_ID_CHARS =>
         {
-            id.clone()
+            id
         }
         _ => {
             return Err(FrameError::bad(
@@ -222,8 +229,10 @@ pub fn parse_client_frame(
             ));
         }
     };
-    match object.get("type").and_then(|t| t.as_str()) {
-        Some("enqueue" | "stop" | "cancel") => {}
+    let kind = match envelope.kind.as_ref().and_then(|t| t.as_str()) {
+        Some("enqueue") => Kind::Enqueue,
+        Some("stop") => Kind::Stop,
+        Some("cancel") => Kind::Cancel,
         Some(other) => {
             return Err(FrameError::bad(
                 Some(id),
@@ -234,9 +243,85 @@ pub fn parse_client_frame(
             ));
         }
         None => return Err(FrameError::bad(Some(id), "a frame needs a \"type\"")),
+    };
+    // Then every field, flat (no buffering of a tagged enum: a smaller Worker), and which of
+    // them this type takes.
+    let wire: WireFrame = serde_json::from_str(text)
+        .map_err(|e| FrameError::bad(Some(id.clone()), format!("bad frame: {e}")))?;
+    let refuse = |what: &str| {
+        Err(FrameError::bad(
+            Some(id.clone()),
+            format!("bad frame: {what}"),
+        ))
+    };
+    match (kind, wire.lane, wire.body) {
+        (Kind::Stop | Kind::Cancel, Some(_), _) => refuse("unknown field `lane`"),
+        (Kind::Enqueue | Kind::Cancel, _, None) => refuse("missing field `body`"),
+        (Kind::Stop, None, Some(_)) => refuse("unknown field `body`"),
+        (Kind::Stop, None, None) => Ok(ClientFrame::Stop { id }),
+        (Kind::Enqueue, lane, Some(body)) => match (body.content, body.id) {
+            (_, Some(_)) => refuse("unknown field `id` in `body`"),
+            (None, None) => refuse("missing field `content` in `body`"),
+            (Some(content), None) => Ok(ClientFrame::Enqueue {
+                id,
+                lane,
+                body: EnqueueRequest { content },
+            }),
+        },
+        (Kind::Cancel, None, Some(body)) => match (body.content, body.id) {
+            (Some(_), _) => refuse("unknown field `content` in `body`"),
+            (None, None) => refuse("missing field `id` in `body`"),
+            (None, Some(item)) => Ok(ClientFrame::Cancel {
+                id,
+                body: CancelRequest { id: item },
+            }),
+        },
     }
-    // Parsed again from the text (not from `value`): one deserializer for the whole Worker.
-    serde_json::from_str(text).map_err(|e| FrameError::bad(Some(id), format!("bad frame: {e}")))
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Enqueue,
+    Stop,
+    Cancel,
+}
+
+/// `id` and `type` of a client frame; other fields are skipped.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    id: Option<serde_json::Value>,
+    #[serde(default, rename = "type")]
+    kind: Option<serde_json::Value>,
+}
+
+/// Every field a client frame may have.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireFrame {
+    #[serde(rename = "type")]
+    #[allow(dead_code)]
+    kind: String,
+    #[allow(dead_code)]
+    id: serde_json::Value,
+    #[serde(default)]
+    lane: Option<String>,
+    #[serde(default)]
+    body: Option<WireBody>,
+}
+
+/// Every field a client frame's `body` may have (`enqueue`: `content`; `cancel`: `id`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireBody {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+fn not_an_object() -> FrameError {
+    FrameError::bad(None, "a frame must be a JSON object")
 }
 
 fn too_large() -> FrameError {
@@ -324,6 +409,27 @@ mod tests {
                 r#"{"type":"cancel","id":"c","body":{}}"#.into(),
                 Err((Some("c"), 400, "missing field `id`")),
             ),
+            (
+                r#"{"type":"stop","id":"s","body":{}}"#.into(),
+                Err((Some("s"), 400, "unknown field `body`")),
+            ),
+            (
+                r#"{"type":"cancel","id":"c","lane":"steer","body":{"id":"i"}}"#.into(),
+                Err((Some("c"), 400, "unknown field `lane`")),
+            ),
+            (
+                r#"{"type":"cancel","id":"c","body":{"id":"i","content":"x"}}"#.into(),
+                Err((Some("c"), 400, "unknown field `content`")),
+            ),
+            (
+                r#"{"type":"enqueue","id":"e","body":{"id":"i","content":"x"}}"#.into(),
+                Err((Some("e"), 400, "unknown field `id`")),
+            ),
+            (
+                r#"{"type":"enqueue","id":"e","body":{"content":7}}"#.into(),
+                Err((Some("e"), 400, "invalid type")),
+            ),
+            ("\"text\"".into(), Err((None, 400, "JSON object"))),
             (
                 format!(
                     r#"{{"type":"enqueue","id":"big","body":{{"content":"{}"}}}}"#,
