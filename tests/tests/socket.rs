@@ -663,3 +663,29 @@ fn read_live_idle(socket: &mut SessionSocket, timeout: Duration) -> Result<Vec<V
         }
     }
 }
+
+/// Deleting the session ends its sockets: the follow stream's `error` event, then close code
+/// 4404; a reconnect is a 404.
+#[test]
+fn deleting_the_session_closes_its_sockets() {
+    let _guard = stack().guard();
+    let api = stack().client("dee", &unique_name("socket-delete"));
+    let session = api.create_fake_session();
+    let id = session.id.as_str();
+    let mut socket = open(&api, id, "");
+    registered(&mut socket);
+    let deleted = api.send(api.request("DELETE", &format!("/v1/sessions/{id}")));
+    assert!(deleted.status < 300, "{deleted}");
+    let (frames, close) = socket.wait_closed(WAIT).expect("closed");
+    assert_eq!(
+        close.map(|c| c.0),
+        Some(wuhu_core::socket::CLOSE_DELETED),
+        "{frames:?}"
+    );
+    assert_eq!(
+        frames.last().map(|f| f["type"].clone()),
+        Some(json!("error")),
+        "{frames:?}"
+    );
+    assert_eq!(connect(&api, id, "").err().map(|e| e.0), Some(404));
+}
