@@ -689,3 +689,36 @@ fn deleting_the_session_closes_its_sockets() {
     );
     assert_eq!(connect(&api, id, "").err().map(|e| e.0), Some(404));
 }
+
+/// Sockets and follow streams share the per-session cap (`MAX_FOLLOWERS`): with it reached by
+/// sockets, one more socket and one more follow stream are both refused with 429; a closed
+/// socket frees its place.
+#[test]
+fn sockets_and_follow_streams_share_the_follower_cap() {
+    use wuhu_core::follow::MAX_FOLLOWERS;
+    let _guard = stack().guard();
+    let api = stack().client("cap", &unique_name("socket-cap"));
+    let session = api.create_fake_session();
+    let id = session.id.as_str();
+    let last = api.session(id).session.last_cursor;
+    let mut sockets: Vec<SessionSocket> = (0..MAX_FOLLOWERS)
+        .map(|_| open(&api, id, &format!("?after={last}")))
+        .collect();
+    for s in &mut sockets {
+        registered(s);
+    }
+    assert_eq!(
+        connect(&api, id, "").err().map(|e| e.0),
+        Some(429),
+        "one socket over the cap"
+    );
+    let follow = api.send(
+        api.request("GET", &format!("/v1/sessions/{id}/follow?timeoutSeconds=1"))
+            .timeout(WAIT),
+    );
+    assert_eq!(follow.status, 429, "a follow stream over the cap: {follow}");
+    sockets.pop().expect("a socket").close();
+    wait_for("a closed socket to free its place", WAIT, || {
+        connect(&api, id, &format!("?after={last}")).ok()
+    });
+}
