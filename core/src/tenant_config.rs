@@ -90,6 +90,42 @@ pub fn check_document(path: &str, text: &str) -> Result<(), String> {
     }
 }
 
+/// The two settings documents as read from the tenant's storage (`None`: no document), kept by
+/// a session actor between steps.
+///
+/// A step does not wait for these reads before its provider request: it sends with the
+/// documents its actor read last and reads them again meanwhile ([`confirm_settings`]). Nothing
+/// of the reply is shown or kept before the new reading answers, so a step still runs with the
+/// settings as they are when its request goes out, and a change made since the last step costs
+/// only a request sent again.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct SettingsDocs {
+    /// `config/models.json`.
+    pub models: Option<String>,
+    /// `config/tenant.json`.
+    pub tenant: Option<String>,
+}
+
+/// What a step that sent with `used` does once the documents are read again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettingsCheck {
+    /// The reading matches: the request stands.
+    Keep,
+    /// The documents changed, or could not be read: the request is dropped and the step goes
+    /// on with the new reading (or fails with the read's error, as a step without a kept
+    /// reading would).
+    Redo,
+}
+
+/// Compares what a step sent with against what was read meanwhile (`None`: the read failed).
+#[must_use]
+pub fn confirm_settings(used: &SettingsDocs, read: Option<&SettingsDocs>) -> SettingsCheck {
+    match read {
+        Some(read) if read == used => SettingsCheck::Keep,
+        _ => SettingsCheck::Redo,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +188,49 @@ mod tests {
         assert_eq!(
             TenantConfig::default().llm_request_log_days,
             DEFAULT_LOG_DAYS
+        );
+    }
+
+    #[test]
+    fn a_step_keeps_its_request_only_when_the_documents_read_again_are_the_same() {
+        let docs = |models: Option<&str>, tenant: Option<&str>| SettingsDocs {
+            models: models.map(str::to_string),
+            tenant: tenant.map(str::to_string),
+        };
+        let used = docs(Some("{\"models\":[]}"), None);
+        let cases = [
+            (
+                "the same documents",
+                Some(used.clone()),
+                SettingsCheck::Keep,
+            ),
+            ("the read failed", None, SettingsCheck::Redo),
+            (
+                "the model table changed",
+                Some(docs(Some("{\"models\":[{}]}"), None)),
+                SettingsCheck::Redo,
+            ),
+            (
+                "the model table was deleted",
+                Some(docs(None, None)),
+                SettingsCheck::Redo,
+            ),
+            (
+                "request logs were turned on",
+                Some(docs(
+                    Some("{\"models\":[]}"),
+                    Some("{\"llmRequestLogs\":true}"),
+                )),
+                SettingsCheck::Redo,
+            ),
+        ];
+        for (name, read, want) in cases {
+            assert_eq!(confirm_settings(&used, read.as_ref()), want, "{name}");
+        }
+        assert_eq!(
+            confirm_settings(&SettingsDocs::default(), Some(&SettingsDocs::default())),
+            SettingsCheck::Keep,
+            "no documents, still none"
         );
     }
 }

@@ -237,3 +237,76 @@ fn truncated_stream_is_a_notice_and_the_step_is_retried_cleanly() {
         "the half-streamed reply is discarded: {text}"
     );
 }
+
+/// A step sends with the tenant's settings as its actor last read them and reads them again
+/// meanwhile (`inference::step_settings`). Whatever the timing of an admin's change, the next
+/// turn must be priced by the table in effect when it started, its reply must stream to a
+/// follower exactly once, and the request sent with the old table must leave no trace.
+#[test]
+fn a_model_table_changed_between_turns_prices_the_next_turn_and_its_reply_streams_once() {
+    let _guard = stack().guard();
+    let tenant = wuhu_e2e::util::unique_name("settings");
+    let olivia = stack().client("olivia", &tenant);
+    let admin = stack().admin_client("root", &tenant);
+    let model = wuhu_e2e::util::unique_name("gpt-priced");
+    let table = |price: u64| {
+        json!({"models": [{
+            "id": model, "provider": "openai-compatible",
+            "inputPerMtok": price * 1_000_000, "outputPerMtok": price * 2_000_000,
+        }]})
+        .to_string()
+    };
+    let text = "The same reply, in several chunks, every time.";
+    stack()
+        .openai()
+        .script_always(&model, Reply::text(text).with_usage(10, 5));
+    admin
+        .put_doc("config/models.json", table(1))
+        .expect_status(200);
+    let id = olivia
+        .create_session(json!({"provider": "openai-compatible", "model": model}))
+        .id;
+    // Unchanged, changed, changed again, unchanged, deleted (the built-in table: no price).
+    let prices = [Some(1), Some(1), Some(3), Some(7), Some(7), None, Some(2)];
+    let mut changes = 0;
+    let mut previous = None;
+    for (turn, price) in prices.into_iter().enumerate() {
+        if price != previous && turn > 0 {
+            changes += 1;
+            match price {
+                Some(price) => admin
+                    .put_doc("config/models.json", table(price))
+                    .expect_status(200),
+                None => admin.delete_doc("config/models.json").expect_status(204),
+            };
+        }
+        previous = price;
+        let since = olivia.transcript(&id).last().map_or(0, |e| e.cursor);
+        let mut follow = olivia.follow(&id, &format!("sinceCursor={since}&timeoutSeconds=60"));
+        olivia.enqueue(&id, "followUp", &format!("turn {turn}"));
+        let events = follow.collect_until(TURN, |e| e.event == "idle");
+        let streamed: String = events.iter().filter_map(SseEvent::delta).collect();
+        assert_eq!(streamed, text, "turn {turn}: the reply streams once");
+        let transcript = olivia.transcript(&id);
+        let replies = assistants(&transcript);
+        assert_eq!(replies.len(), turn + 1, "{}", describe(&transcript));
+        let usage = replies[turn].usage.as_ref().expect("usage");
+        let cost = usage.cost_usd;
+        match price {
+            Some(price) => {
+                let want = (price * (10 + 2 * 5)) as f64;
+                assert!(
+                    cost.is_some_and(|c| (c - want).abs() < 1e-6),
+                    "turn {turn} at price {price}: cost {cost:?}, want {want}"
+                );
+            }
+            None => assert_eq!(cost, None, "turn {turn}: an unknown model is unpriced"),
+        }
+    }
+    // One request per turn, and one more (dropped) for each turn after a change.
+    assert_eq!(
+        stack().openai().requests_for(&model).len(),
+        prices.len() + changes,
+        "requests"
+    );
+}

@@ -102,6 +102,9 @@ pub(crate) struct Actor {
     /// The tenant's budget as its index last answered this actor (a usage report's answer or
     /// a question's): a step asks again only when `tenant_usage::must_ask_budget` says so.
     pub(crate) known_budget: Cell<Option<(wuhu_core::tenant_usage::TenantBudget, u64)>>,
+    /// The tenant's settings documents as last read, when valid: a step sends with them while
+    /// it reads them again (`inference::step_settings`).
+    pub(crate) settings_docs: RefCell<Option<wuhu_core::tenant_config::SettingsDocs>>,
     /// Entries through this cursor were looked at for usage (the stored cursor marks only
     /// those reported).
     pub(crate) usage_scanned_through: Cell<u64>,
@@ -214,6 +217,7 @@ impl DurableObject for SessionActor {
             usage_sending: Cell::new(false),
             tenant_budget_spent: Cell::new(false),
             known_budget: Cell::new(None),
+            settings_docs: RefCell::new(None),
             usage_scanned_through: Cell::new(0),
             usage_reported_unsaved: Cell::new(None),
             llm_logs_swept_at: Cell::new(0),

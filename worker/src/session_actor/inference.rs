@@ -4,16 +4,20 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::future::{Either, select};
+use futures::future::{Either, LocalBoxFuture, Shared, select};
+use futures::{FutureExt, StreamExt};
+use wasm_bindgen_futures::spawn_local;
 use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Request, RequestInit};
 use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::compaction::{self, CompactionJob, StepPlan};
 use wuhu_core::context::ContextWindow;
-use wuhu_core::llm::models::ModelTable;
+use wuhu_core::llm::models::{ModelTable, TENANT_TABLE_PATH};
 use wuhu_core::llm::request_log::{Exchange, MAX_LOGGED_BODY_BYTES};
 use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
+use wuhu_core::tenant_config::{
+    SettingsCheck, SettingsDocs, TENANT_CONFIG_PATH, TenantConfig, confirm_settings,
+};
 use wuhu_core::tools::catalogue_for;
 use wuhu_core::wire::{AssistantMessage, Compaction, CompactionReason, Entry, Header, StreamEvent};
 
@@ -25,13 +29,23 @@ const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Runs as an actor task (see `session_actor::tasks`): aborting the task drops this future,
 /// and with it the provider request (see [`AbortOnDrop`]).
 pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
-    // Both are reads that stand before the provider request: they go out together (the
-    // request still waits for the budget's answer).
-    let (allowed, settings) = futures::join!(tenant_budget_allows(&actor, step), settings(&actor));
+    // The budget's answer stands before the provider request (it is usually known); the
+    // settings do not when this actor has read them before (`step_settings`).
+    let (allowed, settings) =
+        futures::join!(tenant_budget_allows(&actor, step), step_settings(&actor));
     if !allowed {
         return;
     }
-    let outcome = infer(&actor, step, settings).await;
+    let confirm = settings.as_ref().ok().and_then(|s| s.confirm.clone());
+    let mut outcome = infer(&actor, step, settings).await;
+    // Sent with settings that changed meanwhile: nothing of that reply was shown or kept
+    // (every call waited for the new reading), so the step starts over with it.
+    if let Some(confirm) = confirm
+        && !confirm.same().await
+        && actor.inference_current(step)
+    {
+        outcome = infer(&actor, step, confirm.read_again().await).await;
+    }
     if let Some(outcome) = outcome {
         actor.with_session(|s| s.handle_inference_done(now(), step, outcome));
         actor.pump();
@@ -221,38 +235,114 @@ pub(crate) struct Settings {
     pub(crate) models: ModelTable,
     /// Days request logs are kept, when the tenant keeps them.
     pub(crate) log_days: Option<u32>,
+    /// Set when these are the documents this actor read last, read again meanwhile: every
+    /// provider call waits for that reading before it shows or keeps anything of its reply.
+    confirm: Option<Confirm>,
 }
 
-/// Reads the tenant's settings, at each step (and for a manual compaction). The two documents
-/// are read at once: each is an R2 round trip that stands before the provider request.
-pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Settings, LlmFailure> {
-    let (models, log_days) = futures::join!(tenant_models(actor), request_logs(actor));
-    Ok(Settings {
-        models: models?,
-        log_days: log_days?,
-    })
+/// A reading of the settings documents under way, and the documents a step sent with
+/// (`wuhu_core::tenant_config::confirm_settings`).
+#[derive(Clone)]
+struct Confirm {
+    reading: Shared<LocalBoxFuture<'static, Rc<Result<SettingsDocs, LlmFailure>>>>,
+    used: SettingsDocs,
 }
 
-/// Whether the tenant keeps request logs (`config/tenant.json`), and for how many days. An
-/// invalid document fails the step visibly, like an invalid model table.
-async fn request_logs(actor: &Rc<Actor>) -> Result<Option<u32>, LlmFailure> {
-    match crate::workspace_io::tenant_config(&actor.env, &actor.tenant()).await {
-        Ok(Ok(config)) => Ok(config
-            .llm_request_logs
-            .then_some(config.llm_request_log_days)),
-        Ok(Err(invalid)) => Err(LlmFailure {
-            status: None,
-            message: invalid.to_string(),
-            retryable: false,
-            retry_after_ms: None,
-        }),
-        Err(e) => Err(LlmFailure {
-            status: None,
-            message: format!("reading the tenant's settings failed: {}", e.message),
-            retryable: true,
-            retry_after_ms: None,
-        }),
+impl Confirm {
+    /// Whether the documents read again are the ones the step sent with.
+    async fn same(&self) -> bool {
+        let read = self.reading.clone().await;
+        confirm_settings(&self.used, read.as_ref().as_ref().ok()) == SettingsCheck::Keep
     }
+
+    /// The settings as read again (or why they could not be).
+    async fn read_again(&self) -> Result<Settings, LlmFailure> {
+        match self.reading.clone().await.as_ref() {
+            Ok(docs) => parse_settings(docs),
+            Err(failure) => Err(failure.clone()),
+        }
+    }
+}
+
+/// Reads the tenant's settings (a manual compaction; a step's first). The two documents are
+/// read at once: each is an R2 round trip.
+pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Settings, LlmFailure> {
+    let docs = read_settings(actor.clone()).await;
+    parse_settings(docs.as_ref().as_ref().map_err(Clone::clone)?)
+}
+
+/// A step's settings. When this actor read valid ones before, the step uses those at once and
+/// reads them again meanwhile (`Settings::confirm`): the two R2 round trips then run alongside
+/// the provider request instead of before it (docs/benchmarks.md).
+async fn step_settings(actor: &Rc<Actor>) -> Result<Settings, LlmFailure> {
+    let kept = actor.settings_docs.borrow().clone();
+    let Some(used) = kept else {
+        return settings(actor).await;
+    };
+    let reading = read_settings(actor.clone()).boxed_local().shared();
+    // Started now, not when a call first waits for it.
+    spawn_local({
+        let reading = reading.clone();
+        async move {
+            reading.await;
+        }
+    });
+    let mut settings = parse_settings(&used)?;
+    settings.confirm = Some(Confirm { reading, used });
+    Ok(settings)
+}
+
+/// Reads both documents; keeps them in the actor when they are valid (forgets them when not).
+async fn read_settings(actor: Rc<Actor>) -> Rc<Result<SettingsDocs, LlmFailure>> {
+    let tenant = actor.tenant();
+    let read_failed = |what: &str, e: crate::http::ApiError| LlmFailure {
+        status: None,
+        message: format!("reading the tenant's {what} failed: {}", e.message),
+        retryable: true,
+        retry_after_ms: None,
+    };
+    let (models, config) = futures::join!(
+        crate::workspace_io::read(&actor.env, &tenant, TENANT_TABLE_PATH),
+        crate::workspace_io::read(&actor.env, &tenant, TENANT_CONFIG_PATH),
+    );
+    let docs = models
+        .map_err(|e| read_failed("model table", e))
+        .and_then(|models| {
+            Ok(SettingsDocs {
+                models: models.map(|d| d.content),
+                tenant: config
+                    .map_err(|e| read_failed("settings", e))?
+                    .map(|d| d.content),
+            })
+        });
+    *actor.settings_docs.borrow_mut() = docs
+        .as_ref()
+        .ok()
+        .filter(|docs| parse_settings(docs).is_ok())
+        .cloned();
+    Rc::new(docs)
+}
+
+/// The model table (the built-in one with `config/models.json` over it) and whether the tenant
+/// keeps request logs (`config/tenant.json`), and for how many days. An invalid document fails
+/// the step visibly (not retried: an admin fixes it); a failed read is retried.
+fn parse_settings(docs: &SettingsDocs) -> Result<Settings, LlmFailure> {
+    let invalid = |message: String| LlmFailure {
+        status: None,
+        message,
+        retryable: false,
+        retry_after_ms: None,
+    };
+    let models =
+        ModelTable::with_tenant(docs.models.as_deref()).map_err(|e| invalid(e.to_string()))?;
+    let config = TenantConfig::parse(docs.tenant.as_deref()).map_err(|e| invalid(e.to_string()))?;
+    Ok(Settings {
+        models,
+        log_days: config
+            .llm_request_logs
+            .then_some(config.llm_request_log_days),
+        confirm: None,
+    })
 }
 
 /// Every provider key the Worker holds: none of them may reach a request log.
@@ -297,27 +387,6 @@ async fn log_request(actor: &Rc<Actor>, step: u64, exchange: &Exchange, days: u3
 /// How often a session deletes its expired request logs (while it writes new ones).
 const LOG_SWEEP_EVERY_MS: u64 = 60 * 60 * 1000;
 
-/// The tenant's model table (the built-in one with `config/models.json` over it), read at each
-/// step. An invalid document fails the step visibly (not retried: an admin fixes it); a failed
-/// read is retried.
-async fn tenant_models(actor: &Rc<Actor>) -> Result<ModelTable, LlmFailure> {
-    match crate::workspace_io::model_table(&actor.env, &actor.tenant()).await {
-        Ok(Ok(models)) => Ok(models),
-        Ok(Err(invalid)) => Err(LlmFailure {
-            status: None,
-            message: invalid.to_string(),
-            retryable: false,
-            retry_after_ms: None,
-        }),
-        Err(e) => Err(LlmFailure {
-            status: None,
-            message: format!("reading the tenant's model table failed: {}", e.message),
-            retryable: true,
-            retry_after_ms: None,
-        }),
-    }
-}
-
 /// Makes one provider request. `Ok(None)` when its purpose lapsed (the step was stopped).
 async fn call(
     actor: &Rc<Actor>,
@@ -327,8 +396,12 @@ async fn call(
     request: &LlmRequest,
 ) -> Result<Option<AssistantMessage>, LlmFailure> {
     let mut builder = AssistantBuilder::default();
+    let confirm = settings.confirm.as_ref();
     let result = match header.provider.as_str() {
-        fake::PROVIDER => run_fake(actor, purpose, request, &mut builder).await,
+        fake::PROVIDER => match confirm {
+            Some(confirm) if !confirm.same().await => Ok(false),
+            _ => run_fake(actor, purpose, request, &mut builder).await,
+        },
         other => match HttpProvider::named(other) {
             Some(provider) => {
                 let mut exchange = settings.log_days.map(|_| Exchange {
@@ -345,9 +418,19 @@ async fn call(
                     request,
                     &mut builder,
                     exchange.as_mut(),
-                    settings.models.accepts_images(&header.model),
+                    Sending {
+                        accepts_images: settings.models.accepts_images(&header.model),
+                        confirm,
+                    },
                 )
                 .await;
+                // A request that failed before its reply was read still waits: with settings
+                // that changed, it is neither logged nor reported.
+                if let Some(confirm) = confirm
+                    && !confirm.same().await
+                {
+                    return Ok(None);
+                }
                 if let (Some(days), Some(mut exchange)) = (settings.log_days, exchange) {
                     exchange.duration_ms = now().0.saturating_sub(exchange.started_at_ms);
                     if let Err(failure) = &result {
@@ -481,6 +564,14 @@ pub(crate) fn retry_policy(env: &worker::Env) -> RetryPolicy {
     RetryPolicy::with_max_attempts_text(attempts.as_deref())
 }
 
+/// What of the step's settings a provider request needs.
+struct Sending<'a> {
+    /// The model takes images (the table marks text-only ones).
+    accepts_images: bool,
+    /// The settings the request is sent with are being read again: wait before the reply.
+    confirm: Option<&'a Confirm>,
+}
+
 /// Streams one step from an HTTP provider (Chat Completions or Anthropic Messages).
 async fn run_http(
     actor: &Rc<Actor>,
@@ -489,7 +580,10 @@ async fn run_http(
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
     mut exchange: Option<&mut Exchange>,
-    accepts_images: bool,
+    Sending {
+        accepts_images,
+        confirm,
+    }: Sending<'_>,
 ) -> Result<bool, LlmFailure> {
     let base_url = actor
         .env
@@ -555,6 +649,12 @@ async fn run_http(
             )));
         }
     };
+    // Nothing of the reply is read before the settings it was sent with are confirmed.
+    if let Some(confirm) = confirm
+        && !confirm.same().await
+    {
+        return Ok(false);
+    }
     let status = response.status_code();
     if let Some(exchange) = exchange.as_deref_mut() {
         exchange.status = Some(status);
