@@ -422,16 +422,26 @@ impl Follow {
             && (self.live_bytes + cost > MAX_BUFFERED_BYTES
                 || self.live.len() >= MAX_BUFFERED_EVENTS)
         {
-            self.lagged = true;
-            self.closed = true;
-            self.end_reason = Some(EndReason::Lagged);
-            self.live.clear();
-            self.live_bytes = 0;
-            self.page.clear();
+            self.lag();
             return;
         }
         self.live_bytes += cost;
         self.live.push_back(event);
+    }
+
+    /// Ends the stream as a buffer overflow does: a `lagged` event with the last cursor sent,
+    /// then [`Output::End`]; nothing queued is sent. Also for a host's own bound (a client
+    /// WebSocket that does not acknowledge what it reads, `wuhu_core::socket::AckWindow`).
+    pub fn lag(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.lagged = true;
+        self.closed = true;
+        self.end_reason = Some(EndReason::Lagged);
+        self.live.clear();
+        self.live_bytes = 0;
+        self.page.clear();
     }
 
     /// The page asked for by [`Output::ReadPage`]: contiguous entries after the cursor asked

@@ -13,7 +13,20 @@
 //!
 //! **Client → server** frames are text, at most [`MAX_CLIENT_FRAME_BYTES`]: [`ClientFrame`], each
 //! with a client-chosen `id` (1 to [`MAX_FRAME_ID_CHARS`] characters) that the one reply echoes.
-//! A frame that cannot be read gets a reply with `id: null` unless its `id` could be read.
+//! A frame that cannot be read gets a reply with `id: null` unless its `id` could be read. The
+//! exception is `ack` (`{"type":"ack","received":N}`), which has no `id` and gets no reply.
+//!
+//! **Flow control** ([`AckWindow`]): a WebSocket `send` never waits and the runtime tells nothing
+//! of what is unsent, so the client says what it read: `received` is the number of server frames
+//! (events and replies) it has received on this socket. The server sends stream events only
+//! while the frames sent and not acknowledged are fewer than [`MAX_UNACKED_FRAMES`] and their
+//! bytes fewer than [`MAX_UNACKED_BYTES`] (the window; one frame may pass it, so one entry larger
+//! than the window still goes out); then it stops sending and the events wait in the follow
+//! queue, whose bound lags the socket (`lagged`, close 4429, resumable) as it lags a slow SSE
+//! follower. Replies are not held back, but a frame that arrives when twice the window is
+//! unacknowledged ends the socket the same way (unrun).
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +40,19 @@ use crate::wire::{CancelRequest, EnqueueRequest, ErrorDetail, StreamEvent};
 pub const MAX_CLIENT_FRAME_BYTES: usize = 256 * 1024;
 /// Longest frame `id`, in characters.
 pub const MAX_FRAME_ID_CHARS: usize = 128;
+
+/// Server frames sent and not acknowledged after which a socket's stream events wait (the
+/// frame-count half of the window; bounds the runtime's per-message overhead for tiny frames).
+pub const MAX_UNACKED_FRAMES: u64 = 256;
+/// Bytes of server frames sent and not acknowledged after which a socket's stream events wait.
+/// With one frame over it, this is what one socket may have in the runtime's send buffer; a
+/// session's [`crate::follow::MAX_FOLLOWERS`] sockets together at most 64 MiB plus one frame each.
+pub const MAX_UNACKED_BYTES: u64 = 256 * 1024;
+/// What a client is expected to do: ack at least every this many frames received...
+pub const ACK_EVERY_FRAMES: u64 = MAX_UNACKED_FRAMES / 4;
+/// ... and at least every this many bytes received (a quarter of the window, so a client that
+/// keeps up and acks as asked is never held back by one round trip).
+pub const ACK_EVERY_BYTES: u64 = MAX_UNACKED_BYTES / 4;
 
 /// Close code: the credential the socket was opened with is no longer live (revoked, logged
 /// out, expired). A reconnect gets 401.
@@ -79,16 +105,123 @@ pub enum ClientFrame {
         /// The HTTP route's body.
         body: CancelRequest,
     },
+    /// Flow control: the client has received this many server frames on this socket (events
+    /// and replies, counted from 1 since the upgrade). No `id`, no reply.
+    Ack {
+        /// Server frames received so far.
+        received: u64,
+    },
 }
 
 impl ClientFrame {
-    /// The client's `id`.
-    pub fn id(&self) -> &str {
+    /// The client's `id` (`None`: an `ack`, which has none and gets no reply).
+    pub fn id(&self) -> Option<&str> {
         match self {
             ClientFrame::Enqueue { id, .. }
             | ClientFrame::Stop { id }
-            | ClientFrame::Cancel { id, .. } => id,
+            | ClientFrame::Cancel { id, .. } => Some(id),
+            ClientFrame::Ack { .. } => None,
         }
+    }
+}
+
+/// What one socket has sent and the client has not acknowledged (see the module's **Flow
+/// control**). Sans-IO: the host calls [`AckWindow::sent`] for every frame it sends,
+/// [`AckWindow::ack`] for every `ack` frame, and sends a stream event only when
+/// [`AckWindow::may_send_event`] says so.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AckWindow {
+    /// Frames acknowledged (the highest `received`).
+    acked: u64,
+    /// The bytes of each frame sent and not acknowledged, oldest first (at most about twice
+    /// [`MAX_UNACKED_FRAMES`] entries, as nothing more is sent past that).
+    sizes: VecDeque<u64>,
+    /// Their sum.
+    bytes: u64,
+}
+
+impl AckWindow {
+    /// The window of a socket re-registered after hibernation from what it saved
+    /// ([`AckWindow::saved`]): the frame numbering goes on, and the unacknowledged bytes are
+    /// released only when the last of the unacknowledged frames is acknowledged (the sizes of
+    /// the others were not saved; conservative).
+    pub fn restore(sent: u64, unacked_frames: u64, unacked_bytes: u64) -> AckWindow {
+        let unacked = unacked_frames.min(sent);
+        let mut sizes: VecDeque<u64> = (0..unacked).map(|_| 0).collect();
+        if let Some(last) = sizes.back_mut() {
+            *last = unacked_bytes;
+        }
+        AckWindow {
+            acked: sent - unacked,
+            bytes: if unacked == 0 { 0 } else { unacked_bytes },
+            sizes,
+        }
+    }
+
+    /// What survives hibernation: frames sent, frames and bytes not acknowledged.
+    pub fn saved(&self) -> (u64, u64, u64) {
+        (self.sent(), self.unacked_frames(), self.bytes)
+    }
+
+    /// Frames sent on the socket.
+    pub fn sent(&self) -> u64 {
+        self.acked + self.unacked_frames()
+    }
+
+    /// Frames sent and not acknowledged.
+    pub fn unacked_frames(&self) -> u64 {
+        self.sizes.len() as u64
+    }
+
+    /// Their bytes.
+    pub fn unacked_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Records a frame of `bytes` sent.
+    pub fn record_sent(&mut self, bytes: usize) {
+        let bytes = bytes as u64;
+        self.sizes.push_back(bytes);
+        self.bytes += bytes;
+    }
+
+    /// Whether the next stream event may be sent: the window is not full. Everything sent was
+    /// acknowledged, or fewer than [`MAX_UNACKED_FRAMES`] frames and [`MAX_UNACKED_BYTES`] bytes
+    /// were not (so one frame larger than the window still goes out when nothing else is
+    /// unacknowledged).
+    pub fn may_send_event(&self) -> bool {
+        self.sizes.is_empty()
+            || (self.unacked_frames() < MAX_UNACKED_FRAMES && self.bytes < MAX_UNACKED_BYTES)
+    }
+
+    /// Whether a client frame may still be run and answered: less than twice the window is
+    /// unacknowledged. Otherwise the client sends without reading; the socket is ended
+    /// (`lagged`) instead.
+    pub fn may_reply(&self) -> bool {
+        self.unacked_frames() < 2 * MAX_UNACKED_FRAMES && self.bytes < 2 * MAX_UNACKED_BYTES
+    }
+
+    /// An `ack` frame: the client has received `received` frames. An older (smaller) count
+    /// changes nothing.
+    ///
+    /// # Errors
+    /// The reply for an ack of more frames than were sent (400 `bad_request`).
+    pub fn ack(&mut self, received: u64) -> Result<(), FrameError> {
+        if received > self.sent() {
+            return Err(FrameError::bad(
+                None,
+                format!(
+                    "ack of {received} frames, but {} were sent on this socket",
+                    self.sent()
+                ),
+            ));
+        }
+        while self.acked < received {
+            let size = self.sizes.pop_front().unwrap_or(0);
+            self.bytes = self.bytes.saturating_sub(size);
+            self.acked += 1;
+        }
+        Ok(())
     }
 }
 
@@ -214,6 +347,13 @@ pub fn parse_client_frame(
     if !text.trim_start().starts_with('{') {
         return Err(not_an_object());
     }
+    if envelope.kind.as_ref().and_then(|t| t.as_str()) == Some("ack") {
+        let ack: WireAck = serde_json::from_str(text)
+            .map_err(|e| FrameError::bad(None, format!("bad ack frame: {e}")))?;
+        return Ok(ClientFrame::Ack {
+            received: ack.received,
+        });
+    }
     let id = match envelope.id {
         Some(serde_json::Value::String(id))
             if !id.is_empty() && id.chars().count() <= MAX_FRAME_ID_CHARS =>
@@ -237,7 +377,7 @@ pub fn parse_client_frame(
             return Err(FrameError::bad(
                 Some(id),
                 format!(
-                    "unknown frame type {:?}: use enqueue, stop or cancel",
+                    "unknown frame type {:?}: use enqueue, stop, cancel or ack",
                     other.chars().take(64).collect::<String>()
                 ),
             ));
@@ -293,6 +433,16 @@ struct Envelope {
     id: Option<serde_json::Value>,
     #[serde(default, rename = "type")]
     kind: Option<serde_json::Value>,
+}
+
+/// An `ack` frame: `type` and `received`, nothing else.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireAck {
+    #[serde(rename = "type")]
+    #[allow(dead_code)]
+    kind: String,
+    received: u64,
 }
 
 /// Every field a client frame may have.
@@ -367,6 +517,25 @@ mod tests {
                 Ok("cancel"),
             ),
             (format!(r#"{{"type":"stop","id":"{ok_id}"}}"#), Ok("stop")),
+            (r#"{"type":"ack","received":0}"#.into(), Ok("ack")),
+            (r#"{"received":12,"type":"ack"}"#.into(), Ok("ack")),
+            // An ack has no id and gets none back in its error reply.
+            (
+                r#"{"type":"ack","id":"a","received":1}"#.into(),
+                Err((None, 400, "unknown field `id`")),
+            ),
+            (
+                r#"{"type":"ack"}"#.into(),
+                Err((None, 400, "missing field `received`")),
+            ),
+            (
+                r#"{"type":"ack","received":-1}"#.into(),
+                Err((None, 400, "bad ack frame")),
+            ),
+            (
+                r#"{"type":"ack","received":"3"}"#.into(),
+                Err((None, 400, "bad ack frame")),
+            ),
             ("not json".into(), Err((None, 400, "invalid json frame"))),
             ("[1,2]".into(), Err((None, 400, "JSON object"))),
             (
@@ -445,7 +614,7 @@ mod tests {
                 (Ok(frame), Ok(kind)) => {
                     let value = serde_json::to_value(frame).unwrap();
                     assert_eq!(value["type"], kind, "{shown}");
-                    assert_eq!(value["id"].as_str(), Some(frame.id()), "{shown}");
+                    assert_eq!(value["id"].as_str(), frame.id(), "{shown}");
                 }
                 (Err(e), Err((id, status, fragment))) => {
                     assert_eq!(e.id.as_deref(), id, "{shown}");
@@ -479,6 +648,7 @@ mod tests {
                 },
             },
             ClientFrame::Stop { id: "2".into() },
+            ClientFrame::Ack { received: 7 },
             ClientFrame::Cancel {
                 id: "3".into(),
                 body: CancelRequest { id: "item".into() },
@@ -515,6 +685,167 @@ mod tests {
             let frame: ServerFrame = serde_json::from_str(&text).unwrap();
             assert_eq!(matches!(frame, ServerFrame::Reply(_)), is_reply, "{text}");
         }
+    }
+
+    /// The window: what is unacknowledged after each step, and whether an event or a reply
+    /// may go out. Events stop at the window (one frame may pass it); replies at twice it.
+    #[test]
+    fn the_ack_window_table() {
+        const K: usize = 1024;
+        let window = MAX_UNACKED_BYTES as usize;
+        let frames = MAX_UNACKED_FRAMES as usize;
+        enum Step {
+            Send(usize, usize),
+            Ack(u64),
+        }
+        use Step::{Ack, Send};
+        // (steps, want: (sent, unacked frames, unacked bytes, may send event, may reply))
+        type Want = (u64, u64, u64, bool, bool);
+        let cases: Vec<(&str, Vec<Step>, Want)> = vec![
+            ("fresh", vec![], (0, 0, 0, true, true)),
+            ("one frame", vec![Send(1, 100)], (1, 1, 100, true, true)),
+            (
+                "just under the bytes",
+                vec![Send(1, window - 1)],
+                (1, 1, window as u64 - 1, true, true),
+            ),
+            (
+                "at the bytes: events wait",
+                vec![Send(1, window - 1), Send(1, 1)],
+                (2, 2, window as u64, false, true),
+            ),
+            (
+                "one frame larger than the window goes out, then events wait",
+                vec![Send(1, 3 * window)],
+                (1, 1, 3 * window as u64, false, false),
+            ),
+            (
+                "at the frames: events wait",
+                vec![Send(frames, 1)],
+                (frames as u64, frames as u64, frames as u64, false, true),
+            ),
+            (
+                "one frame under",
+                vec![Send(frames - 1, 1)],
+                (
+                    frames as u64 - 1,
+                    frames as u64 - 1,
+                    frames as u64 - 1,
+                    true,
+                    true,
+                ),
+            ),
+            (
+                "an ack opens the window again",
+                vec![Send(frames, K), Ack(1)],
+                (
+                    frames as u64,
+                    frames as u64 - 1,
+                    (frames - 1) as u64 * K as u64,
+                    true,
+                    true,
+                ),
+            ),
+            (
+                "an ack releases exactly the bytes of the frames it covers",
+                vec![Send(2, 10), Send(1, 200 * K), Ack(2)],
+                (3, 1, 200 * K as u64, true, true),
+            ),
+            (
+                "an older ack changes nothing",
+                vec![Send(3, 10), Ack(2), Ack(1)],
+                (3, 1, 10, true, true),
+            ),
+            (
+                "everything acked",
+                vec![Send(frames * 2, K), Ack(frames as u64 * 2)],
+                (frames as u64 * 2, 0, 0, true, true),
+            ),
+            (
+                "replies stop at twice the frames",
+                vec![Send(2 * frames, 1)],
+                (
+                    2 * frames as u64,
+                    2 * frames as u64,
+                    2 * frames as u64,
+                    false,
+                    false,
+                ),
+            ),
+            (
+                "replies stop at twice the bytes",
+                vec![Send(2, window)],
+                (2, 2, 2 * window as u64, false, false),
+            ),
+        ];
+        for (name, steps, want) in cases {
+            let mut w = AckWindow::default();
+            for step in steps {
+                match step {
+                    Send(n, bytes) => (0..n).for_each(|_| w.record_sent(bytes)),
+                    Ack(received) => w.ack(received).unwrap(),
+                }
+            }
+            let got = (
+                w.sent(),
+                w.unacked_frames(),
+                w.unacked_bytes(),
+                w.may_send_event(),
+                w.may_reply(),
+            );
+            assert_eq!(got, want, "{name}");
+            // What survives hibernation restores the same numbering and the same bound.
+            let (sent, unacked, bytes) = w.saved();
+            let r = AckWindow::restore(sent, unacked, bytes);
+            assert_eq!(
+                (r.sent(), r.unacked_frames(), r.unacked_bytes()),
+                (sent, unacked, bytes),
+                "{name}: restored"
+            );
+            assert_eq!(r.may_send_event(), w.may_send_event(), "{name}: restored");
+        }
+    }
+
+    #[test]
+    fn acks_of_frames_never_sent_are_refused() {
+        let mut w = AckWindow::default();
+        w.record_sent(5);
+        let e = w.ack(2).unwrap_err();
+        assert_eq!((e.id, e.status), (None, 400));
+        assert!(
+            e.message.contains("ack of 2 frames, but 1 were sent"),
+            "{}",
+            e.message
+        );
+        // Nothing changed.
+        assert_eq!((w.sent(), w.unacked_frames(), w.unacked_bytes()), (1, 1, 5));
+    }
+
+    /// After a wake, the bytes of frames sent before it are released only with the last of
+    /// them (their sizes were not saved): never earlier than the exact window would.
+    #[test]
+    fn a_restored_window_releases_its_bytes_with_its_last_frame() {
+        let mut w = AckWindow::restore(10, 4, 300 * 1024);
+        assert!(!w.may_send_event());
+        w.ack(9).unwrap();
+        assert_eq!((w.unacked_frames(), w.unacked_bytes()), (1, 300 * 1024));
+        assert!(!w.may_send_event());
+        w.ack(10).unwrap();
+        assert_eq!((w.unacked_frames(), w.unacked_bytes()), (0, 0));
+        assert!(w.may_send_event());
+        w.record_sent(1);
+        assert_eq!(
+            (w.sent(), w.unacked_frames(), w.unacked_bytes()),
+            (11, 1, 1)
+        );
+        assert_eq!(AckWindow::restore(3, 0, 0), {
+            let mut x = AckWindow::default();
+            (0..3).for_each(|_| x.record_sent(1));
+            x.ack(3).unwrap();
+            x
+        });
+        // A count larger than the frames sent (a corrupt attachment) is clamped.
+        assert_eq!(AckWindow::restore(2, 5, 9).unacked_frames(), 2);
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! A client of a session's WebSocket (`GET /v1/sessions/:id/socket`): blocking tungstenite over
 //! a plain TCP stream, every read with a deadline. Frames are `wuhu_core::socket`'s.
+//!
+//! It acknowledges what it reads as docs/api.md asks of every client: an `ack` with the count of
+//! server frames received, sent from [`SessionSocket::read`] once
+//! [`wuhu_core::socket::ACK_EVERY_FRAMES`] frames or [`wuhu_core::socket::ACK_EVERY_BYTES`]
+//! bytes arrived since the last one ([`SessionSocket::without_acks`] turns that off, for tests
+//! of a client that never acks).
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -7,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tungstenite::WebSocket;
 use tungstenite::client::IntoClientRequest;
-use wuhu_core::socket::ClientFrame;
+use wuhu_core::socket::{ACK_EVERY_BYTES, ACK_EVERY_FRAMES, ClientFrame};
 
 /// How the upgrade authenticates.
 #[derive(Clone, Debug)]
@@ -26,6 +32,15 @@ pub type Close = (u16, String);
 /// One open session socket.
 pub struct SessionSocket {
     ws: WebSocket<TcpStream>,
+    /// Server text frames received, and their bytes.
+    received: u64,
+    received_bytes: u64,
+    /// The `received` of the last ack sent.
+    acked: u64,
+    /// Bytes received since the last ack.
+    unacked_bytes: u64,
+    /// Acks are sent from `read`.
+    acks: bool,
 }
 
 /// What a socket read returned.
@@ -79,7 +94,14 @@ impl SessionSocket {
             .set_read_timeout(Some(Duration::from_secs(30)))
             .map_err(|e| (0, e.to_string()))?;
         match tungstenite::client::client(request, stream) {
-            Ok((ws, _)) => Ok(SessionSocket { ws }),
+            Ok((ws, _)) => Ok(SessionSocket {
+                ws,
+                received: 0,
+                received_bytes: 0,
+                acked: 0,
+                unacked_bytes: 0,
+                acks: true,
+            }),
             Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
                 let status = response.status().as_u16();
                 let body = response
@@ -91,6 +113,33 @@ impl SessionSocket {
             }
             Err(e) => Err((0, e.to_string())),
         }
+    }
+
+    /// A client that never acknowledges what it reads (the server holds its events back once
+    /// its window is full, and ends it with `lagged` when they overflow its queue).
+    pub fn without_acks(mut self) -> SessionSocket {
+        self.acks = false;
+        self
+    }
+
+    /// Server text frames received so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Bytes of the server text frames received so far.
+    pub fn received_bytes(&self) -> u64 {
+        self.received_bytes
+    }
+
+    /// Sends `{"type":"ack","received":<frames received>}` now (no reply comes).
+    #[track_caller]
+    pub fn ack(&mut self) {
+        self.send(&ClientFrame::Ack {
+            received: self.received,
+        });
+        self.acked = self.received;
+        self.unacked_bytes = 0;
     }
 
     /// Sends a client frame.
@@ -130,6 +179,22 @@ impl SessionSocket {
                 Ok(tungstenite::Message::Text(text)) => {
                     let value = serde_json::from_str(text.as_str())
                         .unwrap_or_else(|e| panic!("a frame that is not JSON ({e}): {text}"));
+                    self.received += 1;
+                    self.received_bytes += text.len() as u64;
+                    self.unacked_bytes += text.len() as u64;
+                    if self.acks
+                        && (self.received - self.acked >= ACK_EVERY_FRAMES
+                            || self.unacked_bytes >= ACK_EVERY_BYTES)
+                    {
+                        // Best effort: the server may be closing the socket.
+                        let ack = ClientFrame::Ack {
+                            received: self.received,
+                        };
+                        let text = serde_json::to_string(&ack).expect("frame");
+                        let _ = self.ws.send(tungstenite::Message::text(text));
+                        self.acked = self.received;
+                        self.unacked_bytes = 0;
+                    }
                     return SocketRead::Frame(value);
                 }
                 Ok(tungstenite::Message::Close(close)) => {

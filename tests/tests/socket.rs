@@ -6,9 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wuhu_core::socket::{CLOSE_REVOKED, ClientFrame, MAX_CLIENT_FRAME_BYTES};
+use wuhu_core::socket::{
+    CLOSE_LAGGED, CLOSE_REVOKED, ClientFrame, MAX_CLIENT_FRAME_BYTES, MAX_UNACKED_BYTES,
+    MAX_UNACKED_FRAMES,
+};
 use wuhu_core::wire::{CancelRequest, EnqueueRequest, Entry, Status};
-use wuhu_e2e::entries::{assert_contiguous, describe};
+use wuhu_e2e::entries::{assert_contiguous, describe, fake_directive};
 use wuhu_e2e::http::Request;
 use wuhu_e2e::socket::{SessionSocket, SocketAuth, SocketRead};
 use wuhu_e2e::util::unique_name;
@@ -338,7 +341,7 @@ fn socket_actions_answer_as_the_http_routes() {
         ),
     ];
     for (frame, http) in cases {
-        let frame_id = frame.id().to_string();
+        let frame_id = frame.id().expect("an id").to_string();
         socket.send(&frame);
         let reply = socket.reply(&frame_id, WAIT, &mut events);
         assert!(http.status >= 400, "{http}");
@@ -632,6 +635,16 @@ fn sockets_are_registered_again_after_the_actor_hibernates() {
         let transcript = api.transcript(id);
         check(&frames, &transcript, after).unwrap_or_else(|e| panic!("round {round}: {e}"));
         after = transcript.last().map_or(after, |e| e.cursor);
+        // The ack window's count went on across the wake: an ack of every frame received is
+        // taken silently (one of more frames than the server counts would get an error reply
+        // with `id: null`, which `reply` refuses), and the next frame gets its own reply.
+        socket.ack();
+        socket.send(&ClientFrame::Cancel {
+            id: format!("c{round}"),
+            body: CancelRequest { id: "none".into() },
+        });
+        let reply = socket.reply(&format!("c{round}"), WAIT, &mut Vec::new());
+        assert_eq!(reply["status"], 404, "round {round}: {reply}");
         if revived() >= 2 {
             eprintln!(
                 "re-registered after {:?} (round {round})",
@@ -721,4 +734,123 @@ fn sockets_and_follow_streams_share_the_follower_cap() {
     wait_for("a closed socket to free its place", WAIT, || {
         connect(&api, id, &format!("?after={last}")).ok()
     });
+}
+
+/// A client that reads but never acknowledges is held to its window (`MAX_UNACKED_FRAMES`,
+/// `MAX_UNACKED_BYTES`, one frame over): the server stops sending to it, its events queue in
+/// its follow buffer, and once that overflows during long replies it gets `lagged` (the last
+/// cursor sent) and close 4429. Another socket on the same session, which acks as the helper
+/// does, gets every entry once; a reconnect with `?after=<lagged cursor>` gets the rest, with
+/// nothing lost or repeated.
+#[test]
+fn a_socket_that_does_not_ack_is_lagged_and_resumes_losslessly() {
+    const TURNS: usize = 8;
+    const ENTRY_BYTES: usize = 200 * 1024;
+    let _guard = stack().guard();
+    let api = stack().client("ack", &unique_name("socket-acks"));
+    let id = api.create_fake_session().id;
+    let mut silent = open(&api, &id, "").without_acks();
+    let mut acking = open(&api, &id, "");
+    // Each reads its backfill up to the status after it: both are registered before the turns.
+    let backfill = |socket: &mut SessionSocket| -> Vec<Value> {
+        let mut frames = Vec::new();
+        while frames.last().is_none_or(|f: &Value| f["type"] != "status") {
+            frames.push(socket.next_frame(WAIT));
+        }
+        frames
+    };
+    let silent_backfill = backfill(&mut silent);
+    let acking_backfill = backfill(&mut acking);
+    let acking_frames = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let deadline = Instant::now() + TURN * 2;
+            let mut frames = acking_backfill;
+            while frames
+                .iter()
+                .filter(|f: &&Value| f["type"] == "idle")
+                .count()
+                < TURNS
+            {
+                match acking.read(deadline) {
+                    SocketRead::Frame(frame) => frames.push(frame),
+                    other => {
+                        return Err(format!(
+                            "the acking socket: {other:?} after {} frames",
+                            frames.len()
+                        ));
+                    }
+                }
+            }
+            Ok(frames)
+        });
+        for turn in 0..TURNS {
+            let reply = format!("{turn}:{}", "y".repeat(ENTRY_BYTES));
+            let content = fake_directive(&json!({"reply": reply, "chunks": 8, "delayMs": 0}));
+            api.enqueue(&id, "followUp", &content);
+            api.wait_idle(&id, TURN);
+        }
+        reader.join().expect("reader")
+    });
+    let acking_frames = acking_frames.unwrap_or_else(|e| panic!("{e}"));
+    let transcript = api.transcript(&id);
+    assert_contiguous(&transcript);
+    let last = transcript.last().expect("entries").cursor;
+
+    // The socket that acks got everything, once, and was never lagged.
+    check(&acking_frames, &transcript, 0).unwrap_or_else(|e| panic!("the acking socket: {e}"));
+    assert!(
+        !acking_frames.iter().any(|f| f["type"] == "lagged"),
+        "the acking socket was lagged"
+    );
+
+    // The silent one: what it was sent stayed within the window, then `lagged` and 4429.
+    let (rest, close) = silent.wait_closed(WAIT).unwrap_or_else(|e| {
+        let e: String = e.chars().take(300).collect();
+        panic!("the silent socket was not cut (read everything): {e}")
+    });
+    let frames: Vec<Value> = silent_backfill.into_iter().chain(rest).collect();
+    assert_eq!(
+        close.as_ref().map(|c| c.0),
+        Some(CLOSE_LAGGED),
+        "close {close:?}"
+    );
+    let lagged = frames.last().expect("frames");
+    assert_eq!(lagged["type"], "lagged", "the last frame: {lagged}");
+    let cursor = lagged["cursor"].as_u64().expect("lagged carries a cursor");
+    let before: Vec<Value> = frames[..frames.len() - 1].to_vec();
+    let sent = silent.received() - 1;
+    let lagged_bytes = serde_json::to_string(lagged).expect("json").len() as u64;
+    let largest = (ENTRY_BYTES + 4096) as u64;
+    eprintln!(
+        "silent socket: {sent} frames, {} bytes, then lagged at cursor {cursor} of {last}",
+        silent.received_bytes() - lagged_bytes
+    );
+    assert!(
+        sent <= MAX_UNACKED_FRAMES
+            && silent.received_bytes() - lagged_bytes < MAX_UNACKED_BYTES + largest,
+        "the silent socket was sent {sent} frames and {} bytes unacknowledged",
+        silent.received_bytes()
+    );
+    assert!(cursor < last, "the silent socket was cut before the end");
+    assert_eq!(
+        cursors(&before).last().copied().unwrap_or(0),
+        cursor,
+        "lagged names the last cursor sent"
+    );
+    let upto: Vec<Entry> = transcript
+        .iter()
+        .filter(|e| e.cursor <= cursor)
+        .cloned()
+        .collect();
+    check(&before, &upto, 0).unwrap_or_else(|e| panic!("the silent socket: {e}"));
+
+    // Resuming from the lagged cursor: the rest, once.
+    let mut resumed = open(&api, &id, &format!("?after={cursor}"));
+    let rest = read_to_idle(&mut resumed, TURN).unwrap_or_else(|e| panic!("resumed: {e}"));
+    check(&rest, &transcript, cursor).unwrap_or_else(|e| panic!("resumed: {e}"));
+    let mut all = cursors(&before);
+    all.extend(cursors(&rest));
+    assert_eq!(all, (1..=last).collect::<Vec<_>>(), "lossless and once");
+    resumed.close();
+    acking.close();
 }

@@ -706,6 +706,35 @@ fn a_follower_past_its_buffer_bound_is_lagged_and_closed() {
     assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
 }
 
+/// A host's own bound (a socket that does not acknowledge) lags a follower as an overflow does:
+/// `lagged` with the last cursor sent, nothing queued after it, then the end.
+#[test]
+fn a_follower_lagged_by_its_host_ends_at_the_last_cursor_sent() {
+    let mut follow = Follow::new(
+        Millis(0),
+        &request("sinceCursor=0"),
+        Registration {
+            last_cursor: 0,
+            status: Status::Running,
+        },
+    );
+    follow.handle_live(live(StreamEvent::EntryAppended { entry: entry(1) }));
+    follow.handle_live(live(StreamEvent::EntryAppended { entry: entry(2) }));
+    assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
+    assert!(matches!(follow.poll(Millis(0)), Output::Frame(_)));
+    follow.lag();
+    assert!(follow.is_closed());
+    assert_eq!(follow.end_reason(), Some(EndReason::Lagged));
+    let Output::Frame(frame) = follow.poll(Millis(0)) else {
+        panic!("lagged frame expected")
+    };
+    assert_eq!(render(&frame), "lagged 1");
+    assert!(matches!(follow.poll(Millis(0)), Output::End));
+    // Twice is once.
+    follow.lag();
+    assert!(matches!(follow.poll(Millis(0)), Output::End));
+}
+
 /// Whichever bound a follower that does not read reaches first lags it: the event count for
 /// small frames (a reply's deltas), the bytes for large ones. The events accepted before the
 /// one that lags it, by delta length.

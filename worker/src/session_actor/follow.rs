@@ -18,6 +18,7 @@ use wuhu_core::follow::{
     Follow, FollowRequest, Frame, LiveEvent, MAX_FOLLOWERS, Output, Registration,
 };
 use wuhu_core::session::Millis;
+use wuhu_core::socket::AckWindow;
 use wuhu_core::wire::StreamEvent;
 
 use super::archive;
@@ -41,6 +42,9 @@ pub(super) struct Shared {
     pub(super) socket: Option<String>,
     /// The socket closed: its sink ends.
     pub(super) gone: bool,
+    /// A client WebSocket's frames sent and not acknowledged (`wuhu_core::socket::AckWindow`);
+    /// unused for an SSE stream.
+    pub(super) acks: AckWindow,
     /// A frame partly written (it did not fit in the last chunk), and the bytes of it written.
     pending: Option<(Frame, usize)>,
     /// A live event arrived since the stream last polled.
@@ -53,6 +57,16 @@ pub(super) struct Shared {
 #[derive(Default)]
 pub(crate) struct Followers {
     list: Vec<Weak<RefCell<Shared>>>,
+}
+
+impl Shared {
+    /// Wakes its sink (a live event, an ack, a reply to record, an end).
+    pub(super) fn wake(&mut self) {
+        self.woken = true;
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
 }
 
 impl Followers {
@@ -76,6 +90,7 @@ impl Followers {
             credential,
             socket,
             gone: false,
+            acks: AckWindow::default(),
             pending: None,
             woken: false,
             waker: None,
@@ -120,6 +135,14 @@ impl Followers {
     /// Whether the client WebSocket `id` has a live sink here.
     pub(super) fn has_socket(&self, id: &str) -> bool {
         self.list.iter().filter_map(Weak::upgrade).any(|s| {
+            let s = s.borrow();
+            s.socket.as_deref() == Some(id) && !s.gone
+        })
+    }
+
+    /// The live sink of the client WebSocket `id`.
+    pub(super) fn socket(&self, id: &str) -> Option<Rc<RefCell<Shared>>> {
+        self.list.iter().filter_map(Weak::upgrade).find(|s| {
             let s = s.borrow();
             s.socket.as_deref() == Some(id) && !s.gone
         })

@@ -11,6 +11,12 @@
 //! after that cursor, so nothing is lost or sent twice. The cursor is written to the attachment
 //! (in memory, no storage write) whenever the sink has sent everything it had and waits: the
 //! actor can only be evicted while every sink waits, so the stored cursor is the one reached.
+//!
+//! Flow control (`wuhu_core::socket::AckWindow`): every frame sent (event or reply) is recorded
+//! in the sink's window; an `ack` frame releases what the client has read. The sink sends an
+//! event only while the window is open; otherwise it waits for an ack while its events queue
+//! in its `Follow`, whose bound lags it. The window's numbering and what is unacknowledged are
+//! saved in the attachment with the cursor (the client's count goes on across a hibernation).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -20,7 +26,7 @@ use worker::{Request, Response, WebSocket, WebSocketIncomingMessage, WebSocketPa
 use wuhu_core::authority::{Role, SessionAction};
 use wuhu_core::follow::{Follow, FollowRequest, Output, Registration};
 use wuhu_core::socket::{
-    CLOSE_LOST_STATE, ClientFrame, ReplyFrame, close_code, parse_client_frame,
+    AckWindow, CLOSE_LOST_STATE, ClientFrame, ReplyFrame, close_code, parse_client_frame,
 };
 
 use super::follow::{self, Shared};
@@ -45,6 +51,13 @@ struct Attachment {
     /// The sink ended and the socket was closed by the actor.
     #[serde(default)]
     closed: bool,
+    /// The ack window (`AckWindow::saved`): frames sent, and frames and bytes unacknowledged.
+    #[serde(default)]
+    sent: u64,
+    #[serde(default)]
+    unacked: u64,
+    #[serde(default)]
+    unacked_bytes: u64,
 }
 
 impl Attachment {
@@ -105,6 +118,9 @@ impl Actor {
             jti,
             cursor: after,
             closed: false,
+            sent: 0,
+            unacked: 0,
+            unacked_bytes: 0,
         };
         let pair = WebSocketPair::new()?;
         // Registered before it is accepted: a socket over the cap is refused (429) unopened.
@@ -139,9 +155,27 @@ impl Actor {
             }
             None => None,
         };
-        self.followers
-            .borrow_mut()
-            .add(follow, credential, Some(attachment.id.clone()))
+        let shared =
+            self.followers
+                .borrow_mut()
+                .add(follow, credential, Some(attachment.id.clone()))?;
+        shared.borrow_mut().acks = AckWindow::restore(
+            attachment.sent,
+            attachment.unacked,
+            attachment.unacked_bytes,
+        );
+        Ok(shared)
+    }
+
+    /// Sends a reply on `ws` and records it in the socket's ack window (and wakes its sink, which
+    /// saves the window in the attachment).
+    fn send_reply(&self, ws: &WebSocket, socket: &str, text: &str) {
+        let _ = ws.send_with_str(text);
+        if let Some(shared) = self.followers.borrow().socket(socket) {
+            let mut shared = shared.borrow_mut();
+            shared.acks.record_sent(text.len());
+            shared.wake();
+        }
     }
 
     /// Re-registers every open socket of a fresh isolate (after hibernation) from its
@@ -210,16 +244,41 @@ impl Actor {
         let frame = match frame {
             Ok(frame) => frame,
             Err(error) => {
-                let _ = ws.send_with_str(error.reply().encode());
+                self.send_reply(ws, &attachment.id, &error.reply().encode());
                 return;
             }
         };
-        let id = frame.id().to_string();
+        let sink = self.followers.borrow().socket(&attachment.id);
+        let Some(id) = frame.id().map(str::to_string) else {
+            // An ack: no reply unless it cannot be taken.
+            if let (ClientFrame::Ack { received }, Some(sink)) = (&frame, &sink) {
+                let acked = {
+                    let mut sink = sink.borrow_mut();
+                    let acked = sink.acks.ack(*received);
+                    sink.wake();
+                    acked
+                };
+                if let Err(error) = acked {
+                    self.send_reply(ws, &attachment.id, &error.reply().encode());
+                }
+            }
+            return;
+        };
+        // A client that sends without reading: past twice the window, the socket ends as a
+        // lagged one (the frame is not run).
+        if let Some(sink) = &sink {
+            let mut sink = sink.borrow_mut();
+            if !sink.acks.may_reply() {
+                sink.follow.lag();
+                sink.wake();
+                return;
+            }
+        }
         let reply = match self.socket_action(&attachment, &id, frame).await {
             Ok(reply) => reply,
             Err(e) => ReplyFrame::<()>::error(Some(&id), e.status, &e.code, e.message).encode(),
         };
-        let _ = ws.send_with_str(reply);
+        self.send_reply(ws, &attachment.id, &reply);
     }
 
     /// What the HTTP twin of `frame` does, after the checks it has: a revocable credential must
@@ -255,6 +314,8 @@ impl Actor {
             ClientFrame::Cancel { body, .. } => {
                 ReplyFrame::ok(id, 200, self.cancel(&identity, body).await?).encode()
             }
+            // Taken before any action (it has no `id`).
+            ClientFrame::Ack { .. } => return Err(ApiError::internal("an ack is not an action")),
         })
     }
 
@@ -278,9 +339,32 @@ fn truncate(text: &str) -> String {
     text[..end].to_string()
 }
 
+/// Saves the cursor reached and the ack window in the attachment, when they changed (before
+/// every wait: the actor may hibernate then).
+fn checkpoint(ws: &WebSocket, shared: &RefCell<Shared>, attachment: &mut Attachment) {
+    let shared = shared.borrow();
+    let cursor = shared.follow.sent_cursor();
+    let (sent, unacked, unacked_bytes) = shared.acks.saved();
+    let now = (cursor, sent, unacked, unacked_bytes);
+    let was = (
+        attachment.cursor,
+        attachment.sent,
+        attachment.unacked,
+        attachment.unacked_bytes,
+    );
+    if now != was {
+        attachment.cursor = cursor;
+        attachment.sent = sent;
+        attachment.unacked = unacked;
+        attachment.unacked_bytes = unacked_bytes;
+        save(ws, attachment);
+    }
+}
+
 /// Runs a socket's sink until it ends: the same loop as an SSE stream's (`follow`), writing each
-/// frame's `data` JSON as one text frame, saving the cursor reached whenever it waits, and
-/// closing the socket with the code of the reason it ended.
+/// frame's `data` JSON as one text frame while the ack window is open, saving the cursor reached
+/// and the window whenever it waits, and closing the socket with the code of the reason it
+/// ended.
 fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attachment: Attachment) {
     wasm_bindgen_futures::spawn_local(async move {
         loop {
@@ -290,15 +374,24 @@ fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attac
                     return;
                 }
                 shared.woken = false;
-                shared.follow.poll(now())
+                // The window is full: nothing is sent (not even a credential check is due: a
+                // paused socket sends nothing) until an ack, or a live event that lags it.
+                (shared.follow.is_closed() || shared.acks.may_send_event())
+                    .then(|| shared.follow.poll(now()))
+            };
+            let Some(output) = output else {
+                checkpoint(&ws, &shared, &mut attachment);
+                follow::wait(&shared, None).await;
+                continue;
             };
             match output {
                 Output::Frame(frame) => {
-                    if let Some(data) = frame.data()
-                        && ws.send_with_str(data).is_err()
-                    {
-                        actor.followers.borrow_mut().socket_gone(&attachment.id);
-                        return;
+                    if let Some(data) = frame.data() {
+                        if ws.send_with_str(data).is_err() {
+                            actor.followers.borrow_mut().socket_gone(&attachment.id);
+                            return;
+                        }
+                        shared.borrow_mut().acks.record_sent(data.len());
                     }
                 }
                 Output::ReadPage { since, limit } => {
@@ -306,17 +399,13 @@ fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attac
                 }
                 Output::CheckCredential => follow::check_credential(&actor, &shared).await,
                 Output::Wait => {
-                    let cursor = shared.borrow().follow.sent_cursor();
-                    if cursor != attachment.cursor {
-                        attachment.cursor = cursor;
-                        save(&ws, &attachment);
-                    }
+                    checkpoint(&ws, &shared, &mut attachment);
                     let deadline = shared.borrow().follow.poll_deadline();
                     follow::wait(&shared, deadline).await;
                 }
                 Output::End => {
                     let reason = shared.borrow().follow.end_reason();
-                    attachment.cursor = shared.borrow().follow.sent_cursor();
+                    checkpoint(&ws, &shared, &mut attachment);
                     attachment.closed = true;
                     save(&ws, &attachment);
                     let (code, why) = reason.map_or((1000, "done"), close_code);

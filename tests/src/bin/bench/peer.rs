@@ -213,7 +213,9 @@ fn wuhu_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
 }
 
 /// [`wuhu_run`] over the session socket: each turn is an `enqueue` frame, its `reply` (the
-/// enqueue response) and the events on the same socket.
+/// enqueue response) and the events on the same socket. The client acks what it reads from its
+/// read loop, as docs/api.md asks of every client (`wuhu_e2e::socket`), so the server's ack
+/// window never holds its events back.
 fn wuhu_socket_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
     let api = stack.client("bench", &unique_name("bench-peer-socket"));
     let session = api.create_session(json!({"provider": "openai-compatible", "model": model}));
