@@ -113,6 +113,20 @@ fn too_large() -> ApiError {
 }
 
 /// Decodes JSON bytes with a 400 that says what is wrong.
+/// Refuses (426 `upgrade_required`) a request that is not a WebSocket upgrade: the runner's
+/// `/connect` and the session socket, at the router and again in the Durable Object.
+pub(crate) fn require_websocket_upgrade(req: &Request) -> ApiResult<()> {
+    let upgrade = req.headers().get("upgrade").ok().flatten();
+    if upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        426,
+        "upgrade_required",
+        "connect with a WebSocket upgrade",
+    ))
+}
+
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid json body: {e}")))

@@ -409,19 +409,7 @@ async fn connect_runner(
     authenticated: &Authenticated,
 ) -> ApiResult<Response> {
     let identity = &authenticated.identity;
-    let upgrade = req
-        .headers()
-        .get("upgrade")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    if !upgrade.eq_ignore_ascii_case("websocket") {
-        return Err(ApiError::new(
-            426,
-            "upgrade_required",
-            "connect with a WebSocket upgrade",
-        ));
-    }
+    http::require_websocket_upgrade(req)?;
     hub_api::connect(env, identity, req, authenticated.jti.as_deref()).await
 }
 
@@ -433,14 +421,7 @@ async fn connect_session_socket(
     authenticated: &Authenticated,
     id: &str,
 ) -> ApiResult<Response> {
-    let upgrade = req.headers().get("upgrade").ok().flatten();
-    if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
-        return Err(ApiError::new(
-            426,
-            "upgrade_required",
-            "connect with a WebSocket upgrade",
-        ));
-    }
+    http::require_websocket_upgrade(req)?;
     let identity = &authenticated.identity;
     let stub = session_client::stub(env, &identity.tenant, id)?;
     let headers = Headers::new();

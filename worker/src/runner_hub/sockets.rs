@@ -104,14 +104,7 @@ impl Sockets<'_> {
             .ok()
             .flatten()
             .filter(|j| !j.is_empty());
-        let upgrade = req.headers().get("upgrade").ok().flatten();
-        if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
-            return Err(ApiError::new(
-                426,
-                "upgrade_required",
-                "this endpoint takes a WebSocket upgrade",
-            ));
-        }
+        crate::http::require_websocket_upgrade(req)?;
         let open = self.open();
         hub::admit_socket(sub, open.iter().map(|(_, info)| info.owner.as_str()))
             .map_err(|message| ApiError::new(429, "too_many_runners", message))?;

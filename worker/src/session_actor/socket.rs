@@ -94,14 +94,7 @@ impl Actor {
         pairs: &[(String, String)],
         identity: &Identity,
     ) -> ApiResult<Response> {
-        let upgrade = req.headers().get("upgrade").ok().flatten();
-        if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
-            return Err(ApiError::new(
-                426,
-                "upgrade_required",
-                "this endpoint takes a WebSocket upgrade",
-            ));
-        }
+        crate::http::require_websocket_upgrade(req)?;
         self.revive_sockets();
         let after = query_u64(pairs, "after")?.unwrap_or(0);
         let jti = req
