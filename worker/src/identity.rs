@@ -15,6 +15,15 @@ use crate::http::{ApiError, ApiResult};
 /// actor or hub re-checks it (follow) or is told when it is revoked (runners). Decision 0007.
 pub(crate) const JTI_HEADER: &str = "x-wuhu-jti";
 
+/// The `jti` the router passed on in [`JTI_HEADER`] (none for a credential without one).
+pub(crate) fn forwarded_jti(req: &Request) -> Option<String> {
+    req.headers()
+        .get(JTI_HEADER)
+        .ok()
+        .flatten()
+        .filter(|j| !j.is_empty())
+}
+
 /// The verified identity of a request.
 #[derive(Clone, Debug)]
 pub(crate) struct Identity {

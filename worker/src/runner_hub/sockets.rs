@@ -22,7 +22,6 @@ use super::socket_state::{SocketInfo, SocketRunner, info_of, now_ms, save_info, 
 use super::store;
 use super::waiters::Waiters;
 use crate::http::{ApiError, ApiResult};
-use crate::identity::JTI_HEADER;
 
 /// `WebSocket.readyState` of an open socket.
 const OPEN: u16 = 1;
@@ -98,12 +97,7 @@ impl Sockets<'_> {
             Some("cloud") => RunnerKind::Cloud,
             _ => RunnerKind::Local,
         };
-        let jti = req
-            .headers()
-            .get(JTI_HEADER)
-            .ok()
-            .flatten()
-            .filter(|j| !j.is_empty());
+        let jti = crate::identity::forwarded_jti(req);
         crate::http::require_websocket_upgrade(req)?;
         let open = self.open();
         hub::admit_socket(sub, open.iter().map(|(_, info)| info.owner.as_str()))

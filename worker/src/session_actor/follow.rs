@@ -24,7 +24,7 @@ use wuhu_core::wire::StreamEvent;
 use super::archive;
 use super::{Actor, now};
 use crate::http::{ApiError, ApiResult, query, query_u64};
-use crate::identity::{Identity, JTI_HEADER};
+use crate::identity::Identity;
 use crate::token_registry;
 
 /// Frames are written in chunks of at most this many bytes; a frame that does not fit is written
@@ -66,6 +66,20 @@ impl Shared {
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+    }
+}
+
+impl Actor {
+    /// Where a new follower starts: the committed cursor (not the one in memory: a drain
+    /// waiting for an out-of-line write is neither in storage nor broadcast yet) and the status.
+    /// Taken in the same synchronous step as the registration.
+    pub(super) fn follow_registration(&self) -> ApiResult<Registration> {
+        let committed = self.committed_cursor();
+        self.with_loaded(|l| Registration {
+            last_cursor: committed,
+            status: l.session.status(),
+        })
+        .ok_or_else(|| ApiError::internal("session not loaded"))
     }
 }
 
@@ -200,23 +214,10 @@ pub(crate) async fn handle(
     .map_err(ApiError::bad_request)?;
     // The snapshot and the registration happen in one synchronous step, so every event after
     // the snapshot reaches the follower live.
-    let committed = actor.committed_cursor();
-    let registration = actor
-        .with_loaded(|l| Registration {
-            // Committed, not in memory: a drain waiting for an out-of-line write is neither
-            // in storage nor broadcast yet.
-            last_cursor: committed,
-            status: l.session.status(),
-        })
-        .ok_or_else(|| ApiError::internal("session not loaded"))?;
+    let registration = actor.follow_registration()?;
     // Set by the router from the verified credential: a revocable one is re-checked while the
     // stream is open, so a revoke or logout ends it (decision 0007).
-    let jti = req
-        .headers()
-        .get(JTI_HEADER)
-        .ok()
-        .flatten()
-        .filter(|j| !j.is_empty());
+    let jti = crate::identity::forwarded_jti(req);
     let mut follow = Follow::new(now(), &request, registration);
     let credential = match jti {
         Some(jti) => {

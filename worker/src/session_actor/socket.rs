@@ -24,7 +24,7 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 use worker::{Request, Response, WebSocket, WebSocketIncomingMessage, WebSocketPair};
 use wuhu_core::authority::{Role, SessionAction};
-use wuhu_core::follow::{Follow, FollowRequest, Output, Registration};
+use wuhu_core::follow::{Follow, FollowRequest, Output};
 use wuhu_core::socket::{
     AckWindow, CLOSE_LOST_STATE, ClientFrame, ReplyFrame, close_code, parse_client_frame,
 };
@@ -32,7 +32,7 @@ use wuhu_core::socket::{
 use super::follow::{self, Shared};
 use super::{Actor, now};
 use crate::http::{ApiError, ApiResult, query_u64};
-use crate::identity::{Identity, JTI_HEADER};
+use crate::identity::Identity;
 use crate::token_registry;
 
 /// A socket's state that survives hibernation (kept small: the runtime bounds attachments).
@@ -97,12 +97,7 @@ impl Actor {
         crate::http::require_websocket_upgrade(req)?;
         self.revive_sockets();
         let after = query_u64(pairs, "after")?.unwrap_or(0);
-        let jti = req
-            .headers()
-            .get(JTI_HEADER)
-            .ok()
-            .flatten()
-            .filter(|j| !j.is_empty());
+        let jti = crate::identity::forwarded_jti(req);
         let attachment = Attachment {
             id: uuid::Uuid::new_v4().to_string(),
             sub: identity.sub.clone(),
@@ -133,13 +128,7 @@ impl Actor {
             timeout_seconds: None,
         };
         // As for `/follow`: the snapshot and the registration happen in one synchronous step.
-        let committed = self.committed_cursor();
-        let registration = self
-            .with_loaded(|l| Registration {
-                last_cursor: committed,
-                status: l.session.status(),
-            })
-            .ok_or_else(|| ApiError::internal("session not loaded"))?;
+        let registration = self.follow_registration()?;
         let mut follow = Follow::new(now(), &request, registration).without_heartbeats();
         let credential = match &attachment.jti {
             Some(jti) => {
