@@ -105,9 +105,13 @@ const BENCHMARKS: &[Benchmark] = &[
     },
     Benchmark {
         name: "followers",
-        description: "200 follow streams opened on one session, then one 1,000-delta reply (fake provider): \
-                      followers admitted and refused (the per-session cap), followers that got every delta, \
-                      and each delta's delivery lag (arrival minus its earliest arrival at any follower)",
+        description: "200 followers on one session, then one 1,000-delta reply (fake provider), twice: over \
+                      SSE (follow streams; delivery_lag) and over the session socket (acking; \
+                      socket_delivery_lag): followers admitted and refused (the per-session cap), followers \
+                      that got every delta in order, each delta's delivery lag (arrival minus its earliest \
+                      arrival at any follower, stamped when read from the connection by one client thread), \
+                      and the CPU each process spent (client, wrangler's node and proxy workerd, the Worker's \
+                      workerd)",
         run: load::followers,
     },
     Benchmark {
