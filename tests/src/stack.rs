@@ -405,11 +405,21 @@ impl Stack {
             "# wuhu-e2e: every variable is passed with --var\n",
         )
         .expect("write test.env");
+        // With the DevTools proxy off, its port is one this harness holds until the stack is
+        // up: a wrangler that starts the proxy anyway (an upgrade that changed how it is turned
+        // off) cannot bind it and exits, and the start fails saying why, instead of every
+        // benchmark quietly paying the proxy's tax again.
+        let inspector_port_held = devtools_off().then(|| {
+            std::net::TcpListener::bind("127.0.0.1:0").expect("hold a port for the inspector")
+        });
+        let inspector_port = inspector_port_held
+            .as_ref()
+            .map_or(0, |l| l.local_addr().expect("held port").port());
         let mut command = Command::new(&self.wrangler_bin);
         command
             .current_dir(&self.root)
             .args(["dev", "--ip", "127.0.0.1", "--port", "0"])
-            .args(["--inspector-port", "0"])
+            .args(["--inspector-port", &inspector_port.to_string()])
             .arg("--persist-to")
             .arg(&self.persist_dir)
             .arg("--show-interactive-dev-session=false")
@@ -451,10 +461,25 @@ impl Stack {
                 .and_then(|c| c.try_wait().ok().flatten())
             {
                 self.keep_dir();
+                let tail = self.log_tail(80);
+                if inspector_port != 0
+                    && tail.contains(&format!(
+                        "Address already in use (127.0.0.1:{inspector_port})"
+                    ))
+                {
+                    panic!(
+                        "wrangler started its DevTools proxy although {} is not 1 (it tried to \
+                         listen on the inspector port this harness holds, {inspector_port}): a \
+                         wrangler upgrade changed how the proxy is turned off (see \
+                         `without_devtools`). With the proxy on, every streamed subrequest is \
+                         slowed down and the benchmarks measure wrangler. Log {}:\n{tail}",
+                        KEEP_DEVTOOLS_VAR,
+                        self.log_path.display()
+                    );
+                }
                 panic!(
-                    "wrangler exited ({status}) before /healthz answered; log {}:\n{}",
-                    self.log_path.display(),
-                    self.log_tail(80)
+                    "wrangler exited ({status}) before /healthz answered; log {}:\n{tail}",
+                    self.log_path.display()
                 );
             }
             if Instant::now() >= deadline {
