@@ -7,6 +7,10 @@
 //! connection open at that moment (so a test in another process, such as a browser script, can
 //! trigger it); [`DropProxy::drop_all`] does the same from this process. New connections are
 //! forwarded as before. Threads end with the test process.
+//!
+//! [`DropProxy::start_without_websockets`] is a proxy that cannot carry WebSockets, as some
+//! corporate proxies cannot: it answers every upgrade request with `502` itself (a client's
+//! WebSocket never opens and the Worker never sees it) and forwards everything else.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -26,6 +30,15 @@ pub struct DropProxy {
 impl DropProxy {
     /// Starts forwarding 127.0.0.1:<ephemeral> to `upstream` (`host:port`).
     pub fn start(upstream: &str) -> DropProxy {
+        DropProxy::start_with(upstream, false)
+    }
+
+    /// A proxy that refuses WebSocket upgrades (see the module docs).
+    pub fn start_without_websockets(upstream: &str) -> DropProxy {
+        DropProxy::start_with(upstream, true)
+    }
+
+    fn start_with(upstream: &str, refuse_websockets: bool) -> DropProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let control = TcpListener::bind("127.0.0.1:0").expect("bind the proxy's control port");
         let addr = listener.local_addr().expect("proxy address");
@@ -36,16 +49,24 @@ impl DropProxy {
             let open = open.clone();
             std::thread::spawn(move || {
                 for (id, client) in (0u64..).zip(listener.incoming().flatten()) {
-                    let Ok(server) = TcpStream::connect(&upstream) else {
-                        continue;
-                    };
-                    let _ = client.set_nodelay(true);
-                    let _ = server.set_nodelay(true);
-                    if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
-                        open.lock().expect("proxy lock").insert(id, (c, s));
+                    if refuse_websockets {
+                        // Looking at the request waits for it: on a thread of its own, so a
+                        // silent connection (a browser's preconnect) holds up no other.
+                        let (open, upstream) = (open.clone(), upstream.clone());
+                        std::thread::spawn(move || {
+                            if is_websocket_upgrade(&client) {
+                                let mut client = client;
+                                let _ = client.write_all(
+                                    b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                                );
+                                let _ = client.shutdown(Shutdown::Both);
+                            } else {
+                                forward(client, &upstream, &open, id);
+                            }
+                        });
+                    } else {
+                        forward(client, &upstream, &open, id);
                     }
-                    pipe(&client, &server, Some((open.clone(), id)));
-                    pipe(&server, &client, None);
                 }
             });
         }
@@ -79,6 +100,48 @@ impl DropProxy {
     pub fn drop_all(&self) {
         cut(&self.open);
     }
+}
+
+/// Connects to `upstream` and copies both ways, remembering the connection (to cut it).
+fn forward(client: TcpStream, upstream: &str, open: &Open, id: u64) {
+    let Ok(server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+        open.lock().expect("proxy lock").insert(id, (c, s));
+    }
+    pipe(&client, &server, Some((open.clone(), id)));
+    pipe(&server, &client, None);
+}
+
+/// Whether the connection's first request asks for a WebSocket: its head is peeked (left unread
+/// for the upstream), waiting at most 5 s for it to be whole. A browser opens a new connection
+/// for every WebSocket (Chromium never reuses a keep-alive one), so the first request is the
+/// one to look at.
+fn is_websocket_upgrade(client: &TcpStream) -> bool {
+    let mut head = [0u8; 16 * 1024];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let _ = client.set_read_timeout(Some(std::time::Duration::from_millis(100)));
+    let n = loop {
+        // Blocks until bytes arrive (at most the read timeout); `Ok(0)` is a closed connection.
+        let n = match client.peek(&mut head) {
+            Ok(0) => break 0,
+            Ok(n) => n,
+            Err(_) => 0,
+        };
+        let whole = head[..n].windows(4).any(|w| w == b"\r\n\r\n");
+        if whole || n == head.len() || std::time::Instant::now() > deadline {
+            break n;
+        }
+        // Part of the head is here: peek again shortly (peek returns at once while bytes wait).
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let _ = client.set_read_timeout(None);
+    String::from_utf8_lossy(&head[..n])
+        .to_ascii_lowercase()
+        .contains("upgrade: websocket")
 }
 
 fn cut(open: &Open) {

@@ -1,8 +1,12 @@
 //! The web app in a real browser: headless Chromium (Debian's `chromium`, driven by
 //! `playwright-core` from `package.json`) against the real stack and a real `wuhu-runner`.
 //! The browser script is `tests/web/app_in_chromium.mjs`; it signs in (a cookie session), creates a session, watches
-//! a reply stream in, reloads mid-stream (nothing lost or doubled), cancels a queued follow-up,
-//! sees a dropped connection resume (a proxy cuts it), steers mid-turn, stops, renames and searches, answers an approval for alice's machine that
+//! a reply stream in over the session socket (the Worker's request log shows the upgrade and no
+//! `follow` or HTTP enqueue), gets a 600-delta reply on one socket (the page acks), reloads
+//! mid-stream (nothing lost or doubled), sees a dropped socket resume with every message once
+//! (a proxy cuts it), cancels a queued follow-up, steers mid-turn and stops over the socket, sees a
+//! send whose socket closed before its reply reported (not silently lost), falls back to SSE and
+//! HTTP through a proxy that refuses WebSockets, renames and searches, answers an approval for alice's machine that
 //! bob's prompt asked for, shows an image a tool read (`<img>` from `GET /v1/blobs/:id`, decoded), edits a workspace document, manages environment definitions, mints a
 //! runner token and connects a real runner with the command the page shows, mints a personal
 //! token on the Tokens page (keyboard only), copies it, uses it against the API, revokes it after
@@ -79,6 +83,9 @@ fn the_web_app_works_in_chromium() {
     // The browser reaches the Worker through a proxy the script can tell to cut every
     // connection (a dropped network), by connecting to its control port.
     let proxy = DropProxy::start(&stack.base_url().replace("http://", ""));
+    // And through one that cannot carry WebSockets (the page falls back to SSE and HTTP).
+    let no_websockets =
+        DropProxy::start_without_websockets(&stack.base_url().replace("http://", ""));
 
     let log_path = dir.path().join("browser.log");
     let log = File::create(&log_path).expect("create browser log");
@@ -88,6 +95,7 @@ fn the_web_app_works_in_chromium() {
         .arg("tests/web/app_in_chromium.mjs")
         .env("WUHU_URL", proxy.url())
         .env("WUHU_DROP_ADDR", proxy.control_addr().to_string())
+        .env("WUHU_NO_WS_URL", no_websockets.url())
         .env("WUHU_ALICE_TOKEN", stack.user_token("alice", &tenant))
         .env("WUHU_BOB_TOKEN", stack.user_token("bob", &tenant))
         .env("WUHU_RUNNER", runner.name())

@@ -3,6 +3,7 @@
 //
 //   WUHU_URL            the Worker (`wrangler dev`) base URL, through a proxy that can drop connections
 //   WUHU_DROP_ADDR      host:port; connecting there makes the proxy cut every open connection
+//   WUHU_NO_WS_URL      the Worker through a proxy that refuses WebSocket upgrades (502)
 //   WUHU_ALICE_TOKEN    a user token for alice; WUHU_BOB_TOKEN for bob (same tenant)
 //   WUHU_RUNNER         alice's connected runner, offering the environment `api` at WUHU_API_DIR
 //   WUHU_CHROMIUM       the browser (default /usr/bin/chromium)
@@ -35,6 +36,7 @@ const API_DIR = env("WUHU_API_DIR");
 const CHROMIUM = env("WUHU_CHROMIUM", "/usr/bin/chromium");
 const SHOTS = process.env.WUHU_SCREENSHOTS ?? null;
 const DROP_ADDR = env("WUHU_DROP_ADDR");
+const NO_WS = env("WUHU_NO_WS_URL");
 const ALLOWED_PORT = Number(env("WUHU_ALLOWED_PORT"));
 const FOREIGN_PORT = Number(env("WUHU_FOREIGN_PORT"));
 const RUNNER_BIN = env("WUHU_RUNNER_BIN");
@@ -50,6 +52,20 @@ function dropConnections() {
     socket.on("error", reject);
   });
 }
+
+/**
+ * The Worker's request log lines (worker/src/observe.rs) for one session's route (`socket`,
+ * `follow`, `enqueue`, …): how the test knows which door the page used, whatever the timing.
+ */
+function loggedRequests(sessionId, route) {
+  const path = `"path":"/v1/sessions/${sessionId}/${route}"`;
+  return readFileSync(STACK_LOG, "utf8")
+    .split("\n")
+    .filter((line) => line.includes('"event":"request"') && line.includes(path))
+    .map((line) => JSON.parse(line.slice(line.indexOf("{"))));
+}
+/** Session sockets the Worker upgraded for the session. */
+const socketsOpened = (sessionId) => loggedRequests(sessionId, "socket").filter((r) => r.status === 101).length;
 
 const started = Date.now();
 const log = (...args) => console.log(`[${((Date.now() - started) / 1000).toFixed(1)}s]`, ...args);
@@ -127,7 +143,7 @@ let dropping = false;
 let expectingRefusals = false;
 page.on("console", (msg) => {
   if (msg.type() === "error" && expectingRefusals && /CORS policy|net::ERR_FAILED|status of 403/.test(msg.text())) return;
-  if (msg.type() === "error" && dropping && /net::ERR_|Failed to fetch/.test(msg.text())) return;
+  if (msg.type() === "error" && dropping && /net::ERR_|Failed to fetch|WebSocket connection to/.test(msg.text())) return;
   if (msg.type() === "error") consoleErrors.push(`console.error: ${msg.text()} (${msg.location().url})`);
 });
 page.on("pageerror", (error) => consoleErrors.push(`uncaught: ${error.message}`));
@@ -150,6 +166,26 @@ async function shownAssistantTexts() {
 /** Cursors of the rendered entries: each must appear once. */
 async function shownCursors() {
   return page.locator("[data-cursor]").evaluateAll((els) => els.map((e) => Number(e.dataset.cursor)));
+}
+
+/**
+ * A fresh browser context signed in with `token` at `base`. Its console errors fail the run like
+ * the main page's, but for those `expected` matches.
+ */
+async function signedInPage(token, who, base, expected = null) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  context.setDefaultTimeout(STEP_TIMEOUT);
+  const page = await context.newPage();
+  page.on("console", (msg) => {
+    if (msg.type() !== "error" || (expected && expected.test(msg.text()))) return;
+    consoleErrors.push(`console.error (${who}'s other page): ${msg.text()} (${msg.location().url})`);
+  });
+  page.on("pageerror", (error) => consoleErrors.push(`uncaught (${who}'s other page): ${error.message}`));
+  await page.goto(base + "/");
+  await page.getByLabel("Your token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByTestId("whoami").filter({ hasText: who }).waitFor();
+  return { context, page };
 }
 
 let failed = false;
@@ -190,6 +226,8 @@ try {
   // 3. A reply streams in: partial text shows before the finished message.
   log("send a message and watch the reply stream");
   const firstReply = words("alpha", 24);
+  // Sent before the socket opens, a message would go over HTTP (as it should).
+  await page.locator("[data-transport=socket]").waitFor();
   await composer().fill(`hello **there**\n${fake({ reply: firstReply, chunks: 12, delayMs: 120 })}`);
   await composer().press("Enter");
   const streaming = page.getByTestId("streaming");
@@ -200,6 +238,23 @@ try {
   await streaming.waitFor({ state: "detached" });
   check((await chat().locator(".msg.user strong").innerText()) === "there", "user markdown is rendered");
   await shot("session");
+  // That went through the session socket (docs/api.md): the page neither followed with an
+  // EventSource nor enqueued over HTTP, the Worker upgraded a socket for it, and the page says so.
+  check(loggedRequests(sessionId, "follow").length === 0, "the page did not open the SSE follow stream");
+  check(loggedRequests(sessionId, "enqueue").length === 0, "the page did not enqueue over HTTP");
+  await poll("the Worker to log the socket's upgrade", async () => socketsOpened(sessionId) >= 1);
+  await page.locator("[data-transport=socket]").waitFor();
+
+  // 3b. A reply of 600 deltas (more than the socket's window of 256 unacknowledged frames):
+  // it arrives whole on the same socket only because the page acks as it reads (a page that
+  // never acked would have it held back by the server after 256 frames).
+  log("a long reply over one socket (acks)");
+  const opened = socketsOpened(sessionId);
+  await composer().fill(fake({ reply: words("long", 600), chunks: 600 }));
+  await composer().press("Enter");
+  await assistantMessages().filter({ hasText: "long599" }).waitFor();
+  await page.getByTestId("session-status").filter({ hasText: "idle" }).waitFor();
+  check(socketsOpened(sessionId) === opened, `the reply came on the socket it started on (${socketsOpened(sessionId)} upgrades, was ${opened})`);
 
   // 4. Reload in the middle of a stream: afterwards every entry shows exactly once and the
   // reply is whole.
@@ -221,6 +276,7 @@ try {
   // 4b. The connection drops (the proxy in front of the Worker cuts every connection): the
   // page says so, resumes by itself, and shows what happened meanwhile exactly once.
   log("dropped connection");
+  const openedBeforeDrop = socketsOpened(sessionId);
   dropping = true;
   await dropConnections();
   const connection = page.getByTestId("connection");
@@ -231,6 +287,26 @@ try {
   await assistantMessages().filter({ hasText: "echo: sent while the line was down" }).waitFor();
   const resumedCursors = await shownCursors();
   check(new Set(resumedCursors).size === resumedCursors.length, `no entry is shown twice after resuming (${resumedCursors})`);
+  // It resumed on a new socket (`?after=`), not on the EventSource, and nothing is missing.
+  check(socketsOpened(sessionId) > openedBeforeDrop, "the page opened a new socket after the drop");
+  check(loggedRequests(sessionId, "follow").length === 0, "the page did not fall back to the follow stream after a drop");
+  await page.locator("[data-transport=socket]").waitFor();
+  await poll("the turn sent while the line was down to end", async () => (await call(ALICE, "GET", `/v1/sessions/${sessionId}`)).session.status === "idle");
+  const resumedApi = await transcript(ALICE, sessionId);
+  const apiMessageCursors = resumedApi
+    .filter((e) => e.type === "message" && (e.message.role === "user" || e.message.role === "assistant"))
+    .map((e) => e.cursor);
+  const shownMessageCursors = () => page.locator(".msg[data-cursor]").evaluateAll((els) => els.map((e) => Number(e.dataset.cursor)));
+  await poll("the page to show every message after resuming", async () => (await shownMessageCursors()).length >= apiMessageCursors.length);
+  const resumedShown = await shownMessageCursors();
+  check(
+    JSON.stringify(resumedShown) === JSON.stringify(apiMessageCursors),
+    `after resuming the page shows every message the API has, once each, in order:\n${resumedShown}\nvs\n${apiMessageCursors}`,
+  );
+  check(
+    JSON.stringify(await shownAssistantTexts()) === JSON.stringify(assistantTexts(resumedApi)),
+    "after resuming the page's replies are the API's",
+  );
 
   // 5. While a slow turn runs: a follow-up waits in the queue and can be cancelled; a steer
   // (Ctrl+Enter) joins the running turn.
@@ -262,6 +338,81 @@ try {
   await page.getByRole("button", { name: "Stop" }).click();
   await chat().locator("[data-custom-type=wuhu_execution_stopped_v1]").waitFor();
   await page.getByTestId("session-status").filter({ hasText: "stopped" }).waitFor();
+  // Queueing, cancelling, steering and stopping went over the socket: the only HTTP enqueue of
+  // this session is the test's own (4b), and no cancel or stop reached the router.
+  check(loggedRequests(sessionId, "enqueue").length === 1, "the page's messages went over the socket");
+  check(loggedRequests(sessionId, "cancel").length === 0, "the page cancelled over the socket");
+  check(loggedRequests(sessionId, "stop").length === 0, "the page stopped over the socket");
+
+  // 6a. A message whose socket closes before the server's reply is never silently lost: the
+  // page says it may not have been queued and keeps the text. A route stands in for a network
+  // that fails at exactly that moment: it swallows the page's next enqueue frame and closes the
+  // socket (every other frame passes through to the Worker). In a context of its own, so the
+  // route ends with it.
+  log("a send whose socket closed before its reply");
+  {
+    // Playwright relays a routed socket's frames through the page: an ack on its way when the
+    // route closed the socket is refused by the closed relay (not by the app, which checks).
+    const { context: cutContext, page: cutPage } = await signedInPage(ALICE, "alice", BASE, /WebSocket is already in CLOSING or CLOSED state/);
+    try {
+      let swallowed = false;
+      await cutPage.routeWebSocket(/\/socket\?after=\d+$/, (ws) => {
+        const server = ws.connectToServer();
+        ws.onMessage((message) => {
+          if (!swallowed && typeof message === "string" && JSON.parse(message).type === "enqueue") {
+            swallowed = true;
+            ws.close({ code: 4000, reason: "the test cut it" });
+            server.close();
+            return;
+          }
+          server.send(message);
+        });
+      });
+      await cutPage.goto(`${BASE}/#/s/${sessionId}`);
+      await cutPage.locator("[data-transport=socket]").waitFor();
+      const cutComposer = cutPage.getByRole("textbox", { name: "Message" });
+      await cutComposer.fill("lost on the way");
+      await cutComposer.press("Enter");
+      await cutPage.getByRole("form", { name: "Message" }).getByRole("alert").filter({ hasText: "may or may not have been queued" }).waitFor();
+      check((await cutComposer.inputValue()) === "lost on the way", "the unconfirmed message stays in the composer");
+      await cutPage.getByTestId("connection").filter({ hasText: "Reconnected" }).waitFor({ timeout: 15_000 });
+      // Sent again by the person, over the new socket, it arrives once.
+      await cutComposer.press("Enter");
+      await cutPage.getByTestId("assistant-message").filter({ hasText: "echo: lost on the way" }).waitFor();
+      const lostOnTheWay = (await transcript(ALICE, sessionId)).filter(
+        (e) => e.type === "message" && e.message.role === "user" && e.message.content === "lost on the way",
+      );
+      check(swallowed && lostOnTheWay.length === 1, `the swallowed message was not queued, the one sent again was (${lostOnTheWay.length})`);
+      check(loggedRequests(sessionId, "enqueue").length === 1, "the message sent again went over the socket");
+    } finally {
+      await cutContext.close();
+    }
+  }
+
+  // 6b. Through a proxy that cannot carry WebSockets (it answers the upgrade 502 itself), the
+  // page falls back to the EventSource and HTTP: a message sent there gets its reply in full.
+  log("no WebSockets: the SSE fallback");
+  {
+    // The refused upgrade is what this step is about; Chromium reports it as an error.
+    const { context: plain, page: plainPage } = await signedInPage(ALICE, "alice", NO_WS, /WebSocket connection to .*\/socket\?after=\d+' failed/);
+    try {
+      const socketsBefore = socketsOpened(sessionId);
+      await plainPage.goto(`${NO_WS}/#/s/${sessionId}`);
+      await plainPage.locator("[data-transport=sse]").waitFor();
+      await plainPage.getByTestId("assistant-message").filter({ hasText: "echo: lost on the way" }).waitFor();
+      const plainComposer = plainPage.getByRole("textbox", { name: "Message" });
+      await plainComposer.fill(fake({ reply: words("plain", 12), chunks: 6, delayMs: 100 }));
+      await plainComposer.press("Enter");
+      await plainPage.getByTestId("assistant-message").filter({ hasText: "plain11" }).waitFor();
+      check(loggedRequests(sessionId, "follow").length >= 1, "the page followed with the EventSource");
+      check(loggedRequests(sessionId, "enqueue").length === 2, "the page enqueued over HTTP");
+      check(socketsOpened(sessionId) === socketsBefore, "no socket reached the Worker through that proxy");
+      // The page on the socket saw that turn too.
+      await assistantMessages().filter({ hasText: "plain11" }).waitFor();
+    } finally {
+      await plain.close();
+    }
+  }
 
   // 7. Rename, then find it by title in the list.
   log("rename and search");
@@ -298,6 +449,22 @@ try {
   await approval.getByRole("button", { name: "Approve", exact: true }).waitFor();
   await page.getByTestId("environments").getByText("api", { exact: true }).waitFor();
   check(!existsSync(marker), "the call waits for alice before it runs");
+  // Bob may prompt this group chat but not stop it: his page's Stop goes over his socket and
+  // the server's 403 reply is shown as the HTTP error would be; the turn goes on.
+  {
+    const { context: bobContext, page: bobPage } = await signedInPage(BOB, "bob", BASE);
+    try {
+      await bobPage.goto(`${BASE}/#/s/${shared.id}`);
+      await bobPage.locator("[data-transport=socket]").waitFor();
+      await bobPage.getByTestId("approval").waitFor();
+      await bobPage.getByRole("button", { name: "Stop" }).click();
+      await bobPage.getByRole("alert").filter({ hasText: "(403 forbidden)" }).waitFor();
+      check(loggedRequests(shared.id, "stop").length === 0, "bob's stop went over his socket");
+      check((await call(ALICE, "GET", `/v1/sessions/${shared.id}`)).session.status === "running", "bob's refused stop stopped nothing");
+    } finally {
+      await bobContext.close();
+    }
+  }
   await shot("approval");
   await approval.getByRole("button", { name: "Approve", exact: true }).click();
   await approval.getByTestId("approval-decision").filter({ hasText: "approve by alice" }).waitFor();

@@ -50,12 +50,18 @@ export async function request<T>(method: string, path: string, body?: unknown, r
     // Not JSON: reported below with the status.
   }
   if (!response.ok) {
-    const code = json?.error?.code ?? "http_error";
-    const message = json?.error?.message ?? `${method} ${path} answered ${response.status}`;
-    if (response.status === 401) onUnauthorized();
-    throw new ApiError(response.status, code, message);
+    throw apiError(response.status, json?.error, `${method} ${path} answered ${response.status}`);
   }
   return json as T;
+}
+
+/**
+ * The error of an answer, HTTP or a session socket's reply (docs/api.md: the same
+ * `{code, message}` with the same status): a 401 also sends the app back to sign-in.
+ */
+export function apiError(status: number, error: { code?: string; message?: string } | undefined, fallback: string): ApiError {
+  if (status === 401) onUnauthorized();
+  return new ApiError(status, error?.code ?? "http_error", error?.message ?? fallback);
 }
 
 const enc = encodeURIComponent;

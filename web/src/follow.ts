@@ -2,7 +2,8 @@
 // cookie session authenticates it, and the browser reconnects by itself with `Last-Event-ID`,
 // from which the server replays every later entry exactly once. When the browser gives up (the
 // server refused the stream: an HTTP error rather than a drop), this module opens a new one from
-// the last cursor it saw, after a backoff.
+// the last cursor it saw, after a backoff. The session view uses it through link.ts, when a
+// session socket cannot be opened.
 
 import { request } from "./api";
 import type { FollowEvent } from "./types";

@@ -1,7 +1,8 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { api } from "../api";
 import type { Identity } from "../auth";
-import { follow, type Connection } from "../follow";
+import type { Connection } from "../follow";
+import { linkSession, type SessionLink, type Transport } from "../link";
 import { renderMarkdown } from "../markdown";
 import { buildItems, formatArguments, mergeEntries, sortedEntries, type ApprovalView, type Item } from "../transcript";
 import type { Attachment, BlobRef, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo } from "../types";
@@ -17,6 +18,10 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   const [runners, setRunners] = useState<RunnerInfo[]>([]);
   const [streaming, setStreaming] = useState("");
   const [connection, setConnection] = useState<{ state: Connection; detail: string }>({ state: "connecting", detail: "" });
+  const [transport, setTransport] = useState<Transport | null>(null);
+  // Events and requests go through the link once the transcript is loaded; before that,
+  // requests go over HTTP.
+  const link = useRef<SessionLink | null>(null);
   const [resumed, setResumed] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [loaded, setLoaded] = useState(false);
@@ -54,7 +59,6 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   }, []);
 
   useEffect(() => {
-    let stopFollowing = () => {};
     let cancelled = false;
     let wasLive = false;
     let resumedTimer: number | undefined;
@@ -96,8 +100,10 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
           since = page.nextCursor;
         }
         setLoaded(true);
-        stopFollowing = follow(id, lastCursor(), {
+        link.current = linkSession(id, lastCursor(), {
           onEvent,
+          onTransport: setTransport,
+          onError: (err) => setError(errorText(err)),
           onConnection: (state, detail) => {
             setConnection({ state, detail });
             if (state === "live") {
@@ -121,7 +127,8 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
     return () => {
       cancelled = true;
       window.clearTimeout(resumedTimer);
-      stopFollowing();
+      link.current?.close();
+      link.current = null;
     };
   }, [id, addEntries, refreshMeta]);
 
@@ -138,7 +145,7 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   };
 
   const enqueue = async (lane: Lane, content: string) => {
-    const { id: itemId } = await api.enqueue(id, lane, content);
+    const { id: itemId } = await (link.current?.enqueue(lane, content) ?? api.enqueue(id, lane, content));
     if (!delivered.current.has(itemId)) {
       setQueue((q) =>
         q.some((x) => x.id === itemId)
@@ -151,7 +158,7 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   };
   const cancel = async (itemId: string) => {
     try {
-      await api.cancel(id, itemId);
+      await (link.current?.cancel(itemId) ?? api.cancel(id, itemId));
       setQueue((q) => q.filter((x) => x.id !== itemId));
     } catch (err) {
       setError(errorText(err));
@@ -160,7 +167,7 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   };
   const stop = async () => {
     try {
-      await api.stop(id);
+      await (link.current?.stop() ?? api.stop(id));
       void refreshMeta();
     } catch (err) {
       setError(errorText(err));
@@ -168,7 +175,9 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   };
 
   return (
-    <section class="session-page">
+    // `data-transport` says which door the view uses: `socket` once one opened, `sse` once it
+    // fell back (the browser test reads it).
+    <section class="session-page" data-transport={transport ?? undefined}>
       <SessionHead session={session} onStop={stop} onChanged={setSession} onError={setError} />
       <ConnectionLine connection={connection} resumed={resumed} />
       <ErrorLine error={error} />
