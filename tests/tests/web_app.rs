@@ -6,8 +6,9 @@
 //! mid-stream (nothing lost or doubled), sees a dropped socket resume with every message once
 //! (a proxy cuts it), cancels a queued follow-up, steers mid-turn and stops over the socket, sees a
 //! send whose socket closed before its reply reported (not silently lost), falls back to SSE and
-//! HTTP through a proxy that refuses WebSockets, renames and searches, answers an approval for alice's machine that
-//! bob's prompt asked for, shows an image a tool read (`<img>` from `GET /v1/blobs/:id`, decoded), edits a workspace document, manages environment definitions, mints a
+//! HTTP through a proxy that refuses WebSockets, sees a session page go back to sign-in when its
+//! cookie session is revoked (close 4401), renames and searches, answers an approval for alice's machine that
+//! bob's prompt asked for (bob's own Stop there gets the socket's 403, shown), shows an image a tool read (`<img>` from `GET /v1/blobs/:id`, decoded), edits a workspace document, manages environment definitions, mints a
 //! runner token and connects a real runner with the command the page shows, mints a personal
 //! token on the Tokens page (keyboard only), copies it, uses it against the API, revokes it after
 //! a confirm and sees the API refuse it (401), checks that a page on

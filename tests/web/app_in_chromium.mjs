@@ -699,6 +699,24 @@ try {
   const tokensOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(tokensOverflow <= 0, `the tokens page fits at phone width (overflow ${tokensOverflow}px)`);
 
+  // 11b. A cookie session revoked while its page shows a session (here: logged out behind the
+  // app's back, as a revoke elsewhere would): the server closes the socket (4401) within its
+  // 5 s re-check and the page goes back to sign-in.
+  log("a revoked cookie session's socket");
+  {
+    // The page's own requests after the revoke are refused (401), as they should be.
+    const { context: revokedContext, page: revokedPage } = await signedInPage(ALICE, "alice", BASE, /status of 401|WebSocket connection to/);
+    try {
+      await revokedPage.goto(`${BASE}/#/s/${sessionId}`);
+      await revokedPage.locator("[data-transport=socket]").waitFor();
+      const status = await revokedPage.evaluate(() => fetch("/v1/auth/logout", { method: "POST" }).then((r) => r.status));
+      check(status === 200, `the cookie session was revoked (${status})`);
+      await revokedPage.getByLabel("Your token").waitFor({ timeout: 15_000 });
+    } finally {
+      await revokedContext.close();
+    }
+  }
+
   // 12. Sign out.
   log("sign out");
   await page.getByRole("button", { name: "Sign out" }).click();

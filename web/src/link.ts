@@ -22,7 +22,7 @@
 //   retried (the API has no idempotency key: a retry could queue the message twice), its
 //   sender is told it may or may not have been queued.
 
-import { ApiError, api, apiError } from "./api";
+import { ApiError, api, apiError, request } from "./api";
 import { follow, type FollowHandlers } from "./follow";
 import type { FollowEvent, Lane } from "./types";
 
@@ -153,9 +153,10 @@ export function linkSession(sessionId: string, sinceCursor: number, handlers: Li
         return;
       }
       const why = CLOSED_BECAUSE[event.code] ?? "the connection dropped";
-      // A deleted session will not come back; anything else resumes from the last cursor. A
-      // revoked credential's reconnect is refused, which falls back to the EventSource, whose
-      // refusal sends the app to sign-in.
+      // A revoked credential: asking who we are gets the 401 that sends the app to sign-in
+      // (which closes this link). A deleted session will not come back. Anything else resumes
+      // from the last cursor.
+      if (event.code === 4401) void request("GET", "/v1/auth/me").catch(() => {});
       if (event.code === 4404) {
         handlers.onConnection("reconnecting", why);
         return;
