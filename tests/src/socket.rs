@@ -149,6 +149,15 @@ impl SessionSocket {
         self.send_text(&text);
     }
 
+    /// Sends a client frame; an error (the server may have closed the socket) is returned, not
+    /// a panic.
+    pub fn try_send(&mut self, frame: &ClientFrame) -> Result<(), String> {
+        let text = serde_json::to_string(frame).expect("frame");
+        self.ws
+            .send(tungstenite::Message::text(text))
+            .map_err(|e| e.to_string())
+    }
+
     /// Sends raw text.
     #[track_caller]
     pub fn send_text(&mut self, text: &str) {

@@ -854,3 +854,74 @@ fn a_socket_that_does_not_ack_is_lagged_and_resumes_losslessly() {
     resumed.close();
     acking.close();
 }
+
+/// A client that sends requests and never acknowledges what it is sent (a hostile script)
+/// cannot make the actor pile up replies: once twice the window is unacknowledged, its next frame
+/// is not run and the socket ends as a lagged one (`lagged`, 4429). Requests after the cut change
+/// nothing.
+#[test]
+fn a_client_that_never_acks_its_replies_is_cut_at_twice_the_window() {
+    // More requests than twice the window allows, with room for the few that may already be
+    // running when the window fills (each waits for a credential check).
+    const SLACK: u64 = 64;
+    let window = 2 * MAX_UNACKED_FRAMES;
+    let _guard = stack().guard();
+    let api = stack().client("ack", &unique_name("socket-reply-window"));
+    let id = api.create_fake_session().id;
+    let mut socket = open(&api, &id, "").without_acks();
+    let mut frames = Vec::new();
+    while frames.last().is_none_or(|f: &Value| f["type"] != "status") {
+        frames.push(socket.next_frame(WAIT));
+    }
+    let backfill = frames.len() as u64;
+    let requests = window + SLACK;
+    for n in 0..requests {
+        let cancel = ClientFrame::Cancel {
+            id: format!("c{n}"),
+            body: CancelRequest {
+                id: format!("no-such-item-{n}"),
+            },
+        };
+        if socket.try_send(&cancel).is_err() {
+            break;
+        }
+    }
+    // Sent after the cut: never run.
+    for n in 0..4 {
+        let _ = socket.try_send(&enqueue_frame(&format!("e{n}"), None, "after the cut"));
+    }
+    let (rest, close) = socket.wait_closed(TURN).unwrap_or_else(|e| {
+        panic!(
+            "the socket was not cut: {}",
+            e.chars().take(300).collect::<String>()
+        )
+    });
+    assert_eq!(
+        close.as_ref().map(|c| c.0),
+        Some(CLOSE_LAGGED),
+        "close {close:?}"
+    );
+    let (lagged, replies) = rest.split_last().expect("frames after the backfill");
+    assert_eq!(lagged["type"], "lagged", "the last frame: {lagged}");
+    for (n, reply) in replies.iter().enumerate() {
+        assert_eq!(reply["type"], "reply", "frame {n}: {reply}");
+        assert_eq!(reply["id"], format!("c{n}"), "replies in order: {reply}");
+        assert_eq!(reply["status"], 404, "an unknown queue item: {reply}");
+    }
+    let sent = backfill + replies.len() as u64;
+    eprintln!(
+        "answered {} of {requests} requests; {sent} frames unacknowledged at the cut",
+        replies.len()
+    );
+    assert!(
+        sent >= window && sent < window + SLACK,
+        "the server sent {sent} frames unacknowledged before the cut (window {window})"
+    );
+    // Frames are run in the order they arrive; those after the cut found the socket ended.
+    let transcript = api.transcript(&id);
+    assert!(
+        !describe(&transcript).contains("after the cut"),
+        "a request sent after the cut was run: {}",
+        describe(&transcript)
+    );
+}
