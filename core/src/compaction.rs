@@ -20,9 +20,9 @@
 //! (a turn too long for the kept share) it falls inside the turn and the compaction *carries*
 //! them: later requests send them as they are, right after the summary (`kept_cursors`).
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::anchors::{Anchors, CompactionAnchor, MAX_PINNED, Pinned};
 use crate::context::{ContextWindow, render, repair_tool_results};
+pub use crate::llm::SUMMARY_SYSTEM_PROMPT;
 use crate::llm::models::ModelTable;
 use crate::llm::{LlmRequest, ToolSchema};
 use crate::wire::{
@@ -45,15 +45,10 @@ pub const SUMMARY_MAX_OUTPUT_TOKENS: u32 = 4096;
 pub const MAX_SUMMARY_BYTES: usize = 32 * 1024;
 /// Characters of one tool result, tool call or context message quoted in a summary request.
 pub const QUOTED_CHARS: usize = 2000;
-/// Most pinned messages remembered (global context plus one AGENTS.md per environment).
-pub const MAX_PINNED: usize = 32;
 /// Most user messages a compaction carries (the turn's first one and its newest others).
 pub const MAX_KEPT_MESSAGES: usize = 16;
 /// Tokens counted per message for its framing (role, separators).
 const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
-
-/// The system prompt of a summary request. The `fake` provider recognises it.
-pub const SUMMARY_SYSTEM_PROMPT: &str = "You write the summary that replaces the beginning of a conversation between users and an AI agent that works with tools. The agent will continue from your summary and the newest messages, and will not see the summarised messages again. Keep every fact, name, number, identifier, file path, decision, result, open question and unfinished task, and what the users asked for; drop pleasantries and repetition. Write plain text, without preamble: the summary only.";
 
 /// Bytes per token of a provider's tokenizer on typical English text and code (conservative:
 /// Anthropic's tokenizer yields more tokens per byte than OpenAI's `o200k`).
@@ -116,152 +111,6 @@ pub fn estimate_fixed(provider: &str, system_prompt: &str, tools: &[ToolSchema])
         .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
         .sum();
     tokens_of(system_prompt.len() + tool_bytes, provider)
-}
-
-/// Which older entries the context needs besides the newest ones: kept in the checkpoint, so
-/// a host that loads only its newest entries knows which others to read.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Anchors {
-    /// Pinned messages, oldest first (at most [`MAX_PINNED`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pinned: Vec<Pinned>,
-    /// The latest compaction.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compaction: Option<CompactionAnchor>,
-}
-
-/// A pinned message: the global context, or an environment's AGENTS.md.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Pinned {
-    /// Its entry.
-    pub cursor: u64,
-    /// The environment whose AGENTS.md it is (`None`: the global context).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub environment: Option<String>,
-}
-
-/// Where the latest compaction is.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct CompactionAnchor {
-    /// The `compaction` entry.
-    pub cursor: u64,
-    /// Its `first_kept_cursor`.
-    pub first_kept_cursor: u64,
-    /// Its `kept_cursors` (the user messages it carries).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub kept: Vec<u64>,
-}
-
-/// How an entry changes the anchors.
-enum AnchorChange<'a> {
-    Pin(Option<&'a str>),
-    Unpin(&'a str),
-    Compaction(&'a Compaction),
-}
-
-fn anchor_change(entry: &Entry) -> Option<AnchorChange<'_>> {
-    match &entry.payload {
-        EntryPayload::Message {
-            message: Message::CustomMessage { custom_type, .. },
-        } if custom_type == custom_types::GLOBAL_CONTEXT => Some(AnchorChange::Pin(None)),
-        EntryPayload::Message {
-            message:
-                Message::CustomMessage {
-                    custom_type,
-                    details,
-                    ..
-                },
-        } if custom_type == custom_types::AGENTS_MD => Some(AnchorChange::Pin(Some(
-            details
-                .as_ref()
-                .and_then(|d| d.get("environment"))
-                .and_then(|e| e.as_str())
-                .unwrap_or(""),
-        ))),
-        EntryPayload::Custom { custom_type, data }
-            if custom_type == custom_types::ENVIRONMENT_DETACHED =>
-        {
-            data.get("environment")
-                .and_then(|e| e.as_str())
-                .map(AnchorChange::Unpin)
-        }
-        EntryPayload::Compaction(compaction) => Some(AnchorChange::Compaction(compaction)),
-        _ => None,
-    }
-}
-
-impl Anchors {
-    /// Notes an appended entry. Returns the cursors no longer anchored (a replaced AGENTS.md,
-    /// a detached environment's, the previous compaction, the oldest pin beyond the bound).
-    pub fn observe(&mut self, entry: &Entry) -> Vec<u64> {
-        let mut dropped = Vec::new();
-        match anchor_change(entry) {
-            None => {}
-            Some(AnchorChange::Pin(environment)) => {
-                let environment = environment.map(str::to_string);
-                self.pinned.retain(|p| {
-                    let keep = p.environment != environment;
-                    if !keep {
-                        dropped.push(p.cursor);
-                    }
-                    keep
-                });
-                self.pinned.push(Pinned {
-                    cursor: entry.cursor,
-                    environment,
-                });
-                if self.pinned.len() > MAX_PINNED {
-                    dropped.push(self.pinned.remove(0).cursor);
-                }
-            }
-            Some(AnchorChange::Unpin(name)) => self.pinned.retain(|p| {
-                let keep = p.environment.as_deref() != Some(name);
-                if !keep {
-                    dropped.push(p.cursor);
-                }
-                keep
-            }),
-            Some(AnchorChange::Compaction(compaction)) => {
-                if let Some(previous) = self.compaction.take() {
-                    dropped.push(previous.cursor);
-                    dropped.extend(
-                        previous
-                            .kept
-                            .into_iter()
-                            .filter(|c| !compaction.kept_cursors.contains(c)),
-                    );
-                }
-                self.compaction = Some(CompactionAnchor {
-                    cursor: entry.cursor,
-                    first_kept_cursor: compaction.first_kept_cursor,
-                    kept: compaction.kept_cursors.clone(),
-                });
-            }
-        }
-        dropped
-    }
-
-    /// Every anchored cursor, ascending.
-    pub fn cursors(&self) -> Vec<u64> {
-        let mut cursors: Vec<u64> = self.pinned.iter().map(|p| p.cursor).collect();
-        if let Some(compaction) = &self.compaction {
-            cursors.push(compaction.cursor);
-            cursors.extend(&compaction.kept);
-        }
-        cursors.sort_unstable();
-        cursors
-    }
-
-    /// Whether a compaction that keeps entries from `first_kept_cursor` on moves the context
-    /// forward (it must keep less than the latest one did).
-    pub fn accepts(&self, first_kept_cursor: u64) -> bool {
-        self.compaction
-            .as_ref()
-            .is_none_or(|c| first_kept_cursor > c.first_kept_cursor)
-    }
 }
 
 /// One message of the tail, with what the plan needs to know of it.
@@ -828,5 +677,26 @@ impl CompactionJob {
     }
 }
 
+/// Builds the request for one step from `entries` (oldest first, no anchors): see
+/// [`build`].
+///
+/// `group_chat_since` is the cursor of the session's group-chat reminder, if any: user messages
+/// after it reach the LLM as `[author]:\n\n<content>`; earlier ones are unchanged. The
+/// transcript itself always keeps the raw content and the author.
+pub fn build_request(
+    header: &Header,
+    entries: &[Entry],
+    group_chat_since: Option<u64>,
+    tools: Vec<ToolSchema>,
+) -> LlmRequest {
+    let mut window = ContextWindow::default();
+    for entry in entries {
+        window.push(entry.clone(), 0);
+    }
+    build(header, &window, group_chat_since, tools).0
+}
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod window_tests;

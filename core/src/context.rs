@@ -2,7 +2,7 @@
 //!
 //! The host keeps a [`ContextWindow`]: the newest entries (see [`crate::archive::HOT_TAIL_KEEP`])
 //! plus the older ones the context still needs (the pinned global context and AGENTS.md, the
-//! latest `compaction` entry; see [`crate::compaction::Anchors`]). [`crate::compaction`] builds
+//! latest `compaction` entry; see [`crate::anchors::Anchors`]). [`crate::compaction`] builds
 //! each request from it. Without a compaction the context opens at the first user message of the
 //! window, so never with an orphaned tool result. A tool call without a result (possible only
 //! after an interruption) gets a synthetic error result, because providers reject a call with no
@@ -10,10 +10,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::anchors::Anchors;
 use crate::archive::HOT_TAIL_KEEP;
-use crate::compaction::Anchors;
-use crate::llm::{LlmRequest, ToolSchema};
-use crate::wire::{Entry, EntryPayload, Header, Message, ToolResult};
+use crate::wire::{Entry, EntryPayload, Message, ToolResult};
 
 /// Most JSON bytes of entries the context window holds in memory.
 pub const WINDOW_MAX_BYTES: usize = 8 * 1024 * 1024;
@@ -121,25 +120,6 @@ impl ContextWindow {
     }
 }
 
-/// Builds the request for one step from `entries` (oldest first, no anchors): see
-/// [`crate::compaction::build`].
-///
-/// `group_chat_since` is the cursor of the session's group-chat reminder, if any: user messages
-/// after it reach the LLM as `[author]:\n\n<content>`; earlier ones are unchanged. The
-/// transcript itself always keeps the raw content and the author.
-pub fn build_request(
-    header: &Header,
-    entries: &[Entry],
-    group_chat_since: Option<u64>,
-    tools: Vec<ToolSchema>,
-) -> LlmRequest {
-    let mut window = ContextWindow::default();
-    for entry in entries {
-        window.push(entry.clone(), 0);
-    }
-    crate::compaction::build(header, &window, group_chat_since, tools).0
-}
-
 /// A transcript message as the LLM sees it: in a group chat, user messages name their author.
 pub(crate) fn render(cursor: u64, message: &Message, group_chat_since: Option<u64>) -> Message {
     match message {
@@ -213,7 +193,7 @@ pub(crate) fn repair_tool_results(messages: &mut Vec<Message>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{AssistantMessage, ContentBlock, EntryPayload, StopReason, ToolCall};
+    use crate::wire::EntryPayload;
 
     fn entry(cursor: u64, message: Message) -> Entry {
         Entry {
@@ -230,115 +210,6 @@ mod tests {
             queue_item_id: None,
             lane: None,
         }
-    }
-    fn call(id: &str) -> Message {
-        Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::ToolCall(ToolCall {
-                id: id.into(),
-                name: "list_sessions".into(),
-                arguments: serde_json::json!({}),
-            })],
-            stop_reason: StopReason::ToolUse,
-            ..Default::default()
-        })
-    }
-    fn result(id: &str) -> Message {
-        Message::ToolResult(ToolResult {
-            tool_call_id: id.into(),
-            tool_name: "list_sessions".into(),
-            content: "ok".into(),
-            is_error: false,
-            blobs: Vec::new(),
-        })
-    }
-    fn shape(messages: &[Message]) -> String {
-        messages
-            .iter()
-            .map(|m| match m {
-                Message::User { content, .. } => format!("user:{content}"),
-                Message::Assistant(a) => format!(
-                    "assistant:{}",
-                    a.tool_calls()
-                        .map(|c| c.id.as_str())
-                        .collect::<Vec<_>>()
-                        .join("+")
-                ),
-                Message::ToolResult(r) => format!(
-                    "result:{}{}",
-                    r.tool_call_id,
-                    if r.is_error { "!" } else { "" }
-                ),
-                Message::CustomMessage { content, .. } => format!("custom:{content}"),
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    #[test]
-    fn window_starts_at_a_user_message_and_repairs_calls() {
-        let header = Header {
-            system_prompt: "s".into(),
-            provider: "fake".into(),
-            model: "m".into(),
-        };
-        let cases: Vec<(Vec<Message>, &str)> = vec![
-            (
-                vec![user("a"), call("1"), result("1")],
-                "user:a assistant:1 result:1",
-            ),
-            (vec![result("0"), call("1"), user("a")], "user:a"),
-            (
-                vec![user("a"), call("1"), user("b")],
-                "user:a assistant:1 result:1! user:b",
-            ),
-            (vec![user("a"), call("1")], "user:a assistant:1 result:1!"),
-            (
-                vec![user("a"), call("1"), user("ctx"), result("1"), user("b")],
-                "user:a assistant:1 result:1 user:ctx user:b",
-            ),
-            (vec![user("a"), result("9")], "user:a"),
-        ];
-        for (messages, want) in cases {
-            let entries: Vec<Entry> = messages
-                .into_iter()
-                .enumerate()
-                .map(|(i, m)| entry(i as u64 + 1, m))
-                .collect();
-            let request = build_request(&header, &entries, None, vec![]);
-            assert_eq!(shape(&request.messages), want);
-        }
-    }
-
-    #[test]
-    fn group_chat_prefixes_only_after_the_reminder() {
-        let header = Header {
-            system_prompt: "s".into(),
-            provider: "fake".into(),
-            model: "m".into(),
-        };
-        let by = |author: &str, text: &str| Message::User {
-            author: author.into(),
-            content: text.into(),
-            queue_item_id: None,
-            lane: None,
-        };
-        let reminder = Message::CustomMessage {
-            custom_type: crate::wire::custom_types::GROUP_CHAT_REMINDER.into(),
-            content: "group".into(),
-            details: None,
-        };
-        let entries: Vec<Entry> = [by("alice", "a"), reminder, by("bob", "b"), by("alice", "c")]
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| entry(i as u64 + 1, m))
-            .collect();
-        let plain = build_request(&header, &entries, None, vec![]);
-        assert_eq!(shape(&plain.messages), "user:a custom:group user:b user:c");
-        let group = build_request(&header, &entries, Some(2), vec![]);
-        assert_eq!(
-            shape(&group.messages),
-            "user:a custom:group user:[bob]:\n\nb user:[alice]:\n\nc"
-        );
     }
 
     /// The window after pushing entries of the given sizes: (cursors held, bytes held).

@@ -31,6 +31,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod access;
+pub mod anchors;
 pub mod approvals;
 pub mod archive;
 pub mod authority;

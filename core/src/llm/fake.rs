@@ -21,7 +21,7 @@
 //! | `afterTools` | reply text of the step after the tool results come back |
 //! | `recall` | reply with the first `fact:` line about this word in the earlier context, naming where it was (`message`, `summary`, `context`) |
 //!
-//! A summary request of a compaction (system prompt `crate::compaction::SUMMARY_SYSTEM_PROMPT`)
+//! A summary request of a compaction (system prompt `super::SUMMARY_SYSTEM_PROMPT`)
 //! is answered with every `fact:` line of its material, once each.
 
 use serde::Deserialize;
@@ -68,9 +68,7 @@ pub fn respond(request: &LlmRequest) -> FakeReply {
         Some(Message::ToolResult(_))
     );
     let plan = match messages.last() {
-        _ if request.system_prompt == crate::compaction::SUMMARY_SYSTEM_PROMPT => {
-            summary_step(messages)
-        }
+        _ if request.system_prompt == super::SUMMARY_SYSTEM_PROMPT => summary_step(messages),
         _ if after_tools => after_tools_step(messages),
         Some(Message::User { content, .. }) => first_step(content, messages),
         // Server messages delivered together (children finishing at once) are answered
@@ -275,7 +273,7 @@ fn facts(text: &str) -> impl Iterator<Item = &str> {
         .filter_map(|line| line.find("fact:").map(|i| line[i..].trim_end()))
 }
 
-/// A summary request (`crate::compaction::SUMMARY_SYSTEM_PROMPT`): the fake keeps every
+/// A summary request (`super::SUMMARY_SYSTEM_PROMPT`): the fake keeps every
 /// `fact:` line of the material (the previous summary's included), once each.
 fn summary_step(messages: &[Message]) -> Plan {
     let mut kept: Vec<&str> = Vec::new();

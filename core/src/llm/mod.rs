@@ -17,6 +17,11 @@ pub(crate) mod stream;
 
 use crate::wire::{AssistantMessage, ContentBlock, Message, StopReason, ToolCall, Usage};
 
+/// The system prompt of a compaction's summary request (`crate::compaction` sends it). Kept with
+/// the requests rather than with compaction because providers are told summary requests by it:
+/// the built-in `fake` one answers them with a summary.
+pub const SUMMARY_SYSTEM_PROMPT: &str = "You write the summary that replaces the beginning of a conversation between users and an AI agent that works with tools. The agent will continue from your summary and the newest messages, and will not see the summarised messages again. Keep every fact, name, number, identifier, file path, decision, result, open question and unfinished task, and what the users asked for; drop pleasantries and repetition. Write plain text, without preamble: the summary only.";
+
 /// A provider-neutral request: the whole context for one step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlmRequest {
