@@ -328,6 +328,7 @@ impl Client {
         url.query_pairs_mut().append_pair("lane", lane);
         let body = EnqueueRequest {
             content: content.to_string(),
+            key: None,
         };
         self.send_json(Method::POST, url, &body).await
     }

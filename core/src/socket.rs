@@ -405,10 +405,14 @@ pub fn parse_client_frame(
             (Some(content), None) => Ok(ClientFrame::Enqueue {
                 id,
                 lane,
-                body: EnqueueRequest { content },
+                body: EnqueueRequest {
+                    content,
+                    key: body.key,
+                },
             }),
         },
         (Kind::Cancel, None, Some(body)) => match (body.content, body.id) {
+            _ if body.key.is_some() => refuse("unknown field `key` in `body`"),
             (Some(_), _) => refuse("unknown field `content` in `body`"),
             (None, None) => refuse("missing field `id` in `body`"),
             (None, Some(item)) => Ok(ClientFrame::Cancel {
@@ -460,12 +464,15 @@ struct WireFrame {
     body: Option<WireBody>,
 }
 
-/// Every field a client frame's `body` may have (`enqueue`: `content`; `cancel`: `id`).
+/// Every field a client frame's `body` may have (`enqueue`: `content` and `key`; `cancel`:
+/// `id`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireBody {
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
     #[serde(default)]
     id: Option<String>,
 }
@@ -591,6 +598,10 @@ mod tests {
                 Err((Some("c"), 400, "unknown field `content`")),
             ),
             (
+                r#"{"type":"cancel","id":"c","body":{"id":"i","key":"k"}}"#.into(),
+                Err((Some("c"), 400, "unknown field `key`")),
+            ),
+            (
                 r#"{"type":"enqueue","id":"e","body":{"id":"i","content":"x"}}"#.into(),
                 Err((Some("e"), 400, "unknown field `id`")),
             ),
@@ -645,6 +656,15 @@ mod tests {
                 lane: Some("steer".into()),
                 body: EnqueueRequest {
                     content: "hi".into(),
+                    key: None,
+                },
+            },
+            ClientFrame::Enqueue {
+                id: "4".into(),
+                lane: None,
+                body: EnqueueRequest {
+                    content: "once".into(),
+                    key: Some("msg-1".into()),
                 },
             },
             ClientFrame::Stop { id: "2".into() },

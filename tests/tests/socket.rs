@@ -11,7 +11,7 @@ use wuhu_core::socket::{
     MAX_UNACKED_FRAMES,
 };
 use wuhu_core::wire::{CancelRequest, EnqueueRequest, Entry, Status};
-use wuhu_e2e::entries::{assert_contiguous, describe, fake_directive};
+use wuhu_e2e::entries::{assert_contiguous, describe, fake_directive, user_content};
 use wuhu_e2e::http::Request;
 use wuhu_e2e::socket::{SessionSocket, SocketAuth, SocketRead};
 use wuhu_e2e::util::unique_name;
@@ -44,6 +44,7 @@ fn enqueue_frame(id: &str, lane: Option<&str>, content: &str) -> ClientFrame {
         lane: lane.map(str::to_string),
         body: EnqueueRequest {
             content: content.to_string(),
+            key: None,
         },
     }
 }
@@ -924,4 +925,108 @@ fn a_client_that_never_acks_its_replies_is_cut_at_twice_the_window() {
         "a request sent after the cut was run: {}",
         describe(&transcript)
     );
+}
+
+/// A message named by a key (`EnqueueRequest::key`) is queued once however often, and through
+/// whichever door, its author sends it: every answer is the first one's (the same item id),
+/// while it waits and after it was delivered, so a client that lost a reply may send again.
+/// Another author's same key names another message; bad keys are refused.
+#[test]
+fn a_message_sent_again_with_its_key_is_queued_once() {
+    const SENDERS: usize = 12;
+    let _guard = stack().guard();
+    let tenant = unique_name("socket-keys");
+    let alice = stack().client("alice", &tenant);
+    let bob = stack().client("bob", &tenant);
+    let id = alice.create_fake_session().id;
+    let shared = alice.patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}));
+    assert_eq!(shared.status, 200, "{}", shared.text());
+    let enqueue = |api: &Api, body: Value| {
+        api.post(&format!("/v1/sessions/{id}/enqueue?lane=followUp"), &body)
+    };
+    // A slow first turn: what follows waits in the queue.
+    let slow = fake_directive(&json!({"reply": "slow", "chunks": 8, "delayMs": 250}));
+    alice.enqueue(&id, "followUp", &slow);
+
+    // The same key from many senders at once, half over HTTP, half over sockets.
+    let answers: Vec<String> = std::thread::scope(|scope| {
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|n| {
+                let (alice, id) = (&alice, &id);
+                scope.spawn(move || {
+                    let body = EnqueueRequest {
+                        content: "keyed once".into(),
+                        key: Some("msg-1".into()),
+                    };
+                    if n % 2 == 0 {
+                        let answer = enqueue(alice, serde_json::to_value(&body).expect("json"));
+                        assert_eq!(answer.status, 200, "sender {n}: {}", answer.text());
+                        answer.json()["id"].as_str().expect("an id").to_string()
+                    } else {
+                        let mut socket = open(alice, id, "");
+                        socket.send(&ClientFrame::Enqueue {
+                            id: format!("s{n}"),
+                            lane: None,
+                            body,
+                        });
+                        let reply = socket.reply(&format!("s{n}"), WAIT, &mut Vec::new());
+                        assert_eq!(reply["status"], 200, "sender {n}: {reply}");
+                        socket.close();
+                        reply["body"]["id"].as_str().expect("an id").to_string()
+                    }
+                })
+            })
+            .collect();
+        senders
+            .into_iter()
+            .map(|s| s.join().expect("sender"))
+            .collect()
+    });
+    let item = answers[0].clone();
+    assert!(
+        answers.iter().all(|a| *a == item),
+        "every sender got the first answer: {answers:?}"
+    );
+
+    // Sent again with other text: the first message stands.
+    let again = enqueue(&alice, json!({"content": "other text", "key": "msg-1"}));
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["id"], item.as_str());
+    let queue = alice.session(&id).queue;
+    let waiting: Vec<&str> = queue
+        .iter()
+        .filter(|q| q.content == "keyed once" || q.content == "other text")
+        .map(|q| q.id.as_str())
+        .collect();
+    assert_eq!(waiting, [item.as_str()], "queued once: {queue:?}");
+
+    // Bob's key of the same name is his own message.
+    let bobs = enqueue(&bob, json!({"content": "bob's", "key": "msg-1"}));
+    assert_eq!(bobs.status, 200, "{}", bobs.text());
+    assert_ne!(bobs.json()["id"], item.as_str());
+
+    // Keys a client cannot repeat exactly are refused, and queue nothing.
+    let too_long = "k".repeat(wuhu_core::session::MAX_ITEM_KEY_CHARS + 1);
+    for key in ["", "two words", too_long.as_str()] {
+        let refused = enqueue(&alice, json!({"content": "refused", "key": key}));
+        assert_eq!(refused.status, 400, "key {key:?}: {}", refused.text());
+        assert_eq!(refused.json()["error"]["code"], "bad_request");
+    }
+
+    // Delivered: sent again, it is answered as before and not queued again.
+    alice.wait_idle(&id, TURN);
+    let after = enqueue(&alice, json!({"content": "keyed once", "key": "msg-1"}));
+    assert_eq!(after.status, 200, "{}", after.text());
+    assert_eq!(after.json()["id"], item.as_str());
+    let session = alice.session(&id);
+    assert_eq!(session.session.status, Status::Idle, "no new turn");
+    let transcript = alice.transcript(&id);
+    let users: Vec<&str> = transcript.iter().filter_map(user_content).collect();
+    assert_eq!(
+        users.iter().filter(|c| **c == "keyed once").count(),
+        1,
+        "delivered once: {users:?}"
+    );
+    assert_eq!(users.iter().filter(|c| **c == "bob's").count(), 1);
+    assert!(!users.iter().any(|c| *c == "other text" || *c == "refused"));
 }

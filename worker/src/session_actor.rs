@@ -154,6 +154,8 @@ pub(crate) struct Actor {
     pending_writes: RefCell<std::collections::VecDeque<persist::Batch>>,
     /// Whether the writer task runs (then every new batch queues behind it).
     writing: Cell<bool>,
+    /// Told when the writer task has committed every batch waiting (or one failed).
+    settle_waiters: RefCell<Vec<futures::channel::oneshot::Sender<ApiResult<()>>>>,
     /// Successful commits so far (to notice one that happened during an await).
     commits: Cell<u64>,
     /// The newest cursor in storage. Readers use it, not the session's last cursor, which runs
@@ -239,6 +241,7 @@ impl DurableObject for SessionActor {
             approval_waiters: RefCell::new(HashMap::new()),
             pending_writes: RefCell::new(std::collections::VecDeque::new()),
             writing: Cell::new(false),
+            settle_waiters: RefCell::new(Vec::new()),
             commits: Cell::new(0),
             committed_cursor: Cell::new(0),
             write_failures: Cell::new(0),

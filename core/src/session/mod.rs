@@ -88,8 +88,32 @@ pub fn keyed_item_id(author: &str, key: &str) -> String {
     format!("k-{}", hex::encode(&hasher.finalize()[..16]))
 }
 
+/// Longest key a client may name its message by (`EnqueueRequest::key`), in characters.
+pub const MAX_ITEM_KEY_CHARS: usize = 128;
+
+/// Whether `key` may name a client's message: 1 to [`MAX_ITEM_KEY_CHARS`] printable ASCII
+/// characters (a UUID, a counter, a hash: anything a client can repeat exactly). The reason
+/// when not.
+///
+/// # Errors
+/// A message for the client when the key is empty, too long or not printable ASCII.
+pub fn check_item_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("key must not be empty".into());
+    }
+    if key.len() > MAX_ITEM_KEY_CHARS {
+        return Err(format!(
+            "key must be at most {MAX_ITEM_KEY_CHARS} characters"
+        ));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("key must be printable ASCII without spaces".into());
+    }
+    Ok(())
+}
+
 /// How many delivered item ids are remembered, to tell "already delivered" from "unknown".
-const REMEMBERED_DELIVERED: usize = 256;
+pub const REMEMBERED_DELIVERED: usize = 256;
 /// How many distinct turn authors are recorded. Later authors of a turn that already has this
 /// many are not added: two distinct authors already include someone other than any one runner
 /// owner, so the approval rule (`crate::approvals`) decides the same.

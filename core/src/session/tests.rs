@@ -1103,3 +1103,22 @@ fn a_keyed_message_is_queued_once_while_queued_and_after_delivery() {
     assert!(keyed_item_id("a", "b").starts_with("k-"));
     assert_eq!(keyed_item_id("a", "b").len(), 34);
 }
+
+#[test]
+fn client_item_keys_are_short_printable_ascii() {
+    let long = "k".repeat(MAX_ITEM_KEY_CHARS);
+    let too_long = "k".repeat(MAX_ITEM_KEY_CHARS + 1);
+    let cases: [(&str, bool); 8] = [
+        ("0b7c1e4e-3a7f-4f5e-9d0c-8f1e2d3c4b5a", true),
+        ("msg-1", true),
+        (&long, true),
+        ("", false),
+        (&too_long, false),
+        ("two words", false),
+        ("tab\there", false),
+        ("caf\u{e9}", false),
+    ];
+    for (key, ok) in cases {
+        assert_eq!(check_item_key(key).is_ok(), ok, "{key:?}");
+    }
+}

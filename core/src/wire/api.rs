@@ -164,6 +164,13 @@ pub struct QueueItemInfo {
 pub struct EnqueueRequest {
     /// The message text.
     pub content: String,
+    /// The sender's name for this message (an idempotency key: 1 to 128 printable ASCII
+    /// characters, `wuhu_core::session::check_item_key`). The same author sending the same key
+    /// to the same session again gets the first answer and queues nothing, while the first is
+    /// queued or among the last 256 delivered, so a client unsure whether a message arrived (a
+    /// lost reply) may send it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// Reply to an enqueue.

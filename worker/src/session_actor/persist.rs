@@ -146,6 +146,17 @@ impl Actor {
         Committed(CommittedState::Waiting(rx))
     }
 
+    /// Waits until every batch drained so far is committed; the failure of one that was not.
+    pub(crate) async fn settled(self: &Rc<Self>) -> ApiResult<()> {
+        if !self.writing.get() {
+            return Ok(());
+        }
+        let (tx, rx) = futures::channel::oneshot::channel();
+        self.settle_waiters.borrow_mut().push(tx);
+        rx.await
+            .unwrap_or_else(|_| Err(storage_error("the session's writes were abandoned")))
+    }
+
     /// Takes the session's effects and everything to write for them.
     pub(super) fn drain(&self) -> ApiResult<Option<Batch>> {
         let mut loaded = self.loaded.borrow_mut();
@@ -258,6 +269,11 @@ impl Actor {
                 ))));
             }
         }
+        for waiter in self.settle_waiters.borrow_mut().drain(..) {
+            let _ = waiter.send(Err(storage_error(format!(
+                "an earlier write failed ({message})"
+            ))));
+        }
         let failures = self.write_failures.get().saturating_add(1);
         self.write_failures.set(failures);
         let backoff = (1000u64 << failures.min(6)).min(60_000);
@@ -293,4 +309,7 @@ async fn write_pending(actor: Rc<Actor>) {
         }
     }
     actor.writing.set(false);
+    for waiter in actor.settle_waiters.borrow_mut().drain(..) {
+        let _ = waiter.send(Ok(()));
+    }
 }

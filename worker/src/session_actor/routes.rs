@@ -306,15 +306,23 @@ impl Actor {
 
     /// `POST /enqueue` and a socket's `enqueue` frame: who may prompt, the lane, the content,
     /// the tenant's budget; answered once the item's row is committed. The caller has checked
-    /// that `identity` may read the session. `key` names a chat binding's message (internal).
+    /// that `identity` may read the session. `internal_key` names a chat binding's message; a
+    /// client names its own with the body's `key`. A message named by a key its author sent
+    /// before (still queued, or among the last delivered) is answered as the first was and
+    /// queued once.
     pub(super) async fn enqueue(
         self: &Rc<Self>,
         identity: &Identity,
         lane: Option<&str>,
-        request: EnqueueRequest,
-        key: Option<String>,
+        mut request: EnqueueRequest,
+        internal_key: Option<String>,
     ) -> ApiResult<EnqueueResponse> {
         self.authorize(&identity.principal(), SessionAction::Prompt)?;
+        let client_key = request.key.take();
+        if let Some(key) = &client_key {
+            wuhu_core::session::check_item_key(key).map_err(ApiError::bad_request)?;
+        }
+        let key = internal_key.or(client_key);
         let author = identity.sub.clone();
         let lane_name = lane.unwrap_or("followUp");
         let lane = Lane::parse_public(lane_name).ok_or_else(|| {
@@ -344,21 +352,27 @@ impl Actor {
         let id = keyed
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        self.with_session(|s| match keyed {
-            Some(_) => s
-                .handle_enqueue_once(now(), id.clone(), lane, author, request.content)
-                .map(|_| ()),
-            None => s.handle_enqueue(now(), id.clone(), lane, author, request.content),
-        })
-        .ok_or_else(|| ApiError::internal("session not loaded"))?
-        .map_err(|e| match e {
-            EnqueueError::BudgetExceeded { .. } => {
-                ApiError::new(402, "budget_exceeded", e.to_string())
-            }
-            _ => ApiError::new(429, "queue_full", e.to_string()),
-        })?;
-        // Acknowledged only once the item's row is committed.
-        self.pump().wait().await?;
+        let queued = self
+            .with_session(|s| match keyed {
+                Some(_) => s.handle_enqueue_once(now(), id.clone(), lane, author, request.content),
+                None => s
+                    .handle_enqueue(now(), id.clone(), lane, author, request.content)
+                    .map(|()| true),
+            })
+            .ok_or_else(|| ApiError::internal("session not loaded"))?
+            .map_err(|e| match e {
+                EnqueueError::BudgetExceeded { .. } => {
+                    ApiError::new(402, "budget_exceeded", e.to_string())
+                }
+                _ => ApiError::new(429, "queue_full", e.to_string()),
+            })?;
+        // Acknowledged only once the item's row is committed: this one's, or (sent again) the
+        // first one's, which may still wait behind an object write.
+        if queued {
+            self.pump().wait().await?;
+        } else {
+            self.settled().await?;
+        }
         Ok(EnqueueResponse { id })
     }
 

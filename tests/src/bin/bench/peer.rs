@@ -250,6 +250,7 @@ fn wuhu_socket_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
             lane: None,
             body: EnqueueRequest {
                 content: format!("bench turn {turn}"),
+                key: None,
             },
         });
         let (mut responded, mut first, mut idle) = (None, None, None);
