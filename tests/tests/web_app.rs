@@ -5,7 +5,7 @@
 //! `follow` or HTTP enqueue), gets a 600-delta reply on one socket (the page acks), reloads
 //! mid-stream (nothing lost or doubled), sees a dropped socket resume with every message once
 //! (a proxy cuts it), cancels a queued follow-up, steers mid-turn and stops over the socket, sees a
-//! send whose socket closed before its reply reported (not silently lost), falls back to SSE and
+//! send whose reply was lost sent again over HTTP under its key and queued once, falls back to SSE and
 //! HTTP through a proxy that refuses WebSockets, sees a session page go back to sign-in when its
 //! cookie session is revoked (close 4401), renames and searches, answers an approval for alice's machine that
 //! bob's prompt asked for (bob's own Stop there gets the socket's 403, shown), shows an image a tool read (`<img>` from `GET /v1/blobs/:id`, decoded), edits a workspace document, manages environment definitions, mints a

@@ -78,8 +78,9 @@ export const api = {
     request<SessionPage>("GET", `/v1/sessions/${enc(id)}?sinceCursor=${sinceCursor}&limit=${limit}`),
   patchSession: (id: string, body: { title?: string; access?: "private" | "tenant" }) =>
     request<SessionInfo>("PATCH", `/v1/sessions/${enc(id)}`, body),
-  enqueue: (id: string, lane: Lane, content: string) =>
-    request<{ id: string }>("POST", `/v1/sessions/${enc(id)}/enqueue?lane=${lane}`, { content }),
+  /** `key` names the message: sent again with it, it is queued once (docs/api.md). */
+  enqueue: (id: string, lane: Lane, content: string, key?: string) =>
+    request<{ id: string }>("POST", `/v1/sessions/${enc(id)}/enqueue?lane=${lane}`, key ? { content, key } : { content }),
   cancel: (id: string, itemId: string) =>
     request<{ id: string; cancelled: boolean }>("POST", `/v1/sessions/${enc(id)}/cancel`, { id: itemId }),
   stop: (id: string) =>

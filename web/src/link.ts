@@ -18,9 +18,9 @@
 //   nothing.
 // - Requests: each frame carries an id the reply echoes. A request made while no socket is open,
 //   or too long for a socket frame, goes over HTTP instead (same rules, same answers). A request whose socket closes before its
-//   reply is retried over HTTP when repeating it is harmless (stop, cancel); an enqueue is not
-//   retried (the API has no idempotency key: a retry could queue the message twice), its
-//   sender is told it may or may not have been queued.
+//   reply is retried over HTTP, which is harmless: stop and cancel repeat safely, and each
+//   message is named by a key of its own (`body.key`), so the server queues it once however
+//   often it arrives and answers a repeat as it answered the first.
 
 import { ApiError, api, apiError, request } from "./api";
 import { follow, type FollowHandlers } from "./follow";
@@ -199,15 +199,11 @@ export function linkSession(sessionId: string, sinceCursor: number, handlers: Li
 
   return {
     enqueue: (lane, content) => {
-      const http = () => api.enqueue(sessionId, lane, content);
-      return send({ type: "enqueue", lane, body: { content } }, http, () =>
-        Promise.reject(
-          new Error(
-            "The connection dropped before the server confirmed this message: it may or may not have been queued. " +
-              "Check the transcript and the queue before sending it again.",
-          ),
-        ),
-      );
+      // The message's name: whichever door it goes through, and however often (a retry after a
+      // lost reply), it is queued once.
+      const key = crypto.randomUUID();
+      const http = () => api.enqueue(sessionId, lane, content, key);
+      return send({ type: "enqueue", lane, body: { content, key } }, http, http);
     },
     cancel: (itemId) => {
       const http = () => api.cancel(sessionId, itemId);
