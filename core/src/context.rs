@@ -191,11 +191,12 @@ pub(crate) fn repair_tool_results(messages: &mut Vec<Message>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::EntryPayload;
 
-    fn entry(cursor: u64, message: Message) -> Entry {
+    /// A message entry at `cursor` (also used by `compaction`'s window tests).
+    pub(crate) fn entry(cursor: u64, message: Message) -> Entry {
         Entry {
             cursor,
             id: format!("e{cursor}"),
@@ -203,7 +204,8 @@ mod tests {
             payload: EntryPayload::Message { message },
         }
     }
-    fn user(text: &str) -> Message {
+    /// A user message from `ana`.
+    pub(crate) fn user(text: &str) -> Message {
         Message::User {
             author: "ana".into(),
             content: text.into(),

@@ -2,24 +2,9 @@
 //! the window starts, repaired tool calls, group-chat authors.
 
 use super::*;
-use crate::wire::{AssistantMessage, ContentBlock, EntryPayload, StopReason, ToolCall, ToolResult};
+use crate::context::tests::{entry, user};
+use crate::wire::{AssistantMessage, ContentBlock, StopReason, ToolCall, ToolResult};
 
-fn entry(cursor: u64, message: Message) -> Entry {
-    Entry {
-        cursor,
-        id: format!("e{cursor}"),
-        created_at: 0,
-        payload: EntryPayload::Message { message },
-    }
-}
-fn user(text: &str) -> Message {
-    Message::User {
-        author: "ana".into(),
-        content: text.into(),
-        queue_item_id: None,
-        lane: None,
-    }
-}
 fn call(id: &str) -> Message {
     Message::Assistant(AssistantMessage {
         content: vec![ContentBlock::ToolCall(ToolCall {
