@@ -2,7 +2,11 @@
 //! validation and its close codes. Sans-IO; the Worker reads frames, calls [`parse_client_frame`]
 //! and writes what this module encodes. docs/api.md ("Session socket") says the same in prose.
 //!
-//! **Server → client** frames are text, one JSON object each:
+//! **Server → client** frames are JSON objects. A WebSocket message carries one or more of them,
+//! separated by `\n` (JSON text has no raw newline): the events a socket has ready go out together,
+//! up to [`MESSAGE_BYTES`] per message ([`MessagePacker`]), as an SSE stream writes several
+//! events per chunk; a reply is a message of its own. A client splits every message at `\n`.
+//! A frame is:
 //! * a stream event: exactly the JSON of the follow stream's SSE `data:` (a
 //!   [`StreamEvent`], tagged by `type`); an `entry_appended`'s cursor (SSE's `id:`) is its
 //!   `entry.cursor`. The events, their order and the rules (backfill, dedupe by cursor, `status`
@@ -53,6 +57,42 @@ pub const ACK_EVERY_FRAMES: u64 = MAX_UNACKED_FRAMES / 4;
 /// ... and at least every this many bytes received (a quarter of the window, so a client that
 /// keeps up and acks as asked is never held back by one round trip).
 pub const ACK_EVERY_BYTES: u64 = MAX_UNACKED_BYTES / 4;
+
+/// Most bytes of frames packed into one server message (a larger frame is a message alone). Per
+/// message the runtime and any proxy pay a fixed cost; 200 sockets each sent a message per
+/// delta spent more on that than on the events (docs/benchmarks.md, follower lag).
+pub const MESSAGE_BYTES: usize = 16 * 1024;
+
+/// Packs a socket's ready frames into messages of at most [`MESSAGE_BYTES`] (one frame larger than
+/// that is a message alone), separated by `\n`, in order.
+#[derive(Debug, Default)]
+pub struct MessagePacker {
+    text: String,
+}
+
+impl MessagePacker {
+    /// Adds a frame (one line of JSON). Returns the message to send first when the frame does
+    /// not fit in the one being packed.
+    pub fn push(&mut self, frame: &str) -> Option<String> {
+        let full = (!self.text.is_empty() && self.text.len() + 1 + frame.len() > MESSAGE_BYTES)
+            .then(|| std::mem::take(&mut self.text));
+        if !self.text.is_empty() {
+            self.text.push('\n');
+        }
+        self.text.push_str(frame);
+        full
+    }
+
+    /// The message packed so far, if any (to send before waiting for more).
+    pub fn take(&mut self) -> Option<String> {
+        (!self.text.is_empty()).then(|| std::mem::take(&mut self.text))
+    }
+}
+
+/// The frames of one server message, in order.
+pub fn frames_of(message: &str) -> impl Iterator<Item = &str> {
+    message.split('\n').filter(|frame| !frame.is_empty())
+}
 
 /// Close code: the credential the socket was opened with is no longer live (revoked, logged
 /// out, expired). A reconnect gets 401.
@@ -634,6 +674,38 @@ mod tests {
                 }
                 _ => panic!("{shown}: got {got:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn ready_frames_are_packed_into_messages_in_order() {
+        let big = "b".repeat(MESSAGE_BYTES);
+        let half = "h".repeat(MESSAGE_BYTES / 2);
+        // (frames pushed, messages sent: by `push` when full, then by `take`)
+        let cases: Vec<(Vec<&str>, Vec<String>)> = vec![
+            (vec![], vec![]),
+            (vec!["a"], vec!["a".into()]),
+            (vec!["a", "b", "c"], vec!["a\nb\nc".into()]),
+            // Two halves and a separator do not fit: the second starts a message.
+            (vec![&half, &half], vec![half.clone(), half.clone()]),
+            // A frame larger than a message goes alone, between the others.
+            (
+                vec!["a", &big, "c"],
+                vec!["a".into(), big.clone(), "c".into()],
+            ),
+            (vec![&big, &big], vec![big.clone(), big.clone()]),
+        ];
+        for (frames, want) in cases {
+            let mut packer = MessagePacker::default();
+            let mut sent: Vec<String> = frames.iter().filter_map(|f| packer.push(f)).collect();
+            sent.extend(packer.take());
+            assert_eq!(sent.len(), want.len(), "{} frames", frames.len());
+            assert_eq!(sent, want);
+            for message in &sent {
+                assert!(message.len() <= MESSAGE_BYTES || !message.contains('\n'));
+            }
+            let back: Vec<&str> = sent.iter().flat_map(|m| frames_of(m)).collect();
+            assert_eq!(back, frames, "the frames come back, in order");
         }
     }
 

@@ -41,6 +41,10 @@ pub struct SessionSocket {
     unacked_bytes: u64,
     /// Acks are sent from `read`.
     acks: bool,
+    /// Frames of a message not returned yet (a message carries one or more).
+    ready: std::collections::VecDeque<Value>,
+    /// Server text messages received.
+    messages: u64,
 }
 
 /// What a socket read returned.
@@ -101,6 +105,8 @@ impl SessionSocket {
                 acked: 0,
                 unacked_bytes: 0,
                 acks: true,
+                ready: Default::default(),
+                messages: 0,
             }),
             Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
                 let status = response.status().as_u16();
@@ -122,7 +128,12 @@ impl SessionSocket {
         self
     }
 
-    /// Server text frames received so far.
+    /// Server messages received so far (each carries one or more frames).
+    pub fn messages(&self) -> u64 {
+        self.messages
+    }
+
+    /// Server frames received so far.
     pub fn received(&self) -> u64 {
         self.received
     }
@@ -174,8 +185,13 @@ impl SessionSocket {
             .unwrap_or_else(|e| panic!("send binary: {e}"));
     }
 
-    /// The next text frame, a close or a timeout, by `deadline`.
+    /// The next frame, a close or a timeout, by `deadline`. A server message carries one or
+    /// more frames (`wuhu_core::socket::frames_of`): each counts as received when its message
+    /// arrives, as the server counts it sent.
     pub fn read(&mut self, deadline: Instant) -> SocketRead {
+        if let Some(frame) = self.ready.pop_front() {
+            return SocketRead::Frame(frame);
+        }
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -186,11 +202,15 @@ impl SessionSocket {
             }
             match self.ws.read() {
                 Ok(tungstenite::Message::Text(text)) => {
-                    let value = serde_json::from_str(text.as_str())
-                        .unwrap_or_else(|e| panic!("a frame that is not JSON ({e}): {text}"));
-                    self.received += 1;
-                    self.received_bytes += text.len() as u64;
-                    self.unacked_bytes += text.len() as u64;
+                    self.messages += 1;
+                    for frame in wuhu_core::socket::frames_of(text.as_str()) {
+                        let value = serde_json::from_str(frame)
+                            .unwrap_or_else(|e| panic!("a frame that is not JSON ({e}): {frame}"));
+                        self.ready.push_back(value);
+                        self.received += 1;
+                        self.received_bytes += frame.len() as u64;
+                        self.unacked_bytes += frame.len() as u64;
+                    }
                     if self.acks
                         && (self.received - self.acked >= ACK_EVERY_FRAMES
                             || self.unacked_bytes >= ACK_EVERY_BYTES)
@@ -204,7 +224,9 @@ impl SessionSocket {
                         self.acked = self.received;
                         self.unacked_bytes = 0;
                     }
-                    return SocketRead::Frame(value);
+                    if let Some(frame) = self.ready.pop_front() {
+                        return SocketRead::Frame(frame);
+                    }
                 }
                 Ok(tungstenite::Message::Close(close)) => {
                     return SocketRead::Closed(

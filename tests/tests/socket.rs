@@ -1030,3 +1030,40 @@ fn a_message_sent_again_with_its_key_is_queued_once() {
     assert_eq!(users.iter().filter(|c| **c == "bob's").count(), 1);
     assert!(!users.iter().any(|c| *c == "other text" || *c == "refused"));
 }
+
+/// The frames a socket has ready go out packed, several to a message (`\n` between them, at most
+/// `MESSAGE_BYTES` a message), as an SSE stream packs its chunks: a backfill of a few turns is a
+/// handful of messages, not one per event, and splits back into the same frames.
+#[test]
+fn ready_frames_are_packed_into_few_messages() {
+    let _guard = stack().guard();
+    let api = stack().client("pack", &unique_name("socket-pack"));
+    let id = api.create_fake_session().id;
+    for turn in 0..4 {
+        let content =
+            fake_directive(&json!({"reply": format!("reply {turn} in a few words"), "chunks": 4}));
+        api.enqueue(&id, "followUp", &content);
+        api.wait_idle(&id, TURN);
+    }
+    let transcript = api.transcript(&id);
+    let mut socket = open(&api, &id, "");
+    let frames = read_to_idle(&mut socket, WAIT).unwrap_or_else(|e| panic!("{e}"));
+    check(&frames, &transcript, 0).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "{} frames in {} messages",
+        socket.received(),
+        socket.messages()
+    );
+    assert!(
+        socket.received() > transcript.len() as u64,
+        "every entry and the status: {} frames",
+        socket.received()
+    );
+    assert!(
+        socket.messages() * 4 <= socket.received(),
+        "{} frames came in {} messages: the backfill was not packed",
+        socket.received(),
+        socket.messages()
+    );
+    socket.close();
+}

@@ -367,7 +367,8 @@ try {
           server.send(message);
         });
         server.onMessage((message) => {
-          if (!swallowed && cutReplyTo !== null && typeof message === "string") {
+          // A reply is a message of its own; events may come several to a message.
+          if (!swallowed && cutReplyTo !== null && typeof message === "string" && !message.includes("\n")) {
             const frame = JSON.parse(message);
             if (frame.type === "reply" && frame.id === cutReplyTo) {
               swallowed = true;

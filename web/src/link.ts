@@ -121,20 +121,24 @@ export function linkSession(sessionId: string, sinceCursor: number, handlers: Li
     };
     ws.onmessage = (message) => {
       if (typeof message.data !== "string") return; // the server sends text only
-      received += 1;
-      // The server counts UTF-8 bytes; a UTF-16 unit is at most 3 of them, so this overcounts
-      // (acks early, which is harmless) and never needs an encoder.
-      unackedBytes += message.data.length * 3;
-      let frame: any;
-      try {
-        frame = JSON.parse(message.data);
-      } catch {
-        frame = null;
-      }
-      if (frame?.type === "reply") settle(frame);
-      else if (frame) {
-        if (frame.type === "status") attempt = 0; // the backfill is in: this socket works
-        deliver(frame as FollowEvent);
+      // A message carries one or more frames, one JSON object per line; each counts.
+      for (const line of message.data.split("\n")) {
+        if (!line) continue;
+        received += 1;
+        // The server counts UTF-8 bytes; a UTF-16 unit is at most 3 of them, so this
+        // overcounts (acks early, which is harmless) and never needs an encoder.
+        unackedBytes += line.length * 3;
+        let frame: any;
+        try {
+          frame = JSON.parse(line);
+        } catch {
+          frame = null;
+        }
+        if (frame?.type === "reply") settle(frame);
+        else if (frame) {
+          if (frame.type === "status") attempt = 0; // the backfill is in: this socket works
+          deliver(frame as FollowEvent);
+        }
       }
       if (received - acked >= ACK_EVERY_FRAMES || unackedBytes >= ACK_EVERY_BYTES) ack();
       else if (ackTimer === undefined) ackTimer = window.setTimeout(ack, ACK_IDLE_MS);

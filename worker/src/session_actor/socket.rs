@@ -26,7 +26,8 @@ use worker::{Request, Response, WebSocket, WebSocketIncomingMessage, WebSocketPa
 use wuhu_core::authority::{Role, SessionAction};
 use wuhu_core::follow::{Follow, FollowRequest, Output};
 use wuhu_core::socket::{
-    AckWindow, CLOSE_LOST_STATE, ClientFrame, ReplyFrame, close_code, parse_client_frame,
+    AckWindow, CLOSE_LOST_STATE, ClientFrame, MessagePacker, ReplyFrame, close_code,
+    parse_client_frame,
 };
 
 use super::follow::{self, Shared};
@@ -343,12 +344,23 @@ fn checkpoint(ws: &WebSocket, shared: &RefCell<Shared>, attachment: &mut Attachm
     }
 }
 
-/// Runs a socket's sink until it ends: the same loop as an SSE stream's (`follow`), writing each
-/// frame's `data` JSON as one text frame while the ack window is open, saving the cursor reached
-/// and the window whenever it waits, and closing the socket with the code of the reason it
-/// ended.
+/// Runs a socket's sink until it ends: the same loop as an SSE stream's (`follow`), packing the
+/// frames it has ready (each frame's `data` JSON, while the ack window is open) into messages
+/// (`wuhu_core::socket::MessagePacker`) sent before it waits for anything, saving the cursor
+/// reached and the window whenever it waits, and closing the socket with the code of the reason
+/// it ended.
 fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attachment: Attachment) {
     wasm_bindgen_futures::spawn_local(async move {
+        let mut packer = MessagePacker::default();
+        let socket_id = attachment.id.clone();
+        // Sends a message; false when the socket is gone.
+        let send = |message: String| {
+            if ws.send_with_str(&message).is_err() {
+                actor.followers.borrow_mut().socket_gone(&socket_id);
+                return false;
+            }
+            true
+        };
         loop {
             let output = {
                 let mut shared = shared.borrow_mut();
@@ -361,6 +373,13 @@ fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attac
                 (shared.follow.is_closed() || shared.acks.may_send_event())
                     .then(|| shared.follow.poll(now()))
             };
+            // What is packed goes out before anything that may wait.
+            if !matches!(output, Some(Output::Frame(_)))
+                && let Some(message) = packer.take()
+                && !send(message)
+            {
+                return;
+            }
             let Some(output) = output else {
                 checkpoint(&ws, &shared, &mut attachment);
                 follow::wait(&shared, None).await;
@@ -369,8 +388,9 @@ fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attac
             match output {
                 Output::Frame(frame) => {
                     if let Some(data) = frame.data() {
-                        if ws.send_with_str(data).is_err() {
-                            actor.followers.borrow_mut().socket_gone(&attachment.id);
+                        if let Some(message) = packer.push(data)
+                            && !send(message)
+                        {
                             return;
                         }
                         shared.borrow_mut().acks.record_sent(data.len());

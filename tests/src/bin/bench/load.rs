@@ -306,7 +306,7 @@ async fn sse_follower(
     Outcome::Chunks(chunks)
 }
 
-/// A socket follower: each message stamped as it is read, acked every
+/// A socket follower: each message's frames stamped as it is read, acked every
 /// `ACK_EVERY_FRAMES` frames or `ACK_EVERY_BYTES` bytes (docs/api.md), until the turn's `idle`.
 async fn socket_follower(url: &str, token: &str, ready: mpsc::Sender<()>) -> Outcome {
     use futures_util::{SinkExt, StreamExt};
@@ -334,8 +334,14 @@ async fn socket_follower(url: &str, token: &str, ready: mpsc::Sender<()>) -> Out
             continue;
         };
         let at = Instant::now();
-        received += 1;
-        unacked_bytes += text.len() as u64;
+        // A message carries one or more frames; each counts as received.
+        let mut idle = false;
+        for frame in wuhu_core::socket::frames_of(text.as_str()) {
+            received += 1;
+            unacked_bytes += frame.len() as u64;
+            idle |= frame == r#"{"type":"idle"}"#;
+            frames.push((at, frame.to_string()));
+        }
         if received - acked >= ACK_EVERY_FRAMES || unacked_bytes >= ACK_EVERY_BYTES {
             let ack = serde_json::to_string(&ClientFrame::Ack { received }).expect("an ack");
             if ws.send(Message::text(ack)).await.is_err() {
@@ -344,8 +350,6 @@ async fn socket_follower(url: &str, token: &str, ready: mpsc::Sender<()>) -> Out
             acked = received;
             unacked_bytes = 0;
         }
-        let idle = text.as_str() == r#"{"type":"idle"}"#;
-        frames.push((at, text.as_str().to_string()));
         if idle {
             break;
         }
