@@ -90,14 +90,7 @@ pub fn check_document(path: &str, text: &str) -> Result<(), String> {
     }
 }
 
-/// The two settings documents as read from the tenant's storage (`None`: no document), kept by
-/// a session actor between steps.
-///
-/// A step does not wait for these reads before its provider request: it sends with the
-/// documents its actor read last and reads them again meanwhile ([`confirm_settings`]). Nothing
-/// of the reply is shown or kept before the new reading answers, so a step still runs with the
-/// settings as they are when its request goes out, and a change made since the last step costs
-/// only a request sent again.
+/// The two settings documents as read from the tenant's storage (`None`: no document).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct SettingsDocs {
     /// `config/models.json`.
@@ -106,23 +99,97 @@ pub struct SettingsDocs {
     pub tenant: Option<String>,
 }
 
-/// What a step that sent with `used` does once the documents are read again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SettingsCheck {
-    /// The reading matches: the request stands.
-    Keep,
-    /// The documents changed, or could not be read: the request is dropped and the step goes
-    /// on with the new reading (or fails with the read's error, as a step without a kept
-    /// reading would).
-    Redo,
+/// Most sessions one tenant's index holds as keeping a reading of the settings (see
+/// [`SettingsCache`]): what one change may have to tell. A hold past it lets go of the session
+/// that held longest ago (told to forget its reading: it holds again at its next step).
+/// `WUHU_MAX_SETTINGS_HOLDERS` sets another (1 to this), see [`max_settings_holders`].
+pub const MAX_SETTINGS_HOLDERS: usize = 1_000;
+
+/// The holders' bound from `WUHU_MAX_SETTINGS_HOLDERS` (unset, or not 1 to
+/// [`MAX_SETTINGS_HOLDERS`]: the default, which is also the most).
+#[must_use]
+pub fn max_settings_holders(var: Option<&str>) -> usize {
+    var.and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=MAX_SETTINGS_HOLDERS).contains(n))
+        .unwrap_or(MAX_SETTINGS_HOLDERS)
 }
 
-/// Compares what a step sent with against what was read meanwhile (`None`: the read failed).
-#[must_use]
-pub fn confirm_settings(used: &SettingsDocs, read: Option<&SettingsDocs>) -> SettingsCheck {
-    match read {
-        Some(read) if read == used => SettingsCheck::Keep,
-        _ => SettingsCheck::Redo,
+/// How many holders the index tells at once when the settings change.
+pub const SETTINGS_TELL_CONCURRENCY: usize = 16;
+
+/// What a session actor keeps of its tenant's settings between steps (decision 0021): `T` is
+/// the reading (the documents, or what the actor made of them).
+///
+/// Every write or delete under `config/` (API, tools, `js`) tells the tenant's index once the
+/// document is stored, and the index tells each session that *holds* a reading to forget it
+/// before the write is answered. So a step may use a kept reading without reading R2 again, and
+/// still runs with the settings as they are when it starts: a change answered before the step
+/// began has reached the actor.
+///
+/// The order that makes this hold: an actor asks the index to hold it **before** it reads the
+/// documents, so a change either finds it among the holders (and is told), or was stored before
+/// the reading began (and is read). A forget can overtake a hold's answer or a reading under
+/// way: each counts from a [`generation`](Self::generation) taken before it, and one that a
+/// forget overtook neither marks the actor held nor keeps what it read (the step still uses
+/// that reading: it began before the change was answered).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsCache<T> {
+    reading: Option<T>,
+    held: bool,
+    generation: u64,
+}
+
+impl<T> Default for SettingsCache<T> {
+    fn default() -> Self {
+        SettingsCache {
+            reading: None,
+            held: false,
+            generation: 0,
+        }
+    }
+}
+
+impl<T> SettingsCache<T> {
+    /// The reading a step may use without reading again: kept, and the index holds this actor.
+    #[must_use]
+    pub fn kept(&self) -> Option<&T> {
+        self.reading.as_ref().filter(|_| self.held)
+    }
+
+    /// Whether a step must ask the index to hold this actor before it reads.
+    #[must_use]
+    pub fn needs_hold(&self) -> bool {
+        !self.held
+    }
+
+    /// Counts forgets: taken before a hold or a reading, given back with its result.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The index answered a hold asked at `since`.
+    pub fn held(&mut self, since: u64) {
+        if since == self.generation {
+            self.held = true;
+        }
+    }
+
+    /// A reading begun at `since` finished: kept when no forget came meanwhile, the actor is
+    /// held, and the documents are valid (`None`: invalid, or the read failed; then nothing is
+    /// kept and the next step reads again).
+    pub fn read(&mut self, since: u64, reading: Option<T>) {
+        if since == self.generation && self.held {
+            self.reading = reading;
+        }
+    }
+
+    /// The index said the settings changed: nothing is kept, and the next step asks for a hold
+    /// again (the index let go of this actor when it told it).
+    pub fn forget(&mut self) {
+        self.reading = None;
+        self.held = false;
+        self.generation += 1;
     }
 }
 
@@ -192,45 +259,124 @@ mod tests {
     }
 
     #[test]
-    fn a_step_keeps_its_request_only_when_the_documents_read_again_are_the_same() {
-        let docs = |models: Option<&str>, tenant: Option<&str>| SettingsDocs {
-            models: models.map(str::to_string),
-            tenant: tenant.map(str::to_string),
+    fn the_holders_bound_is_the_default_unless_set_within_it() {
+        for (var, want) in [
+            (None, 1_000),
+            (Some("3"), 3),
+            (Some(" 1 "), 1),
+            (Some("1000"), 1_000),
+            (Some("0"), 1_000),
+            (Some("1001"), 1_000),
+            (Some("-2"), 1_000),
+            (Some("many"), 1_000),
+        ] {
+            assert_eq!(max_settings_holders(var), want, "{var:?}");
+        }
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Event {
+        /// A hold or a reading is begun: its generation is remembered under this slot.
+        Begin(usize),
+        /// The hold begun under the slot is answered.
+        Held(usize),
+        /// The reading begun under the slot finished (valid documents or not).
+        Read(usize, bool),
+        Forget,
+    }
+
+    #[test]
+    fn a_reading_is_used_again_only_while_no_change_was_told_since_its_hold() {
+        use Event::*;
+        let docs = SettingsDocs {
+            models: Some("{\"models\":[]}".into()),
+            tenant: None,
         };
-        let used = docs(Some("{\"models\":[]}"), None);
-        let cases = [
+        // (name, events, kept afterwards, asks for a hold afterwards)
+        let cases: &[(&str, &[Event], bool, bool)] = &[
+            ("a new actor", &[], false, true),
             (
-                "the same documents",
-                Some(used.clone()),
-                SettingsCheck::Keep,
-            ),
-            ("the read failed", None, SettingsCheck::Redo),
-            (
-                "the model table changed",
-                Some(docs(Some("{\"models\":[{}]}"), None)),
-                SettingsCheck::Redo,
+                "held, then read",
+                &[Begin(0), Held(0), Begin(1), Read(1, true)],
+                true,
+                false,
             ),
             (
-                "the model table was deleted",
-                Some(docs(None, None)),
-                SettingsCheck::Redo,
+                "an invalid reading is not kept",
+                &[Begin(0), Held(0), Begin(1), Read(1, false)],
+                false,
+                false,
             ),
             (
-                "request logs were turned on",
-                Some(docs(
-                    Some("{\"models\":[]}"),
-                    Some("{\"llmRequestLogs\":true}"),
-                )),
-                SettingsCheck::Redo,
+                "a refused hold: read before every step",
+                &[Begin(0), Begin(1), Read(1, true)],
+                false,
+                true,
+            ),
+            (
+                "told after the reading",
+                &[Begin(0), Held(0), Begin(1), Read(1, true), Forget],
+                false,
+                true,
+            ),
+            (
+                "told while reading: the reading began before the change was answered",
+                &[Begin(0), Held(0), Begin(1), Forget, Read(1, true)],
+                false,
+                true,
+            ),
+            (
+                "told before the hold's answer came: the index let go already",
+                &[Begin(0), Forget, Held(0), Begin(1), Read(1, true)],
+                false,
+                true,
+            ),
+            (
+                "held again after a change",
+                &[
+                    Begin(0),
+                    Held(0),
+                    Begin(1),
+                    Read(1, true),
+                    Forget,
+                    Begin(2),
+                    Held(2),
+                    Begin(3),
+                    Read(3, true),
+                ],
+                true,
+                false,
+            ),
+            (
+                "an old reading ends after a newer one",
+                &[
+                    Begin(0),
+                    Held(0),
+                    Begin(1),
+                    Forget,
+                    Begin(2),
+                    Held(2),
+                    Begin(3),
+                    Read(3, true),
+                    Read(1, true),
+                ],
+                true,
+                false,
             ),
         ];
-        for (name, read, want) in cases {
-            assert_eq!(confirm_settings(&used, read.as_ref()), want, "{name}");
+        for (name, events, kept, asks) in cases {
+            let mut cache: SettingsCache<SettingsDocs> = SettingsCache::default();
+            let mut slots = [0; 4];
+            for event in *events {
+                match *event {
+                    Begin(slot) => slots[slot] = cache.generation(),
+                    Held(slot) => cache.held(slots[slot]),
+                    Read(slot, valid) => cache.read(slots[slot], valid.then(|| docs.clone())),
+                    Forget => cache.forget(),
+                }
+            }
+            assert_eq!(cache.kept().is_some(), *kept, "{name}: kept");
+            assert_eq!(cache.needs_hold(), *asks, "{name}: asks for a hold");
         }
-        assert_eq!(
-            confirm_settings(&SettingsDocs::default(), Some(&SettingsDocs::default())),
-            SettingsCheck::Keep,
-            "no documents, still none"
-        );
     }
 }

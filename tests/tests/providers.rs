@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use wuhu_core::wire::{ContentBlock, StopReason, custom_types};
 use wuhu_e2e::entries::{assert_contiguous, assistants, customs, describe, tool_result};
+use wuhu_e2e::stack::StackOptions;
 use wuhu_e2e::stack::{ANTHROPIC_TEST_KEY, OPENAI_TEST_KEY};
 use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Api, Reply, SseEvent, Stack};
@@ -529,6 +530,117 @@ fn a_tenant_model_table_written_by_an_admin_prices_its_sessions_requests() {
     let total = usage["costUsd"].as_f64().unwrap_or_default();
     assert!((total - expected).abs() < 1e-6, "{usage}");
     assert_eq!(usage["unpricedMessages"], 0, "{usage}");
+}
+
+/// A session keeps its reading of the tenant's settings between steps, and the tenant's index
+/// tells every session keeping one of a change before the change is answered (decision 0021).
+/// So whichever way the settings change (a `PUT`, a `DELETE`; sessions' tools may not write
+/// `config/`), every step that starts after the answer, in every session of the tenant and
+/// whoever owns it, is priced by the new table, and another tenant's sessions by their own.
+#[test]
+fn a_settings_change_reaches_every_session_of_the_tenant_before_it_is_answered() {
+    let _guard = stack().guard();
+    settings_changes_reach_every_session(stack());
+}
+
+/// The same with the index holding at most 2 of the 6 sessions (`WUHU_MAX_SETTINGS_HOLDERS`):
+/// every hold past the bound lets go of another session, telling it to forget its reading, so
+/// sessions keep dropping out and holding again between and during the changes, and still no
+/// step is priced by an old table.
+#[test]
+fn a_settings_change_reaches_every_session_when_holders_are_let_go_to_make_room() {
+    static SMALL: OnceLock<Stack> = OnceLock::new();
+    let stack = SMALL.get_or_init(|| {
+        Stack::start_with(StackOptions {
+            vars: vec![("WUHU_MAX_SETTINGS_HOLDERS".into(), "2".into())],
+            ..StackOptions::default()
+        })
+    });
+    let _guard = stack.guard();
+    settings_changes_reach_every_session(stack);
+}
+
+fn settings_changes_reach_every_session(stack: &Stack) {
+    let tenant = unique_name("settings-told");
+    let admin = stack.admin_client("root", &tenant);
+    let members = [stack.client("ada", &tenant), stack.client("bob", &tenant)];
+    let model = "fake-priced";
+    let table = |price: u64| {
+        json!({"models": [{
+            "id": model, "provider": "fake",
+            "inputPerMtok": price * 1_000_000, "outputPerMtok": price * 2_000_000,
+        }]})
+        .to_string()
+    };
+    admin
+        .put_doc("config/models.json", table(1))
+        .expect_status(200);
+    // Another tenant, the same model name, its own price.
+    let other_tenant = unique_name("settings-other");
+    let other = stack.client("ada", &other_tenant);
+    stack
+        .admin_client("root", &other_tenant)
+        .put_doc("config/models.json", table(11))
+        .expect_status(200);
+    let other_session = other.create_session(json!({"model": model})).id;
+    let mut sessions: Vec<(&Api, String)> = Vec::new();
+    for api in members.iter().chain([&admin]) {
+        for _ in 0..2 {
+            sessions.push((api, api.create_session(json!({"model": model})).id));
+        }
+    }
+    // The cost of the newest reply of session `id` and the price it implies.
+    let last_cost = |api: &Api, id: &str| {
+        let transcript = api.transcript(id);
+        let replies = assistants(&transcript);
+        let usage = replies
+            .last()
+            .and_then(|m| m.usage)
+            .unwrap_or_else(|| panic!("no usage: {}", describe(&transcript)));
+        let tokens = (usage.input_tokens + 2 * usage.output_tokens) as f64;
+        usage.cost_usd.map(|cost| cost / tokens)
+    };
+    let turn_everywhere = |label: &str, price: Option<u64>| {
+        for (api, id) in &sessions {
+            api.enqueue(id, "followUp", label);
+        }
+        for (api, id) in &sessions {
+            api.wait_idle(id, TURN);
+            let got = last_cost(api, id);
+            match price {
+                Some(price) => assert!(
+                    got.is_some_and(|p| (p - price as f64).abs() < 1e-9),
+                    "{label}: session {id} priced {got:?} per token, want {price}"
+                ),
+                None => assert_eq!(got, None, "{label}: session {id} is unpriced"),
+            }
+        }
+    };
+    // Every session takes a turn first, so each keeps a reading.
+    turn_everywhere("first", Some(1));
+    for (label, price) in [
+        ("raised", Some(3)),
+        ("raised again", Some(5)),
+        ("deleted", None),
+        ("written anew", Some(2)),
+        ("lowered", Some(1)),
+    ] {
+        match price {
+            Some(price) => admin
+                .put_doc("config/models.json", table(price))
+                .expect_status(200),
+            None => admin.delete_doc("config/models.json").expect_status(204),
+        };
+        turn_everywhere(label, price);
+    }
+    // The other tenant saw none of it.
+    other.enqueue(&other_session, "followUp", "mine");
+    other.wait_idle(&other_session, TURN);
+    let got = last_cost(&other, &other_session);
+    assert!(
+        got.is_some_and(|p| (p - 11.0).abs() < 1e-9),
+        "another tenant: {got:?}"
+    );
 }
 
 #[test]

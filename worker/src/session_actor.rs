@@ -97,14 +97,17 @@ pub(crate) struct Actor {
     /// Usage to report to the tenant index, and whether a report is being sent.
     usage_dirty: Cell<bool>,
     usage_sending: Cell<bool>,
+    /// Steps waiting for the report in flight (`Actor::usage_report_sent`).
+    usage_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
     /// The tenant's budget was spent when last asked (enqueue asks again while it is).
     pub(crate) tenant_budget_spent: Cell<bool>,
     /// The tenant's budget as its index last answered this actor (a usage report's answer or
     /// a question's): a step asks again only when `tenant_usage::must_ask_budget` says so.
     pub(crate) known_budget: Cell<Option<(wuhu_core::tenant_usage::TenantBudget, u64)>>,
-    /// The tenant's settings documents as last read, when valid: a step sends with them while
-    /// it reads them again (`inference::step_settings`).
-    pub(crate) settings_docs: RefCell<Option<wuhu_core::tenant_config::SettingsDocs>>,
+    /// The tenant's settings as last read (parsed), kept while the tenant's index holds this
+    /// actor (it tells it of every change): a step uses them without reading R2
+    /// (`inference::settings`, decision 0021).
+    pub(crate) settings: RefCell<wuhu_core::tenant_config::SettingsCache<Rc<inference::Settings>>>,
     /// Entries through this cursor were looked at for usage (the stored cursor marks only
     /// those reported).
     pub(crate) usage_scanned_through: Cell<u64>,
@@ -217,9 +220,10 @@ impl DurableObject for SessionActor {
             index_sending: Cell::new(false),
             usage_dirty: Cell::new(false),
             usage_sending: Cell::new(false),
+            usage_waiters: RefCell::new(Vec::new()),
             tenant_budget_spent: Cell::new(false),
             known_budget: Cell::new(None),
-            settings_docs: RefCell::new(None),
+            settings: RefCell::default(),
             usage_scanned_through: Cell::new(0),
             usage_reported_unsaved: Cell::new(None),
             llm_logs_swept_at: Cell::new(0),

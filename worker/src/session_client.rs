@@ -261,6 +261,21 @@ pub(crate) async fn start(env: &Env, tenant: &str, id: &str) -> ApiResult<serde_
     post(env, tenant, "wuhu", id, "/start", &serde_json::json!({})).await
 }
 
+/// Tells session `id` that its tenant's settings changed: it forgets the reading it keeps
+/// (`wuhu_core::tenant_config::SettingsCache`). Answered by any actor, a deleted one too.
+pub(crate) async fn forget_settings(env: &Env, tenant: &str, id: &str) -> ApiResult<()> {
+    post(
+        env,
+        tenant,
+        "wuhu",
+        id,
+        "/settings/forget",
+        &serde_json::json!({}),
+    )
+    .await
+    .map(|_: serde_json::Value| ())
+}
+
 /// Stops session `id` as `viewer` (the `/stop` route, with its authority check).
 pub(crate) async fn stop(env: &Env, viewer: &Identity, id: &str) -> ApiResult<StopResponse> {
     let headers = worker::Headers::new();

@@ -7,8 +7,12 @@
 //! /list?limit&before&parentId`, `GET /tree` (the lineage and forks of listed sessions, for the
 //! forks rule of a deletion), `POST /remove` (`{id}`: a deleted session leaves the list),
 //! `POST /gate/request` (a [`Slot`]), `POST /gate/release` (`{child}`),
-//! `POST /usage/report` (a `UsageReport`), `GET /usage?from&to&by`.
+//! `POST /usage/report` (a `UsageReport`), `GET /usage?from&to&by`, `POST /settings/hold`
+//! (`{session}`: a session keeps a reading of the tenant's settings) and `POST
+//! /settings/changed` (a document under `config/` was written: every holder is told to forget
+//! its reading before this answers; `wuhu_core::tenant_config::SettingsCache`).
 
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use worker::{
     DurableObject, Env, Method, Request, RequestInit, Response, SqlStorage, State, durable_object,
@@ -18,6 +22,7 @@ use wuhu_core::deletion::TreeRow;
 use wuhu_core::llm::models::UsageTotals;
 use wuhu_core::llm::request_log;
 use wuhu_core::orchestration::{Admission, Gate, Limits, Slot};
+use wuhu_core::tenant_config::{SETTINGS_TELL_CONCURRENCY, max_settings_holders};
 use wuhu_core::tenant_usage::{self, HourKey, HourRow, TenantBudget, UsageQuery, UsageReport};
 use wuhu_core::wire::{Budget, ListSessionsResponse, SessionInfo};
 
@@ -46,6 +51,24 @@ struct ValueRow {
 pub(crate) enum GateAnswer {
     Granted,
     Queued { position: u32, reason: String },
+}
+
+#[derive(Deserialize)]
+struct SettingsHold {
+    session: String,
+}
+
+#[derive(Deserialize)]
+struct HolderRow {
+    seq: f64,
+    session: String,
+}
+
+#[derive(Deserialize)]
+struct CountRow {
+    n: f64,
+    #[serde(default)]
+    mine: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -130,6 +153,12 @@ impl DurableObject for TenantIndex {
             "CREATE TABLE IF NOT EXISTS llm_log_sweep (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
             None,
         );
+        // Sessions that keep a reading of the tenant's settings. `seq` changes with every hold, so
+        // a change lets go only of the holds it told (a session that holds again meanwhile stays).
+        let _ = sql.exec(
+            "CREATE TABLE IF NOT EXISTS settings_holders (seq INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL UNIQUE)",
+            None,
+        );
         TenantIndex {
             state,
             sql,
@@ -210,6 +239,104 @@ impl TenantIndex {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Holds `session` (it keeps a reading of the settings). With `max_settings_holders`
+    /// holders already, the one that held longest ago is told to forget its reading and let go
+    /// first (it holds again at its next step); `false` when it could not be told (`session`
+    /// then reads before each step).
+    async fn hold_settings(&self, tenant: &str, session: &str) -> ApiResult<bool> {
+        if !crate::session_client::valid_session_id(session) {
+            return Err(ApiError::bad_request("session must be a session id"));
+        }
+        let rows: Vec<CountRow> = self
+            .sql
+            .exec(
+                "SELECT COUNT(*) AS n, SUM(session = ?) AS mine FROM settings_holders",
+                vec![session.to_string().into()],
+            )?
+            .to_array()?;
+        let row = rows.first();
+        let (n, mine) = row.map_or((0.0, 0.0), |r| (r.n, r.mine.unwrap_or(0.0)));
+        let bound = max_settings_holders(
+            self.env
+                .var("WUHU_MAX_SETTINGS_HOLDERS")
+                .ok()
+                .map(|v| v.to_string())
+                .as_deref(),
+        );
+        if mine == 0.0 && n as usize >= bound {
+            let oldest: Vec<HolderRow> = self
+                .sql
+                .exec(
+                    "SELECT seq, session FROM settings_holders ORDER BY seq LIMIT 1",
+                    None,
+                )?
+                .to_array()?;
+            if let Some(oldest) = oldest.first() {
+                if let Err(e) =
+                    crate::session_client::forget_settings(&self.env, tenant, &oldest.session).await
+                {
+                    worker::console_error!(
+                        "letting go of session {} to hold another failed: {}",
+                        oldest.session,
+                        e.message
+                    );
+                    return Ok(false);
+                }
+                self.sql.exec(
+                    "DELETE FROM settings_holders WHERE seq = ?",
+                    vec![oldest.seq.into()],
+                )?;
+            }
+        }
+        // A new `seq` each time: see the table.
+        self.sql.exec(
+            "INSERT OR REPLACE INTO settings_holders (session) VALUES (?)",
+            vec![session.to_string().into()],
+        )?;
+        Ok(true)
+    }
+
+    /// Tells every holder of a settings reading to forget it ([`SETTINGS_TELL_CONCURRENCY`] at
+    /// a time) and lets go of those told; a deleted session counts as told. Returns how many
+    /// could not be told: they stay holders, so the next change (or the same write again) tells
+    /// them.
+    async fn tell_settings_changed(&self, tenant: &str) -> ApiResult<usize> {
+        let holders: Vec<HolderRow> = self
+            .sql
+            .exec("SELECT seq, session FROM settings_holders", None)?
+            .to_array()?;
+        let told: Vec<(f64, bool)> = futures::stream::iter(holders)
+            .map(|holder| async move {
+                let told =
+                    crate::session_client::forget_settings(&self.env, tenant, &holder.session)
+                        .await
+                        .inspect_err(|e| {
+                            worker::console_error!(
+                                "telling session {} of a settings change failed: {}",
+                                holder.session,
+                                e.message
+                            )
+                        })
+                        .is_ok();
+                (holder.seq, told)
+            })
+            .buffer_unordered(SETTINGS_TELL_CONCURRENCY)
+            .collect()
+            .await;
+        let mut failed = 0;
+        for (seq, told) in told {
+            if told {
+                self.sql.exec(
+                    "DELETE FROM settings_holders WHERE seq = ?",
+                    vec![seq.into()],
+                )?;
+            } else {
+                failed += 1;
+            }
+        }
+        Ok(failed)
     }
 
     fn load_gate(&self) -> ApiResult<Gate> {
@@ -320,6 +447,10 @@ impl TenantIndex {
                 let remove: ReleaseRequest = parse_json(&body)?;
                 self.sql.exec(
                     "INSERT INTO deleted_sessions (id) VALUES (?) ON CONFLICT(id) DO NOTHING",
+                    vec![remove.child.clone().into()],
+                )?;
+                self.sql.exec(
+                    "DELETE FROM settings_holders WHERE session = ?",
                     vec![remove.child.clone().into()],
                 )?;
                 self.sql.exec(
@@ -490,6 +621,27 @@ impl TenantIndex {
                 }
                 Ok(json_response(200, &serde_json::json!({"armed": true})))
             }
+            (Method::Post, "/settings/hold") => {
+                let body = read_body(&mut req).await?;
+                let hold: SettingsHold = parse_json(&body)?;
+                let tenant = Identity::from_headers(&req)?.tenant;
+                let held = self.hold_settings(&tenant, &hold.session).await?;
+                Ok(json_response(200, &serde_json::json!({ "held": held })))
+            }
+            (Method::Post, "/settings/changed") => {
+                let tenant = Identity::from_headers(&req)?.tenant;
+                let failed = self.tell_settings_changed(&tenant).await?;
+                if failed > 0 {
+                    return Err(ApiError::new(
+                        503,
+                        crate::internal::UNREACHABLE,
+                        format!(
+                            "{failed} running session(s) of the tenant could not be told of the change; write the document again"
+                        ),
+                    ));
+                }
+                Ok(json_response(200, &serde_json::json!({ "ok": true })))
+            }
             (Method::Get, "/budget") => Ok(json_response(200, &self.load_budget()?)),
             (Method::Put, "/budget") => {
                 let who = Identity::from_headers(&req)?.principal();
@@ -619,6 +771,26 @@ pub(crate) async fn report_usage(
 ) -> ApiResult<tenant_usage::ReportAnswer> {
     let request = crate::internal::post_request("index", "/usage/report", tenant, "wuhu", report)?;
     crate::internal::send(&stub(env, tenant)?, request).await
+}
+
+/// Asks the index to hold `session` as keeping a reading of the tenant's settings (see
+/// `wuhu_core::tenant_config::SettingsCache`); `false`: refused (too many holders).
+pub(crate) async fn hold_settings(env: &Env, tenant: &str, session: &str) -> ApiResult<bool> {
+    let body = serde_json::json!({ "session": session });
+    let request = crate::internal::post_request("index", "/settings/hold", tenant, "wuhu", &body)?;
+    let answer: serde_json::Value = crate::internal::send(&stub(env, tenant)?, request).await?;
+    Ok(answer["held"].as_bool().unwrap_or(false))
+}
+
+/// A document under `config/` was written or deleted: answers once every session holding a
+/// reading of the settings was told to forget it (503 when some could not be).
+pub(crate) async fn settings_changed(env: &Env, tenant: &str) -> ApiResult<()> {
+    let body = serde_json::json!({});
+    let request =
+        crate::internal::post_request("index", "/settings/changed", tenant, "wuhu", &body)?;
+    crate::internal::send(&stub(env, tenant)?, request)
+        .await
+        .map(|_: serde_json::Value| ())
 }
 
 /// The tenant's budget and what it spent (for a session before a step's request, when

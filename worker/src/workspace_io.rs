@@ -153,6 +153,7 @@ pub(crate) async fn write(
         .execute()
         .await?
         .ok_or_else(|| ApiError::internal("workspace write was not stored"))?;
+    settings_stored(env, tenant, &path).await?;
     Ok(DocSummary {
         path,
         size: object.size(),
@@ -176,7 +177,30 @@ pub(crate) async fn remove(
         return Ok(false);
     }
     bucket.delete(key).await?;
+    settings_stored(env, tenant, &path).await?;
     Ok(true)
+}
+
+/// After a document at `path` was stored or deleted: one under `config/` is answered only once
+/// every session keeping a reading of the settings has forgotten it, so a step that starts
+/// after the answer runs with the change (decision 0021). When some could not be told, the
+/// writer learns it (503) and writing again tells them.
+async fn settings_stored(env: &Env, tenant: &str, path: &str) -> ApiResult<()> {
+    if !is_tenant_config(path) {
+        return Ok(());
+    }
+    crate::tenant_index::settings_changed(env, tenant)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                503,
+                crate::internal::UNREACHABLE,
+                format!(
+                    "{path} was saved, but running sessions may still use the old settings: {}",
+                    e.message
+                ),
+            )
+        })
 }
 
 /// Lists documents under `prefix` (up to `limit`, from `cursor`).

@@ -239,7 +239,22 @@ impl Actor {
                 }
             }
             actor.usage_sending.set(false);
+            for waiter in actor.usage_waiters.take() {
+                let _ = waiter.send(());
+            }
         });
+    }
+
+    /// Waits until no report is in flight. A step waits for the one the previous step's end
+    /// sent instead of sending the same records again: a second round trip, and a second
+    /// write for the index to commit, for an answer the first brings.
+    pub(crate) async fn usage_report_sent(&self) {
+        if !self.usage_sending.get() {
+            return;
+        }
+        let (tx, rx) = futures::channel::oneshot::channel();
+        self.usage_waiters.borrow_mut().push(tx);
+        let _ = rx.await;
     }
 
     /// Reports the usage of the entries committed since the last report. Entries without usage

@@ -4,9 +4,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use futures::future::{Either, LocalBoxFuture, Shared, select};
-use futures::{FutureExt, StreamExt};
-use wasm_bindgen_futures::spawn_local;
+use futures::StreamExt;
+use futures::future::{Either, select};
 use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Request, RequestInit};
 use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::compaction::{self, CompactionJob, StepPlan};
@@ -15,9 +14,7 @@ use wuhu_core::llm::models::{ModelTable, TENANT_TABLE_PATH};
 use wuhu_core::llm::request_log::{Exchange, MAX_LOGGED_BODY_BYTES};
 use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
-use wuhu_core::tenant_config::{
-    SettingsCheck, SettingsDocs, TENANT_CONFIG_PATH, TenantConfig, confirm_settings,
-};
+use wuhu_core::tenant_config::{SettingsDocs, TENANT_CONFIG_PATH, TenantConfig};
 use wuhu_core::tools::catalogue_for;
 use wuhu_core::wire::{AssistantMessage, Compaction, CompactionReason, Entry, Header, StreamEvent};
 
@@ -29,24 +26,12 @@ const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Runs as an actor task (see `session_actor::tasks`): aborting the task drops this future,
 /// and with it the provider request (see [`AbortOnDrop`]).
 pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
-    // The budget's answer stands before the provider request (it is usually known); the
-    // settings do not when this actor has read them before (`step_settings`).
-    let (allowed, settings) =
-        futures::join!(tenant_budget_allows(&actor, step), step_settings(&actor));
+    // Both are usually known in memory: then neither is a round trip.
+    let (allowed, settings) = futures::join!(tenant_budget_allows(&actor, step), settings(&actor));
     if !allowed {
         return;
     }
-    let confirm = settings.as_ref().ok().and_then(|s| s.confirm.clone());
-    let mut outcome = infer(&actor, step, settings).await;
-    // Sent with settings that changed meanwhile: nothing of that reply was shown or kept
-    // (every call waited for the new reading), so the step starts over with it.
-    if let Some(confirm) = confirm
-        && !confirm.same().await
-        && actor.inference_current(step)
-    {
-        outcome = infer(&actor, step, confirm.read_again().await).await;
-    }
-    if let Some(outcome) = outcome {
+    if let Some(outcome) = infer(&actor, step, settings).await {
         actor.with_session(|s| s.handle_inference_done(now(), step, outcome));
         actor.pump();
     }
@@ -60,6 +45,7 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
 /// budget ends the turn (`Session::handle_tenant_budget_exceeded`). An index that cannot be
 /// reached does not stop the session (logged).
 async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> bool {
+    actor.usage_report_sent().await;
     if let Err(e) = actor.report_usage().await {
         worker::console_error!("reporting usage before a request failed: {}", e.message);
     }
@@ -151,7 +137,7 @@ fn transcript_unreadable() -> LlmFailure {
 async fn infer(
     actor: &Rc<Actor>,
     step: u64,
-    settings: Result<Settings, LlmFailure>,
+    settings: Result<Rc<Settings>, LlmFailure>,
 ) -> Option<Result<AssistantMessage, LlmFailure>> {
     // The recursion guard: a session at the maximum depth is not offered the spawn tools.
     let may_spawn = wuhu_core::orchestration::may_spawn(
@@ -235,65 +221,42 @@ pub(crate) struct Settings {
     pub(crate) models: ModelTable,
     /// Days request logs are kept, when the tenant keeps them.
     pub(crate) log_days: Option<u32>,
-    /// Set when these are the documents this actor read last, read again meanwhile: every
-    /// provider call waits for that reading before it shows or keeps anything of its reply.
-    confirm: Option<Confirm>,
 }
 
-/// A reading of the settings documents under way, and the documents a step sent with
-/// (`wuhu_core::tenant_config::confirm_settings`).
-#[derive(Clone)]
-struct Confirm {
-    reading: Shared<LocalBoxFuture<'static, Rc<Result<SettingsDocs, LlmFailure>>>>,
-    used: SettingsDocs,
-}
-
-impl Confirm {
-    /// Whether the documents read again are the ones the step sent with.
-    async fn same(&self) -> bool {
-        let read = self.reading.clone().await;
-        confirm_settings(&self.used, read.as_ref().as_ref().ok()) == SettingsCheck::Keep
+/// The tenant's settings as they are now (a step's, a manual compaction's): the reading this
+/// actor keeps while the tenant's index holds it, or else the documents read from R2 after the
+/// index holds it (`wuhu_core::tenant_config::SettingsCache`: the hold comes first, so a change
+/// stored after the reading began is told to this actor). An index that cannot be reached, or
+/// refuses the hold, costs only this: the documents are read before each step.
+pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailure> {
+    let kept = actor.settings.borrow().kept().cloned();
+    if let Some(settings) = kept {
+        return Ok(settings);
     }
-
-    /// The settings as read again (or why they could not be).
-    async fn read_again(&self) -> Result<Settings, LlmFailure> {
-        match self.reading.clone().await.as_ref() {
-            Ok(docs) => parse_settings(docs),
-            Err(failure) => Err(failure.clone()),
+    if actor.settings.borrow().needs_hold() {
+        let since = actor.settings.borrow().generation();
+        match crate::tenant_index::hold_settings(&actor.env, &actor.tenant(), &actor.session_id())
+            .await
+        {
+            Ok(true) => actor.settings.borrow_mut().held(since),
+            Ok(false) => {}
+            Err(e) => worker::console_error!("holding the tenant's settings failed: {}", e.message),
         }
     }
+    let since = actor.settings.borrow().generation();
+    let settings = read_settings(actor)
+        .await
+        .and_then(|docs| parse_settings(&docs))
+        .map(Rc::new);
+    actor
+        .settings
+        .borrow_mut()
+        .read(since, settings.as_ref().ok().cloned());
+    settings
 }
 
-/// Reads the tenant's settings (a manual compaction; a step's first). The two documents are
-/// read at once: each is an R2 round trip.
-pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Settings, LlmFailure> {
-    let docs = read_settings(actor.clone()).await;
-    parse_settings(docs.as_ref().as_ref().map_err(Clone::clone)?)
-}
-
-/// A step's settings. When this actor read valid ones before, the step uses those at once and
-/// reads them again meanwhile (`Settings::confirm`): the two R2 round trips then run alongside
-/// the provider request instead of before it (docs/benchmarks.md).
-async fn step_settings(actor: &Rc<Actor>) -> Result<Settings, LlmFailure> {
-    let kept = actor.settings_docs.borrow().clone();
-    let Some(used) = kept else {
-        return settings(actor).await;
-    };
-    let reading = read_settings(actor.clone()).boxed_local().shared();
-    // Started now, not when a call first waits for it.
-    spawn_local({
-        let reading = reading.clone();
-        async move {
-            reading.await;
-        }
-    });
-    let mut settings = parse_settings(&used)?;
-    settings.confirm = Some(Confirm { reading, used });
-    Ok(settings)
-}
-
-/// Reads both documents; keeps them in the actor when they are valid (forgets them when not).
-async fn read_settings(actor: Rc<Actor>) -> Rc<Result<SettingsDocs, LlmFailure>> {
+/// Reads both documents at once: each is an R2 round trip.
+async fn read_settings(actor: &Rc<Actor>) -> Result<SettingsDocs, LlmFailure> {
     let tenant = actor.tenant();
     let read_failed = |what: &str, e: crate::http::ApiError| LlmFailure {
         status: None,
@@ -305,22 +268,14 @@ async fn read_settings(actor: Rc<Actor>) -> Rc<Result<SettingsDocs, LlmFailure>>
         crate::workspace_io::read(&actor.env, &tenant, TENANT_TABLE_PATH),
         crate::workspace_io::read(&actor.env, &tenant, TENANT_CONFIG_PATH),
     );
-    let docs = models
-        .map_err(|e| read_failed("model table", e))
-        .and_then(|models| {
-            Ok(SettingsDocs {
-                models: models.map(|d| d.content),
-                tenant: config
-                    .map_err(|e| read_failed("settings", e))?
-                    .map(|d| d.content),
-            })
-        });
-    *actor.settings_docs.borrow_mut() = docs
-        .as_ref()
-        .ok()
-        .filter(|docs| parse_settings(docs).is_ok())
-        .cloned();
-    Rc::new(docs)
+    Ok(SettingsDocs {
+        models: models
+            .map_err(|e| read_failed("model table", e))?
+            .map(|d| d.content),
+        tenant: config
+            .map_err(|e| read_failed("settings", e))?
+            .map(|d| d.content),
+    })
 }
 
 /// The model table (the built-in one with `config/models.json` over it) and whether the tenant
@@ -341,7 +296,6 @@ fn parse_settings(docs: &SettingsDocs) -> Result<Settings, LlmFailure> {
         log_days: config
             .llm_request_logs
             .then_some(config.llm_request_log_days),
-        confirm: None,
     })
 }
 
@@ -396,12 +350,8 @@ async fn call(
     request: &LlmRequest,
 ) -> Result<Option<AssistantMessage>, LlmFailure> {
     let mut builder = AssistantBuilder::default();
-    let confirm = settings.confirm.as_ref();
     let result = match header.provider.as_str() {
-        fake::PROVIDER => match confirm {
-            Some(confirm) if !confirm.same().await => Ok(false),
-            _ => run_fake(actor, purpose, request, &mut builder).await,
-        },
+        fake::PROVIDER => run_fake(actor, purpose, request, &mut builder).await,
         other => match HttpProvider::named(other) {
             Some(provider) => {
                 let mut exchange = settings.log_days.map(|_| Exchange {
@@ -418,19 +368,9 @@ async fn call(
                     request,
                     &mut builder,
                     exchange.as_mut(),
-                    Sending {
-                        accepts_images: settings.models.accepts_images(&header.model),
-                        confirm,
-                    },
+                    settings.models.accepts_images(&header.model),
                 )
                 .await;
-                // A request that failed before its reply was read still waits: with settings
-                // that changed, it is neither logged nor reported.
-                if let Some(confirm) = confirm
-                    && !confirm.same().await
-                {
-                    return Ok(None);
-                }
                 if let (Some(days), Some(mut exchange)) = (settings.log_days, exchange) {
                     exchange.duration_ms = now().0.saturating_sub(exchange.started_at_ms);
                     if let Err(failure) = &result {
@@ -564,14 +504,6 @@ pub(crate) fn retry_policy(env: &worker::Env) -> RetryPolicy {
     RetryPolicy::with_max_attempts_text(attempts.as_deref())
 }
 
-/// What of the step's settings a provider request needs.
-struct Sending<'a> {
-    /// The model takes images (the table marks text-only ones).
-    accepts_images: bool,
-    /// The settings the request is sent with are being read again: wait before the reply.
-    confirm: Option<&'a Confirm>,
-}
-
 /// Streams one step from an HTTP provider (Chat Completions or Anthropic Messages).
 async fn run_http(
     actor: &Rc<Actor>,
@@ -580,10 +512,8 @@ async fn run_http(
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
     mut exchange: Option<&mut Exchange>,
-    Sending {
-        accepts_images,
-        confirm,
-    }: Sending<'_>,
+    // The model takes images (the table marks text-only ones).
+    accepts_images: bool,
 ) -> Result<bool, LlmFailure> {
     let base_url = actor
         .env
@@ -649,12 +579,6 @@ async fn run_http(
             )));
         }
     };
-    // Nothing of the reply is read before the settings it was sent with are confirmed.
-    if let Some(confirm) = confirm
-        && !confirm.same().await
-    {
-        return Ok(false);
-    }
     let status = response.status_code();
     if let Some(exchange) = exchange.as_deref_mut() {
         exchange.status = Some(status);

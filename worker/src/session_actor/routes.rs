@@ -33,6 +33,12 @@ impl Actor {
         let path = req.path();
         let method = req.method();
         let pairs = query_pairs(&req);
+        // From the tenant's index, before anything is loaded: a deleted or evicted actor
+        // answers too (it keeps nothing).
+        if path == "/settings/forget" {
+            self.settings.borrow_mut().forget();
+            return Ok(json_response(200, &serde_json::json!({ "ok": true })));
+        }
         if path == "/init" {
             let body = read_body(&mut req).await?;
             let init: InitRequest = parse_json(&body)?;
