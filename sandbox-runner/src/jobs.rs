@@ -335,8 +335,11 @@ impl Jobs {
         );
         let jobs = self.clone();
         let id = job_id.clone();
+        // Made here, not in the task: a runtime shutting down before the task first runs drops
+        // it unpolled, and the guard, moved into it, still kills the job's process group.
+        let group = GroupGuard(child.id().map(|pid| pid as i32));
         tokio::spawn(async move {
-            let ended = wait_for(child, kill_signal, timeout).await;
+            let ended = wait_for(child, group, kill_signal, timeout).await;
             let _ = std::fs::remove_file(&record);
             let _ = std::fs::remove_dir_all(&temp_dir);
             let copied = tokio::time::timeout(OUTPUT_WAIT, copied)
@@ -612,14 +615,14 @@ struct Ended {
 }
 
 /// Waits for the job's process; kills its whole process group on `kill` or `timeout`.
+/// Dropped before the job ended (the runner shuts down and its runtime drops this task),
+/// `group` kills the job's process group: a runner does not leave its jobs behind.
 async fn wait_for(
     mut child: tokio::process::Child,
+    mut group: GroupGuard,
     mut kill: CancelSignal,
     timeout: Option<Duration>,
 ) -> Ended {
-    // Dropped before the job ended (the runner shuts down and its runtime drops this task),
-    // the guard kills the job's process group: a runner does not leave its jobs behind.
-    let mut group = GroupGuard(child.id().map(|pid| pid as i32));
     let far = Instant::now() + Duration::from_secs(86_400 * 365);
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut timed_out = false;

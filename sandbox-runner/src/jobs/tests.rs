@@ -241,6 +241,46 @@ fn a_runner_shutting_down_kills_its_jobs_process_groups() {
     }
 }
 
+/// The same when the runtime stops before the job's task ever ran (a runner shutting down just
+/// after it started a job): the dropped task still kills the whole process group, not only the
+/// shell. The job is started on a one-thread runtime that is never given back control until it
+/// shuts down, so its task is never polled.
+#[test]
+fn a_runner_shutting_down_before_a_jobs_task_ran_kills_its_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pid = runtime.block_on(async {
+        let (_dir, ctx) = context(EnvironmentKind::Local);
+        let jobs = Arc::new(Jobs::new(dir.path().join("logs"), dir.path().join("tmp")));
+        let command = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+        job_id(&jobs.start(&ctx, "s1", "work", args(&command)));
+        // Waits without yielding: the job's task stays unpolled.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "no pid written");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    assert!(alive(pid));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job's process {pid} outlived the runner"
+        );
+        std::thread::yield_now();
+    }
+}
+
 #[tokio::test]
 async fn a_starting_runner_kills_the_jobs_a_dead_runner_left_and_no_other_process() {
     let dir = tempfile::tempdir().unwrap();
