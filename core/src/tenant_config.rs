@@ -127,11 +127,14 @@ pub const SETTINGS_TELL_CONCURRENCY: usize = 16;
 /// began has reached the actor.
 ///
 /// The order that makes this hold: an actor asks the index to hold it **before** it reads the
-/// documents, so a change either finds it among the holders (and is told), or was stored before
-/// the reading began (and is read). A forget can overtake a hold's answer or a reading under
-/// way: each counts from a [`generation`](Self::generation) taken before it, and one that a
-/// forget overtook neither marks the actor held nor keeps what it read (the step still uses
-/// that reading: it began before the change was answered).
+/// documents it keeps, so a change either finds it among the holders (and is told), or was
+/// stored before the kept reading began (and is read). Only a reading begun while held is kept
+/// ([`begin_reading`](Self::begin_reading)): an actor's first step reads alongside its hold
+/// and uses that reading (it began after the step did, so after any change answered before),
+/// but keeps only the next one. A forget can overtake a hold's answer or a reading under way:
+/// each counts from a [`generation`](Self::generation) taken before it, and one that a forget
+/// overtook neither marks the actor held nor keeps what it read (the step still uses that
+/// reading: it began before the change was answered).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SettingsCache<T> {
     reading: Option<T>,
@@ -162,10 +165,19 @@ impl<T> SettingsCache<T> {
         !self.held
     }
 
-    /// Counts forgets: taken before a hold or a reading, given back with its result.
+    /// Counts forgets: taken before a hold, given back with its answer.
     #[must_use]
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// A reading about to begin, given back with its result ([`read`](Self::read)).
+    #[must_use]
+    pub fn begin_reading(&self) -> ReadingTicket {
+        ReadingTicket {
+            generation: self.generation,
+            held: self.held,
+        }
     }
 
     /// The index answered a hold asked at `since`.
@@ -175,11 +187,11 @@ impl<T> SettingsCache<T> {
         }
     }
 
-    /// A reading begun at `since` finished: kept when no forget came meanwhile, the actor is
-    /// held, and the documents are valid (`None`: invalid, or the read failed; then nothing is
-    /// kept and the next step reads again).
-    pub fn read(&mut self, since: u64, reading: Option<T>) {
-        if since == self.generation && self.held {
+    /// A reading finished: kept when it began while the actor was held, no forget came since,
+    /// and the documents are valid (`None`: invalid, or the read failed; then nothing is kept
+    /// and the next step reads again).
+    pub fn read(&mut self, ticket: ReadingTicket, reading: Option<T>) {
+        if ticket.held && ticket.generation == self.generation {
             self.reading = reading;
         }
     }
@@ -191,6 +203,13 @@ impl<T> SettingsCache<T> {
         self.held = false;
         self.generation += 1;
     }
+}
+
+/// What [`SettingsCache::read`] needs to know of when its reading began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadingTicket {
+    generation: u64,
+    held: bool,
 }
 
 #[cfg(test)]
@@ -276,17 +295,19 @@ mod tests {
 
     #[derive(Clone, Copy, Debug)]
     enum Event {
-        /// A hold or a reading is begun: its generation is remembered under this slot.
-        Begin(usize),
-        /// The hold begun under the slot is answered.
+        /// A hold is asked: its generation is remembered under this slot.
+        Hold(usize),
+        /// The hold asked under the slot is answered.
         Held(usize),
+        /// A reading begins: its ticket is remembered under this slot.
+        Begin(usize),
         /// The reading begun under the slot finished (valid documents or not).
         Read(usize, bool),
         Forget,
     }
 
     #[test]
-    fn a_reading_is_used_again_only_while_no_change_was_told_since_its_hold() {
+    fn a_reading_is_used_again_only_when_it_began_held_and_no_change_was_told_since() {
         use Event::*;
         let docs = SettingsDocs {
             models: Some("{\"models\":[]}".into()),
@@ -297,52 +318,71 @@ mod tests {
             ("a new actor", &[], false, true),
             (
                 "held, then read",
-                &[Begin(0), Held(0), Begin(1), Read(1, true)],
+                &[Hold(0), Held(0), Begin(0), Read(0, true)],
                 true,
                 false,
             ),
             (
                 "an invalid reading is not kept",
-                &[Begin(0), Held(0), Begin(1), Read(1, false)],
+                &[Hold(0), Held(0), Begin(0), Read(0, false)],
                 false,
                 false,
             ),
             (
+                "a first step reads alongside its hold: that reading is not kept",
+                &[Hold(0), Begin(0), Held(0), Read(0, true)],
+                false,
+                false,
+            ),
+            (
+                "... the next step's is",
+                &[
+                    Hold(0),
+                    Begin(0),
+                    Held(0),
+                    Read(0, true),
+                    Begin(1),
+                    Read(1, true),
+                ],
+                true,
+                false,
+            ),
+            (
                 "a refused hold: read before every step",
-                &[Begin(0), Begin(1), Read(1, true)],
+                &[Hold(0), Begin(0), Read(0, true)],
                 false,
                 true,
             ),
             (
                 "told after the reading",
-                &[Begin(0), Held(0), Begin(1), Read(1, true), Forget],
+                &[Hold(0), Held(0), Begin(0), Read(0, true), Forget],
                 false,
                 true,
             ),
             (
                 "told while reading: the reading began before the change was answered",
-                &[Begin(0), Held(0), Begin(1), Forget, Read(1, true)],
+                &[Hold(0), Held(0), Begin(0), Forget, Read(0, true)],
                 false,
                 true,
             ),
             (
                 "told before the hold's answer came: the index let go already",
-                &[Begin(0), Forget, Held(0), Begin(1), Read(1, true)],
+                &[Hold(0), Forget, Held(0), Begin(0), Read(0, true)],
                 false,
                 true,
             ),
             (
                 "held again after a change",
                 &[
-                    Begin(0),
+                    Hold(0),
                     Held(0),
+                    Begin(0),
+                    Read(0, true),
+                    Forget,
+                    Hold(1),
+                    Held(1),
                     Begin(1),
                     Read(1, true),
-                    Forget,
-                    Begin(2),
-                    Held(2),
-                    Begin(3),
-                    Read(3, true),
                 ],
                 true,
                 false,
@@ -350,15 +390,15 @@ mod tests {
             (
                 "an old reading ends after a newer one",
                 &[
-                    Begin(0),
+                    Hold(0),
                     Held(0),
-                    Begin(1),
+                    Begin(0),
                     Forget,
-                    Begin(2),
-                    Held(2),
-                    Begin(3),
-                    Read(3, true),
+                    Hold(1),
+                    Held(1),
+                    Begin(1),
                     Read(1, true),
+                    Read(0, true),
                 ],
                 true,
                 false,
@@ -366,12 +406,14 @@ mod tests {
         ];
         for (name, events, kept, asks) in cases {
             let mut cache: SettingsCache<SettingsDocs> = SettingsCache::default();
-            let mut slots = [0; 4];
+            let mut holds = [0; 2];
+            let mut readings = [cache.begin_reading(); 2];
             for event in *events {
                 match *event {
-                    Begin(slot) => slots[slot] = cache.generation(),
-                    Held(slot) => cache.held(slots[slot]),
-                    Read(slot, valid) => cache.read(slots[slot], valid.then(|| docs.clone())),
+                    Hold(slot) => holds[slot] = cache.generation(),
+                    Held(slot) => cache.held(holds[slot]),
+                    Begin(slot) => readings[slot] = cache.begin_reading(),
+                    Read(slot, valid) => cache.read(readings[slot], valid.then(|| docs.clone())),
                     Forget => cache.forget(),
                 }
             }

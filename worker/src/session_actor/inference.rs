@@ -224,17 +224,28 @@ pub(crate) struct Settings {
 }
 
 /// The tenant's settings as they are now (a step's, a manual compaction's): the reading this
-/// actor keeps while the tenant's index holds it, or else the documents read from R2 after the
-/// index holds it (`wuhu_core::tenant_config::SettingsCache`: the hold comes first, so a change
-/// stored after the reading began is told to this actor). An index that cannot be reached, or
-/// refuses the hold, costs only this: the documents are read before each step.
+/// actor keeps while the tenant's index holds it, or else the documents read from R2. An actor
+/// the index does not hold yet asks it to alongside the reading, uses that reading, and keeps
+/// only one begun once it is held (`wuhu_core::tenant_config::SettingsCache`: a change stored
+/// after a kept reading began is told to this actor). An index that cannot be reached, or
+/// cannot make room, costs only this: the documents are read before each step.
 pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailure> {
     let kept = actor.settings.borrow().kept().cloned();
     if let Some(settings) = kept {
         return Ok(settings);
     }
-    if actor.settings.borrow().needs_hold() {
-        let since = actor.settings.borrow().generation();
+    let (since, needs_hold, ticket) = {
+        let cache = actor.settings.borrow();
+        (
+            cache.generation(),
+            cache.needs_hold(),
+            cache.begin_reading(),
+        )
+    };
+    let hold = async {
+        if !needs_hold {
+            return;
+        }
         match crate::tenant_index::hold_settings(&actor.env, &actor.tenant(), &actor.session_id())
             .await
         {
@@ -242,16 +253,13 @@ pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailu
             Ok(false) => {}
             Err(e) => worker::console_error!("holding the tenant's settings failed: {}", e.message),
         }
-    }
-    let since = actor.settings.borrow().generation();
-    let settings = read_settings(actor)
-        .await
-        .and_then(|docs| parse_settings(&docs))
-        .map(Rc::new);
+    };
+    let ((), docs) = futures::join!(hold, read_settings(actor));
+    let settings = docs.and_then(|docs| parse_settings(&docs)).map(Rc::new);
     actor
         .settings
         .borrow_mut()
-        .read(since, settings.as_ref().ok().cloned());
+        .read(ticket, settings.as_ref().ok().cloned());
     settings
 }
 
