@@ -129,9 +129,9 @@ pub const SETTINGS_TELL_CONCURRENCY: usize = 16;
 /// The order that makes this hold: an actor asks the index to hold it **before** it reads the
 /// documents it keeps, so a change either finds it among the holders (and is told), or was
 /// stored before the kept reading began (and is read). Only a reading begun while held is kept
-/// ([`begin_reading`](Self::begin_reading)): an actor's first step reads alongside its hold
-/// and uses that reading (it began after the step did, so after any change answered before),
-/// but keeps only the next one. A forget can overtake a hold's answer or a reading under way:
+/// ([`begin_reading`](Self::begin_reading)): an actor's first reading asks no hold, its second
+/// asks alongside and is used (it began after its step did, so after any change answered
+/// before) but not kept; the next one is kept. A forget can overtake a hold's answer or a reading under way:
 /// each counts from a [`generation`](Self::generation) taken before it, and one that a forget
 /// overtook neither marks the actor held nor keeps what it read (the step still uses that
 /// reading: it began before the change was answered).
@@ -139,6 +139,8 @@ pub const SETTINGS_TELL_CONCURRENCY: usize = 16;
 pub struct SettingsCache<T> {
     reading: Option<T>,
     held: bool,
+    /// A reading finished since the actor started: only then is a hold worth its index write.
+    read_before: bool,
     generation: u64,
 }
 
@@ -147,6 +149,7 @@ impl<T> Default for SettingsCache<T> {
         SettingsCache {
             reading: None,
             held: false,
+            read_before: false,
             generation: 0,
         }
     }
@@ -159,10 +162,12 @@ impl<T> SettingsCache<T> {
         self.reading.as_ref().filter(|_| self.held)
     }
 
-    /// Whether a step must ask the index to hold this actor before it reads.
+    /// Whether a step asks the index to hold this actor (alongside its reading): not held, and
+    /// it read before. An actor's first reading asks nothing: a session that takes one step
+    /// (a one-off question, a burst of new sessions) costs the index no write.
     #[must_use]
     pub fn needs_hold(&self) -> bool {
-        !self.held
+        !self.held && self.read_before
     }
 
     /// Counts forgets: taken before a hold, given back with its answer.
@@ -191,6 +196,7 @@ impl<T> SettingsCache<T> {
     /// and the documents are valid (`None`: invalid, or the read failed; then nothing is kept
     /// and the next step reads again).
     pub fn read(&mut self, ticket: ReadingTicket, reading: Option<T>) {
+        self.read_before = true;
         if ticket.held && ticket.generation == self.generation {
             self.reading = reading;
         }
@@ -315,7 +321,18 @@ mod tests {
         };
         // (name, events, kept afterwards, asks for a hold afterwards)
         let cases: &[(&str, &[Event], bool, bool)] = &[
-            ("a new actor", &[], false, true),
+            (
+                "a new actor: its first reading asks no hold",
+                &[],
+                false,
+                false,
+            ),
+            (
+                "after its first reading it asks",
+                &[Begin(0), Read(0, true)],
+                false,
+                true,
+            ),
             (
                 "held, then read",
                 &[Hold(0), Held(0), Begin(0), Read(0, true)],

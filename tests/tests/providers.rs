@@ -617,20 +617,35 @@ fn settings_changes_reach_every_session(stack: &Stack) {
         }
     };
     // Every session takes a turn first, so each keeps a reading.
-    turn_everywhere("first", Some(1));
-    for (label, price) in [
-        ("raised", Some(3)),
-        ("raised again", Some(5)),
-        ("deleted", None),
-        ("written anew", Some(2)),
-        ("lowered", Some(1)),
+    // A session asks for its hold at its second reading and keeps its third: a few turns
+    // without a change let every session keep a reading before the first change, and again
+    // between changes.
+    let mut price = Some(1);
+    for label in ["first", "second", "third", "fourth"] {
+        turn_everywhere(label, price);
+    }
+    for (label, change) in [
+        ("raised", Some(Some(3))),
+        ("unchanged after a raise", None),
+        ("unchanged again", None),
+        ("raised again", Some(Some(5))),
+        ("deleted", Some(None)),
+        ("unchanged after a delete", None),
+        ("unchanged after a delete, again", None),
+        ("written anew", Some(Some(2))),
+        ("unchanged after a write", None),
+        ("unchanged after a write, again", None),
+        ("lowered", Some(Some(1))),
     ] {
-        match price {
-            Some(price) => admin
-                .put_doc("config/models.json", table(price))
-                .expect_status(200),
-            None => admin.delete_doc("config/models.json").expect_status(204),
-        };
+        if let Some(new) = change {
+            match new {
+                Some(new) => admin
+                    .put_doc("config/models.json", table(new))
+                    .expect_status(200),
+                None => admin.delete_doc("config/models.json").expect_status(204),
+            };
+            price = new;
+        }
         turn_everywhere(label, price);
     }
     // The other tenant saw none of it.
