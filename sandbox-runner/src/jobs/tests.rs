@@ -215,30 +215,14 @@ async fn the_output_file_keeps_its_tail_within_its_bound() {
 
 #[test]
 fn a_runner_shutting_down_kills_its_jobs_process_groups() {
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("pid");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let pid = runtime.block_on(async {
-        let (_dir, ctx) = context(EnvironmentKind::Local);
-        let jobs = Arc::new(Jobs::new(dir.path().join("logs"), dir.path().join("tmp")));
-        let command = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
-        job_id(&jobs.start(&ctx, "s1", "work", args(&command)));
-        pid_in(&pid_file).await
+    runner_stops_while_a_job_sleeps(runtime, |pid_file| {
+        Box::pin(async move { pid_in(&pid_file).await })
     });
-    assert!(alive(pid));
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while alive(pid) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job's process {pid} outlived the runner"
-        );
-        std::thread::yield_now();
-    }
 }
 
 /// The same when the runtime stops before the job's task ever ran (a runner shutting down just
@@ -247,27 +231,41 @@ fn a_runner_shutting_down_kills_its_jobs_process_groups() {
 /// shuts down, so its task is never polled.
 #[test]
 fn a_runner_shutting_down_before_a_jobs_task_ran_kills_its_process_group() {
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("pid");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    runner_stops_while_a_job_sleeps(runtime, |pid_file| {
+        Box::pin(async move {
+            // Waits without yielding: the job's task stays unpolled.
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+                if let Ok(pid) = text.trim().parse::<i32>() {
+                    break pid;
+                }
+                assert!(std::time::Instant::now() < deadline, "no pid written");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    });
+}
+
+/// Starts a job that leaves a `sleep 60` in its process group, learns the sleep's pid with
+/// `pid_of` (given the file the job writes it to), shuts `runtime` down, and expects the sleep
+/// to die with it.
+fn runner_stops_while_a_job_sleeps(
+    runtime: tokio::runtime::Runtime,
+    pid_of: impl FnOnce(PathBuf) -> std::pin::Pin<Box<dyn std::future::Future<Output = i32>>>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
     let pid = runtime.block_on(async {
         let (_dir, ctx) = context(EnvironmentKind::Local);
         let jobs = Arc::new(Jobs::new(dir.path().join("logs"), dir.path().join("tmp")));
         let command = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
         job_id(&jobs.start(&ctx, "s1", "work", args(&command)));
-        // Waits without yielding: the job's task stays unpolled.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
-            if let Ok(pid) = text.trim().parse::<i32>() {
-                break pid;
-            }
-            assert!(std::time::Instant::now() < deadline, "no pid written");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        pid_of(pid_file.clone()).await
     });
     assert!(alive(pid));
     runtime.shutdown_timeout(Duration::from_secs(2));
