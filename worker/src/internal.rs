@@ -67,6 +67,14 @@ fn code_for(status: u16) -> &'static str {
     }
 }
 
+/// The tenant's index (`TenantIndex`, one per tenant).
+pub(crate) fn tenant_index(env: &Env, tenant: &str) -> ApiResult<Stub> {
+    Ok(env
+        .durable_object("TENANTS")?
+        .id_from_name(tenant)?
+        .get_stub()?)
+}
+
 /// Sends `request` to `stub` and decodes the reply (see [`expect_ok`]).
 pub(crate) async fn send<T: DeserializeOwned>(stub: &Stub, request: Request) -> ApiResult<T> {
     let response = stub

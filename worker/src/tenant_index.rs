@@ -782,17 +782,6 @@ pub(crate) async fn hold_settings(env: &Env, tenant: &str, session: &str) -> Api
     Ok(answer["held"].as_bool().unwrap_or(false))
 }
 
-/// A document under `config/` was written or deleted: answers once every session holding a
-/// reading of the settings was told to forget it (503 when some could not be).
-pub(crate) async fn settings_changed(env: &Env, tenant: &str) -> ApiResult<()> {
-    let body = serde_json::json!({});
-    let request =
-        crate::internal::post_request("index", "/settings/changed", tenant, "wuhu", &body)?;
-    crate::internal::send(&stub(env, tenant)?, request)
-        .await
-        .map(|_: serde_json::Value| ())
-}
-
 /// The tenant's budget and what it spent (for a session before a step's request, when
 /// `tenant_usage::must_ask_budget` says so).
 pub(crate) async fn budget(env: &Env, tenant: &str) -> ApiResult<TenantBudget> {
@@ -839,10 +828,7 @@ pub(crate) async fn usage(env: &Env, viewer: &Identity, query: &str) -> ApiResul
 }
 
 fn stub(env: &Env, tenant: &str) -> ApiResult<worker::Stub> {
-    Ok(env
-        .durable_object("TENANTS")?
-        .id_from_name(tenant)?
-        .get_stub()?)
+    crate::internal::tenant_index(env, tenant)
 }
 
 /// Refreshes a session in its tenant's index (never a deleted one).

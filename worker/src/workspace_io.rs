@@ -189,8 +189,19 @@ async fn settings_stored(env: &Env, tenant: &str, path: &str) -> ApiResult<()> {
     if !is_tenant_config(path) {
         return Ok(());
     }
-    crate::tenant_index::settings_changed(env, tenant)
+    // The index's `/settings/changed` answers once every holder was told (503 when some could
+    // not be). Called here, not through `tenant_index`, which reads the settings through this
+    // module.
+    let request = crate::internal::post_request(
+        "index",
+        "/settings/changed",
+        tenant,
+        "wuhu",
+        &serde_json::json!({}),
+    )?;
+    crate::internal::send(&crate::internal::tenant_index(env, tenant)?, request)
         .await
+        .map(|_: serde_json::Value| ())
         .map_err(|e| {
             ApiError::new(
                 503,
