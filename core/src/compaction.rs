@@ -108,7 +108,7 @@ pub fn estimate_message(provider: &str, message: &Message) -> u64 {
 pub fn estimate_fixed(provider: &str, system_prompt: &str, tools: &[ToolSchema]) -> u64 {
     let tool_bytes: usize = tools
         .iter()
-        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .map(|t| t.name.len() + t.description.len() + t.parameters.text_len())
         .sum();
     tokens_of(system_prompt.len() + tool_bytes, provider)
 }

@@ -23,11 +23,12 @@
 //! and cumulative usage, then `message_stop`; `ping` anywhere; `error` events such as
 //! `overloaded_error` end the stream).
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::inline_images::{self, InlineImages};
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
-use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
+use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{ContentBlock, Message, StopReason, Usage, custom_types};
 
 /// Provider id, as recorded in session headers and assistant messages.
@@ -65,46 +66,56 @@ pub fn build_http_request(
         headers.push(("x-api-key".to_string(), key.to_string()));
     }
 
-    let mut body = Map::new();
-    body.insert("model".to_string(), Value::String(request.model.clone()));
-    body.insert(
-        "max_tokens".to_string(),
-        Value::from(request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-    );
-    body.insert("stream".to_string(), Value::Bool(true));
-    if !request.system_prompt.is_empty() {
-        body.insert(
-            "system".to_string(),
-            json!([{"type": "text", "text": request.system_prompt, "cache_control": ephemeral()}]),
-        );
-    }
-    if !request.tools.is_empty() {
-        let mut tools: Vec<Value> = request
+    let last_tool = request.tools.len().saturating_sub(1);
+    let body = MessagesBody {
+        model: &request.model,
+        max_tokens: request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        stream: true,
+        system: (!request.system_prompt.is_empty()).then(|| {
+            json!([{"type": "text", "text": request.system_prompt, "cache_control": ephemeral()}])
+        }),
+        tools: request
             .tools
             .iter()
-            .map(|tool| {
-                json!({
-                    "name": tool.name,
-                    "description": tool.description,
-                    "input_schema": tool.parameters,
-                })
+            .enumerate()
+            .map(|(i, tool)| MessagesTool {
+                name: tool.name,
+                description: tool.description,
+                input_schema: &tool.parameters,
+                cache_control: (i == last_tool).then(ephemeral),
             })
-            .collect();
-        if let Some(Value::Object(last)) = tools.last_mut() {
-            last.insert("cache_control".to_string(), ephemeral());
-        }
-        body.insert("tools".to_string(), Value::Array(tools));
-    }
-    body.insert(
-        "messages".to_string(),
-        Value::Array(messages_json(&request.messages, &request.images)),
-    );
-
+            .collect(),
+        messages: messages_json(&request.messages, &request.images),
+    };
     HttpRequest {
         url,
         headers,
-        body: Value::Object(body).to_string(),
+        body: serde_json::to_string(&body).expect("a request body serialises"),
     }
+}
+
+/// A Messages request body. The tools are borrowed, not copied into `Value`s: their schemas
+/// are most of a step's request (docs/benchmarks.md, session 27).
+#[derive(Serialize)]
+struct MessagesBody<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<MessagesTool<'a>>,
+    messages: Vec<Value>,
+}
+
+#[derive(Serialize)]
+struct MessagesTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a ToolParameters,
+    /// On the last tool: the tools are the prompt cache's stable prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Value>,
 }
 
 fn ephemeral() -> Value {

@@ -89,15 +89,17 @@ pub fn respond(request: &LlmRequest) -> FakeReply {
         Some(Message::Assistant(_)) | None => Plan::text("echo: ".to_string()),
     };
     // Like a real provider, the input counts the system prompt and the tool definitions.
-    let input_chars: usize =
-        messages
-            .iter()
-            .map(message_chars)
-            .chain([request.system_prompt.chars().count()])
-            .chain(request.tools.iter().map(|t| {
-                t.name.len() + t.description.chars().count() + t.parameters.to_string().len()
-            }))
-            .fold(0, usize::saturating_add);
+    let input_chars: usize = messages
+        .iter()
+        .map(message_chars)
+        .chain([request.system_prompt.chars().count()])
+        .chain(
+            request
+                .tools
+                .iter()
+                .map(|t| t.name.len() + t.description.chars().count() + t.parameters.text_len()),
+        )
+        .fold(0, usize::saturating_add);
     plan.into_reply(input_chars)
 }
 

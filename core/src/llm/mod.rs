@@ -48,7 +48,43 @@ pub struct ToolSchema {
     /// What it does.
     pub description: &'static str,
     /// JSON Schema of its arguments.
-    pub parameters: serde_json::Value,
+    pub parameters: ToolParameters,
+}
+
+/// A tool's parameter schema as compact JSON text, made once. Every step's request carries the
+/// catalogue (`tools::catalogue`, built once): cloning it shares the text, and a codec writes
+/// the text as it is (`serde_json::value::RawValue`) instead of walking and escaping every
+/// schema again (docs/benchmarks.md, session 27).
+#[derive(Clone, Debug)]
+pub struct ToolParameters(std::sync::Arc<serde_json::value::RawValue>);
+
+impl ToolParameters {
+    /// Bytes of the JSON text (for token estimates).
+    pub fn text_len(&self) -> usize {
+        self.0.get().len()
+    }
+}
+
+impl From<serde_json::Value> for ToolParameters {
+    fn from(schema: serde_json::Value) -> ToolParameters {
+        let text = serde_json::value::to_raw_value(&schema)
+            .expect("a serde_json::Value always serialises");
+        ToolParameters(text.into())
+    }
+}
+
+impl PartialEq for ToolParameters {
+    fn eq(&self, other: &ToolParameters) -> bool {
+        // Both texts are serde_json's compact form of a Value (sorted keys): equal schemas
+        // have equal text.
+        self.0.get() == other.0.get()
+    }
+}
+
+impl serde::Serialize for ToolParameters {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
 }
 
 /// An HTTP request the host must send.

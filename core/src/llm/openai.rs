@@ -5,11 +5,14 @@
 //! [`StreamDecoder`] turns the Server-Sent Events of the response body, fed in arbitrary byte
 //! pieces, into [`LlmEvent`]s.
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::{Value, json};
 
 use super::inline_images;
 use super::stream::{Dialect, SseStream, parse_json};
-use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
+use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{Message, StopReason, Usage};
 
 /// Provider id, as recorded in session headers and assistant messages.
@@ -41,7 +44,9 @@ pub fn build_http_request(
 
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system_prompt.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system_prompt}));
+        messages.push(ChatMessage::System {
+            content: &request.system_prompt,
+        });
     }
     // A tool result's images follow the run of tool messages they belong to, in one user
     // message (`image_url` data URLs): nothing may come between an assistant's tool calls and
@@ -50,11 +55,10 @@ pub fn build_http_request(
     for message in &request.messages {
         if let Message::ToolResult(result) = message {
             let (text, shown) = inline_images::for_result(result, &request.images);
-            messages.push(json!({
-                "role": "tool",
-                "tool_call_id": result.tool_call_id,
-                "content": text,
-            }));
+            messages.push(ChatMessage::Tool {
+                tool_call_id: &result.tool_call_id,
+                content: Cow::Owned(text),
+            });
             for (uri, image) in shown {
                 pending_images
                     .push(json!({"type": "text", "text": inline_images::caption(result, uri)}));
@@ -64,93 +68,169 @@ pub fn build_http_request(
             continue;
         }
         if !pending_images.is_empty() {
-            messages.push(json!({"role": "user", "content": std::mem::take(&mut pending_images)}));
+            messages.push(ChatMessage::User {
+                content: UserContent::Parts(std::mem::take(&mut pending_images)),
+            });
         }
-        messages.push(message_json(message));
+        messages.push(chat_message(message));
     }
     if !pending_images.is_empty() {
-        messages.push(json!({"role": "user", "content": pending_images}));
+        messages.push(ChatMessage::User {
+            content: UserContent::Parts(pending_images),
+        });
     }
 
-    let mut body = Map::new();
-    body.insert("model".to_string(), Value::String(request.model.clone()));
-    body.insert("stream".to_string(), Value::Bool(true));
-    body.insert("stream_options".to_string(), json!({"include_usage": true}));
-    body.insert("messages".to_string(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools = request
+    let body = ChatBody {
+        model: &request.model,
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        messages,
+        tools: request
             .tools
             .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    },
-                })
+            .map(|tool| ChatTool {
+                kind: "function",
+                function: ChatFunction {
+                    name: tool.name,
+                    description: tool.description,
+                    parameters: &tool.parameters,
+                },
             })
-            .collect();
-        body.insert("tools".to_string(), Value::Array(tools));
-    }
-
+            .collect(),
+    };
     HttpRequest {
         url,
         headers,
-        body: Value::Object(body).to_string(),
+        body: serde_json::to_string(&body).expect("a request body serialises"),
     }
 }
 
+// The request body, serialised straight from borrowed parts: a step's request holds the whole
+// context, and building it as `serde_json::Value` trees first (copying every message and tool
+// schema) was most of the time between a step's start and its provider request
+// (docs/benchmarks.md, session 27).
+
+/// A Chat Completions request body.
+#[derive(Serialize)]
+struct ChatBody<'a> {
+    model: &'a str,
+    stream: bool,
+    stream_options: StreamOptions,
+    messages: Vec<ChatMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ChatTool<'a>>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
 /// One context message in Chat Completions form.
-fn message_json(message: &Message) -> Value {
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum ChatMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        /// `null` for a message of tool calls only.
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ChatCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: Cow<'a, str>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    /// Text and image parts.
+    Parts(Vec<Value>),
+}
+
+#[derive(Serialize)]
+struct ChatCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ChatCallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ChatCallFunction<'a> {
+    name: &'a str,
+    arguments: Cow<'a, str>,
+}
+
+#[derive(Serialize)]
+struct ChatTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ChatFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ChatFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a ToolParameters,
+}
+
+/// One context message (not a tool result with images) in Chat Completions form.
+fn chat_message(message: &Message) -> ChatMessage<'_> {
     match message {
         Message::User { content, .. } | Message::CustomMessage { content, .. } => {
-            json!({"role": "user", "content": content})
+            ChatMessage::User {
+                content: UserContent::Text(content),
+            }
         }
         Message::Assistant(assistant) => {
             let text = assistant.text();
-            let calls: Vec<Value> = assistant
+            let tool_calls: Vec<ChatCall> = assistant
                 .tool_calls()
-                .map(|call| {
-                    json!({
-                        "id": call.id,
-                        "type": "function",
-                        "function": {
-                            "name": call.name,
-                            "arguments": arguments_text(&call.arguments),
-                        },
-                    })
+                .map(|call| ChatCall {
+                    id: &call.id,
+                    kind: "function",
+                    function: ChatCallFunction {
+                        name: &call.name,
+                        arguments: arguments_text(&call.arguments),
+                    },
                 })
                 .collect();
-            let mut object = Map::new();
-            object.insert("role".to_string(), Value::String("assistant".to_string()));
-            let content = match (text.is_empty(), calls.is_empty()) {
-                (false, _) => Value::String(text),
+            let content = match (text.is_empty(), tool_calls.is_empty()) {
+                (false, _) => Some(text),
                 // Providers reject an assistant message with neither content nor tool calls.
-                (true, true) => Value::String(String::new()),
-                (true, false) => Value::Null,
+                (true, true) => Some(String::new()),
+                (true, false) => None,
             };
-            object.insert("content".to_string(), content);
-            if !calls.is_empty() {
-                object.insert("tool_calls".to_string(), Value::Array(calls));
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
             }
-            Value::Object(object)
         }
-        Message::ToolResult(result) => json!({
-            "role": "tool",
-            "tool_call_id": result.tool_call_id,
-            "content": result.content,
-        }),
+        Message::ToolResult(result) => ChatMessage::Tool {
+            tool_call_id: &result.tool_call_id,
+            content: Cow::Borrowed(&result.content),
+        },
     }
 }
 
 /// The JSON text of tool call arguments. A string holds arguments the model sent unparseable:
 /// they go back verbatim.
-fn arguments_text(arguments: &Value) -> String {
+fn arguments_text(arguments: &Value) -> Cow<'_, str> {
     match arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
+        Value::String(raw) => Cow::Borrowed(raw),
+        other => Cow::Owned(other.to_string()),
     }
 }
 
@@ -490,7 +570,8 @@ mod tests {
         let tools = vec![ToolSchema {
             name: "bash",
             description: "runs a command",
-            parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+            parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}})
+                .into(),
         }];
         let http = build_http_request(
             "https://example.test/v1/",

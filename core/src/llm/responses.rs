@@ -17,11 +17,12 @@
 //! `response.incomplete`, `response.failed`, `error`. Others (`response.created`, reasoning
 //! summary deltas, …) carry nothing we need.
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Value, json};
 
 use super::inline_images::{self, InlineImages};
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
-use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest};
+use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{ContentBlock, Message, StopReason, Usage};
 
 /// Provider id, as recorded in session headers and assistant messages.
@@ -46,48 +47,58 @@ pub fn build_http_request(
     if let Some(key) = api_key.map(str::trim).filter(|key| !key.is_empty()) {
         headers.push(("authorization".to_string(), format!("Bearer {key}")));
     }
-    let mut body = Map::new();
-    body.insert("model".to_string(), Value::String(request.model.clone()));
-    if !request.system_prompt.is_empty() {
-        body.insert(
-            "instructions".to_string(),
-            Value::String(request.system_prompt.clone()),
-        );
-    }
-    body.insert(
-        "input".to_string(),
-        Value::Array(input_items(&request.messages, &request.images)),
-    );
-    body.insert("stream".to_string(), Value::Bool(true));
-    body.insert("store".to_string(), Value::Bool(false));
-    body.insert(
-        "include".to_string(),
-        json!(["reasoning.encrypted_content"]),
-    );
-    if let Some(max) = request.max_output_tokens {
-        body.insert("max_output_tokens".to_string(), Value::from(max));
-    }
-    if !request.tools.is_empty() {
-        let tools = request
+    let body = ResponsesBody {
+        model: &request.model,
+        instructions: (!request.system_prompt.is_empty()).then_some(&request.system_prompt),
+        input: input_items(&request.messages, &request.images),
+        stream: true,
+        store: false,
+        include: &["reasoning.encrypted_content"],
+        max_output_tokens: request.max_output_tokens,
+        tools: request
             .tools
             .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                    "strict": false,
-                })
+            .map(|tool| ResponsesTool {
+                kind: "function",
+                name: tool.name,
+                description: tool.description,
+                parameters: &tool.parameters,
+                strict: false,
             })
-            .collect();
-        body.insert("tools".to_string(), Value::Array(tools));
-    }
+            .collect(),
+    };
     HttpRequest {
         url,
         headers,
-        body: Value::Object(body).to_string(),
+        body: serde_json::to_string(&body).expect("a request body serialises"),
     }
+}
+
+/// A Responses request body. The tools are borrowed, not copied into `Value`s: their schemas
+/// are most of a step's request (docs/benchmarks.md, session 27).
+#[derive(Serialize)]
+struct ResponsesBody<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a String>,
+    input: Vec<Value>,
+    stream: bool,
+    store: bool,
+    include: &'static [&'static str],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ResponsesTool<'a>>,
+}
+
+#[derive(Serialize)]
+struct ResponsesTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a ToolParameters,
+    strict: bool,
 }
 
 fn input_items(messages: &[Message], images: &InlineImages) -> Vec<Value> {

@@ -152,8 +152,10 @@ pub fn catalogue() -> Vec<ToolSchema> {
 /// A parameter schema from its JSON text: parsing text links a few bytes per schema where
 /// `json!` expands to code for every key (about 30 KB of the Worker's wasm for the catalogue,
 /// docs/benchmarks.md). Every schema is parsed by the tests that read the catalogue.
-fn schema(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).expect("a tool's parameter schema is JSON")
+fn schema(text: &str) -> crate::llm::ToolParameters {
+    serde_json::from_str::<serde_json::Value>(text)
+        .expect("a tool's parameter schema is JSON")
+        .into()
 }
 
 fn build_catalogue() -> Vec<ToolSchema> {
@@ -350,7 +352,8 @@ fn build_catalogue() -> Vec<ToolSchema> {
                     "model": {"type": "string", "description": "Model id, such as claude-sonnet-4-5 or gpt-5-mini"}
                 },
                 "additionalProperties": false
-            }),
+            })
+            .into(),
         },
         ToolSchema {
             name: names::SPAWN_SESSION,
@@ -732,6 +735,25 @@ mod tests {
             assert!(all.contains(&name) && !guarded.contains(&name), "{name}");
         }
         assert_eq!(guarded.len() + SPAWN_TOOLS.len(), all.len());
+    }
+
+    /// The schemas are written into every request as they are: compact, an object schema, and
+    /// the same JSON as the text they were declared in.
+    #[test]
+    fn every_catalogued_schema_goes_out_as_compact_json_of_an_object() {
+        for tool in catalogue() {
+            let text = serde_json::to_string(&tool.parameters).expect("serialises");
+            let schema: serde_json::Value = serde_json::from_str(&text).expect("is JSON");
+            assert_eq!(text, schema.to_string(), "{}: not compact", tool.name);
+            assert_eq!(text.len(), tool.parameters.text_len(), "{}", tool.name);
+            assert_eq!(schema["type"], "object", "{}", tool.name);
+            assert_eq!(
+                crate::llm::ToolParameters::from(schema),
+                tool.parameters,
+                "{}",
+                tool.name
+            );
+        }
     }
 
     #[test]

@@ -230,26 +230,29 @@ impl Store {
     /// stored cursor is an error: a cursor is never reused, so that would lose an entry.
     fn insert_entry(&self, row: &EntryRow) -> SqlResult<()> {
         let cursor = SqlStorageValue::try_from_i64(row.cursor as i64)?;
-        let existing: Vec<BodyRow> = self
+        // One statement in the usual case (a new cursor): the stored row is read only when
+        // the cursor was taken. Every step commits at least one entry before its provider
+        // request leaves (docs/benchmarks.md, session 27).
+        let inserted = self
             .sql
             .exec(
-                "SELECT body FROM entries WHERE cursor = ?",
-                vec![cursor.clone()],
+                "INSERT INTO entries (cursor, created_at, body) VALUES (?, ?, ?) ON CONFLICT (cursor) DO NOTHING",
+                vec![cursor.clone(), row.created_at.into(), row.body.as_str().into()],
             )?
+            .rows_written();
+        if inserted > 0 {
+            return Ok(());
+        }
+        let existing: Vec<BodyRow> = self
+            .sql
+            .exec("SELECT body FROM entries WHERE cursor = ?", vec![cursor])?
             .to_array()?;
         match existing.first() {
             Some(stored) if stored.body == row.body => Ok(()),
-            Some(_) => Err(worker::Error::RustError(format!(
+            _ => Err(worker::Error::RustError(format!(
                 "entry {} is already stored with different content",
                 row.cursor
             ))),
-            None => {
-                self.sql.exec(
-                    "INSERT INTO entries (cursor, created_at, body) VALUES (?, ?, ?)",
-                    vec![cursor, row.created_at.into(), row.body.as_str().into()],
-                )?;
-                Ok(())
-            }
         }
     }
 

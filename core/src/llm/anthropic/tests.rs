@@ -33,7 +33,7 @@ fn bash_tool() -> ToolSchema {
     ToolSchema {
         name: "bash",
         description: "runs a command",
-        parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+        parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}).into(),
     }
 }
 

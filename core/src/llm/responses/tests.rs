@@ -198,7 +198,7 @@ fn request_carries_reasoning_items_between_steps() {
         tools: vec![ToolSchema {
             name: "weather",
             description: "weather of a city",
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
         }],
         max_output_tokens: Some(4096),
         images: Default::default(),
