@@ -283,6 +283,10 @@ fn a_chunked_body_over_the_limit_is_refused_while_it_streams() {
     // The server closes while the client still sends, so the kernel may reset the connection
     // before the body is read (on an idle machine the client sends faster and about half the
     // attempts lose it): every attempt must be an early 413, one must show its JSON.
+    // `wrangler dev`'s own proxy, in front of the Worker, sometimes answers a bodiless 503
+    // instead when the Worker's 413 closes the request it is still forwarding (seen once in
+    // about ten runs; the Worker logged its 413). Every error of the API has a JSON body, so
+    // that 503 is the local proxy's; it counts as an early refusal whose answer was lost.
     let mut json_seen = false;
     for _ in 0..12 {
         let (status, body, sent) = send_chunked(
@@ -292,7 +296,8 @@ fn a_chunked_body_over_the_limit_is_refused_while_it_streams() {
             b"{\"content\":\"",
             endless,
         );
-        assert_eq!(status, 413, "{body}");
+        let lost_by_the_local_proxy = status == 503 && body.trim().is_empty();
+        assert!(status == 413 || lost_by_the_local_proxy, "{status}: {body}");
         assert!(
             sent < 32 * 1024 * 1024,
             "the 413 came only after {sent} bytes were sent"
