@@ -59,6 +59,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most transcript entries one page asks for (the server's maximum).
 pub const TRANSCRIPT_PAGE_LIMIT: u32 = 1000;
+/// How many times [`Client::enqueue`] sends one message whose answer was lost.
+pub const ENQUEUE_ATTEMPTS: u32 = 3;
+/// The wait before [`Client::enqueue`]'s second attempt; the third waits twice as long.
+pub const ENQUEUE_RETRY_DELAY: Duration = Duration::from_millis(250);
 
 /// What a call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -311,6 +315,11 @@ impl Client {
 
     /// `POST /v1/sessions/:id/enqueue?lane=`: queues a message; a session at rest starts a turn.
     ///
+    /// The message is sent with a fresh idempotency key, and sent again with the same key when
+    /// its answer is lost (the connection failed, or a gateway answered 502, 503 or 504): at
+    /// most [`ENQUEUE_ATTEMPTS`] times. The server queues a key once, so a message whose first
+    /// answer was lost on the way back is queued once, and the retry gets the first answer.
+    ///
     /// # Errors
     /// As [`Client::healthz`]; `400` for [`Lane::System`] (internal).
     pub async fn enqueue(
@@ -318,6 +327,32 @@ impl Client {
         id: &str,
         lane: Lane,
         content: &str,
+    ) -> Result<EnqueueResponse, Error> {
+        let key = format!("wuhu-client-{}", uuid::Uuid::new_v4());
+        let mut attempt = 1;
+        loop {
+            match self.enqueue_with_key(id, lane, content, &key).await {
+                Err(error) if attempt < ENQUEUE_ATTEMPTS && answer_may_be_lost(&error) => {
+                    tokio::time::sleep(ENQUEUE_RETRY_DELAY * attempt).await;
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// [`Client::enqueue`] once, with the caller's idempotency key (1 to 128 printable ASCII
+    /// characters): sending the same key again to the same session queues nothing more and
+    /// answers the first item.
+    ///
+    /// # Errors
+    /// As [`Client::enqueue`]; `400` for a key that is not 1 to 128 printable ASCII characters.
+    pub async fn enqueue_with_key(
+        &self,
+        id: &str,
+        lane: Lane,
+        content: &str,
+        key: &str,
     ) -> Result<EnqueueResponse, Error> {
         let mut url = self.url(["v1", "sessions", id, "enqueue"]);
         let lane = match lane {
@@ -328,7 +363,7 @@ impl Client {
         url.query_pairs_mut().append_pair("lane", lane);
         let body = EnqueueRequest {
             content: content.to_string(),
-            key: None,
+            key: Some(key.to_string()),
         };
         self.send_json(Method::POST, url, &body).await
     }
@@ -603,6 +638,17 @@ impl Client {
             return Err(api_error(status, &bytes));
         }
         Ok((status, bytes.to_vec()))
+    }
+}
+
+/// Whether the server may have acted on a request whose answer is `error`, or never got it:
+/// the connection failed, or a gateway in front of the server answered instead of it. Sending
+/// again is safe only for a request the server deduplicates (an enqueue with its key).
+fn answer_may_be_lost(error: &Error) -> bool {
+    match error {
+        Error::Transport(_) => true,
+        Error::Api { status, .. } => matches!(status, 502..=504),
+        _ => false,
     }
 }
 

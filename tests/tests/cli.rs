@@ -448,6 +448,52 @@ fn sessions_commands_print_the_wire_types_and_follow_to_idle() {
     assert_eq!(approvals["approvals"], json!([]));
 }
 
+/// A message whose answer is lost on its way back (the server queued it, the client's connection
+/// closed without a reply) is sent again with the same idempotency key and queued once: for 0,
+/// 1 and 2 lost answers, `sessions send` prints the first item's id and the transcript holds
+/// the message exactly once. Three lost answers use up the attempts: the command fails, and the
+/// message, queued by the first, is still there once.
+#[test]
+fn a_send_whose_answers_are_lost_is_queued_once() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-lost");
+    for lost in 0..=3 {
+        let proxy = DelayProxy::losing_answers(&stack.base_url(), "/enqueue", lost);
+        let direct = user("dora", &tenant);
+        let id = direct
+            .run(&["sessions", "new"])
+            .ok()
+            .stdout
+            .trim()
+            .to_string();
+        let through_proxy = Wuhu::new()
+            .env("WUHU_SERVER", &proxy.url())
+            .env("WUHU_TOKEN", &stack.user_token("dora", &tenant));
+        let text = format!("sent with {lost} answers lost");
+        let ran = through_proxy.run(&["sessions", "send", &id, &text, "--json"]);
+        assert_eq!(proxy.lost(), lost, "{ran:?}");
+        if lost < 3 {
+            let item = ran.ok().json()["id"].as_str().expect("item id").to_string();
+            assert!(!item.is_empty());
+        } else {
+            assert_ne!(ran.code(), 0, "three lost answers: {ran:?}");
+        }
+        direct
+            .run(&["sessions", "follow", &id, "--until-idle", "--json"])
+            .ok();
+        let shown: GetSessionResponse =
+            serde_json::from_value(direct.run(&["sessions", "show", &id, "--json"]).ok().json())
+                .expect("sessions show --json");
+        let copies = shown
+            .transcript
+            .iter()
+            .filter(|e| user_content(e) == Some(text.as_str()))
+            .count();
+        assert_eq!(copies, 1, "{lost} lost: {}", describe(&shown.transcript));
+    }
+}
+
 #[test]
 fn errors_exit_with_their_class_and_carry_the_server_code() {
     let stack = stack();
