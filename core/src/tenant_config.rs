@@ -170,6 +170,14 @@ impl<T> SettingsCache<T> {
         !self.held && self.read_before
     }
 
+    /// The generation while the index holds this actor, `None` while it does not: what a
+    /// request that relies on being told of changes records when it leaves (a forget since
+    /// changes it; `tenant_usage::unlimited_and_told`).
+    #[must_use]
+    pub fn held_generation(&self) -> Option<u64> {
+        self.held.then_some(self.generation)
+    }
+
     /// Counts forgets: taken before a hold, given back with its answer.
     #[must_use]
     pub fn generation(&self) -> u64 {
@@ -310,6 +318,29 @@ mod tests {
         /// The reading begun under the slot finished (valid documents or not).
         Read(usize, bool),
         Forget,
+    }
+
+    #[test]
+    fn the_held_generation_is_new_after_every_forget_and_none_while_not_held() {
+        let mut cache: SettingsCache<()> = SettingsCache::default();
+        assert_eq!(cache.held_generation(), None);
+        let first = cache.generation();
+        cache.held(first);
+        assert_eq!(cache.held_generation(), Some(first));
+        cache.forget();
+        assert_eq!(cache.held_generation(), None);
+        let second = cache.generation();
+        cache.held(second);
+        assert_eq!(cache.held_generation(), Some(second));
+        assert_ne!(
+            first, second,
+            "what was asked before the forget no longer counts"
+        );
+        // A hold's answer that a forget overtook does not hold the actor.
+        let third = cache.generation();
+        cache.forget();
+        cache.held(third);
+        assert_eq!(cache.held_generation(), None);
     }
 
     #[test]

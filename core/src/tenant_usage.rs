@@ -102,6 +102,61 @@ pub fn must_ask_budget(last_answer: Option<(&TenantBudget, u64)>, now_ms: u64) -
     })
 }
 
+/// What a session knows of its tenant's budget: the index's last answer to it (a report's or a
+/// question's), when it came, and the session's settings hold when it was asked
+/// ([`crate::tenant_config::SettingsCache::held_generation`]: `None` when the index did not hold
+/// the session as a settings holder when the request left).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KnownBudget {
+    /// The budget and what the tenant spent, as the index answered.
+    pub state: TenantBudget,
+    /// When the answer came (unix ms).
+    pub at: u64,
+    /// The settings hold's generation when the request was sent, if held.
+    pub asked_while_held: Option<u64>,
+}
+
+/// How long a session that may skip the report before a request ([`unlimited_and_told`]) waits
+/// before it reports its usage: the requests of a quick run of steps go to the index in one
+/// report, one index write. Each write is a storage commit of the index; under `wrangler dev`
+/// every commit blocks the one workerd thread for its `fsync`, and one per turn was about 0.6 ms of
+/// the next turn's first delta (docs/benchmarks.md, session 28).
+pub const USAGE_REPORT_DELAY_MS: u64 = 250;
+
+/// Whether a step's request may leave without this session reporting its usage first and without
+/// asking the index (decision 0022): the index's last answer sets no limit at all, is fresh
+/// ([`BUDGET_ANSWER_FRESH_MS`]), and was asked while the index held this session as a settings
+/// holder, with no forget since (`held_now`: the hold's generation now, `None` when not held).
+/// A budget set on a tenant without one tells every holder to forget before `PUT /v1/budget`
+/// answers, as a settings change does, so a step that starts after that answer finds this false:
+/// it reports, learns the limit with all of its own requests counted, and a spent budget ends the
+/// turn. With a limit set, every request is reported before the next one, so each session
+/// overshoots by at most one step's requests, as before.
+#[must_use]
+pub fn unlimited_and_told(known: Option<&KnownBudget>, held_now: Option<u64>, now_ms: u64) -> bool {
+    known.is_some_and(|known| {
+        known.state.budget.is_none()
+            && now_ms.saturating_sub(known.at) <= BUDGET_ANSWER_FRESH_MS
+            && known.asked_while_held.is_some()
+            && known.asked_while_held == held_now
+    })
+}
+
+/// How long a session waits before it reports the usage of its newest requests: at once unless
+/// its steps may go without reports ([`unlimited_and_told`]), then [`USAGE_REPORT_DELAY_MS`].
+#[must_use]
+pub fn usage_report_delay_ms(
+    known: Option<&KnownBudget>,
+    held_now: Option<u64>,
+    now_ms: u64,
+) -> u64 {
+    if unlimited_and_told(known, held_now, now_ms) {
+        USAGE_REPORT_DELAY_MS
+    } else {
+        0
+    }
+}
+
 /// The index's answer to a [`UsageReport`]: the cursor it holds for the session, and the
 /// tenant's budget with the report counted, so a session reporting before a request learns
 /// whether it may send it from the same round trip.
@@ -586,6 +641,56 @@ mod tests {
                 must_ask_budget(last.as_ref().map(|s| (s, at)), now),
                 want,
                 "{last:?} at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_step_skips_the_report_only_for_a_fresh_unlimited_answer_asked_while_held() {
+        let known = |budget: Option<Budget>, at: u64, asked_while_held: Option<u64>| KnownBudget {
+            state: TenantBudget {
+                budget,
+                spent: Spent {
+                    tokens: 5_000,
+                    usd: 0.0,
+                },
+            },
+            at,
+            asked_while_held,
+        };
+        let far = Some(Budget {
+            max_tokens: Some(1_000_000),
+            max_usd: None,
+        });
+        let now = 1_000_000;
+        let fresh = now - BUDGET_ANSWER_FRESH_MS;
+        // (what the session knows, its hold now, may skip)
+        let table = [
+            (None, Some(3), false),
+            (Some(known(None, now, Some(3))), Some(3), true),
+            (Some(known(None, fresh, Some(3))), Some(3), true),
+            // Stale: asked again, as `must_ask_budget` says.
+            (Some(known(None, fresh - 1, Some(3))), Some(3), false),
+            // Asked before the index held the session: a budget set meanwhile was not told.
+            (Some(known(None, now, None)), Some(3), false),
+            // A forget came since (a settings change, a budget set, the holders' bound).
+            (Some(known(None, now, Some(2))), Some(3), false),
+            (Some(known(None, now, Some(3))), None, false),
+            // Any limit, however far: every request is reported before the next.
+            (Some(known(far, now, Some(3))), Some(3), false),
+            // A clock that went back does not make an answer stale.
+            (Some(known(None, now + 5, Some(3))), Some(3), true),
+        ];
+        for (known, held_now, want) in table {
+            assert_eq!(
+                unlimited_and_told(known.as_ref(), held_now, now),
+                want,
+                "{known:?} held {held_now:?}"
+            );
+            assert_eq!(
+                usage_report_delay_ms(known.as_ref(), held_now, now),
+                if want { USAGE_REPORT_DELAY_MS } else { 0 },
+                "{known:?} held {held_now:?}"
             );
         }
     }

@@ -1154,6 +1154,96 @@ fn a_spent_tenant_budget_ends_turns_and_enqueue_answers_402_until_an_admin_raise
     assert_eq!(ada.post("/v1/budget", &json!({})).status, 405);
 }
 
+/// A first budget on a tenant that had none (decision 0022). Sessions that know the tenant has
+/// no budget send their requests without reporting first, and report a quick run of them
+/// together; setting a budget tells them (as settings holders) before `PUT /v1/budget` answers.
+/// So wherever the answer falls among the turns of several members' sessions, each sends at
+/// most the one request it had decided on before it, then its turn ends with the tenant's
+/// notice; and the tenant's spent total is every request of every session (no report lost).
+#[test]
+fn a_first_tenant_budget_stops_running_sessions_within_one_request_wherever_it_falls() {
+    let _guard = stack().guard();
+    // (turns each session takes before the loops start, loop turns before the budget is put)
+    for (warm, before) in [(3, 1), (3, 4), (5, 2), (8, 7)] {
+        let tenant = unique_name("first-budget");
+        let admin = stack().admin_client("root", &tenant);
+        let members: Vec<(Api, String, String)> = ["ada", "bob", "cy"]
+            .into_iter()
+            .map(|sub| {
+                let api = stack().client(sub, &tenant);
+                let model = unique_name("gpt-first-budget");
+                stack()
+                    .openai()
+                    .script_always(&model, Reply::text("fine").with_usage(10, 5));
+                let id = api
+                    .create_session(json!({"provider": "openai-compatible", "model": model}))
+                    .id;
+                (api, id, model)
+            })
+            .collect();
+        let requests = |model: &str| stack().openai().requests_for(model).len();
+        // Warm: each session holds the tenant's settings and knows there is no budget.
+        for (api, id, _) in &members {
+            for _ in 0..warm {
+                api.enqueue(id, "followUp", "hi");
+                api.wait_idle(id, TURN);
+            }
+        }
+        let (at_answer, after) = std::thread::scope(|scope| {
+            let loops: Vec<_> = members
+                .iter()
+                .map(|(api, id, _)| {
+                    scope.spawn(move || {
+                        // Turns back to back until the tenant's budget refuses one.
+                        for _ in 0..2_000 {
+                            let response = api.enqueue_raw(id, "followUp", "more");
+                            if response.status == 402 {
+                                assert_eq!(response.json()["error"]["code"], "budget_exceeded");
+                                return;
+                            }
+                            assert!(response.status < 300, "{response}");
+                            api.wait_idle(id, TURN);
+                        }
+                        panic!("the session never met the tenant's budget");
+                    })
+                })
+                .collect();
+            wuhu_e2e::util::wait_for("every session to run its loop", TURN, || {
+                members
+                    .iter()
+                    .all(|(_, _, model)| requests(model) >= warm + before)
+                    .then_some(())
+            });
+            let response = admin.send_raw("PUT", "/v1/budget", r#"{"maxTokens":1}"#);
+            assert_eq!(response.status, 200, "{response}");
+            let at_answer: Vec<usize> = members.iter().map(|(_, _, m)| requests(m)).collect();
+            for handle in loops {
+                handle.join().expect("a session's loop");
+            }
+            let after: Vec<usize> = members.iter().map(|(_, _, m)| requests(m)).collect();
+            (at_answer, after)
+        });
+        let mut spent = 0;
+        for (((api, id, _), at_answer), after) in members.iter().zip(at_answer).zip(after) {
+            assert!(
+                after <= at_answer + 1,
+                "warm {warm}, before {before}: {id} sent {} requests after the budget was put",
+                after - at_answer
+            );
+            let transcript = api.transcript(id);
+            let notices = customs(&transcript, custom_types::BUDGET_EXCEEDED);
+            assert_eq!(notices.len(), 1, "{}", describe(&transcript));
+            assert_eq!(notices[0]["scope"], "tenant");
+            assert_eq!(assistants(&transcript).len(), after);
+            let usage = api.get(&format!("/v1/sessions/{id}/usage")).json();
+            spent += usage["spent"]["tokens"].as_u64().expect("spent tokens");
+        }
+        // Every request of every session is counted: the runs reported together were all sent.
+        let state = admin.get("/v1/budget").json();
+        assert_eq!(state["spent"]["tokens"], spent, "{state}");
+    }
+}
+
 /// Input plus output tokens of one assistant message.
 fn request_tokens(message: &wuhu_core::wire::AssistantMessage) -> u64 {
     message

@@ -99,11 +99,15 @@ pub(crate) struct Actor {
     usage_sending: Cell<bool>,
     /// Steps waiting for the report in flight (`Actor::usage_report_sent`).
     usage_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
+    /// Wakes a report waiting out `tenant_usage::USAGE_REPORT_DELAY_MS` (a step that must
+    /// report first does not wait for the delay).
+    usage_wake: RefCell<Option<futures::channel::oneshot::Sender<()>>>,
     /// The tenant's budget was spent when last asked (enqueue asks again while it is).
     pub(crate) tenant_budget_spent: Cell<bool>,
     /// The tenant's budget as its index last answered this actor (a usage report's answer or
-    /// a question's): a step asks again only when `tenant_usage::must_ask_budget` says so.
-    pub(crate) known_budget: Cell<Option<(wuhu_core::tenant_usage::TenantBudget, u64)>>,
+    /// a question's): a step asks again only when `tenant_usage::must_ask_budget` says so, and
+    /// neither reports nor asks while `tenant_usage::unlimited_and_told` holds.
+    pub(crate) known_budget: Cell<Option<wuhu_core::tenant_usage::KnownBudget>>,
     /// The tenant's settings as last read (parsed), kept while the tenant's index holds this
     /// actor (it tells it of every change): a step uses them without reading R2
     /// (`inference::settings`, decision 0021).
@@ -221,6 +225,7 @@ impl DurableObject for SessionActor {
             usage_dirty: Cell::new(false),
             usage_sending: Cell::new(false),
             usage_waiters: RefCell::new(Vec::new()),
+            usage_wake: RefCell::new(None),
             tenant_budget_spent: Cell::new(false),
             known_budget: Cell::new(None),
             settings: RefCell::default(),

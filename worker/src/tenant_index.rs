@@ -10,7 +10,8 @@
 //! `POST /usage/report` (a `UsageReport`), `GET /usage?from&to&by`, `POST /settings/hold`
 //! (`{session}`: a session keeps a reading of the tenant's settings) and `POST
 //! /settings/changed` (a document under `config/` was written: every holder is told to forget
-//! its reading before this answers; `wuhu_core::tenant_config::SettingsCache`).
+//! its reading before this answers; `wuhu_core::tenant_config::SettingsCache`; a first budget
+//! set by `PUT /budget` is told the same way, decision 0022).
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -656,9 +657,26 @@ impl TenantIndex {
                 let budget: Budget = parse_json(&body)?;
                 budget.validate().map_err(ApiError::bad_request)?;
                 let mut state = self.load_budget()?;
+                let was_unlimited = state.budget.is_none();
                 state.budget =
                     (budget.max_tokens.is_some() || budget.max_usd.is_some()).then_some(budget);
                 self.save_budget(&state)?;
+                // Sessions that know the tenant has no budget send requests without reporting
+                // first, only while this index holds them as settings holders (decision 0022):
+                // a first budget is told to them as a settings change is, before the answer.
+                if was_unlimited && state.budget.is_some() {
+                    let tenant = Identity::from_headers(&req)?.tenant;
+                    let failed = self.tell_settings_changed(&tenant).await?;
+                    if failed > 0 {
+                        return Err(ApiError::new(
+                            503,
+                            crate::internal::UNREACHABLE,
+                            format!(
+                                "the budget was saved, but {failed} running session(s) of the tenant could not be told of it; they see it with their next usage report, or put it again"
+                            ),
+                        ));
+                    }
+                }
                 Ok(json_response(200, &state))
             }
             (Method::Get, "/usage") => {

@@ -220,15 +220,25 @@ impl Actor {
 
     /// Reports the usage recorded since the last report to the tenant index; one report at a
     /// time, coalesced. A failed report is sent again at the next one (the index counts each
-    /// entry once).
+    /// entry once). While the session's steps need no report before their requests
+    /// (`tenant_usage::unlimited_and_told`), it waits `USAGE_REPORT_DELAY_MS` first, so that a
+    /// quick run of steps is one report: one index commit, not one per turn.
     pub(crate) fn schedule_usage_report(self: &Rc<Self>) {
         self.usage_dirty.set(true);
         if self.usage_sending.get() {
             return;
         }
         self.usage_sending.set(true);
+        let delay = self.usage_report_delay_ms();
         let actor = self.clone();
         spawn_local(async move {
+            if delay > 0 {
+                let (wake, woken) = futures::channel::oneshot::channel();
+                *actor.usage_wake.borrow_mut() = Some(wake);
+                let sleep = Delay::from(Duration::from_millis(delay));
+                futures::future::select(sleep, woken).await;
+                actor.usage_wake.borrow_mut().take();
+            }
             while actor.usage_dirty.replace(false) {
                 if let Err(e) = actor.report_usage().await {
                     worker::console_error!(
@@ -245,15 +255,28 @@ impl Actor {
         });
     }
 
-    /// Waits until no report is in flight. A step waits for the one the previous step's end
-    /// sent instead of sending the same records again: a second round trip, and a second
-    /// write for the index to commit, for an answer the first brings.
+    /// How long a report waits before it is sent (`tenant_usage::usage_report_delay_ms`).
+    fn usage_report_delay_ms(&self) -> u64 {
+        wuhu_core::tenant_usage::usage_report_delay_ms(
+            self.known_budget.get().as_ref(),
+            self.settings.borrow().held_generation(),
+            now().0,
+        )
+    }
+
+    /// Waits until no report is in flight, waking one that waits out its delay. A step waits
+    /// for the one the previous step's end sent instead of sending the same records again: a
+    /// second round trip, and a second write for the index to commit, for an answer the first
+    /// brings.
     pub(crate) async fn usage_report_sent(&self) {
         if !self.usage_sending.get() {
             return;
         }
         let (tx, rx) = futures::channel::oneshot::channel();
         self.usage_waiters.borrow_mut().push(tx);
+        if let Some(wake) = self.usage_wake.borrow_mut().take() {
+            let _ = wake.send(());
+        }
         let _ = rx.await;
     }
 
@@ -263,7 +286,7 @@ impl Actor {
     /// `known_budget` before the cursor moves, so the known state always counts every request
     /// of this session that is marked reported.
     pub(crate) async fn report_usage(self: &Rc<Self>) -> crate::http::ApiResult<()> {
-        use wuhu_core::tenant_usage::{self, UsageReport};
+        use wuhu_core::tenant_usage::{self, KnownBudget, UsageReport};
         let Some((session, fork_cursor)) = self.with_loaded(|l| {
             (
                 l.meta.id.clone(),
@@ -297,9 +320,16 @@ impl Actor {
                     through: last,
                     records,
                 };
+                // Taken as the report leaves: a forget that overtakes the answer makes it
+                // count as asked before the change.
+                let asked_while_held = self.settings.borrow().held_generation();
                 let answer =
                     tenant_index::report_usage(&self.env, &info_tenant(self), &report).await?;
-                self.known_budget.set(Some((answer.budget, now().0)));
+                self.known_budget.set(Some(KnownBudget {
+                    state: answer.budget,
+                    at: now().0,
+                    asked_while_held,
+                }));
                 self.usage_reported_unsaved.set(Some(last));
             }
             self.usage_scanned_through.set(last);

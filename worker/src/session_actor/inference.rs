@@ -37,35 +37,50 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
     }
 }
 
-/// Before a step's request: this session's usage is reported (settled) first; then the
-/// tenant's budget (`wuhu_core::tenant_usage::TenantBudget`) is the state the index last
-/// answered this actor, or asked when `tenant_usage::must_ask_budget` says so (none known, or
-/// a limit reached). A step after a user's message or tool results has nothing to report and
-/// usually nothing to ask: no round trip to the index before the provider request. A spent
-/// budget ends the turn (`Session::handle_tenant_budget_exceeded`). An index that cannot be
-/// reached does not stop the session (logged).
+/// Before a step's request: when the tenant has no budget, its index last said so to this actor
+/// while holding it as a settings holder, and no forget came since
+/// (`wuhu_core::tenant_usage::unlimited_and_told`, decision 0022), the request goes at once:
+/// setting a budget tells every holder before it is answered, as a settings change does.
+/// Otherwise this session's usage is reported (settled) first; then the tenant's budget
+/// (`wuhu_core::tenant_usage::TenantBudget`) is the state the index last answered this actor, or
+/// asked when `tenant_usage::must_ask_budget` says so (none known, or a limit reached). A step
+/// after a user's message or tool results has nothing to report and usually nothing to ask: no
+/// round trip to the index before the provider request. A spent budget ends the turn
+/// (`Session::handle_tenant_budget_exceeded`). An index that cannot be reached does not stop the
+/// session (logged).
 async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> bool {
+    use wuhu_core::tenant_usage::{self, KnownBudget};
+    let held = || actor.settings.borrow().held_generation();
+    if tenant_usage::unlimited_and_told(actor.known_budget.get().as_ref(), held(), now().0) {
+        actor.tenant_budget_spent.set(false);
+        return true;
+    }
     actor.usage_report_sent().await;
     if let Err(e) = actor.report_usage().await {
         worker::console_error!("reporting usage before a request failed: {}", e.message);
     }
     let known = actor.known_budget.get();
     let state = match known {
-        Some((state, at))
-            if !wuhu_core::tenant_usage::must_ask_budget(Some((&state, at)), now().0) =>
-        {
-            state
+        Some(known) if !tenant_usage::must_ask_budget(Some((&known.state, known.at)), now().0) => {
+            known.state
         }
-        _ => match crate::tenant_index::budget(&actor.env, &actor.tenant()).await {
-            Ok(state) => {
-                actor.known_budget.set(Some((state, now().0)));
-                state
+        _ => {
+            let asked_while_held = held();
+            match crate::tenant_index::budget(&actor.env, &actor.tenant()).await {
+                Ok(state) => {
+                    actor.known_budget.set(Some(KnownBudget {
+                        state,
+                        at: now().0,
+                        asked_while_held,
+                    }));
+                    state
+                }
+                Err(e) => {
+                    worker::console_error!("asking the tenant's budget failed: {}", e.message);
+                    return true;
+                }
             }
-            Err(e) => {
-                worker::console_error!("asking the tenant's budget failed: {}", e.message);
-                return true;
-            }
-        },
+        }
     };
     let Some(limit) = state.exceeded() else {
         actor.tenant_budget_spent.set(false);
