@@ -1244,6 +1244,39 @@ fn a_first_tenant_budget_stops_running_sessions_within_one_request_wherever_it_f
     }
 }
 
+/// A deleted session's usage stays counted in the tenant's (docs/api.md), the steps whose
+/// report was still waiting out its delay when the session was deleted too (decision 0022: the
+/// deletion sends it before the session is hidden).
+#[test]
+fn a_session_deleted_right_after_its_turns_leaves_all_of_its_usage_counted() {
+    let _guard = stack().guard();
+    let tenant = unique_name("deleted-usage");
+    let admin = stack().admin_client("root", &tenant);
+    let api = stack().client("ada", &tenant);
+    for turns in [1, 3, 6] {
+        let model = unique_name("gpt-deleted-usage");
+        stack()
+            .openai()
+            .script_always(&model, Reply::text("noted").with_usage(10, 5));
+        let id = api
+            .create_session(json!({"provider": "openai-compatible", "model": model}))
+            .id;
+        for _ in 0..turns {
+            api.enqueue(&id, "followUp", "note this");
+            api.wait_idle(&id, TURN);
+        }
+        let response = api.send(api.request("DELETE", &format!("/v1/sessions/{id}")));
+        assert_eq!(response.status, 204, "{response}");
+        let by_session = admin.get("/v1/usage?by=session").json();
+        let row = by_session["groups"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["key"] == id.as_str()).cloned())
+            .unwrap_or_else(|| panic!("{turns} turns: no usage of {id}: {by_session}"));
+        assert_eq!(row["messages"], turns, "{turns} turns: {by_session}");
+        assert_eq!(row["inputTokens"], 10 * turns as u64, "{by_session}");
+    }
+}
+
 /// Input plus output tokens of one assistant message.
 fn request_tokens(message: &wuhu_core::wire::AssistantMessage) -> u64 {
     message

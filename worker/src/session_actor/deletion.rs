@@ -183,7 +183,14 @@ impl Actor {
                     return Ok(has_forks(&forks));
                 }
             }
-            // A concurrent request may have marked it during the await.
+            // The usage of its last steps, when a report of them still waits out its delay
+            // (decision 0022): the index keeps a deleted session's usage, and once hidden the
+            // session cannot report it.
+            self.usage_report_sent().await;
+            if let Err(e) = self.report_usage().await {
+                worker::console_error!("reporting usage before a deletion failed: {}", e.message);
+            }
+            // A concurrent request may have marked it during the awaits.
             if self.deletion_mark()?.is_none() {
                 let requested_by = identity.as_ref().map_or("wuhu", |i| i.sub.as_str());
                 self.mark(requested_by).await?;
