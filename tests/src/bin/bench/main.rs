@@ -1,4 +1,4 @@
-//! `bench [--turns N] [--only NAME] [--out PATH] [--list]`
+//! `bench [--turns N] [--only NAME[,NAME…]] [--out PATH] [--list]`
 //!
 //! Starts the local stack (the built Worker under `wrangler dev`) and runs benchmarks against
 //! it, printing a summary and writing JSON (default `bench-results/latest.json` at the repo
@@ -208,8 +208,24 @@ fn main() {
     }
     let selected: Vec<&Benchmark> = BENCHMARKS
         .iter()
-        .filter(|b| only.as_deref().is_none_or(|name| name == b.name))
+        .filter(|b| {
+            only.as_deref()
+                .is_none_or(|names| names.split(',').any(|name| name.trim() == b.name))
+        })
         .collect();
+    let unknown: Vec<&str> = only
+        .as_deref()
+        .map(|names| {
+            names
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !BENCHMARKS.iter().any(|b| b.name == *name))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !unknown.is_empty() {
+        usage(&format!("no benchmark named {unknown:?} (see --list)"));
+    }
     if selected.is_empty() {
         usage(&format!(
             "no benchmark named {:?} (see --list)",
@@ -272,7 +288,7 @@ fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("bench: {problem}");
     }
-    eprintln!("usage: bench [--turns N] [--warmup N] [--only NAME] [--out PATH] [--list]");
+    eprintln!("usage: bench [--turns N] [--warmup N] [--only NAME[,NAME…]] [--out PATH] [--list]");
     std::process::exit(2);
 }
 
