@@ -89,6 +89,19 @@ const SCAN_BATCH: usize = 200;
 const MAX_SCANNED: usize = 2_000;
 
 /// Whether `viewer` may see `info` in the list.
+/// `503 unreachable` when `failed` settings holders could not be told of a change (they stay
+/// holders; `message` says what was stored and how to tell them again).
+fn every_holder_told(failed: usize, message: impl FnOnce(usize) -> String) -> ApiResult<()> {
+    if failed == 0 {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        503,
+        crate::internal::UNREACHABLE,
+        message(failed),
+    ))
+}
+
 fn visible(viewer: &Principal, info: &SessionInfo) -> bool {
     let owner = if info.owner.is_empty() {
         &info.created_by
@@ -632,15 +645,11 @@ impl TenantIndex {
             (Method::Post, "/settings/changed") => {
                 let tenant = Identity::from_headers(&req)?.tenant;
                 let failed = self.tell_settings_changed(&tenant).await?;
-                if failed > 0 {
-                    return Err(ApiError::new(
-                        503,
-                        crate::internal::UNREACHABLE,
-                        format!(
-                            "{failed} running session(s) of the tenant could not be told of the change; write the document again"
-                        ),
-                    ));
-                }
+                every_holder_told(failed, |failed| {
+                    format!(
+                        "{failed} running session(s) of the tenant could not be told of the change; write the document again"
+                    )
+                })?;
                 Ok(json_response(200, &serde_json::json!({ "ok": true })))
             }
             (Method::Get, "/budget") => Ok(json_response(200, &self.load_budget()?)),
@@ -667,15 +676,11 @@ impl TenantIndex {
                 if was_unlimited && state.budget.is_some() {
                     let tenant = Identity::from_headers(&req)?.tenant;
                     let failed = self.tell_settings_changed(&tenant).await?;
-                    if failed > 0 {
-                        return Err(ApiError::new(
-                            503,
-                            crate::internal::UNREACHABLE,
-                            format!(
-                                "the budget was saved, but {failed} running session(s) of the tenant could not be told of it; they see it with their next usage report, or put it again"
-                            ),
-                        ));
-                    }
+                    every_holder_told(failed, |failed| {
+                        format!(
+                            "the budget was saved, but {failed} running session(s) of the tenant could not be told of it; they see it with their next usage report, or put it again"
+                        )
+                    })?;
                 }
                 Ok(json_response(200, &state))
             }
