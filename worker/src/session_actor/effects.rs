@@ -230,11 +230,15 @@ impl Actor {
         }
         self.usage_sending.set(true);
         let delay = self.usage_report_delay_ms();
+        // Set before the task first runs: a step spawned in the same drain can wake it.
+        let woken = (delay > 0).then(|| {
+            let (wake, woken) = futures::channel::oneshot::channel();
+            *self.usage_wake.borrow_mut() = Some(wake);
+            woken
+        });
         let actor = self.clone();
         spawn_local(async move {
-            if delay > 0 {
-                let (wake, woken) = futures::channel::oneshot::channel();
-                *actor.usage_wake.borrow_mut() = Some(wake);
+            if let Some(woken) = woken {
                 let sleep = Delay::from(Duration::from_millis(delay));
                 futures::future::select(sleep, woken).await;
                 actor.usage_wake.borrow_mut().take();
