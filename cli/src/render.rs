@@ -165,6 +165,7 @@ impl Renderer {
                     content,
                     queue_item_id,
                     lane,
+                    acting_for,
                 } => {
                     if queue_item_id
                         .as_ref()
@@ -177,7 +178,19 @@ impl Renderer {
                         Some(wuhu_core::wire::Lane::Steer) => " (steer)",
                         _ => "",
                     };
-                    writeln!(out, "{} {content}", style.cyan(&format!("{author}{lane}:")))?;
+                    // A child's task or a parent's message says whom it acts for.
+                    let acting = match acting_for {
+                        Some(set) if set.is_empty() => " for nobody".to_string(),
+                        Some(set) if set != std::slice::from_ref(author) => {
+                            format!(" for {}", set.join(", "))
+                        }
+                        _ => String::new(),
+                    };
+                    writeln!(
+                        out,
+                        "{} {content}",
+                        style.cyan(&format!("{author}{lane}{acting}:"))
+                    )?;
                 }
                 Message::Assistant(assistant) => {
                     let text = assistant.text();

@@ -122,6 +122,12 @@ pub enum Action<'a> {
         /// Its name.
         environment: &'a str,
     },
+    /// Give a child session an environment of this one (`spawn_session` with `inherit`): the
+    /// child then works on the same machine, so sharing it is asked as attaching it is.
+    Share {
+        /// Its name.
+        environment: &'a str,
+    },
 }
 
 impl Action<'_> {
@@ -133,6 +139,9 @@ impl Action<'_> {
                 format!("run {tool} on environment {environment:?}")
             }
             Action::Detach { environment } => format!("detach environment {environment:?}"),
+            Action::Share { environment } => {
+                format!("give a child session environment {environment:?}")
+            }
         }
     }
 }
@@ -930,8 +939,27 @@ mod tests {
         // u0 started a turn alone; the rest arrive together in the next one.
         assert_eq!(s.turn_authors(), ["u0"]);
         s.handle_inference_done(Millis(5), 3, Ok(text_message("done")));
-        assert_eq!(s.turn_authors().len(), crate::session::MAX_TURN_AUTHORS);
+        // Bounded, and nobody is lost to the bound: the rest are `*`, which is nobody's sub, so
+        // a rule that needs every principal's consent never finds it.
+        assert_eq!(s.turn_authors().len(), crate::session::MAX_TURN_AUTHORS + 1);
+        assert_eq!(
+            s.turn_authors().last().map(String::as_str),
+            Some(crate::session::MORE_PRINCIPALS)
+        );
         assert_eq!(s.turn_author(), Some("u1"));
+        // However many acted, u1's machine still waits for u1.
+        let target = Target {
+            runner: "mac",
+            runner_owner: "u1",
+            runner_kind: RunnerKind::Local,
+            policy: ApprovalPolicy::Auto,
+        };
+        let facts = Facts {
+            turn_authors: s.turn_authors(),
+            session_owner: "u1",
+            approved_runner_owners: &[],
+        };
+        assert!(required_approver(&target, &facts).is_some());
     }
 
     #[test]

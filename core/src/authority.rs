@@ -297,6 +297,67 @@ pub fn turn_allows(
         })
 }
 
+/// Whether `sub` is a guest: a chat platform's user no admin mapped to a person of the tenant
+/// (`<platform>:<id>`: a token's `sub` cannot hold a `:`, [`valid_name`]), or the principals
+/// past a turn's bound (`session::MORE_PRINCIPALS`, who could be anyone). A guest may see only
+/// the sessions it started, never a member's.
+pub fn is_guest(sub: &str) -> bool {
+    sub.contains(':') || sub == crate::session::MORE_PRINCIPALS
+}
+
+/// Whether `sub`, as a member of `tenant` (a session's tools never act as admins) or as a guest,
+/// may read a session.
+fn principal_may_read(tenant: &str, sub: &str, session: SessionFacts<'_>) -> bool {
+    if is_guest(sub) {
+        return sub == session.owner || sub == session.created_by;
+    }
+    let who = Principal {
+        sub: sub.to_string(),
+        tenant: tenant.to_string(),
+        role: Role::Member,
+    };
+    session_allows(&who, session, SessionAction::Read) == Verdict::Allow
+}
+
+/// Whom a session's tools read other sessions for (`list_sessions`, `read_session`, js
+/// `wuhu.sessions.list/get`): what a turn may see is what every person it acts for may see
+/// through the API, never more.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolReaders {
+    /// These people (at least one): a session is seen only when every one of them may read
+    /// it.
+    People(Vec<String>),
+    /// Nobody (a turn the system started, or one whose people are unknown): only the
+    /// session's own children, by the session's id.
+    Lineage(String),
+}
+
+impl ToolReaders {
+    /// The readers of a turn of session `session_id` that acts for `acting_for`.
+    pub fn of_turn(session_id: &str, acting_for: &[String]) -> ToolReaders {
+        if acting_for.is_empty() {
+            ToolReaders::Lineage(session_id.to_string())
+        } else {
+            ToolReaders::People(acting_for.to_vec())
+        }
+    }
+
+    /// Whether these readers may see a session of `tenant` with `facts`, whose parent is
+    /// `parent_id`.
+    pub fn may_read(&self, tenant: &str, facts: SessionFacts<'_>, parent_id: Option<&str>) -> bool {
+        match self {
+            ToolReaders::People(people) => {
+                !people.is_empty()
+                    && people
+                        .iter()
+                        .all(|sub| principal_may_read(tenant, sub, facts))
+            }
+            ToolReaders::Lineage(session) => parent_id == Some(session.as_str()),
+        }
+    }
+}
+
 /// Something a person may try to do to a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionAction<'a> {
@@ -488,6 +549,64 @@ pub fn may_answer_approval(who: &Principal, approver: &Approver) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a session's tools see for the people a turn acts for: the intersection of what
+    /// each may read, guests see only what they started, a turn for nobody only its children.
+    #[test]
+    fn tool_readers_see_what_every_person_they_act_for_may_read() {
+        let facts = |owner: &'static str, access: Access| SessionFacts {
+            owner,
+            created_by: owner,
+            access,
+        };
+        let alice_private = (facts("alice", Access::Private), None);
+        let alice_group = (facts("alice", Access::Tenant), None);
+        let carol_private = (facts("carol", Access::Private), None);
+        let guest_thread = (facts("slack:U1", Access::Tenant), None);
+        let child_of_s = (facts("alice", Access::Private), Some("s"));
+        let people =
+            |subs: &[&str]| ToolReaders::People(subs.iter().map(|s| s.to_string()).collect());
+        let cases: Vec<(ToolReaders, [bool; 5])> = vec![
+            // alice_private, alice_group, carol_private, guest_thread, child_of_s
+            (people(&["alice"]), [true, true, false, true, true]),
+            (people(&["bob"]), [false, true, false, true, false]),
+            (people(&["alice", "bob"]), [false, true, false, true, false]),
+            (people(&["bob", "alice"]), [false, true, false, true, false]),
+            (people(&["slack:U1"]), [false, false, false, true, false]),
+            (
+                people(&["alice", "slack:U1"]),
+                [false, false, false, true, false],
+            ),
+            (
+                people(&["alice", crate::session::MORE_PRINCIPALS]),
+                [false; 5],
+            ),
+            (people(&[]), [false; 5]),
+            (
+                ToolReaders::Lineage("s".into()),
+                [false, false, false, false, true],
+            ),
+            (
+                ToolReaders::of_turn("s", &[]),
+                [false, false, false, false, true],
+            ),
+        ];
+        for (readers, want) in cases {
+            let got: Vec<bool> = [
+                alice_private,
+                alice_group,
+                carol_private,
+                guest_thread,
+                child_of_s,
+            ]
+            .iter()
+            .map(|(f, parent)| readers.may_read("acme", *f, *parent))
+            .collect();
+            assert_eq!(got, want, "{readers:?}");
+        }
+        assert!(is_guest("telegram:42") && is_guest("*"));
+        assert!(!is_guest("alice") && !valid_name("slack:U1") && !valid_name("*"));
+    }
 
     fn user(sub: &str, role: Role) -> Principal {
         Principal {

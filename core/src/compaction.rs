@@ -635,6 +635,7 @@ fn summary_request(
             content: text,
             queue_item_id: None,
             lane: None,
+            acting_for: None,
         }],
         tools: Vec::new(),
         images: Default::default(),

@@ -128,11 +128,13 @@ pub(crate) fn render(cursor: u64, message: &Message, group_chat_since: Option<u6
             content,
             queue_item_id,
             lane,
+            acting_for,
         } if group_chat_since.is_some_and(|since| cursor > since) => Message::User {
             author: author.clone(),
             content: format!("[{author}]:\n\n{content}"),
             queue_item_id: queue_item_id.clone(),
             lane: *lane,
+            acting_for: acting_for.clone(),
         },
         other => other.clone(),
     }
@@ -211,6 +213,7 @@ pub(crate) mod tests {
             content: text.into(),
             queue_item_id: None,
             lane: None,
+            acting_for: None,
         }
     }
 

@@ -119,7 +119,8 @@ impl Deletion {
 }
 
 /// One session of a tenant's list, as the forks rule sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TreeRow {
     /// The session.
     pub id: String,

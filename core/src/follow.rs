@@ -78,7 +78,8 @@ pub const REVOKED_MESSAGE: &str = "the credential of this stream was revoked (or
 pub const DELETED_MESSAGE: &str = "the session was deleted";
 
 /// The parameters of one follow request, validated.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct FollowRequest {
     /// Send entries with a cursor above this.
     pub since_cursor: u64,

@@ -5,6 +5,7 @@
 //! effects that come out.
 //!
 //! * [`wire`]: every type that crosses a boundary: API bodies, transcript entries, SSE events.
+//! * [`calls`]: the typed calls between Durable Objects, and the public routes that become them.
 //! * [`session`]: the per-session state machine (lanes, agent loop, stop, retry, checkpoints).
 //! * [`context`]: which transcript entries the LLM sees.
 //! * [`llm`]: provider request building and stream decoding (`fake`, `openai-compatible`).
@@ -38,6 +39,7 @@ pub mod authority;
 pub mod blobs;
 pub mod bookkeeping;
 pub mod browser;
+pub mod calls;
 pub mod channels;
 pub mod civil_time;
 pub mod compaction;

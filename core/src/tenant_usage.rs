@@ -300,7 +300,7 @@ pub struct HourRow {
 }
 
 /// One group of an answer.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageGroup {
@@ -315,7 +315,7 @@ pub struct UsageGroup {
 }
 
 /// `GET /v1/usage`.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TenantUsage {

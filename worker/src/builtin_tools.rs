@@ -69,12 +69,12 @@ async fn execute_text(
         names::LIST_SESSIONS => {
             let args: ListArgs = parse_args(call)?;
             let limit = args.limit.unwrap_or(20).clamp(1, 100);
-            let page = tenant_index::list(
+            let page = tenant_index::list_for(
                 &context.env,
-                &context.viewer(),
+                &context.tenant,
+                context.readers(),
                 limit,
                 args.before.as_deref(),
-                None,
             )
             .await
             .map_err(|e| format!("Listing sessions failed: {}", e.message))?;
@@ -107,16 +107,22 @@ async fn execute_text(
         names::READ_SESSION => {
             let args: ReadArgs = parse_args(call)?;
             let since = args.since_cursor.unwrap_or(0);
-            let page: GetSessionResponse =
-                session_client::transcript(&context.env, &context.viewer(), &args.id, since, 500)
-                    .await
-                    .map_err(|e| {
-                        if e.status == 404 {
-                            format!("No session {:?} in this workspace.", args.id)
-                        } else {
-                            format!("Reading the session failed: {}", e.message)
-                        }
-                    })?;
+            let page: GetSessionResponse = session_client::read_for(
+                &context.env,
+                &context.tenant,
+                context.readers(),
+                &args.id,
+                since,
+                500,
+            )
+            .await
+            .map_err(|e| {
+                if e.status == 404 {
+                    format!("No session {:?} in this workspace.", args.id)
+                } else {
+                    format!("Reading the session failed: {}", e.message)
+                }
+            })?;
             let mut text = String::new();
             let mut last_cursor = since;
             let mut cursors = Vec::new();

@@ -80,18 +80,46 @@ async fn call_runner(
     reply
 }
 
-/// Waits for whoever must approve the call `approval_id` reaching `target` (nobody, mostly). `Err` is the tool
+/// Waits for whoever must approve giving a child session `attachment` (`spawn_session` with
+/// `inherit`): sharing an environment reaches its machine as attaching it does, so it is asked
+/// of the same person (the runner's owner, when the turn acts for anyone else). `part` names
+/// this approval among the call's (see `ApprovalGate::request`).
+pub(crate) async fn approve_share(
+    ctx: &ToolContext,
+    part: &str,
+    attachment: &Attachment,
+) -> Result<(), String> {
+    let target = Target {
+        runner: &attachment.runner,
+        runner_owner: &attachment.runner_owner,
+        runner_kind: attachment.runner_kind,
+        policy: ApprovalPolicy::Auto,
+    };
+    let action = Action::Share {
+        environment: attachment.name(),
+    };
+    let data = json!({
+        "environment": attachment.name(),
+        "runner": attachment.runner,
+        "runnerOwner": attachment.runner_owner,
+        "tool": names::SPAWN_SESSION,
+    });
+    approve(ctx, part, target, action, data).await
+}
+
+/// Waits for whoever must approve the call reaching `target` (nobody, mostly); `part` names
+/// this approval among the call's (`""`: the call's own action). `Err` is the tool
 /// error the agent sees when the approval is denied, expires, is withdrawn or cannot be asked.
 async fn approve(
     ctx: &ToolContext,
-    approval_id: &str,
+    part: &str,
     target: Target<'_>,
     action: Action<'_>,
     data: Value,
 ) -> Result<(), String> {
     let approved = ctx.approvals.approved_runner_owners();
     let facts = Facts {
-        turn_authors: &ctx.turn_authors,
+        turn_authors: &ctx.acting_for,
         session_owner: &ctx.owner,
         approved_runner_owners: &approved,
     };
@@ -104,7 +132,7 @@ async fn approve(
         action,
         data,
     };
-    let outcome = ctx.approvals.request(approval_id, ask).await;
+    let outcome = ctx.approvals.request(part, ask).await;
     match approvals::outcome_error(&outcome, &action, &approver) {
         None => Ok(()),
         Some(error) => Err(error),
@@ -204,7 +232,7 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         )));
     }
     let request = AttachRequest {
-        approval_id: &call.id,
+        approval_part: "",
         tool: &call.name,
         session_id: &ctx.session_id,
         spec: &args.spec,
@@ -244,7 +272,7 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
 /// What [`attach`] is asked.
 pub(crate) struct AttachRequest<'a> {
     /// Keys the approval a definition with `"approval":"ask"` waits for.
-    pub(crate) approval_id: &'a str,
+    pub(crate) approval_part: &'a str,
     /// The tool asking (shown with the approval).
     pub(crate) tool: &'a str,
     /// The session the environment is materialised for: the caller's own, or a child's
@@ -311,7 +339,7 @@ pub(crate) async fn attach(
     });
     // The gate appends the request entry itself, so people see it while the call waits.
     let action = Action::Attach { environment: &name };
-    approve(ctx, request.approval_id, target, action, data).await?;
+    approve(ctx, request.approval_part, target, action, data).await?;
     let message = ServerMessage::Attach {
         id: uuid::Uuid::new_v4().to_string(),
         session_id: request.session_id.to_string(),
@@ -426,7 +454,7 @@ async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         environment: &args.name,
     };
     let data = json!({"tool": call.name, "environment": args.name});
-    if let Err(error) = approve(ctx, &call.id, attachment_target(&attachment), action, data).await {
+    if let Err(error) = approve(ctx, "", attachment_target(&attachment), action, data).await {
         return ToolOutput::text(Err(error));
     }
     let message = ServerMessage::Detach {
@@ -507,7 +535,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         environment: &name,
     };
     let data = json!({"tool": call.name, "environment": name});
-    if let Err(error) = approve(ctx, &call.id, attachment_target(&attachment), action, data).await {
+    if let Err(error) = approve(ctx, "", attachment_target(&attachment), action, data).await {
         return ToolOutput::text(Err(error));
     }
     let context = attachment.environment.context();

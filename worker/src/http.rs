@@ -12,7 +12,7 @@ pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// An API error: becomes `{"error":{"code","message"}}` with `status`.
 ///
-/// `code` is owned when it came from another Durable Object's reply (see `internal::expect_ok`),
+/// `code` is owned when it came from another Durable Object's reply (see `internal::reply_bytes`),
 /// so a `runner_disconnected` from the hub stays `runner_disconnected` in the session.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiError {
@@ -77,13 +77,15 @@ pub(crate) fn json_response<T: Serialize>(status: u16, value: &T) -> Response {
 /// `Content-Length` says so, otherwise while streaming (a chunked body is never buffered past
 /// the limit).
 pub(crate) async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
+    read_body_bounded(req, MAX_BODY_BYTES).await
+}
+
+/// [`read_body`] with another bound (calls between actors: `internal::MAX_CALL_BYTES`).
+pub(crate) async fn read_body_bounded(req: &mut Request, max: usize) -> ApiResult<Vec<u8>> {
     if let Ok(Some(length)) = req.headers().get("content-length")
-        && length
-            .trim()
-            .parse::<usize>()
-            .is_ok_and(|n| n > MAX_BODY_BYTES)
+        && length.trim().parse::<usize>().is_ok_and(|n| n > max)
     {
-        return Err(too_large());
+        return Err(too_large(max));
     }
     let mut stream = match req.stream() {
         Ok(stream) => stream,
@@ -96,19 +98,19 @@ pub(crate) async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
     let mut body = Vec::new();
     while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
         let chunk = chunk.map_err(|_| ApiError::bad_request("could not read the request body"))?;
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(too_large());
+        if body.len() + chunk.len() > max {
+            return Err(too_large(max));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
 }
 
-fn too_large() -> ApiError {
+fn too_large(max: usize) -> ApiError {
     ApiError::new(
         413,
         "payload_too_large",
-        format!("request body exceeds {MAX_BODY_BYTES} bytes"),
+        format!("request body exceeds {max} bytes"),
     )
 }
 

@@ -10,19 +10,9 @@ use wuhu_core::wire::runner::RunnerKind;
 
 use crate::http::{ApiError, ApiResult};
 
-/// Internal header with the `jti` of the credential that authenticated a long-lived request (a
-/// follow stream, a runner's WebSocket), set by the router from the verified token only: the
-/// actor or hub re-checks it (follow) or is told when it is revoked (runners). Decision 0007.
-pub(crate) const JTI_HEADER: &str = "x-wuhu-jti";
-
-/// The `jti` the router passed on in [`JTI_HEADER`] (none for a credential without one).
-pub(crate) fn forwarded_jti(req: &Request) -> Option<String> {
-    req.headers()
-        .get(JTI_HEADER)
-        .ok()
-        .flatten()
-        .filter(|j| !j.is_empty())
-}
+/// The `sub` of [`Identity::system`]. Calls sent with it are internal ones, which check no
+/// person; a public call is never sent as the system.
+pub(crate) const SYSTEM_SUB: &str = "wuhu";
 
 /// The verified identity of a request.
 #[derive(Clone, Debug)]
@@ -40,6 +30,17 @@ impl Identity {
             sub: self.sub.clone(),
             tenant: self.tenant.clone(),
             role: self.role,
+        }
+    }
+
+    /// An actor acting on its own behalf in `tenant` (a report, a gate request, a child's
+    /// event): no person, a member's rights.
+    pub(crate) fn system(tenant: &str) -> Identity {
+        Identity {
+            sub: SYSTEM_SUB.to_string(),
+            tenant: tenant.to_string(),
+            role: Role::Member,
+            runner_kind: None,
         }
     }
 

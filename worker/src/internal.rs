@@ -1,28 +1,28 @@
-//! Calls between Durable Objects: one place that builds internal requests with typed bodies
-//! from `wuhu_core::wire`, and turns the replies back into values, or into [`ApiError`]s that
-//! keep the callee's `code` (a hub's `502 runner_disconnected` stays `runner_disconnected` in
-//! the session, never `internal`).
+//! Calls between Durable Objects: the one way a typed call (`wuhu_core::calls`) is sent, and
+//! the one way a callee reads it and answers. No path is spelled out anywhere else: a caller
+//! names the call's type, the callee matches on its Durable Object's call enum.
 //!
-//! Identity travels in `x-wuhu-tenant` / `x-wuhu-sub`, set only from a verified token or by the
-//! actor on its owner's behalf. When the callee cannot be reached at all (its stub's `fetch`
-//! failed: the object was reset, redeployed or overloaded), the error is `503 unreachable`, so a
-//! caller can tell "it answered no" from "nobody answered".
+//! Identity travels in `x-wuhu-tenant` / `x-wuhu-sub` / `x-wuhu-role`, set only from a
+//! verified token or by an actor on its own behalf ([`Identity::system`]). An error reply keeps
+//! the callee's status and `code` (a hub's `502 runner_disconnected` stays
+//! `runner_disconnected` in the session, never `internal`). When the callee cannot be reached
+//! at all (its stub's `fetch` failed: the object was reset, redeployed or overloaded), the
+//! error is `503 unreachable`, so a caller can tell "it answered no" from "nobody answered".
 
 use std::borrow::Cow;
 
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use worker::{Env, Headers, Method, Request, RequestInit, Response, Stub};
-use wuhu_core::wire::runner::ServerMessage;
-use wuhu_core::wire::{ErrorBody, RunnerCallRequest, RunnerCallResponse};
+use wuhu_core::calls::{CALL_HEADER, Call, CallEnum, CallError, Streamed, Target, Upgrade};
+use wuhu_core::wire::ErrorBody;
 
-use crate::http::{ApiError, ApiResult};
+use crate::http::{ApiError, ApiResult, json_response};
 use crate::identity::Identity;
 
 /// Code of an error where the callee gave no answer (its `fetch` failed).
 pub(crate) const UNREACHABLE: &str = "unreachable";
 
-/// Codes `/call` on the runner hub answers with; see `docs/api.md`.
+/// Codes the runner hub's [`wuhu_core::calls::hub::CallRunner`] answers with; see `docs/api.md`.
 pub(crate) mod codes {
     /// 503: the runner has no live connection; the request was not sent.
     pub(crate) const RUNNER_NOT_CONNECTED: &str = "runner_not_connected";
@@ -32,23 +32,154 @@ pub(crate) mod codes {
     pub(crate) const TIMEOUT: &str = "timeout";
 }
 
-/// Decodes a 2xx JSON reply, or turns an error reply back into an [`ApiError`] with the
-/// callee's status, code and message.
-pub(crate) async fn expect_ok<T: DeserializeOwned>(mut resp: Response) -> ApiResult<T> {
-    let status = resp.status_code();
-    let text = resp.text().await?;
-    if (200..300).contains(&status) {
-        return serde_json::from_str(&text)
-            .map_err(|e| ApiError::internal(format!("bad internal reply: {e}")));
+/// Largest call body a Durable Object reads: a public body of `http::MAX_BODY_BYTES` grows a
+/// little when the router wraps it in its call (and JSON escapes may be re-written), so the
+/// bound between actors is larger than the public one.
+pub(crate) const MAX_CALL_BYTES: usize = 4 * crate::http::MAX_BODY_BYTES;
+
+// Each function generic over the call only encodes it (and decodes its reply) and hands bytes to
+// one non-generic future (`post`, `upgrade_with`): the Worker's size is budgeted, and a generic
+// `async fn` would be a state machine of its own for every call type.
+
+/// Sends `call` to `stub` on behalf of `who` and decodes its reply.
+pub(crate) async fn call<C: Call>(stub: &Stub, who: &Identity, call: &C) -> ApiResult<C::Reply> {
+    let reply = reply_bytes(post(stub, who, url::<C>(), encode(call)?).await?).await?;
+    serde_json::from_slice(&reply)
+        .map_err(|e| ApiError::internal(format!("bad internal reply: {e}")))
+}
+
+/// Sends `call` to `stub` and hands back the callee's response as it is: a reply of type
+/// `C::Reply` (or an error) that the router passes to its client without decoding it again.
+pub(crate) async fn relay<C: Call>(stub: &Stub, who: &Identity, call: &C) -> ApiResult<Response> {
+    post(stub, who, url::<C>(), encode(call)?).await
+}
+
+/// [`relay`] for a call of a Durable Object's call enum (a decoded public call).
+pub(crate) async fn relay_any<E: CallEnum>(
+    stub: &Stub,
+    who: &Identity,
+    call: &E,
+) -> ApiResult<Response> {
+    let url = format!("https://{}/{}", <E::Target as Target>::HOST, call.name());
+    let body = call
+        .to_json()
+        .map_err(|e| ApiError::internal(format!("encoding an internal call: {e}")))?;
+    post(stub, who, url, body).await
+}
+
+/// Sends a call whose answer is a stream: the callee's response passes through.
+pub(crate) async fn stream<C: Call<Reply = Streamed>>(
+    stub: &Stub,
+    who: &Identity,
+    call: &C,
+) -> ApiResult<Response> {
+    post(stub, who, url::<C>(), encode(call)?).await
+}
+
+/// Hands a client's WebSocket upgrade to `stub` as `call`: the client's own headers go along
+/// (the upgrade needs them) except its credentials and any `x-wuhu-*`; the call travels in
+/// [`CALL_HEADER`]. The answer (`101` with the socket, or an error) passes through.
+pub(crate) async fn upgrade<C: Upgrade>(
+    stub: &Stub,
+    who: &Identity,
+    client: &Request,
+    call: &C,
+) -> ApiResult<Response> {
+    upgrade_with(stub, who, client, url::<C>(), encode(call)?).await
+}
+
+async fn upgrade_with(
+    stub: &Stub,
+    who: &Identity,
+    client: &Request,
+    url: String,
+    call: String,
+) -> ApiResult<Response> {
+    let headers = Headers::new();
+    for (name, value) in client.headers().entries() {
+        if name != "authorization" && name != "cookie" && !name.starts_with("x-wuhu-") {
+            headers.set(&name, &value)?;
+        }
     }
-    Err(match serde_json::from_str::<ErrorBody>(&text) {
+    who.set_headers(&headers)?;
+    headers.set(CALL_HEADER, &call)?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Get).with_headers(headers);
+    let request = Request::new_with_init(&url, &init)?;
+    fetch(stub, request).await
+}
+
+/// `POST url` with `body` (a call's JSON) on behalf of `who`.
+async fn post(stub: &Stub, who: &Identity, url: String, body: String) -> ApiResult<Response> {
+    let headers = Headers::new();
+    who.set_headers(&headers)?;
+    headers.set("content-type", "application/json")?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
+    let request = Request::new_with_init(&url, &init)?;
+    fetch(stub, request).await
+}
+
+fn url<C: Call>() -> String {
+    format!("https://{}/{}", <C::Target as Target>::HOST, C::NAME)
+}
+
+fn encode<T: Serialize>(value: &T) -> ApiResult<String> {
+    serde_json::to_string(value)
+        .map_err(|e| ApiError::internal(format!("encoding an internal call: {e}")))
+}
+
+async fn fetch(stub: &Stub, request: Request) -> ApiResult<Response> {
+    stub.fetch_with_request(request)
+        .await
+        .map_err(|e| ApiError::new(503, UNREACHABLE, format!("no answer: {e}")))
+}
+
+/// The name and JSON of the call `req` carries: its path without the `/`, and its body (at
+/// most [`MAX_CALL_BYTES`]) or, for an upgrade, [`CALL_HEADER`].
+pub(crate) async fn call_parts(req: &mut Request) -> ApiResult<(String, Vec<u8>)> {
+    let name = req.path().trim_start_matches('/').to_string();
+    if let Some(header) = req.headers().get(CALL_HEADER).ok().flatten() {
+        return Ok((name, header.into_bytes()));
+    }
+    let body = crate::http::read_body_bounded(req, MAX_CALL_BYTES).await?;
+    Ok((name, body))
+}
+
+/// A call the callee could not decode, as the API answers it.
+pub(crate) fn call_error(error: CallError) -> ApiError {
+    let (status, code) = error.status_and_code();
+    ApiError::new(status, code, error.to_string())
+}
+
+/// The callee's answer to `call`: its reply as JSON, `200`. The type ties the answer to the
+/// call (a handler cannot answer a call with another call's reply).
+pub(crate) fn reply<C: Call>(_call: &C, value: &C::Reply) -> Response {
+    json_response(200, value)
+}
+
+/// The body of a 2xx reply, or the error reply turned back into an [`ApiError`] with the
+/// callee's status, code and message.
+async fn reply_bytes(mut resp: Response) -> ApiResult<Vec<u8>> {
+    let status = resp.status_code();
+    let bytes = resp.bytes().await?;
+    if (200..300).contains(&status) {
+        return Ok(bytes);
+    }
+    Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
         Ok(body) => ApiError {
             status,
             code: Cow::Owned(body.error.code),
             message: body.error.message,
         },
         // Not one of our error bodies (the runtime answered for the callee): keep the text.
-        Err(_) => ApiError::new(status, code_for(status), text),
+        Err(_) => ApiError::new(
+            status,
+            code_for(status),
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ),
     })
 }
 
@@ -69,243 +200,22 @@ fn code_for(status: u16) -> &'static str {
 
 /// The tenant's index (`TenantIndex`, one per tenant).
 pub(crate) fn tenant_index(env: &Env, tenant: &str) -> ApiResult<Stub> {
-    Ok(env
-        .durable_object("TENANTS")?
-        .id_from_name(tenant)?
-        .get_stub()?)
+    named_stub(env, "TENANTS", tenant)
 }
 
-/// Sends `request` to `stub` and decodes the reply (see [`expect_ok`]).
-pub(crate) async fn send<T: DeserializeOwned>(stub: &Stub, request: Request) -> ApiResult<T> {
-    let response = stub
-        .fetch_with_request(request)
-        .await
-        .map_err(|e| ApiError::new(503, UNREACHABLE, format!("no answer: {e}")))?;
-    expect_ok(response).await
-}
-
-/// Names a message a chat binding enqueues (its platform message id), so the session queues it
-/// once however often it is sent (`wuhu_core::session::keyed_item_id`). Set only on requests
-/// between actors: the router never forwards a client's headers.
-pub(crate) const ITEM_KEY_HEADER: &str = "x-wuhu-item-key";
-
-/// A `POST` of `body` as JSON to `https://<host><path>`, on behalf of `sub` in `tenant`.
-pub(crate) fn post_request<B: Serialize>(
-    host: &str,
-    path: &str,
-    tenant: &str,
-    sub: &str,
-    body: &B,
-) -> ApiResult<Request> {
-    let body = serde_json::to_string(body)
-        .map_err(|e| ApiError::internal(format!("encoding an internal request: {e}")))?;
-    let headers = Headers::new();
-    headers.set("x-wuhu-tenant", tenant)?;
-    headers.set("x-wuhu-sub", sub)?;
-    headers.set("content-type", "application/json")?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_headers(headers)
-        .with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    Ok(Request::new_with_init(
-        &format!("https://{host}{path}"),
-        &init,
-    )?)
-}
-
-/// Decodes an empty success reply (`204`), or turns an error reply into an [`ApiError`] as
-/// [`expect_ok`] does.
-pub(crate) async fn expect_empty(resp: Response) -> ApiResult<()> {
-    if (200..300).contains(&resp.status_code()) {
-        return Ok(());
-    }
-    expect_ok::<serde_json::Value>(resp).await.map(|_| ())
-}
-
-/// A request of `method` to `https://<host><path>` on behalf of `who` (its sub, tenant and
-/// role), with `body` as JSON when given.
-pub(crate) fn request_as<B: Serialize>(
-    host: &str,
-    method: Method,
-    path: &str,
-    who: &Identity,
-    body: Option<&B>,
-) -> ApiResult<Request> {
-    let headers = Headers::new();
-    who.set_headers(&headers)?;
-    let mut init = RequestInit::new();
-    if let Some(body) = body {
-        let body = serde_json::to_string(body)
-            .map_err(|e| ApiError::internal(format!("encoding an internal request: {e}")))?;
-        headers.set("content-type", "application/json")?;
-        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    }
-    init.with_method(method).with_headers(headers);
-    Ok(Request::new_with_init(
-        &format!("https://{host}{path}"),
-        &init,
-    )?)
-}
-
-/// A path segment, percent-encoded for an internal URL.
-fn segment(text: &str) -> String {
-    String::from(js_sys::encode_uri_component(text))
-}
-
-/// The tenant's runner hub.
+/// The tenant's runner hub (`RunnerHub`, one per tenant).
 pub(crate) fn hub(env: &Env, tenant: &str) -> ApiResult<Stub> {
+    named_stub(env, "RUNNERS", tenant)
+}
+
+/// The tenant's token registry (`TokenRegistry`, one per tenant).
+pub(crate) fn token_registry(env: &Env, tenant: &str) -> ApiResult<Stub> {
+    named_stub(env, "TOKENS", tenant)
+}
+
+fn named_stub(env: &Env, binding: &str, name: &str) -> ApiResult<Stub> {
     Ok(env
-        .durable_object("RUNNERS")?
-        .id_from_name(tenant)?
+        .durable_object(binding)?
+        .id_from_name(name)?
         .get_stub()?)
-}
-
-/// `POST` a typed body to the tenant's hub and decode the typed answer.
-pub(crate) async fn hub_post<B: Serialize, T: DeserializeOwned>(
-    env: &Env,
-    tenant: &str,
-    sub: &str,
-    path: &str,
-    body: &B,
-) -> ApiResult<T> {
-    let request = post_request("hub", path, tenant, sub, body)?;
-    send(&hub(env, tenant)?, request).await
-}
-
-/// The hub's `POST /call`: sends `message` to `owner`'s runner `runner` and waits for its
-/// answer (`None` for `cancel`).
-pub(crate) async fn runner_call(
-    env: &Env,
-    tenant: &str,
-    sub: &str,
-    runner: &str,
-    owner: &str,
-    message: &ServerMessage,
-    timeout_ms: Option<u64>,
-) -> ApiResult<RunnerCallResponse> {
-    let request = RunnerCallRequest {
-        runner: runner.to_string(),
-        owner: owner.to_string(),
-        message: message.clone(),
-        timeout_ms,
-    };
-    hub_post(env, tenant, sub, "/call", &request).await
-}
-
-/// The runner hub's routes for people (`/v1/runners`, `/v1/environments`), as typed calls on
-/// behalf of a verified identity. The hub applies the authority rules; errors keep its code.
-pub(crate) mod hub_api {
-    use worker::{Env, Headers, Method, Request, RequestInit, Response};
-    use wuhu_core::wire::{
-        CreateEnvironmentRequest, EnvironmentDefinition, ListEnvironmentsResponse,
-        ListRunnersResponse, UpdateEnvironmentRequest,
-    };
-
-    use super::{expect_empty, expect_ok, hub, request_as, segment};
-    use crate::http::{ApiError, ApiResult};
-    use crate::identity::Identity;
-
-    /// No body.
-    const NONE: Option<&()> = None;
-
-    async fn fetch(env: &Env, who: &Identity, request: Request) -> ApiResult<Response> {
-        hub(env, &who.tenant)?
-            .fetch_with_request(request)
-            .await
-            .map_err(|e| ApiError::new(503, super::UNREACHABLE, format!("no answer: {e}")))
-    }
-
-    /// Hands a runner's WebSocket upgrade (`GET /v1/runners/connect`) to its tenant's hub, with
-    /// the runner's verified identity; the client's own `x-wuhu-*` and `authorization` headers
-    /// are dropped. The answer (`101` with the socket, or an error) is passed through as is.
-    /// `jti` is the runner token's, when it is revocable: the hub keeps it with the socket and
-    /// closes the socket when the token is revoked.
-    pub(crate) async fn connect(
-        env: &Env,
-        who: &Identity,
-        req: &Request,
-        jti: Option<&str>,
-    ) -> ApiResult<Response> {
-        let headers = Headers::new();
-        for (name, value) in req.headers().entries() {
-            if name != "authorization" && !name.starts_with("x-wuhu-") {
-                headers.set(&name, &value)?;
-            }
-        }
-        who.set_headers(&headers)?;
-        if let Some(jti) = jti {
-            headers.set(crate::identity::JTI_HEADER, jti)?;
-        }
-        let mut init = RequestInit::new();
-        init.with_method(Method::Get).with_headers(headers);
-        let internal = Request::new_with_init("https://hub/connect", &init)?;
-        fetch(env, who, internal).await
-    }
-
-    /// `GET /v1/runners`.
-    pub(crate) async fn list_runners(env: &Env, who: &Identity) -> ApiResult<ListRunnersResponse> {
-        let request = request_as("hub", Method::Get, "/runners", who, NONE)?;
-        expect_ok(fetch(env, who, request).await?).await
-    }
-
-    /// `DELETE /v1/runners/:owner/:name`.
-    pub(crate) async fn free_runner(
-        env: &Env,
-        who: &Identity,
-        owner: &str,
-        name: &str,
-    ) -> ApiResult<()> {
-        let path = format!("/runners/{}/{}", segment(owner), segment(name));
-        let request = request_as("hub", Method::Delete, &path, who, NONE)?;
-        expect_empty(fetch(env, who, request).await?).await
-    }
-
-    /// `GET /v1/environments`.
-    pub(crate) async fn list_environments(
-        env: &Env,
-        who: &Identity,
-    ) -> ApiResult<ListEnvironmentsResponse> {
-        let request = request_as("hub", Method::Get, "/environments", who, NONE)?;
-        expect_ok(fetch(env, who, request).await?).await
-    }
-
-    /// `POST /v1/environments`.
-    pub(crate) async fn create_environment(
-        env: &Env,
-        who: &Identity,
-        body: &CreateEnvironmentRequest,
-    ) -> ApiResult<EnvironmentDefinition> {
-        let request = request_as("hub", Method::Post, "/environments", who, Some(body))?;
-        expect_ok(fetch(env, who, request).await?).await
-    }
-
-    /// `GET /v1/environments/:idOrName`.
-    pub(crate) async fn environment(
-        env: &Env,
-        who: &Identity,
-        key: &str,
-    ) -> ApiResult<EnvironmentDefinition> {
-        let path = format!("/environments/{}", segment(key));
-        let request = request_as("hub", Method::Get, &path, who, NONE)?;
-        expect_ok(fetch(env, who, request).await?).await
-    }
-
-    /// `PATCH /v1/environments/:idOrName`.
-    pub(crate) async fn update_environment(
-        env: &Env,
-        who: &Identity,
-        key: &str,
-        body: &UpdateEnvironmentRequest,
-    ) -> ApiResult<EnvironmentDefinition> {
-        let path = format!("/environments/{}", segment(key));
-        let request = request_as("hub", Method::Patch, &path, who, Some(body))?;
-        expect_ok(fetch(env, who, request).await?).await
-    }
-
-    /// `DELETE /v1/environments/:idOrName`.
-    pub(crate) async fn delete_environment(env: &Env, who: &Identity, key: &str) -> ApiResult<()> {
-        let path = format!("/environments/{}", segment(key));
-        let request = request_as("hub", Method::Delete, &path, who, NONE)?;
-        expect_empty(fetch(env, who, request).await?).await
-    }
 }

@@ -202,9 +202,10 @@ impl JsHost<'_> {
                     .unwrap_or(20)
                     .clamp(1, 100) as u32;
                 let before = arg.get("before").and_then(Value::as_str);
-                let page = tenant_index::list(&ctx.env, &ctx.viewer(), limit, before, None)
-                    .await
-                    .map_err(|e| e.message)?;
+                let page =
+                    tenant_index::list_for(&ctx.env, &ctx.tenant, ctx.readers(), limit, before)
+                        .await
+                        .map_err(|e| e.message)?;
                 serde_json::to_value(page).map_err(|e| e.to_string())
             }
             "sessions.get" => {
@@ -215,9 +216,16 @@ impl JsHost<'_> {
                     .and_then(Value::as_u64)
                     .unwrap_or(200)
                     .clamp(1, 1000);
-                let page = session_client::transcript(&ctx.env, &ctx.viewer(), &id, since, limit)
-                    .await
-                    .map_err(|e| e.message)?;
+                let page = session_client::read_for(
+                    &ctx.env,
+                    &ctx.tenant,
+                    ctx.readers(),
+                    &id,
+                    since,
+                    limit,
+                )
+                .await
+                .map_err(|e| e.message)?;
                 serde_json::to_value(page).map_err(|e| e.to_string())
             }
             "workspace.read" => {

@@ -1,10 +1,14 @@
 //! # wuhu-worker
 //!
-//! The Cloudflare host of Wuhu. The fetch handler authenticates and routes; two Durable Object
-//! classes hold state: [`session_actor::SessionActor`] (one per session: transcript, lanes, the
-//! agent loop) and [`tenant_index::TenantIndex`] (one per tenant: the session list). Session
-//! meaning lives in `wuhu-core`; this crate turns its effects into I/O (SQLite, R2, `fetch`,
-//! alarms, SSE, WebSockets).
+//! The Cloudflare host of Wuhu. The fetch handler authenticates and routes; five Durable
+//! Object classes hold state: [`session_actor::SessionActor`] (one per session: transcript,
+//! lanes, the agent loop), [`tenant_index::TenantIndex`] (one per tenant: the session list, the
+//! concurrency gate, usage and budgets, settings holders), [`runner_hub::RunnerHub`] (one per
+//! tenant: runners and environment definitions), [`token_registry::TokenRegistry`] (one per
+//! tenant: revocable credentials) and [`channels::ChannelActor`] (one registry per tenant, one
+//! per chat binding). They talk only through typed calls (`wuhu_core::calls`, sent by
+//! [`internal`]). Session meaning lives in `wuhu-core`; this crate turns its effects into I/O
+//! (SQLite, R2, `fetch`, alarms, SSE, WebSockets).
 
 mod access;
 mod auth;
@@ -33,17 +37,19 @@ mod tool_context;
 mod webcrypto;
 mod workspace_io;
 
-use worker::{Context, Env, Headers, Method, Request, RequestInit, Response, event};
+use worker::{Context, Env, Headers, Method, Request, Response, event};
+use wuhu_core::authority::WorkspaceWriter;
+use wuhu_core::calls::hub::HubCall;
+use wuhu_core::calls::index::IndexCall;
+use wuhu_core::calls::session::{Deleted, GlobalContext, Needs, SessionCall, SessionInit};
+use wuhu_core::calls::{self, Method as CallMethod};
 use wuhu_core::llm::{self, anthropic, fake, openai};
-use wuhu_core::wire::{CreateSessionRequest, ListSessionsResponse, OkResponse};
+use wuhu_core::wire::{CreateSessionRequest, OkResponse};
 
 use crate::auth::{Authenticated, Identity, TokenKind, authenticate};
 use crate::http::{
     ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
 };
-use crate::identity::JTI_HEADER;
-use crate::internal::hub_api;
-use wuhu_core::authority::WorkspaceWriter;
 
 pub use channels::ChannelActor;
 pub use runner_hub::RunnerHub;
@@ -140,88 +146,30 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     let authenticated = authenticate(&req, &env, TokenKind::User).await?;
     let identity = authenticated.identity.clone();
     *caller = Some(identity.clone());
+    let call_method = call_method(&method);
     match (segments.as_slice(), method) {
         (["v1", "tokens" | "auth", ..], method) => {
             signin::route(&mut req, &env, &authenticated, &segments[1..], method).await
         }
-        (["v1", "runners"], Method::Get) => Ok(json_response(
-            200,
-            &hub_api::list_runners(&env, &identity).await?,
-        )),
-        (["v1", "runners", owner, name], Method::Delete) => {
-            let (owner, name) = (decode_segment(owner)?, decode_segment(name)?);
-            hub_api::free_runner(&env, &identity, &owner, &name).await?;
-            Ok(Response::empty()?.with_status(204))
+        (["v1", "runners" | "environments", ..], _) => {
+            let route = decode_segments(&segments[1..])?;
+            let route: Vec<&str> = route.iter().map(String::as_str).collect();
+            let body = read_body_for(&mut req, call_method).await?;
+            let call = calls::hub::decode_public(call_method, &route, &body)
+                .map_err(internal::call_error)?;
+            hub_route(&env, &identity, call).await
         }
-        (["v1", "environments"], Method::Get) => Ok(json_response(
-            200,
-            &hub_api::list_environments(&env, &identity).await?,
-        )),
-        (["v1", "environments"], Method::Post) => {
-            let body = parse_json(&read_body(&mut req).await?)?;
-            let created = hub_api::create_environment(&env, &identity, &body).await?;
-            Ok(json_response(201, &created))
-        }
-        (["v1", "environments", key], Method::Get) => {
-            let key = decode_segment(key)?;
-            let found = hub_api::environment(&env, &identity, &key).await?;
-            Ok(json_response(200, &found))
-        }
-        (["v1", "environments", key], Method::Patch) => {
-            let key = decode_segment(key)?;
-            let body = parse_json(&read_body(&mut req).await?)?;
-            let updated = hub_api::update_environment(&env, &identity, &key, &body).await?;
-            Ok(json_response(200, &updated))
-        }
-        (["v1", "environments", key], Method::Delete) => {
-            let key = decode_segment(key)?;
-            hub_api::delete_environment(&env, &identity, &key).await?;
-            Ok(Response::empty()?.with_status(204))
-        }
-        (
-            ["v1", "runners"]
-            | ["v1", "runners", _, _]
-            | ["v1", "environments"]
-            | ["v1", "environments", _],
-            _,
-        ) => Err(method_not_allowed()),
-        (["v1", "sessions", id, "approvals", approval_id], Method::Post) => {
-            let query = format!("id={approval_id}");
-            let stub = session_client::stub(&env, &identity.tenant, id)?;
-            let body = String::from_utf8_lossy(&read_body(&mut req).await?).into_owned();
-            let internal = internal_request(
-                "approval",
-                &query,
-                Method::Post,
-                Some(body),
-                &identity,
-                None,
-                None,
-            )?;
-            Ok(stub.fetch_with_request(internal).await?)
-        }
-        (["v1", "sessions", _, "approvals", _], _) => Err(method_not_allowed()),
         (["v1", "blobs", id], Method::Get) => {
             blob_store::get_route(&req, &env, &identity, id).await
         }
         (["v1", "blobs", _], _) => Err(method_not_allowed()),
-        (["v1", "usage"], Method::Get) => {
-            let query = req
-                .url()
-                .ok()
-                .and_then(|u| u.query().map(str::to_string))
-                .unwrap_or_default();
-            tenant_index::usage(&env, &identity, &query).await
+        (["v1", route @ ("usage" | "budget")], _) => {
+            let body = read_body_for(&mut req, call_method).await?;
+            let call =
+                calls::index::decode_public(call_method, &[*route], &query_pairs(&req), &body)
+                    .map_err(internal::call_error)?;
+            index_route(&env, &identity, call).await
         }
-        (["v1", "usage"], _) => Err(method_not_allowed()),
-        (["v1", "budget"], Method::Get) => {
-            tenant_index::budget_route(&env, &identity, Method::Get, None).await
-        }
-        (["v1", "budget"], Method::Put) => {
-            let body = String::from_utf8_lossy(&read_body(&mut req).await?).into_owned();
-            tenant_index::budget_route(&env, &identity, Method::Put, Some(body)).await
-        }
-        (["v1", "budget"], _) => Err(method_not_allowed()),
         (["v1", "llm-logs"], Method::Get) => llm_logs::list(&req, &env, &identity).await,
         (["v1", "llm-logs"], _) => Err(method_not_allowed()),
         (["v1", "llm-logs", session, record], Method::Get) => {
@@ -229,55 +177,21 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
         }
         (["v1", "llm-logs", _, _], _) => Err(method_not_allowed()),
         (["v1", "sessions"], Method::Post) => create_session(&mut req, &env, &identity).await,
-        (["v1", "sessions"], Method::Get) => list_sessions(&req, &env, &identity).await,
-        (["v1", "sessions"], _) => Err(method_not_allowed()),
-        (["v1", "sessions", id], Method::Get) => {
-            forward(&mut req, &env, &identity, id, "transcript", Method::Get).await
+        (["v1", "sessions"], _) => {
+            let call =
+                calls::index::decode_public(call_method, &["sessions"], &query_pairs(&req), &[])
+                    .map_err(internal::call_error)?;
+            index_route(&env, &identity, call).await
         }
         (["v1", "sessions", id, "fork"], Method::Post) => {
             fork_session(&mut req, &env, &identity, id).await
         }
         (["v1", "sessions", _, "fork"], _) => Err(method_not_allowed()),
-        (["v1", "sessions", id], Method::Delete) => {
-            forward(&mut req, &env, &identity, id, "delete", Method::Delete).await
+        (["v1", "sessions", id, rest @ ..], _) => {
+            session_route(&mut req, &env, &authenticated, id, rest, call_method).await
         }
-        (["v1", "sessions", id], Method::Patch) => {
-            forward(&mut req, &env, &identity, id, "title", Method::Post).await
-        }
-        (
-            [
-                "v1",
-                "sessions",
-                id,
-                action @ ("enqueue" | "cancel" | "stop" | "compact"),
-            ],
-            Method::Post,
-        ) => forward(&mut req, &env, &identity, id, action, Method::Post).await,
-        // The stream carries its credential's `jti` so it can end when that is revoked.
-        (["v1", "sessions", id, "follow"], Method::Get) => {
-            let jti = authenticated.jti.as_deref();
-            forward_with(&mut req, &env, &identity, id, "follow", Method::Get, jti).await
-        }
-        // A client WebSocket: the same authentication as `follow` (the upgrade passed the
-        // cross-site check above), handed to the session's actor, which accepts it.
-        (["v1", "sessions", id, "socket"], Method::Get) => {
-            connect_session_socket(&req, &env, &authenticated, id).await
-        }
-        (["v1", "sessions", id, action @ ("stats" | "usage")], Method::Get) => {
-            forward(&mut req, &env, &identity, id, action, Method::Get).await
-        }
-        (["v1", "sessions", _], _)
-        | (
-            [
-                "v1",
-                "sessions",
-                _,
-                "enqueue" | "cancel" | "stop" | "compact" | "follow" | "socket" | "stats" | "usage",
-            ],
-            _,
-        ) => Err(method_not_allowed()),
-        (["v1", "channels", ..], method) => {
-            channels::api(&mut req, &env, &identity, &segments, method).await
+        (["v1", "channels", ..], _) => {
+            channels::api(&mut req, &env, &identity, &segments[1..], call_method).await
         }
         (["v1", "workspace", "docs"], Method::Get) => list_docs(&req, &env, &identity).await,
         (["v1", "workspace", "docs", rest @ ..], method) if !rest.is_empty() => {
@@ -286,6 +200,112 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
         (["v1", "workspace", "docs"], _) => Err(method_not_allowed()),
         _ => Err(ApiError::not_found("no such route")),
     }
+}
+
+/// The method as the public routes' decoders see it (`HEAD` is not a method of any).
+fn call_method(method: &Method) -> CallMethod {
+    match method {
+        Method::Get => CallMethod::Get,
+        Method::Post => CallMethod::Post,
+        Method::Put => CallMethod::Put,
+        Method::Patch => CallMethod::Patch,
+        Method::Delete => CallMethod::Delete,
+        _ => CallMethod::Other,
+    }
+}
+
+/// The body of a method that has one (empty for the others).
+async fn read_body_for(req: &mut Request, method: CallMethod) -> ApiResult<Vec<u8>> {
+    match method {
+        CallMethod::Post | CallMethod::Put | CallMethod::Patch => read_body(req).await,
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// `/v1/sessions/:id[/...]`: decoded and validated here, answered by the session's actor.
+async fn session_route(
+    req: &mut Request,
+    env: &Env,
+    authenticated: &Authenticated,
+    id: &str,
+    rest: &[&str],
+    method: CallMethod,
+) -> ApiResult<Response> {
+    let who = &authenticated.identity;
+    let stub = session_client::stub(env, &who.tenant, id)?;
+    let body = read_body_for(req, method).await?;
+    let last_event_id = req.headers().get("last-event-id").ok().flatten();
+    let rest = decode_segments(rest)?;
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let call = calls::session::decode_public(
+        method,
+        &rest,
+        &query_pairs(req),
+        &body,
+        last_event_id.as_deref(),
+        authenticated.jti.as_deref(),
+    )
+    .map_err(internal::call_error)?;
+    match call {
+        // The stream carries its credential's `jti` so it can end when that is revoked.
+        SessionCall::Follow(c) => internal::stream(&stub, who, &c).await,
+        // A client WebSocket: the same authentication as `follow` (the upgrade passed the
+        // cross-site check above), handed to the session's actor, which accepts it.
+        SessionCall::Socket(c) => {
+            http::require_websocket_upgrade(req)?;
+            internal::upgrade(&stub, who, req, &c).await
+        }
+        SessionCall::Delete(c) => match internal::call(&stub, who, &c).await? {
+            Deleted::Finished => Ok(Response::empty()?.with_status(204)),
+            Deleted::Continuing => Ok(Response::empty()?.with_status(202)),
+            Deleted::HasForks { forks, count } => Ok(json_response(
+                409,
+                &serde_json::json!({
+                    "error": {
+                        "code": "has_forks",
+                        "message": format!(
+                            "{count} fork(s) read this session's history: delete them first ({})",
+                            forks.join(", ")
+                        ),
+                        "forks": forks,
+                        "count": count,
+                    }
+                }),
+            )),
+        },
+        // Calls between actors are never decoded from a client's request (core's table tests);
+        // should one be, it is not sent.
+        call if call.needs() == Needs::Internal => Err(ApiError::not_found("no such route")),
+        // Every other public call answers as the actor answers.
+        call => internal::relay_any(&stub, who, &call).await,
+    }
+}
+
+/// A hub call of a person (`/v1/runners`, `/v1/environments`).
+async fn hub_route(env: &Env, who: &Identity, call: HubCall) -> ApiResult<Response> {
+    let stub = internal::hub(env, &who.tenant)?;
+    match call {
+        HubCall::FreeRunner(c) => {
+            internal::call(&stub, who, &c).await?;
+            Ok(Response::empty()?.with_status(204))
+        }
+        HubCall::CreateEnvironment(c) => {
+            let created = internal::call(&stub, who, &c).await?;
+            Ok(json_response(201, &created))
+        }
+        HubCall::DeleteEnvironment(c) => {
+            internal::call(&stub, who, &c).await?;
+            Ok(Response::empty()?.with_status(204))
+        }
+        call => internal::relay_any(&stub, who, &call).await,
+    }
+}
+
+/// An index call of a person (`/v1/sessions`, `/v1/usage`, `/v1/budget`).
+async fn index_route(env: &Env, who: &Identity, call: IndexCall) -> ApiResult<Response> {
+    let stub = internal::tenant_index(env, &who.tenant)?;
+    // Every public call of the index answers as the index answers.
+    internal::relay_any(&stub, who, &call).await
 }
 
 async fn list_docs(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
@@ -391,14 +411,18 @@ pub(crate) async fn config_doc(
 }
 
 /// The user's global context document, if they have one.
-async fn global_context(env: &Env, identity: &Identity) -> ApiResult<Option<serde_json::Value>> {
+async fn global_context(env: &Env, identity: &Identity) -> ApiResult<Option<GlobalContext>> {
     let path = format!("users/{}/context.md", identity.sub);
     if wuhu_core::workspace::normalize_doc_path(&path).is_err() {
         return Ok(None); // A sub that is not a valid path segment has no context document.
     }
-    Ok(workspace_io::read(env, &identity.tenant, &path).await?.map(|doc| {
-        serde_json::json!({"path": doc.summary.path, "version": doc.summary.version, "content": doc.content})
-    }))
+    Ok(workspace_io::read(env, &identity.tenant, &path)
+        .await?
+        .map(|doc| GlobalContext {
+            path: doc.summary.path,
+            version: doc.summary.version,
+            content: doc.content,
+        }))
 }
 
 /// Hands a runner's WebSocket upgrade to its tenant's hub, with the token's `jti` (if it has
@@ -410,52 +434,23 @@ async fn connect_runner(
 ) -> ApiResult<Response> {
     let identity = &authenticated.identity;
     http::require_websocket_upgrade(req)?;
-    hub_api::connect(env, identity, req, authenticated.jti.as_deref()).await
-}
-
-/// Hands a client's WebSocket upgrade to the session's actor (`GET /socket`), with the verified
-/// identity and the credential's `jti` (a revocable one is re-checked while the socket is open).
-async fn connect_session_socket(
-    req: &Request,
-    env: &Env,
-    authenticated: &Authenticated,
-    id: &str,
-) -> ApiResult<Response> {
-    http::require_websocket_upgrade(req)?;
-    let identity = &authenticated.identity;
-    let stub = session_client::stub(env, &identity.tenant, id)?;
-    let headers = Headers::new();
-    for (name, value) in req.headers().entries() {
-        if name != "authorization" && name != "cookie" && !name.starts_with("x-wuhu-") {
-            headers.set(&name, &value)?;
-        }
-    }
-    identity.set_headers(&headers)?;
-    if let Some(jti) = &authenticated.jti {
-        headers.set(JTI_HEADER, jti)?;
-    }
-    let query = req
-        .url()
-        .ok()
-        .and_then(|u| u.query().map(str::to_string))
-        .unwrap_or_default();
-    let url = if query.is_empty() {
-        "https://session/socket".to_string()
-    } else {
-        format!("https://session/socket?{query}")
+    let call = calls::hub::Connect {
+        jti: authenticated.jti.clone(),
     };
-    let mut init = RequestInit::new();
-    init.with_method(Method::Get).with_headers(headers);
-    let internal = Request::new_with_init(&url, &init)?;
-    Ok(stub.fetch_with_request(internal).await?)
+    internal::upgrade(&internal::hub(env, &identity.tenant)?, identity, req, &call).await
 }
 
-/// A percent-encoded path segment, decoded.
-fn decode_segment(segment: &str) -> ApiResult<String> {
-    js_sys::decode_uri_component(segment)
-        .ok()
-        .and_then(|v| v.as_string())
-        .ok_or_else(|| ApiError::bad_request("invalid percent-encoding in path"))
+/// Percent-encoded path segments, decoded.
+fn decode_segments(segments: &[&str]) -> ApiResult<Vec<String>> {
+    segments
+        .iter()
+        .map(|segment| {
+            js_sys::decode_uri_component(segment)
+                .ok()
+                .and_then(|v| v.as_string())
+                .ok_or_else(|| ApiError::bad_request("invalid percent-encoding in path"))
+        })
+        .collect()
 }
 
 /// `docs/openapi.json`, generated from the wire types by `wuhu-core`'s test (`core/src/openapi.rs`).
@@ -500,63 +495,24 @@ fn method_not_allowed() -> ApiError {
 
 async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
     let body = read_body(req).await?;
-    let request: CreateSessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateSessionRequest::default()
-    } else {
-        parse_json(&body)?
-    };
-    let provider = request
-        .provider
-        .clone()
-        .unwrap_or_else(|| fake::PROVIDER.to_string());
-    if !llm::PROVIDERS.contains(&provider.as_str()) {
-        return Err(ApiError::bad_request(format!(
-            "unknown provider {provider:?}: use one of {}",
-            llm::PROVIDERS.map(|p| format!("{p:?}")).join(", ")
-        )));
-    }
-    if request
-        .model
-        .as_deref()
-        .is_some_and(|m| m.trim().is_empty() || m.len() > 200)
-    {
-        return Err(ApiError::bad_request("model must be 1 to 200 characters"));
-    }
-    if request
-        .title
-        .as_deref()
-        .is_some_and(|t| t.chars().count() > 200)
-    {
-        return Err(ApiError::bad_request(
-            "title must be at most 200 characters",
-        ));
-    }
-    if let Some(budget) = &request.budget {
-        budget.validate().map_err(ApiError::bad_request)?;
-    }
+    let request: CreateSessionRequest =
+        calls::decode_optional_body(&body).map_err(internal::call_error)?;
+    let valid = request.validate().map_err(ApiError::bad_request)?;
     let id = uuid::Uuid::new_v4().to_string();
-    let init = serde_json::json!({
-        "id": id,
-        "tenant": identity.tenant,
-        "createdBy": identity.sub,
-        "provider": provider,
-        "model": request.model,
-        "systemPrompt": request.system_prompt,
-        "title": request.title,
-        "globalContext": global_context(env, identity).await?,
-        "budget": request.budget,
-    });
+    let init = SessionInit {
+        id: id.clone(),
+        tenant: identity.tenant.clone(),
+        created_by: identity.sub.clone(),
+        provider: valid.provider,
+        model: valid.model,
+        system_prompt: request.system_prompt,
+        title: valid.title,
+        global_context: global_context(env, identity).await?,
+        budget: request.budget,
+    };
     let stub = session_client::stub(env, &identity.tenant, &id)?;
-    let internal = internal_request(
-        "init",
-        "",
-        Method::Post,
-        Some(init.to_string()),
-        identity,
-        None,
-        None,
-    )?;
-    Ok(stub.fetch_with_request(internal).await?)
+    let info = internal::call(&stub, identity, &calls::session::Create(init)).await?;
+    Ok(json_response(201, &info))
 }
 
 /// `POST /v1/sessions/:id/fork`: whoever may read the session (and so create one) forks it.
@@ -572,7 +528,7 @@ async fn fork_session(
     request
         .validate(forked.last_cursor)
         .map_err(ApiError::bad_request)?;
-    let init = session_client::ForkInit {
+    let init = calls::session::ForkInit {
         id: uuid::Uuid::new_v4().to_string(),
         tenant: identity.tenant.clone(),
         created_by: identity.sub.clone(),
@@ -586,100 +542,6 @@ async fn fork_session(
             cursor: request.at_cursor,
         },
     };
-    let info = session_client::fork_init(env, &init).await?;
+    let info = session_client::fork_init(env, identity, init).await?;
     Ok(json_response(201, &info))
-}
-
-async fn list_sessions(req: &Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
-    let pairs = query_pairs(req);
-    let limit = query_u64(&pairs, "limit")?.unwrap_or(50);
-    if limit == 0 || limit > 200 {
-        return Err(ApiError::bad_request("limit must be between 1 and 200"));
-    }
-    let before = query(&pairs, "before").filter(|b| !b.is_empty());
-    let parent = query(&pairs, "parentId").filter(|p| !p.is_empty());
-    let page: ListSessionsResponse = tenant_index::list(
-        env,
-        identity,
-        limit as u32,
-        before.as_deref(),
-        parent.as_deref(),
-    )
-    .await?;
-    Ok(json_response(200, &page))
-}
-
-/// Forwards a request to the session's actor, with the verified identity in headers.
-async fn forward(
-    req: &mut Request,
-    env: &Env,
-    identity: &Identity,
-    id: &str,
-    action: &str,
-    method: Method,
-) -> ApiResult<Response> {
-    forward_with(req, env, identity, id, action, method, None).await
-}
-
-/// [`forward`], also passing the credential's `jti` in [`JTI_HEADER`] (follow streams).
-async fn forward_with(
-    req: &mut Request,
-    env: &Env,
-    identity: &Identity,
-    id: &str,
-    action: &str,
-    method: Method,
-    jti: Option<&str>,
-) -> ApiResult<Response> {
-    let stub = session_client::stub(env, &identity.tenant, id)?;
-    let body = if method == Method::Post {
-        Some(String::from_utf8_lossy(&read_body(req).await?).into_owned())
-    } else {
-        None
-    };
-    // Validate JSON at the edge so bad input never costs an actor wake-up... except an
-    // empty stop or compact body, which is allowed.
-    if let Some(text) = &body
-        && (!matches!(action, "stop" | "compact") || !text.trim().is_empty())
-    {
-        let _: serde_json::Value = parse_json(text.as_bytes())?;
-    }
-    let query = req
-        .url()
-        .ok()
-        .and_then(|u| u.query().map(str::to_string))
-        .unwrap_or_default();
-    let last_event_id = req.headers().get("last-event-id").ok().flatten();
-    let internal = internal_request(action, &query, method, body, identity, last_event_id, jti)?;
-    Ok(stub.fetch_with_request(internal).await?)
-}
-
-fn internal_request(
-    action: &str,
-    query: &str,
-    method: Method,
-    body: Option<String>,
-    identity: &Identity,
-    last_event_id: Option<String>,
-    jti: Option<&str>,
-) -> ApiResult<Request> {
-    let headers = Headers::new();
-    identity.set_headers(&headers)?;
-    if let Some(id) = last_event_id {
-        headers.set("last-event-id", &id)?;
-    }
-    if let Some(jti) = jti {
-        headers.set(JTI_HEADER, jti)?;
-    }
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    if let Some(body) = body {
-        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    }
-    let url = if query.is_empty() {
-        format!("https://session/{action}")
-    } else {
-        format!("https://session/{action}?{query}")
-    };
-    Ok(Request::new_with_init(&url, &init)?)
 }

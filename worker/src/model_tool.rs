@@ -30,7 +30,7 @@ pub(crate) fn set_model(
     };
     if !authority::turn_allows(
         &context.tenant,
-        &context.turn_authors,
+        &context.acting_for,
         facts,
         SessionAction::Prompt,
     ) {

@@ -13,8 +13,9 @@ use wuhu_core::tools::names;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus, Lane, ToolCall, normalize_title};
 
 use crate::environment_tools;
-use crate::session_client::{self, ChildInit, ChildInput, InitRequest};
+use crate::session_client;
 use crate::tool_context::ToolContext;
+use wuhu_core::calls::session::{ChildInit, ChildInput, SessionInit};
 
 /// The largest task or message a child is given.
 const MAX_CONTENT_BYTES: usize = 256 * 1024;
@@ -77,7 +78,7 @@ pub(crate) async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<String
         names::SPAWN_SESSION => {
             let args: SpawnArgs = parse(&call.name, &call.arguments)?;
             let wait = args.wait;
-            let spawned = spawn(ctx, &call.id, args).await?;
+            let spawned = spawn(ctx, "", args).await?;
             let mut text = if wait {
                 render_states(&spawned.states)
             } else {
@@ -120,8 +121,9 @@ pub(crate) async fn js_call(ctx: &ToolContext, name: &str, arg: &Value) -> Resul
         "sessions.spawn" => {
             let args: SpawnArgs = parse("wuhu.sessions.spawn", arg)?;
             let wait = args.wait;
-            let approval_id = format!("js-spawn-{}", uuid::Uuid::new_v4());
-            let spawned = spawn(ctx, &approval_id, args).await?;
+            // A script may spawn several children in one call: each asks its own approvals.
+            let part = format!("js-spawn-{}:", uuid::Uuid::new_v4());
+            let spawned = spawn(ctx, &part, args).await?;
             if wait {
                 Ok(to_json(&spawned.states))
             } else {
@@ -165,8 +167,9 @@ fn check_content(what: &str, text: &str) -> Result<(), String> {
 /// Creates a child. Returns its status (with `wait`: once its first turn settled, or the
 /// timeout passed).
 ///
-/// `approval_id` keys the approval an environment definition with `"approval":"ask"` waits for.
-async fn spawn(ctx: &ToolContext, approval_id: &str, args: SpawnArgs) -> Result<Spawned, String> {
+/// `part` names the approvals this spawn asks among its call's (a definition's
+/// `"approval":"ask"`, an inherited local environment).
+async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned, String> {
     check_content("task", &args.task)?;
     let title = match args.title.as_deref() {
         Some(t) => Some(normalize_title(t).map_err(|e| format!("title: {e}"))?),
@@ -213,10 +216,21 @@ async fn spawn(ctx: &ToolContext, approval_id: &str, args: SpawnArgs) -> Result<
     // its own worktree and branch), not this tool's.
     let (attachments, entries, environment) = match args.environment.as_deref().unwrap_or("none") {
         "none" => (Vec::new(), Vec::new(), None),
-        "inherit" => (ctx.attachments.clone(), Vec::new(), None),
+        // The parent's directories, shared: giving them to a child reaches their machines as
+        // attaching them does, so each is asked as an attach is (nothing is created before
+        // the answers).
+        "inherit" => {
+            for attachment in &ctx.attachments {
+                let share = format!("{part}share:{}", attachment.name());
+                if let Err(e) = environment_tools::approve_share(ctx, &share, attachment).await {
+                    return Err(fail(status, e));
+                }
+            }
+            (ctx.attachments.clone(), Vec::new(), None)
+        }
         spec => {
             let request = environment_tools::AttachRequest {
-                approval_id: &format!("{approval_id}-env"),
+                approval_part: &format!("{part}env"),
                 tool: names::SPAWN_SESSION,
                 session_id: &id,
                 spec,
@@ -238,7 +252,7 @@ async fn spawn(ctx: &ToolContext, approval_id: &str, args: SpawnArgs) -> Result<
             }
         }
     };
-    let init = InitRequest {
+    let init = SessionInit {
         id: id.clone(),
         tenant: ctx.tenant.clone(),
         created_by: ctx.owner.clone(),
@@ -251,15 +265,17 @@ async fn spawn(ctx: &ToolContext, approval_id: &str, args: SpawnArgs) -> Result<
         title,
         global_context: None,
         budget: None,
-        child: Some(ChildInit {
-            lineage,
-            access: ctx.parent_session.access,
-            attachments,
-            task: args.task,
-            entries,
-        }),
     };
-    match session_client::init_child(&ctx.env, &init).await {
+    let child = ChildInit {
+        lineage,
+        access: ctx.parent_session.access,
+        attachments,
+        task: args.task,
+        entries,
+        // Authority travels: the child's task acts for whom this turn acts for.
+        acting_for: ctx.acting_for.clone(),
+    };
+    match session_client::init_child(&ctx.env, init, child).await {
         Ok(created) => {
             status.lifecycle = created.admission.lifecycle;
             status.cursor = created.admission.cursor;
@@ -314,8 +330,9 @@ async fn send(ctx: &ToolContext, args: SendArgs) -> Result<ChildStatus, String> 
         content: args.content,
         lane,
         author: ctx.owner.clone(),
+        acting_for: ctx.acting_for.clone(),
     };
-    let admission = session_client::child_input(&ctx.env, &ctx.tenant, &args.id, &input)
+    let admission = session_client::child_input(&ctx.env, &ctx.tenant, &args.id, input)
         .await
         .map_err(|e| format!("Sending to {} failed: {}", args.id, e.message))?;
     status.lifecycle = admission.lifecycle;
@@ -361,7 +378,7 @@ async fn wait(
 
 async fn stop(ctx: &ToolContext, id: &str) -> Result<(), String> {
     target(ctx, id)?;
-    session_client::stop(&ctx.env, &ctx.viewer(), id)
+    session_client::stop(&ctx.env, &ctx.owner_identity(), id)
         .await
         .map(|_| ())
         .map_err(|e| format!("Stopping {id} failed: {}", e.message))

@@ -1,28 +1,19 @@
-//! Calls from a session actor to its tenant's `RunnerHub` (through [`crate::internal`]).
+//! Calls from a session actor to its tenant's `RunnerHub` (`wuhu_core::calls::hub`).
 
-use serde::Deserialize;
 use worker::Env;
+use wuhu_core::calls::hub::{CallRunner, Resolve};
 use wuhu_core::jobs::JobRecord;
 use wuhu_core::wire::runner::{
     EnvironmentContext, EnvironmentKind, RunnerMessage, ServerMessage, Snapshot,
 };
-use wuhu_core::wire::{ResolveEnvironmentRequest, RunnerPreference};
+use wuhu_core::wire::{
+    ResolveEnvironmentRequest, ResolveEnvironmentResponse, RunnerCallRequest, RunnerCallResponse,
+    RunnerPreference,
+};
 
 use crate::http::{ApiError, ApiResult};
+use crate::identity::Identity;
 use crate::internal;
-
-/// What `/resolve` found for a spec.
-#[derive(Deserialize, Clone, Debug)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Resolved {
-    pub(crate) spec: wuhu_core::wire::runner::EnvironmentSpec,
-    pub(crate) runner: String,
-    pub(crate) runner_owner: String,
-    pub(crate) runner_kind: wuhu_core::wire::runner::RunnerKind,
-    pub(crate) approval: wuhu_core::wire::ApprovalPolicy,
-    #[serde(default)]
-    pub(crate) definition_id: Option<String>,
-}
 
 /// Resolves `spec` to an environment and a runner for `sub`'s session.
 pub(crate) async fn resolve(
@@ -33,17 +24,44 @@ pub(crate) async fn resolve(
     spec: &str,
     preference: &str,
     name: Option<&str>,
-) -> ApiResult<Resolved> {
+) -> ApiResult<ResolveEnvironmentResponse> {
     let preference: RunnerPreference =
         serde_json::from_value(serde_json::Value::String(preference.to_string()))
             .map_err(|e| ApiError::bad_request(format!("bad preference: {e}")))?;
-    let request = ResolveEnvironmentRequest {
+    let call = Resolve(ResolveEnvironmentRequest {
         spec: spec.to_string(),
         preference,
         name: name.map(str::to_string),
         session_id: session_id.to_string(),
-    };
-    internal::hub_post(env, tenant, sub, "/resolve", &request).await
+    });
+    internal::call(&internal::hub(env, tenant)?, &acting(tenant, sub), &call).await
+}
+
+/// The identity a session's call to the hub carries: the person the session acts for.
+fn acting(tenant: &str, sub: &str) -> Identity {
+    Identity {
+        sub: sub.to_string(),
+        ..Identity::system(tenant)
+    }
+}
+
+/// Sends `message` to `owner`'s runner `runner` and waits for its answer (`None` for `cancel`).
+async fn runner_call(
+    env: &Env,
+    tenant: &str,
+    sub: &str,
+    runner: &str,
+    owner: &str,
+    message: &ServerMessage,
+    timeout_ms: Option<u64>,
+) -> ApiResult<RunnerCallResponse> {
+    let call = CallRunner(RunnerCallRequest {
+        runner: runner.to_string(),
+        owner: owner.to_string(),
+        message: message.clone(),
+        timeout_ms,
+    });
+    internal::call(&internal::hub(env, tenant)?, &acting(tenant, sub), &call).await
 }
 
 /// Sends `message` to a runner and waits for its answer. Returns the runner's connection epoch
@@ -57,13 +75,12 @@ pub(crate) async fn call(
     message: &ServerMessage,
     timeout_ms: u64,
 ) -> ApiResult<(u64, Option<RunnerMessage>)> {
-    let reply =
-        internal::runner_call(env, tenant, sub, runner, owner, message, Some(timeout_ms)).await?;
+    let reply = runner_call(env, tenant, sub, runner, owner, message, Some(timeout_ms)).await?;
     Ok((reply.epoch, reply.response))
 }
 
 /// Asks the runner to stop tool call `id` (it kills the command's process group). The hub
-/// forwards it even when no `/call` waits for that id (after a restart of the session or the
+/// forwards it even when no call waits for that id (after a restart of the session or the
 /// hub), and a runner that does not know the id ignores it.
 pub(crate) async fn cancel(
     env: &Env,
@@ -74,7 +91,7 @@ pub(crate) async fn cancel(
     id: &str,
 ) -> ApiResult<()> {
     let message = ServerMessage::Cancel { id: id.to_string() };
-    internal::runner_call(env, tenant, sub, runner, owner, &message, None)
+    runner_call(env, tenant, sub, runner, owner, &message, None)
         .await
         .map(|_| ())
 }

@@ -3,29 +3,22 @@
 //! in SQLite, resolves `request_environment` specs, and routes requests from session actors to
 //! runners and their answers back.
 //!
-//! Internal routes (every request carries `x-wuhu-tenant` and `x-wuhu-sub`, already verified):
-//! * `GET /connect`: WebSocket upgrade from a runner (`x-wuhu-sub` is the runner's owner).
-//! * `GET /runners`: [`wuhu_core::wire::ListRunnersResponse`].
-//! * `DELETE /runners/:owner/:name`: frees a runner name (204; 403, 404).
-//! * `GET|POST /environments`, `GET|PATCH|DELETE /environments/:idOrName`: definitions.
-//! * `POST /resolve`: [`wuhu_core::wire::ResolveEnvironmentRequest`] →
-//!   [`wuhu_core::wire::ResolveEnvironmentResponse`].
-//! * `POST /call`: [`RunnerCallRequest`] → [`wuhu_core::wire::RunnerCallResponse`]; 503
-//!   `runner_not_connected`, 502 `runner_disconnected`, 504 `timeout`.
-//! * `POST /revoked` `{"jti"}`: from the token registry when a runner token is revoked; closes
-//!   the sockets that connected with it → `{"closed": n}`.
-//! * `POST /discard`: [`wuhu_core::wire::runner::DiscardWorkspacesRequest`] from a session's
-//!   deletion → [`wuhu_core::wire::runner::DiscardWorkspacesResponse`]: pending discards of its
-//!   workspaces, sent to the runners that hosted them now or when they connect (`discards`).
+//! Its calls are `wuhu_core::calls::hub::HubCall` (every one carries the caller's verified
+//! identity): a runner's WebSocket (`Connect`, the identity is the runner's owner), the runner
+//! list and freeing a name, environment definitions, `Resolve` (`request_environment`),
+//! `CallRunner` (a request to a runner, answered with the runner's answer; 503
+//! `runner_not_connected`, 502 `runner_disconnected`, 504 `timeout`), `Revoked` (from the token
+//! registry: sockets of a revoked runner token close), `Discard` (a deleted session's
+//! workspaces, sent to the runners that hosted them now or when they connect: `discards`).
 //!
-//! A runner's `job_finished_v1` event goes on to the session it names (`POST /job_event` on
+//! A runner's `job_finished_v1` event goes on to the session it names (`JobEnded` on
 //! the session actor, with the runner's name and owner; the session heeds only jobs it started
 //! on that runner).
 //!
 //! By job: `sockets` (accepting runners, `hello`, frames, the liveness sweep), `socket_state`
 //! (the per-socket attachment and sending a frame, below `sockets` and `discards`, which
-//! both use it), `discards` (pending discards of deleted sessions' workspaces), `waiters` (`/call`s waiting for an answer), `calls` (`/call`), `definitions`
-//! (listings, definitions, `/resolve`), `store` (SQLite). The rules they apply are
+//! both use it), `discards` (pending discards of deleted sessions' workspaces), `waiters` (`CallRunner` calls waiting for an answer), `calls` (`CallRunner`), `definitions`
+//! (listings, definitions, `Resolve`), `store` (SQLite). The rules they apply are
 //! `wuhu_core::hub`'s and `wuhu_core::resolve`'s. Heartbeats are answered by the runtime's
 //! auto-response (the hub does not wake for them); liveness reads the auto-response timestamp.
 
@@ -38,14 +31,16 @@ mod store;
 mod waiters;
 
 use worker::{
-    DurableObject, Env, Method, Request, Response, SqlStorage, State, WebSocket,
-    WebSocketIncomingMessage, WebSocketRequestResponsePair, durable_object,
+    DurableObject, Env, Request, Response, SqlStorage, State, WebSocket, WebSocketIncomingMessage,
+    WebSocketRequestResponsePair, durable_object,
 };
-use wuhu_core::wire::RunnerCallRequest;
+use wuhu_core::calls::Empty;
+use wuhu_core::calls::hub::{Closed, HubCall};
 use wuhu_core::wire::runner::{HEARTBEAT_ACK_FRAME, HEARTBEAT_FRAME};
 
 use crate::auth::Identity;
-use crate::http::{ApiError, ApiResult, parse_json, read_body};
+use crate::http::ApiResult;
+use crate::internal::{self, reply};
 use sockets::Sockets;
 use waiters::Waiters;
 
@@ -115,15 +110,6 @@ impl DurableObject for RunnerHub {
     }
 }
 
-fn header(req: &Request, name: &str) -> ApiResult<String> {
-    req.headers()
-        .get(name)
-        .ok()
-        .flatten()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| ApiError::bad_request(format!("missing {name} header")))
-}
-
 impl RunnerHub {
     fn sockets(&self) -> Sockets<'_> {
         Sockets {
@@ -135,90 +121,48 @@ impl RunnerHub {
     }
 
     async fn route(&self, mut req: Request) -> ApiResult<Response> {
-        let path = req.path();
-        let method = req.method();
-        let sub = header(&req, "x-wuhu-sub")?;
+        let (name, body) = internal::call_parts(&mut req).await?;
+        let call = HubCall::decode(&name, &body).map_err(internal::call_error)?;
         // Set by the router or a session actor from a verified token; a missing role is member.
-        let who = Identity::from_headers(&req)?.principal();
+        let identity = Identity::from_headers(&req)?;
+        let sub = identity.sub.as_str();
+        let who = identity.principal();
         let sockets = self.sockets();
-        match (method, path.as_str()) {
-            (Method::Get, "/connect") => sockets.accept(&req, &sub).await,
-            (Method::Get, "/runners") => definitions::list_runners(&sockets),
-            (Method::Delete, p) if p.starts_with("/runners/") => {
-                let rest: Vec<String> = p["/runners/".len()..].split('/').map(decode).collect();
-                match rest.as_slice() {
-                    [owner, name] => sockets.free(&who, owner, name),
-                    _ => Err(ApiError::not_found("no such route")),
-                }
+        match call {
+            HubCall::Connect(c) => sockets.accept(&req, sub, c.jti).await,
+            HubCall::ListRunners(c) => Ok(reply(&c, &definitions::list_runners(&sockets)?)),
+            HubCall::FreeRunner(c) => {
+                sockets.free(&who, &c.owner, &c.name)?;
+                Ok(reply(&c, &Empty))
             }
-            (Method::Get, "/environments") => definitions::list(&self.sql),
-            (Method::Post, "/environments") => {
-                let body = read_body(&mut req).await?;
-                definitions::create(&sockets, &who, &body)
+            HubCall::ListEnvironments(c) => Ok(reply(&c, &definitions::list(&self.sql)?)),
+            HubCall::CreateEnvironment(c) => {
+                let created = definitions::create(&sockets, &who, c.0.clone())?;
+                Ok(reply(&c, &created))
             }
-            (method, p) if p.starts_with("/environments/") => {
-                let key = decode(&p["/environments/".len()..]);
-                match method {
-                    Method::Get => Ok(crate::http::json_response(
-                        200,
-                        &definitions::find(&self.sql, &key)?,
-                    )),
-                    Method::Patch => {
-                        let body = read_body(&mut req).await?;
-                        definitions::update(&sockets, &who, &key, &body)
-                    }
-                    Method::Delete => definitions::delete(&self.sql, &who, &key),
-                    _ => Err(method_not_allowed()),
-                }
+            HubCall::GetEnvironment(c) => Ok(reply(&c, &definitions::find(&self.sql, &c.key)?)),
+            HubCall::UpdateEnvironment(c) => {
+                let updated = definitions::update(&sockets, &who, &c.key, c.request.clone())?;
+                Ok(reply(&c, &updated))
             }
-            (Method::Post, "/resolve") => {
-                let body = read_body(&mut req).await?;
-                definitions::resolve(&sockets, &sub, &body)
+            HubCall::DeleteEnvironment(c) => {
+                definitions::delete(&self.sql, &who, &c.key)?;
+                Ok(reply(&c, &Empty))
             }
-            (Method::Post, "/call") => {
-                let body = read_body(&mut req).await?;
-                let request: RunnerCallRequest = parse_json(&body)?;
-                calls::call(&sockets, &sub, request).await
+            HubCall::Resolve(c) => Ok(reply(&c, &definitions::resolve(&sockets, sub, &c.0)?)),
+            HubCall::CallRunner(c) => {
+                let answer = calls::call(&sockets, sub, c.0.clone()).await?;
+                Ok(reply(&c, &answer))
             }
-            (Method::Post, "/discard") => {
-                let body = read_body(&mut req).await?;
-                discards::discard(sockets.sql, |owner, name| sockets.find(owner, name), &body)
+            HubCall::Discard(c) => {
+                let answer =
+                    discards::discard(sockets.sql, |owner, name| sockets.find(owner, name), &c.0)?;
+                Ok(reply(&c, &answer))
             }
-            (Method::Post, "/revoked") => {
-                #[derive(serde::Deserialize)]
-                struct Revoked {
-                    jti: String,
-                }
-                let body = read_body(&mut req).await?;
-                let revoked: Revoked = parse_json(&body)?;
-                let closed = sockets.revoked(&revoked.jti);
-                Ok(crate::http::json_response(
-                    200,
-                    &serde_json::json!({ "closed": closed }),
-                ))
+            HubCall::Revoked(c) => {
+                let closed = sockets.revoked(&c.jti);
+                Ok(reply(&c, &Closed { closed }))
             }
-            (
-                _,
-                "/connect" | "/runners" | "/environments" | "/resolve" | "/call" | "/revoked"
-                | "/discard",
-            ) => Err(method_not_allowed()),
-            _ => Err(ApiError::not_found("no such route")),
         }
     }
-}
-
-/// A path segment, percent-decoded (as given when it does not decode).
-fn decode(raw: &str) -> String {
-    js_sys::decode_uri_component(raw)
-        .ok()
-        .and_then(|v| v.as_string())
-        .unwrap_or_else(|| raw.to_string())
-}
-
-fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        405,
-        "method_not_allowed",
-        "method not allowed on this route",
-    )
 }

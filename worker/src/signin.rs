@@ -26,14 +26,18 @@ pub(crate) async fn route(
     match (rest, method) {
         (["tokens"], Method::Post) => mint(req, env, auth).await,
         (["tokens"], Method::Get) => {
-            let query = req
-                .url()
-                .ok()
-                .and_then(|u| u.query().map(str::to_string))
-                .unwrap_or_default();
-            token_registry::list(env, &auth.identity, &query).await
+            let pairs = crate::http::query_pairs(req);
+            let list = wuhu_core::calls::tokens::List {
+                all: crate::http::query(&pairs, "all").is_some_and(|v| v == "1" || v == "true"),
+                sub: crate::http::query(&pairs, "sub").filter(|s| !s.is_empty()),
+            };
+            let tokens = token_registry::list(env, &auth.identity, &list).await?;
+            Ok(json_response(200, &tokens))
         }
-        (["tokens", jti], Method::Delete) => token_registry::revoke(env, &auth.identity, jti).await,
+        (["tokens", jti], Method::Delete) => {
+            let revoked = token_registry::revoke(env, &auth.identity, jti).await?;
+            Ok(json_response(200, &revoked))
+        }
         (["auth", "session"], Method::Post) => create_session(env, auth).await,
         (["auth", "logout"], Method::Post) => logout(env, auth).await,
         (["auth", "me"], Method::Get) => Ok(json_response(
@@ -162,10 +166,7 @@ async fn logout(env: &Env, auth: &Authenticated) -> ApiResult<Response> {
             "no cookie session to end: revoke tokens with DELETE /v1/tokens/:jti (Access: /cdn-cgi/access/logout)",
         ));
     };
-    let revoked = token_registry::revoke(env, &auth.identity, jti).await?;
-    if revoked.status_code() != 200 {
-        return Ok(revoked);
-    }
+    token_registry::revoke(env, &auth.identity, jti).await?;
     with_cookie(
         json_response(200, &OkResponse { ok: true }),
         &session_clear_cookie(),

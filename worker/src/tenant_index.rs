@@ -14,24 +14,27 @@
 //! set by `PUT /budget` is told the same way, decision 0022).
 
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
-use worker::{
-    DurableObject, Env, Method, Request, RequestInit, Response, SqlStorage, State, durable_object,
+use serde::Deserialize;
+use worker::{DurableObject, Env, Request, Response, SqlStorage, State, durable_object};
+use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, ToolReaders, Verdict};
+use wuhu_core::calls::index::{
+    GateAnswer, GateRelease, GateRequest, GetBudget, GetUsage, Held, HoldSettings, Index,
+    IndexCall, List, LlmLogsWritten, Remove, ReportUsage, Tree, Upsert,
 };
-use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
+use wuhu_core::calls::{Call, Empty};
 use wuhu_core::deletion::TreeRow;
 use wuhu_core::llm::models::UsageTotals;
 use wuhu_core::llm::request_log;
 use wuhu_core::orchestration::{Admission, Gate, Limits, Slot};
 use wuhu_core::tenant_config::{SETTINGS_TELL_CONCURRENCY, max_settings_holders};
-use wuhu_core::tenant_usage::{self, HourKey, HourRow, TenantBudget, UsageQuery, UsageReport};
+use wuhu_core::tenant_usage::{
+    self, HourKey, HourRow, TenantBudget, TenantUsage, UsageQuery, UsageReport,
+};
 use wuhu_core::wire::{Budget, ListSessionsResponse, SessionInfo};
 
 use crate::auth::Identity;
-
-use crate::http::{
-    ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
-};
+use crate::http::{ApiError, ApiResult};
+use crate::internal::{self, reply};
 
 #[durable_object]
 pub struct TenantIndex {
@@ -46,19 +49,6 @@ struct ValueRow {
     state: String,
 }
 
-/// The gate's answer to `POST /gate/request`.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-#[serde(tag = "admission", rename_all = "camelCase")]
-pub(crate) enum GateAnswer {
-    Granted,
-    Queued { position: u32, reason: String },
-}
-
-#[derive(Deserialize)]
-struct SettingsHold {
-    session: String,
-}
-
 #[derive(Deserialize)]
 struct HolderRow {
     seq: f64,
@@ -70,11 +60,6 @@ struct CountRow {
     n: f64,
     #[serde(default)]
     mine: Option<f64>,
-}
-
-#[derive(Deserialize)]
-struct ReleaseRequest {
-    child: String,
 }
 
 #[derive(Deserialize)]
@@ -103,17 +88,21 @@ fn every_holder_told(failed: usize, message: impl FnOnce(usize) -> String) -> Ap
 }
 
 fn visible(viewer: &Principal, info: &SessionInfo) -> bool {
+    authority::session_allows(viewer, facts_of(info), SessionAction::Read) == Verdict::Allow
+}
+
+/// A listed session's authority facts (its owner: the first prompter, else its creator).
+fn facts_of(info: &SessionInfo) -> SessionFacts<'_> {
     let owner = if info.owner.is_empty() {
         &info.created_by
     } else {
         &info.owner
     };
-    let facts = SessionFacts {
+    SessionFacts {
         owner,
         created_by: &info.created_by,
         access: info.access,
-    };
-    authority::session_allows(viewer, facts, SessionAction::Read) == Verdict::Allow
+    }
 }
 
 #[derive(Deserialize)]
@@ -121,15 +110,13 @@ struct SeqRow {
     seq: f64,
 }
 
-/// A row of `GET /tree`: a listed session that is a child or a fork.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct TreeSqlRow {
-    #[serde(alias = "id")]
+/// A row of the tree query: a listed session that is a child or a fork.
+#[derive(Deserialize)]
+struct TreeSqlRow {
     id: String,
-    #[serde(default, alias = "parent_id")]
+    #[serde(default)]
     parent_id: Option<String>,
-    #[serde(default, alias = "forked_from")]
+    #[serde(default)]
     forked_from: Option<String>,
 }
 
@@ -395,85 +382,37 @@ impl TenantIndex {
     }
 
     async fn route(&self, mut req: Request) -> ApiResult<Response> {
-        match (req.method(), req.path().as_str()) {
-            (Method::Post, "/gate/request") => {
-                let body = read_body(&mut req).await?;
-                let slot: Slot = parse_json(&body)?;
+        let (name, body) = internal::call_parts(&mut req).await?;
+        let call = IndexCall::decode(&name, &body).map_err(internal::call_error)?;
+        let who = Identity::from_headers(&req)?;
+        match call {
+            IndexCall::GateRequest(c) => Ok(reply(&c, &self.gate_request(&who, c.0.clone())?)),
+            IndexCall::GateRelease(c) => {
                 let mut gate = self.load_gate()?;
-                // Limits may have grown since the last change: whoever fits now runs.
-                let granted = gate.admit(&self.limits);
-                let answer = match gate.request(slot, &self.limits) {
-                    Ok(Admission::Granted) => GateAnswer::Granted,
-                    Ok(Admission::Queued { position, reason }) => {
-                        GateAnswer::Queued { position, reason }
-                    }
-                    Err(full) => return Err(ApiError::new(429, "gate_full", full.to_string())),
-                };
+                let granted = gate.release(&c.child, &self.limits);
                 self.save_gate(&gate)?;
-                if !granted.is_empty() {
-                    let env = self.env.clone();
-                    let tenant = Identity::from_headers(&req)?.tenant;
-                    wasm_bindgen_futures::spawn_local(async move {
-                        crate::session_client::start_granted(&env, &tenant, granted).await;
-                    });
-                }
-                Ok(json_response(200, &answer))
+                Ok(reply(&c, &granted))
             }
-            (Method::Post, "/gate/release") => {
-                let body = read_body(&mut req).await?;
-                let release: ReleaseRequest = parse_json(&body)?;
-                let mut gate = self.load_gate()?;
-                let granted = gate.release(&release.child, &self.limits);
-                self.save_gate(&gate)?;
-                Ok(json_response(200, &granted))
+            IndexCall::Upsert(c) => {
+                self.upsert(&c.info, c.created)?;
+                Ok(reply(&c, &Empty))
             }
-            (Method::Post, "/upsert") => {
-                let created = query(&query_pairs(&req), "created").is_some();
-                let body = read_body(&mut req).await?;
-                let info: SessionInfo = parse_json(&body)?;
-                let json =
-                    serde_json::to_string(&info).map_err(|e| ApiError::internal(e.to_string()))?;
-                if created {
-                    self.sql.exec(
-                        "DELETE FROM deleted_sessions WHERE id = ?",
-                        vec![info.id.clone().into()],
-                    )?;
-                } else {
-                    let deleted: Vec<SeqRow> = self
-                        .sql
-                        .exec(
-                            "SELECT 0 AS seq FROM deleted_sessions WHERE id = ?",
-                            vec![info.id.clone().into()],
-                        )?
-                        .to_array()?;
-                    if !deleted.is_empty() {
-                        return Ok(json_response(200, &serde_json::json!({"ok": true})));
-                    }
-                }
-                self.sql.exec(
-                    "INSERT INTO session_list (id, info) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET info = excluded.info",
-                    vec![info.id.clone().into(), json.into()],
-                )?;
-                Ok(json_response(200, &serde_json::json!({"ok": true})))
-            }
-            (Method::Post, "/remove") => {
-                let body = read_body(&mut req).await?;
-                let remove: ReleaseRequest = parse_json(&body)?;
+            IndexCall::Remove(c) => {
                 self.sql.exec(
                     "INSERT INTO deleted_sessions (id) VALUES (?) ON CONFLICT(id) DO NOTHING",
-                    vec![remove.child.clone().into()],
+                    vec![c.id.clone().into()],
                 )?;
                 self.sql.exec(
                     "DELETE FROM settings_holders WHERE session = ?",
-                    vec![remove.child.clone().into()],
+                    vec![c.id.clone().into()],
                 )?;
                 self.sql.exec(
                     "DELETE FROM session_list WHERE id = ?",
-                    vec![remove.child.into()],
+                    vec![c.id.clone().into()],
                 )?;
-                Ok(json_response(200, &serde_json::json!({"ok": true})))
+                Ok(reply(&c, &Empty))
             }
-            (Method::Get, "/tree") => {
+            IndexCall::Tree(c) => {
                 // Only children and forks matter to the forks rule; the rest is not read.
                 let rows: Vec<TreeSqlRow> = self
                     .sql
@@ -482,149 +421,24 @@ impl TenantIndex {
                         None,
                     )?
                     .to_array()?;
-                Ok(json_response(200, &rows))
+                let rows: Vec<TreeRow> = rows
+                    .into_iter()
+                    .map(|r| TreeRow {
+                        id: r.id,
+                        parent_id: r.parent_id,
+                        forked_from: r.forked_from,
+                    })
+                    .collect();
+                Ok(reply(&c, &rows))
             }
-            (Method::Get, "/list") => {
-                let viewer = Identity::from_headers(&req)?.principal();
-                let pairs = query_pairs(&req);
-                let limit = query_u64(&pairs, "limit")?.unwrap_or(50);
-                if limit == 0 || limit > 200 {
-                    return Err(ApiError::bad_request("limit must be between 1 and 200"));
-                }
-                let parent = query(&pairs, "parentId").filter(|p| !p.is_empty());
-                let mut anchor = match query(&pairs, "before").filter(|b| !b.is_empty()) {
-                    None => i64::MAX,
-                    Some(before) => {
-                        let rows: Vec<SeqRow> = self
-                            .sql
-                            .exec(
-                                "SELECT seq FROM session_list WHERE id = ?",
-                                vec![before.into()],
-                            )?
-                            .to_array()?;
-                        let Some(row) = rows.into_iter().next() else {
-                            return Err(ApiError::bad_request(
-                                "before must be the id of a listed session",
-                            ));
-                        };
-                        row.seq as i64
-                    }
-                };
-                // Sessions the viewer may not read are skipped (core's rule decides). A page
-                // scans at most MAX_SCANNED rows; a short page then still has `nextBefore`.
-                let mut sessions: Vec<SessionInfo> = Vec::new();
-                let mut scanned = 0usize;
-                let mut last_scanned: Option<String> = None;
-                let mut exhausted = false;
-                while sessions.len() <= limit as usize && scanned < MAX_SCANNED {
-                    let rows: Vec<ListRow> = self
-                        .sql
-                        .exec(
-                            "SELECT seq, info FROM session_list WHERE seq < ? ORDER BY seq DESC LIMIT ?",
-                            vec![anchor.into(), (SCAN_BATCH as i64).into()],
-                        )?
-                        .to_array()?;
-                    if rows.len() < SCAN_BATCH {
-                        exhausted = true;
-                    }
-                    for row in rows {
-                        anchor = row.seq as i64;
-                        scanned += 1;
-                        let Ok(info) = serde_json::from_str::<SessionInfo>(&row.info) else {
-                            continue;
-                        };
-                        last_scanned = Some(info.id.clone());
-                        let in_tree = parent
-                            .as_deref()
-                            .is_none_or(|p| info.parent_id.as_deref() == Some(p));
-                        if sessions.len() <= limit as usize && in_tree && visible(&viewer, &info) {
-                            sessions.push(info);
-                        }
-                    }
-                    if exhausted {
-                        break;
-                    }
-                }
-                let more = sessions.len() > limit as usize;
-                sessions.truncate(limit as usize);
-                let next_before = if more {
-                    sessions.last().map(|s| s.id.clone())
-                } else if !exhausted {
-                    last_scanned
-                } else {
-                    None
-                };
-                Ok(json_response(
-                    200,
-                    &ListSessionsResponse {
-                        sessions,
-                        next_before,
-                    },
-                ))
-            }
-            (Method::Post, "/usage/report") => {
-                let body = read_body(&mut req).await?;
-                let report: UsageReport = parse_json(&body)?;
-                if report.records.len() > tenant_usage::MAX_REPORT_RECORDS {
-                    return Err(ApiError::bad_request("too many records in one report"));
-                }
-                // No await from here on: the writes commit together.
-                let rows: Vec<ThroughRow> = self
-                    .sql
-                    .exec(
-                        "SELECT through FROM usage_cursor WHERE session = ?",
-                        vec![report.session.clone().into()],
-                    )?
-                    .to_array()?;
-                let stored = rows.into_iter().next().map_or(0, |r| r.through as u64);
-                let (through, rows) = tenant_usage::apply_report(stored, &report);
-                for (key, t) in rows.iter().cloned() {
-                    self.sql.exec(
-                        "INSERT INTO usage_hours (hour, session, provider, model, user, messages, input, output, cache_read, cache_write, reasoning, cost, unpriced) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                         ON CONFLICT(hour, session, provider, model) DO UPDATE SET user = excluded.user, \
-                         messages = messages + excluded.messages, input = input + excluded.input, \
-                         output = output + excluded.output, cache_read = cache_read + excluded.cache_read, \
-                         cache_write = cache_write + excluded.cache_write, reasoning = reasoning + excluded.reasoning, \
-                         cost = cost + excluded.cost, unpriced = unpriced + excluded.unpriced",
-                        vec![
-                            key.hour.into(),
-                            key.session.into(),
-                            key.provider.into(),
-                            key.model.into(),
-                            report.user.clone().into(),
-                            (t.messages as i64).into(),
-                            (t.input_tokens as i64).into(),
-                            (t.output_tokens as i64).into(),
-                            (t.cache_read_tokens as i64).into(),
-                            (t.cache_write_tokens as i64).into(),
-                            (t.reasoning_tokens as i64).into(),
-                            t.cost_usd.into(),
-                            (t.unpriced_messages as i64).into(),
-                        ],
-                    )?;
-                }
-                let mut budget = self.load_budget()?;
-                if !rows.is_empty() {
-                    budget.add(&rows);
-                    self.save_budget(&budget)?;
-                }
-                self.sql.exec(
-                    "INSERT INTO usage_cursor (session, through) VALUES (?, ?) ON CONFLICT(session) DO UPDATE SET through = excluded.through",
-                    vec![report.session.clone().into(), (through as i64).into()],
-                )?;
-                Ok(json_response(
-                    200,
-                    &tenant_usage::ReportAnswer { through, budget },
-                ))
-            }
-            (Method::Post, "/llm-logs/written") => {
+            IndexCall::List(c) => Ok(reply(&c, &self.list(&who, &c)?)),
+            IndexCall::ReportUsage(c) => Ok(reply(&c, &self.report_usage(&c.0)?)),
+            IndexCall::LlmLogsWritten(c) => {
                 // A session wrote request logs: a sweep pass starts within a minute unless
                 // one is already due.
-                let tenant = Identity::from_headers(&req)?.tenant;
                 let mut sweep: request_log::Sweep = self.load_state("llm_log_sweep")?;
-                if sweep.tenant != tenant {
-                    sweep.tenant = tenant;
+                if sweep.tenant != who.tenant {
+                    sweep.tenant = who.tenant.clone();
                     self.save_state("llm_log_sweep", &sweep)?;
                 }
                 let storage = self.state.storage();
@@ -633,94 +447,266 @@ impl TenantIndex {
                         .set_alarm(request_log::SWEEP_CONTINUE_MS as i64)
                         .await?;
                 }
-                Ok(json_response(200, &serde_json::json!({"armed": true})))
+                Ok(reply(&c, &Empty))
             }
-            (Method::Post, "/settings/hold") => {
-                let body = read_body(&mut req).await?;
-                let hold: SettingsHold = parse_json(&body)?;
-                let tenant = Identity::from_headers(&req)?.tenant;
-                let held = self.hold_settings(&tenant, &hold.session).await?;
-                Ok(json_response(200, &serde_json::json!({ "held": held })))
+            IndexCall::HoldSettings(c) => {
+                let held = self.hold_settings(&who.tenant, &c.session).await?;
+                Ok(reply(&c, &Held { held }))
             }
-            (Method::Post, "/settings/changed") => {
-                let tenant = Identity::from_headers(&req)?.tenant;
-                let failed = self.tell_settings_changed(&tenant).await?;
+            IndexCall::SettingsChanged(c) => {
+                let failed = self.tell_settings_changed(&who.tenant).await?;
                 every_holder_told(failed, |failed| {
                     format!(
                         "{failed} running session(s) of the tenant could not be told of the change; write the document again"
                     )
                 })?;
-                Ok(json_response(200, &serde_json::json!({ "ok": true })))
+                Ok(reply(&c, &Empty))
             }
-            (Method::Get, "/budget") => Ok(json_response(200, &self.load_budget()?)),
-            (Method::Put, "/budget") => {
-                let who = Identity::from_headers(&req)?.principal();
-                if !who.is_admin() {
-                    return Err(ApiError::new(
-                        403,
-                        "forbidden",
-                        "only an admin may set the tenant's budget",
-                    ));
-                }
-                let body = read_body(&mut req).await?;
-                let budget: Budget = parse_json(&body)?;
-                budget.validate().map_err(ApiError::bad_request)?;
-                let mut state = self.load_budget()?;
-                let was_unlimited = state.budget.is_none();
-                state.budget =
-                    (budget.max_tokens.is_some() || budget.max_usd.is_some()).then_some(budget);
-                self.save_budget(&state)?;
-                // Sessions that know the tenant has no budget send requests without reporting
-                // first, only while this index holds them as settings holders (decision 0022):
-                // a first budget is told to them as a settings change is, before the answer.
-                if was_unlimited && state.budget.is_some() {
-                    let tenant = Identity::from_headers(&req)?.tenant;
-                    let failed = self.tell_settings_changed(&tenant).await?;
-                    every_holder_told(failed, |failed| {
-                        format!(
-                            "the budget was saved, but {failed} running session(s) of the tenant could not be told of it; they see it with their next usage report, or put it again"
-                        )
-                    })?;
-                }
-                Ok(json_response(200, &state))
-            }
-            (Method::Get, "/usage") => {
-                let viewer = Identity::from_headers(&req)?.principal();
-                let pairs = query_pairs(&req);
-                let now = (worker::Date::now().as_millis() / 1000) as i64;
-                let usage_query = UsageQuery::parse(
-                    query(&pairs, "from").as_deref(),
-                    query(&pairs, "to").as_deref(),
-                    query(&pairs, "by").as_deref(),
-                    now,
-                )
-                .map_err(ApiError::bad_request)?;
-                // Members see the sessions they own; admins the whole tenant.
-                let only_user = (!viewer.is_admin()).then_some(viewer.sub.as_str());
-                let rows: Vec<HourSqlRow> = match only_user {
-                    None => self.sql.exec(
-                        "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ?",
-                        vec![usage_query.from.into(), usage_query.to.into()],
-                    )?,
-                    Some(user) => self.sql.exec(
-                        "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ? AND user = ?",
-                        vec![
-                            usage_query.from.into(),
-                            usage_query.to.into(),
-                            user.to_string().into(),
-                        ],
-                    )?,
-                }
-                .to_array()?;
-                let answer = tenant_usage::group(
-                    rows.into_iter().map(HourRow::from),
-                    &usage_query,
-                    only_user,
-                );
-                Ok(json_response(200, &answer))
-            }
-            _ => Err(ApiError::not_found("no such route")),
+            IndexCall::GetBudget(c) => Ok(reply(&c, &self.load_budget()?)),
+            IndexCall::PutBudget(c) => Ok(reply(&c, &self.put_budget(&who, c.0).await?)),
+            IndexCall::GetUsage(c) => Ok(reply(&c, &self.usage(&who.principal(), &c)?)),
         }
+    }
+
+    /// Asks the gate for a slot for `slot.child`; a spawn granted meanwhile starts.
+    fn gate_request(&self, who: &Identity, slot: Slot) -> ApiResult<GateAnswer> {
+        let mut gate = self.load_gate()?;
+        // Limits may have grown since the last change: whoever fits now runs.
+        let granted = gate.admit(&self.limits);
+        let answer = match gate.request(slot, &self.limits) {
+            Ok(Admission::Granted) => GateAnswer::Granted,
+            Ok(Admission::Queued { position, reason }) => GateAnswer::Queued { position, reason },
+            Err(full) => return Err(ApiError::new(429, "gate_full", full.to_string())),
+        };
+        self.save_gate(&gate)?;
+        if !granted.is_empty() {
+            let env = self.env.clone();
+            let tenant = who.tenant.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                crate::session_client::start_granted(&env, &tenant, granted).await;
+            });
+        }
+        Ok(answer)
+    }
+
+    /// Refreshes a session's row (never a deleted one's), or records a new session.
+    fn upsert(&self, info: &SessionInfo, created: bool) -> ApiResult<()> {
+        let json = serde_json::to_string(info).map_err(|e| ApiError::internal(e.to_string()))?;
+        if created {
+            self.sql.exec(
+                "DELETE FROM deleted_sessions WHERE id = ?",
+                vec![info.id.clone().into()],
+            )?;
+        } else {
+            let deleted: Vec<SeqRow> = self
+                .sql
+                .exec(
+                    "SELECT 0 AS seq FROM deleted_sessions WHERE id = ?",
+                    vec![info.id.clone().into()],
+                )?
+                .to_array()?;
+            if !deleted.is_empty() {
+                return Ok(());
+            }
+        }
+        self.sql.exec(
+            "INSERT INTO session_list (id, info) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET info = excluded.info",
+            vec![info.id.clone().into(), json.into()],
+        )?;
+        Ok(())
+    }
+
+    /// The sessions `viewer` may see, newest first.
+    /// The sessions the caller may see (or, for a session's tools, its readers), newest first.
+    fn list(&self, viewer: &Identity, list: &List) -> ApiResult<ListSessionsResponse> {
+        let viewer_principal = viewer.principal();
+        let visible = |info: &SessionInfo| match &list.readers {
+            Some(readers) => {
+                readers.may_read(&viewer.tenant, facts_of(info), info.parent_id.as_deref())
+            }
+            None => visible(&viewer_principal, info),
+        };
+        let limit = list.limit;
+        let parent = list.parent_id.as_deref();
+        let mut anchor = match list.before.as_deref() {
+            None => i64::MAX,
+            Some(before) => {
+                let rows: Vec<SeqRow> = self
+                    .sql
+                    .exec(
+                        "SELECT seq FROM session_list WHERE id = ?",
+                        vec![before.into()],
+                    )?
+                    .to_array()?;
+                let Some(row) = rows.into_iter().next() else {
+                    return Err(ApiError::bad_request(
+                        "before must be the id of a listed session",
+                    ));
+                };
+                row.seq as i64
+            }
+        };
+        // Sessions the viewer may not read are skipped (core's rule decides). A page scans at
+        // most MAX_SCANNED rows; a short page then still has `nextBefore`.
+        let mut sessions: Vec<SessionInfo> = Vec::new();
+        let mut scanned = 0usize;
+        let mut last_scanned: Option<String> = None;
+        let mut exhausted = false;
+        while sessions.len() <= limit as usize && scanned < MAX_SCANNED {
+            let rows: Vec<ListRow> = self
+                .sql
+                .exec(
+                    "SELECT seq, info FROM session_list WHERE seq < ? ORDER BY seq DESC LIMIT ?",
+                    vec![anchor.into(), (SCAN_BATCH as i64).into()],
+                )?
+                .to_array()?;
+            if rows.len() < SCAN_BATCH {
+                exhausted = true;
+            }
+            for row in rows {
+                anchor = row.seq as i64;
+                scanned += 1;
+                let Ok(info) = serde_json::from_str::<SessionInfo>(&row.info) else {
+                    continue;
+                };
+                last_scanned = Some(info.id.clone());
+                let in_tree = parent.is_none_or(|p| info.parent_id.as_deref() == Some(p));
+                if sessions.len() <= limit as usize && in_tree && visible(&info) {
+                    sessions.push(info);
+                }
+            }
+            if exhausted {
+                break;
+            }
+        }
+        let more = sessions.len() > limit as usize;
+        sessions.truncate(limit as usize);
+        let next_before = if more {
+            sessions.last().map(|s| s.id.clone())
+        } else if !exhausted {
+            last_scanned
+        } else {
+            None
+        };
+        Ok(ListSessionsResponse {
+            sessions,
+            next_before,
+        })
+    }
+
+    /// Counts a session's report once (by its cursor) and answers with the tenant's budget.
+    fn report_usage(&self, report: &UsageReport) -> ApiResult<tenant_usage::ReportAnswer> {
+        if report.records.len() > tenant_usage::MAX_REPORT_RECORDS {
+            return Err(ApiError::bad_request("too many records in one report"));
+        }
+        // No await from here on: the writes commit together.
+        let rows: Vec<ThroughRow> = self
+            .sql
+            .exec(
+                "SELECT through FROM usage_cursor WHERE session = ?",
+                vec![report.session.clone().into()],
+            )?
+            .to_array()?;
+        let stored = rows.into_iter().next().map_or(0, |r| r.through as u64);
+        let (through, rows) = tenant_usage::apply_report(stored, report);
+        for (key, t) in rows.iter().cloned() {
+            self.sql.exec(
+                    "INSERT INTO usage_hours (hour, session, provider, model, user, messages, input, output, cache_read, cache_write, reasoning, cost, unpriced) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                     ON CONFLICT(hour, session, provider, model) DO UPDATE SET user = excluded.user, \
+                     messages = messages + excluded.messages, input = input + excluded.input, \
+                     output = output + excluded.output, cache_read = cache_read + excluded.cache_read, \
+                     cache_write = cache_write + excluded.cache_write, reasoning = reasoning + excluded.reasoning, \
+                     cost = cost + excluded.cost, unpriced = unpriced + excluded.unpriced",
+                    vec![
+                        key.hour.into(),
+                        key.session.into(),
+                        key.provider.into(),
+                        key.model.into(),
+                        report.user.clone().into(),
+                        (t.messages as i64).into(),
+                        (t.input_tokens as i64).into(),
+                        (t.output_tokens as i64).into(),
+                        (t.cache_read_tokens as i64).into(),
+                        (t.cache_write_tokens as i64).into(),
+                        (t.reasoning_tokens as i64).into(),
+                        t.cost_usd.into(),
+                        (t.unpriced_messages as i64).into(),
+                    ],
+                )?;
+        }
+        let mut budget = self.load_budget()?;
+        if !rows.is_empty() {
+            budget.add(&rows);
+            self.save_budget(&budget)?;
+        }
+        self.sql.exec(
+                "INSERT INTO usage_cursor (session, through) VALUES (?, ?) ON CONFLICT(session) DO UPDATE SET through = excluded.through",
+                vec![report.session.clone().into(), (through as i64).into()],
+            )?;
+        Ok(tenant_usage::ReportAnswer { through, budget })
+    }
+
+    /// `PUT /v1/budget` (admins only).
+    async fn put_budget(&self, who: &Identity, budget: Budget) -> ApiResult<TenantBudget> {
+        if !who.principal().is_admin() {
+            return Err(ApiError::new(
+                403,
+                "forbidden",
+                "only an admin may set the tenant's budget",
+            ));
+        }
+        budget.validate().map_err(ApiError::bad_request)?;
+        let mut state = self.load_budget()?;
+        let was_unlimited = state.budget.is_none();
+        state.budget = (budget.max_tokens.is_some() || budget.max_usd.is_some()).then_some(budget);
+        self.save_budget(&state)?;
+        // Sessions that know the tenant has no budget send requests without reporting
+        // first, only while this index holds them as settings holders (decision 0022):
+        // a first budget is told to them as a settings change is, before the answer.
+        if was_unlimited && state.budget.is_some() {
+            let failed = self.tell_settings_changed(&who.tenant).await?;
+            every_holder_told(failed, |failed| {
+                format!(
+                    "the budget was saved, but {failed} running session(s) of the tenant could not be told of it; they see it with their next usage report, or put it again"
+                )
+            })?;
+        }
+        Ok(state)
+    }
+
+    /// `GET /v1/usage`: members see the sessions they own; admins the whole tenant.
+    fn usage(&self, viewer: &Principal, asked: &GetUsage) -> ApiResult<TenantUsage> {
+        let now = (worker::Date::now().as_millis() / 1000) as i64;
+        let usage_query = UsageQuery::parse(
+            asked.from.as_deref(),
+            asked.to.as_deref(),
+            asked.by.as_deref(),
+            now,
+        )
+        .map_err(ApiError::bad_request)?;
+        // Members see the sessions they own; admins the whole tenant.
+        let only_user = (!viewer.is_admin()).then_some(viewer.sub.as_str());
+        let rows: Vec<HourSqlRow> = match only_user {
+            None => self.sql.exec(
+                "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ?",
+                vec![usage_query.from.into(), usage_query.to.into()],
+            )?,
+            Some(user) => self.sql.exec(
+                "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ? AND user = ?",
+                vec![
+                    usage_query.from.into(),
+                    usage_query.to.into(),
+                    user.to_string().into(),
+                ],
+            )?,
+        }
+        .to_array()?;
+        Ok(tenant_usage::group(
+            rows.into_iter().map(HourRow::from),
+            &usage_query,
+            only_user,
+        ))
     }
 }
 
@@ -773,16 +759,7 @@ impl From<HourSqlRow> for HourRow {
 /// Tells the index that a session of the tenant wrote request logs, so its sweep of expired
 /// ones runs (see `TenantIndex::sweep_llm_logs`).
 pub(crate) async fn llm_logs_written(env: &Env, tenant: &str) -> ApiResult<()> {
-    let request = crate::internal::post_request(
-        "index",
-        "/llm-logs/written",
-        tenant,
-        "wuhu",
-        &serde_json::json!({}),
-    )?;
-    crate::internal::send(&stub(env, tenant)?, request)
-        .await
-        .map(|_: serde_json::Value| ())
+    system_call(env, tenant, &LlmLogsWritten).await.map(|_| ())
 }
 
 /// Tells the index what a session's requests used (see `wuhu_core::tenant_usage`); the answer
@@ -792,155 +769,90 @@ pub(crate) async fn report_usage(
     tenant: &str,
     report: &UsageReport,
 ) -> ApiResult<tenant_usage::ReportAnswer> {
-    let request = crate::internal::post_request("index", "/usage/report", tenant, "wuhu", report)?;
-    crate::internal::send(&stub(env, tenant)?, request).await
+    system_call(env, tenant, &ReportUsage(report.clone())).await
 }
 
 /// Asks the index to hold `session` as keeping a reading of the tenant's settings (see
 /// `wuhu_core::tenant_config::SettingsCache`); `false`: refused (too many holders).
 pub(crate) async fn hold_settings(env: &Env, tenant: &str, session: &str) -> ApiResult<bool> {
-    let body = serde_json::json!({ "session": session });
-    let request = crate::internal::post_request("index", "/settings/hold", tenant, "wuhu", &body)?;
-    let answer: serde_json::Value = crate::internal::send(&stub(env, tenant)?, request).await?;
-    Ok(answer["held"].as_bool().unwrap_or(false))
+    let call = HoldSettings {
+        session: session.to_string(),
+    };
+    Ok(system_call(env, tenant, &call).await?.held)
 }
 
 /// The tenant's budget and what it spent (for a session before a step's request, when
 /// `tenant_usage::must_ask_budget` says so).
 pub(crate) async fn budget(env: &Env, tenant: &str) -> ApiResult<TenantBudget> {
-    let headers = worker::Headers::new();
-    headers.set("x-wuhu-tenant", tenant)?;
-    headers.set("x-wuhu-sub", "wuhu")?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Get).with_headers(headers);
-    let req = Request::new_with_init("https://index/budget", &init)?;
-    crate::internal::send(&stub(env, tenant)?, req).await
-}
-
-/// `GET|PUT /v1/budget` for `who` (a `PUT` body as given; only admins may put).
-pub(crate) async fn budget_route(
-    env: &Env,
-    who: &Identity,
-    method: Method,
-    body: Option<String>,
-) -> ApiResult<Response> {
-    let headers = worker::Headers::new();
-    who.set_headers(&headers)?;
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    if let Some(body) = body {
-        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    }
-    let req = Request::new_with_init("https://index/budget", &init)?;
-    Ok(stub(env, &who.tenant)?.fetch_with_request(req).await?)
-}
-
-/// `GET /v1/usage` for `viewer` (the query string as given).
-pub(crate) async fn usage(env: &Env, viewer: &Identity, query: &str) -> ApiResult<Response> {
-    let url = if query.is_empty() {
-        "https://index/usage".to_string()
-    } else {
-        format!("https://index/usage?{query}")
-    };
-    let headers = worker::Headers::new();
-    viewer.set_headers(&headers)?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Get).with_headers(headers);
-    let req = Request::new_with_init(&url, &init)?;
-    Ok(stub(env, &viewer.tenant)?.fetch_with_request(req).await?)
-}
-
-fn stub(env: &Env, tenant: &str) -> ApiResult<worker::Stub> {
-    crate::internal::tenant_index(env, tenant)
+    system_call(env, tenant, &GetBudget).await
 }
 
 /// Refreshes a session in its tenant's index (never a deleted one).
 pub(crate) async fn upsert(env: &Env, tenant: &str, info: &SessionInfo) -> ApiResult<()> {
-    upsert_at(env, tenant, info, "https://index/upsert").await
+    let call = Upsert {
+        info: info.clone(),
+        created: false,
+    };
+    system_call(env, tenant, &call).await.map(|_| ())
 }
 
 /// Records a new session in its tenant's index.
 pub(crate) async fn create(env: &Env, tenant: &str, info: &SessionInfo) -> ApiResult<()> {
-    upsert_at(env, tenant, info, "https://index/upsert?created=1").await
+    let call = Upsert {
+        info: info.clone(),
+        created: true,
+    };
+    system_call(env, tenant, &call).await.map(|_| ())
 }
 
-async fn upsert_at(env: &Env, tenant: &str, info: &SessionInfo, url: &str) -> ApiResult<()> {
-    let body = serde_json::to_string(info).map_err(|e| ApiError::internal(e.to_string()))?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    let req = Request::new_with_init(url, &init)?;
-    let resp = stub(env, tenant)?.fetch_with_request(req).await?;
-    crate::internal::expect_ok(resp)
-        .await
-        .map(|_: serde_json::Value| ())
-}
-
-/// Lists the sessions of `viewer`'s tenant that `viewer` may see, newest first; only the
-/// children of `parent` when given.
-pub(crate) async fn list(
+/// Lists the sessions of `tenant` that `readers` may see (a session's tools), newest first.
+pub(crate) async fn list_for(
     env: &Env,
-    viewer: &Identity,
+    tenant: &str,
+    readers: ToolReaders,
     limit: u32,
     before: Option<&str>,
-    parent: Option<&str>,
 ) -> ApiResult<ListSessionsResponse> {
-    let mut url = url_with_query("https://index/list", &[("limit", &limit.to_string())]);
-    if let Some(before) = before {
-        url = url_with_query(&url, &[("before", before)]);
-    }
-    if let Some(parent) = parent {
-        url = url_with_query(&url, &[("parentId", parent)]);
-    }
-    let headers = worker::Headers::new();
-    viewer.set_headers(&headers)?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Get).with_headers(headers);
-    let req = Request::new_with_init(&url, &init)?;
-    let resp = stub(env, &viewer.tenant)?.fetch_with_request(req).await?;
-    crate::internal::expect_ok(resp).await
-}
-
-fn url_with_query(base: &str, pairs: &[(&str, &str)]) -> String {
-    let mut url = worker::Url::parse(base).expect("static base url parses");
-    url.query_pairs_mut().extend_pairs(pairs);
-    url.to_string()
+    let call = List {
+        limit,
+        before: before.map(str::to_string),
+        parent_id: None,
+        readers: Some(readers),
+    };
+    system_call(env, tenant, &call).await
 }
 
 /// Asks the tenant's gate for a slot for `slot.child`.
 pub(crate) async fn gate_request(env: &Env, tenant: &str, slot: &Slot) -> ApiResult<GateAnswer> {
-    let request = crate::internal::post_request("index", "/gate/request", tenant, "wuhu", slot)?;
-    crate::internal::send(&stub(env, tenant)?, request).await
+    system_call(env, tenant, &GateRequest(slot.clone())).await
 }
 
 /// Frees `child`'s slot (or its place in line); returns the spawns granted in its stead.
 pub(crate) async fn gate_release(env: &Env, tenant: &str, child: &str) -> ApiResult<Vec<Slot>> {
-    let body = serde_json::json!({ "child": child });
-    let request = crate::internal::post_request("index", "/gate/release", tenant, "wuhu", &body)?;
-    crate::internal::send(&stub(env, tenant)?, request).await
+    let call = GateRelease {
+        child: child.to_string(),
+    };
+    system_call(env, tenant, &call).await
 }
 
 /// Removes a deleted session from its tenant's list (for good: see `deleted_sessions`).
 pub(crate) async fn remove(env: &Env, tenant: &str, id: &str) -> ApiResult<()> {
-    let body = serde_json::json!({ "child": id });
-    let request = crate::internal::post_request("index", "/remove", tenant, "wuhu", &body)?;
-    crate::internal::send::<serde_json::Value>(&stub(env, tenant)?, request)
-        .await
-        .map(|_| ())
+    let call = Remove { id: id.to_string() };
+    system_call(env, tenant, &call).await.map(|_| ())
 }
 
 /// The listed children and forks of the tenant, for the forks rule
 /// (`wuhu_core::deletion::blocking_forks`). One row per child or fork of the tenant.
 pub(crate) async fn tree(env: &Env, tenant: &str) -> ApiResult<Vec<TreeRow>> {
-    let req = Request::new("https://index/tree", Method::Get)?;
-    let resp = stub(env, tenant)?.fetch_with_request(req).await?;
-    let rows: Vec<TreeSqlRow> = crate::internal::expect_ok(resp).await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| TreeRow {
-            id: r.id,
-            parent_id: r.parent_id,
-            forked_from: r.forked_from,
-        })
-        .collect())
+    system_call(env, tenant, &Tree).await
+}
+
+/// A call of the tenant's own actors to its index.
+async fn system_call<C: Call<Target = Index>>(
+    env: &Env,
+    tenant: &str,
+    call: &C,
+) -> ApiResult<C::Reply> {
+    let who = Identity::system(tenant);
+    internal::call(&internal::tenant_index(env, tenant)?, &who, call).await
 }

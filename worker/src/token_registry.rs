@@ -3,31 +3,29 @@
 //!
 //! A JWT with a `jti` is accepted only while its row exists (`wuhu_core::tokens::credential_live`),
 //! so revoking is deleting the row, and the next request anywhere is refused: every such
-//! request asks `/check`, a primary-key lookup in this object's SQLite. Tokens without `jti`
+//! request asks `Check`, a primary-key lookup in this object's SQLite. Tokens without `jti`
 //! (operator tokens) never come here. See `docs/decisions/0007-token-registry-and-revocation.md`.
 //!
 //! What is already open is cut too: revoking a runner token tells the tenant's runner hub,
-//! which closes the sockets that connected with it (`POST /revoked` on the hub); follow streams
-//! opened with a revocable credential ask `/check` again every
+//! which closes the sockets that connected with it (`Revoked` on the hub); follow streams
+//! opened with a revocable credential ask `Check` again every
 //! `wuhu_core::follow::CREDENTIAL_RECHECK_MS` and end when it is gone.
 //!
-//! Internal routes (identity in `x-wuhu-*` headers, set by the router from a verified
-//! credential): `GET /check?jti`, `POST /register` (a `CredentialRecord`), `GET /list?sub|all`,
-//! `POST /revoke?jti`.
+//! Its calls are `wuhu_core::calls::tokens::TokensCall` (identity in `x-wuhu-*` headers, set by
+//! the router from a verified credential).
 
 use serde::Deserialize;
-use worker::{
-    DurableObject, Env, Headers, Method, Request, RequestInit, Response, SqlStorage, State,
-    durable_object,
-};
+use worker::{DurableObject, Env, Request, Response, SqlStorage, State, durable_object};
+use wuhu_core::calls::hub::Revoked;
+use wuhu_core::calls::tokens::{Check, List, Live, Register, Revoke, TokensCall};
 use wuhu_core::tokens::{
     CredentialRecord, credential_live, may_manage_tokens, may_register, sessions_to_evict,
 };
 use wuhu_core::wire::{CredentialKind, ListTokensResponse, RevokeTokenResponse};
 
-use crate::http::{ApiError, ApiResult, json_response, parse_json, query, query_pairs, read_body};
+use crate::http::{ApiError, ApiResult};
 use crate::identity::{Identity, now_secs};
-use crate::internal;
+use crate::internal::{self, reply};
 
 #[durable_object]
 pub struct TokenRegistry {
@@ -78,118 +76,111 @@ impl DurableObject for TokenRegistry {
 
 impl TokenRegistry {
     async fn route(&self, mut req: Request) -> ApiResult<Response> {
+        let (name, body) = internal::call_parts(&mut req).await?;
+        let call = TokensCall::decode(&name, &body).map_err(internal::call_error)?;
         let who = Identity::from_headers(&req)?;
-        let pairs = query_pairs(&req);
         let now = now_secs();
-        match (req.method(), req.path().as_str()) {
-            (Method::Get, "/check") => {
-                let jti = query(&pairs, "jti").unwrap_or_default();
-                let record = self.get(&jti)?;
+        match call {
+            TokensCall::Check(c) => {
+                let record = self.get(&c.jti)?;
                 let live = credential_live(record.as_ref(), &who.sub, now);
-                Ok(json_response(200, &serde_json::json!({ "live": live })))
+                Ok(reply(&c, &Live { live }))
             }
-            (Method::Post, "/register") => {
-                let record: CredentialRecord = parse_json(&read_body(&mut req).await?)?;
+            TokensCall::Register(c) => {
                 self.prune(now)?;
-                self.register(&record)?;
-                Ok(json_response(200, &record.info()))
+                self.register(&c.0)?;
+                Ok(reply(&c, &c.0.info()))
             }
-            (Method::Get, "/list") => {
+            TokensCall::List(c) => {
                 self.prune(now)?;
-                let principal = who.principal();
-                let all = query(&pairs, "all").is_some_and(|v| v == "1" || v == "true");
-                let rows: Vec<RecordRow> = if all {
-                    if !principal.is_admin() {
-                        return Err(ApiError::new(
-                            403,
-                            "forbidden",
-                            "only admins may list every user's tokens",
-                        ));
-                    }
-                    self.sql
-                        .exec(
-                            "SELECT record FROM credentials WHERE kind != 'session' ORDER BY created_at DESC, jti",
-                            None,
-                        )?
-                        .to_array()?
-                } else {
-                    let sub = query(&pairs, "sub")
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| who.sub.clone());
-                    if !may_manage_tokens(&principal, &sub) {
-                        return Err(ApiError::new(
-                            403,
-                            "forbidden",
-                            "only admins may list another user's tokens",
-                        ));
-                    }
-                    self.sql
-                        .exec(
-                            "SELECT record FROM credentials WHERE sub = ? AND kind != 'session' ORDER BY created_at DESC, jti",
-                            vec![sub.into()],
-                        )?
-                        .to_array()?
-                };
-                let tokens = rows
-                    .into_iter()
-                    .filter_map(|r| serde_json::from_str::<CredentialRecord>(&r.record).ok())
-                    .map(|r| r.info())
-                    .collect();
-                Ok(json_response(200, &ListTokensResponse { tokens }))
+                Ok(reply(&c, &self.list(&who, &c)?))
             }
-            (Method::Post, "/revoke") => {
-                let jti = query(&pairs, "jti").unwrap_or_default();
-                // Someone else's token is not found for a member: its existence is not theirs
-                // to learn.
-                let record = self
-                    .get(&jti)?
-                    .filter(|r| may_manage_tokens(&who.principal(), &r.sub))
-                    .ok_or_else(|| ApiError::not_found("no such token"))?;
-                // Sessions made from this token end with it.
-                self.sql.exec(
-                    "DELETE FROM credentials WHERE jti = ? OR parent = ?",
-                    vec![record.jti.clone().into(), record.jti.clone().into()],
-                )?;
-                // Runners connected with it are cut now (the row is gone, so their reconnect
-                // is refused). Follow streams notice by themselves within the recheck bound.
-                if record.kind == CredentialKind::Runner {
-                    self.disconnect_runners(&who, &record.jti).await;
-                }
-                Ok(json_response(
-                    200,
-                    &RevokeTokenResponse {
-                        jti: record.jti,
-                        revoked: true,
-                    },
-                ))
-            }
-            _ => Err(ApiError::not_found("no such registry route")),
+            TokensCall::Revoke(c) => Ok(reply(&c, &self.revoke(&who, &c.jti).await?)),
         }
+    }
+
+    /// `GET /v1/tokens`: the caller's (or, for an admin, a named user's or everyone's) tokens.
+    fn list(&self, who: &Identity, list: &List) -> ApiResult<ListTokensResponse> {
+        let principal = who.principal();
+        let rows: Vec<RecordRow> = if list.all {
+            if !principal.is_admin() {
+                return Err(ApiError::new(
+                    403,
+                    "forbidden",
+                    "only admins may list every user's tokens",
+                ));
+            }
+            self.sql
+                .exec(
+                    "SELECT record FROM credentials WHERE kind != 'session' ORDER BY created_at DESC, jti",
+                    None,
+                )?
+                .to_array()?
+        } else {
+            let sub = list.sub.clone().unwrap_or_else(|| who.sub.clone());
+            if !may_manage_tokens(&principal, &sub) {
+                return Err(ApiError::new(
+                    403,
+                    "forbidden",
+                    "only admins may list another user's tokens",
+                ));
+            }
+            self.sql
+                .exec(
+                    "SELECT record FROM credentials WHERE sub = ? AND kind != 'session' ORDER BY created_at DESC, jti",
+                    vec![sub.into()],
+                )?
+                .to_array()?
+        };
+        let tokens = rows
+            .into_iter()
+            .filter_map(|r| serde_json::from_str::<CredentialRecord>(&r.record).ok())
+            .map(|r| r.info())
+            .collect();
+        Ok(ListTokensResponse { tokens })
+    }
+
+    /// Revokes `jti` and the sessions made from it, if `who` may. Someone else's token is not
+    /// found for a member: its existence is not theirs to learn.
+    async fn revoke(&self, who: &Identity, jti: &str) -> ApiResult<RevokeTokenResponse> {
+        let record = self
+            .get(jti)?
+            .filter(|r| may_manage_tokens(&who.principal(), &r.sub))
+            .ok_or_else(|| ApiError::not_found("no such token"))?;
+        // Sessions made from this token end with it.
+        self.sql.exec(
+            "DELETE FROM credentials WHERE jti = ? OR parent = ?",
+            vec![record.jti.clone().into(), record.jti.clone().into()],
+        )?;
+        // Runners connected with it are cut now (the row is gone, so their reconnect is
+        // refused). Follow streams notice by themselves within the recheck bound.
+        if record.kind == CredentialKind::Runner {
+            self.disconnect_runners(who, &record.jti).await;
+        }
+        Ok(RevokeTokenResponse {
+            jti: record.jti,
+            revoked: true,
+        })
     }
 
     /// Asks the tenant's runner hub to close the sockets that connected with `jti` (one retry).
     /// A hub that cannot be reached is logged: the token is revoked either way, and the socket
     /// then lasts until the runner reconnects (refused).
     async fn disconnect_runners(&self, who: &Identity, jti: &str) {
-        #[derive(Deserialize)]
-        struct Closed {
-            closed: usize,
-        }
-        let body = serde_json::json!({ "jti": jti });
+        let call = Revoked {
+            jti: jti.to_string(),
+        };
         let mut last_error = String::new();
         for _ in 0..2 {
-            match internal::hub_post::<_, Closed>(
-                &self.env,
-                &who.tenant,
-                &who.sub,
-                "/revoked",
-                &body,
-            )
-            .await
-            {
-                Ok(Closed { closed }) => {
+            let answer = match internal::hub(&self.env, &who.tenant) {
+                Ok(hub) => internal::call(&hub, who, &call).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(closed) => {
                     worker::console_log!(
-                        "token registry: runner token revoked; {closed} connection(s) closed"
+                        "token registry: runner token revoked; {} connection(s) closed",
+                        closed.closed
                     );
                     return;
                 }
@@ -286,47 +277,14 @@ impl TokenRegistry {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Calls from the router.
-
-fn stub(env: &Env, tenant: &str) -> ApiResult<worker::Stub> {
-    Ok(env
-        .durable_object("TOKENS")?
-        .id_from_name(tenant)?
-        .get_stub()?)
-}
-
-fn request(who: &Identity, method: Method, path: &str, body: Option<String>) -> ApiResult<Request> {
-    let headers = Headers::new();
-    who.set_headers(&headers)?;
-    headers.set("content-type", "application/json")?;
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    if let Some(body) = body {
-        init.with_body(Some(wasm_bindgen::JsValue::from_str(&body)));
-    }
-    Ok(Request::new_with_init(
-        &format!("https://tokens{path}"),
-        &init,
-    )?)
-}
-
-fn encode(text: &str) -> String {
-    js_sys::encode_uri_component(text).into()
-}
+// Calls from the router and the actors.
 
 /// Whether the credential `jti` of `who` is live (registered, theirs, not expired).
 pub(crate) async fn check(env: &Env, who: &Identity, jti: &str) -> ApiResult<bool> {
-    #[derive(Deserialize)]
-    struct Live {
-        live: bool,
-    }
-    let req = request(
-        who,
-        Method::Get,
-        &format!("/check?jti={}", encode(jti)),
-        None,
-    )?;
-    let live: Live = internal::send(&stub(env, &who.tenant)?, req).await?;
+    let call = Check {
+        jti: jti.to_string(),
+    };
+    let live = internal::call(&internal::token_registry(env, &who.tenant)?, who, &call).await?;
     Ok(live.live)
 }
 
@@ -337,28 +295,21 @@ pub(crate) async fn register(
     who: &Identity,
     record: &CredentialRecord,
 ) -> ApiResult<()> {
-    let body = serde_json::to_string(record).map_err(|e| ApiError::internal(e.to_string()))?;
-    let req = request(who, Method::Post, "/register", Some(body))?;
-    let _: serde_json::Value = internal::send(&stub(env, &who.tenant)?, req).await?;
-    Ok(())
+    let call = Register(record.clone());
+    internal::call(&internal::token_registry(env, &who.tenant)?, who, &call)
+        .await
+        .map(|_| ())
 }
 
-/// `GET /v1/tokens`, forwarded with its query.
-pub(crate) async fn list(env: &Env, who: &Identity, query: &str) -> ApiResult<Response> {
-    let path = if query.is_empty() {
-        "/list".to_string()
-    } else {
-        format!("/list?{query}")
-    };
-    Ok(stub(env, &who.tenant)?
-        .fetch_with_request(request(who, Method::Get, &path, None)?)
-        .await?)
+/// `GET /v1/tokens[?sub=|?all=1]`.
+pub(crate) async fn list(env: &Env, who: &Identity, list: &List) -> ApiResult<ListTokensResponse> {
+    internal::call(&internal::token_registry(env, &who.tenant)?, who, list).await
 }
 
 /// Revokes `jti` (and the sessions made from it) if `who` may.
-pub(crate) async fn revoke(env: &Env, who: &Identity, jti: &str) -> ApiResult<Response> {
-    let path = format!("/revoke?jti={}", encode(jti));
-    Ok(stub(env, &who.tenant)?
-        .fetch_with_request(request(who, Method::Post, &path, None)?)
-        .await?)
+pub(crate) async fn revoke(env: &Env, who: &Identity, jti: &str) -> ApiResult<RevokeTokenResponse> {
+    let call = Revoke {
+        jti: jti.to_string(),
+    };
+    internal::call(&internal::token_registry(env, &who.tenant)?, who, &call).await
 }

@@ -10,7 +10,7 @@ use futures::future::LocalBoxFuture;
 use serde_json::Value;
 use worker::Env;
 use wuhu_core::approvals::{Action, Approver, Outcome, Target};
-use wuhu_core::authority::{Access, Role, WorkspaceWriter};
+use wuhu_core::authority::{Access, Role, ToolReaders, WorkspaceWriter};
 use wuhu_core::environments::Attachment;
 use wuhu_core::orchestration::{Limits, Lineage};
 use wuhu_core::wire::{ChildStatus, EntryPayload};
@@ -29,9 +29,12 @@ pub(crate) struct ToolContext {
     pub(crate) owner: String,
     /// The session's creator (with `owner` and the access: who may do what to it).
     pub(crate) created_by: String,
-    /// Who the current turn acts for (`Session::turn_authors`): a call that reaches the local
-    /// runner of anyone else waits for that runner's owner.
-    pub(crate) turn_authors: Vec<String>,
+    /// Whom the current turn acts for (`Session::turn_authors`: the union of its messages'
+    /// acting-for sets; empty: nobody, a turn the system started). Authority travels with it:
+    /// a call that reaches the local runner of anyone else waits for that runner's owner,
+    /// other sessions are read as every one of them may read them, a child's task and a
+    /// message to a child act for them too.
+    pub(crate) acting_for: Vec<String>,
     /// Environments attached when the call started.
     pub(crate) attachments: Vec<Attachment>,
     /// Runner connection epochs on which each environment's snapshot was validated.
@@ -87,9 +90,15 @@ pub(crate) trait Jobs {
 }
 
 impl ToolContext {
-    /// Who the session's tools act as when they read other sessions or change the workspace:
-    /// its owner, as a member (a tool never sees more than its owner could through the API).
-    pub(crate) fn viewer(&self) -> Identity {
+    /// Whom the session's tools read other sessions for: what every person the turn acts for
+    /// may read, never more (`authority::ToolReaders`).
+    pub(crate) fn readers(&self) -> ToolReaders {
+        ToolReaders::of_turn(&self.session_id, &self.acting_for)
+    }
+
+    /// The session's owner, as a member: who acts on the session's own children (stopping
+    /// one), which the session controls whoever prompts it.
+    pub(crate) fn owner_identity(&self) -> Identity {
         Identity {
             sub: self.owner.clone(),
             tenant: self.tenant.clone(),
@@ -102,7 +111,7 @@ impl ToolContext {
     pub(crate) fn workspace_writer(&self) -> WorkspaceWriter<'_> {
         WorkspaceWriter::SessionTool {
             owner: &self.owner,
-            turn_authors: &self.turn_authors,
+            turn_authors: &self.acting_for,
         }
     }
 }
@@ -157,7 +166,9 @@ pub(crate) trait ApprovalGate {
     /// Runner owners who answered `approve_session` in this session.
     fn approved_runner_owners(&self) -> Vec<String>;
 
-    /// Shows the request and waits for its ending. All storage work happens before the
-    /// returned future is first polled.
-    fn request(&self, call_id: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome>;
+    /// Shows the request (with the tool call the gate serves) and waits for its ending. `part`
+    /// tells several approvals of one call apart (`""`: the call's own action); a call that
+    /// runs again after a restart finds the approval of the same part. All storage work
+    /// happens before the returned future is first polled.
+    fn request(&self, part: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome>;
 }

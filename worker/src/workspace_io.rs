@@ -189,19 +189,14 @@ async fn settings_stored(env: &Env, tenant: &str, path: &str) -> ApiResult<()> {
     if !is_tenant_config(path) {
         return Ok(());
     }
-    // The index's `/settings/changed` answers once every holder was told (503 when some could
+    // The index's `SettingsChanged` answers once every holder was told (503 when some could
     // not be). Called here, not through `tenant_index`, which reads the settings through this
     // module.
-    let request = crate::internal::post_request(
-        "index",
-        "/settings/changed",
-        tenant,
-        "wuhu",
-        &serde_json::json!({}),
-    )?;
-    crate::internal::send(&crate::internal::tenant_index(env, tenant)?, request)
+    let who = crate::identity::Identity::system(tenant);
+    let call = wuhu_core::calls::index::SettingsChanged;
+    crate::internal::call(&crate::internal::tenant_index(env, tenant)?, &who, &call)
         .await
-        .map(|_: serde_json::Value| ())
+        .map(|_| ())
         .map_err(|e| {
             ApiError::new(
                 503,

@@ -115,7 +115,7 @@ impl Default for ChannelOptions {
 }
 
 /// `POST /v1/channels`.
-#[derive(Deserialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateChannelRequest {
@@ -138,7 +138,7 @@ pub struct CreateChannelRequest {
 }
 
 /// `PATCH /v1/channels/:id`: every field optional; `credentials` replaces all of them.
-#[derive(Deserialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchChannelRequest {

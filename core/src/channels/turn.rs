@@ -164,6 +164,7 @@ mod tests {
                             content: "hi".into(),
                             queue_item_id: None,
                             lane: None,
+                            acting_for: None,
                         },
                     },
                 ),

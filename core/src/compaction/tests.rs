@@ -33,6 +33,7 @@ fn user(text: &str) -> EntryPayload {
         content: text.into(),
         queue_item_id: None,
         lane: None,
+        acting_for: None,
     })
 }
 
@@ -297,6 +298,7 @@ fn the_estimate_is_corrected_by_the_newest_reported_usage_after_the_latest_compa
             content: "later".into(),
             queue_item_id: None,
             lane: None,
+            acting_for: None,
         },
     );
     // (entries, expected estimate; None: the raw estimate)

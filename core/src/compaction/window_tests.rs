@@ -95,6 +95,7 @@ fn group_chat_prefixes_only_after_the_reminder() {
         content: text.into(),
         queue_item_id: None,
         lane: None,
+        acting_for: None,
     };
     let reminder = Message::CustomMessage {
         custom_type: crate::wire::custom_types::GROUP_CHAT_REMINDER.into(),

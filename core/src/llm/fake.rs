@@ -468,6 +468,7 @@ mod tests {
             content: content.to_string(),
             queue_item_id: None,
             lane: None,
+            acting_for: None,
         }
     }
 

@@ -314,6 +314,7 @@ mod tests {
                     content: "what is it?".into(),
                     queue_item_id: None,
                     lane: Default::default(),
+                    acting_for: None,
                 },
             ],
             tools: Vec::new(),

@@ -7,7 +7,7 @@
 //! model that is in neither still works: it gets [`UNKNOWN_CONTEXT_WINDOW`], the provider
 //! codec's default output limit, and no price (its messages record tokens but no cost).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::wire::Usage;
 
@@ -451,7 +451,7 @@ impl ModelTable {
 pub const FAKE_WINDOW_PREFIX: &str = "fake-window-";
 
 /// Token and cost totals over assistant messages (`GET /v1/sessions/:id/usage`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageTotals {
@@ -494,7 +494,7 @@ impl UsageTotals {
 }
 
 /// Usage of one session: the totals and the same per `(provider, model)`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionUsage {
@@ -506,7 +506,7 @@ pub struct SessionUsage {
 }
 
 /// [`UsageTotals`] of one provider and model.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelUsage {
@@ -648,6 +648,7 @@ mod tests {
                         content: "x".into(),
                         queue_item_id: None,
                         lane: None,
+                        acting_for: None,
                     },
                 },
             },

@@ -499,6 +499,7 @@ mod tests {
             content: content.to_string(),
             queue_item_id: None,
             lane: None,
+            acting_for: None,
         }
     }
 

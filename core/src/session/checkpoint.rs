@@ -33,8 +33,11 @@ pub struct Checkpoint {
     pub step: u64,
     /// Ids of recently delivered items.
     pub delivered: VecDeque<String>,
-    /// Distinct authors of the user messages delivered since the current turn started, first
-    /// one first (at most [`super::MAX_TURN_AUTHORS`]). Tools act on their behalf.
+    /// Who the current turn acts for: the union of the acting-for sets of the user messages
+    /// delivered since it started (a person's message acts for its author; a child's task and a
+    /// parent's message for the parent turn's set), first one first. At most
+    /// [`super::MAX_TURN_AUTHORS`] principals, then [`super::MORE_PRINCIPALS`] stands for the
+    /// rest, so a set never loses anyone. Tools act on their behalf.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turn_authors: Vec<String>,
     /// Running tool calls that wait for a person's approval. They have not started their
@@ -145,6 +148,10 @@ pub struct QueueItem {
     pub lane: Lane,
     /// Who enqueued it.
     pub author: String,
+    /// Who it acts for, when not its author alone: the acting-for set of the parent turn that
+    /// sent a child its task or a message (possibly empty: nobody). `None`: its author.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acting_for: Option<Vec<String>>,
     /// Text.
     pub content: String,
     /// Unix seconds.

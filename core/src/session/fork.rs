@@ -129,6 +129,7 @@ mod tests {
                 content: text.into(),
                 queue_item_id: None,
                 lane: None,
+                acting_for: None,
             },
         }
     }

@@ -119,6 +119,11 @@ pub const REMEMBERED_DELIVERED: usize = 256;
 /// owner, so the approval rule (`crate::approvals`) decides the same.
 pub const MAX_TURN_AUTHORS: usize = 32;
 
+/// Stands for the principals a turn acts for past [`MAX_TURN_AUTHORS`]: it is nobody's `sub`
+/// (`authority::valid_name` refuses `*`), so no rule that needs every principal's consent
+/// finds it, and no set ever loses a member to the bound.
+pub const MORE_PRINCIPALS: &str = "*";
+
 /// Something the host must do.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use]
@@ -195,6 +200,9 @@ pub enum EnqueueError {
         /// `tokens` or `usd`.
         limit: &'static str,
     },
+    /// A message acts for more principals than a turn can.
+    #[error("a message may act for at most {MAX_TURN_AUTHORS} people")]
+    ActingForTooLarge,
 }
 
 /// Why a compaction was not recorded.
@@ -352,10 +360,12 @@ impl Session {
         self.queue_bytes
     }
 
-    /// Who the current turn acts for: the distinct authors of the user messages delivered
-    /// since the turn started (the follow-ups that started it, then any steer), first one
-    /// first. Empty before the first user message. A turn starts when the loop delivers
-    /// input while it would otherwise stop; tool results and steer continue it.
+    /// Who the current turn acts for: the union of the acting-for sets of the user messages
+    /// delivered since the turn started (the follow-ups that started it, then any steer), first
+    /// one first; a person's message acts for its author, a child's task for the people the
+    /// parent's turn acted for. Empty before the first user message, and in a turn only the
+    /// system started (nobody). A turn starts when the loop delivers input while it would
+    /// otherwise stop; tool results and steer continue it.
     pub fn turn_authors(&self) -> &[String] {
         &self.state.turn_authors
     }
@@ -393,6 +403,30 @@ impl Session {
         author: String,
         content: String,
     ) -> Result<(), EnqueueError> {
+        self.handle_enqueue_for(now, item_id, lane, author, None, content)
+    }
+
+    /// [`Session::handle_enqueue`] of a message that acts for `acting_for` rather than its
+    /// author alone (`None`: its author): a child's task, a parent's message to its child.
+    ///
+    /// # Errors
+    /// As [`Session::handle_enqueue`]; [`EnqueueError::ActingForTooLarge`] for a set of more
+    /// than [`MAX_TURN_AUTHORS`] principals.
+    pub fn handle_enqueue_for(
+        &mut self,
+        now: Millis,
+        item_id: String,
+        lane: Lane,
+        author: String,
+        acting_for: Option<Vec<String>>,
+        content: String,
+    ) -> Result<(), EnqueueError> {
+        if acting_for
+            .as_ref()
+            .is_some_and(|set| set.len() > MAX_TURN_AUTHORS + 1)
+        {
+            return Err(EnqueueError::ActingForTooLarge);
+        }
         if self.queue.len() >= MAX_QUEUE_ITEMS {
             return Err(EnqueueError::QueueFull);
         }
@@ -409,6 +443,7 @@ impl Session {
             id: item_id,
             lane,
             author,
+            acting_for,
             content,
             enqueued_at: now.unix_seconds(),
             system: None,
@@ -486,6 +521,7 @@ impl Session {
             id: item_id,
             lane: Lane::System,
             author: "wuhu".into(),
+            acting_for: None,
             content,
             enqueued_at: now.unix_seconds(),
             system: Some(input),
@@ -1075,9 +1111,13 @@ impl Session {
                     }
                 }
                 lane => {
-                    let authors = &mut self.state.turn_authors;
-                    if !authors.contains(&item.author) && authors.len() < MAX_TURN_AUTHORS {
-                        authors.push(item.author.clone());
+                    match &item.acting_for {
+                        None => add_principal(&mut self.state.turn_authors, &item.author),
+                        Some(set) => {
+                            for principal in set {
+                                add_principal(&mut self.state.turn_authors, principal);
+                            }
+                        }
                     }
                     self.note_prompter(now, &item.author);
                     Message::User {
@@ -1085,6 +1125,7 @@ impl Session {
                         content: item.content,
                         queue_item_id: Some(item.id.clone()),
                         lane: Some(lane),
+                        acting_for: item.acting_for,
                     }
                 }
             };
@@ -1210,4 +1251,17 @@ fn tool_names() -> String {
         .map(|t| t.name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Adds `principal` to a turn's acting-for set: once, and past [`MAX_TURN_AUTHORS`] as
+/// [`MORE_PRINCIPALS`], so the set never loses anyone to its bound.
+fn add_principal(set: &mut Vec<String>, principal: &str) {
+    if set.iter().any(|p| p == principal) {
+        return;
+    }
+    if set.len() < MAX_TURN_AUTHORS {
+        set.push(principal.to_string());
+    } else if !set.iter().any(|p| p == MORE_PRINCIPALS) {
+        set.push(MORE_PRINCIPALS.to_string());
+    }
 }

@@ -422,7 +422,7 @@ pub struct SessionStats {
 }
 
 /// `GET /v1/sessions/:id/usage`: the totals, per model, and the budget.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageResponse {

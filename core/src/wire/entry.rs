@@ -134,6 +134,11 @@ pub enum Message {
         /// The lane it came from.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lane: Option<super::Lane>,
+        /// Whom it acts for, when not its author alone: a child's task and a parent's messages
+        /// act for the people the parent's turn acted for (`[]`: nobody, a turn the system
+        /// started). Its tools get no more authority than every one of them has.
+        #[serde(default, skip_serializing_if = "Option::is_none", rename = "actingFor")]
+        acting_for: Option<Vec<String>>,
     },
     /// The model's reply.
     Assistant(AssistantMessage),

@@ -1,11 +1,10 @@
 //! `ChannelActor`: one Durable Object per binding (`binding:<id>`) and one per tenant
 //! (`registry:<tenant>`, the list of its bindings). See the module docs of `channels`.
 //!
-//! Internal routes of a registry: `GET /registry/list`, `POST /registry/create`,
-//! `GET /registry/get?id`, `PATCH /registry/patch?id`, `DELETE /registry/delete?id` (identity
-//! and `x-wuhu-origin` from the router, which allowed admins only). Of a binding:
-//! `POST /binding/init`, `POST /binding/patch`, `POST /binding/delete` (from its registry) and
-//! `POST /hook/<platform>` (from the router; authenticated here by the platform's signature).
+//! A registry answers `wuhu_core::calls::channels::RegistryCall` (from the router, which allowed
+//! admins only; the public origin hook URLs are built on travels in the call). A binding answers
+//! `BindingCall`: from its registry, and `Hook` from the router (authenticated here by the
+//! platform's signature).
 //!
 //! A binding's alarm does its background work: it polls the sessions whose turns a thread waits
 //! for (`watches`), queues what to post (`outbox`), and posts it with retries. A hook answers as
@@ -20,12 +19,19 @@ use std::rc::Rc;
 use futures::channel::oneshot;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use worker::{
     Date, DurableObject, Env, Fetch, Headers, Method, Request, RequestInit, Response, SqlStorage,
     State, durable_object,
 };
+use wuhu_core::authority::Access;
 use wuhu_core::authority::Role;
+use wuhu_core::calls::Empty;
+use wuhu_core::calls::channels::{
+    self as channel_calls, BindingCall, Listed, MembersChange, RegistryCall,
+};
+use wuhu_core::calls::session as session_calls;
+use wuhu_core::channels::ChannelView;
 use wuhu_core::channels::binding::{self, MAX_BINDINGS_PER_TENANT};
 use wuhu_core::channels::members::{self, Member, Members};
 use wuhu_core::channels::outbox::{self, Attempt, HttpCall, Outbound};
@@ -37,11 +43,14 @@ use wuhu_core::channels::{
     Delivery, HookOutcome, Inbound, ListChannelsResponse, PatchChannelRequest, Platform,
     ReplyTarget, discord, generic, slack, telegram, text,
 };
-use wuhu_core::wire::{EnqueueResponse, GetSessionResponse, SessionInfo};
+use wuhu_core::wire::{
+    AnswerApprovalRequest, EnqueueRequest, EnqueueResponse, GetSessionResponse, Lane,
+    PatchSessionRequest, SessionInfo,
+};
 
 use crate::auth::Identity;
-use crate::http::{ApiError, ApiResult, json_response, parse_json, query, query_pairs, read_body};
-use crate::internal;
+use crate::http::{ApiError, ApiResult, json_response};
+use crate::internal::{self, reply};
 
 #[durable_object]
 pub struct ChannelActor {
@@ -171,13 +180,6 @@ struct DueRow {
     due: f64,
 }
 
-/// What a registry keeps of each binding (no secret, not even sealed).
-#[derive(Serialize, Deserialize)]
-struct Listed {
-    binding: ChannelBinding,
-    masked: serde_json::Map<String, Value>,
-}
-
 impl DurableObject for ChannelActor {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
@@ -243,98 +245,105 @@ impl DurableObject for ChannelActor {
 }
 
 impl Actor {
+    /// Decodes the call `req` carries (one of the registry's or one of a binding's: the
+    /// actor's name says which it is) and answers it.
     async fn route(self: &Rc<Self>, mut req: Request) -> ApiResult<Response> {
-        let path = req.path();
-        let pairs = query_pairs(&req);
-        match (req.method(), path.as_str()) {
-            (Method::Get, "/registry/list") => self.registry_list(&req),
-            (Method::Post, "/registry/create") => {
-                let identity = Identity::from_headers(&req)?;
-                let body = read_body(&mut req).await?;
-                self.registry_create(&req, &identity, &body).await
+        let (name, body) = internal::call_parts(&mut req).await?;
+        if let Ok(call) = RegistryCall::decode(&name, &body) {
+            let identity = Identity::from_headers(&req)?;
+            return self.registry_call(&identity, call).await;
+        }
+        let call = BindingCall::decode(&name, &body).map_err(internal::call_error)?;
+        self.binding_call(call).await
+    }
+
+    async fn registry_call(
+        self: &Rc<Self>,
+        identity: &Identity,
+        call: RegistryCall,
+    ) -> ApiResult<Response> {
+        match call {
+            RegistryCall::ListBindings(c) => Ok(reply(&c, &self.registry_list(&c.origin)?)),
+            RegistryCall::CreateBinding(c) => {
+                let created = self
+                    .registry_create(&c.origin, identity, c.request.clone())
+                    .await?;
+                Ok(reply(&c, &created))
             }
-            (Method::Get, "/registry/get") => {
-                let id = query(&pairs, "id").unwrap_or_default();
-                let listed = self.listed(&id)?;
-                let mut view = view(&req, &listed);
+            RegistryCall::GetBinding(c) => {
+                let listed = self.listed(&c.id)?;
+                let mut view = view(&c.origin, &listed);
                 if listed.binding.platform == Platform::Discord {
                     view.gateway =
-                        send_binding(&self.env, &id, "/binding/gateway", Method::Post, b"{}")
+                        send_binding(&self.env, &identity.tenant, &c.id, &channel_calls::Gateway)
                             .await
                             .ok();
                 }
-                Ok(json_response(200, &view))
+                Ok(reply(&c, &view))
             }
-            (Method::Patch, "/registry/patch") => {
-                let id = query(&pairs, "id").unwrap_or_default();
-                self.listed(&id)?;
-                let body = read_body(&mut req).await?;
-                let _: PatchChannelRequest = parse_json(&body)?;
-                let listed: Listed =
-                    send_binding(&self.env, &id, "/binding/patch", Method::Post, &body).await?;
+            RegistryCall::PatchBinding(c) => {
+                self.listed(&c.id)?;
+                let change = channel_calls::ChangeBinding(c.request.clone());
+                let listed = send_binding(&self.env, &identity.tenant, &c.id, &change).await?;
                 self.sql
                     .exec(
                         "UPDATE registry SET body = ?, masked = ? WHERE id = ?",
                         vec![
                             to_json(&listed.binding)?.into(),
                             to_json(&listed.masked)?.into(),
-                            id.into(),
+                            c.id.clone().into(),
                         ],
                     )
                     .map_err(sql_err)?;
-                Ok(json_response(200, &view(&req, &listed)))
+                Ok(reply(&c, &view(&c.origin, &listed)))
             }
-            (Method::Delete, "/registry/delete") => {
-                let id = query(&pairs, "id").unwrap_or_default();
-                self.listed(&id)?;
-                let _: Value =
-                    send_binding(&self.env, &id, "/binding/delete", Method::Post, b"{}").await?;
+            RegistryCall::DeleteBinding(c) => {
+                self.listed(&c.id)?;
+                send_binding(&self.env, &identity.tenant, &c.id, &channel_calls::Forget).await?;
                 self.sql
-                    .exec("DELETE FROM registry WHERE id = ?", vec![id.into()])
+                    .exec(
+                        "DELETE FROM registry WHERE id = ?",
+                        vec![c.id.clone().into()],
+                    )
                     .map_err(sql_err)?;
-                Ok(Response::empty()?.with_status(204))
+                Ok(reply(&c, &Empty))
             }
-            (method @ (Method::Get | Method::Put | Method::Delete), "/registry/members") => {
-                let id = query(&pairs, "id").unwrap_or_default();
-                self.listed(&id)?;
-                let body = match method {
-                    Method::Put => read_body(&mut req).await?,
-                    _ => b"{}".to_vec(),
+            RegistryCall::BindingMembers(c) => {
+                self.listed(&c.id)?;
+                let change = channel_calls::ChangeMembers(c.change.clone());
+                let members = send_binding(&self.env, &identity.tenant, &c.id, &change).await?;
+                Ok(reply(&c, &members))
+            }
+        }
+    }
+
+    async fn binding_call(self: &Rc<Self>, call: BindingCall) -> ApiResult<Response> {
+        match call {
+            BindingCall::ChangeMembers(c) => {
+                let members = match &c.0 {
+                    MembersChange::Get => self.members()?,
+                    MembersChange::Put { members } => self.put_members(members)?,
+                    MembersChange::Delete => {
+                        self.sql
+                            .exec("DELETE FROM members", None)
+                            .map_err(sql_err)?;
+                        self.members()?
+                    }
                 };
-                let path = match method {
-                    Method::Get => "/binding/members/get",
-                    Method::Put => "/binding/members/put",
-                    _ => "/binding/members/delete",
-                };
-                let members: Members =
-                    send_binding(&self.env, &id, path, Method::Post, &body).await?;
-                Ok(json_response(200, &members))
+                Ok(reply(&c, &members))
             }
-            (Method::Post, "/binding/members/get") => Ok(json_response(200, &self.members()?)),
-            (Method::Post, "/binding/members/put") => {
-                let body = read_body(&mut req).await?;
-                self.put_members(&body)
-            }
-            (Method::Post, "/binding/members/delete") => {
-                self.sql
-                    .exec("DELETE FROM members", None)
-                    .map_err(sql_err)?;
-                Ok(json_response(200, &self.members()?))
-            }
-            (Method::Post, "/binding/init") => {
-                let body = read_body(&mut req).await?;
-                let response = self.binding_init(&body)?;
+            BindingCall::InitBinding(c) => {
+                self.binding_init(&c)?;
                 self.binding_changed().await?;
-                Ok(response)
+                Ok(reply(&c, &Empty))
             }
-            (Method::Post, "/binding/patch") => {
-                let body = read_body(&mut req).await?;
-                let response = self.binding_patch(&body)?;
+            BindingCall::ChangeBinding(c) => {
+                let listed = self.binding_patch(&c.0)?;
                 self.binding_changed().await?;
-                Ok(response)
+                Ok(reply(&c, &listed))
             }
-            (Method::Post, "/binding/gateway") => Ok(json_response(200, &self.gateway_status())),
-            (Method::Post, "/binding/delete") => {
+            BindingCall::Gateway(c) => Ok(reply(&c, &self.gateway_status())),
+            BindingCall::Forget(c) => {
                 for table in [
                     "binding",
                     "seen",
@@ -351,14 +360,9 @@ impl Actor {
                 }
                 self.gateway_stop();
                 let _ = self.state.storage().delete_alarm().await;
-                Ok(json_response(200, &json!({"ok": true})))
+                Ok(reply(&c, &Empty))
             }
-            (Method::Post, hook) if hook.starts_with("/hook/") => {
-                let platform = Platform::parse(&hook["/hook/".len()..]);
-                let body = read_body(&mut req).await?;
-                self.hook(&req, platform, &body).await
-            }
-            _ => Err(ApiError::not_found("no such route")),
+            BindingCall::Hook(c) => self.hook(&c).await,
         }
     }
 
@@ -385,7 +389,7 @@ impl Actor {
         })
     }
 
-    fn registry_list(&self, req: &Request) -> ApiResult<Response> {
+    fn registry_list(&self, origin: &str) -> ApiResult<ListChannelsResponse> {
         let rows: Vec<RegistryRow> = self
             .sql
             .exec(
@@ -401,18 +405,17 @@ impl Actor {
                 binding: from_json(&row.body)?,
                 masked: from_json(&row.masked)?,
             };
-            channels.push(view(req, &listed));
+            channels.push(view(origin, &listed));
         }
-        Ok(json_response(200, &ListChannelsResponse { channels }))
+        Ok(ListChannelsResponse { channels })
     }
 
     async fn registry_create(
         &self,
-        req: &Request,
+        origin: &str,
         identity: &Identity,
-        body: &[u8],
-    ) -> ApiResult<Response> {
-        let request: CreateChannelRequest = parse_json(body)?;
+        request: CreateChannelRequest,
+    ) -> ApiResult<ChannelView> {
         let id = uuid::Uuid::new_v4().to_string();
         let (binding, credentials) = request
             .into_binding(
@@ -452,34 +455,24 @@ impl Actor {
                 ],
             )
             .map_err(sql_err)?;
-        let init = json!({"binding": binding, "credentials": credentials});
-        let result: ApiResult<Value> = send_binding(
-            &self.env,
-            &id,
-            "/binding/init",
-            Method::Post,
-            init.to_string().as_bytes(),
-        )
-        .await;
+        let init = channel_calls::InitBinding {
+            binding,
+            credentials,
+        };
+        let result = send_binding(&self.env, &identity.tenant, &id, &init).await;
         if let Err(e) = result {
             let _ = self
                 .sql
                 .exec("DELETE FROM registry WHERE id = ?", vec![id.into()]);
             return Err(e);
         }
-        Ok(json_response(201, &view(req, &listed)))
+        Ok(view(origin, &listed))
     }
 
     // -----------------------------------------------------------------------------------------
     // Binding
 
-    fn binding_init(&self, body: &[u8]) -> ApiResult<Response> {
-        #[derive(Deserialize)]
-        struct Init {
-            binding: ChannelBinding,
-            credentials: Credentials,
-        }
-        let init: Init = parse_json(body)?;
+    fn binding_init(&self, init: &channel_calls::InitBinding) -> ApiResult<()> {
         if self.load_binding()?.is_some() {
             return Err(ApiError::new(409, "conflict", "binding exists"));
         }
@@ -490,15 +483,15 @@ impl Actor {
                 vec![to_json(&init.binding)?.into(), sealed.into()],
             )
             .map_err(sql_err)?;
-        Ok(json_response(201, &json!({"ok": true})))
+        Ok(())
     }
 
-    fn binding_patch(&self, body: &[u8]) -> ApiResult<Response> {
-        let patch: PatchChannelRequest = parse_json(body)?;
+    fn binding_patch(&self, patch: &PatchChannelRequest) -> ApiResult<Listed> {
         let (binding, credentials) = self
             .load_binding()?
             .ok_or_else(|| ApiError::not_found("no such channel"))?;
         let (next, new_credentials) = patch
+            .clone()
             .apply(&binding, now_secs())
             .map_err(ApiError::bad_request)?;
         let credentials = new_credentials.unwrap_or(credentials);
@@ -509,13 +502,10 @@ impl Actor {
                 vec![to_json(&next)?.into(), sealed.into()],
             )
             .map_err(sql_err)?;
-        Ok(json_response(
-            200,
-            &Listed {
-                binding: next,
-                masked: credentials.masked(),
-            },
-        ))
+        Ok(Listed {
+            binding: next,
+            masked: credentials.masked(),
+        })
     }
 
     /// After a create or patch: a Discord binding's Gateway connection starts afresh (the token
@@ -543,12 +533,11 @@ impl Actor {
     }
 
     /// Replaces the member list with a checked one.
-    fn put_members(&self, body: &[u8]) -> ApiResult<Response> {
+    fn put_members(&self, next: &Members) -> ApiResult<Members> {
         let (binding, _) = self
             .load_binding()?
             .ok_or_else(|| ApiError::not_found("no such channel"))?;
-        let next: Members = parse_json(body)?;
-        members::check(binding.platform, &next).map_err(ApiError::bad_request)?;
+        members::check(binding.platform, next).map_err(ApiError::bad_request)?;
         // One synchronous block: no await between the delete and the inserts, so no hook sees
         // a half-written list.
         self.sql
@@ -562,7 +551,7 @@ impl Actor {
                 )
                 .map_err(sql_err)?;
         }
-        Ok(json_response(200, &self.members()?))
+        self.members()
     }
 
     /// Who platform user `user` is in Wuhu: their mapped `sub`, else `<platform>:<id>`.
@@ -617,12 +606,9 @@ impl Actor {
     // -----------------------------------------------------------------------------------------
     // Hooks
 
-    async fn hook(
-        self: &Rc<Self>,
-        req: &Request,
-        platform: Option<Platform>,
-        body: &[u8],
-    ) -> ApiResult<Response> {
+    async fn hook(self: &Rc<Self>, hook: &channel_calls::Hook) -> ApiResult<Response> {
+        let platform = Some(hook.platform);
+        let body = hook.body.as_bytes();
         let refused = || ApiError::unauthorized("unknown binding or bad signature");
         let Some((binding, credentials)) = self.load_binding()? else {
             return Err(refused());
@@ -630,7 +616,7 @@ impl Actor {
         if platform != Some(binding.platform) {
             return Err(refused());
         }
-        let header = |name: &str| req.headers().get(name).ok().flatten();
+        let header = |name: &str| hook.header(name).map(str::to_string);
         let unauthorized = |e: VerifyError| ApiError::unauthorized(e.to_string());
         let delivery = match &credentials {
             Credentials::Slack { signing_secret, .. } => {
@@ -1151,18 +1137,18 @@ impl Actor {
         content: &str,
         message_key: Option<&str>,
     ) -> ApiResult<EnqueueResponse> {
-        let request = internal::post_request(
-            "session",
-            &format!("/enqueue?lane={lane}"),
-            &binding.tenant,
-            author,
-            &json!({ "content": content }),
-        )?;
-        if let Some(key) = message_key {
-            request.headers().set(internal::ITEM_KEY_HEADER, key)?;
-        }
+        let lane = Lane::parse_public(lane)
+            .ok_or_else(|| ApiError::internal(format!("a channel enqueues on lane {lane:?}")))?;
+        let call = session_calls::Enqueue {
+            lane,
+            request: EnqueueRequest {
+                content: content.to_string(),
+                key: None,
+            },
+            item_key: message_key.map(str::to_string),
+        };
         let stub = crate::session_client::stub(&self.env, &binding.tenant, session)?;
-        internal::send(&stub, request).await
+        internal::call(&stub, &person(&binding.tenant, author), &call).await
     }
 
     /// A native command: stop, new, status, steer.
@@ -1183,9 +1169,9 @@ impl Actor {
         let stub = crate::session_client::stub(&self.env, &binding.tenant, &thread.session)?;
         let (ok, line) = match &command.kind {
             CommandKind::Stop => {
-                let request =
-                    internal::post_request("session", "/stop", &binding.tenant, &who, &json!({}))?;
-                match internal::send::<Value>(&stub, request).await {
+                match internal::call(&stub, &person(&binding.tenant, &who), &session_calls::Stop)
+                    .await
+                {
                     Ok(_) => (true, format!("{who} stopped the turn.")),
                     Err(e) => (false, format!("{who} could not stop: {}", e.message)),
                 }
@@ -1338,31 +1324,29 @@ impl Actor {
             .chars()
             .take(80)
             .collect();
-        let init = json!({
-            "id": id,
-            "tenant": binding.tenant,
-            "createdBy": author,
-            "provider": binding.defaults.provider,
-            "model": binding.defaults.model,
-            "systemPrompt": system_prompt,
-            "title": title.trim(),
-            "globalContext": null,
-        });
+        let init = session_calls::SessionInit {
+            id: id.to_string(),
+            tenant: binding.tenant.clone(),
+            created_by: author.to_string(),
+            provider: binding.defaults.provider.clone(),
+            model: binding.defaults.model.clone(),
+            system_prompt,
+            title: Some(title.trim().to_string()).filter(|t| !t.is_empty()),
+            global_context: None,
+            budget: None,
+        };
         let stub = crate::session_client::stub(&self.env, &binding.tenant, id)?;
-        let request = internal::post_request("session", "/init", &binding.tenant, author, &init)?;
-        match internal::send::<SessionInfo>(&stub, request).await {
+        let who = person(&binding.tenant, author);
+        match internal::call(&stub, &who, &session_calls::Create(init)).await {
             Ok(_) => {}
             Err(e) if e.status == 409 => {}
             Err(e) => return Err(e),
         }
-        let request = internal::post_request(
-            "session",
-            "/title",
-            &binding.tenant,
-            author,
-            &json!({"access": "tenant"}),
-        )?;
-        internal::send(&stub, request).await
+        let open = PatchSessionRequest {
+            access: Some(Access::Tenant),
+            ..PatchSessionRequest::default()
+        };
+        internal::call(&stub, &who, &session_calls::Patch(open)).await
     }
 
     async fn click(
@@ -1409,15 +1393,14 @@ impl Actor {
         };
         let target: ReplyTarget = from_json(&target)?;
         let who = self.who(binding, &click.user)?;
-        let request = internal::post_request(
-            "session",
-            &format!("/approval?id={}", click.approval_id),
-            &binding.tenant,
-            &who,
-            &json!({"decision": click.decision}),
-        )?;
+        let call = session_calls::AnswerApproval {
+            approval_id: click.approval_id.clone(),
+            answer: AnswerApprovalRequest {
+                decision: click.decision.clone(),
+            },
+        };
         let stub = crate::session_client::stub(&self.env, &binding.tenant, &session)?;
-        let result: ApiResult<Value> = internal::send(&stub, request).await;
+        let result = internal::call(&stub, &person(&binding.tenant, &who), &call).await;
         let (ok, line) = match &result {
             Ok(_) => (true, format!("{who} answered: {}", click.decision)),
             Err(e) => (false, format!("{who} could not answer: {}", e.message)),
@@ -1836,18 +1819,16 @@ impl Actor {
         );
         self.mark_sent(row.seq, None)?;
         if let Some(session) = &row.session {
-            let request = internal::post_request(
-                "session",
-                "/notice",
-                &binding.tenant,
-                &format!("channel:{}", binding.id),
-                &json!({"channel": binding.id, "key": row.key, "reason": reason}),
-            )?;
-            let sent: ApiResult<Value> =
-                match crate::session_client::stub(&self.env, &binding.tenant, session) {
-                    Ok(stub) => internal::send(&stub, request).await,
-                    Err(e) => Err(e),
-                };
+            let call = session_calls::Notice {
+                channel: binding.id.clone(),
+                key: row.key.clone(),
+                reason: reason.to_string(),
+            };
+            let who = person(&binding.tenant, &format!("channel:{}", binding.id));
+            let sent = match crate::session_client::stub(&self.env, &binding.tenant, session) {
+                Ok(stub) => internal::call(&stub, &who, &call).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
             if let Err(e) = sent {
                 worker::console_error!(
                     "channel {}: telling session {session} failed: {}",
@@ -1980,32 +1961,28 @@ async fn send_call(call: &HttpCall) -> Option<(u16, Option<String>, Value)> {
 }
 
 /// A binding's view for a reader of `req` (the webhook URL on the public origin).
-fn view(req: &Request, listed: &Listed) -> wuhu_core::channels::ChannelView {
-    let origin = req
-        .headers()
-        .get("x-wuhu-origin")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    binding::view(&listed.binding, &listed.masked, &origin)
+fn view(origin: &str, listed: &Listed) -> ChannelView {
+    binding::view(&listed.binding, &listed.masked, origin)
 }
 
-/// Sends `body` to binding `id`'s actor at `path`.
-async fn send_binding<T: serde::de::DeserializeOwned>(
+/// Sends `call` to binding `id`'s actor.
+async fn send_binding<C: wuhu_core::calls::Call>(
     env: &Env,
+    tenant: &str,
     id: &str,
-    path: &str,
-    method: Method,
-    body: &[u8],
-) -> ApiResult<T> {
-    let headers = Headers::new();
-    headers.set("content-type", "application/json")?;
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    let array = js_sys::Uint8Array::from(body);
-    init.with_body(Some(array.into()));
-    let request = Request::new_with_init(&format!("https://channels{path}"), &init)?;
-    internal::send(&super::stub(env, &format!("binding:{id}"))?, request).await
+    call: &C,
+) -> ApiResult<C::Reply> {
+    let stub = super::stub(env, &format!("binding:{id}"))?;
+    internal::call(&stub, &Identity::system(tenant), call).await
+}
+
+/// A person of the binding's tenant, as the session calls made for them carry it (a member's
+/// rights: the session's rules decide the rest).
+fn person(tenant: &str, sub: &str) -> Identity {
+    Identity {
+        sub: sub.to_string(),
+        ..Identity::system(tenant)
+    }
 }
 
 fn to_json<T: Serialize>(value: &T) -> ApiResult<String> {

@@ -9,11 +9,14 @@
 
 pub(crate) mod actor;
 
-use worker::{Env, Headers, Method, Request, RequestInit, Response};
+use worker::{Env, Method, Request, Response};
+use wuhu_core::calls::channels::{self as channel_calls, RegistryCall};
+use wuhu_core::calls::{CallError, Method as CallMethod};
 use wuhu_core::channels::seal::ChannelKey;
 
 use crate::auth::Identity;
-use crate::http::{ApiError, ApiResult, read_body};
+use crate::http::{ApiError, ApiResult, json_response, read_body};
+use crate::internal;
 
 pub use actor::ChannelActor;
 
@@ -26,11 +29,6 @@ pub(crate) fn channel_key(env: &Env) -> ApiResult<ChannelKey> {
         .ok();
     ChannelKey::parse(text.as_deref())
         .map_err(|e| ApiError::new(500, "server_misconfigured", e.to_string()))
-}
-
-/// Whether `id` looks like a binding id (a UUID).
-fn valid_binding_id(id: &str) -> bool {
-    id.len() == 36 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 fn stub(env: &Env, name: &str) -> ApiResult<worker::Stub> {
@@ -59,8 +57,8 @@ pub(crate) async fn api(
     req: &mut Request,
     env: &Env,
     identity: &Identity,
-    segments: &[&str],
-    method: Method,
+    route: &[&str],
+    method: CallMethod,
 ) -> ApiResult<Response> {
     if !identity.principal().is_admin() {
         return Err(ApiError::new(
@@ -71,53 +69,32 @@ pub(crate) async fn api(
     }
     channel_key(env)?;
     let origin = origin(req, env);
-    let (path, target) = match (segments, &method) {
-        (["v1", "channels"], Method::Get) => ("/registry/list".to_string(), None),
-        (["v1", "channels"], Method::Post) => ("/registry/create".to_string(), None),
-        (["v1", "channels", id], Method::Get | Method::Patch | Method::Delete) => {
-            if !valid_binding_id(id) {
-                return Err(ApiError::not_found("no such channel"));
-            }
-            let action = match method {
-                Method::Get => "get",
-                Method::Patch => "patch",
-                _ => "delete",
-            };
-            (format!("/registry/{action}?id={id}"), Some(*id))
-        }
-        (["v1", "channels", id, "members"], Method::Get | Method::Put | Method::Delete) => {
-            if !valid_binding_id(id) {
-                return Err(ApiError::not_found("no such channel"));
-            }
-            (format!("/registry/members?id={id}"), Some(*id))
-        }
-        (["v1", "channels"] | ["v1", "channels", _] | ["v1", "channels", _, "members"], _) => {
-            return Err(ApiError::new(
-                405,
-                "method_not_allowed",
-                "method not allowed on this route",
-            ));
-        }
-        _ => return Err(ApiError::not_found("no such route")),
-    };
-    let _ = target;
     let body = match method {
-        Method::Post | Method::Patch | Method::Put => Some(read_body(req).await?),
-        _ => None,
+        CallMethod::Post | CallMethod::Patch | CallMethod::Put => read_body(req).await?,
+        _ => Vec::new(),
     };
-    let headers = Headers::new();
-    identity.set_headers(&headers)?;
-    headers.set("x-wuhu-origin", &origin)?;
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    if let Some(body) = body {
-        let array = js_sys::Uint8Array::from(body.as_slice());
-        init.with_body(Some(array.into()));
+    let call = channel_calls::decode_public(method, route, &body, &origin).map_err(|e| {
+        match e {
+            // An id that is no binding id is the same unknown channel as any other.
+            CallError::UnknownRoute => ApiError::not_found("no such channel"),
+            other => internal::call_error(other),
+        }
+    })?;
+    let stub = stub(env, &format!("registry:{}", identity.tenant))?;
+    match call {
+        RegistryCall::ListBindings(c) => internal::relay(&stub, identity, &c).await,
+        RegistryCall::CreateBinding(c) => {
+            let created = internal::call(&stub, identity, &c).await?;
+            Ok(json_response(201, &created))
+        }
+        RegistryCall::GetBinding(c) => internal::relay(&stub, identity, &c).await,
+        RegistryCall::PatchBinding(c) => internal::relay(&stub, identity, &c).await,
+        RegistryCall::DeleteBinding(c) => {
+            internal::call(&stub, identity, &c).await?;
+            Ok(Response::empty()?.with_status(204))
+        }
+        RegistryCall::BindingMembers(c) => internal::relay(&stub, identity, &c).await,
     }
-    let internal = Request::new_with_init(&format!("https://channels{path}"), &init)?;
-    Ok(stub(env, &format!("registry:{}", identity.tenant))?
-        .fetch_with_request(internal)
-        .await?)
 }
 
 /// `POST /hooks/<platform>/:id`: handed to the binding's actor, which verifies it.
@@ -125,34 +102,36 @@ pub(crate) async fn hook(mut req: Request, env: &Env, segments: &[&str]) -> ApiR
     let ["hooks", platform, id] = segments else {
         return Err(ApiError::not_found("no such route"));
     };
-    if wuhu_core::channels::Platform::parse(platform).is_none() {
+    let Some(platform) = wuhu_core::channels::Platform::parse(platform) else {
         return Err(ApiError::not_found("no such route"));
-    }
+    };
     if req.method() != Method::Post {
         return Err(ApiError::new(405, "method_not_allowed", "hooks take POST"));
     }
-    if !valid_binding_id(id) {
+    if !channel_calls::valid_binding_id(id) {
         // Same answer as an unknown binding: nothing tells ids apart.
         return Err(ApiError::unauthorized("unknown binding or bad signature"));
     }
     let body = read_body(&mut req).await?;
-    let headers = Headers::new();
-    for (name, value) in req.headers().entries() {
-        // The actor takes no identity from a hook; internal headers are dropped all the same.
-        if matches!(
-            name.as_str(),
-            "x-wuhu-sub" | "x-wuhu-tenant" | "x-wuhu-role" | "x-wuhu-runner-kind" | "x-wuhu-origin"
-        ) {
-            continue;
-        }
-        headers.set(&name, &value)?;
-    }
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post).with_headers(headers);
-    let array = js_sys::Uint8Array::from(body.as_slice());
-    init.with_body(Some(array.into()));
-    let internal = Request::new_with_init(&format!("https://channels/hook/{platform}"), &init)?;
-    Ok(stub(env, &format!("binding:{id}"))?
-        .fetch_with_request(internal)
-        .await?)
+    let body = String::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("a hook's body must be utf-8 text"))?;
+    // The actor takes no identity from a hook; identity headers are dropped all the same (the
+    // generic platform's own `x-wuhu-signature` and `x-wuhu-timestamp` stay).
+    let headers = req
+        .headers()
+        .entries()
+        .filter(|(name, _)| {
+            !matches!(
+                name.as_str(),
+                "x-wuhu-sub" | "x-wuhu-tenant" | "x-wuhu-role" | "x-wuhu-runner-kind"
+            )
+        })
+        .collect();
+    let call = channel_calls::Hook {
+        platform,
+        headers,
+        body,
+    };
+    let stub = stub(env, &format!("binding:{id}"))?;
+    internal::stream(&stub, &Identity::system(""), &call).await
 }

@@ -1,18 +1,18 @@
-//! `POST /call`: sends a session's request to a runner and waits for the answer with the same
+//! `CallRunner`: sends a session's request to a runner and waits for the answer with the same
 //! id. Which messages may be sent, the timeout and who may use which runner are
 //! `wuhu_core::hub`'s rules.
 
 use std::time::Duration;
 
 use futures::future::{Either, select};
-use worker::{Delay, Response};
+use worker::Delay;
 use wuhu_core::hub::{self, CallKind};
 use wuhu_core::wire::runner::{MAX_FRAME_BYTES, RunnerKind, ServerMessage, codes, encode_frame};
 use wuhu_core::wire::{RunnerCallRequest, RunnerCallResponse};
 
 use super::socket_state::send;
 use super::sockets::Sockets;
-use crate::http::{ApiError, ApiResult, json_response};
+use crate::http::{ApiError, ApiResult};
 use crate::internal::codes as call_codes;
 
 /// Sends `request.message` to `request.owner`'s runner `request.runner` for a session acting
@@ -21,7 +21,7 @@ pub(super) async fn call(
     sockets: &Sockets<'_>,
     sub: &str,
     request: RunnerCallRequest,
-) -> ApiResult<Response> {
+) -> ApiResult<RunnerCallResponse> {
     let RunnerCallRequest {
         runner,
         owner,
@@ -61,13 +61,10 @@ pub(super) async fn call(
         if ws.send_with_str(&frame).is_err() {
             return Err(disconnected(&runner));
         }
-        return Ok(json_response(
-            200,
-            &RunnerCallResponse {
-                epoch,
-                response: None,
-            },
-        ));
+        return Ok(RunnerCallResponse {
+            epoch,
+            response: None,
+        });
     }
     let timeout = hub::call_timeout_ms(timeout_ms);
     let Some((rx, _guard)) = sockets.waiters.wait(epoch, &id) else {
@@ -96,13 +93,10 @@ pub(super) async fn call(
                     planned.attach_name.unwrap_or_default()
                 );
             }
-            Ok(json_response(
-                200,
-                &RunnerCallResponse {
-                    epoch,
-                    response: Some(response),
-                },
-            ))
+            Ok(RunnerCallResponse {
+                epoch,
+                response: Some(response),
+            })
         }
         Either::Left((Ok(Err(error)), _)) => Err(error),
         Either::Left((Err(_), _)) => Err(disconnected(&runner)),

@@ -1,20 +1,21 @@
-//! The runner listing, environment definitions (create, read, change, delete) and `/resolve`.
+//! The runner listing, environment definitions (create, read, change, delete) and `Resolve`.
 //! Who may name which runner and which runner a spec resolves to are `wuhu_core::resolve`'s
 //! and `wuhu_core::authority`'s rules.
 
-use worker::{Response, SqlStorage};
+use worker::SqlStorage;
 use wuhu_core::authority::{self, Principal};
 use wuhu_core::hub;
 use wuhu_core::resolve::{self, ResolveError, RunnerView};
 use wuhu_core::wire::{
     CreateEnvironmentRequest, EnvironmentDefinition, ListEnvironmentsResponse, ListRunnersResponse,
-    ResolveEnvironmentRequest, RunnerEnvironmentInfo, RunnerInfo, UpdateEnvironmentRequest,
+    ResolveEnvironmentRequest, ResolveEnvironmentResponse, RunnerEnvironmentInfo, RunnerInfo,
+    UpdateEnvironmentRequest,
 };
 
 use super::socket_state::now_ms;
 use super::sockets::Sockets;
 use super::store;
-use crate::http::{ApiError, ApiResult, json_response, parse_json};
+use crate::http::{ApiError, ApiResult};
 
 /// `409` code of a definition past [`hub::MAX_DEFINITIONS_PER_OWNER`] or
 /// [`hub::MAX_DEFINITIONS_PER_TENANT`].
@@ -43,7 +44,7 @@ fn runner_views(sockets: &Sockets<'_>) -> ApiResult<Vec<RunnerView>> {
 }
 
 /// `GET /runners`.
-pub(super) fn list_runners(sockets: &Sockets<'_>) -> ApiResult<Response> {
+pub(super) fn list_runners(sockets: &Sockets<'_>) -> ApiResult<ListRunnersResponse> {
     let open = sockets.open();
     sockets.purge_expired(now_ms(), &open)?;
     let runners = store::runners(sockets.sql)?
@@ -78,27 +79,26 @@ pub(super) fn list_runners(sockets: &Sockets<'_>) -> ApiResult<Response> {
             }
         })
         .collect();
-    Ok(json_response(200, &ListRunnersResponse { runners }))
+    Ok(ListRunnersResponse { runners })
 }
 
-/// `POST /resolve`: which environment, on which runner, `sub`'s session gets for a spec.
-pub(super) fn resolve(sockets: &Sockets<'_>, sub: &str, body: &[u8]) -> ApiResult<Response> {
-    let request: ResolveEnvironmentRequest = parse_json(body)?;
+/// `Resolve`: which environment, on which runner, `sub`'s session gets for a spec.
+pub(super) fn resolve(
+    sockets: &Sockets<'_>,
+    sub: &str,
+    request: &ResolveEnvironmentRequest,
+) -> ApiResult<ResolveEnvironmentResponse> {
     let definitions = store::definitions(sockets.sql)?;
     let runners = runner_views(sockets)?;
-    let resolved =
-        resolve::resolve(sub, &request, &definitions, &runners).map_err(resolve_error)?;
-    Ok(json_response(200, &resolved))
+    let resolved = resolve::resolve(sub, request, &definitions, &runners).map_err(resolve_error)?;
+    Ok(resolved)
 }
 
 /// `GET /environments`.
-pub(super) fn list(sql: &SqlStorage) -> ApiResult<Response> {
-    Ok(json_response(
-        200,
-        &ListEnvironmentsResponse {
-            environments: store::definitions(sql)?,
-        },
-    ))
+pub(super) fn list(sql: &SqlStorage) -> ApiResult<ListEnvironmentsResponse> {
+    Ok(ListEnvironmentsResponse {
+        environments: store::definitions(sql)?,
+    })
 }
 
 /// The definition with this id or name, or 404.
@@ -108,8 +108,11 @@ pub(super) fn find(sql: &SqlStorage, key: &str) -> ApiResult<EnvironmentDefiniti
 }
 
 /// `POST /environments`.
-pub(super) fn create(sockets: &Sockets<'_>, who: &Principal, body: &[u8]) -> ApiResult<Response> {
-    let request: CreateEnvironmentRequest = parse_json(body)?;
+pub(super) fn create(
+    sockets: &Sockets<'_>,
+    who: &Principal,
+    request: CreateEnvironmentRequest,
+) -> ApiResult<EnvironmentDefinition> {
     let id = uuid::Uuid::new_v4().to_string();
     let mut definition = request
         .into_definition(id, now_ms() / 1000)
@@ -123,7 +126,7 @@ pub(super) fn create(sockets: &Sockets<'_>, who: &Principal, body: &[u8]) -> Api
     hub::admit_definition(&who.sub, existing.iter().map(|d| d.owner.as_deref()))
         .map_err(|message| ApiError::new(409, TOO_MANY_ENVIRONMENTS, message))?;
     store::put_definition(sockets.sql, &definition)?;
-    Ok(json_response(201, &definition))
+    Ok(definition)
 }
 
 /// `PATCH /environments/:key`.
@@ -131,11 +134,10 @@ pub(super) fn update(
     sockets: &Sockets<'_>,
     who: &Principal,
     key: &str,
-    body: &[u8],
-) -> ApiResult<Response> {
+    update: UpdateEnvironmentRequest,
+) -> ApiResult<EnvironmentDefinition> {
     let current = find(sockets.sql, key)?;
     check_may_edit(who, &current)?;
-    let update: UpdateEnvironmentRequest = parse_json(body)?;
     let mut next = current
         .apply(update, now_ms() / 1000)
         .map_err(ApiError::bad_request)?;
@@ -144,15 +146,15 @@ pub(super) fn update(
         return Err(name_conflict(&next.name));
     }
     store::put_definition(sockets.sql, &next)?;
-    Ok(json_response(200, &next))
+    Ok(next)
 }
 
 /// `DELETE /environments/:key`.
-pub(super) fn delete(sql: &SqlStorage, who: &Principal, key: &str) -> ApiResult<Response> {
+pub(super) fn delete(sql: &SqlStorage, who: &Principal, key: &str) -> ApiResult<()> {
     let definition = find(sql, key)?;
     check_may_edit(who, &definition)?;
     store::delete_definition(sql, &definition.id)?;
-    Ok(Response::empty()?.with_status(204))
+    Ok(())
 }
 
 /// 403 unless `who` owns the definition or is an admin (a definition without an owner, stored

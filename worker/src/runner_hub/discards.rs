@@ -1,6 +1,6 @@
 //! Discarding a deleted session's workspaces on the runners that hosted them (decision 0017).
 //!
-//! `POST /discard` (internal, from the session's deletion step) keeps one pending discard per
+//! `Discard` (internal, from the session's deletion step) keeps one pending discard per
 //! host in SQLite (`pending_discards`) before it answers, then sends `discard_workspaces` to
 //! the hosts that are connected. A runner that is away gets it when it says hello next. Only
 //! the runner's `discard_result` with `ok`, on a socket of that very runner, removes it; after
@@ -8,7 +8,7 @@
 //! rules are `wuhu_core::deletion`'s (`discard_targets`, `discards_to_send`,
 //! `discards_over_bound`, `discard_done`).
 
-use worker::{Response, SqlStorage, WebSocket};
+use worker::{SqlStorage, WebSocket};
 use wuhu_core::deletion;
 use wuhu_core::wire::runner::{
     DiscardOutcome, DiscardWorkspacesRequest, DiscardWorkspacesResponse, ServerMessage,
@@ -16,15 +16,14 @@ use wuhu_core::wire::runner::{
 
 use super::socket_state::{SocketInfo, now_ms, send};
 use super::store;
-use crate::http::{ApiError, ApiResult, json_response, parse_json};
+use crate::http::{ApiError, ApiResult};
 
-/// `POST /discard`.
+/// `Discard`.
 pub(super) fn discard(
     sql: &SqlStorage,
     find: impl Fn(&str, &str) -> Option<(WebSocket, SocketInfo)>,
-    body: &[u8],
-) -> ApiResult<Response> {
-    let request: DiscardWorkspacesRequest = parse_json(body)?;
+    request: &DiscardWorkspacesRequest,
+) -> ApiResult<DiscardWorkspacesResponse> {
     let session_id = request.session_id.as_str();
     if !deletion::is_session_id(session_id) {
         return Err(ApiError::bad_request(format!(
@@ -67,14 +66,11 @@ pub(super) fn discard(
             sent += send_waiting(sql, &ws, &info)?;
         }
     }
-    Ok(json_response(
-        200,
-        &DiscardWorkspacesResponse {
-            pending: kept.len(),
-            sent,
-            unknown: unknown.into_iter().cloned().collect(),
-        },
-    ))
+    Ok(DiscardWorkspacesResponse {
+        pending: kept.len(),
+        sent,
+        unknown: unknown.into_iter().cloned().collect(),
+    })
 }
 
 /// Sends a welcomed runner's waiting discards, at most `DISCARDS_IN_FLIGHT` unanswered on this

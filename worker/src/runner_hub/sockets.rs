@@ -84,8 +84,14 @@ pub(super) struct Sockets<'a> {
 }
 
 impl Sockets<'_> {
-    /// `GET /connect`: accepts a runner's WebSocket for `sub` (the token's owner).
-    pub(super) async fn accept(&self, req: &Request, sub: &str) -> ApiResult<Response> {
+    /// `Connect`: accepts a runner's WebSocket for `sub` (the token's owner); `jti` is its
+    /// token's, when revocable.
+    pub(super) async fn accept(
+        &self,
+        req: &Request,
+        sub: &str,
+        jti: Option<String>,
+    ) -> ApiResult<Response> {
         // Set by the router from the verified token; a runner token without the claim is local.
         let token_kind = match req
             .headers()
@@ -97,7 +103,6 @@ impl Sockets<'_> {
             Some("cloud") => RunnerKind::Cloud,
             _ => RunnerKind::Local,
         };
-        let jti = crate::identity::forwarded_jti(req);
         crate::http::require_websocket_upgrade(req)?;
         let open = self.open();
         hub::admit_socket(sub, open.iter().map(|(_, info)| info.owner.as_str()))
@@ -354,14 +359,9 @@ impl Sockets<'_> {
         };
         let sent = async {
             let stub = crate::session_client::stub(self.env, &info.tenant, session_id)?;
-            let request = crate::internal::post_request(
-                "session",
-                "/job_event",
-                &info.tenant,
-                "wuhu",
-                &event,
-            )?;
-            crate::internal::send::<serde_json::Value>(&stub, request).await
+            let who = crate::identity::Identity::system(&info.tenant);
+            let call = wuhu_core::calls::session::JobEnded(event.clone());
+            crate::internal::call(&stub, &who, &call).await
         }
         .await;
         if let Err(e) = sent {
@@ -543,7 +543,7 @@ impl Sockets<'_> {
     /// refused for good ([`codes::RUNNER_REMOVED`]: the runner stops instead of reconnecting)
     /// and its calls fail. 404 when there is no such runner, 403 unless `who` is the owner or an
     /// admin ([`authority::may_free_runner_name`]).
-    pub(super) fn free(&self, who: &Principal, owner: &str, name: &str) -> ApiResult<Response> {
+    pub(super) fn free(&self, who: &Principal, owner: &str, name: &str) -> ApiResult<()> {
         let live: Vec<(WebSocket, SocketInfo)> = self
             .open()
             .into_iter()
@@ -584,7 +584,7 @@ impl Sockets<'_> {
             );
         }
         store::delete_runner(self.sql, owner, name)?;
-        Ok(Response::empty()?.with_status(204))
+        Ok(())
     }
 
     /// A socket closed or failed: fail its calls, mark its runner offline.

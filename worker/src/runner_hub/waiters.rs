@@ -1,4 +1,4 @@
-//! `/call`s waiting for a runner's answer. They live in memory, keyed by (connection epoch,
+//! `CallRunner` calls waiting for a runner's answer. They live in memory, keyed by (connection epoch,
 //! request id): a Durable Object with an in-flight request does not hibernate, and a closing
 //! socket fails exactly its own requests.
 
@@ -11,24 +11,24 @@ use wuhu_core::wire::runner::RunnerMessage;
 use crate::http::ApiError;
 use crate::internal::codes;
 
-/// What a runner's answer (or the loss of its connection) delivers to a waiting `/call`.
+/// What a runner's answer (or the loss of its connection) delivers to a waiting `CallRunner`.
 pub(super) type Outcome = Result<RunnerMessage, ApiError>;
 
-/// The hub's waiting `/call`s.
+/// The hub's waiting `CallRunner` calls.
 pub(super) struct Waiters {
     /// By (connection epoch, request id).
     pending: RefCell<HashMap<(u64, String), Waiter>>,
-    /// Tells waiters apart, so a finished `/call` never removes a newer one's entry.
+    /// Tells waiters apart, so a finished `CallRunner` never removes a newer one's entry.
     next_token: Cell<u64>,
 }
 
-/// A `/call` waiting for its answer.
+/// A `CallRunner` waiting for its answer.
 struct Waiter {
     token: u64,
     tx: oneshot::Sender<Outcome>,
 }
 
-/// Removes its waiter when the `/call` ends, however it ends (answer, timeout, or the caller
+/// Removes its waiter when the `CallRunner` ends, however it ends (answer, timeout, or the caller
 /// going away and dropping the future).
 pub(super) struct WaiterGuard<'a> {
     waiters: &'a Waiters,

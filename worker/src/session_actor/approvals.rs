@@ -17,15 +17,16 @@ use std::rc::Rc;
 use futures::future::LocalBoxFuture;
 use serde::Deserialize;
 use serde_json::json;
-use worker::{Env, Response, SqlStorage, SqlStorageValue};
+use worker::{Env, SqlStorage, SqlStorageValue};
 use wuhu_core::approvals::{self, Answer, AnswerError, Approver, Outcome, REMEMBERED_ENDED, State};
 use wuhu_core::session::Millis;
+use wuhu_core::wire::{AnswerApprovalRequest, AnswerApprovalResponse};
 use wuhu_core::wire::{EntryPayload, custom_types};
 
 use super::blob_io::storage_error;
 use super::{Actor, now};
 use crate::auth::Identity;
-use crate::http::{ApiError, ApiResult, json_response, parse_json};
+use crate::http::{ApiError, ApiResult};
 use crate::tool_context::{ApprovalGate, Ask};
 
 type SqlResult<T> = worker::Result<T>;
@@ -36,6 +37,9 @@ pub(crate) struct StoredApproval {
     pub(crate) id: String,
     pub(crate) step: u64,
     pub(crate) call_id: String,
+    /// Which approval of the call this is (`""`: the call's own action; a spawn with
+    /// `inherit` asks one per shared environment, `share:<name>`).
+    pub(crate) part: String,
     pub(crate) approver: Approver,
     pub(crate) expires_at: Millis,
     pub(crate) timeout_secs: u64,
@@ -48,6 +52,7 @@ struct Row {
     id: String,
     step: f64,
     call_id: String,
+    part: String,
     approver: String,
     expires_at: f64,
     timeout_secs: f64,
@@ -61,6 +66,7 @@ impl Row {
             id: self.id,
             step: self.step as u64,
             call_id: self.call_id,
+            part: self.part,
             approver: serde_json::from_str(&self.approver).ok()?,
             expires_at: Millis(self.expires_at as u64),
             timeout_secs: self.timeout_secs as u64,
@@ -80,7 +86,8 @@ struct MinRow {
     m: Option<f64>,
 }
 
-const COLUMNS: &str = "id, step, call_id, approver, expires_at, timeout_secs, state, decided_by";
+const COLUMNS: &str =
+    "id, step, call_id, part, approver, expires_at, timeout_secs, state, decided_by";
 
 /// The approval tables of one session actor. Synchronous, like `Store`: writes between two
 /// awaits commit together with the entries and the checkpoint.
@@ -94,6 +101,17 @@ impl ApprovalStore {
             "CREATE TABLE IF NOT EXISTS approvals (id TEXT PRIMARY KEY, step INTEGER NOT NULL, call_id TEXT NOT NULL, approver TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, timeout_secs INTEGER NOT NULL, state TEXT NOT NULL, decided_by TEXT)",
             None,
         )?;
+        // Added with acting-for sets (issue 29): several approvals of one call (a spawn that
+        // shares environments). Rows from before are the call's own.
+        let columns = sql
+            .exec("SELECT * FROM approvals LIMIT 0", None)?
+            .column_names();
+        if !columns.iter().any(|c| c == "part") {
+            sql.exec(
+                "ALTER TABLE approvals ADD COLUMN part TEXT NOT NULL DEFAULT ''",
+                None,
+            )?;
+        }
         sql.exec(
             "CREATE INDEX IF NOT EXISTS approvals_by_call ON approvals (step, call_id)",
             None,
@@ -115,11 +133,11 @@ impl ApprovalStore {
         Ok(self.select("WHERE id = ?", vec![id.into()])?.pop())
     }
 
-    fn by_call(&self, step: u64, call_id: &str) -> SqlResult<Option<StoredApproval>> {
+    fn by_call(&self, step: u64, call_id: &str, part: &str) -> SqlResult<Option<StoredApproval>> {
         Ok(self
             .select(
-                "WHERE step = ? AND call_id = ? ORDER BY created_at DESC LIMIT 1",
-                vec![(step as i64).into(), call_id.into()],
+                "WHERE step = ? AND call_id = ? AND part = ? ORDER BY created_at DESC LIMIT 1",
+                vec![(step as i64).into(), call_id.into(), part.into()],
             )?
             .pop())
     }
@@ -132,11 +150,12 @@ impl ApprovalStore {
         let approver = serde_json::to_string(&approval.approver)
             .map_err(|e| worker::Error::RustError(e.to_string()))?;
         self.sql.exec(
-            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)"),
+            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)"),
             vec![
                 approval.id.as_str().into(),
                 (approval.step as i64).into(),
                 approval.call_id.as_str().into(),
+                approval.part.as_str().into(),
                 approver.into(),
                 SqlStorageValue::try_from_i64(approval.expires_at.0 as i64)?,
                 (approval.timeout_secs as i64).into(),
@@ -215,6 +234,9 @@ fn timeout_secs(env: &Env) -> u64 {
 pub(crate) struct ActorApprovals {
     pub(crate) actor: Rc<Actor>,
     pub(crate) step: u64,
+    /// The tool call the gate serves: its approvals show in the transcript with it and mark it
+    /// as waiting.
+    pub(crate) call_id: String,
 }
 
 impl ApprovalGate for ActorApprovals {
@@ -225,7 +247,8 @@ impl ApprovalGate for ActorApprovals {
             .unwrap_or_default()
     }
 
-    fn request(&self, call_id: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome> {
+    fn request(&self, part: &str, ask: Ask<'_>) -> LocalBoxFuture<'static, Outcome> {
+        let call_id = self.call_id.as_str();
         let ready = |outcome: Outcome| -> LocalBoxFuture<'static, Outcome> {
             Box::pin(futures::future::ready(outcome))
         };
@@ -240,7 +263,7 @@ impl ApprovalGate for ActorApprovals {
             }
         };
         // A call that runs again after a restart waits for the approval it asked for before.
-        match store.by_call(self.step, call_id) {
+        match store.by_call(self.step, call_id, part) {
             Ok(Some(existing)) if existing.approver == ask.approver => {
                 return match Outcome::of_state(
                     existing.state,
@@ -268,6 +291,7 @@ impl ApprovalGate for ActorApprovals {
             id: uuid::Uuid::new_v4().to_string(),
             step: self.step,
             call_id: call_id.to_string(),
+            part: part.to_string(),
             approver: ask.approver.clone(),
             expires_at: approvals::expires_at(created, timeout),
             timeout_secs: timeout,
@@ -364,18 +388,15 @@ fn end_or_log(
     }
 }
 
-/// Body of `POST /v1/sessions/:id/approvals/:approvalId`.
-type AnswerBody = wuhu_core::wire::AnswerApprovalRequest;
-
-/// `POST /approval?id=`: `identity` answers the approval `id`. Answers 200 only once the
+/// `AnswerApproval` (`POST /v1/sessions/:id/approvals/:approvalId`): `identity` answers the
+/// approval `id`. Answers 200 only once the
 /// decision and its transcript entry are committed.
 pub(crate) async fn answer_route(
     actor: &Rc<Actor>,
     identity: &Identity,
     id: &str,
-    body: &[u8],
-) -> ApiResult<Response> {
-    let body: AnswerBody = parse_json(body)?;
+    body: &AnswerApprovalRequest,
+) -> ApiResult<AnswerApprovalResponse> {
     let answer = Answer::parse(&body.decision).ok_or_else(|| {
         ApiError::bad_request(format!(
             "decision must be approve, approve_session or deny, not {:?}",
@@ -428,13 +449,10 @@ pub(crate) async fn answer_route(
         }
     }
     actor.pump().wait().await?;
-    Ok(json_response(
-        200,
-        &wuhu_core::wire::AnswerApprovalResponse {
-            approval_id: approval.id.clone(),
-            decision: answer.as_str().to_string(),
-        },
-    ))
+    Ok(AnswerApprovalResponse {
+        approval_id: approval.id.clone(),
+        decision: answer.as_str().to_string(),
+    })
 }
 
 /// Expires the pending approvals whose time has come (the alarm calls this).

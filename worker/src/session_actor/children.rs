@@ -22,9 +22,11 @@ use super::store::PendingInput;
 use super::{Actor, now};
 use crate::http::{ApiError, ApiResult};
 use crate::identity::Identity;
-use crate::session_client::{self, ChildAdmission, ChildInput};
-use crate::tenant_index::{self, GateAnswer};
+use crate::session_client;
+use crate::tenant_index;
 use crate::tool_context::Children;
+use wuhu_core::calls::index::GateAnswer;
+use wuhu_core::calls::session::{ChildAdmission, ChildInput};
 
 /// How many inputs a child keeps while it waits for a slot (a parent's follow-ups pile up
 /// only this far).
@@ -296,7 +298,14 @@ impl Actor {
         for input in inputs {
             let id = uuid::Uuid::new_v4().to_string();
             self.with_session(|s| {
-                s.handle_enqueue(now(), id, input.lane, input.author, input.content)
+                s.handle_enqueue_for(
+                    now(),
+                    id,
+                    input.lane,
+                    input.author,
+                    Some(input.acting_for.unwrap_or_default()),
+                    input.content,
+                )
             })
             .ok_or_else(|| ApiError::internal("session not loaded"))?
             .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
@@ -381,6 +390,7 @@ impl From<ChildInput> for PendingInput {
                 Lane::FollowUp
             },
             author: input.author,
+            acting_for: Some(input.acting_for),
         }
     }
 }

@@ -13,15 +13,16 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
-use worker::{Delay, Request, Response, SqlStorage};
+use worker::{Delay, SqlStorage};
 use wuhu_core::authority::{self, SessionAction, SessionFacts};
+use wuhu_core::calls::session::Deleted;
 use wuhu_core::deletion::{self, Deletion, HostRecord, MAX_FORKS_NAMED, Step};
 use wuhu_core::wire::runner::jobs::KILL_TOOL;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus};
 
 use super::{Actor, now};
 use crate::auth::Identity;
-use crate::http::{ApiError, ApiResult, json_response};
+use crate::http::{ApiError, ApiResult};
 use crate::runner_calls::cancel_on_runner;
 use crate::{internal, runner_client, session_client, tenant_index};
 use wuhu_core::wire::runner::{DiscardWorkspacesRequest, DiscardWorkspacesResponse};
@@ -140,19 +141,16 @@ impl Actor {
     /// `POST /dispose` (`internal`: a parent's deletion). Answers 204 once every step is done,
     /// 202 when one failed or another request is performing them (the alarm finishes), 404 when
     /// there is nothing (left) to delete, 409 `has_forks` when the forks rule refuses.
+    /// `Delete` of a person (`identity`), or `Dispose` of a parent's deletion (`None`: no
+    /// person is checked, and the parent's deletion checked the forks of the whole tree).
     pub(super) async fn delete_route(
         self: &Rc<Self>,
-        req: &Request,
-        internal: bool,
-    ) -> ApiResult<Response> {
-        let identity = if internal {
-            None
-        } else {
-            Some(Identity::from_headers(req)?)
-        };
+        identity: Option<&Identity>,
+    ) -> ApiResult<Deleted> {
+        let internal = identity.is_none();
         if let Some(marked) = self.deletion_mark()? {
             // Already marked: whoever may delete it sees the deletion go on.
-            if let Some(identity) = &identity {
+            if let Some(identity) = identity {
                 let facts = SessionFacts {
                     owner: &marked.owner,
                     created_by: &marked.created_by,
@@ -167,7 +165,7 @@ impl Actor {
             if !self.ensure_loaded()? {
                 return Err(ApiError::not_found("session not found"));
             }
-            if let Some(identity) = &identity {
+            if let Some(identity) = identity {
                 self.authorize_as(
                     &identity.principal(),
                     SessionAction::Delete,
@@ -180,7 +178,10 @@ impl Actor {
                 let rows = tenant_index::tree(&self.env, &tenant).await?;
                 let forks = deletion::blocking_forks(&id, &rows);
                 if !forks.is_empty() {
-                    return Ok(has_forks(&forks));
+                    return Ok(Deleted::HasForks {
+                        count: forks.len(),
+                        forks: forks.into_iter().take(MAX_FORKS_NAMED).collect(),
+                    });
                 }
             }
             // The usage of its last steps, when a report of them still waits out its delay
@@ -192,14 +193,14 @@ impl Actor {
             }
             // A concurrent request may have marked it during the awaits.
             if self.deletion_mark()?.is_none() {
-                let requested_by = identity.as_ref().map_or("wuhu", |i| i.sub.as_str());
+                let requested_by = identity.map_or("wuhu", |i| i.sub.as_str());
                 self.mark(requested_by).await?;
             }
         }
         if self.finish_deletion().await {
-            Ok(Response::empty()?.with_status(204))
+            Ok(Deleted::Finished)
         } else {
-            Ok(Response::empty()?.with_status(202))
+            Ok(Deleted::Continuing)
         }
     }
 
@@ -412,8 +413,12 @@ impl Actor {
                     session_id: id.clone(),
                     hosts,
                 };
-                let answer: DiscardWorkspacesResponse =
-                    internal::hub_post(env, tenant, "wuhu", "/discard", &request).await?;
+                let answer: DiscardWorkspacesResponse = internal::call(
+                    &internal::hub(env, tenant)?,
+                    &crate::identity::Identity::system(tenant),
+                    &wuhu_core::calls::hub::Discard(request),
+                )
+                .await?;
                 worker::console_log!(
                     "session {id} of {tenant}: {} runner(s) will discard its workspaces ({} told now){}",
                     answer.pending,
@@ -464,23 +469,3 @@ async fn delete_prefix(bucket: &worker::Bucket, prefix: &str) -> ApiResult<()> {
 
 /// The `403` of a `DELETE` by a member who may read the session but not delete it.
 const DELETE_FORBIDDEN: &str = "only the session's owner or an admin may delete it";
-
-/// `409 has_forks`: the forks rule refused; names the forks (at most [`MAX_FORKS_NAMED`]).
-fn has_forks(forks: &[String]) -> Response {
-    let named: Vec<&String> = forks.iter().take(MAX_FORKS_NAMED).collect();
-    json_response(
-        409,
-        &serde_json::json!({
-            "error": {
-                "code": "has_forks",
-                "message": format!(
-                    "{} fork(s) read this session's history: delete them first ({})",
-                    forks.len(),
-                    named.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-                "forks": named,
-                "count": forks.len(),
-            }
-        }),
-    )
-}

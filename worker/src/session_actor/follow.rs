@@ -13,17 +13,15 @@ use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use futures::future::{poll_fn, select};
-use worker::{Delay, Headers, Request, Response};
-use wuhu_core::follow::{
-    Follow, FollowRequest, Frame, LiveEvent, MAX_FOLLOWERS, Output, Registration,
-};
+use worker::{Delay, Headers, Response};
+use wuhu_core::follow::{Follow, Frame, LiveEvent, MAX_FOLLOWERS, Output, Registration};
 use wuhu_core::session::Millis;
 use wuhu_core::socket::AckWindow;
 use wuhu_core::wire::StreamEvent;
 
 use super::archive;
 use super::{Actor, now};
-use crate::http::{ApiError, ApiResult, query, query_u64};
+use crate::http::{ApiError, ApiResult};
 use crate::identity::Identity;
 use crate::token_registry;
 
@@ -198,31 +196,23 @@ impl Followers {
     }
 }
 
+/// `Follow`: the SSE stream of `identity`.
 pub(crate) async fn handle(
     actor: Rc<Actor>,
-    req: &Request,
-    pairs: &[(String, String)],
+    call: &wuhu_core::calls::session::Follow,
+    identity: &Identity,
 ) -> ApiResult<Response> {
-    let last_event_id = req.headers().get("last-event-id").ok().flatten();
-    let request = FollowRequest::parse(
-        last_event_id.as_deref(),
-        query_u64(pairs, "sinceCursor")?,
-        query_u64(pairs, "sinceTime")?,
-        query(pairs, "stopAfterIdle").as_deref(),
-        query_u64(pairs, "timeoutSeconds")?,
-    )
-    .map_err(ApiError::bad_request)?;
+    let request = &call.request;
     // The snapshot and the registration happen in one synchronous step, so every event after
     // the snapshot reaches the follower live.
     let registration = actor.follow_registration()?;
     // Set by the router from the verified credential: a revocable one is re-checked while the
     // stream is open, so a revoke or logout ends it (decision 0007).
-    let jti = crate::identity::forwarded_jti(req);
-    let mut follow = Follow::new(now(), &request, registration);
-    let credential = match jti {
+    let mut follow = Follow::new(now(), request, registration);
+    let credential = match &call.jti {
         Some(jti) => {
             follow = follow.recheck_credential(now());
-            Some((Identity::from_headers(req)?, jti))
+            Some((identity.clone(), jti.clone()))
         }
         None => None,
     };

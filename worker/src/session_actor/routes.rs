@@ -5,309 +5,293 @@ use std::rc::Rc;
 
 use worker::{Request, Response};
 use wuhu_core::authority::{self, Principal, SessionAction, SessionFacts, Verdict};
+use wuhu_core::calls::Empty;
+use wuhu_core::calls::session::{
+    Accepted, ChildAdmission, ChildCreated, ChildInit, ChildInput, ForkInit, Needs, PrefixPage,
+    PrefixRequest, SessionCall, SessionInit, Transcript,
+};
 use wuhu_core::llm::{self, fake};
 use wuhu_core::session::{CancelError, EnqueueError, ForkPrefix, Session};
 use wuhu_core::wire::{
-    CancelRequest, CancelResponse, ChildStatus, CompactRequest, CompactResponse, CompactionReason,
-    EnqueueRequest, EnqueueResponse, EntryPayload, GetSessionResponse, Header, Lane,
-    MAX_COMPACT_INSTRUCTIONS_BYTES, Message, PatchSessionRequest, SessionStats, Status,
-    StopResponse, UsageResponse, custom_types,
+    CancelRequest, CancelResponse, CompactResponse, CompactionReason, EnqueueRequest,
+    EnqueueResponse, EntryPayload, GetSessionResponse, Header, Lane, Message, PatchSessionRequest,
+    SessionInfo, SessionStats, Status, StopResponse, UsageResponse, custom_types,
 };
 
 use super::store::SessionMeta;
 use super::{Actor, Loaded, approvals, archive, follow, inference, info_tenant, now, seed};
 use crate::auth::Identity;
-use crate::http::{
-    ApiError, ApiResult, json_response, parse_json, query, query_pairs, query_u64, read_body,
-};
-use crate::session_client::{
-    ChildCreated, ChildInput, ForkInit, InitRequest, PrefixPage, PrefixRequest,
-};
+use crate::http::{ApiError, ApiResult};
+use crate::internal::{self, reply};
 use crate::tenant_index;
 
 /// Default system prompt.
 const DEFAULT_SYSTEM_PROMPT: &str = "You are Wuhu, a helpful agent. You start without an environment; use your tools when they help.";
 
 impl Actor {
+    /// Decodes the call `req` carries, checks what it needs of its caller
+    /// (`SessionCall::needs`), and answers it.
     pub(super) async fn route(self: Rc<Self>, mut req: Request) -> ApiResult<Response> {
-        let path = req.path();
-        let method = req.method();
-        let pairs = query_pairs(&req);
-        // From the tenant's index, before anything is loaded: a deleted or evicted actor
-        // answers too (it keeps nothing).
-        if path == "/settings/forget" {
-            self.settings.borrow_mut().forget();
-            return Ok(json_response(200, &serde_json::json!({ "ok": true })));
-        }
-        if path == "/init" {
-            let body = read_body(&mut req).await?;
-            let init: InitRequest = parse_json(&body)?;
-            return self.init(init).await;
-        }
-        if path == "/fork_init" {
-            let body = read_body(&mut req).await?;
-            let init: ForkInit = parse_json(&body)?;
-            return self.fork_init(init).await;
-        }
-        // Deletion answers for a marked session too (the steps go on).
-        match (&method, path.as_str()) {
-            (worker::Method::Delete, "/delete") => return self.delete_route(&req, false).await,
-            (worker::Method::Post, "/dispose") => return self.delete_route(&req, true).await,
-            _ => {}
-        }
-        if !self.ensure_loaded()? {
-            return Err(ApiError::not_found("session not found"));
-        }
-        // Routes between a parent's and a child's actors. The router never forwards to them
-        // (only its named actions), so only actors of this tenant reach them.
-        match (&method, path.as_str()) {
-            (worker::Method::Post, "/child_event") => {
-                let body = read_body(&mut req).await?;
-                let status: ChildStatus = parse_json(&body)?;
-                let accepted = self.child_event(status).await?;
-                return Ok(json_response(
-                    200,
-                    &serde_json::json!({ "accepted": accepted }),
-                ));
+        let (name, body) = internal::call_parts(&mut req).await?;
+        let call = SessionCall::decode(&name, &body).map_err(internal::call_error)?;
+        let identity = match call.needs() {
+            Needs::Internal => None,
+            Needs::Person(actions) => {
+                let identity = Identity::from_headers(&req)?;
+                // A deletion answers for a marked session too (it checks the mark itself).
+                if !matches!(call, SessionCall::Delete(_)) {
+                    if !self.ensure_loaded()? {
+                        return Err(ApiError::not_found("session not found"));
+                    }
+                    // Reading comes first: a session the caller may not read does not exist
+                    // for them (404, also for every other action), so its existence is never
+                    // revealed.
+                    let principal = identity.principal();
+                    for action in actions {
+                        self.authorize(&principal, action)?;
+                    }
+                }
+                Some(identity)
             }
-            (worker::Method::Post, "/child_input") => {
-                let body = read_body(&mut req).await?;
-                let input: ChildInput = parse_json(&body)?;
-                if input.content.trim().is_empty() {
+        };
+        let person = || {
+            identity
+                .clone()
+                .ok_or_else(|| ApiError::internal("a person's call without a person"))
+        };
+        match call {
+            // From the tenant's index, before anything is loaded: a deleted or evicted actor
+            // answers too (it keeps nothing).
+            SessionCall::ForgetSettings(c) => {
+                self.settings.borrow_mut().forget();
+                Ok(reply(&c, &Empty))
+            }
+            SessionCall::Create(c) => {
+                let (info, _) = self.clone().init(c.0.clone(), None).await?;
+                Ok(reply(&c, &info))
+            }
+            SessionCall::CreateChild(c) => {
+                let (session, admission) = self
+                    .clone()
+                    .init(c.init.clone(), Some(c.child.clone()))
+                    .await?;
+                let admission =
+                    admission.ok_or_else(|| ApiError::internal("a child without an admission"))?;
+                Ok(reply(&c, &ChildCreated { session, admission }))
+            }
+            SessionCall::CreateFork(c) => {
+                let info = self.clone().fork_init(c.0.clone()).await?;
+                Ok(reply(&c, &info))
+            }
+            // Deletion answers for a marked session too (the steps go on).
+            SessionCall::Delete(c) => Ok(reply(&c, &self.delete_route(identity.as_ref()).await?)),
+            SessionCall::Dispose(c) => Ok(reply(&c, &self.delete_route(None).await?)),
+            // Calls between a parent's and a child's actors, a fork's, the hub's. The router
+            // never decodes them from a client's request, so only actors of this tenant send
+            // them.
+            SessionCall::ChildEvent(c) => {
+                self.loaded_or_404()?;
+                let accepted = self.child_event(c.0.clone()).await?;
+                Ok(reply(&c, &Accepted { accepted }))
+            }
+            SessionCall::GiveChildInput(c) => {
+                self.loaded_or_404()?;
+                if c.0.content.trim().is_empty() {
                     return Err(ApiError::bad_request("content must not be empty"));
                 }
-                let admission = self.submit_input(input, false).await?;
-                return Ok(json_response(200, &admission));
+                let admission = self.submit_input(c.0.clone(), false).await?;
+                Ok(reply(&c, &admission))
             }
-            (worker::Method::Post, "/prefix") => {
-                let body = read_body(&mut req).await?;
-                let request: PrefixRequest = parse_json(&body)?;
-                return Ok(json_response(200, &self.prefix(request).await?));
+            SessionCall::Prefix(c) => {
+                self.loaded_or_404()?;
+                Ok(reply(&c, &self.prefix(&c.0).await?))
             }
-            (worker::Method::Post, "/job_event") => {
-                let body = read_body(&mut req).await?;
-                let event: wuhu_core::wire::runner::JobEvent = parse_json(&body)?;
-                let accepted = self.job_event(event).await?;
-                return Ok(json_response(
-                    200,
-                    &serde_json::json!({ "accepted": accepted }),
-                ));
+            SessionCall::JobEnded(c) => {
+                self.loaded_or_404()?;
+                let accepted = self.job_event(c.0.clone()).await?;
+                Ok(reply(&c, &Accepted { accepted }))
             }
-            (worker::Method::Post, "/start") => {
+            SessionCall::Start(c) => {
+                self.loaded_or_404()?;
                 self.start_pending().await?;
-                return Ok(json_response(200, &serde_json::json!({ "ok": true })));
+                Ok(reply(&c, &Empty))
             }
-            _ => {}
-        }
-        let identity = Identity::from_headers(&req)?;
-        let principal = identity.principal();
-        // A session the caller may not read does not exist for them (404, also for every
-        // other action), so its existence is never revealed.
-        self.authorize(&principal, SessionAction::Read)?;
-        let author = identity.sub.clone();
-        match (method, path.as_str()) {
-            (worker::Method::Get, "/info") => Ok(json_response(200, &self.info()?)),
-            (worker::Method::Get, "/transcript") => {
-                let since = query_u64(&pairs, "sinceCursor")?.unwrap_or(0);
-                let since_time = query_u64(&pairs, "sinceTime")?;
-                let limit =
-                    query_u64(&pairs, "limit")?.unwrap_or(wuhu_core::archive::MAX_PAGE as u64);
-                if limit == 0 || limit > wuhu_core::archive::MAX_PAGE as u64 {
-                    return Err(ApiError::bad_request(format!(
-                        "limit must be between 1 and {}",
-                        wuhu_core::archive::MAX_PAGE
-                    )));
+            SessionCall::Info(c) => Ok(reply(&c, &self.info()?)),
+            // A session's tools read this one for the people their turn acts for: what every
+            // one of them may read, or (a turn for nobody) only their own children.
+            SessionCall::ReadFor(c) => {
+                self.loaded_or_404()?;
+                let readable = self
+                    .with_loaded(|l| {
+                        let facts = SessionFacts {
+                            owner: l.session.owner().unwrap_or(&l.meta.created_by),
+                            created_by: &l.meta.created_by,
+                            access: l.meta.access,
+                        };
+                        c.readers.may_read(
+                            &l.meta.tenant,
+                            facts,
+                            l.meta.lineage.parent_id.as_deref(),
+                        )
+                    })
+                    .unwrap_or(false);
+                if !readable {
+                    return Err(ApiError::not_found("session not found"));
                 }
-                let (entries, next_cursor) =
-                    archive::read_page(&self, since, limit as usize).await?;
-                let transcript = match since_time {
-                    Some(t) => entries
-                        .into_iter()
-                        .filter(|e| e.created_at > t as i64)
-                        .collect(),
-                    None => entries,
-                };
-                let response = GetSessionResponse {
-                    session: self.info()?,
-                    transcript,
-                    queue: self.queue_info(),
-                    next_cursor,
-                    environments: self.attachments(),
-                    children: self.children_list(),
-                };
-                Ok(json_response(200, &response))
+                Ok(reply(&c, &self.transcript(&c.page).await?))
             }
-            (worker::Method::Post, "/enqueue") => {
-                let lane = query(&pairs, "lane");
-                let body = read_body(&mut req).await?;
-                let request: EnqueueRequest = parse_json(&body)?;
-                // A chat binding names its message (internal header, never forwarded from a
-                // client): the same message sent again after a crash is not queued twice.
-                let key = req
-                    .headers()
-                    .get(crate::internal::ITEM_KEY_HEADER)
-                    .ok()
-                    .flatten();
+            SessionCall::Transcript(c) => Ok(reply(&c, &self.transcript(&c).await?)),
+            SessionCall::Enqueue(c) => {
                 let response = self
-                    .enqueue(&identity, lane.as_deref(), request, key)
+                    .enqueue(&person()?, c.lane, c.request.clone(), c.item_key.clone())
                     .await?;
-                Ok(json_response(200, &response))
+                Ok(reply(&c, &response))
             }
-            (worker::Method::Post, "/cancel") => {
-                let body = read_body(&mut req).await?;
-                let request: CancelRequest = parse_json(&body)?;
-                Ok(json_response(200, &self.cancel(&identity, request).await?))
-            }
-            // Internal only (a chat channel's outbox gave up a message of this session): a
-            // notice in the transcript; whoever may prompt the session may leave it.
-            (worker::Method::Post, "/notice") => {
-                self.authorize(&principal, SessionAction::Prompt)?;
-                let body = read_body(&mut req).await?;
-                let notice: serde_json::Value = parse_json(&body)?;
-                let field = |name: &str| -> String {
-                    notice[name]
-                        .as_str()
-                        .unwrap_or_default()
-                        .chars()
-                        .take(500)
-                        .collect()
-                };
+            SessionCall::Cancel(c) => Ok(reply(&c, &self.cancel(&person()?, c.0.clone()).await?)),
+            // A chat channel's outbox gave up a message of this session: a notice in the
+            // transcript.
+            SessionCall::Notice(c) => {
+                let bounded = |text: &str| -> String { text.chars().take(500).collect() };
                 self.with_session(|s| {
                     s.handle_channel_undelivered(
                         now(),
-                        &field("channel"),
-                        &field("key"),
-                        &field("reason"),
+                        &bounded(&c.channel),
+                        &bounded(&c.key),
+                        &bounded(&c.reason),
                     )
                 });
                 self.pump().wait().await?;
-                Ok(json_response(200, &serde_json::json!({"ok": true})))
+                Ok(reply(&c, &Empty))
             }
-            (worker::Method::Post, "/approval") => {
-                let approval_id = query(&pairs, "id").unwrap_or_default();
-                let body = read_body(&mut req).await?;
-                approvals::answer_route(&self, &identity, &approval_id, &body).await
+            SessionCall::AnswerApproval(c) => {
+                let answered =
+                    approvals::answer_route(&self, &person()?, &c.approval_id, &c.answer).await?;
+                Ok(reply(&c, &answered))
             }
-            (worker::Method::Post, "/stop") => Ok(json_response(200, &self.stop(&identity).await?)),
-            (worker::Method::Post, "/title") => {
-                let body = read_body(&mut req).await?;
-                let request: PatchSessionRequest = parse_json(&body)?;
-                request.validate().map_err(ApiError::bad_request)?;
-                if request.title.is_some() {
-                    self.authorize(&principal, SessionAction::Rename)?;
-                }
-                if request.access.is_some() {
-                    self.authorize(&principal, SessionAction::ChangeAccess)?;
-                }
-                // Limits on spending are for those who may rename the session.
-                if request.budget.is_some() {
-                    self.authorize(&principal, SessionAction::Rename)?;
-                }
-                // Whoever may prompt may choose the model the prompts go to.
-                if request.provider.is_some() || request.model.is_some() {
-                    self.authorize(&principal, SessionAction::Prompt)?;
-                }
-                let mut switched = None;
-                {
-                    let mut loaded = self.loaded.borrow_mut();
-                    if let Some(loaded) = loaded.as_mut() {
-                        // Memory changes only after storage did.
-                        let mut meta = loaded.meta.clone();
-                        if let Some(header) = request.switched(&meta.header) {
-                            switched = Some((meta.header.clone(), header.clone()));
-                            meta.header = header;
-                        }
-                        if let Some(title) = &request.title {
-                            meta.title = wuhu_core::wire::normalize_title(title).ok();
-                        }
-                        if let Some(access) = request.access {
-                            meta.access = access;
-                        }
-                        meta.updated_at = now().unix_seconds();
-                        self.store()?.save_meta(&meta)?;
-                        loaded.meta = meta;
-                    }
-                }
-                if let Some((from, to)) = switched {
-                    self.with_session(|s| s.handle_model_changed(now(), &from, &to, &author));
-                    self.pump().wait().await?;
-                }
-                if let Some(budget) = request.budget {
-                    self.with_session(|s| s.handle_budget(now(), budget, &author));
-                    self.pump().wait().await?;
-                }
-                // Visibility in the list changes with access: the index learns it before we
-                // answer, so a list right after the patch is right.
-                let info = self.info()?;
-                tenant_index::upsert(&self.env, &info_tenant(&self), &info).await?;
-                Ok(json_response(200, &info))
+            SessionCall::Stop(c) => Ok(reply(&c, &self.stop(&person()?).await?)),
+            SessionCall::Patch(c) => Ok(reply(&c, &self.patch(&person()?, &c.0).await?)),
+            SessionCall::Follow(c) => follow::handle(self.clone(), &c, &person()?).await,
+            SessionCall::Socket(c) => self.accept_socket(&req, &c, &person()?).await,
+            SessionCall::Compact(c) => {
+                let compacted = self.clone().compact(c.0.instructions.clone()).await?;
+                Ok(reply(&c, &compacted))
             }
-            (worker::Method::Get, "/follow") => follow::handle(self.clone(), &req, &pairs).await,
-            (worker::Method::Get, "/socket") => self.accept_socket(&req, &pairs, &identity).await,
-            (worker::Method::Post, "/compact") => {
-                self.authorize(&principal, SessionAction::Prompt)?;
-                let body = read_body(&mut req).await?;
-                let request: CompactRequest = if body.iter().all(u8::is_ascii_whitespace) {
-                    CompactRequest::default()
-                } else {
-                    parse_json(&body)?
-                };
-                if request
-                    .instructions
-                    .as_ref()
-                    .is_some_and(|i| i.len() > MAX_COMPACT_INSTRUCTIONS_BYTES)
-                {
-                    return Err(ApiError::bad_request(format!(
-                        "instructions must be at most {MAX_COMPACT_INSTRUCTIONS_BYTES} bytes"
-                    )));
-                }
-                self.compact(request.instructions).await
-            }
-            (worker::Method::Get, "/usage") => {
-                // Every page, archived ones included: O(transcript), like reading it whole.
-                let mut usage = wuhu_core::llm::models::SessionUsage::default();
-                // A fork counts what it spent itself, not its history.
-                let mut since = self
-                    .with_loaded(|l| l.meta.forked_from.as_ref().map(|f| f.cursor))
-                    .flatten()
-                    .unwrap_or(0);
-                loop {
-                    let (entries, next_cursor) =
-                        archive::read_page(&self, since, wuhu_core::archive::MAX_PAGE).await?;
-                    usage.add_entries(&entries);
-                    match next_cursor {
-                        Some(next) if next > since => since = next,
-                        _ => break,
-                    }
-                }
-                let (spent, budget) = self
-                    .with_loaded(|l| (l.session.spent(), l.session.budget()))
-                    .ok_or_else(|| ApiError::internal("session not loaded"))?;
-                Ok(json_response(
-                    200,
-                    &UsageResponse {
-                        usage,
-                        spent,
-                        budget,
-                    },
-                ))
-            }
-            (worker::Method::Get, "/stats") => {
-                let store = self.store()?;
-                let (unarchived, _) = store.unarchived()?;
-                Ok(json_response(
-                    200,
-                    &SessionStats {
-                        database_bytes: store.database_size() as u64,
-                        hot_entries: store.hot_count()?,
-                        followers: self.followers.borrow().len() as u64,
-                        unarchived,
-                        segments: store.segments()?.len() as u64,
-                    },
-                ))
-            }
-            _ => Err(ApiError::new(404, "not_found", "no such route")),
+            SessionCall::Usage(c) => Ok(reply(&c, &self.usage().await?)),
+            SessionCall::Stats(c) => Ok(reply(&c, &self.stats()?)),
         }
+    }
+
+    /// `404` unless the session exists (and is not being deleted).
+    fn loaded_or_404(self: &Rc<Self>) -> ApiResult<()> {
+        if self.ensure_loaded()? {
+            Ok(())
+        } else {
+            Err(ApiError::not_found("session not found"))
+        }
+    }
+
+    /// A transcript page with the session, its queue, environments and children.
+    async fn transcript(self: &Rc<Self>, page: &Transcript) -> ApiResult<GetSessionResponse> {
+        let (entries, next_cursor) =
+            archive::read_page(self, page.since_cursor, page.limit as usize).await?;
+        let transcript = match page.since_time {
+            Some(t) => entries
+                .into_iter()
+                .filter(|e| e.created_at > t as i64)
+                .collect(),
+            None => entries,
+        };
+        Ok(GetSessionResponse {
+            session: self.info()?,
+            transcript,
+            queue: self.queue_info(),
+            next_cursor,
+            environments: self.attachments(),
+            children: self.children_list(),
+        })
+    }
+
+    /// `PATCH`: title, access, budget, provider and model (the caller was authorised for the
+    /// fields it changes, `SessionCall::needs`). Memory changes only after storage did.
+    async fn patch(
+        self: &Rc<Self>,
+        identity: &Identity,
+        request: &PatchSessionRequest,
+    ) -> ApiResult<SessionInfo> {
+        let author = identity.sub.clone();
+        let mut switched = None;
+        {
+            let mut loaded = self.loaded.borrow_mut();
+            if let Some(loaded) = loaded.as_mut() {
+                let mut meta = loaded.meta.clone();
+                if let Some(header) = request.switched(&meta.header) {
+                    switched = Some((meta.header.clone(), header.clone()));
+                    meta.header = header;
+                }
+                if let Some(title) = &request.title {
+                    meta.title = wuhu_core::wire::normalize_title(title).ok();
+                }
+                if let Some(access) = request.access {
+                    meta.access = access;
+                }
+                meta.updated_at = now().unix_seconds();
+                self.store()?.save_meta(&meta)?;
+                loaded.meta = meta;
+            }
+        }
+        if let Some((from, to)) = switched {
+            self.with_session(|s| s.handle_model_changed(now(), &from, &to, &author));
+            self.pump().wait().await?;
+        }
+        if let Some(budget) = request.budget {
+            self.with_session(|s| s.handle_budget(now(), budget, &author));
+            self.pump().wait().await?;
+        }
+        // Visibility in the list changes with access: the index learns it before we answer,
+        // so a list right after the patch is right.
+        let info = self.info()?;
+        tenant_index::upsert(&self.env, &info_tenant(self), &info).await?;
+        Ok(info)
+    }
+
+    /// `GET /usage`: every page, archived ones included (O(transcript), like reading it
+    /// whole). A fork counts what it spent itself, not its history.
+    async fn usage(self: &Rc<Self>) -> ApiResult<UsageResponse> {
+        let mut usage = wuhu_core::llm::models::SessionUsage::default();
+        let mut since = self
+            .with_loaded(|l| l.meta.forked_from.as_ref().map(|f| f.cursor))
+            .flatten()
+            .unwrap_or(0);
+        loop {
+            let (entries, next_cursor) =
+                archive::read_page(self, since, wuhu_core::archive::MAX_PAGE).await?;
+            usage.add_entries(&entries);
+            match next_cursor {
+                Some(next) if next > since => since = next,
+                _ => break,
+            }
+        }
+        let (spent, budget) = self
+            .with_loaded(|l| (l.session.spent(), l.session.budget()))
+            .ok_or_else(|| ApiError::internal("session not loaded"))?;
+        Ok(UsageResponse {
+            usage,
+            spent,
+            budget,
+        })
+    }
+
+    /// `GET /stats`: the actor's storage.
+    fn stats(&self) -> ApiResult<SessionStats> {
+        let store = self.store()?;
+        let (unarchived, _) = store.unarchived()?;
+        Ok(SessionStats {
+            database_bytes: store.database_size() as u64,
+            hot_entries: store.hot_count()?,
+            followers: self.followers.borrow().len() as u64,
+            unarchived,
+            segments: store.segments()?.len() as u64,
+        })
     }
 
     /// `POST /enqueue` and a socket's `enqueue` frame: who may prompt, the lane, the content,
@@ -319,7 +303,7 @@ impl Actor {
     pub(super) async fn enqueue(
         self: &Rc<Self>,
         identity: &Identity,
-        lane: Option<&str>,
+        lane: Lane,
         mut request: EnqueueRequest,
         internal_key: Option<String>,
     ) -> ApiResult<EnqueueResponse> {
@@ -330,10 +314,6 @@ impl Actor {
         }
         let key = internal_key.or(client_key);
         let author = identity.sub.clone();
-        let lane_name = lane.unwrap_or("followUp");
-        let lane = Lane::parse_public(lane_name).ok_or_else(|| {
-            ApiError::bad_request(format!("unknown lane {lane_name:?}: use steer or followUp"))
-        })?;
         if request.content.trim().is_empty() {
             return Err(ApiError::bad_request("content must not be empty"));
         }
@@ -452,7 +432,7 @@ impl Actor {
     /// A manual compaction: the summary request, then the `compaction` entry. It may run
     /// while a turn runs (the summary covers only entries before the kept ones); of two at
     /// once, the second is refused (409).
-    async fn compact(self: Rc<Self>, instructions: Option<String>) -> ApiResult<Response> {
+    async fn compact(self: Rc<Self>, instructions: Option<String>) -> ApiResult<CompactResponse> {
         let header = inference::context_window(&self)
             .await
             .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
@@ -485,9 +465,7 @@ impl Actor {
         )
         .await
         {
-            Ok(Some((cursor, compaction))) => {
-                Ok(json_response(200, &CompactResponse { cursor, compaction }))
-            }
+            Ok(Some((cursor, compaction))) => Ok(CompactResponse { cursor, compaction }),
             Ok(None) => Err(ApiError::new(
                 409,
                 "conflict",
@@ -504,7 +482,13 @@ impl Actor {
         }
     }
 
-    pub(super) async fn init(self: Rc<Self>, init: InitRequest) -> ApiResult<Response> {
+    /// Creates the session (a child with `child`). A child's task goes through the
+    /// concurrency gate before this answers.
+    pub(super) async fn init(
+        self: Rc<Self>,
+        init: SessionInit,
+        child: Option<ChildInit>,
+    ) -> ApiResult<(SessionInfo, Option<ChildAdmission>)> {
         if self.ensure_loaded()? {
             return Err(ApiError::new(409, "conflict", "session already exists"));
         }
@@ -518,7 +502,6 @@ impl Actor {
         // A session deleted in this isolate is created again (an id derived from a chat thread).
         self.recreate_tables()?;
         self.deleting.set(false);
-        let child = init.child;
         let provider = init.provider.unwrap_or_else(|| fake::PROVIDER.to_string());
         let model = init
             .model
@@ -581,7 +564,7 @@ impl Actor {
         // creation shows it.
         tenant_index::create(&self.env, &info_tenant(&self), &info).await?;
         let Some(child) = child else {
-            return Ok(json_response(201, &info));
+            return Ok((info, None));
         };
         // A child's task goes through the concurrency gate.
         let admission = self
@@ -590,22 +573,17 @@ impl Actor {
                     content: child.task,
                     lane: Lane::FollowUp,
                     author: info.created_by.clone(),
+                    acting_for: child.acting_for,
                 },
                 true,
             )
             .await?;
-        Ok(json_response(
-            201,
-            &ChildCreated {
-                session: self.info()?,
-                admission,
-            },
-        ))
+        Ok((self.info()?, Some(admission)))
     }
 
     /// A fork: reads its history from the session forked, page by page, to derive its state
     /// (`Session::fork`); nothing of the history is copied.
-    pub(super) async fn fork_init(self: Rc<Self>, init: ForkInit) -> ApiResult<Response> {
+    pub(super) async fn fork_init(self: Rc<Self>, init: ForkInit) -> ApiResult<SessionInfo> {
         if self.ensure_loaded()? {
             return Err(ApiError::new(409, "conflict", "session already exists"));
         }
@@ -673,11 +651,11 @@ impl Actor {
         self.pump().wait().await?;
         let info = self.info()?;
         tenant_index::create(&self.env, &info_tenant(&self), &info).await?;
-        Ok(json_response(201, &info))
+        Ok(info)
     }
 
     /// Entries of this session up to `through`, for a fork of it (see `session_client::prefix`).
-    async fn prefix(self: &Rc<Self>, request: PrefixRequest) -> ApiResult<PrefixPage> {
+    async fn prefix(self: &Rc<Self>, request: &PrefixRequest) -> ApiResult<PrefixPage> {
         let max = wuhu_core::archive::MAX_PAGE as u64;
         if request.limit == 0 || request.limit > max {
             return Err(ApiError::bad_request(format!(

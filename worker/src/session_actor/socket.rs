@@ -32,7 +32,7 @@ use wuhu_core::socket::{
 
 use super::follow::{self, Shared};
 use super::{Actor, now};
-use crate::http::{ApiError, ApiResult, query_u64};
+use crate::http::{ApiError, ApiResult};
 use crate::identity::Identity;
 use crate::token_registry;
 
@@ -92,13 +92,13 @@ impl Actor {
     pub(super) async fn accept_socket(
         self: &Rc<Self>,
         req: &Request,
-        pairs: &[(String, String)],
+        call: &wuhu_core::calls::session::Socket,
         identity: &Identity,
     ) -> ApiResult<Response> {
         crate::http::require_websocket_upgrade(req)?;
         self.revive_sockets();
-        let after = query_u64(pairs, "after")?.unwrap_or(0);
-        let jti = crate::identity::forwarded_jti(req);
+        let after = call.after;
+        let jti = call.jti.clone();
         let attachment = Attachment {
             id: uuid::Uuid::new_v4().to_string(),
             sub: identity.sub.clone(),
@@ -288,7 +288,9 @@ impl Actor {
         self.authorize(&identity.principal(), SessionAction::Read)?;
         Ok(match frame {
             ClientFrame::Enqueue { lane, body, .. } => {
-                let response = self.enqueue(&identity, lane.as_deref(), body, None).await?;
+                let lane = wuhu_core::calls::session::public_lane(lane.as_deref())
+                    .map_err(crate::internal::call_error)?;
+                let response = self.enqueue(&identity, lane, body, None).await?;
                 ReplyFrame::ok(id, 200, response).encode()
             }
             ClientFrame::Stop { .. } => {

@@ -62,6 +62,10 @@ pub(crate) struct PendingInput {
     pub(crate) content: String,
     pub(crate) lane: Lane,
     pub(crate) author: String,
+    /// Whom it acts for (`ChildInput::acting_for`); `None` in rows kept before acting-for sets
+    /// existed: nobody (the safe reading), not its author.
+    #[serde(default)]
+    pub(crate) acting_for: Option<Vec<String>>,
 }
 
 #[derive(Clone)]
@@ -112,6 +116,9 @@ struct QueueRow {
     enqueued_at: f64,
     /// `QueueItem::system` as JSON, for items from the server.
     system: Option<String>,
+    /// `QueueItem::acting_for` as JSON.
+    #[serde(default)]
+    acting_for: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -175,6 +182,11 @@ impl Store {
         if !columns.iter().any(|c| c == "system") {
             sql.exec("ALTER TABLE queue ADD COLUMN system TEXT", None)?;
         }
+        // Added with acting-for sets (issue 29): whom a child's task or a parent's message
+        // acts for, as a JSON array; NULL: its author.
+        if !columns.iter().any(|c| c == "acting_for") {
+            sql.exec("ALTER TABLE queue ADD COLUMN acting_for TEXT", None)?;
+        }
         Ok(Store { sql, raw })
     }
 
@@ -194,7 +206,7 @@ impl Store {
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
             self.sql.exec(
-                "INSERT INTO queue (id, lane, author, content, enqueued_at, system) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO queue (id, lane, author, content, enqueued_at, system, acting_for) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 vec![
                     item.id.as_str().into(),
                     lane.into(),
@@ -203,6 +215,12 @@ impl Store {
                     item.enqueued_at.into(),
                     match &item.system {
                         Some(system) => serde_json::to_string(system)
+                            .map_err(|e| worker::Error::RustError(e.to_string()))?
+                            .into(),
+                        None => SqlStorageValue::Null,
+                    },
+                    match &item.acting_for {
+                        Some(set) => serde_json::to_string(set)
                             .map_err(|e| worker::Error::RustError(e.to_string()))?
                             .into(),
                         None => SqlStorageValue::Null,
@@ -318,7 +336,7 @@ impl Store {
         let rows: Vec<QueueRow> = self
             .sql
             .exec(
-                "SELECT id, lane, author, content, enqueued_at, system FROM queue ORDER BY seq",
+                "SELECT id, lane, author, content, enqueued_at, system, acting_for FROM queue ORDER BY seq",
                 None,
             )?
             .to_array()?;
@@ -335,10 +353,17 @@ impl Store {
                     })?),
                     None => None,
                 };
+                let acting_for = match row.acting_for {
+                    Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
+                        worker::Error::RustError(format!("corrupt queue row {}: {e}", row.id))
+                    })?),
+                    None => None,
+                };
                 Ok(QueueItem {
                     id: row.id,
                     lane,
                     author: row.author,
+                    acting_for,
                     content: row.content,
                     enqueued_at: row.enqueued_at as i64,
                     system,

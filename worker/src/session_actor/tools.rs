@@ -31,7 +31,7 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     {
         return; // Stopped before it started.
     }
-    let context = actor.tool_context(step);
+    let context = actor.tool_context(step, &call.id);
     let output = if call.name == names::SET_MODEL {
         ToolOutput::text(crate::model_tool::set_model(&context, &call.arguments).map(|s| s.text))
     } else if environment_tools::handles(&call) {
@@ -53,7 +53,7 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
 
 impl Actor {
     /// The complete context a tool call gets.
-    fn tool_context(self: &Rc<Self>, step: u64) -> ToolContext {
+    fn tool_context(self: &Rc<Self>, step: u64, call_id: &str) -> ToolContext {
         ToolContext {
             env: self.env.clone(),
             tenant: self.tenant(),
@@ -62,7 +62,7 @@ impl Actor {
             created_by: self
                 .with_loaded(|l| l.meta.created_by.clone())
                 .unwrap_or_default(),
-            turn_authors: self
+            acting_for: self
                 .with_loaded(|l| l.session.turn_authors().to_vec())
                 .unwrap_or_default(),
             attachments: self.attachments.borrow().clone(),
@@ -70,6 +70,7 @@ impl Actor {
             approvals: Rc::new(ActorApprovals {
                 actor: self.clone(),
                 step,
+                call_id: call_id.to_string(),
             }),
             runner_calls: RunnerCallScope::new(self.runner_calls.clone(), step),
             lineage: self.lineage(),

@@ -11,6 +11,7 @@ fn user(content: &str) -> Message {
         content: content.to_string(),
         queue_item_id: None,
         lane: None,
+        acting_for: None,
     }
 }
 

@@ -84,6 +84,7 @@ fn session(compacted: bool) -> (Header, Vec<Entry>) {
                 ),
                 queue_item_id: None,
                 lane: None,
+                acting_for: None,
             }),
             1 => message(Message::Assistant(AssistantMessage {
                 provider: header.provider.clone(),

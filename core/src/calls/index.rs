@@ -1,0 +1,321 @@
+//! The calls a tenant's index (`TenantIndex`, one per tenant) answers: the session list and
+//! its tree, the concurrency gate of spawned sessions, usage and budgets, the sessions that
+//! keep a reading of the tenant's settings, and the sweep of expired request logs.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    CallError, Empty, Method, Target, call, call_enum, decode_body, query_text, query_u64,
+};
+use crate::authority::ToolReaders;
+use crate::deletion::TreeRow;
+use crate::orchestration::Slot;
+use crate::tenant_usage::{ReportAnswer, TenantBudget, TenantUsage, UsageReport};
+use crate::wire::{Budget, ListSessionsResponse, SessionInfo};
+
+/// The tenant's index.
+#[derive(Debug)]
+pub struct Index;
+
+impl Target for Index {
+    const HOST: &'static str = "index";
+}
+
+/// Largest page of `GET /v1/sessions`.
+pub const MAX_LIST_LIMIT: u32 = 200;
+
+/// A session's row is refreshed (never a deleted one's), or a new session is recorded.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Upsert {
+    /// The session as it is now.
+    pub info: SessionInfo,
+    /// A new session (a deleted id made again, for a chat thread, is listed again).
+    pub created: bool,
+}
+call!(Upsert => Index, "upsert", Empty);
+
+/// A deleted session leaves the list, for good.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Remove {
+    /// The session.
+    pub id: String,
+}
+call!(Remove => Index, "remove", Empty);
+
+/// The listed children and forks of the tenant, for the forks rule of a deletion.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct Tree;
+call!(Tree => Index, "tree", Vec<TreeRow>);
+
+/// `GET /v1/sessions`: the sessions the caller may see, newest first.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct List {
+    /// At most this many (1 to [`MAX_LIST_LIMIT`]).
+    pub limit: u32,
+    /// Older than this session.
+    pub before: Option<String>,
+    /// Only children of this session.
+    pub parent_id: Option<String>,
+    /// A session's tools list for these readers (what every person the turn acts for may
+    /// see); `None`: the caller's identity decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readers: Option<ToolReaders>,
+}
+call!(List => Index, "list", ListSessionsResponse);
+
+/// Asks the gate for a slot for a spawned session.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct GateRequest(pub Slot);
+call!(GateRequest => Index, "gate_request", GateAnswer);
+
+/// Frees a child's slot (or its place in line); answers the spawns granted in its stead.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct GateRelease {
+    /// The child.
+    pub child: String,
+}
+call!(GateRelease => Index, "gate_release", Vec<Slot>);
+
+/// The gate's answer to [`GateRequest`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(tag = "admission", rename_all = "camelCase")]
+pub enum GateAnswer {
+    /// The child may run now.
+    Granted,
+    /// The child waits.
+    Queued {
+        /// Its place in line.
+        position: u32,
+        /// Which limit it waits for.
+        reason: String,
+    },
+}
+
+/// What a session's requests used; the answer carries the tenant's budget with it counted.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReportUsage(pub UsageReport);
+call!(ReportUsage => Index, "report_usage", ReportAnswer);
+
+/// A session wrote request logs: the sweep of expired ones runs within a minute.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct LlmLogsWritten;
+call!(LlmLogsWritten => Index, "llm_logs_written", Empty);
+
+/// A session asks to be held as keeping a reading of the tenant's settings.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HoldSettings {
+    /// The session.
+    pub session: String,
+}
+call!(HoldSettings => Index, "hold_settings", Held);
+
+/// Whether [`HoldSettings`] held the session (`false`: too many holders).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Held.
+    pub held: bool,
+}
+
+/// A document under `config/` was written: every holder forgets its reading before this
+/// answers (`503 unreachable` when some could not be told).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct SettingsChanged;
+call!(SettingsChanged => Index, "settings_changed", Empty);
+
+/// `GET /v1/budget`.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct GetBudget;
+call!(GetBudget => Index, "budget", TenantBudget);
+
+/// `PUT /v1/budget` (admins).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PutBudget(pub Budget);
+call!(PutBudget => Index, "put_budget", TenantBudget);
+
+/// `GET /v1/usage?from&to&by` (parsed by the index, which knows the time).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct GetUsage {
+    /// Unix seconds.
+    pub from: Option<String>,
+    /// Unix seconds.
+    pub to: Option<String>,
+    /// `model`, `session`, `user`, …
+    pub by: Option<String>,
+}
+call!(GetUsage => Index, "usage", TenantUsage);
+
+call_enum! {
+    /// Every call a tenant's index answers.
+    pub enum IndexCall for Index {
+        Upsert(Upsert),
+        Remove(Remove),
+        Tree(Tree),
+        List(List),
+        GateRequest(GateRequest),
+        GateRelease(GateRelease),
+        ReportUsage(ReportUsage),
+        LlmLogsWritten(LlmLogsWritten),
+        HoldSettings(HoldSettings),
+        SettingsChanged(SettingsChanged),
+        GetBudget(GetBudget),
+        PutBudget(PutBudget),
+        GetUsage(GetUsage),
+    }
+}
+
+/// Decodes the public routes the index answers: `GET /v1/sessions`, `GET|PUT /v1/budget`,
+/// `GET /v1/usage` (`route` is the path under `/v1`).
+///
+/// # Errors
+/// A [`CallError`] for an unknown route or method, or input out of its bounds.
+pub fn decode_public(
+    method: Method,
+    route: &[&str],
+    query: &[(String, String)],
+    body: &[u8],
+) -> Result<IndexCall, CallError> {
+    Ok(match (route, method) {
+        (["sessions"], Method::Get) => {
+            let limit = query_u64(query, "limit")?.unwrap_or(50);
+            if limit == 0 || limit > u64::from(MAX_LIST_LIMIT) {
+                return Err(CallError::BadRequest(format!(
+                    "limit must be between 1 and {MAX_LIST_LIMIT}"
+                )));
+            }
+            List {
+                limit: limit as u32,
+                before: query_text(query, "before"),
+                parent_id: query_text(query, "parentId"),
+                readers: None,
+            }
+            .into()
+        }
+        (["budget"], Method::Get) => GetBudget.into(),
+        (["budget"], Method::Put) => {
+            let budget: Budget = decode_body(body)?;
+            budget.validate().map_err(CallError::BadRequest)?;
+            PutBudget(budget).into()
+        }
+        (["usage"], Method::Get) => GetUsage {
+            from: query_text(query, "from"),
+            to: query_text(query, "to"),
+            by: query_text(query, "by"),
+        }
+        .into(),
+        (["sessions" | "budget" | "usage"], _) => return Err(CallError::MethodNotAllowed),
+        _ => return Err(CallError::UnknownRoute),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(method: Method, route: &str, query: &[(&str, &str)], body: &str) -> String {
+        let route: Vec<&str> = route.split('/').collect();
+        let query: Vec<(String, String)> = query
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        match decode_public(method, &route, &query, body.as_bytes()) {
+            Ok(IndexCall::List(l)) => format!("list {l:?}"),
+            Ok(IndexCall::PutBudget(b)) => format!("put_budget {:?}", b.0),
+            Ok(IndexCall::GetUsage(u)) => format!("usage {u:?}"),
+            Ok(other) => other.name().to_string(),
+            Err(e) => format!("{:?}: {e}", e.status_and_code()),
+        }
+    }
+
+    #[test]
+    fn public_routes() {
+        let cases = [
+            (
+                Method::Get,
+                "sessions",
+                vec![],
+                "",
+                "list List { limit: 50, before: None, parent_id: None, readers: None }",
+            ),
+            (
+                Method::Get,
+                "sessions",
+                vec![("limit", "200"), ("before", "b"), ("parentId", "")],
+                "",
+                "list List { limit: 200, before: Some(\"b\"), parent_id: None, readers: None }",
+            ),
+            (
+                Method::Get,
+                "sessions",
+                vec![("limit", "201")],
+                "",
+                "(400, \"bad_request\"): limit must be between 1 and 200",
+            ),
+            (
+                Method::Get,
+                "sessions",
+                vec![("limit", "0")],
+                "",
+                "(400, \"bad_request\"): limit must be between 1 and 200",
+            ),
+            (Method::Get, "budget", vec![], "", "budget"),
+            (
+                Method::Put,
+                "budget",
+                vec![],
+                r#"{"maxUsd":5}"#,
+                "put_budget Budget { max_tokens: None, max_usd: Some(5.0) }",
+            ),
+            (
+                Method::Put,
+                "budget",
+                vec![],
+                r#"{"maxUsd":-5}"#,
+                "(400, \"bad_request\"): budget.maxUsd must be a number of dollars, 0 or more",
+            ),
+            (
+                Method::Post,
+                "budget",
+                vec![],
+                "",
+                "(405, \"method_not_allowed\"): method not allowed on this route",
+            ),
+            (
+                Method::Get,
+                "usage",
+                vec![("by", "user")],
+                "",
+                "usage GetUsage { from: None, to: None, by: Some(\"user\") }",
+            ),
+            (
+                Method::Delete,
+                "usage",
+                vec![],
+                "",
+                "(405, \"method_not_allowed\"): method not allowed on this route",
+            ),
+            (
+                Method::Get,
+                "nothing",
+                vec![],
+                "",
+                "(404, \"not_found\"): no such route",
+            ),
+            (
+                Method::Put,
+                "sessions",
+                vec![],
+                "",
+                "(405, \"method_not_allowed\"): method not allowed on this route",
+            ),
+        ];
+        for (method, route, query, body, want) in cases {
+            assert_eq!(
+                decode(method, route, &query, body),
+                want,
+                "{method:?} {route}"
+            );
+        }
+    }
+}
