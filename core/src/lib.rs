@@ -28,6 +28,7 @@
 //! * [`jobs`]: background jobs: how a session concludes a job ended (or failed when its runner went away).
 //! * [`images`]: image blobs: media type by magic bytes, pixel size, bounds.
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
+//! * [`rate_limits`]: which rate limits an action passes, under which keys.
 //! * [`tenant_usage`]: usage of a whole tenant: session reports, hourly rows, grouped queries.
 #![warn(missing_docs, unreachable_pub)]
 
@@ -57,6 +58,7 @@ pub mod llm;
 mod openapi;
 pub mod orchestration;
 pub mod out_of_line;
+pub mod rate_limits;
 pub mod resolve;
 mod rng;
 pub mod session;

@@ -143,7 +143,7 @@ const ROUTES: &[Route] = &[
         params: &[],
         request: Some((Body::Json(of::<CreateSessionRequest>), false)),
         ok: (201, Body::Json(of::<SessionInfo>)),
-        errors: &[400, 413],
+        errors: &[400, 413, 429],
     },
     Route {
         method: "get",
@@ -279,7 +279,7 @@ const ROUTES: &[Route] = &[
         params: &[],
         request: Some((Body::Json(of::<ForkRequest>), true)),
         ok: (201, Body::Json(of::<SessionInfo>)),
-        errors: &[400, 404, 413],
+        errors: &[400, 404, 413, 429],
     },
     Route {
         method: "get",
@@ -955,7 +955,9 @@ fn error_description(status: u16) -> &'static str {
         }
         413 => "`payload_too_large`: a body over 1 MiB",
         426 => "`upgrade_required`: not a WebSocket upgrade",
-        429 => "a bound: `queue_full`, `too_many_followers`, `too_many_tokens`, `too_many_runners`",
+        429 => {
+            "a bound: `queue_full`, `too_many_followers`, `too_many_tokens`, `too_many_runners`, or `rate_limited` (with `Retry-After`)"
+        }
         500 => {
             "`server_misconfigured` (a missing or malformed setting), `storage_failed`, `internal`"
         }

@@ -186,8 +186,11 @@ build_worker() {
   ensure_worker_tools
   ensure_npm_packages
   build_web
-  log "building the worker (release)"
-  (cd "$WUHU_ROOT/worker" && "$WORKER_BUILD_BIN" --release >&2)
+  log "building the worker (release, opt-level z)"
+  # Size over speed for the Worker's wasm (decision 0030): 12 % smaller gzipped and quicker to
+  # start, for about 10 % more CPU on a turn's path. Only this build: the runner, the CLI and
+  # the benchmarks keep the workspace's release profile.
+  (cd "$WUHU_ROOT/worker" && CARGO_PROFILE_RELEASE_OPT_LEVEL=z "$WORKER_BUILD_BIN" --release >&2)
   strip_worker_names
   build_sandbox_guest
 }

@@ -398,6 +398,16 @@ impl Stack {
         if let Some(ms) = self.options.fake_delay_ms {
             vars.push(("WUHU_FAKE_DELAY_MS".to_string(), ms.to_string()));
         }
+        // The tests (and the benchmarks) drive thousands of calls as one person on purpose:
+        // rate limits are off unless a test turns them on (tests/tests/rate_limits.rs).
+        if !self
+            .options
+            .vars
+            .iter()
+            .any(|(name, _)| name == "WUHU_RATE_LIMITS")
+        {
+            vars.push(("WUHU_RATE_LIMITS".to_string(), "off".to_string()));
+        }
         vars.extend(self.options.vars.iter().cloned());
         let env_file = self.dir.join("test.env");
         std::fs::write(

@@ -72,7 +72,8 @@ impl World {
             &json!({"access": "tenant"}),
         );
         assert_eq!(shared.status, 200, "{shared}");
-        self.alice.enqueue(&session, "followUp", "hello, this is my session");
+        self.alice
+            .enqueue(&session, "followUp", "hello, this is my session");
         self.alice.wait_idle(&session, TURN);
         session
     }

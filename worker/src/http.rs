@@ -19,6 +19,8 @@ pub(crate) struct ApiError {
     pub(crate) status: u16,
     pub(crate) code: Cow<'static, str>,
     pub(crate) message: String,
+    /// Seconds after which to try again (`Retry-After`), for `429`s.
+    pub(crate) retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -31,7 +33,14 @@ impl ApiError {
             status,
             code: code.into(),
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the caller to try again after `seconds` (`Retry-After`).
+    pub(crate) fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "bad_request", message)
@@ -47,7 +56,14 @@ impl ApiError {
     }
 
     pub(crate) fn into_response(self) -> Response {
-        json_response(self.status, &ErrorBody::new(&self.code, self.message))
+        let response = json_response(self.status, &ErrorBody::new(&self.code, self.message));
+        match self.retry_after {
+            Some(seconds) => {
+                let _ = response.headers().set("retry-after", &seconds.to_string());
+                response
+            }
+            None => response,
+        }
     }
 }
 

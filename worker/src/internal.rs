@@ -164,6 +164,7 @@ pub(crate) fn reply<C: Call>(_call: &C, value: &C::Reply) -> Response {
 /// callee's status, code and message.
 async fn reply_bytes(mut resp: Response) -> ApiResult<Vec<u8>> {
     let status = resp.status_code();
+    let retry_after = resp.headers().get("retry-after").ok().flatten();
     let bytes = resp.bytes().await?;
     if (200..300).contains(&status) {
         return Ok(bytes);
@@ -173,6 +174,7 @@ async fn reply_bytes(mut resp: Response) -> ApiResult<Vec<u8>> {
             status,
             code: Cow::Owned(body.error.code),
             message: body.error.message,
+            retry_after: retry_after.and_then(|v| v.trim().parse().ok()),
         },
         // Not one of our error bodies (the runtime answered for the callee): keep the text.
         Err(_) => ApiError::new(

@@ -89,6 +89,17 @@ impl JsHost<'_> {
         let arg: FetchArg =
             serde_json::from_value(arg).map_err(|e| format!("fetch: bad request: {e}"))?;
         let url = self.policy.check(&arg.url).map_err(|e| e.to_string())?;
+        // Counted for the person the turn started for (else the session's owner) and the tenant.
+        let ctx = self.context;
+        let who = ctx.acting_for.first().unwrap_or(&ctx.owner);
+        crate::rate_limit::check(
+            &ctx.env,
+            wuhu_core::rate_limits::RateAction::JsFetch,
+            &ctx.tenant,
+            who,
+        )
+        .await
+        .map_err(|e| format!("egress refused: {}", e.message))?;
         let n = self.requests.get() + 1;
         if n > MAX_REQUESTS_PER_CALL {
             return Err(format!(

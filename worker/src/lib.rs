@@ -25,6 +25,7 @@ mod llm_logs;
 mod model_tool;
 mod observe;
 mod orchestration_tools;
+mod rate_limit;
 mod runner_calls;
 mod runner_client;
 mod runner_hub;
@@ -44,6 +45,7 @@ use wuhu_core::calls::index::IndexCall;
 use wuhu_core::calls::session::{Deleted, GlobalContext, Needs, SessionCall, SessionInit};
 use wuhu_core::calls::{self, Method as CallMethod};
 use wuhu_core::llm::{self, anthropic, fake, openai};
+use wuhu_core::rate_limits::RateAction;
 use wuhu_core::wire::{CreateSessionRequest, OkResponse};
 
 use crate::auth::{Authenticated, Identity, TokenKind, authenticate};
@@ -494,6 +496,13 @@ fn method_not_allowed() -> ApiError {
 }
 
 async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> ApiResult<Response> {
+    rate_limit::check(
+        env,
+        RateAction::CreateSession,
+        &identity.tenant,
+        &identity.sub,
+    )
+    .await?;
     let body = read_body(req).await?;
     let request: CreateSessionRequest =
         calls::decode_optional_body(&body).map_err(internal::call_error)?;
@@ -522,6 +531,13 @@ async fn fork_session(
     identity: &Identity,
     id: &str,
 ) -> ApiResult<Response> {
+    rate_limit::check(
+        env,
+        RateAction::CreateSession,
+        &identity.tenant,
+        &identity.sub,
+    )
+    .await?;
     let body = read_body(req).await?;
     let request: wuhu_core::wire::ForkRequest = parse_json(&body)?;
     let forked = session_client::info(env, identity, id).await?;

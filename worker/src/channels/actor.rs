@@ -1041,6 +1041,31 @@ impl Actor {
                 creating: &self.creating,
                 thread_key: inbound.thread_key.clone(),
             };
+            // Sessions a channel starts are rate-limited per binding and per tenant: a thread
+            // over the limit gets a short note and starts nothing.
+            if let Err(limited) = crate::rate_limit::check(
+                &self.env,
+                wuhu_core::rate_limits::RateAction::ChannelSession,
+                &binding.tenant,
+                &binding.id,
+            )
+            .await
+            {
+                if limited.status != 429 {
+                    return Err(limited);
+                }
+                let key = inbound.dedupe_keys.first().map_or("", String::as_str);
+                return self
+                    .note(
+                        binding,
+                        &format!("limited:{key}"),
+                        Some(inbound.reply_to.clone()),
+                        None,
+                        false,
+                        limited.message,
+                    )
+                    .await;
+            }
             let id = channels::session_id_for(
                 &binding.id,
                 &inbound.thread_key,

@@ -308,6 +308,13 @@ impl Actor {
         internal_key: Option<String>,
     ) -> ApiResult<EnqueueResponse> {
         self.authorize(&identity.principal(), SessionAction::Prompt)?;
+        crate::rate_limit::check(
+            &self.env,
+            wuhu_core::rate_limits::RateAction::Enqueue,
+            &identity.tenant,
+            &identity.sub,
+        )
+        .await?;
         let client_key = request.key.take();
         if let Some(key) = &client_key {
             wuhu_core::session::check_item_key(key).map_err(ApiError::bad_request)?;
