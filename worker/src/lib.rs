@@ -29,6 +29,7 @@ mod rate_limit;
 mod runner_calls;
 mod runner_client;
 mod runner_hub;
+mod schema;
 mod session_actor;
 mod session_client;
 mod signin;

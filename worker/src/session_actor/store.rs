@@ -17,6 +17,8 @@ use wuhu_core::archive::SegmentRef;
 use wuhu_core::session::{Checkpoint, QueueItem};
 use wuhu_core::wire::{Entry, Header, Lane};
 
+use crate::schema::{Migration, migrate};
+
 #[wasm_bindgen]
 extern "C" {
     /// `ctx.storage`, for the one method workers-rs does not bind.
@@ -150,6 +152,39 @@ struct SegmentRow {
 
 type SqlResult<T> = worker::Result<T>;
 
+/// The session's schema, in order (numbered from 1 by position; never reorder or remove one).
+const MIGRATIONS: &[Migration] = &[
+    // 1.
+    Migration::Sql("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"),
+    // 2.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS entries (cursor INTEGER PRIMARY KEY, created_at INTEGER NOT NULL, body TEXT NOT NULL)",
+    ),
+    // 3.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS segments (first INTEGER PRIMARY KEY, last INTEGER NOT NULL)",
+    ),
+    // 4. `seq` is the rowid: a new row always gets a larger one than every row present, so
+    // ordering by it is enqueue order. `content` is raw text (at most a request body), not JSON,
+    // so escaping cannot inflate a row past the 2 MB row limit.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS queue (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, lane TEXT NOT NULL, author TEXT NOT NULL, content TEXT NOT NULL, enqueued_at INTEGER NOT NULL)",
+    ),
+    // 5. Child sessions (issue 12): the `custom_message` type and details of a system item.
+    Migration::AddColumn {
+        table: "queue",
+        column: "system",
+        definition: "TEXT",
+    },
+    // 6. Acting-for sets (issue 29): whom a child's task or a parent's message acts for, as a
+    // JSON array; NULL: its author.
+    Migration::AddColumn {
+        table: "queue",
+        column: "acting_for",
+        definition: "TEXT",
+    },
+];
+
 impl Store {
     /// Creates the tables again after the storage was dropped (a deleted session created again
     /// in the same isolate).
@@ -158,35 +193,7 @@ impl Store {
     }
 
     pub(crate) fn open(sql: SqlStorage, raw: RawStorage) -> SqlResult<Store> {
-        sql.exec(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-            None,
-        )?;
-        sql.exec(
-            "CREATE TABLE IF NOT EXISTS entries (cursor INTEGER PRIMARY KEY, created_at INTEGER NOT NULL, body TEXT NOT NULL)",
-            None,
-        )?;
-        sql.exec("CREATE TABLE IF NOT EXISTS segments (first INTEGER PRIMARY KEY, last INTEGER NOT NULL)", None)?;
-        // `seq` is the rowid: a new row always gets a larger one than every row present, so
-        // ordering by it is enqueue order. `content` is raw text (at most a request body), not
-        // JSON, so escaping cannot inflate a row past the 2 MB row limit.
-        sql.exec(
-            "CREATE TABLE IF NOT EXISTS queue (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, lane TEXT NOT NULL, author TEXT NOT NULL, content TEXT NOT NULL, enqueued_at INTEGER NOT NULL)",
-            None,
-        )?;
-        // Added with child sessions (issue 12): the `custom_message` type and details of a
-        // system item. Tables created before get the column.
-        let columns = sql
-            .exec("SELECT * FROM queue LIMIT 0", None)?
-            .column_names();
-        if !columns.iter().any(|c| c == "system") {
-            sql.exec("ALTER TABLE queue ADD COLUMN system TEXT", None)?;
-        }
-        // Added with acting-for sets (issue 29): whom a child's task or a parent's message
-        // acts for, as a JSON array; NULL: its author.
-        if !columns.iter().any(|c| c == "acting_for") {
-            sql.exec("ALTER TABLE queue ADD COLUMN acting_for TEXT", None)?;
-        }
+        migrate(&sql, "session", MIGRATIONS).map_err(worker::Error::RustError)?;
         Ok(Store { sql, raw })
     }
 
