@@ -1,19 +1,26 @@
 // Mints an HS256 bearer token for the local stack.
 // Usage: node scripts/lib/mint-token.mjs --secret S --sub NAME --tenant T [--days N]
-//   (or the secret in WUHU_JWT_SECRET, which keeps it out of `ps`)
+//   (or the secret in WUHU_JWT_SECRET, which keeps it out of `ps`, or --dev-vars FILE: the
+//   WUHU_JWT_SECRET of a .dev.vars file, read as `wrangler dev` reads it, see dev-vars.mjs)
 //          [--role admin|member] [--runner [--runner-kind local|cloud]]
 // A runner token with --runner-kind cloud may serve every member of the tenant: mint it only for
 // a machine the tenant's operators run (docs/security.md).
 import { createHmac } from "node:crypto";
+import { readFileSync } from "node:fs";
 
 const args = process.argv.slice(2);
 const opt = (name, fallback) => {
   const i = args.indexOf(`--${name}`);
   return i >= 0 && i + 1 < args.length ? args[i + 1] : fallback;
 };
-const secret = opt("secret") ?? process.env.WUHU_JWT_SECRET;
+const devVars = opt("dev-vars");
+const secret = devVars !== undefined
+  ? (await import("dotenv")).default.parse(readFileSync(devVars)).WUHU_JWT_SECRET
+  : opt("secret") ?? process.env.WUHU_JWT_SECRET;
 if (!secret) {
-  console.error("mint-token: --secret (or WUHU_JWT_SECRET) is required");
+  console.error(devVars !== undefined
+    ? `mint-token: ${devVars} has no WUHU_JWT_SECRET`
+    : "mint-token: --secret (or WUHU_JWT_SECRET, or --dev-vars FILE) is required");
   process.exit(2);
 }
 const days = Number(opt("days", "30"));

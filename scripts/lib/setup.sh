@@ -180,11 +180,60 @@ ensure_moto() {
 }
 
 # Builds the Worker (release) into worker/build: worker-build's output and the sandbox module;
-# and the web app it serves.
+# and the web app it serves (web/dist). Skipped when the build's inputs did not change: their
+# content hash (scripts/lib/worker-inputs.mjs: the crates the two wasm builds compile, Cargo.lock,
+# web/, package-lock.json, this recipe, the toolchain and tool versions) is kept beside the build
+# in worker/build/.inputs-sha256. A finished build is also kept in the tool cache under that hash
+# (the newest WUHU_WORKER_BUILDS_KEPT, default 4), so another checkout of the same sources, such
+# as CI's fresh clone of a tree already built here, copies it instead of building. Concurrent
+# callers (scripts/dev, scripts/test, the e2e harness) take turns on a lock.
 build_worker() {
+  mkdir -p "$WUHU_ROOT/target"
+  if command -v flock >/dev/null 2>&1; then
+    # The lock is released when this subshell's descriptor closes.
+    ( flock 9; build_worker_locked ) 9>"$WUHU_ROOT/target/.wuhu-worker-build.lock"
+  else
+    build_worker_locked
+  fi
+  # The locked part ran in a subshell: export the tools' paths here (npm is up to date now).
+  ensure_npm_packages
+}
+
+# The hash of the Worker build's inputs (see build_worker).
+worker_inputs_hash() {
+  local rustc_version
+  rustc_version="$(rustc -vV 2>/dev/null | tr '\n' ' ')"
+  node "$WUHU_ROOT/scripts/lib/worker-inputs.mjs" "rustc $rustc_version" \
+    "worker-build $WORKER_BUILD_VERSION" "wasm-bindgen $(wasm_bindgen_version)" "$@"
+}
+
+build_worker_locked() {
+  # npm ci replaces node_modules: inside the lock, so no other caller runs wrangler meanwhile.
+  ensure_npm_packages
+  local want stamp="$WUHU_ROOT/worker/build/.inputs-sha256"
+  want="$(worker_inputs_hash)"
+  local outputs=("$WUHU_ROOT/worker/build/index.js" "$WUHU_ROOT/worker/build/index_bg.wasm"
+    "$WUHU_ROOT/worker/build/sandbox_guest.wasm" "$WUHU_ROOT/web/dist/index.html")
+  local present=1 f
+  for f in "${outputs[@]}"; do [ -f "$f" ] || present=0; done
+  if [ "$present" = 1 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    log "the worker is up to date (inputs ${want:0:12}; worker/build/.inputs-sha256)"
+    return
+  fi
+  local cached="$WUHU_TOOL_CACHE/worker-builds/$want"
+  if [ -f "$cached/.complete" ]; then
+    log "the worker's inputs were built before: copying $cached"
+    rm -rf "$WUHU_ROOT/worker/build" "$WUHU_ROOT/web/dist"
+    mkdir -p "$WUHU_ROOT/worker" "$WUHU_ROOT/web"
+    cp -a "$cached/build" "$WUHU_ROOT/worker/build"
+    cp -a "$cached/dist" "$WUHU_ROOT/web/dist"
+    touch "$cached"
+    printf '%s\n' "$want" > "$stamp"
+    return
+  fi
   ensure_clang
   ensure_worker_tools
-  ensure_npm_packages
+  rm -f "$stamp"
   build_web
   log "building the worker (release, opt-level z)"
   # Size over speed for the Worker's wasm (decision 0030): 12 % smaller gzipped and quicker to
@@ -193,6 +242,20 @@ build_worker() {
   (cd "$WUHU_ROOT/worker" && CARGO_PROFILE_RELEASE_OPT_LEVEL=z "$WORKER_BUILD_BIN" --release >&2)
   strip_worker_names
   build_sandbox_guest
+  printf '%s\n' "$want" > "$stamp"
+  # Kept for other checkouts of the same sources; written under a temporary name, so an
+  # interrupted copy is never taken for a finished one.
+  local builds="$WUHU_TOOL_CACHE/worker-builds"
+  mkdir -p "$builds"
+  rm -rf "$cached.partial"
+  mkdir -p "$cached.partial"
+  cp -a "$WUHU_ROOT/worker/build" "$cached.partial/build"
+  cp -a "$WUHU_ROOT/web/dist" "$cached.partial/dist"
+  touch "$cached.partial/.complete"
+  rm -rf "$cached" && mv "$cached.partial" "$cached"
+  # The newest few stay (about 3 MB each).
+  ls -1t "$builds" | grep -v '\.partial$' | tail -n +"$((${WUHU_WORKER_BUILDS_KEPT:-4} + 1))" \
+    | while read -r old; do rm -rf "${builds:?}/$old"; done
 }
 
 # worker-build keeps the wasm "name" section (wasm-opt --debuginfo), which is 11 % of the

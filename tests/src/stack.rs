@@ -118,6 +118,9 @@ impl Stack {
     pub fn start_with(options: StackOptions) -> Stack {
         let root = repo_root();
         let custom_bin = options.wrangler_bin.is_some();
+        if !custom_bin {
+            ensure_worker_built();
+        }
         // What wrangler.toml's entry (worker/entry.mjs) imports: worker-build's output and the
         // js sandbox's own module.
         let missing: Vec<String> = [
@@ -661,6 +664,29 @@ mod watchdog {
     }
 }
 
+/// Builds the Worker once per test process when its inputs changed since `worker/build` was
+/// built (`build_worker` in scripts/lib/setup.sh: a content hash kept beside the build; a
+/// fraction of a second when nothing changed), so a test never runs against a stale Worker.
+/// `WUHU_WORKER_BUILT=1` skips it (scripts/test sets it after building).
+pub fn ensure_worker_built() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        if std::env::var_os("WUHU_WORKER_BUILT").is_some_and(|v| v == "1") {
+            return;
+        }
+        let status = Command::new("bash")
+            .args(["-c", "source scripts/lib/setup.sh && build_worker"])
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .status()
+            .expect("run bash");
+        assert!(
+            status.success(),
+            "building the Worker failed ({status}); see the output above"
+        );
+    });
+}
+
 /// The workspace root (the parent of this crate).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -670,7 +696,7 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// The port of wrangler's `Ready on http://127.0.0.1:PORT` line, in the log after `offset`.
-fn ready_port(log_path: &Path, offset: u64) -> Option<u16> {
+pub fn ready_port(log_path: &Path, offset: u64) -> Option<u16> {
     let mut file = File::open(log_path).ok()?;
     file.seek(SeekFrom::Start(offset)).ok()?;
     let mut bytes = Vec::new();
@@ -690,7 +716,8 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
-fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
+/// Sends `signal` to process group `pgid` (never to groups 0 and 1).
+pub fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
     if pgid > 1 {
         // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
         unsafe {
@@ -699,7 +726,8 @@ fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
     }
 }
 
-fn group_alive(pgid: libc::pid_t) -> bool {
+/// Whether any process of group `pgid` is alive.
+pub fn group_alive(pgid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks for existence.
     pgid > 1 && unsafe { libc::kill(-pgid, 0) } == 0
 }
