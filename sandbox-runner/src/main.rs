@@ -12,7 +12,6 @@ use wuhu_core::wire::runner::RunnerKind;
 use wuhu_runner::client::{ClientOptions, run};
 use wuhu_runner::config::{Settings, default_config_path, load_settings, parse_env_flag};
 use wuhu_runner::environment::EnvironmentHost;
-use wuhu_runner::store::rules::AwsSources;
 use wuhu_runner::store::{Store, StoreConfig, spawn_interval_saves};
 
 const AFTER_HELP: &str = "\
@@ -108,8 +107,9 @@ struct RegisterArgs {
     /// Keep folder-template workspaces in S3-compatible storage: hydrate them on attach from the
     /// session's saved workspace (else the template), save them on detach, every
     /// --store-save-interval and before exit, and delete the local copy after detach.
-    /// Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY(/AWS_SESSION_TOKEN), else AWS_PROFILE
-    /// in ~/.aws/credentials or ~/.aws/config (static keys or credential_process).
+    /// Credentials: the AWS SDKs' chain (environment, AWS_PROFILE in ~/.aws/credentials and
+    /// ~/.aws/config with keys, credential_process, SSO or role_arn, a web identity token, ECS
+    /// container credentials, EC2 instance metadata), refreshed before they expire.
     #[arg(long, value_name = "s3://BUCKET/PREFIX")]
     store: Option<String>,
     /// S3 endpoint for --store (R2, MinIO, a local server); path-style addressing. Default:
@@ -197,6 +197,11 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
             .map(|env| PathBuf::from(&env.path))
             .collect()
     }));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     let store = match &args.store {
         Some(url) => {
             let location = wuhu_runner::store::rules::parse_store_url(url)
@@ -207,15 +212,14 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
                 region: args.store_region.clone(),
                 save_interval: Duration::from_secs(args.store_save_interval.max(1)),
             };
-            Some(Arc::new(
-                Store::open(
+            let store = runtime
+                .block_on(Store::open(
                     &store_config,
                     &config.name,
                     &host.workspaces_root,
-                    &aws_sources(home.as_deref()),
-                )
-                .map_err(|e| anyhow::anyhow!("--store: {e}"))?,
-            ))
+                ))
+                .map_err(|e| anyhow::anyhow!("--store: {e}"))?;
+            Some(Arc::new(store))
         }
         None => None,
     };
@@ -227,11 +231,6 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
         jitter_seed: jitter_seed(),
     };
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
     let exit_store = store.clone();
     let code = runtime.block_on(async move {
         if let Some(store) = store {
@@ -283,27 +282,6 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
 
 /// How long saving held workspaces before exit may take.
 const EXIT_SAVE_LIMIT: Duration = Duration::from_secs(120);
-
-/// The standard AWS variables and shared files (`AWS_SHARED_CREDENTIALS_FILE` /
-/// `~/.aws/credentials`, `AWS_CONFIG_FILE` / `~/.aws/config`).
-fn aws_sources(home: Option<&std::path::Path>) -> AwsSources {
-    let vars: BTreeMap<String, String> = std::env::vars()
-        .filter(|(k, _)| k.starts_with("AWS_"))
-        .collect();
-    let file = |var: &str, default: &str| {
-        let path = vars
-            .get(var)
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| home.map(|h| h.join(".aws").join(default)))?;
-        std::fs::read_to_string(path).ok()
-    };
-    AwsSources {
-        credentials_file: file("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
-        config_file: file("AWS_CONFIG_FILE", "config"),
-        vars,
-    }
-}
 
 fn jitter_seed() -> u64 {
     let nanos = std::time::SystemTime::now()

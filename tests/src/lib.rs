@@ -17,6 +17,8 @@
 //!   the `js` tool's `fetch` reaches).
 //! * [`cli`]: the real `wuhu` binary: one-shot runs in a private `HOME`, background runs, `tmux`
 //!   for `wuhu chat`, and a TCP relay whose connections a test can cut.
+//! * [`fake_imds::FakeImds`]: a local EC2 instance metadata service (IMDSv2) handing out
+//!   temporary credentials, for the runner's credentials chain.
 //! * [`moto::Moto`]: a local S3-compatible server (moto, installed by `ensure_moto`) for cloud
 //!   workspaces.
 //! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
@@ -33,6 +35,7 @@ pub mod fake_anthropic;
 pub mod fake_chat;
 pub mod fake_gateway;
 pub mod fake_http;
+pub mod fake_imds;
 pub mod fake_openai;
 pub mod fake_responses;
 pub mod fake_server;

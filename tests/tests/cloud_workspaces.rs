@@ -4,7 +4,10 @@
 //! directories), a save uploads only what changed, and of two runners saving one workspace the
 //! one that lost it is told and keeps its copy; a save deletes the objects its manifest no longer
 //! references; deleting the session discards its stored workspaces and local copies, also on a
-//! runner that was away during the `DELETE` (when it connects again).
+//! runner that was away during the `DELETE` (when it connects again). The runner's S3 keys come
+//! from the AWS credentials chain: an instance role through IMDSv2 (a local fake,
+//! [`wuhu_e2e::fake_imds`]) with keys fetched again when they expire, and STS (moto's) for a web
+//! identity token and for a profile's `role_arn` with `source_profile`.
 //!
 //! One `wrangler dev` and one moto for the file; every test uses its own tenant, bucket prefix,
 //! runners and temp dirs.
@@ -15,6 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wuhu_core::wire::ToolResult;
 use wuhu_core::wire::runner::RunnerKind;
+use wuhu_e2e::fake_imds::FakeImds;
 use wuhu_e2e::moto::Moto;
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
@@ -63,11 +67,16 @@ impl World {
 
     /// A cloud runner with `--store` on moto; credentials from the environment.
     fn cloud_runner(&self, name: &str) -> RunnerConfig {
+        self.cloud_runner_without_keys(name)
+            .var("AWS_ACCESS_KEY_ID", "wuhu-e2e-key")
+            .var("AWS_SECRET_ACCESS_KEY", "wuhu-e2e-secret")
+    }
+
+    /// A cloud runner with `--store` on moto and no credentials in its environment.
+    fn cloud_runner_without_keys(&self, name: &str) -> RunnerConfig {
         let mut config = RunnerConfig::new(stack(), "ops", &self.tenant, name)
             .kind(RunnerKind::Cloud)
-            .workspaces_root(self.dir.mkdir(&format!("workspaces-{name}")))
-            .var("AWS_ACCESS_KEY_ID", "wuhu-e2e-key")
-            .var("AWS_SECRET_ACCESS_KEY", "wuhu-e2e-secret");
+            .workspaces_root(self.dir.mkdir(&format!("workspaces-{name}")));
         config.args.extend([
             String::from("--store"),
             format!("s3://{BUCKET}/{}", self.prefix),
@@ -240,8 +249,7 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
         .var("AWS_PROFILE", "e2e");
     let b = Runner::start(config_b);
     assert!(
-        b.log()
-            .contains("credentials from profile e2e of the shared credentials file"),
+        b.log().contains("credentials from ProfileFile)"),
         "{}",
         b.log_tail(20)
     );
@@ -382,9 +390,9 @@ fn a_save_deletes_the_objects_its_manifest_no_longer_references_and_keeps_the_re
         );
     let runner = Runner::start(config);
     assert!(
-        runner.log().contains(
-            "credentials from credential_process of profile default in the shared config file"
-        ),
+        runner
+            .log()
+            .contains("credentials from CredentialProcess, expiring in "),
         "{}",
         runner.log_tail(20)
     );
@@ -528,5 +536,194 @@ fn a_runner_away_during_the_delete_discards_the_workspace_when_it_connects() {
         !runner
             .current_log()
             .contains(&format!("saved workspace {session}/"))
+    );
+}
+
+/// The access key ids that signed moto's requests for `world`'s keys since `from` (moto logs
+/// each request line; rusty-s3 signs in the query, `X-Amz-Credential=KEY/DATE/…`), in order.
+fn signing_keys(world: &World, from: usize) -> Vec<String> {
+    let log = moto().log();
+    let object_path = format!("/{BUCKET}/{}/", world.prefix);
+    let listing = format!("prefix={}/", world.prefix);
+    log[from.min(log.len())..]
+        .lines()
+        .filter(|line| line.contains(&object_path) || line.contains(&listing))
+        .filter_map(|line| {
+            let rest = &line[line.find("X-Amz-Credential=")? + "X-Amz-Credential=".len()..];
+            let end = rest.find(['/', '%', '&']).unwrap_or(rest.len());
+            Some(rest[..end].to_string())
+        })
+        .collect()
+}
+
+/// A save through a store whose keys came from `runner`'s chain: attach, write, detach.
+fn save_one_file(world: &World, runner: &str) -> String {
+    let api = &world.api;
+    let session = api.create_fake_session().id;
+    attach_web(api, &session, runner);
+    bash(api, &session, "echo saved > saved.txt");
+    detach_web(api, &session);
+    assert_eq!(world.stored_text(&session, "saved.txt"), "saved\n");
+    session
+}
+
+#[test]
+fn an_instance_role_signs_through_imdsv2_and_its_keys_are_fetched_again_when_they_expire() {
+    let _guard = stack().guard();
+    let world = World::new("s3imds");
+    world.define_web();
+    let api = &world.api;
+    let imds = FakeImds::start();
+    // The first keys live 20 s: long enough to attach, short enough to wait out.
+    imds.set_lifetime(20);
+    let moto_log_start = moto().log().len();
+    let runner = Runner::start(
+        world
+            .cloud_runner_without_keys("cloud-imds")
+            .var("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint()),
+    );
+    let started = runner.log();
+    assert!(
+        started.contains("credentials from IMDSv2, expiring in "),
+        "{started}"
+    );
+    let session = api.create_fake_session().id;
+    attach_web(api, &session, "cloud-imds");
+    bash(api, &session, "echo one > one.txt");
+    let (first_key, first_expiry) = imds.issued()[0].clone();
+    assert_eq!(
+        imds.issued().len(),
+        1,
+        "one fetch at start: {:?}",
+        imds.issued()
+    );
+    // Keys fetched after this live an hour; the runner fetches them once the first expired.
+    imds.set_lifetime(3600);
+    wuhu_e2e::wait_for("the first keys to expire", Duration::from_secs(30), || {
+        (wuhu_e2e::util::unix_now() > first_expiry).then_some(())
+    });
+    detach_web(api, &session);
+    assert_eq!(world.stored_text(&session, "one.txt"), "one\n");
+
+    let issued = imds.issued();
+    assert_eq!(issued.len(), 2, "{issued:?}");
+    let keys = signing_keys(&world, moto_log_start);
+    let first_use = keys.iter().position(|k| *k == first_key);
+    let second_use = keys.iter().position(|k| *k == issued[1].0);
+    assert!(
+        first_use.is_some() && second_use > first_use,
+        "the hydrate signed with {first_key}, the save with {}: {keys:?}",
+        issued[1].0
+    );
+    assert!(
+        keys[second_use.unwrap()..]
+            .iter()
+            .all(|k| *k == issued[1].0),
+        "no request after the refresh used the expired keys: {keys:?}"
+    );
+    assert!(
+        runner.log().contains("credentials refreshed from IMDSv2"),
+        "{}",
+        runner.log_tail(20)
+    );
+    // IMDSv2 only: every read carried a live session token, asked for with a TTL.
+    assert_eq!(imds.refused(), Vec::<String>::new());
+    let puts = imds
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT")
+        .count();
+    assert!(puts >= 1, "{:?}", imds.requests());
+}
+
+#[test]
+fn a_web_identity_token_and_a_role_profile_get_keys_from_sts() {
+    let _guard = stack().guard();
+    let world = World::new("s3sts");
+    world.define_web();
+    let role = "arn:aws:iam::123456789012:role/wuhu-runner";
+    let no_imds = |config: RunnerConfig| {
+        config
+            .var("AWS_ENDPOINT_URL_STS", moto().endpoint())
+            .var("AWS_EC2_METADATA_DISABLED", "true")
+    };
+
+    // EKS-style: a projected service-account token and the role to assume with it.
+    let token_file = world
+        .dir
+        .write("web-identity-token", "eyJhbGciOiJSUzI1NiJ9.e2e.token");
+    let from = moto().log().len();
+    let web_identity = Runner::start(no_imds(
+        world
+            .cloud_runner_without_keys("cloud-oidc")
+            .var(
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                token_file.display().to_string(),
+            )
+            .var("AWS_ROLE_ARN", role)
+            .var("AWS_ROLE_SESSION_NAME", "wuhu-e2e")
+            .var("AWS_REGION", "us-east-1"),
+    ));
+    assert!(
+        web_identity
+            .log()
+            .contains("credentials from WebIdentityToken, expiring in "),
+        "{}",
+        web_identity.log()
+    );
+    save_one_file(&world, "cloud-oidc");
+    let keys = signing_keys(&world, from);
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k.starts_with("ASIA")),
+        "the S3 requests are signed with STS's temporary keys: {keys:?}"
+    );
+    drop(web_identity);
+
+    // A profile that assumes a role with another profile's keys.
+    let config_file = world.dir.write(
+        "aws-config",
+        &format!(
+            "[profile base]\naws_access_key_id = AKIDBASEPROFILE\naws_secret_access_key = base-secret\n\n\
+             [profile runner]\nrole_arn = {role}\nsource_profile = base\nregion = us-east-1\n"
+        ),
+    );
+    let from = moto().log().len();
+    let assumed = Runner::start(no_imds(
+        world
+            .cloud_runner_without_keys("cloud-role")
+            .var("AWS_CONFIG_FILE", config_file.display().to_string())
+            .var("AWS_PROFILE", "runner"),
+    ));
+    assert!(
+        assumed
+            .log()
+            .contains("credentials from AssumeRoleProvider, expiring in "),
+        "{}",
+        assumed.log()
+    );
+    save_one_file(&world, "cloud-role");
+    let keys = signing_keys(&world, from);
+    assert!(
+        !keys.is_empty()
+            && keys
+                .iter()
+                .all(|k| k.starts_with("ASIA") && k != "AKIDBASEPROFILE"),
+        "the S3 requests are signed with the assumed role's keys, not the source profile's: {keys:?}"
+    );
+}
+
+#[test]
+fn a_runner_without_credentials_stops_at_start_saying_what_the_chain_tried() {
+    let world = World::new("s3none");
+    let config = world
+        .cloud_runner_without_keys("cloud-none")
+        .var("AWS_EC2_METADATA_DISABLED", "true");
+    let mut runner = Runner::spawn(config);
+    let status = runner.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{}", runner.log());
+    let log = runner.log();
+    assert!(
+        log.contains("--store: no S3 credentials from the AWS credentials chain"),
+        "{log}"
     );
 }

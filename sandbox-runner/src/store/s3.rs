@@ -1,5 +1,6 @@
-//! The S3 calls cloud workspaces make: rusty-s3 signs each request (SigV4, no I/O), reqwest
-//! sends it. Every PUT is counted ([`S3::puts`]) for the save report.
+//! The S3 calls cloud workspaces make: rusty-s3 signs each request (SigV4, no I/O) with keys
+//! from the credentials chain ([`CredentialCache`]), reqwest sends it. Every PUT is counted
+//! ([`S3::puts`]) for the save report.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,12 +13,13 @@ use rusty_s3::actions::{
 };
 use rusty_s3::{Bucket, Credentials, UrlStyle};
 
-use super::rules::{self, AwsCredentials, CredentialSource, StoreLocation};
+use super::credentials::CredentialCache;
+use super::rules::StoreLocation;
 
 /// How long a signed URL is valid: requests are sent at once.
 const SIGNED_FOR: Duration = Duration::from_secs(300);
 /// A whole request's limit.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A failed S3 call.
 #[derive(thiserror::Error, Debug)]
@@ -68,107 +70,9 @@ pub enum Put {
 /// One bucket.
 pub struct S3 {
     bucket: Bucket,
-    keys: Keys,
+    keys: CredentialCache,
     http: reqwest::Client,
     puts: AtomicU64,
-}
-
-/// The signing keys in use, and how to get new ones.
-struct Keys {
-    current: std::sync::Mutex<Current>,
-    /// The `credential_process` command and where it was found; `None` for static keys.
-    process: Option<(String, String)>,
-    /// One refresh at a time.
-    refreshing: tokio::sync::Mutex<()>,
-}
-
-#[derive(Clone)]
-struct Current {
-    credentials: Arc<Credentials>,
-    expires_at: Option<i64>,
-    fetched_at: i64,
-}
-
-fn signing_keys(credentials: &AwsCredentials) -> Credentials {
-    match &credentials.session_token {
-        Some(token) => Credentials::new_with_token(
-            &credentials.access_key_id,
-            &credentials.secret_access_key,
-            token,
-        ),
-        None => Credentials::new(&credentials.access_key_id, &credentials.secret_access_key),
-    }
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// Runs a `credential_process` (`sh -c COMMAND`, its stderr passed through, at most
-/// [`rules::CREDENTIAL_PROCESS_TIMEOUT_SECONDS`]) and reads its output
-/// ([`rules::parse_process_output`]). Blocking.
-///
-/// # Errors
-///
-/// A message (never the output) when it cannot start, times out, fails or prints something
-/// unusable.
-pub fn run_credential_process(
-    command: &str,
-    source: &str,
-) -> Result<rules::ProcessCredentials, String> {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("sh")
-        .args(["-c", command])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("{source}: cannot start it: {e}"))?;
-    let mut stdout = child.stdout.take().expect("piped");
-    // Read on a thread, so a process that prints more than a pipe holds cannot stall the wait.
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let _ = (&mut stdout)
-            .take(rules::CREDENTIAL_PROCESS_MAX_OUTPUT_BYTES as u64 + 1)
-            .read_to_end(&mut out);
-        out
-    });
-    let deadline =
-        std::time::Instant::now() + Duration::from_secs(rules::CREDENTIAL_PROCESS_TIMEOUT_SECONDS);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{source}: no answer within {} s",
-                    rules::CREDENTIAL_PROCESS_TIMEOUT_SECONDS
-                ));
-            }
-            Err(e) => return Err(format!("{source}: {e}")),
-        }
-    };
-    let out = reader.join().unwrap_or_default();
-    // The size first: the reader stops at the limit, so a process still printing past it
-    // dies of SIGPIPE, and its exit status would hide why.
-    if out.len() > rules::CREDENTIAL_PROCESS_MAX_OUTPUT_BYTES {
-        return Err(format!(
-            "{source}: the output is over {} bytes",
-            rules::CREDENTIAL_PROCESS_MAX_OUTPUT_BYTES
-        ));
-    }
-    if !status.success() {
-        return Err(format!("{source}: the command failed ({status})"));
-    }
-    rules::parse_process_output(&String::from_utf8_lossy(&out), source, unix_now())
 }
 
 impl std::fmt::Debug for S3 {
@@ -182,7 +86,8 @@ impl std::fmt::Debug for S3 {
 
 impl S3 {
     /// A client for `location`'s bucket: at `endpoint` with path-style addressing when given
-    /// (MinIO, R2, local servers), else AWS's regional endpoint, virtual-host style.
+    /// (MinIO, R2, local servers), else AWS's regional endpoint, virtual-host style; requests
+    /// signed with `keys` and sent by `http`.
     ///
     /// # Errors
     ///
@@ -191,7 +96,8 @@ impl S3 {
         location: &StoreLocation,
         endpoint: Option<&str>,
         region: &str,
-        credentials: &CredentialSource,
+        keys: CredentialCache,
+        http: reqwest::Client,
     ) -> Result<S3, String> {
         let (url, style) = match endpoint {
             Some(endpoint) => (endpoint.to_string(), UrlStyle::Path),
@@ -205,104 +111,26 @@ impl S3 {
             .map_err(|e| format!("--store-endpoint {url:?}: {e}"))?;
         let bucket = Bucket::new(url, style, location.bucket.clone(), region.to_string())
             .map_err(|e| format!("--store-endpoint: {e:?}"))?;
-        let (current, process) = match credentials {
-            CredentialSource::Static(keys) => (
-                Current {
-                    credentials: Arc::new(signing_keys(keys)),
-                    expires_at: None,
-                    fetched_at: unix_now(),
-                },
-                None,
-            ),
-            CredentialSource::Process { command, source } => {
-                let fetched = run_credential_process(command, source)?;
-                (
-                    Current {
-                        credentials: Arc::new(signing_keys(&fetched.credentials)),
-                        expires_at: fetched.expires_at,
-                        fetched_at: unix_now(),
-                    },
-                    Some((command.clone(), source.clone())),
-                )
-            }
-        };
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(S3 {
             bucket,
-            keys: Keys {
-                current: std::sync::Mutex::new(current),
-                process,
-                refreshing: tokio::sync::Mutex::new(()),
-            },
+            keys,
             http,
             puts: AtomicU64::new(0),
         })
     }
 
-    /// The keys to sign with: process credentials are fetched again before they expire
-    /// ([`rules::needs_refresh`]); a failed refresh keeps the old keys while they are valid.
+    /// Where the signing keys came from (for the start-up line; never a key).
+    pub fn credentials_source(&self) -> String {
+        self.keys.source()
+    }
+
+    /// The keys to sign with, refreshed before they expire ([`CredentialCache::keys`]).
     ///
     /// # Errors
     ///
-    /// [`S3Error::Invalid`] when they expired and the process failed.
+    /// [`S3Error::Invalid`] when they expired and could not be fetched again.
     async fn credentials(&self) -> Result<Arc<Credentials>, S3Error> {
-        let current = || {
-            self.keys
-                .current
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        };
-        let Some((command, source)) = &self.keys.process else {
-            return Ok(current().credentials);
-        };
-        if !rules::needs_refresh(current().expires_at, current().fetched_at, unix_now()) {
-            return Ok(current().credentials);
-        }
-        let _one = self.keys.refreshing.lock().await;
-        let now_current = current();
-        if !rules::needs_refresh(now_current.expires_at, now_current.fetched_at, unix_now()) {
-            return Ok(now_current.credentials);
-        }
-        let (command, source_) = (command.clone(), source.clone());
-        let fetched =
-            tokio::task::spawn_blocking(move || run_credential_process(&command, &source_))
-                .await
-                .map_err(|e| S3Error::Invalid(e.to_string()))
-                .and_then(|r| r.map_err(S3Error::Invalid));
-        match fetched {
-            Ok(fetched) => {
-                let next = Current {
-                    credentials: Arc::new(signing_keys(&fetched.credentials)),
-                    expires_at: fetched.expires_at,
-                    fetched_at: unix_now(),
-                };
-                *self.keys.current.lock().unwrap_or_else(|p| p.into_inner()) = next.clone();
-                Ok(next.credentials)
-            }
-            Err(e) => {
-                let still_valid = now_current.expires_at.is_none_or(|at| unix_now() < at);
-                let mut kept = now_current.clone();
-                kept.fetched_at = unix_now();
-                *self.keys.current.lock().unwrap_or_else(|p| p.into_inner()) = kept;
-                eprintln!(
-                    "wuhu-runner: store: refreshing the credentials from {source} failed{}: {e}",
-                    if still_valid {
-                        " (the current ones are used until they expire)"
-                    } else {
-                        ""
-                    }
-                );
-                if still_valid {
-                    Ok(now_current.credentials)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+        self.keys.keys().await.map_err(S3Error::Invalid)
     }
 
     /// PUT requests sent so far (objects, parts, manifests, leases).
@@ -597,119 +425,4 @@ fn etag_of(response: &reqwest::Response) -> Option<String> {
         .get(reqwest::header::ETAG)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    /// A `credential_process` script: prints keys numbered by how often it ran (counted in a
-    /// file next to it), expiring `expires_in` seconds from now when given.
-    fn script(dir: &std::path::Path, name: &str, body: &str) -> String {
-        let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path.to_string_lossy().into_owned()
-    }
-
-    fn location() -> StoreLocation {
-        StoreLocation {
-            bucket: String::from("bucket"),
-            prefix: String::new(),
-        }
-    }
-
-    #[tokio::test]
-    async fn credential_process_keys_are_fetched_at_start_and_again_before_they_expire() {
-        let dir = tempfile::tempdir().unwrap();
-        let counter = dir.path().join("runs");
-        let expires = jiff::Timestamp::from_second(unix_now() + 3600).unwrap();
-        let good = script(
-            dir.path(),
-            "creds.sh",
-            &format!(
-                "n=$(( $(cat {c} 2>/dev/null || echo 0) + 1 )); echo $n > {c}; echo 'a message for the log' >&2; \
-                 printf '{{\"Version\": 1, \"AccessKeyId\": \"AK%s\", \"SecretAccessKey\": \"SK\", \"SessionToken\": \"T\", \"Expiration\": \"{expires}\"}}' $n",
-                c = counter.display()
-            ),
-        );
-        let source = CredentialSource::Process {
-            command: good.clone(),
-            source: String::from("test process"),
-        };
-        let s3 = S3::new(
-            &location(),
-            Some("http://127.0.0.1:9"),
-            "us-east-1",
-            &source,
-        )
-        .unwrap();
-        assert_eq!(s3.credentials().await.unwrap().key(), "AK1");
-        // Valid for an hour: no new run.
-        assert_eq!(s3.credentials().await.unwrap().key(), "AK1");
-        // Inside the refresh window (and fetched long enough ago): run again.
-        {
-            let mut current = s3.keys.current.lock().unwrap();
-            current.expires_at = Some(unix_now() + 100);
-            current.fetched_at = unix_now() - 120;
-        }
-        assert_eq!(s3.credentials().await.unwrap().key(), "AK2");
-        assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "2");
-
-        // A refresh that fails keeps valid keys, and fails once they expired.
-        let failing = S3 {
-            keys: Keys {
-                current: std::sync::Mutex::new(Current {
-                    credentials: Arc::new(Credentials::new("OLD", "S")),
-                    expires_at: Some(unix_now() + 100),
-                    fetched_at: unix_now() - 120,
-                }),
-                process: Some((String::from("exit 3"), String::from("broken"))),
-                refreshing: tokio::sync::Mutex::new(()),
-            },
-            ..s3
-        };
-        assert_eq!(failing.credentials().await.unwrap().key(), "OLD");
-        {
-            let mut current = failing.keys.current.lock().unwrap();
-            current.expires_at = Some(unix_now() - 1);
-        }
-        let error = failing.credentials().await.unwrap_err().to_string();
-        assert!(error.contains("broken: the command failed"), "{error}");
-    }
-
-    #[test]
-    fn a_credential_process_that_fails_or_prints_nonsense_is_refused_at_start() {
-        let dir = tempfile::tempdir().unwrap();
-        // (script body, error fragment)
-        let cases = [
-            ("echo '{\"Version\": 1}'; exit 1", "the command failed"),
-            ("echo 'AKIA SECRET'", "the output is not JSON"),
-            (
-                "echo '{\"Version\": 1, \"AccessKeyId\": \"AK\", \"SecretAccessKey\": \"SECRET\", \"Expiration\": \"2001-01-01T00:00:00Z\"}'",
-                "expired",
-            ),
-            ("head -c 70000 /dev/zero", "over 65536 bytes"),
-        ];
-        for (i, (body, fragment)) in cases.into_iter().enumerate() {
-            let command = script(dir.path(), &format!("c{i}.sh"), body);
-            let source = CredentialSource::Process {
-                command,
-                source: String::from("test process"),
-            };
-            let error = S3::new(&location(), None, "us-east-1", &source).unwrap_err();
-            assert!(error.contains(fragment), "{body}: {error}");
-            assert!(!error.contains("SECRET"), "{error}");
-        }
-        let missing = CredentialSource::Process {
-            command: String::from("/nonexistent/creds"),
-            source: String::from("test process"),
-        };
-        assert!(
-            S3::new(&location(), None, "us-east-1", &missing)
-                .unwrap_err()
-                .contains("the command failed")
-        );
-    }
 }

@@ -15,8 +15,8 @@ use tokio::io::AsyncReadExt;
 use wuhu_core::wire::runner::{ErrorBody, codes};
 
 use super::rules::{
-    self, AttachLease, AwsSources, Lease, Lost, MULTIPART_THRESHOLD_BYTES, Manifest, ManifestEntry,
-    PART_BYTES, SkipRules, StoreLocation, WorkspaceKeys,
+    self, AttachLease, Lease, Lost, MULTIPART_THRESHOLD_BYTES, Manifest, ManifestEntry, PART_BYTES,
+    SkipRules, StoreLocation, WorkspaceKeys,
 };
 use super::s3::{Condition, Put, S3, S3Error};
 
@@ -159,26 +159,36 @@ fn log(line: &str) {
 }
 
 impl Store {
-    /// Opens the store: resolves credentials and region from the standard AWS variables and
-    /// files, and adopts the workspaces an earlier process of this runner left held.
+    /// Opens the store: resolves the region, fetches credentials through the AWS credentials
+    /// chain ([`credentials`](super::credentials)), and adopts the workspaces an earlier process
+    /// of this runner left held.
     ///
     /// # Errors
     ///
-    /// A message for missing credentials or a bad endpoint.
-    pub fn open(
+    /// A message for missing credentials (with the chain's reasons) or a bad endpoint.
+    pub async fn open(
         config: &StoreConfig,
         runner: &str,
         workspaces_root: &Path,
-        sources: &AwsSources,
     ) -> Result<Store, String> {
-        let credentials = rules::resolve_credentials(sources)?;
-        let region = rules::resolve_region(config.region.as_deref(), sources);
+        let (region, sts_region) =
+            super::credentials::resolve_regions(config.region.as_deref()).await;
+        let http = reqwest::Client::builder()
+            .timeout(super::s3::REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let chain = super::credentials::default_chain(&sts_region, http.clone()).await;
+        let keys = super::credentials::CredentialCache::new(chain)
+            .await
+            .map_err(|e| format!("no S3 credentials from the AWS credentials chain: {e}"))?;
         let s3 = S3::new(
             &config.location,
             config.endpoint.as_deref(),
             &region,
-            &credentials,
+            keys,
+            http,
         )?;
+        let credentials_source = s3.credentials_source();
         let state_dir = workspaces_root.join(".wuhu-store");
         let store = Store {
             s3,
@@ -199,7 +209,7 @@ impl Store {
                 .as_deref()
                 .map(|e| format!("endpoint {e}, path-style, "))
                 .unwrap_or_default(),
-            credentials.source(),
+            credentials_source,
             config.save_interval.as_secs(),
             rules::DEFAULT_SKIPPED_DIRS.join(", "),
         ));
