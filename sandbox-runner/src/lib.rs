@@ -18,6 +18,8 @@
 //!   a session: everything they need arrives with the call (seed 003).
 //! * [`jobs`]: background jobs (`bash {background: true}`, `job_status`, `job_kill`): they
 //!   belong to the runner process and outlive its connections.
+//! * [`service`]: `wuhu-runner service install | uninstall | status` (a launchd agent or a
+//!   systemd unit running `register`, the token in a 0600 file).
 //! * [`store`]: cloud workspaces on S3-compatible storage (`--store`): hydrate on attach, save
 //!   on detach, on an interval and before exit.
 //! * [`tools`]: `bash`, `read`, `write`, `edit`, `ls`, `find`, `grep` with Wuhu semantics.
@@ -34,6 +36,7 @@ pub mod config;
 pub mod environment;
 pub mod executor;
 pub mod jobs;
+pub mod service;
 pub mod snapshot;
 pub mod store;
 pub mod tools;

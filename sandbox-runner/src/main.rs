@@ -14,6 +14,8 @@ use wuhu_runner::config::{Settings, default_config_path, load_settings, parse_en
 use wuhu_runner::environment::EnvironmentHost;
 use wuhu_runner::store::{Store, StoreConfig, spawn_interval_saves};
 
+mod service_cmd;
+
 const AFTER_HELP: &str = "\
 Examples:
   # Register this Mac with a hosted server, offering one project directory:
@@ -56,11 +58,17 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Connect to a Wuhu server and serve its sessions until stopped.
     #[command(after_help = AFTER_HELP)]
     Register(RegisterArgs),
+    /// Keep `register` running as a service of this machine: a launchd agent on macOS, a
+    /// systemd unit on Linux.
+    #[command(subcommand)]
+    Service(service_cmd::ServiceCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -77,6 +85,10 @@ struct RegisterArgs {
         hide_env_values = true
     )]
     token: Option<String>,
+    /// Read the runner token from this file (its first line; keep it readable by you alone:
+    /// `service install` writes one with mode 0600). Wins over --token and WUHU_RUNNER_TOKEN.
+    #[arg(long, value_name = "PATH", env = "WUHU_RUNNER_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// This runner's name, unique among your runners (letters, digits, '-', '_', '.').
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
@@ -138,24 +150,29 @@ enum KindArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Register(args) => match register(args) {
-            Ok(code) => ExitCode::from(code),
-            Err(e) => {
-                eprintln!("wuhu-runner: {e:#}");
-                ExitCode::from(1)
-            }
-        },
+    let result = match cli.command {
+        Command::Register(args) => register(args),
+        Command::Service(command) => service_cmd::run(command),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("wuhu-runner: {e:#}");
+            ExitCode::from(1)
+        }
     }
 }
 
-fn register(args: RegisterArgs) -> anyhow::Result<u8> {
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from);
+/// The settings `register` runs with: the config file (`--config`, else `~/.wuhu/runner.yml`
+/// under `home`) overlaid by the flags; the token from `--token` / `WUHU_RUNNER_TOKEN`, else
+/// the file's `token` (`--token-file` wins over both).
+fn resolve_config(
+    args: &RegisterArgs,
+    home: Option<&std::path::Path>,
+) -> anyhow::Result<wuhu_runner::config::RunnerConfig> {
     let (config_path, required) = match &args.config {
         Some(path) => (Some(path.clone()), true),
-        None => (default_config_path(home.as_deref()), false),
+        None => (default_config_path(home), false),
     };
     let file = match &config_path {
         Some(path) => load_settings(path, required)?,
@@ -166,19 +183,30 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
         let (name, path) = parse_env_flag(flag)?;
         environments.insert(name, path);
     }
+    let token = match (&args.token_file, &args.token) {
+        (Some(path), _) => Some(service_cmd::read_token_file(path)?),
+        (None, token) => token.clone(),
+    };
     let flags = Settings {
-        server: args.server,
-        token: args.token,
-        name: args.name,
+        server: args.server.clone(),
+        token,
+        name: args.name.clone(),
         kind: args.kind.map(|k| match k {
             KindArg::Local => RunnerKind::Local,
             KindArg::Cloud => RunnerKind::Cloud,
         }),
-        workspaces_root: args.workspaces_root,
+        workspaces_root: args.workspaces_root.clone(),
         environments,
     };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let config = file.overlay(flags).resolve(home.as_deref(), &cwd)?;
+    Ok(file.overlay(flags).resolve(home, &cwd)?)
+}
+
+fn register(args: RegisterArgs) -> anyhow::Result<u8> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let config = resolve_config(&args, home.as_deref())?;
     for env in &config.environments {
         if !std::path::Path::new(&env.path).is_dir() {
             eprintln!(

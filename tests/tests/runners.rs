@@ -1298,3 +1298,300 @@ fn a_stale_snapshot_after_a_reconnect_is_a_notice_and_the_agent_gets_a_resume_no
         notes[0]
     );
 }
+
+/// Every path under `dir`, relative, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("read_dir").flatten() {
+            let path = entry.path();
+            out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                pending.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One `ExecStart=`/`Environment=` value split into words as systemd does for what
+/// `wuhu_runner::service::systemd_word` writes: double quotes with `\` escapes, `%%` and `$$`.
+fn systemd_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        let Some(&first) = chars.peek() else { break };
+        let mut word = String::new();
+        if first == '"' {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => word.push(chars.next().expect("an escaped character")),
+                    '"' => break,
+                    c => word.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ' ' {
+                    break;
+                }
+                word.push(c);
+                chars.next();
+            }
+        }
+        words.push(word.replace("%%", "%").replace("$$", "$"));
+    }
+    words
+}
+
+/// `wuhu-runner service install` on Linux, end to end without a running systemd (none runs
+/// here): the unit it writes passes `systemd-analyze verify`, the command line in it starts a
+/// runner that connects with the token from the 0600 file (never on the command line or in the
+/// unit), installing again changes nothing, `status` tells what is there, and `uninstall`
+/// leaves the home directory as it was.
+#[test]
+fn service_install_writes_a_unit_whose_command_connects_and_uninstall_leaves_nothing() {
+    let _guard = stack().guard();
+    let world = World::new("service");
+    let home = world.dir.mkdir("home");
+    std::fs::create_dir_all(home.join(".config")).unwrap();
+    world.dir.mkdir("home/project");
+    // The service runs the binary that installed it: a copy outside target/, as installed.
+    let bin = home.join("bin/wuhu-runner");
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    std::fs::copy(wuhu_e2e::runner::runner_bin(), &bin).expect("copy the runner");
+    let token = stack().runner_token("ana", &world.tenant);
+    let before = listing(&home);
+    let service = |args: &[&str]| {
+        let output = Command::new(&bin)
+            .arg("service")
+            .args(args)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", wuhu_e2e::runner::RUNNER_PATH)
+            .env("USER", "ana")
+            .env("WUHU_RUNNER_TOKEN", &token)
+            .output()
+            .expect("run wuhu-runner service");
+        (
+            output.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        )
+    };
+    let server = stack().base_url();
+    let install = [
+        "install",
+        "--no-start",
+        "--server",
+        server.as_str(),
+        "--name",
+        "svc-1",
+        "--env",
+        "project=~/project",
+    ];
+    let (code, out) = service(&install);
+    assert_eq!(code, Some(0), "{out}");
+    let unit_path = home.join(".config/systemd/user/wuhu-runner.service");
+    let token_path = home.join(".wuhu/runner.token");
+    assert!(
+        out.contains(&format!("wrote {}", unit_path.display())),
+        "{out}"
+    );
+    let unit = std::fs::read_to_string(&unit_path).expect("the unit");
+    assert!(
+        !unit.contains(&token),
+        "the token is never in the unit:\n{unit}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&token_path).unwrap(),
+        format!("{token}\n")
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&token_path), 0o600);
+    assert_eq!(mode(token_path.parent().unwrap()), 0o700);
+
+    // systemd's own check of the unit, where systemd-analyze is installed (Debian: systemd).
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let runtime = world.dir.mkdir("xdg-runtime");
+        let verify = Command::new("systemd-analyze")
+            .args(["--user", "verify"])
+            .arg(&unit_path)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .output()
+            .expect("systemd-analyze");
+        let complaints = String::from_utf8_lossy(&verify.stderr).into_owned();
+        assert!(
+            verify.status.success() && complaints.trim().is_empty(),
+            "systemd-analyze verify: {complaints}\n{unit}"
+        );
+    } else {
+        eprintln!("wuhu-e2e: systemd-analyze is not installed: the unit is not verified");
+    }
+
+    // Run the unit's command as systemd would: its Environment, its working directory (~).
+    let value = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in\n{unit}"))
+            .to_string()
+    };
+    let argv = systemd_words(&value("ExecStart="));
+    assert_eq!(argv[0], bin.canonicalize().unwrap().display().to_string());
+    assert_eq!(argv[1], "register");
+    assert!(!argv.iter().any(|a| a.contains(&token)), "{argv:?}");
+    let environment = systemd_words(&value("Environment="));
+    let path = environment[0].strip_prefix("PATH=").expect("PATH=");
+    assert!(path.contains("/home/linuxbrew/.linuxbrew/bin") && path.contains("/usr/bin"));
+    let log = world.dir.path().join("service-run.log");
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", path)
+        .current_dir(&home)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start the unit's command");
+    let connected = wuhu_e2e::wait_until(Duration::from_secs(60), || {
+        world
+            .listed_runner("svc-1")
+            .filter(|r| r["connected"] == true)
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let listed = connected.unwrap_or_else(|_| {
+        panic!(
+            "the unit's command did not connect: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(listed["environments"][0]["name"], "project", "{listed}");
+
+    // Again: the same files, nothing rewritten.
+    let (code, again) = service(&install);
+    assert_eq!(code, Some(0), "{again}");
+    assert!(
+        again.contains(&format!("unchanged {}", unit_path.display()))
+            && again.contains(&format!("unchanged {}", token_path.display())),
+        "{again}"
+    );
+    let (code, status) = service(&["status"]);
+    assert!(status.contains("installed"), "{status}");
+    // 3: installed but not running (no systemd runs here; under systemd, 3 as well: never started).
+    assert_eq!(code, Some(3), "{status}");
+
+    let (code, removed) = service(&["uninstall"]);
+    assert_eq!(code, Some(0), "{removed}");
+    std::fs::remove_file(&log).ok();
+    assert_eq!(
+        listing(&home),
+        before,
+        "uninstall leaves the home as it was: {removed}"
+    );
+    let (code, status) = service(&["status"]);
+    assert_eq!(code, Some(4), "{status}");
+    let (code, _) = service(&["uninstall"]);
+    assert_eq!(code, Some(0), "uninstalling twice is fine");
+}
+
+/// The macOS agent as `install --dry-run` shows it, read back by Python's plistlib (an
+/// independent reader of Apple's format): the arguments arrive exactly, the token does not.
+#[test]
+fn the_launchd_agent_is_a_plist_whose_arguments_arrive_exactly() {
+    let world = World::new("plist");
+    let home = world.dir.mkdir("Users/ana");
+    let token = "header.payload.signature";
+    let output = Command::new(wuhu_e2e::runner::runner_bin())
+        .args([
+            "service",
+            "install",
+            "--dry-run",
+            "--platform",
+            "macos",
+            "--server",
+            "https://wuhu.example.com",
+            "--name",
+            "ana-mac",
+            "--env",
+            "odd=~/a & <b> \"c\" 'd' $e %f",
+        ])
+        .env_clear()
+        .env("HOME", &home)
+        .env("WUHU_RUNNER_TOKEN", token)
+        .output()
+        .expect("run wuhu-runner");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!text.contains(token), "{text}");
+    let plist_text = text
+        .split("# ")
+        .find(|part| part.contains("<plist"))
+        .and_then(|part| part.split_once('\n'))
+        .map(|(_, body)| body.trim_end().to_string() + "\n")
+        .expect("the plist in the dry run");
+    let plist = world.dir.write("agent.plist", &plist_text);
+    let read = Command::new("python3")
+        .args([
+            "-c",
+            "import json, plistlib, sys; print(json.dumps(plistlib.load(open(sys.argv[1], 'rb'))))",
+        ])
+        .arg(&plist)
+        .output()
+        .expect("python3");
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let agent: Value = serde_json::from_slice(&read.stdout).expect("JSON");
+    let bin = wuhu_e2e::runner::runner_bin().canonicalize().unwrap();
+    assert_eq!(
+        agent["ProgramArguments"],
+        json!([
+            bin.display().to_string(),
+            "register",
+            "--server",
+            "https://wuhu.example.com",
+            "--name",
+            "ana-mac",
+            "--env",
+            "odd=~/a & <b> \"c\" 'd' $e %f",
+            "--token-file",
+            home.join(".wuhu/runner.token").display().to_string(),
+        ])
+    );
+    assert_eq!(agent["Label"], "dev.wuhu.runner");
+    assert_eq!(agent["RunAtLoad"], true);
+    assert_eq!(agent["KeepAlive"], json!({"SuccessfulExit": false}));
+    let log = home
+        .join("Library/Logs/wuhu-runner.log")
+        .display()
+        .to_string();
+    assert_eq!(agent["StandardErrorPath"], log);
+    assert!(
+        agent["EnvironmentVariables"]["PATH"]
+            .as_str()
+            .is_some_and(|p| p.contains("/opt/homebrew/bin")),
+        "{agent}"
+    );
+}
