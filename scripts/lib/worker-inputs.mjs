@@ -11,8 +11,9 @@
 // wuhu-sandbox-guest with the closure of their path dependencies, read from `cargo metadata`, so
 // a new workspace crate the Worker starts to use is covered without editing this file), the web
 // app's sources (web/, and docs/openapi.json, which it serves), Cargo.toml, Cargo.lock,
-// package-lock.json (wrangler, binaryen, esbuild), .cargo/config.toml, setup.sh itself (the build
-// recipe), and the environment variables that change the build. Files are what git sees (tracked
+// package-lock.json (wrangler, binaryen, esbuild), .cargo/config.toml, the build recipe (setup.sh
+// passes its build functions' text as an extra) and the environment variables that change the
+// build. Files are what git sees (tracked
 // and untracked, not ignored: build outputs and node_modules are ignored); outside a git
 // checkout, a walk that skips the usual output directories.
 import { createHash } from "node:crypto";
@@ -49,7 +50,7 @@ while (pending.length > 0) {
 }
 
 const paths = [...crateDirs, "web", "docs/openapi.json", "Cargo.toml", "Cargo.lock", "package-lock.json",
-  ".cargo/config.toml", "scripts/lib/setup.sh"];
+  ".cargo/config.toml"];
 
 // Output directories that live inside the input directories.
 const skipped = new Set(["target", "node_modules", "build", "dist", ".wrangler", ".state"]);
