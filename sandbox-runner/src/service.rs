@@ -401,6 +401,10 @@ pub struct Plan {
     pub commands: Vec<Vec<String>>,
     /// Commands whose failure is expected and harmless (unloading what is not loaded).
     pub best_effort: Vec<Vec<String>>,
+    /// A command that succeeds while the old service is still loaded: polled (up to 10 s) after
+    /// the best-effort commands, before `commands`. launchd unloads asynchronously, and
+    /// `bootstrap` of a label still being removed fails ("Input/output error").
+    pub until_fails: Option<Vec<String>>,
 }
 
 fn command(words: &[&str]) -> Vec<String> {
@@ -454,13 +458,14 @@ pub fn install_plan(
             secret: false,
         },
     ];
-    let (commands, best_effort) = match target {
+    let (commands, best_effort, until_fails) = match target {
         Target::LaunchdAgent => {
             let domain = launchd_domain(uid);
             let service = format!("{domain}/{LAUNCHD_LABEL}");
             // bootout first: bootstrap refuses a label that is loaded already, and a reinstall
             // must start the new plist.
             let best_effort = vec![command(&["launchctl", "bootout", &service])];
+            let until_fails = start.then(|| command(&["launchctl", "print", &service]));
             let commands = if start {
                 vec![
                     command(&["launchctl", "bootstrap", &domain, &service_path]),
@@ -469,7 +474,11 @@ pub fn install_plan(
             } else {
                 Vec::new()
             };
-            (commands, if start { best_effort } else { Vec::new() })
+            (
+                commands,
+                if start { best_effort } else { Vec::new() },
+                until_fails,
+            )
         }
         _ if start => (
             vec![
@@ -478,14 +487,16 @@ pub fn install_plan(
                 systemctl(target, &["restart", SYSTEMD_UNIT]),
             ],
             Vec::new(),
+            None,
         ),
-        _ => (Vec::new(), Vec::new()),
+        _ => (Vec::new(), Vec::new(), None),
     };
     Ok(Plan {
         write,
         remove: Vec::new(),
         commands,
         best_effort,
+        until_fails,
     })
 }
 
@@ -515,6 +526,7 @@ pub fn uninstall_plan(target: &Target, layout: &Layout, uid: u32) -> Plan {
         remove,
         commands,
         best_effort,
+        until_fails: None,
     }
 }
 

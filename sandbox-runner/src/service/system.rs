@@ -156,6 +156,12 @@ pub fn apply(plan: &Plan, owner: Option<(u32, u32)>) -> Result<Applied, (Applied
             applied.lines.push(format!("ran {}", words.join(" ")));
         }
     }
+    if let Some(probe) = &plan.until_fails {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while run(probe).is_ok() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
     for path in &plan.remove {
         match remove(path) {
             Ok(true) => applied.lines.push(format!("removed {}", path.display())),
