@@ -1355,6 +1355,20 @@ fn systemd_words(line: &str) -> Vec<String> {
 /// runner that connects with the token from the 0600 file (never on the command line or in the
 /// unit), installing again changes nothing, `status` tells what is there, and `uninstall`
 /// leaves the home directory as it was.
+/// A command run as `nobody` when this process is root (CI runs as root, and `service install`
+/// refuses a user unit for root), else as it is.
+fn as_installing_user(program: &Path) -> Command {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Command::new(program);
+    }
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(program);
+    command
+}
+
 #[test]
 fn service_install_writes_a_unit_whose_command_connects_and_uninstall_leaves_nothing() {
     let _guard = stack().guard();
@@ -1367,9 +1381,19 @@ fn service_install_writes_a_unit_whose_command_connects_and_uninstall_leaves_not
     std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
     std::fs::copy(wuhu_e2e::runner::runner_bin(), &bin).expect("copy the runner");
     let token = stack().runner_token("ana", &world.tenant);
+    // The home belongs to the installing user.
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let status = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&home)
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
     let before = listing(&home);
     let service = |args: &[&str]| {
-        let output = Command::new(&bin)
+        let output = as_installing_user(&bin)
             .arg("service")
             .args(args)
             .env_clear()
@@ -1458,7 +1482,7 @@ fn service_install_writes_a_unit_whose_command_connects_and_uninstall_leaves_not
     let path = environment[0].strip_prefix("PATH=").expect("PATH=");
     assert!(path.contains("/home/linuxbrew/.linuxbrew/bin") && path.contains("/usr/bin"));
     let log = world.dir.path().join("service-run.log");
-    let mut child = Command::new(&argv[0])
+    let mut child = as_installing_user(Path::new(&argv[0]))
         .args(&argv[1..])
         .env_clear()
         .env("HOME", &home)

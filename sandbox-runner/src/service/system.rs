@@ -233,8 +233,8 @@ pub fn systemd_booted() -> bool {
 ///
 /// # Errors
 ///
-/// A message for `--system` on macOS, a system unit without root, or a system unit that would
-/// run as root without saying so.
+/// A message for `--system` on macOS, a system unit without root, a user unit for root, or a
+/// system unit that would run as root without saying so.
 pub fn select_target(
     macos: bool,
     system: bool,
@@ -252,6 +252,13 @@ pub fn select_target(
     if !system {
         if run_as.is_some() {
             return Err(String::from("--run-as needs --system"));
+        }
+        if uid == 0 {
+            // root has no user manager to speak of on a server, and a runner as root would run
+            // every session's commands as root.
+            return Err(String::from(
+                "as root, install a system unit that runs as another account: --system --run-as USER",
+            ));
         }
         return Ok(Target::SystemdUser);
     }
