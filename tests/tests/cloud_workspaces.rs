@@ -6,8 +6,9 @@
 //! references; deleting the session discards its stored workspaces and local copies, also on a
 //! runner that was away during the `DELETE` (when it connects again). The runner's S3 keys come
 //! from the AWS credentials chain: an instance role through IMDSv2 (a local fake,
-//! [`wuhu_e2e::fake_imds`]) with keys fetched again when they expire, and STS (moto's) for a web
-//! identity token and for a profile's `role_arn` with `source_profile`.
+//! [`wuhu_e2e::fake_imds`]) with keys fetched again when they expire, STS (moto's) for a web
+//! identity token and for a profile's `role_arn` with `source_profile`, an SSO profile and a
+//! container credentials endpoint (local fakes of AWS's wire formats).
 //!
 //! One `wrangler dev` and one moto for the file; every test uses its own tenant, bucket prefix,
 //! runners and temp dirs.
@@ -725,5 +726,129 @@ fn a_runner_without_credentials_stops_at_start_saying_what_the_chain_tried() {
     assert!(
         log.contains("--store: no S3 credentials from the AWS credentials chain"),
         "{log}"
+    );
+}
+
+#[test]
+fn sso_and_container_credentials_sign_the_store() {
+    let _guard = stack().guard();
+    let world = World::new("s3sso");
+    world.define_web();
+    let now = wuhu_e2e::util::unix_now();
+    let expires_at = std::time::UNIX_EPOCH + Duration::from_secs((now + 3600) as u64);
+    // AWS's SSO portal (GetRoleCredentials) and an ECS credentials endpoint, as local fakes
+    // speaking their wire formats.
+    let aws = wuhu_e2e::FakeHttp::start();
+    aws.route(
+        "/federation/credentials",
+        wuhu_e2e::HttpReply::json(&json!({"roleCredentials": {
+            "accessKeyId": "ASIAFAKESSO0001",
+            "secretAccessKey": "fake-sso-secret",
+            "sessionToken": "fake-sso-session-token",
+            "expiration": (now + 3600) * 1000,
+        }})),
+    );
+    aws.route(
+        "/ecs-credentials",
+        wuhu_e2e::HttpReply::json(&json!({
+            "AccessKeyId": "ASIAFAKEECS0001",
+            "SecretAccessKey": "fake-ecs-secret",
+            "Token": "fake-ecs-session-token",
+            "Expiration": wuhu_e2e::util::rfc3339_utc(expires_at),
+        })),
+    );
+
+    // SSO: a profile with sso_start_url and the token `aws sso login` left in the cache.
+    let start_url = "https://wuhu-e2e.awsapps.com/start";
+    let home = world.dir.mkdir("sso-home");
+    let sha1 = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "printf '%s' \"$1\" | sha1sum | cut -d' ' -f1",
+            "sh",
+            start_url,
+        ])
+        .output()
+        .expect("sha1sum");
+    let cache_name = String::from_utf8_lossy(&sha1.stdout).trim().to_string();
+    world.dir.write(
+        &format!("sso-home/.aws/sso/cache/{cache_name}.json"),
+        &json!({"accessToken": "sso-access-token", "expiresAt": "2099-01-01T00:00:00Z",
+                "region": "us-east-1", "startUrl": start_url})
+        .to_string(),
+    );
+    world.dir.write(
+        "sso-home/.aws/config",
+        &format!(
+            "[profile runner]\nsso_start_url = {start_url}\nsso_region = us-east-1\n\
+             sso_account_id = 123456789012\nsso_role_name = WuhuRunner\nregion = us-east-1\n"
+        ),
+    );
+    let from = moto().log().len();
+    let sso = Runner::start(
+        world
+            .cloud_runner_without_keys("cloud-sso")
+            .var("HOME", home.display().to_string())
+            .var("AWS_PROFILE", "runner")
+            .var("AWS_ENDPOINT_URL_SSO", aws.base_url())
+            .var("AWS_EC2_METADATA_DISABLED", "true"),
+    );
+    assert!(
+        sso.log().contains("credentials from SSO, expiring in "),
+        "{}",
+        sso.log()
+    );
+    save_one_file(&world, "cloud-sso");
+    let keys = signing_keys(&world, from);
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k == "ASIAFAKESSO0001"),
+        "{keys:?}"
+    );
+    let asked = aws.requests_to("/federation/credentials");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(
+        asked[0].header("x-amz-sso_bearer_token"),
+        Some("sso-access-token")
+    );
+    assert!(
+        asked[0].path.contains("role_name=WuhuRunner")
+            && asked[0].path.contains("account_id=123456789012"),
+        "{}",
+        asked[0].path
+    );
+    drop(sso);
+
+    // A container's credentials endpoint with its authorization token.
+    let from = moto().log().len();
+    let ecs = Runner::start(
+        world
+            .cloud_runner_without_keys("cloud-ecs")
+            .var(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                aws.url("/ecs-credentials"),
+            )
+            .var(
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+                "ecs-authorization-token",
+            )
+            .var("AWS_EC2_METADATA_DISABLED", "true"),
+    );
+    assert!(
+        ecs.log()
+            .contains("credentials from EcsContainer, expiring in "),
+        "{}",
+        ecs.log()
+    );
+    save_one_file(&world, "cloud-ecs");
+    let keys = signing_keys(&world, from);
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k == "ASIAFAKEECS0001"),
+        "{keys:?}"
+    );
+    let asked = aws.requests_to("/ecs-credentials");
+    assert_eq!(
+        asked[0].header("authorization"),
+        Some("ecs-authorization-token"),
+        "{asked:?}"
     );
 }
