@@ -157,7 +157,11 @@ fn documented_runner_command_lines_parse_and_keep_the_token_off_them() {
         checked >= 5,
         "only {checked} documented command lines found"
     );
-    let help = crate::AFTER_HELP;
+    let help = format!(
+        "{}\n{}",
+        crate::AFTER_HELP,
+        crate::service_cmd::INSTALL_HELP
+    );
     for (line, argv) in runner_commands(&format!("```sh\n{help}\n```")) {
         Cli::try_parse_from(&argv)
             .unwrap_or_else(|e| panic!("--help example {line}: {}\n{e}", argv.join(" ")));

@@ -93,7 +93,12 @@ struct RegisterArgs {
     token: Option<String>,
     /// Read the runner token from this file (its first line; keep it readable by you alone:
     /// `service install` writes one with mode 0600). Wins over --token and WUHU_RUNNER_TOKEN.
-    #[arg(long, value_name = "PATH", env = "WUHU_RUNNER_TOKEN_FILE")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "WUHU_RUNNER_TOKEN_FILE",
+        hide_env_values = true
+    )]
     token_file: Option<PathBuf>,
     /// This runner's name, unique among your runners (letters, digits, '-', '_', '.').
     #[arg(long, value_name = "NAME")]

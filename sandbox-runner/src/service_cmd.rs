@@ -28,7 +28,7 @@ pub(crate) enum ServiceCommand {
     Status(ScopeArgs),
 }
 
-const INSTALL_HELP: &str = "\
+pub(crate) const INSTALL_HELP: &str = "\
 Examples:
   # This Mac, at log-in (a launchd agent; logs in ~/Library/Logs/wuhu-runner.log):
   WUHU_RUNNER_TOKEN=... wuhu-runner service install --server https://wuhu.example.com \\
