@@ -243,3 +243,19 @@ fn the_readme_layout_names_every_top_level_directory() {
         "README.md's layout table lacks {absent:?}"
     );
 }
+
+#[test]
+fn the_readmes_first_screen_has_exactly_the_two_commands() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let first_screen = &readme[..readme.find("\n## ").expect("a section")];
+    let mut commands = Vec::new();
+    let mut in_code = false;
+    for line in first_screen.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if in_code && !line.trim().is_empty() {
+            commands.push(line.split('#').next().unwrap_or("").trim().to_string());
+        }
+    }
+    assert_eq!(commands, ["scripts/dev", "scripts/test"], "{first_screen}");
+}
