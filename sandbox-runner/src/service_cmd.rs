@@ -153,9 +153,23 @@ fn target(scope: &ScopeArgs, run_as: Option<&str>) -> anyhow::Result<Selected> {
 
 /// Reads a token file: its first line, trimmed. Warns when others may read it.
 pub(crate) fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    let text = std::fs::read_to_string(path)
+    /// A token is a JWT of a few hundred bytes; a bigger file is the wrong file.
+    const MAX_TOKEN_FILE_BYTES: u64 = 64 * 1024;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            file.take(MAX_TOKEN_FILE_BYTES + 1)
+                .read_to_string(&mut text)
+        })
         .with_context(|| format!("--token-file {}", path.display()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        bail!(
+            "--token-file {}: over {MAX_TOKEN_FILE_BYTES} bytes; a runner token is a few hundred",
+            path.display()
+        );
+    }
     let token = text.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
         bail!("--token-file {}: the file is empty", path.display());
