@@ -3,7 +3,6 @@
 //! `wuhu whoami`.
 
 use anyhow::{Context, Result, bail};
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 
 /// The server refuses shorter secrets (`server_misconfigured`).
@@ -83,17 +82,12 @@ pub fn claims(request: &MintRequest, now: i64) -> Result<Claims> {
     })
 }
 
-/// Signs `claims` with HS256.
+/// Signs `claims` with HS256 (`wuhu_core::jwt`, the project's one signer).
 ///
 /// # Errors
-/// Signing failed (it does not for HS256 with any key).
+/// None today: HS256 signs with any key; the `Result` keeps callers ready for other algorithms.
 pub fn sign(secret: &[u8], claims: &Claims) -> Result<String> {
-    jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        claims,
-        &EncodingKey::from_secret(secret),
-    )
-    .context("cannot sign the token")
+    Ok(wuhu_core::jwt::sign_hs256(claims, secret))
 }
 
 /// The claims of a token, unverified (only the server can verify it).
@@ -101,7 +95,9 @@ pub fn sign(secret: &[u8], claims: &Claims) -> Result<String> {
 /// # Errors
 /// The token is not a JWT with these claims.
 pub fn read_claims(token: &str) -> Result<serde_json::Value> {
-    jsonwebtoken::dangerous::insecure_decode_claims(token)
+    wuhu_core::jwt::Jws::parse(token)
+        .and_then(|jws| jws.claims())
+        .ok()
         .context("the token is not a JWT (three base64url parts with JSON claims)")
 }
 
@@ -195,19 +191,12 @@ mod tests {
         let token = sign(secret, &c).unwrap();
         let read = read_claims(&token).unwrap();
         assert_eq!(read["sub"], "ana");
-        // The same HMAC the e2e harness (and the Node script) computes over `header.payload`.
-        let (input, signature) = token.rsplit_once('.').unwrap();
-        let mut validation = jsonwebtoken::Validation::new(Algorithm::HS256);
-        validation.set_required_spec_claims(&["exp"]);
-        let decoded: Claims = jsonwebtoken::decode(
-            &token,
-            &jsonwebtoken::DecodingKey::from_secret(secret),
-            &validation,
-        )
-        .unwrap()
-        .claims;
+        // The server's check (`wuhu_core::jwt`, interop-tested against jsonwebtoken there).
+        let jws = wuhu_core::jwt::Jws::parse(&token).unwrap();
+        jws.verify_hs256(secret).unwrap();
+        assert!(jws.verify_hs256(b"another secret, just as long as it").is_err());
+        let decoded: Claims = jws.claims().unwrap();
         assert_eq!(decoded, c);
-        assert!(!input.is_empty() && !signature.is_empty());
         assert!(read_claims("not-a-token").is_err());
     }
 }
