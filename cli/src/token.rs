@@ -194,7 +194,10 @@ mod tests {
         // The server's check (`wuhu_core::jwt`, interop-tested against jsonwebtoken there).
         let jws = wuhu_core::jwt::Jws::parse(&token).unwrap();
         jws.verify_hs256(secret).unwrap();
-        assert!(jws.verify_hs256(b"another secret, just as long as it").is_err());
+        assert!(
+            jws.verify_hs256(b"another secret, just as long as it")
+                .is_err()
+        );
         let decoded: Claims = jws.claims().unwrap();
         assert_eq!(decoded, c);
         assert!(read_claims("not-a-token").is_err());
