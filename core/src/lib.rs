@@ -30,6 +30,7 @@
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
 //! * [`rate_limits`]: which rate limits an action passes, under which keys.
 //! * [`tenant_usage`]: usage of a whole tenant: session reports, hourly rows, grouped queries.
+//! * [`text`]: titles and paths other people read: invisible characters cleaned or refused.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod access;
@@ -68,6 +69,7 @@ pub mod socket;
 pub mod sse;
 pub mod tenant_config;
 pub mod tenant_usage;
+pub mod text;
 pub mod tokens;
 pub mod tools;
 pub mod wire;

@@ -945,13 +945,15 @@ fn path_param(name: &str) -> (Value, &'static str) {
 /// What an error status means (the codes are in `docs/api.md`, Errors).
 fn error_description(status: u16) -> &'static str {
     match status {
-        400 => "`bad_request`: malformed JSON, unknown fields, bad parameters",
+        400 => {
+            "`bad_request`: malformed JSON, unknown fields, bad parameters; `unpriced_model`: a model without a price while a USD budget applies; `fake_provider_disabled`, `provider_required`: the `fake` provider needs `WUHU_ENABLE_FAKE_PROVIDER=1`"
+        }
         401 => "`unauthorized`: no credential, or a bad, expired or revoked one",
         402 => "`budget_exceeded`: the session's budget is spent",
         403 => "`forbidden`: the caller may see this but not do it, or a cross-site request",
         404 => "`not_found`: no such thing in the caller's tenant (or not visible to them)",
         409 => {
-            "a conflict: `already_delivered`, `already_decided`, `expired`, `withdrawn`, `conflict`, `nothing_to_compact`, `too_many_channels`, `has_forks`"
+            "a conflict: `already_delivered`, `already_decided`, `expired`, `withdrawn`, `conflict`, `nothing_to_compact`, `too_many_channels`"
         }
         413 => "`payload_too_large`: a body over 1 MiB",
         426 => "`upgrade_required`: not a WebSocket upgrade",

@@ -92,6 +92,12 @@ pub struct Lineage {
     /// Spawned `detached`: its parent's stop does not stop it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub detached: bool,
+    /// A budget of an ancestor set a USD limit when this session was spawned. Its spending
+    /// counts against its ancestors' budgets, so its models need prices as theirs do
+    /// (`crate::llm::choice::UsdLimits::ancestor`). A child keeps its parent's and adds the
+    /// parent's own budget (the host sets it when spawning).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usd_budget_above: bool,
 }
 
 /// Why a spawn is refused.
@@ -179,6 +185,7 @@ pub fn child_lineage(
         depth: parent.depth + 1,
         ancestors,
         detached,
+        usd_budget_above: parent.usd_budget_above,
     })
 }
 

@@ -2,7 +2,8 @@
 //! (`crate::authority::is_tenant_config`).
 //!
 //! * `config/models.json`: rows over the built-in model table (`crate::llm::models::ModelTable`);
-//! * `config/tenant.json`: [`TenantConfig`] (request logs and their retention).
+//! * `config/tenant.json`: [`TenantConfig`] (request logs and their retention, the default
+//!   provider and model of new sessions).
 //!
 //! Both are checked when written ([`check_document`]) and when read: an invalid document is an
 //! error the reader shows, never a silent fallback to the defaults.
@@ -31,6 +32,16 @@ pub struct TenantConfig {
     /// Days a request log is kept (1 to [`MAX_LOG_DAYS`]; default [`DEFAULT_LOG_DAYS`]).
     #[serde(default = "default_log_days")]
     pub llm_request_log_days: u32,
+    /// The provider of a session that names none (`crate::llm::choice::choose`): one of
+    /// `crate::llm::PROVIDERS`. Unset: `fake` where the server allows it, else such a session
+    /// is refused.
+    #[serde(default)]
+    pub default_provider: Option<String>,
+    /// The model of a session on the default provider that names none (1 to
+    /// `crate::wire::MAX_MODEL_CHARS` characters); needs `defaultProvider`. Unset: the
+    /// provider's own default.
+    #[serde(default)]
+    pub default_model: Option<String>,
 }
 
 fn default_log_days() -> u32 {
@@ -42,6 +53,8 @@ impl Default for TenantConfig {
         TenantConfig {
             llm_request_logs: false,
             llm_request_log_days: DEFAULT_LOG_DAYS,
+            default_provider: None,
+            default_model: None,
         }
     }
 }
@@ -66,6 +79,30 @@ impl TenantConfig {
             return Err(TenantConfigError(format!(
                 "llmRequestLogDays must be 1 to {MAX_LOG_DAYS}"
             )));
+        }
+        if let Some(provider) = &config.default_provider
+            && !crate::llm::PROVIDERS.contains(&provider.as_str())
+        {
+            return Err(TenantConfigError(format!(
+                "defaultProvider must be one of {}, not {provider:?}",
+                crate::llm::PROVIDERS.map(|p| format!("{p:?}")).join(", ")
+            )));
+        }
+        if let Some(model) = &config.default_model {
+            if config.default_provider.is_none() {
+                return Err(TenantConfigError(
+                    "defaultModel needs defaultProvider (the provider it is a model of)".into(),
+                ));
+            }
+            if model.trim().is_empty()
+                || model.trim() != model
+                || model.chars().count() > crate::wire::MAX_MODEL_CHARS
+            {
+                return Err(TenantConfigError(format!(
+                    "defaultModel must be 1 to {} characters, without spaces at the ends",
+                    crate::wire::MAX_MODEL_CHARS
+                )));
+            }
         }
         Ok(config)
     }
@@ -258,7 +295,43 @@ mod tests {
                 "config/tenant.json",
                 r#"{"requestLogs":true}"#,
                 Err(
-                    "wuhu://workspace/config/tenant.json is not valid: unknown field `requestLogs`, expected `llmRequestLogs` or `llmRequestLogDays` at line 1 column 14",
+                    "wuhu://workspace/config/tenant.json is not valid: unknown field `requestLogs`, expected one of `llmRequestLogs`, `llmRequestLogDays`, `defaultProvider`, `defaultModel` at line 1 column 14",
+                ),
+            ),
+            (
+                "config/tenant.json",
+                r#"{"defaultProvider":"anthropic","defaultModel":"claude-haiku-4-5"}"#,
+                Ok(()),
+            ),
+            (
+                "config/tenant.json",
+                r#"{"defaultProvider":"openai"}"#,
+                Ok(()),
+            ),
+            (
+                "config/tenant.json",
+                r#"{"defaultProvider":"fake"}"#,
+                Ok(()),
+            ),
+            (
+                "config/tenant.json",
+                r#"{"defaultProvider":"gpt"}"#,
+                Err(
+                    "wuhu://workspace/config/tenant.json is not valid: defaultProvider must be one of \"fake\", \"openai-compatible\", \"openai\", \"anthropic\", not \"gpt\"",
+                ),
+            ),
+            (
+                "config/tenant.json",
+                r#"{"defaultModel":"gpt-5"}"#,
+                Err(
+                    "wuhu://workspace/config/tenant.json is not valid: defaultModel needs defaultProvider (the provider it is a model of)",
+                ),
+            ),
+            (
+                "config/tenant.json",
+                r#"{"defaultProvider":"openai","defaultModel":" "}"#,
+                Err(
+                    "wuhu://workspace/config/tenant.json is not valid: defaultModel must be 1 to 200 characters, without spaces at the ends",
                 ),
             ),
             ("config/models.json", r#"{"models":[]}"#, Ok(())),

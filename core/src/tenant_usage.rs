@@ -41,6 +41,12 @@ impl TenantBudget {
             .and_then(|b| b.exceeded_by(&self.spent))
     }
 
+    /// Whether the budget sets a USD limit: then every model a session uses needs a price
+    /// (`crate::llm::choice::UsdLimits::tenant`).
+    pub fn usd_limited(&self) -> bool {
+        self.budget.is_some_and(|b| b.max_usd.is_some())
+    }
+
     /// Adds what `rows` (of [`apply_report`]) used.
     pub fn add(&mut self, rows: &[(HourKey, UsageTotals)]) {
         for (_, totals) in rows {

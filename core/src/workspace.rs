@@ -1,8 +1,9 @@
 //! The workspace knowledge base and `wuhu://` URLs: path rules, frontmatter, URL parsing.
 //!
 //! The workspace is a per-tenant tree of documents in object storage. Paths are relative,
-//! `/`-separated, normalised (no `.`/`..`/empty segments, no control characters, no backslashes),
-//! at most [`MAX_PATH_BYTES`] long. Documents are at most [`MAX_DOC_BYTES`].
+//! `/`-separated, normalised (no `.`/`..`/empty segments, no backslashes, no control, format or
+//! line-separator characters: `crate::text::is_hidden`, so a bidi control or a zero-width space
+//! cannot make one path look like another), at most [`MAX_PATH_BYTES`] long. Documents are at most [`MAX_DOC_BYTES`].
 
 use serde_json::Value;
 
@@ -29,6 +30,12 @@ pub enum PathError {
     /// Has a control character or a backslash.
     #[error("path must not contain control characters or backslashes")]
     BadCharacter,
+    /// Has an invisible format character (Unicode category Cf: a bidi control, a zero-width
+    /// space or joiner, a byte order mark) or a line or paragraph separator.
+    #[error(
+        "path must not contain invisible characters (U+{0:04X}): bidi controls, zero-width and other format characters are refused"
+    )]
+    InvisibleCharacter(u32),
     /// Too long.
     #[error("path is longer than {MAX_PATH_BYTES} bytes")]
     TooLong,
@@ -44,6 +51,9 @@ pub fn normalize_doc_path(path: &str) -> Result<String, PathError> {
     }
     if path.chars().any(|c| c.is_control() || c == '\\') {
         return Err(PathError::BadCharacter);
+    }
+    if let Some(c) = path.chars().find(|&c| crate::text::is_hidden(c)) {
+        return Err(PathError::InvisibleCharacter(c as u32));
     }
     if path.starts_with('/') {
         return Err(PathError::Absolute);
@@ -185,6 +195,31 @@ mod tests {
             ("a\u{0}b", Err(PathError::BadCharacter)),
             ("a\\..\\b", Err(PathError::BadCharacter)),
             ("a\nb", Err(PathError::BadCharacter)),
+            // Invisible characters: a path must look like what it is.
+            (
+                "notes/evil\u{202E}dm.exe",
+                Err(PathError::InvisibleCharacter(0x202E)),
+            ),
+            (
+                "users/\u{200B}alice/context.md",
+                Err(PathError::InvisibleCharacter(0x200B)),
+            ),
+            ("a\u{200D}b", Err(PathError::InvisibleCharacter(0x200D))),
+            ("\u{FEFF}a.md", Err(PathError::InvisibleCharacter(0xFEFF))),
+            (
+                "a\u{2066}b\u{2069}",
+                Err(PathError::InvisibleCharacter(0x2066)),
+            ),
+            ("soft\u{AD}hyphen", Err(PathError::InvisibleCharacter(0xAD))),
+            (
+                "line\u{2028}sep",
+                Err(PathError::InvisibleCharacter(0x2028)),
+            ),
+            ("tag\u{E0041}", Err(PathError::InvisibleCharacter(0xE0041))),
+            // Visible text of every script stays.
+            ("notes/café/中文/🙂.md", Ok("notes/café/中文/🙂.md")),
+            ("notes/עברית.md", Ok("notes/עברית.md")),
+            ("a b/c d.md", Ok("a b/c d.md")),
         ];
         for (input, want) in cases {
             assert_eq!(
@@ -193,9 +228,38 @@ mod tests {
                 "{input:?}"
             );
         }
+        // The bound, at every size around it and with characters of every width.
+        for unit in ["a", "é", "中", "🙂"] {
+            for len in [
+                1,
+                MAX_PATH_BYTES / 4,
+                MAX_PATH_BYTES - 1,
+                MAX_PATH_BYTES,
+                MAX_PATH_BYTES + 1,
+                4 * MAX_PATH_BYTES,
+            ] {
+                let path = unit.repeat(len.div_ceil(unit.len()));
+                let got = normalize_doc_path(&path);
+                if path.len() <= MAX_PATH_BYTES {
+                    assert_eq!(got.as_deref(), Ok(path.as_str()), "{unit} x {len}");
+                } else {
+                    assert_eq!(got, Err(PathError::TooLong), "{unit} x {len}");
+                }
+            }
+        }
+        // An invisible character anywhere in a path of any size is refused.
+        for at in [0, 1, 100, MAX_PATH_BYTES - 3] {
+            let mut path = "a".repeat(MAX_PATH_BYTES - 3);
+            path.insert(at.min(path.len()), '\u{200B}');
+            assert_eq!(
+                normalize_doc_path(&path),
+                Err(PathError::InvisibleCharacter(0x200B)),
+                "at {at}"
+            );
+        }
         assert_eq!(
-            normalize_doc_path(&"a".repeat(MAX_PATH_BYTES + 1)),
-            Err(PathError::TooLong)
+            normalize_prefix("notes\u{202E}/"),
+            Err(PathError::InvisibleCharacter(0x202E))
         );
         assert_eq!(normalize_prefix("notes/").as_deref(), Ok("notes/"));
         assert_eq!(normalize_prefix("").as_deref(), Ok(""));

@@ -75,6 +75,9 @@ pub struct StackOptions {
     pub wrangler_bin: Option<PathBuf>,
     /// `WUHU_JWT_SECRET`; `None` generates a strong random one.
     pub secret: Option<String>,
+    /// `WUHU_ENABLE_FAKE_PROVIDER=1` (the tests drive sessions through `fake`); `false` starts
+    /// the Worker as it is deployed, which refuses `fake`.
+    pub fake_provider: bool,
 }
 
 impl Default for StackOptions {
@@ -86,6 +89,7 @@ impl Default for StackOptions {
             stop_timeout: Duration::from_secs(10),
             wrangler_bin: None,
             secret: None,
+            fake_provider: true,
         }
     }
 }
@@ -398,6 +402,9 @@ impl Stack {
             ),
             ("WUHU_CHANNEL_KEY".to_string(), self.channel_key.clone()),
         ];
+        if self.options.fake_provider {
+            vars.push(("WUHU_ENABLE_FAKE_PROVIDER".to_string(), "1".to_string()));
+        }
         if let Some(ms) = self.options.fake_delay_ms {
             vars.push(("WUHU_FAKE_DELAY_MS".to_string(), ms.to_string()));
         }

@@ -22,6 +22,7 @@ mod identity;
 mod internal;
 mod js_tool;
 mod llm_logs;
+mod model_choice;
 mod model_tool;
 mod observe;
 mod orchestration_tools;
@@ -401,7 +402,10 @@ pub(crate) async fn config_doc(
     let settings = serde_json::json!({
         "tenant": tenant,
         "providers": llm::PROVIDERS,
-        "defaultProvider": fake::PROVIDER,
+        // A session that names no provider: the tenant's default (config/tenant.json), else
+        // this (null: such a session is refused).
+        "defaultProvider": crate::model_choice::fake_enabled(env).then_some(fake::PROVIDER),
+        "fakeProviderEnabled": crate::model_choice::fake_enabled(env),
         "openaiBaseUrl": var("OPENAI_BASE_URL").unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
         "openaiKeyConfigured": env.secret("OPENAI_API_KEY").is_ok() || env.var("OPENAI_API_KEY").is_ok(),
         "anthropicBaseUrl": var("ANTHROPIC_BASE_URL").unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()),
@@ -549,10 +553,12 @@ async fn fork_session(
         id: uuid::Uuid::new_v4().to_string(),
         tenant: identity.tenant.clone(),
         created_by: identity.sub.clone(),
+        // Checked by `validate`; the forked session's title went through the same rule when
+        // it was set.
         title: request
             .title
             .as_deref()
-            .map(|t| t.trim().to_string())
+            .and_then(|t| wuhu_core::wire::normalize_title(t).ok())
             .or(forked.title),
         from: wuhu_core::wire::ForkedFrom {
             session_id: forked.id,

@@ -61,6 +61,12 @@ pub(crate) fn set_model(
             switched: false,
         },
         Some(to) => {
+            // The same rule as a `PATCH`: a provider this server allows, a price while a USD
+            // budget applies.
+            context
+                .models
+                .check(&to.provider, &to.model)
+                .map_err(|e| format!("set_model: {e}"))?;
             *context.model_switch.borrow_mut() = Some((to.provider.clone(), to.model.clone()));
             ModelSet {
                 text: format!(

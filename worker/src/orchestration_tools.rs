@@ -182,8 +182,18 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
     {
         return Err("model must be 1 to 200 characters".into());
     }
+    // The child's model follows the rule a switch follows, before anything is asked or made.
+    let model = args
+        .model
+        .as_deref()
+        .map(str::trim)
+        .unwrap_or(&ctx.parent_session.model)
+        .to_string();
+    ctx.models
+        .check(&ctx.parent_session.provider, &model)
+        .map_err(|e| format!("Refused: {e}."))?;
     let id = uuid::Uuid::new_v4().to_string();
-    let lineage = orchestration::child_lineage(
+    let mut lineage = orchestration::child_lineage(
         &ctx.session_id,
         &ctx.lineage,
         &id,
@@ -192,6 +202,9 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         &ctx.limits,
     )
     .map_err(|e| format!("Refused: {e}."))?;
+    // What the child spends counts against this session's budget and its ancestors': their
+    // USD limits hold for its models too.
+    lineage.usd_budget_above |= ctx.models.limits.session;
     let mut status = ChildStatus {
         id: id.clone(),
         title: title.clone(),
@@ -257,10 +270,7 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         tenant: ctx.tenant.clone(),
         created_by: ctx.owner.clone(),
         provider: Some(ctx.parent_session.provider.clone()),
-        model: args
-            .model
-            .clone()
-            .or_else(|| Some(ctx.parent_session.model.clone())),
+        model: Some(model),
         system_prompt: None,
         title,
         global_context: None,

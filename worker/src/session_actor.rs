@@ -53,6 +53,7 @@ mod approvals;
 mod archive;
 mod blob_io;
 mod children;
+mod choice;
 mod deletion;
 mod effects;
 mod follow;
@@ -112,6 +113,9 @@ pub(crate) struct Actor {
     /// actor (it tells it of every change): a step uses them without reading R2
     /// (`inference::settings`, decision 0021).
     pub(crate) settings: RefCell<wuhu_core::tenant_config::SettingsCache<Rc<inference::Settings>>>,
+    /// The reading of the tenant's settings the latest step (or check) used, kept or not: what
+    /// the step's tools check a model against (`set_model`, `spawn_session {model}`).
+    pub(crate) last_settings: RefCell<Option<Rc<inference::Settings>>>,
     /// Entries through this cursor were looked at for usage (the stored cursor marks only
     /// those reported).
     pub(crate) usage_scanned_through: Cell<u64>,
@@ -229,6 +233,7 @@ impl DurableObject for SessionActor {
             tenant_budget_spent: Cell::new(false),
             known_budget: Cell::new(None),
             settings: RefCell::default(),
+            last_settings: RefCell::default(),
             usage_scanned_through: Cell::new(0),
             usage_reported_unsaved: Cell::new(None),
             llm_logs_swept_at: Cell::new(0),

@@ -12,6 +12,8 @@ use worker::Env;
 use wuhu_core::approvals::{Action, Approver, Outcome, Target};
 use wuhu_core::authority::{Access, Role, ToolReaders, WorkspaceWriter};
 use wuhu_core::environments::Attachment;
+use wuhu_core::llm::choice::{self, UsdLimits};
+use wuhu_core::llm::models::ModelTable;
 use wuhu_core::orchestration::{Limits, Lineage};
 use wuhu_core::wire::{ChildStatus, EntryPayload};
 
@@ -53,9 +55,38 @@ pub(crate) struct ToolContext {
     pub(crate) jobs: Rc<dyn Jobs>,
     /// What a child inherits from this session.
     pub(crate) parent_session: ParentFacts,
+    /// What a model the call would switch to, or give a child, is checked against.
+    pub(crate) models: ModelRule,
     /// The provider and model `set_model` (or js `wuhu.session.setModel`) asked for: the actor
     /// switches when the call finishes.
     pub(crate) model_switch: RefCell<Option<(String, String)>>,
+}
+
+/// What a tool checks a model it would switch to (or give a child) against.
+#[derive(Clone, Default)]
+pub(crate) struct ModelRule {
+    /// Whether the server allows `fake`.
+    pub(crate) fake_enabled: bool,
+    /// The USD limits on the session's requests when the call started.
+    pub(crate) limits: UsdLimits,
+    /// The model table the step read (`None`: the built-in table).
+    pub(crate) table: Option<Rc<ModelTable>>,
+}
+
+impl ModelRule {
+    /// Checks `model` on `provider`: the tool error when it may not be used.
+    pub(crate) fn check(&self, provider: &str, model: &str) -> Result<(), String> {
+        choice::check_provider(provider, self.fake_enabled).map_err(|e| e.to_string())?;
+        let builtin;
+        let table = match &self.table {
+            Some(table) => &**table,
+            None => {
+                builtin = ModelTable::builtin();
+                &builtin
+            }
+        };
+        choice::check_priced(table, provider, model, self.limits).map_err(|e| e.to_string())
+    }
 }
 
 /// What a child inherits from the session that spawns it.

@@ -542,6 +542,24 @@ fn check_name(name: &str) -> Result<String, String> {
     Ok(name.to_string())
 }
 
+impl ChannelDefaults {
+    /// Checks the default provider against what this server allows (`fake` only with
+    /// `WUHU_ENABLE_FAKE_PROVIDER=1`, `crate::llm::choice`): a binding cannot make every chat
+    /// thread a session on a provider that would be refused through the API.
+    ///
+    /// # Errors
+    /// The refusal, for a 400.
+    pub fn check_provider_allowed(
+        &self,
+        fake_enabled: bool,
+    ) -> Result<(), crate::llm::choice::ProviderRefused> {
+        match &self.provider {
+            Some(provider) => crate::llm::choice::check_provider(provider, fake_enabled),
+            None => Ok(()),
+        }
+    }
+}
+
 fn check_defaults(defaults: &ChannelDefaults) -> Result<(), String> {
     if let Some(provider) = &defaults.provider
         && !crate::llm::PROVIDERS.contains(&provider.as_str())

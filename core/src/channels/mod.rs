@@ -315,6 +315,11 @@ pub fn session_id_for(binding_id: &str, thread_key: &str, message_key: &str) -> 
 /// Most messages a binding's inbox holds (accepted by a hook, not yet in their sessions'
 /// queues); past it a hook answers 503 and the platform retries later.
 pub const MAX_INBOX: usize = 1_000;
+
+/// Longest title of a session a chat thread starts (`"<binding>: <first message>"`), in
+/// characters: cut there (`crate::text::bounded_title`), the rest of the message is the prompt.
+pub const THREAD_TITLE_CHARS: usize = 80;
+
 /// How long a hook waits for its message to reach the session before it answers "accepted"
 /// (Slack and Discord want an answer within 3 s).
 pub const HOOK_WAIT_MS: u64 = 2_000;

@@ -6,6 +6,7 @@
 //! persisted. The `fake` provider needs no HTTP at all: [`fake::respond`] computes its reply.
 
 pub mod anthropic;
+pub mod choice;
 pub mod fake;
 pub mod inline_images;
 pub mod models;

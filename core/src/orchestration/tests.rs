@@ -47,6 +47,7 @@ fn lineage(parent: Option<&str>, depth: u32, ancestors: &[&str]) -> Lineage {
         depth,
         ancestors: ancestors.iter().map(|a| a.to_string()).collect(),
         detached: false,
+        usd_budget_above: false,
     }
 }
 

@@ -236,3 +236,56 @@ fn what_the_children_spent_counts_against_the_budget() {
         );
     }
 }
+
+#[test]
+fn a_step_on_an_unpriced_model_under_a_usd_limit_ends_its_turn_before_its_request() {
+    let refused = crate::llm::choice::check_priced(
+        &crate::llm::models::ModelTable::builtin(),
+        "openai",
+        "o3",
+        crate::llm::choice::UsdLimits {
+            tenant: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    let unpriced_notices = |effects: &[Effect]| {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::AppendEntry(Entry {
+                    payload: EntryPayload::Custom { custom_type, data },
+                    ..
+                }) if custom_type == custom_types::UNPRICED_MODEL => Some(data.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // (step the host refuses, ended)
+    for (step, ended) in [(1, true), (2, false), (0, false)] {
+        let mut session = Session::create(Millis(0), 1, header(), vec![]);
+        enqueue(&mut session, 0).unwrap();
+        let _ = drain(&mut session);
+        assert_eq!(
+            session.handle_unpriced_model(Millis(2), step, &refused),
+            ended,
+            "step {step}"
+        );
+        let notices = unpriced_notices(&drain(&mut session));
+        assert_eq!(notices.len(), usize::from(ended), "step {step}");
+        assert_eq!(session.status() == Status::Idle, ended, "step {step}");
+        if ended {
+            assert_eq!(notices[0]["model"], "o3");
+            let text = notices[0]["text"].as_str().unwrap();
+            assert!(text.contains("config/models.json"), "{text}");
+            // The refused step spent nothing, and later input starts a new turn.
+            assert_eq!(session.spent(), crate::wire::Spent::default());
+            enqueue(&mut session, 1).unwrap();
+            assert!(
+                drain(&mut session)
+                    .iter()
+                    .any(|e| matches!(e, Effect::Infer { step: 2 }))
+            );
+        }
+    }
+}

@@ -729,6 +729,37 @@ impl Session {
         true
     }
 
+    /// The host found that the request of `step` would go to a model without a price while a
+    /// USD limit applies (`crate::llm::choice::check_priced`: a budget set, or a price removed,
+    /// after the model was chosen): the turn ends there with a `wuhu_unpriced_model_v1` notice
+    /// instead, and nothing is spent. Changes nothing unless `step` still waits for its
+    /// request. Returns whether the turn ended.
+    pub fn handle_unpriced_model(
+        &mut self,
+        now: Millis,
+        step: u64,
+        refused: &crate::llm::choice::UnpricedModel,
+    ) -> bool {
+        if !matches!(self.state.phase, Phase::Inference { step: s, .. } if s == step) {
+            return false;
+        }
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::UNPRICED_MODEL.into(),
+                data: serde_json::json!({
+                    "text": format!("The turn ended before its request: {refused}."),
+                    "provider": refused.provider,
+                    "model": refused.model,
+                    "limits": refused.limits,
+                }),
+            },
+        );
+        self.state.phase = Phase::Idle;
+        self.go_idle();
+        true
+    }
+
     /// Records that `by` switched the session from `from` to `to` (the host stores the new
     /// header): a `wuhu_model_changed_v1` notice. The next request is built for the new model,
     /// in its dialect; reasoning of another provider's replies is not sent (it cannot be

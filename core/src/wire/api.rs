@@ -196,7 +196,7 @@ pub struct CancelRequest {
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchSessionRequest {
-    /// New title (1 to [`MAX_TITLE_CHARS`] characters after trimming).
+    /// New title (1 to [`MAX_TITLE_CHARS`] characters once cleaned, see [`normalize_title`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// New access (owner or admin only).
@@ -322,16 +322,20 @@ pub struct CompactResponse {
 /// Longest session title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
 
-/// A title as stored: trimmed, 1 to [`MAX_TITLE_CHARS`] characters.
+/// A title as stored: cleaned (`crate::text::clean_title`: format characters such as bidi
+/// controls and zero-width spaces removed, control characters and whitespace runs one space,
+/// the ends trimmed), then 1 to [`MAX_TITLE_CHARS`] characters.
 ///
 /// # Errors
-/// A message for a 400 when the title is empty or too long.
+/// A message for a 400 when nothing visible is left, or too much is.
 pub fn normalize_title(title: &str) -> Result<String, String> {
-    let title = title.trim();
+    let title = crate::text::clean_title(title);
     if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {
-        return Err(format!("title must be 1 to {MAX_TITLE_CHARS} characters"));
+        return Err(format!(
+            "title must be 1 to {MAX_TITLE_CHARS} characters once control and format characters are removed"
+        ));
     }
-    Ok(title.to_string())
+    Ok(title)
 }
 
 impl PatchSessionRequest {

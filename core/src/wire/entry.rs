@@ -387,6 +387,10 @@ pub mod custom_types {
     /// The session's budget was reached: the turn ended (`custom`; `data.text`, `data.limit`
     /// (`tokens` or `usd`), `data.spent`, `data.budget`).
     pub const BUDGET_EXCEEDED: &str = "wuhu_budget_exceeded_v1";
+    /// A step's request was not sent: its model has no price while a USD budget applies
+    /// (`crate::llm::choice::check_priced`); the turn ended. `data`: `text`, `provider`,
+    /// `model`, `limits`.
+    pub const UNPRICED_MODEL: &str = "wuhu_unpriced_model_v1";
     /// Someone set the session's budget (`custom`; `data.text`, `data.budget`, `data.spent`,
     /// `data.by`).
     pub const BUDGET_SET: &str = "wuhu_budget_set_v1";

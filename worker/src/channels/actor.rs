@@ -425,6 +425,10 @@ impl Actor {
                 now_secs(),
             )
             .map_err(ApiError::bad_request)?;
+        binding
+            .defaults
+            .check_provider_allowed(crate::model_choice::fake_enabled(&self.env))
+            .map_err(crate::model_choice::provider_refused)?;
         let count: Vec<CountRow> = self
             .sql
             .exec("SELECT COUNT(*) AS n FROM registry", None)
@@ -494,6 +498,9 @@ impl Actor {
             .clone()
             .apply(&binding, now_secs())
             .map_err(ApiError::bad_request)?;
+        next.defaults
+            .check_provider_allowed(crate::model_choice::fake_enabled(&self.env))
+            .map_err(crate::model_choice::provider_refused)?;
         let credentials = new_credentials.unwrap_or(credentials);
         let sealed = self.seal(&next.id, &credentials)?;
         self.sql
@@ -1345,10 +1352,12 @@ impl Actor {
                     .unwrap_or_else(|| channels::DEFAULT_SYSTEM_PROMPT.to_string()),
             ),
         };
-        let title: String = format!("{}: {first_text}", binding.name)
-            .chars()
-            .take(80)
-            .collect();
+        // Whoever starts the thread writes the title other people see in their lists: cleaned
+        // of invisible characters and cut like any title (`wuhu_core::text`).
+        let title = wuhu_core::text::bounded_title(
+            &format!("{}: {first_text}", binding.name),
+            channels::THREAD_TITLE_CHARS,
+        );
         let init = session_calls::SessionInit {
             id: id.to_string(),
             tenant: binding.tenant.clone(),
@@ -1356,7 +1365,7 @@ impl Actor {
             provider: binding.defaults.provider.clone(),
             model: binding.defaults.model.clone(),
             system_prompt,
-            title: Some(title.trim().to_string()).filter(|t| !t.is_empty()),
+            title,
             global_context: None,
             budget: None,
         };

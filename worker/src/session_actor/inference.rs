@@ -27,8 +27,22 @@ const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// and with it the provider request (see [`AbortOnDrop`]).
 pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
     // Both are usually known in memory: then neither is a round trip.
-    let (allowed, settings) = futures::join!(tenant_budget_allows(&actor, step), settings(&actor));
-    if !allowed {
+    let (tenant_usd, settings) =
+        futures::join!(tenant_budget_allows(&actor, step), settings(&actor));
+    let Some(tenant_usd) = tenant_usd else {
+        return;
+    };
+    if let Ok(settings) = &settings
+        && let Err(refused) = actor.check_step_priced(&settings.models, tenant_usd)
+    {
+        // A USD limit set (or a price taken away) after the model was chosen: the request
+        // would spend what the limit cannot count, so it is not sent.
+        let ended = actor
+            .with_session(|s| s.handle_unpriced_model(now(), step, &refused))
+            .unwrap_or(false);
+        if ended {
+            actor.pump();
+        }
         return;
     }
     if let Some(outcome) = infer(&actor, step, settings).await {
@@ -48,12 +62,14 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
 /// round trip to the index before the provider request. A spent budget ends the turn
 /// (`Session::handle_tenant_budget_exceeded`). An index that cannot be reached does not stop the
 /// session (logged).
-async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> bool {
+///
+/// `None` when the turn ended; else whether the tenant's budget (as known) sets a USD limit.
+async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> Option<bool> {
     use wuhu_core::tenant_usage::{self, KnownBudget};
     let held = || actor.settings.borrow().held_generation();
     if tenant_usage::unlimited_and_told(actor.known_budget.get().as_ref(), held(), now().0) {
         actor.tenant_budget_spent.set(false);
-        return true;
+        return Some(false);
     }
     actor.usage_report_sent().await;
     if let Err(e) = actor.report_usage().await {
@@ -77,14 +93,15 @@ async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> bool {
                 }
                 Err(e) => {
                     worker::console_error!("asking the tenant's budget failed: {}", e.message);
-                    return true;
+                    // The last answer's limit still holds for prices.
+                    return Some(known.is_some_and(|k| k.state.usd_limited()));
                 }
             }
         }
     };
     let Some(limit) = state.exceeded() else {
         actor.tenant_budget_spent.set(false);
-        return true;
+        return Some(state.usd_limited());
     };
     actor.tenant_budget_spent.set(true);
     let ended = actor
@@ -101,7 +118,7 @@ async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> bool {
     if ended {
         actor.pump();
     }
-    false
+    None
 }
 
 /// What a provider request is for: a step's reply (streamed to followers) or a compaction's
@@ -232,10 +249,12 @@ async fn infer(
 
 /// What a step reads of its tenant's settings before its requests.
 pub(crate) struct Settings {
-    /// The model table in effect.
-    pub(crate) models: ModelTable,
+    /// The model table in effect (shared with the step's tools, `ModelRule`).
+    pub(crate) models: Rc<ModelTable>,
     /// Days request logs are kept, when the tenant keeps them.
     pub(crate) log_days: Option<u32>,
+    /// `config/tenant.json` (the default provider and model of new sessions).
+    pub(crate) tenant: TenantConfig,
 }
 
 /// The tenant's settings as they are now (a step's, a manual compaction's): the reading this
@@ -247,6 +266,7 @@ pub(crate) struct Settings {
 pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailure> {
     let kept = actor.settings.borrow().kept().cloned();
     if let Some(settings) = kept {
+        *actor.last_settings.borrow_mut() = Some(settings.clone());
         return Ok(settings);
     }
     let (since, needs_hold, ticket) = {
@@ -275,12 +295,26 @@ pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailu
         .settings
         .borrow_mut()
         .read(ticket, settings.as_ref().ok().cloned());
+    if let Ok(reading) = &settings {
+        *actor.last_settings.borrow_mut() = Some(reading.clone());
+    }
     settings
 }
 
 /// Reads both documents at once: each is an R2 round trip.
 async fn read_settings(actor: &Rc<Actor>) -> Result<SettingsDocs, LlmFailure> {
-    let tenant = actor.tenant();
+    read_settings_of(&actor.env, &actor.tenant()).await
+}
+
+/// The tenant's settings read now, for a session that does not exist yet (its creation
+/// chooses its provider and model with them); nothing is kept.
+pub(crate) async fn settings_of(env: &worker::Env, tenant: &str) -> Result<Settings, LlmFailure> {
+    parse_settings(&read_settings_of(env, tenant).await?)
+}
+
+async fn read_settings_of(env: &worker::Env, tenant: &str) -> Result<SettingsDocs, LlmFailure> {
+    let tenant = tenant.to_string();
+    let actor_env = env;
     let read_failed = |what: &str, e: crate::http::ApiError| LlmFailure {
         status: None,
         message: format!("reading the tenant's {what} failed: {}", e.message),
@@ -288,8 +322,8 @@ async fn read_settings(actor: &Rc<Actor>) -> Result<SettingsDocs, LlmFailure> {
         retry_after_ms: None,
     };
     let (models, config) = futures::join!(
-        crate::workspace_io::read(&actor.env, &tenant, TENANT_TABLE_PATH),
-        crate::workspace_io::read(&actor.env, &tenant, TENANT_CONFIG_PATH),
+        crate::workspace_io::read(actor_env, &tenant, TENANT_TABLE_PATH),
+        crate::workspace_io::read(actor_env, &tenant, TENANT_CONFIG_PATH),
     );
     Ok(SettingsDocs {
         models: models
@@ -315,10 +349,11 @@ fn parse_settings(docs: &SettingsDocs) -> Result<Settings, LlmFailure> {
         ModelTable::with_tenant(docs.models.as_deref()).map_err(|e| invalid(e.to_string()))?;
     let config = TenantConfig::parse(docs.tenant.as_deref()).map_err(|e| invalid(e.to_string()))?;
     Ok(Settings {
-        models,
+        models: Rc::new(models),
         log_days: config
             .llm_request_logs
             .then_some(config.llm_request_log_days),
+        tenant: config,
     })
 }
 
@@ -487,6 +522,19 @@ async fn run_fake(
     request: &LlmRequest,
     builder: &mut AssistantBuilder,
 ) -> Result<bool, LlmFailure> {
+    // A session made while the server allowed `fake` (or before it was gated) does not go on
+    // issuing exact tool calls once it does not.
+    if let Err(refused) = wuhu_core::llm::choice::check_provider(
+        fake::PROVIDER,
+        crate::model_choice::fake_enabled(&actor.env),
+    ) {
+        return Err(LlmFailure {
+            status: None,
+            message: refused.to_string(),
+            retryable: false,
+            retry_after_ms: None,
+        });
+    }
     let reply = fake::respond(request);
     let default_delay = actor
         .env

@@ -10,7 +10,6 @@ use wuhu_core::calls::session::{
     Accepted, ChildAdmission, ChildCreated, ChildInit, ChildInput, ForkInit, Needs, PrefixPage,
     PrefixRequest, SessionCall, SessionInit, Transcript,
 };
-use wuhu_core::llm::{self, fake};
 use wuhu_core::session::{CancelError, EnqueueError, ForkPrefix, Session};
 use wuhu_core::wire::{
     CancelRequest, CancelResponse, CompactResponse, CompactionReason, EnqueueRequest,
@@ -19,11 +18,12 @@ use wuhu_core::wire::{
 };
 
 use super::store::SessionMeta;
-use super::{Actor, Loaded, approvals, archive, follow, inference, info_tenant, now, seed};
+use super::{Actor, Loaded, approvals, archive, choice, follow, inference, info_tenant, now, seed};
 use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult};
 use crate::internal::{self, reply};
 use crate::tenant_index;
+use wuhu_core::tenant_config::TenantConfig;
 
 /// Default system prompt.
 const DEFAULT_SYSTEM_PROMPT: &str = "You are Wuhu, a helpful agent. You start without an environment; use your tools when they help.";
@@ -219,6 +219,31 @@ impl Actor {
         request: &PatchSessionRequest,
     ) -> ApiResult<SessionInfo> {
         let author = identity.sub.clone();
+        // A switch follows the rule a creation does (`wuhu_core::llm::choice`), with the budget
+        // as this patch leaves it; checked before anything is stored.
+        if let Some((to, own_usd, ancestor_usd)) = self
+            .with_loaded(|l| {
+                request.switched(&l.meta.header).map(|to| {
+                    (
+                        to,
+                        l.session.budget().is_some_and(|b| b.max_usd.is_some()),
+                        l.meta.lineage.usd_budget_above,
+                    )
+                })
+            })
+            .flatten()
+        {
+            let own_usd = request.budget.map_or(own_usd, |b| b.max_usd.is_some());
+            choice::check_model(
+                &self.env,
+                &self.tenant(),
+                &to.provider,
+                &to.model,
+                own_usd,
+                ancestor_usd,
+            )
+            .await?;
+        }
         let mut switched = None;
         {
             let mut loaded = self.loaded.borrow_mut();
@@ -446,6 +471,15 @@ impl Actor {
         let settings = inference::settings(&self)
             .await
             .map_err(|failure| ApiError::new(409, "invalid_tenant_config", failure.message))?;
+        // A summary is a request like a step's: under a USD limit its model needs a price.
+        let tenant_usd = match self.known_budget.get() {
+            Some(known) => known.state.usd_limited(),
+            None => tenant_index::budget(&self.env, &self.tenant())
+                .await?
+                .usd_limited(),
+        };
+        self.check_step_priced(&settings.models, tenant_usd)
+            .map_err(crate::model_choice::unpriced)?;
         let group_chat_since = self.with_loaded(|l| l.session.group_chat_since()).flatten();
         let job = {
             let tail = self.tail.borrow();
@@ -506,14 +540,37 @@ impl Actor {
                 "the session is being deleted",
             ));
         }
+        // The provider and model (`wuhu_core::llm::choice`): the one named, else the tenant's
+        // default (read only then), else `fake` where the server allows it; then a price while
+        // a USD limit applies. Checked before anything is stored.
+        let tenant_config = match init.provider {
+            Some(_) => TenantConfig::default(),
+            None => {
+                inference::settings_of(&self.env, &init.tenant)
+                    .await
+                    .map_err(choice::settings_error)?
+                    .tenant
+            }
+        };
+        let (provider, model) = wuhu_core::llm::choice::choose(
+            init.provider.as_deref(),
+            init.model.as_deref(),
+            &tenant_config,
+            crate::model_choice::fake_enabled(&self.env),
+        )
+        .map_err(crate::model_choice::provider_refused)?;
+        choice::check_model(
+            &self.env,
+            &init.tenant,
+            &provider,
+            &model,
+            init.budget.is_some_and(|b| b.max_usd.is_some()),
+            child.as_ref().is_some_and(|c| c.lineage.usd_budget_above),
+        )
+        .await?;
         // A session deleted in this isolate is created again (an id derived from a chat thread).
         self.recreate_tables()?;
         self.deleting.set(false);
-        let provider = init.provider.unwrap_or_else(|| fake::PROVIDER.to_string());
-        let model = init
-            .model
-            .clone()
-            .unwrap_or_else(|| llm::default_model(&provider).to_string());
         let header = Header {
             system_prompt: init
                 .system_prompt
@@ -542,7 +599,11 @@ impl Actor {
             created_by: init.created_by,
             created_at: t.unix_seconds(),
             updated_at: t.unix_seconds(),
-            title: init.title,
+            // Every way in (the API, spawn, a chat thread) cleaned it already; kept here too so
+            // that no title is stored that another person's list would show differently.
+            title: init
+                .title
+                .and_then(|t| wuhu_core::text::bounded_title(&t, wuhu_core::wire::MAX_TITLE_CHARS)),
             header: header.clone(),
             access: child.as_ref().map(|c| c.access).unwrap_or_default(),
             lineage: child
@@ -644,7 +705,9 @@ impl Actor {
             created_by: init.created_by.clone(),
             created_at: t.unix_seconds(),
             updated_at: t.unix_seconds(),
-            title: init.title,
+            title: init
+                .title
+                .and_then(|t| wuhu_core::text::bounded_title(&t, wuhu_core::wire::MAX_TITLE_CHARS)),
             header,
             access: Default::default(),
             lineage: Default::default(),

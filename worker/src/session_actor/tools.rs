@@ -88,6 +88,7 @@ impl Actor {
                     model: l.meta.header.model.clone(),
                 })
                 .unwrap_or_default(),
+            models: self.model_rule(),
             model_switch: Default::default(),
         }
     }

@@ -610,7 +610,7 @@ impl SessionCall {
 impl CreateSessionRequest {
     /// Checks a creation request and gives the session's [`SessionInit`] fields it sets: the
     /// provider (one of `llm::PROVIDERS`, when named), the model (1 to `MAX_MODEL_CHARS`
-    /// characters), the title (normalised; a blank one is no title), the budget.
+    /// characters), the title (normalised; one with nothing visible is no title), the budget.
     ///
     /// # Errors
     /// A message for a 400.
@@ -631,8 +631,9 @@ impl CreateSessionRequest {
                 crate::wire::MAX_MODEL_CHARS
             ));
         }
-        let title = match self.title.as_deref() {
-            Some(t) if !t.trim().is_empty() => Some(crate::wire::normalize_title(t)?),
+        // A title with nothing visible in it is no title.
+        let title = match self.title.as_deref().map(crate::text::clean_title) {
+            Some(t) if !t.is_empty() => Some(crate::wire::normalize_title(&t)?),
             _ => None,
         };
         if let Some(budget) = &self.budget {

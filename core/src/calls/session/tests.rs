@@ -307,11 +307,47 @@ fn creation_is_validated_once() {
         (r#"{"title":"   "}"#.into(), r#"ValidCreate { provider: None, model: None, title: None }"#.into()),
         (r#"{"provider":"nope"}"#.into(), "400: unknown provider \"nope\": use one of \"fake\", \"openai-compatible\", \"openai\", \"anthropic\"".into()),
         (r#"{"model":""}"#.into(), "400: model must be 1 to 200 characters".into()),
-        (format!(r#"{{"title":"{long}"}}"#), "400: title must be 1 to 200 characters".into()),
+        (format!(r#"{{"title":"{long}"}}"#), "400: title must be 1 to 200 characters once control and format characters are removed".into()),
+        (r#"{"title":"evil\u202etxt.exe"}"#.into(), r#"ValidCreate { provider: None, model: None, title: Some("eviltxt.exe") }"#.into()),
+        (r#"{"title":"\u200b\u2067\ufeff"}"#.into(), r#"ValidCreate { provider: None, model: None, title: None }"#.into()),
+        (r#"{"title":"two\nlines\tand\u0000nul"}"#.into(), r#"ValidCreate { provider: None, model: None, title: Some("two lines and nul") }"#.into()),
         (format!(r#"{{"model":"{long}"}}"#), "400: model must be 1 to 200 characters".into()),
         (r#"{"budget":{"maxUsd":-1}}"#.into(), "400: budget.maxUsd must be a number of dollars, 0 or more".into()),
     ];
     for (json, want) in cases {
         assert_eq!(check(&json), want, "{json}");
+    }
+    // The bound counts what is visible, at every size around it and in every width of
+    // character; invisible characters neither count nor stay.
+    for unit in ["x", "é", "中", "🙂"] {
+        for visible in [1usize, 2, 199, 200, 201, 400] {
+            for hidden in [0usize, 1, 300] {
+                let title = format!("{}{}", "\u{200B}".repeat(hidden), unit.repeat(visible));
+                let json = serde_json::json!({ "title": title }).to_string();
+                let got = check(&json);
+                if visible <= 200 {
+                    let want = format!("{:?}", Some(unit.repeat(visible)));
+                    assert!(
+                        got.contains(&format!("title: {want}")),
+                        "{unit} x {visible} + {hidden}: {got}"
+                    );
+                } else {
+                    assert!(
+                        got.starts_with("400: title must be 1 to 200"),
+                        "{unit} x {visible}: {got}"
+                    );
+                }
+                // A patch follows the same rule.
+                let patch = PatchSessionRequest {
+                    title: Some(title.clone()),
+                    ..Default::default()
+                };
+                assert_eq!(
+                    patch.validate().is_ok(),
+                    visible <= 200,
+                    "{unit} x {visible} + {hidden}"
+                );
+            }
+        }
     }
 }
