@@ -3,13 +3,20 @@
 //! * **Who must approve** ([`required_approver`]): a call that runs on (or attaches) an
 //!   environment served by a **local runner** whose owner is not among the current turn's
 //!   authors waits for that runner owner ([`Approver::RunnerOwner`]), whatever the
-//!   definition's `approval` says, unless the owner answered `approve_session` earlier in this
-//!   session. Otherwise a definition with `"approval":"ask"` waits for the session's owner
+//!   definition's `approval` says, unless a [`Grant`] of the owner covers the turn. Otherwise a
+//!   definition with `"approval":"ask"` waits for the session's owner
 //!   ([`Approver::SessionOwner`]) before attaching. Everything else runs at once.
 //! * **Who may answer** ([`answer`]): the approver or an admin of the tenant; anyone else is
 //!   [`AnswerError::Forbidden`]. `approve_session` is only an answer to a runner owner's
-//!   approval: it approves, and the session remembers the owner ([`remembered_owner`]), which
-//!   also approves the owner's other pending approvals in the session ([`covered_by`]).
+//!   approval: it approves, and gives the session a [`Grant`] ([`session_grant`]) that also
+//!   approves the owner's other pending approvals it covers ([`covered_by`]).
+//! * **What `approve_session` covers** ([`Grant::covers`]): the people the approved request
+//!   acted for (its `requestedBy`), never anyone else: a later turn that acts for someone
+//!   outside that set (another member of a group chat, a newcomer to a chat thread) asks again.
+//!   It lasts [`grant_secs`] (var `WUHU_APPROVE_SESSION_SECONDS`, default one hour), and it is
+//!   refused for a request that acts for a guest (a chat user no admin mapped, or the `*` of an
+//!   overflowing set: [`AnswerError::SessionApprovalForGuests`]): a blanket yes to whoever
+//!   writes in a thread is exactly what the owner cannot judge.
 //! * **How the wait ends**: an answer, or expiry after the configured timeout
 //!   ([`timeout_secs`], var `WUHU_APPROVAL_TIMEOUT_SECONDS`, default one hour), or withdrawal
 //!   (the session stopped, the call no longer runs). Each ending that is not an approval is a
@@ -36,6 +43,80 @@ pub const MAX_PENDING_PER_SESSION: usize = 16;
 /// How many answered (or expired, or withdrawn) approvals a session remembers, so answering
 /// one of them again is `409` rather than `404`.
 pub const REMEMBERED_ENDED: usize = 256;
+
+/// Default time an `approve_session` answer lasts, in seconds: one hour.
+pub const DEFAULT_GRANT_SECS: u64 = 3600;
+/// Most grants one session keeps; a further one replaces the one that ends first.
+pub const MAX_GRANTS_PER_SESSION: usize = 64;
+
+/// How long `approve_session` lasts, as `WUHU_APPROVE_SESSION_SECONDS` configures it (unset:
+/// [`DEFAULT_GRANT_SECS`]).
+///
+/// # Errors
+/// A message naming the variable when it is not a whole number of seconds in
+/// `1..=`[`MAX_TIMEOUT_SECS`].
+pub fn grant_secs(var: Option<&str>) -> Result<u64, String> {
+    let Some(text) = var.map(str::trim) else {
+        return Ok(DEFAULT_GRANT_SECS);
+    };
+    match text.parse::<u64>() {
+        Ok(secs) if (1..=MAX_TIMEOUT_SECS).contains(&secs) => Ok(secs),
+        _ => Err(format!(
+            "WUHU_APPROVE_SESSION_SECONDS must be a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}, not {text:?}"
+        )),
+    }
+}
+
+/// A runner owner's `approve_session`: their machine is reached without asking, in this
+/// session, for turns acting for `covers` (or fewer of them), until `expires_at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The runner owner who gave it.
+    pub runner_owner: String,
+    /// The people the approved request acted for (its `requestedBy`), sorted, without repeats.
+    /// Empty: a request that acted for nobody (the system lane), which covers only such turns.
+    pub covers: Vec<String>,
+    /// When it ends.
+    pub expires_at: Millis,
+}
+
+impl Grant {
+    /// Whether it lets a turn acting for `turn` reach `runner_owner`'s machine at `now`: the
+    /// same owner, not expired, and every person of the turn among those it covers (a turn
+    /// for nobody only by a grant given to one; a guest or `*` never).
+    pub fn covers(&self, runner_owner: &str, turn: &[String], now: Millis) -> bool {
+        if self.runner_owner != runner_owner || now >= self.expires_at {
+            return false;
+        }
+        if turn.is_empty() {
+            return self.covers.is_empty();
+        }
+        turn.iter()
+            .all(|p| !crate::authority::is_guest(p) && self.covers.contains(p))
+    }
+}
+
+/// The grant an accepted `answer` to `approver` gives, for a request that acted for
+/// `requested_by`, answered at `now`; `None` unless it is `approve_session` to a runner owner.
+pub fn session_grant(
+    approver: &Approver,
+    answer: Answer,
+    requested_by: &[String],
+    now: Millis,
+    grant_secs: u64,
+) -> Option<Grant> {
+    let (Answer::ApproveSession, Approver::RunnerOwner(owner)) = (answer, approver) else {
+        return None;
+    };
+    let mut covers = requested_by.to_vec();
+    covers.sort();
+    covers.dedup();
+    Some(Grant {
+        runner_owner: owner.clone(),
+        covers,
+        expires_at: expires_at(now, grant_secs),
+    })
+}
 
 /// The wait configured by `WUHU_APPROVAL_TIMEOUT_SECONDS` (unset: [`DEFAULT_TIMEOUT_SECS`]).
 ///
@@ -79,8 +160,10 @@ pub struct Facts<'a> {
     pub turn_authors: &'a [String],
     /// The session's owner.
     pub session_owner: &'a str,
-    /// Runner owners who answered `approve_session` in this session.
-    pub approved_runner_owners: &'a [String],
+    /// The `approve_session` answers given in this session (expired ones included or not).
+    pub grants: &'a [Grant],
+    /// Now.
+    pub now: Millis,
 }
 
 /// Who must approve a call to `target`, or `None` when it runs at once.
@@ -89,7 +172,10 @@ pub struct Facts<'a> {
 /// runner owner: nobody's prompt may reach a person's machine unasked.
 pub fn required_approver(target: &Target<'_>, facts: &Facts<'_>) -> Option<Approver> {
     let owner = target.runner_owner;
-    let approved = facts.approved_runner_owners.iter().any(|o| o == owner);
+    let approved = facts
+        .grants
+        .iter()
+        .any(|g| g.covers(owner, facts.turn_authors, facts.now));
     let someone_else = facts.turn_authors.is_empty()
         || facts
             .turn_authors
@@ -229,6 +315,12 @@ pub enum AnswerError {
     /// `approve_session` on an approval that is not a runner owner's (`400`).
     #[error("approve_session answers only a runner owner's approval; use approve or deny")]
     SessionApprovalNotOffered,
+    /// `approve_session` on a request that acts for a guest (`400`): a chat user no admin
+    /// mapped, or more people than a set lists.
+    #[error(
+        "approve_session is refused for a request that acts for a guest (a chat user no admin mapped): approve this call alone, or deny"
+    )]
+    SessionApprovalForGuests,
     /// Answered before (`409 already_decided`).
     #[error("this approval was already answered")]
     AlreadyDecided,
@@ -245,7 +337,9 @@ impl AnswerError {
     pub fn status_and_code(&self) -> (u16, &'static str) {
         match self {
             AnswerError::Forbidden(_) => (403, "forbidden"),
-            AnswerError::SessionApprovalNotOffered => (400, "bad_request"),
+            AnswerError::SessionApprovalNotOffered | AnswerError::SessionApprovalForGuests => {
+                (400, "bad_request")
+            }
             AnswerError::AlreadyDecided => (409, "already_decided"),
             AnswerError::Expired => (409, "expired"),
             AnswerError::Withdrawn => (409, "withdrawn"),
@@ -253,9 +347,10 @@ impl AnswerError {
     }
 }
 
-/// The state after `who` answers an approval for `approver` that is in `state` and expires at
-/// `expires_at`. Authority comes first: someone who may not answer learns nothing about the
-/// approval's state. An approval past its expiry is expired even if the alarm has not run yet.
+/// The state after `who` answers an approval for `approver` that is in `state`, expires at
+/// `expires_at` and was requested for `requested_by`. Authority comes first: someone who may
+/// not answer learns nothing about the approval's state. An approval past its expiry is
+/// expired even if the alarm has not run yet.
 ///
 /// # Errors
 /// An [`AnswerError`] for the first rule broken.
@@ -264,6 +359,7 @@ pub fn answer(
     approver: &Approver,
     state: State,
     expires_at: Millis,
+    requested_by: &[String],
     now: Millis,
     answer: Answer,
 ) -> Result<State, AnswerError> {
@@ -282,23 +378,29 @@ pub fn answer(
         (Answer::ApproveSession, Approver::SessionOwner(_)) => {
             Err(AnswerError::SessionApprovalNotOffered)
         }
+        (Answer::ApproveSession, _) if !session_approval_offered(requested_by) => {
+            Err(AnswerError::SessionApprovalForGuests)
+        }
         (Answer::Approve | Answer::ApproveSession, _) => Ok(State::Approved),
         (Answer::Deny, _) => Ok(State::Denied),
     }
 }
 
-/// The runner owner the session stops asking after `answer` to `approver` was accepted.
-pub fn remembered_owner(approver: &Approver, answer: Answer) -> Option<&str> {
-    match (answer, approver) {
-        (Answer::ApproveSession, Approver::RunnerOwner(owner)) => Some(owner),
-        _ => None,
-    }
+/// Whether `approve_session` may answer a request made for `requested_by`: not when it acts
+/// for a guest.
+pub fn session_approval_offered(requested_by: &[String]) -> bool {
+    !requested_by.iter().any(|p| crate::authority::is_guest(p))
 }
 
-/// Whether a pending approval for `approver` is approved by `remembered` (a runner owner who
-/// just answered `approve_session`).
-pub fn covered_by(approver: &Approver, remembered: &str) -> bool {
-    matches!(approver, Approver::RunnerOwner(owner) if owner == remembered)
+/// Whether a pending approval for `approver`, requested for `requested_by`, is approved by
+/// `grant` (just given) at `now`.
+pub fn covered_by(
+    approver: &Approver,
+    requested_by: &[String],
+    grant: &Grant,
+    now: Millis,
+) -> bool {
+    matches!(approver, Approver::RunnerOwner(owner) if grant.covers(owner, requested_by, now))
 }
 
 /// Whether an approval in `state` expiring at `expires_at` must be expired at `now`.
@@ -392,6 +494,7 @@ pub fn request_text(
     turn_authors: &[String],
     answer_path: &str,
     timeout_secs: u64,
+    grant_secs: u64,
 ) -> String {
     let what = action.describe();
     let runner = format!(
@@ -406,11 +509,21 @@ pub fn request_text(
         many => format!("A turn with messages from {}", many.join(", ")),
     };
     let within = duration_text(timeout_secs);
+    let for_whom = match turn_authors {
+        [] => "turns nobody prompted".to_string(),
+        people => people.join(", "),
+    };
     match approver {
-        Approver::RunnerOwner(owner) => format!(
+        Approver::RunnerOwner(owner) if session_approval_offered(turn_authors) => format!(
             "Approval needed from {owner} (the runner's owner): {asker} asks to {what} on {runner}. \
              Answer with POST {answer_path} {{\"decision\":\"approve\"|\"approve_session\"|\"deny\"}} within {within} \
-             (\"approve_session\" stops asking {owner} in this session)."
+             (\"approve_session\" stops asking {owner} in this session for {for_whom}, for {}).",
+            duration_text(grant_secs)
+        ),
+        Approver::RunnerOwner(owner) => format!(
+            "Approval needed from {owner} (the runner's owner): {asker} asks to {what} on {runner}. \
+             Answer with POST {answer_path} {{\"decision\":\"approve\"|\"deny\"}} within {within} \
+             (\"approve_session\" is not offered: the request acts for a guest)."
         ),
         Approver::SessionOwner(owner) => format!(
             "Approval needed from {owner} (the session's owner): {asker} asks to {what} on {runner}. \
@@ -520,11 +633,20 @@ mod tests {
                 policy,
             };
             let authors = strings(authors);
-            let approved = strings(approved);
+            // Each approving owner's grant covers this turn's people and has not expired.
+            let grants: Vec<Grant> = approved
+                .iter()
+                .map(|o| Grant {
+                    runner_owner: o.to_string(),
+                    covers: authors.clone(),
+                    expires_at: Millis(2),
+                })
+                .collect();
             let facts = Facts {
                 turn_authors: &authors,
                 session_owner: "carol",
-                approved_runner_owners: &approved,
+                grants: &grants,
+                now: Millis(1),
             };
             assert_eq!(
                 required_approver(&target, &facts),
@@ -665,9 +787,10 @@ mod tests {
                 Ok(State::Approved),
             ),
         ];
+        let bob_asked = strings(&["bob"]);
         for (who, approver, state, now, given, want) in cases {
             assert_eq!(
-                answer(who, approver, state, Millis(10_000), now, given),
+                answer(who, approver, state, Millis(10_000), &bob_asked, now, given),
                 want,
                 "{} answers {given:?} to {approver:?} in {state:?} at {now:?}",
                 who.sub
@@ -682,46 +805,159 @@ mod tests {
             (409, "already_decided")
         );
         assert_eq!(E::Expired.status_and_code(), (409, "expired"));
+        // approve_session is refused for a request that acts for a guest (a chat user no
+        // admin mapped, or the `*` of an overflowing set); approve and deny still answer it.
+        for requested_by in [
+            &["telegram:42"][..],
+            &["bob", "slack:U9"],
+            &["bob", crate::session::MORE_PRINCIPALS],
+        ] {
+            let requested_by = strings(requested_by);
+            for (given, want) in [
+                (ApproveSession, Err(E::SessionApprovalForGuests)),
+                (Approve, Ok(State::Approved)),
+                (Deny, Ok(State::Denied)),
+            ] {
+                for who in [&alice, &root] {
+                    assert_eq!(
+                        answer(who, &mac, State::Pending, later, &requested_by, now, given),
+                        want,
+                        "{} answers {given:?} for {requested_by:?}",
+                        who.sub
+                    );
+                }
+            }
+            // Someone who may not answer still learns nothing.
+            assert_eq!(
+                answer(
+                    &bob,
+                    &mac,
+                    State::Pending,
+                    later,
+                    &requested_by,
+                    now,
+                    ApproveSession
+                ),
+                forbidden_alice()
+            );
+        }
+        assert_eq!(
+            E::SessionApprovalForGuests.status_and_code(),
+            (400, "bad_request")
+        );
     }
 
     #[test]
-    fn approve_session_is_remembered_for_that_owner() {
+    fn approve_session_covers_the_people_it_was_given_for_until_it_expires() {
         let mac = Approver::RunnerOwner("alice".into());
         let ask = Approver::SessionOwner("alice".into());
+        let grant = session_grant(
+            &mac,
+            Answer::ApproveSession,
+            &strings(&["carol", "bob", "bob"]),
+            Millis(1_000),
+            60,
+        )
+        .unwrap();
         assert_eq!(
-            remembered_owner(&mac, Answer::ApproveSession),
-            Some("alice")
+            grant,
+            Grant {
+                runner_owner: "alice".into(),
+                covers: strings(&["bob", "carol"]),
+                expires_at: Millis(61_000),
+            }
         );
-        assert_eq!(remembered_owner(&mac, Answer::Approve), None);
-        assert_eq!(remembered_owner(&mac, Answer::Deny), None);
-        assert_eq!(remembered_owner(&ask, Answer::ApproveSession), None);
-        assert!(covered_by(&mac, "alice"));
-        assert!(!covered_by(&mac, "bob"));
-        assert!(!covered_by(&ask, "alice"));
-        // Once remembered, the same call no longer asks.
+        for (approver, given) in [
+            (&mac, Answer::Approve),
+            (&mac, Answer::Deny),
+            (&ask, Answer::ApproveSession),
+        ] {
+            assert_eq!(session_grant(approver, given, &[], Millis(0), 60), None);
+        }
+        let nobody = session_grant(&mac, Answer::ApproveSession, &[], Millis(0), 60).unwrap();
+        let before = Millis(60_999);
+        let at_end = Millis(61_000);
+        // (runner owner, the turn's people, when, covered?)
+        type Case = (&'static str, &'static [&'static str], Millis, bool);
+        let cases: Vec<Case> = vec![
+            ("alice", &["bob"], before, true),
+            ("alice", &["carol"], before, true),
+            ("alice", &["bob", "carol"], before, true),
+            // Someone outside the set asks again: a later prompt by dave in the same chat.
+            ("alice", &["dave"], before, false),
+            ("alice", &["bob", "dave"], before, false),
+            // A guest or an overflowing set never, even when listed.
+            ("alice", &["bob", "slack:U1"], before, false),
+            (
+                "alice",
+                &["bob", crate::session::MORE_PRINCIPALS],
+                before,
+                false,
+            ),
+            // A turn for nobody is not a turn for bob.
+            ("alice", &[], before, false),
+            // Another owner's machine is not covered.
+            ("dave", &["bob"], before, false),
+            // It expires.
+            ("alice", &["bob"], at_end, false),
+            ("alice", &["bob"], Millis(u64::MAX), false),
+        ];
+        for (owner, turn, now, want) in cases {
+            assert_eq!(
+                grant.covers(owner, &strings(turn), now),
+                want,
+                "{owner} {turn:?} at {now:?}"
+            );
+        }
+        // A grant given for nobody covers turns for nobody only.
+        assert!(nobody.covers("alice", &[], Millis(1)));
+        assert!(!nobody.covers("alice", &strings(&["bob"]), Millis(1)));
+        // Pending approvals are approved with it only when it covers them.
+        assert!(covered_by(&mac, &strings(&["bob"]), &grant, before));
+        assert!(!covered_by(&mac, &strings(&["dave"]), &grant, before));
+        assert!(!covered_by(&mac, &strings(&["bob"]), &grant, at_end));
+        assert!(!covered_by(&ask, &strings(&["bob"]), &grant, before));
+        // The call that asked no longer asks while covered, and asks again once not.
         let target = Target {
             runner: "mac",
             runner_owner: "alice",
             runner_kind: RunnerKind::Local,
             policy: ApprovalPolicy::Auto,
         };
-        let authors = strings(&["bob"]);
-        let before = Facts {
-            turn_authors: &authors,
-            session_owner: "alice",
-            approved_runner_owners: &[],
-        };
-        assert_eq!(required_approver(&target, &before), Some(mac.clone()));
-        let remembered = vec![
-            remembered_owner(&mac, Answer::ApproveSession)
-                .unwrap()
-                .to_string(),
-        ];
-        let after = Facts {
-            approved_runner_owners: &remembered,
-            ..before
-        };
-        assert_eq!(required_approver(&target, &after), None);
+        let grants = [grant];
+        for (turn, now, asks) in [
+            (&["bob"][..], before, false),
+            (&["bob", "carol"], before, false),
+            (&["dave"], before, true),
+            (&["bob"], at_end, true),
+            (&[], before, true),
+        ] {
+            let turn = strings(turn);
+            let facts = Facts {
+                turn_authors: &turn,
+                session_owner: "alice",
+                grants: &grants,
+                now,
+            };
+            assert_eq!(
+                required_approver(&target, &facts),
+                asks.then(|| mac.clone()),
+                "{turn:?} at {now:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn approve_session_lasts_an_hour_unless_configured() {
+        assert_eq!(grant_secs(None), Ok(DEFAULT_GRANT_SECS));
+        assert_eq!(DEFAULT_GRANT_SECS, 3600);
+        assert_eq!(grant_secs(Some("1")), Ok(1));
+        assert_eq!(grant_secs(Some(" 90 ")), Ok(90));
+        assert_eq!(grant_secs(Some("604800")), Ok(MAX_TIMEOUT_SECS));
+        for bad in ["0", "-1", "1.5", "", "forever", "604801"] {
+            let error = grant_secs(Some(bad)).unwrap_err();
+            assert!(error.contains("WUHU_APPROVE_SESSION_SECONDS"), "{error}");
+        }
     }
 
     #[test]
@@ -820,6 +1056,7 @@ mod tests {
             &strings(&["bob"]),
             "/v1/sessions/s/approvals/a",
             120,
+            3600,
         );
         for needle in [
             "from alice (the runner's owner)",
@@ -828,9 +1065,25 @@ mod tests {
             "POST /v1/sessions/s/approvals/a",
             "approve_session",
             "2 minutes",
+            "stops asking alice in this session for bob, for 1 hour",
         ] {
             assert!(text.contains(needle), "{needle:?} not in {text}");
         }
+        // A request for a guest does not offer approve_session.
+        let text = request_text(
+            &action,
+            &target,
+            &Approver::RunnerOwner("alice".into()),
+            &strings(&["bob", "telegram:42"]),
+            "/p",
+            120,
+            3600,
+        );
+        assert!(text.contains("\"approve\"|\"deny\""), "{text}");
+        assert!(
+            text.contains("not offered: the request acts for a guest"),
+            "{text}"
+        );
         let text = request_text(
             &Action::Attach { environment: "web" },
             &Target {
@@ -842,6 +1095,7 @@ mod tests {
             &strings(&["bob", "dave"]),
             "/p",
             7,
+            3600,
         );
         assert!(text.contains("from carol (the session's owner)"), "{text}");
         assert!(text.contains("messages from bob, dave"), "{text}");
@@ -957,7 +1211,8 @@ mod tests {
         let facts = Facts {
             turn_authors: s.turn_authors(),
             session_owner: "u1",
-            approved_runner_owners: &[],
+            grants: &[],
+            now: Millis(0),
         };
         assert!(required_approver(&target, &facts).is_some());
     }

@@ -22,6 +22,8 @@ export interface ApprovalView {
   expiresAt: number | null;
   decision: string | null;
   decidedBy: string | null;
+  /** Whether "approve for this session" may answer it (not for a request that acts for a guest). */
+  sessionApproval: boolean;
 }
 
 export type Item =
@@ -105,6 +107,8 @@ export function buildItems(entries: Entry[]): Item[] {
             text: String(data.text ?? `Approval needed for ${String(data.tool ?? "a tool call")}`),
             tool: String(data.tool ?? ""),
             approver: (data.approver as ApprovalView["approver"]) ?? null,
+            // Requests from before scoped grants have no field: offered, as they were.
+            sessionApproval: data.sessionApproval !== null,
             expiresAt: typeof data.expiresAt === "number" ? data.expiresAt : null,
             decision: decided?.decision ?? null,
             decidedBy: decided?.by ?? null,

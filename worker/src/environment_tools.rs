@@ -117,17 +117,19 @@ async fn approve(
     action: Action<'_>,
     data: Value,
 ) -> Result<(), String> {
-    let approved = ctx.approvals.approved_runner_owners();
+    let grants = ctx.approvals.grants();
     let facts = Facts {
         turn_authors: &ctx.acting_for,
         session_owner: &ctx.owner,
-        approved_runner_owners: &approved,
+        grants: &grants,
+        now: crate::session_actor::now(),
     };
     let Some(approver) = approvals::required_approver(&target, &facts) else {
         return Ok(());
     };
     let ask = Ask {
         approver: approver.clone(),
+        turn_authors: &ctx.acting_for,
         target,
         action,
         data,

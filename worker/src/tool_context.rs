@@ -186,6 +186,9 @@ impl ToolOutput {
 /// What a tool asks the approval gate for.
 pub(crate) struct Ask<'a> {
     pub(crate) approver: Approver,
+    /// Whom the call acts for (the rule decided on it): the request's `requestedBy`, and what
+    /// `approve_session` covers.
+    pub(crate) turn_authors: &'a [String],
     pub(crate) target: Target<'a>,
     pub(crate) action: Action<'a>,
     /// Fields of the request entry (environment, tool, runner, …); the gate adds the rest.
@@ -194,8 +197,8 @@ pub(crate) struct Ask<'a> {
 
 /// Where a tool call waits for a person's decision (the session actor's approvals).
 pub(crate) trait ApprovalGate {
-    /// Runner owners who answered `approve_session` in this session.
-    fn approved_runner_owners(&self) -> Vec<String>;
+    /// The `approve_session` answers of this session that have not expired.
+    fn grants(&self) -> Vec<wuhu_core::approvals::Grant>;
 
     /// Shows the request (with the tool call the gate serves) and waits for its ending. `part`
     /// tells several approvals of one call apart (`""`: the call's own action); a call that

@@ -442,7 +442,7 @@ function ApprovalCard({ approval, sessionId }: { approval: ApprovalView; session
           <button type="button" disabled={busy} onClick={() => answer("approve")}>
             Approve
           </button>
-          {approval.approver?.kind === "runnerOwner" && (
+          {approval.approver?.kind === "runnerOwner" && approval.sessionApproval && (
             <button type="button" class="secondary" disabled={busy} onClick={() => answer("approve_session")}>
               Approve for this session
             </button>

@@ -1,6 +1,6 @@
 //! Approvals in the session actor: stored in SQLite (table `approvals`, and
-//! `approved_runner_owners` for `approve_session`), answered through the internal
-//! `POST /approval?id=`, expired by the alarm, withdrawn by stop.
+//! `approved_runner_owners` for the grants of `approve_session`: whose machine, for whom, until
+//! when), answered through `AnswerApproval`, expired by the alarm, withdrawn by stop.
 //!
 //! A tool call that must wait ([`wuhu_core::approvals::required_approver`]) asks the
 //! [`ActorApprovals`] gate: it stores the approval, appends the `wuhu_approval_request_v1`
@@ -18,7 +18,10 @@ use futures::future::LocalBoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 use worker::{Env, SqlStorage, SqlStorageValue};
-use wuhu_core::approvals::{self, Answer, AnswerError, Approver, Outcome, REMEMBERED_ENDED, State};
+use wuhu_core::approvals::{
+    self, Answer, AnswerError, Approver, Grant, MAX_GRANTS_PER_SESSION, Outcome, REMEMBERED_ENDED,
+    State,
+};
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{AnswerApprovalRequest, AnswerApprovalResponse};
 use wuhu_core::wire::{EntryPayload, custom_types};
@@ -45,6 +48,9 @@ pub(crate) struct StoredApproval {
     pub(crate) timeout_secs: u64,
     pub(crate) state: State,
     pub(crate) decided_by: Option<String>,
+    /// Whom the call acted for when it asked (the request's `requestedBy`): what
+    /// `approve_session` may cover.
+    pub(crate) requested_by: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -58,6 +64,7 @@ struct Row {
     timeout_secs: f64,
     state: String,
     decided_by: Option<String>,
+    requested_by: String,
 }
 
 impl Row {
@@ -72,13 +79,21 @@ impl Row {
             timeout_secs: self.timeout_secs as u64,
             state: State::parse(&self.state)?,
             decided_by: self.decided_by,
+            requested_by: serde_json::from_str(&self.requested_by).ok()?,
         })
     }
 }
 
 #[derive(Deserialize)]
-struct OwnerRow {
+struct GrantRow {
     runner_owner: String,
+    covers: String,
+    expires_at: f64,
+}
+
+#[derive(Deserialize)]
+struct CountRow {
+    n: f64,
 }
 
 #[derive(Deserialize)]
@@ -87,7 +102,7 @@ struct MinRow {
 }
 
 const COLUMNS: &str =
-    "id, step, call_id, part, approver, expires_at, timeout_secs, state, decided_by";
+    "id, step, call_id, part, approver, expires_at, timeout_secs, state, decided_by, requested_by";
 
 /// The approval tables of one session actor. Synchronous, like `Store`: writes between two
 /// awaits commit together with the entries and the checkpoint.
@@ -112,12 +127,22 @@ impl ApprovalStore {
                 None,
             )?;
         }
+        // Added with scoped `approve_session` (issue 29): whom the call acted for when it
+        // asked. A request stored before acted for people unknown: `[]` (nobody), so
+        // `approve_session` on it covers only turns for nobody.
+        if !columns.iter().any(|c| c == "requested_by") {
+            sql.exec(
+                "ALTER TABLE approvals ADD COLUMN requested_by TEXT NOT NULL DEFAULT '[]'",
+                None,
+            )?;
+        }
         sql.exec(
             "CREATE INDEX IF NOT EXISTS approvals_by_call ON approvals (step, call_id)",
             None,
         )?;
+        migrate_unscoped_grants(&sql)?;
         sql.exec(
-            "CREATE TABLE IF NOT EXISTS approved_runner_owners (runner_owner TEXT PRIMARY KEY, by TEXT NOT NULL, at INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS approved_runner_owners (runner_owner TEXT NOT NULL, covers TEXT NOT NULL, by TEXT NOT NULL, at INTEGER NOT NULL, expires_at INTEGER NOT NULL, PRIMARY KEY (runner_owner, covers))",
             None,
         )?;
         Ok(ApprovalStore { sql })
@@ -149,8 +174,10 @@ impl ApprovalStore {
     fn insert(&self, approval: &StoredApproval, created_at: Millis) -> SqlResult<()> {
         let approver = serde_json::to_string(&approval.approver)
             .map_err(|e| worker::Error::RustError(e.to_string()))?;
+        let requested_by = serde_json::to_string(&approval.requested_by)
+            .map_err(|e| worker::Error::RustError(e.to_string()))?;
         self.sql.exec(
-            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)"),
+            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)"),
             vec![
                 approval.id.as_str().into(),
                 (approval.step as i64).into(),
@@ -160,6 +187,7 @@ impl ApprovalStore {
                 SqlStorageValue::try_from_i64(approval.expires_at.0 as i64)?,
                 (approval.timeout_secs as i64).into(),
                 approval.state.as_str().into(),
+                requested_by.into(),
                 SqlStorageValue::try_from_i64(created_at.0 as i64)?,
             ],
         )?;
@@ -196,25 +224,85 @@ impl ApprovalStore {
             .map(|m| Millis(m as u64)))
     }
 
-    pub(crate) fn approved_runner_owners(&self) -> SqlResult<Vec<String>> {
-        let rows: Vec<OwnerRow> = self
+    /// The grants that have not expired at `now`.
+    pub(crate) fn grants(&self, now: Millis) -> SqlResult<Vec<Grant>> {
+        let rows: Vec<GrantRow> = self
             .sql
-            .exec("SELECT runner_owner FROM approved_runner_owners", None)?
+            .exec(
+                "SELECT runner_owner, covers, expires_at FROM approved_runner_owners WHERE expires_at > ?",
+                vec![SqlStorageValue::try_from_i64(now.0 as i64)?],
+            )?
             .to_array()?;
-        Ok(rows.into_iter().map(|r| r.runner_owner).collect())
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                Some(Grant {
+                    runner_owner: r.runner_owner,
+                    covers: serde_json::from_str(&r.covers).ok()?,
+                    expires_at: Millis(r.expires_at as u64),
+                })
+            })
+            .collect())
     }
 
-    fn remember_owner(&self, owner: &str, by: &str, at: Millis) -> SqlResult<()> {
+    /// Stores `grant` (a newer one for the same owner and people replaces the older), drops
+    /// the expired ones, and keeps at most [`MAX_GRANTS_PER_SESSION`] (those that end last).
+    fn remember_grant(&self, grant: &Grant, by: &str, at: Millis) -> SqlResult<()> {
+        let covers = serde_json::to_string(&grant.covers)
+            .map_err(|e| worker::Error::RustError(e.to_string()))?;
         self.sql.exec(
-            "INSERT OR REPLACE INTO approved_runner_owners (runner_owner, by, at) VALUES (?, ?, ?)",
+            "INSERT OR REPLACE INTO approved_runner_owners (runner_owner, covers, by, at, expires_at) VALUES (?, ?, ?, ?, ?)",
             vec![
-                owner.into(),
+                grant.runner_owner.as_str().into(),
+                covers.into(),
                 by.into(),
                 SqlStorageValue::try_from_i64(at.0 as i64)?,
+                SqlStorageValue::try_from_i64(grant.expires_at.0 as i64)?,
             ],
+        )?;
+        self.sql.exec(
+            "DELETE FROM approved_runner_owners WHERE expires_at <= ?",
+            vec![SqlStorageValue::try_from_i64(at.0 as i64)?],
+        )?;
+        self.sql.exec(
+            "DELETE FROM approved_runner_owners WHERE rowid NOT IN (SELECT rowid FROM approved_runner_owners ORDER BY expires_at DESC LIMIT ?)",
+            vec![(MAX_GRANTS_PER_SESSION as i64).into()],
         )?;
         Ok(())
     }
+}
+
+/// `approved_runner_owners` before scoped grants (issue 29) held one row per runner owner,
+/// with no people and no end: an `approve_session` that covered every later prompt forever.
+/// Such rows cannot be scoped after the fact (whom the approved request acted for was not
+/// kept), so the table is dropped and made anew: those owners are asked again. Every step's
+/// error is returned (the approval store is then unavailable and approvals are refused, never
+/// granted).
+fn migrate_unscoped_grants(sql: &SqlStorage) -> SqlResult<()> {
+    let exists: Vec<CountRow> = sql
+        .exec(
+            "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'approved_runner_owners'",
+            None,
+        )?
+        .to_array()?;
+    if exists.first().is_none_or(|r| r.n < 1.0) {
+        return Ok(());
+    }
+    let columns = sql
+        .exec("SELECT * FROM approved_runner_owners LIMIT 0", None)?
+        .column_names();
+    if columns.iter().any(|c| c == "covers") {
+        return Ok(());
+    }
+    let rows: Vec<CountRow> = sql
+        .exec("SELECT COUNT(*) AS n FROM approved_runner_owners", None)?
+        .to_array()?;
+    sql.exec("DROP TABLE approved_runner_owners", None)?;
+    worker::console_log!(
+        "approvals: dropped {} approve_session grant(s) stored without people or an end; their runner owners are asked again",
+        rows.first().map_or(0, |r| r.n as u64)
+    );
+    Ok(())
 }
 
 /// The wait `WUHU_APPROVAL_TIMEOUT_SECONDS` configures; a bad value is logged and the default
@@ -230,6 +318,19 @@ fn timeout_secs(env: &Env) -> u64 {
     })
 }
 
+/// How long `approve_session` lasts (`WUHU_APPROVE_SESSION_SECONDS`); a bad value is logged
+/// and the default used.
+fn grant_secs(env: &Env) -> u64 {
+    let var = env
+        .var("WUHU_APPROVE_SESSION_SECONDS")
+        .ok()
+        .map(|v| v.to_string());
+    approvals::grant_secs(var.as_deref()).unwrap_or_else(|message| {
+        worker::console_error!("{message}; using {}", approvals::DEFAULT_GRANT_SECS);
+        approvals::DEFAULT_GRANT_SECS
+    })
+}
+
 /// The approval gate a tool call gets: it stores the request and waits for its ending.
 pub(crate) struct ActorApprovals {
     pub(crate) actor: Rc<Actor>,
@@ -240,10 +341,11 @@ pub(crate) struct ActorApprovals {
 }
 
 impl ApprovalGate for ActorApprovals {
-    fn approved_runner_owners(&self) -> Vec<String> {
+    fn grants(&self) -> Vec<Grant> {
+        // Unreadable grants grant nothing: the owner is asked.
         self.actor
             .approval_store()
-            .and_then(|s| Ok(s.approved_runner_owners()?))
+            .and_then(|s| Ok(s.grants(now())?))
             .unwrap_or_default()
     }
 
@@ -297,15 +399,14 @@ impl ApprovalGate for ActorApprovals {
             timeout_secs: timeout,
             state: State::Pending,
             decided_by: None,
+            requested_by: ask.turn_authors.to_vec(),
         };
         let answer_path = format!(
             "/v1/sessions/{}/approvals/{}",
             actor.session_id(),
             approval.id
         );
-        let turn_authors = actor
-            .with_loaded(|l| l.session.turn_authors().to_vec())
-            .unwrap_or_default();
+        let turn_authors = approval.requested_by.clone();
         let mut data = ask.data;
         data["approvalId"] = json!(approval.id);
         data["toolCallId"] = json!(call_id);
@@ -314,6 +415,13 @@ impl ApprovalGate for ActorApprovals {
         data["runnerKind"] = json!(ask.target.runner_kind.as_str());
         data["approver"] = json!(ask.approver);
         data["requestedBy"] = json!(turn_authors);
+        // Whether "approve for this session" may answer it (not for a guest); it would last
+        // this long and cover these people.
+        data["sessionApproval"] = if approvals::session_approval_offered(&turn_authors) {
+            json!({"covers": turn_authors, "seconds": grant_secs(&actor.env)})
+        } else {
+            serde_json::Value::Null
+        };
         data["expiresAt"] = json!(approval.expires_at.unix_seconds());
         data["text"] = json!(approvals::request_text(
             &ask.action,
@@ -322,6 +430,7 @@ impl ApprovalGate for ActorApprovals {
             &turn_authors,
             &answer_path,
             timeout,
+            grant_secs(&actor.env),
         ));
         if let Err(e) = store.insert(&approval, created) {
             return ready(Outcome::Refused(format!(
@@ -417,6 +526,7 @@ pub(crate) async fn answer_route(
         &approval.approver,
         approval.state,
         approval.expires_at,
+        &approval.requested_by,
         t,
         answer,
     ) {
@@ -439,11 +549,18 @@ pub(crate) async fn answer_route(
     }
     let by = identity.sub.as_str();
     end(actor, &approval, state, Some(by), answer.as_str())?;
-    if let Some(owner) = approvals::remembered_owner(&approval.approver, answer) {
-        store.remember_owner(owner, by, t)?;
-        // The owner's other pending approvals in this session are approved with it.
+    if let Some(grant) = approvals::session_grant(
+        &approval.approver,
+        answer,
+        &approval.requested_by,
+        t,
+        grant_secs(&actor.env),
+    ) {
+        store.remember_grant(&grant, by, t)?;
+        // The owner's other pending approvals in this session that it covers are approved
+        // with it (those for other people still wait).
         for other in store.pending()? {
-            if approvals::covered_by(&other.approver, owner) {
+            if approvals::covered_by(&other.approver, &other.requested_by, &grant, t) {
                 end(actor, &other, State::Approved, Some(by), answer.as_str())?;
             }
         }
