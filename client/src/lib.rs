@@ -415,7 +415,7 @@ impl Client {
     /// finishes in the background (`202`: `DELETE` again answers `404` once it is done).
     ///
     /// # Errors
-    /// As [`Client::healthz`]; `403`, `404`, `409 has_forks` (the message names the forks).
+    /// As [`Client::healthz`]; `403`, `404`.
     pub async fn delete_session(&self, id: &str) -> Result<bool, Error> {
         let request = self.request(Method::DELETE, self.url(["v1", "sessions", id]));
         let (status, _) = self.exchange(request).await?;

@@ -1,5 +1,6 @@
-//! Deleting a session (`DELETE /v1/sessions/:id`, decision 0017): the forks rule, the order of
-//! the steps and where they stand, so a deletion that was acknowledged finishes after a restart.
+//! Deleting a session (`DELETE /v1/sessions/:id`, decisions 0017 and 0033): what goes with it
+//! (its children and its forks), the order of the steps and where they stand, so a deletion
+//! that was acknowledged finishes after a restart.
 //!
 //! Who may delete is [`crate::authority::session_allows`] with
 //! [`crate::authority::SessionAction::Delete`]: the session's owner or an admin.
@@ -19,9 +20,6 @@ use crate::environments::Attachment;
 use crate::wire::Spent;
 use crate::wire::runner::{DiscardOutcome, EnvironmentKind, WorkspaceHost};
 
-/// At most this many forks are named in a `has_forks` refusal (the count is always given).
-pub const MAX_FORKS_NAMED: usize = 20;
-
 /// One step of a deletion, in the order they run ([`STEPS`]).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -33,7 +31,9 @@ pub enum Step {
     /// Remove it from the tenant's session list (the index keeps a tombstone, so a late
     /// refresh of the row does not bring it back).
     Unlist,
-    /// Delete every child it spawned, each with its own deletion (recursively), and wait.
+    /// Delete every child it spawned and every fork of it (whoever made the fork: a fork reads
+    /// its history from this session, decision 0033), each with its own deletion (which takes
+    /// its own children and forks), and wait.
     DisposeChildren,
     /// Tell its parent, if it is a child, that it is `disposed`, and free its gate slot.
     TellParent,
@@ -130,20 +130,13 @@ pub struct TreeRow {
     pub forked_from: Option<String>,
 }
 
-/// The forks rule: a session cannot be deleted while a fork outside the sessions the deletion
-/// removes (it and its descendants) reads its history or a descendant's (decision 0013: a fork
-/// copies nothing). Returns those forks, sorted; empty means the deletion may go ahead.
-/// Deleting the forks first (or the fork of a fork first) lifts the refusal.
-pub fn blocking_forks(target: &str, rows: &[TreeRow]) -> Vec<String> {
-    let removed = subtree(target, rows);
+/// The forks that go with `target`'s deletion (decision 0033): every listed session that reads
+/// its history from `target` (a fork, by anyone), sorted. Forks of its descendants go with the
+/// descendants' own deletions, and forks of forks with their forks'.
+pub fn forks_of(target: &str, rows: &[TreeRow]) -> Vec<String> {
     let mut forks: Vec<String> = rows
         .iter()
-        .filter(|row| !removed.contains(row.id.as_str()))
-        .filter(|row| {
-            row.forked_from
-                .as_deref()
-                .is_some_and(|from| removed.contains(from))
-        })
+        .filter(|row| row.id != target && row.forked_from.as_deref() == Some(target))
         .map(|row| row.id.clone())
         .collect();
     forks.sort();
@@ -321,12 +314,11 @@ mod tests {
             row("q", Some("p"), None),
         ];
         let cases: &[(&str, &[&str])] = &[
-            // Forks of the session and of its descendants block; a fork inside the deleted tree
-            // does not.
-            ("a", &["f", "g"]),
-            ("b", &["g", "k"]),
+            // A session's own forks go with it; its descendants' go with theirs (b's deletion,
+            // run by a's, takes k; c's takes g), and a fork's forks with the fork (h with f).
+            ("a", &["f"]),
+            ("b", &["k"]),
             ("c", &["g"]),
-            // A fork with a fork of its own is blocked by it.
             ("f", &["h"]),
             ("g", &[]),
             ("h", &[]),
@@ -336,8 +328,27 @@ mod tests {
             ("zz", &[]),
         ];
         for (target, want) in cases {
-            assert_eq!(blocking_forks(target, &rows), *want, "deleting {target}");
+            assert_eq!(forks_of(target, &rows), *want, "deleting {target}");
         }
+        // Every fork of the tree goes: a's deletion reaches each through the children and
+        // forks it takes, recursively.
+        let mut gone = vec!["a".to_string()];
+        let mut next = 0;
+        while next < gone.len() {
+            let id = gone[next].clone();
+            next += 1;
+            let children = rows
+                .iter()
+                .filter(|r| r.parent_id.as_deref() == Some(id.as_str()))
+                .map(|r| r.id.clone());
+            for more in children.chain(forks_of(&id, &rows)) {
+                if !gone.contains(&more) {
+                    gone.push(more);
+                }
+            }
+        }
+        gone.sort();
+        assert_eq!(gone, ["a", "b", "c", "f", "g", "h", "k"]);
         assert_eq!(
             subtree("a", &rows).into_iter().collect::<Vec<_>>(),
             ["a", "b", "c", "k"]

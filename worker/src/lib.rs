@@ -262,20 +262,6 @@ async fn session_route(
         SessionCall::Delete(c) => match internal::call(&stub, who, &c).await? {
             Deleted::Finished => Ok(Response::empty()?.with_status(204)),
             Deleted::Continuing => Ok(Response::empty()?.with_status(202)),
-            Deleted::HasForks { forks, count } => Ok(json_response(
-                409,
-                &serde_json::json!({
-                    "error": {
-                        "code": "has_forks",
-                        "message": format!(
-                            "{count} fork(s) read this session's history: delete them first ({})",
-                            forks.join(", ")
-                        ),
-                        "forks": forks,
-                        "count": count,
-                    }
-                }),
-            )),
         },
         // Calls between actors are never decoded from a client's request (core's table tests);
         // should one be, it is not sent.

@@ -134,17 +134,17 @@ pub(crate) async fn child_event(
         .accepted)
 }
 
-/// Deletes child `id` as its parent's deletion (no person is checked; the parent's deletion
-/// was authorised and checked the forks of the whole tree). `Ok` once the child's deletion is
-/// finished; a child still deleting is an error, retried.
+/// Deletes child or fork `id` as part of another session's deletion (no person is checked: that
+/// deletion was authorised; decisions 0017, 0033). `Ok` once its deletion is finished; one
+/// still deleting is an error, retried.
 pub(crate) async fn dispose(env: &Env, tenant: &str, id: &str) -> ApiResult<()> {
     let who = Identity::system(tenant);
     match internal::call(&stub(env, tenant, id)?, &who, &Dispose).await? {
         Deleted::Finished => Ok(()),
-        Deleted::Continuing | Deleted::HasForks { .. } => Err(ApiError::new(
+        Deleted::Continuing => Err(ApiError::new(
             503,
             "unavailable",
-            format!("child {id} is still being deleted"),
+            format!("session {id} is still being deleted"),
         )),
     }
 }

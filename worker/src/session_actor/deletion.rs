@@ -1,6 +1,6 @@
 //! Deleting the session (`DELETE /v1/sessions/:id` from the router, `POST /dispose` from a
-//! parent's deletion; decision 0017). The rules (who may, the forks rule, the steps and their
-//! order) are `wuhu_core::deletion`; this module stores the mark and performs the steps.
+//! parent's deletion; decision 0017). The rules (who may, what goes with it, the steps and
+//! their order) are `wuhu_core::deletion`; this module stores the mark and performs the steps.
 //!
 //! The mark (the `deletion` table, one row) is written before anything is deleted and is the
 //! acknowledgement: from then on the session answers 404 to everything but `DELETE`, and the
@@ -16,7 +16,7 @@ use wasm_bindgen_futures::spawn_local;
 use worker::{Delay, SqlStorage};
 use wuhu_core::authority::{self, SessionAction, SessionFacts};
 use wuhu_core::calls::session::Deleted;
-use wuhu_core::deletion::{self, Deletion, HostRecord, MAX_FORKS_NAMED, Step};
+use wuhu_core::deletion::{self, Deletion, HostRecord, Step};
 use wuhu_core::wire::runner::jobs::KILL_TOOL;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus};
 
@@ -137,17 +137,15 @@ impl Actor {
         Ok(())
     }
 
-    /// `DELETE /delete` (from the router: the caller must be the owner or an admin) and
-    /// `POST /dispose` (`internal`: a parent's deletion). Answers 204 once every step is done,
-    /// 202 when one failed or another request is performing them (the alarm finishes), 404 when
-    /// there is nothing (left) to delete, 409 `has_forks` when the forks rule refuses.
-    /// `Delete` of a person (`identity`), or `Dispose` of a parent's deletion (`None`: no
-    /// person is checked, and the parent's deletion checked the forks of the whole tree).
+    /// `Delete` of a person (`identity`: the owner or an admin) and `Dispose` of another
+    /// session's deletion (`None`: a parent's, or the forked session's; no person is checked).
+    /// Answers `Finished` (204) once every step is done, `Continuing` (202) when one failed or
+    /// another request is performing them (the alarm finishes), 404 when there is nothing
+    /// (left) to delete. Forks never refuse a deletion: they go with it (decision 0033).
     pub(super) async fn delete_route(
         self: &Rc<Self>,
         identity: Option<&Identity>,
     ) -> ApiResult<Deleted> {
-        let internal = identity.is_none();
         if let Some(marked) = self.deletion_mark()? {
             // Already marked: whoever may delete it sees the deletion go on.
             if let Some(identity) = identity {
@@ -171,18 +169,6 @@ impl Actor {
                     SessionAction::Delete,
                     DELETE_FORBIDDEN,
                 )?;
-            }
-            let (tenant, id) = (self.tenant(), self.session_id());
-            // A parent's deletion checked the forks of its whole tree.
-            if !internal {
-                let rows = tenant_index::tree(&self.env, &tenant).await?;
-                let forks = deletion::blocking_forks(&id, &rows);
-                if !forks.is_empty() {
-                    return Ok(Deleted::HasForks {
-                        count: forks.len(),
-                        forks: forks.into_iter().take(MAX_FORKS_NAMED).collect(),
-                    });
-                }
             }
             // The usage of its last steps, when a report of them still waits out its delay
             // (decision 0022): the index keeps a deleted session's usage, and once hidden the
@@ -336,9 +322,22 @@ impl Actor {
             }
             Step::Unlist => tenant_index::remove(env, tenant, id).await,
             Step::DisposeChildren => {
-                let children = self.children_list();
-                let disposals = children.iter().map(|child| async move {
-                    match session_client::dispose(env, tenant, &child.id).await {
+                // Its children, and its forks whoever made them: a fork reads its history from
+                // this session, which is going (decision 0033). The index still lists the forks
+                // (this session's own row went with `Unlist`).
+                let mut doomed: Vec<String> =
+                    self.children_list().into_iter().map(|c| c.id).collect();
+                let rows = tenant_index::tree(env, tenant).await?;
+                let forks = deletion::forks_of(id, &rows);
+                if !forks.is_empty() {
+                    worker::console_log!(
+                        "deleting session {id} of {tenant} takes its {} fork(s) with it",
+                        forks.len()
+                    );
+                }
+                doomed.extend(forks);
+                let disposals = doomed.iter().map(|doomed| async move {
+                    match session_client::dispose(env, tenant, doomed).await {
                         Err(e) if e.status != 404 => Err(e),
                         _ => Ok(()),
                     }

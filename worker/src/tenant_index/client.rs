@@ -102,8 +102,8 @@ pub(crate) async fn remove(env: &Env, tenant: &str, id: &str) -> ApiResult<()> {
     system_call(env, tenant, &call).await.map(|_| ())
 }
 
-/// The listed children and forks of the tenant, for the forks rule
-/// (`wuhu_core::deletion::blocking_forks`). One row per child or fork of the tenant.
+/// The listed children and forks of the tenant: a deletion takes a session's forks with it
+/// (`wuhu_core::deletion::forks_of`). One row per child or fork of the tenant.
 pub(crate) async fn tree(env: &Env, tenant: &str) -> ApiResult<Vec<TreeRow>> {
     system_call(env, tenant, &Tree).await
 }

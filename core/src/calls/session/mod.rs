@@ -147,13 +147,6 @@ pub enum Deleted {
     Finished,
     /// Marked and hidden; the alarm finishes the steps: `202`.
     Continuing,
-    /// Forks read this session's history: `409 has_forks`, naming at most a few of them.
-    HasForks {
-        /// Some of the forks, by id.
-        forks: Vec<String>,
-        /// How many there are.
-        count: usize,
-    },
 }
 
 /// Decodes a public request under `/v1/sessions/:id` (`rest` is the path after the id:
