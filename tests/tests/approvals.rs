@@ -622,3 +622,82 @@ fn an_unanswered_approval_expires_into_a_tool_error() {
     );
     world.bob.wait_idle(&session, TURN);
 }
+
+/// `approve_session` covers the people the approved request acted for, and no one else, for
+/// `WUHU_APPROVE_SESSION_SECONDS` (issue 29, N7): alice approves bob's prompt for the session;
+/// bob's later prompts run unasked, carol's prompt (a later participant of the same shared
+/// session) asks again, and once the grant ends bob's ask again too.
+#[test]
+fn approve_session_covers_only_whom_it_was_given_for_and_expires() {
+    const GRANT_SECS: u64 = 4;
+    let stack = Stack::start_with(StackOptions {
+        fake_delay_ms: Some(0),
+        vars: vec![(
+            "WUHU_APPROVE_SESSION_SECONDS".into(),
+            GRANT_SECS.to_string(),
+        )],
+        ..StackOptions::default()
+    });
+    let _guard = stack.guard();
+    let world = World::new(&stack, "grant");
+    let session = world.alice_session();
+
+    let first = marker(&world, "first");
+    let turn = ToolTurn::start(&world.bob, &session, &[touch(&first)]);
+    let request = wait_requests(&world.alice, &session, 1).remove(0);
+    assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
+    assert_eq!(
+        request["sessionApproval"],
+        json!({"covers": ["bob"], "seconds": GRANT_SECS}),
+        "{request}"
+    );
+    let text = request["text"].as_str().unwrap_or_default();
+    assert!(text.contains("for bob, for 4 seconds"), "{text}");
+    let granted_at = std::time::Instant::now();
+    assert_eq!(
+        answer(&world.alice, &session, &request, "approve_session").status,
+        200
+    );
+    let (results, entries) = turn.finish(&world.bob, TURN);
+    assert_ok(&results[0], &entries);
+    assert!(first.exists());
+
+    // Bob's next prompt is covered (while the grant lasts: the test is well inside it).
+    let again = marker(&world, "again");
+    let (results, entries) = run(&world.bob, &session, &[touch(&again)]);
+    assert_ok(&results[0], &entries);
+    assert!(again.exists());
+    assert_eq!(requests(&entries).len(), 1, "{}", describe(&entries));
+    assert!(
+        granted_at.elapsed() < Duration::from_secs(GRANT_SECS),
+        "the covered prompt ran after the grant ended: the test machine is too slow for it"
+    );
+
+    // Carol, a later participant, is not covered: alice is asked again, for carol.
+    let carols = marker(&world, "carol");
+    let turn = ToolTurn::start(&world.carol, &session, &[touch(&carols)]);
+    let request = wait_requests(&world.alice, &session, 2).remove(1);
+    assert_eq!(request["requestedBy"], json!(["carol"]), "{request}");
+    assert!(!carols.exists());
+    assert_eq!(answer(&world.alice, &session, &request, "deny").status, 200);
+    let (results, _) = turn.finish(&world.carol, TURN);
+    assert_tool_error(&results[0], &["denied"]);
+    assert!(!carols.exists());
+
+    // Once the grant has ended, bob's prompt asks again.
+    while granted_at.elapsed() <= Duration::from_secs(GRANT_SECS) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let late = marker(&world, "late");
+    let turn = ToolTurn::start(&world.bob, &session, &[touch(&late)]);
+    let request = wait_requests(&world.alice, &session, 3).remove(2);
+    assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
+    assert!(!late.exists());
+    assert_eq!(
+        answer(&world.alice, &session, &request, "approve").status,
+        200
+    );
+    let (results, entries) = turn.finish(&world.bob, TURN);
+    assert_ok(&results[0], &entries);
+    assert!(late.exists());
+}

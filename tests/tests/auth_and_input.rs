@@ -436,3 +436,95 @@ fn a_weak_secret_fails_every_route() {
         assert!(stack.healthz_ok(), "healthz needs no secret");
     }
 }
+
+/// Titles other people read in their lists, and document paths, cannot say one thing and show
+/// another (issue 29: L3, L9; `wuhu_core::text`): a title loses its bidi controls, zero-width
+/// and control characters wherever it enters (creation, `PATCH`, a fork, `spawn_session`), one
+/// with nothing visible left is refused (or none, at creation), and a workspace path with one
+/// is refused naming the character.
+#[test]
+fn titles_lose_invisible_characters_and_paths_refuse_them() {
+    let _guard = stack().guard();
+    let tenant = unique_name("hygiene");
+    let api = stack().client("ada", &tenant);
+    let title_of = |id: &str| -> serde_json::Value {
+        api.get(&format!("/v1/sessions/{id}")).json()["session"]["title"].clone()
+    };
+
+    // Creation: "evil<RLO>txt.exe" would show as "evilexe.txt".
+    let id = api
+        .create_session(json!({"title": "evil\u{202E}txt.exe\u{200B}\n"}))
+        .id;
+    assert_eq!(title_of(&id), "eviltxt.exe");
+    let none = api
+        .create_session(json!({"title": "\u{200B}\u{2067}\u{FEFF}"}))
+        .id;
+    assert_eq!(title_of(&none), serde_json::Value::Null);
+
+    // PATCH: cleaned, or refused when nothing visible is left.
+    let path = format!("/v1/sessions/{id}");
+    api.patch(
+        &path,
+        &json!({"title": "  plan\u{2066} A\u{2069}\n\tnow  "}),
+    )
+    .expect_status(200);
+    assert_eq!(title_of(&id), "plan A now");
+    let refused = api.patch(&path, &json!({"title": "\u{202E}\u{200D}"}));
+    assert_eq!(refused.status, 400, "{refused}");
+    assert_eq!(title_of(&id), "plan A now");
+    let long = format!("{}{}", "\u{200B}".repeat(50), "t".repeat(200));
+    api.patch(&path, &json!({"title": long})).expect_status(200);
+    assert_eq!(title_of(&id), "t".repeat(200).as_str());
+    let refused = api.patch(&path, &json!({"title": "t".repeat(201)}));
+    assert_eq!(refused.status, 400, "{refused}");
+
+    // A fork, and a child spawned with a title.
+    api.enqueue(
+        &id,
+        "followUp",
+        &wuhu_e2e::entries::fake_directive(&json!({"toolCalls": [{"name": "spawn_session", "arguments": {"task": "hi", "title": "child\u{202E}cod.exe"}}]})),
+    );
+    api.wait_idle(&id, Duration::from_secs(90));
+    let session = api.get(&path).json();
+    let children = session["children"].as_array().cloned().unwrap_or_default();
+    assert_eq!(children.len(), 1, "{session}");
+    assert_eq!(children[0]["title"], "childcod.exe", "{session}");
+    let child = children[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(title_of(&child), "childcod.exe");
+    let fork = api
+        .post(
+            &format!("/v1/sessions/{id}/fork"),
+            &json!({"atCursor": 1, "title": "fork\u{200B}ed\u{202E}"}),
+        )
+        .expect_status(201)
+        .json();
+    assert_eq!(fork["title"], "forked", "{fork}");
+
+    // The list shows what was stored.
+    let listed = api.get("/v1/sessions").json();
+    let titles: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["title"].as_str())
+        .collect();
+    assert!(
+        titles
+            .iter()
+            .all(|t| !t.chars().any(wuhu_core::text::is_hidden)),
+        "{titles:?}"
+    );
+
+    // Workspace paths: a bidi control or a zero-width space is refused, naming it.
+    for (encoded, code) in [
+        ("notes/evil%E2%80%AEdm.exe", "U+202E"),
+        ("users/%E2%80%8Bada/context.md", "U+200B"),
+    ] {
+        let refused = api.put_doc(encoded, "text");
+        assert_eq!(refused.status, 400, "{encoded}: {refused}");
+        let message = refused.json()["error"]["message"].to_string();
+        assert!(message.contains(code), "{message}");
+        assert_eq!(api.get_doc(encoded).status, 400, "{encoded}");
+    }
+    api.put_doc("notes/caf%C3%A9.md", "text").expect_status(200);
+}

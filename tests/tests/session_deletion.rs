@@ -360,53 +360,66 @@ fn a_deleted_child_is_disposed_to_its_parent_and_a_deleted_parent_takes_its_chil
     }
 }
 
-/// A session whose history a fork reads cannot be deleted (409 `has_forks`, naming the fork)
-/// until the fork is; a fork itself is deleted like any session, its history untouched.
+/// A fork reads its history from the forked session, so the forked session's deletion takes
+/// its forks with it (decision 0033), whoever made them: bob's fork of alice's shared session
+/// (his own private session, which alice cannot even see) never blocks her `DELETE` (no `409`
+/// naming a session she cannot see), and bob then finds his fork, and the fork of his fork,
+/// gone. A fork's own deletion leaves the forked session whole.
 #[test]
-fn a_forked_session_is_refused_until_its_forks_are_deleted() {
+fn deleting_a_session_takes_every_fork_of_it_with_it() {
     let tenant = unique_name("del-forks");
-    let api = stack().client("ana", &tenant);
-    let id = api.create_fake_session().id;
-    api.enqueue(&id, "followUp", "remember the tulips");
-    api.wait_idle(&id, TURN);
-    let fork: Value = api
-        .post(&format!("/v1/sessions/{id}/fork"), &json!({"atCursor": 2}))
-        .expect_status(201)
-        .json();
-    let fork_id = fork["id"].as_str().unwrap().to_string();
+    let alice = stack().client("ana", &tenant);
+    let bob = stack().client("bo", &tenant);
+    let id = alice.create_fake_session().id;
+    alice
+        .patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}))
+        .expect_status(200);
+    alice.enqueue(&id, "followUp", "remember the tulips");
+    alice.wait_idle(&id, TURN);
+    let fork = |api: &Api, of: &str, at: u64| -> String {
+        let fork: Value = api
+            .post(&format!("/v1/sessions/{of}/fork"), &json!({"atCursor": at}))
+            .expect_status(201)
+            .json();
+        fork["id"].as_str().unwrap().to_string()
+    };
+    let bobs_fork = fork(&bob, &id, 2);
+    let bobs_fork_of_fork = fork(&bob, &bobs_fork, 1);
+    let alices_fork = fork(&alice, &id, 2);
+    // Bob's forks are his, private: alice cannot see them.
+    assert_eq!(alice.get(&format!("/v1/sessions/{bobs_fork}")).status, 404);
+    assert!(bob.transcript(&bobs_fork).len() >= 2);
 
-    let refused = delete(&api, &id);
-    assert_eq!(refused.status, 409, "{refused}");
-    let error = &refused.json()["error"];
-    assert_eq!(error["code"], "has_forks");
-    assert_eq!(error["forks"], json!([fork_id]));
-    assert!(error["message"].as_str().unwrap().contains(&fork_id));
-    // Nothing was deleted: both read as before.
-    assert_eq!(api.get(&format!("/v1/sessions/{id}")).status, 200);
-    assert!(api.transcript(&fork_id).len() >= 2);
+    // A fork's own deletion leaves what it forked whole.
+    assert_eq!(delete(&alice, &alices_fork).status, 204);
+    assert_gone(&alice, &alices_fork);
+    assert_eq!(alice.get(&format!("/v1/sessions/{id}")).status, 200);
 
-    // The fork of a fork blocks the fork in turn.
-    let fork_of_fork: Value = api
-        .post(
-            &format!("/v1/sessions/{fork_id}/fork"),
-            &json!({"atCursor": 1}),
-        )
-        .expect_status(201)
-        .json();
-    let fork_of_fork = fork_of_fork["id"].as_str().unwrap().to_string();
-    let refused = delete(&api, &fork_id);
-    assert_eq!(refused.status, 409, "{refused}");
-    assert_eq!(refused.json()["error"]["forks"], json!([fork_of_fork]));
-
-    for gone in [&fork_of_fork, &fork_id, &id] {
-        assert_eq!(delete(&api, gone).status, 204);
-        assert_gone(&api, gone);
+    // Alice deletes her session: nothing to refuse, and bob's forks go with it.
+    let deleted = delete(&alice, &id);
+    assert_eq!(deleted.status, 204, "{deleted}");
+    assert_gone(&alice, &id);
+    for gone in [&bobs_fork, &bobs_fork_of_fork] {
+        assert_gone(&bob, gone);
+    }
+    let listed: Value = bob.get("/v1/sessions").expect_status(200).json();
+    let listed: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    for gone in [&id, &bobs_fork, &bobs_fork_of_fork] {
+        assert!(
+            !listed.contains(&gone.as_str()),
+            "{gone} still listed: {listed:?}"
+        );
     }
 }
 
 /// `wuhu sessions rm ID`: deletes (exit 0, `--json` `{"deleted","finished":true}`); the exit
 /// codes of the refusals: 2 for someone who sees it but may not, 3 for a session that is not
-/// there (also the second time), 4 with `has_forks` for a forked one.
+/// there (also the second time).
 #[test]
 fn the_cli_deletes_with_rm() {
     let stack = stack();
@@ -430,13 +443,6 @@ fn the_cli_deletes_with_rm() {
         .expect_status(201)
         .json();
     let fork_id = fork["id"].as_str().unwrap();
-    let forked = cli("ana").run(&["sessions", "rm", &id]);
-    assert_eq!(forked.code(), 4, "{forked:?}");
-    assert!(
-        forked.stderr.contains("has_forks") && forked.stderr.contains(fork_id),
-        "{forked:?}"
-    );
-
     let deleted = cli("ana").run(&["--json", "sessions", "rm", fork_id]).ok();
     assert_eq!(
         deleted.json(),
