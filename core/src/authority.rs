@@ -305,6 +305,129 @@ pub fn is_guest(sub: &str) -> bool {
     sub.contains(':') || sub == crate::session::MORE_PRINCIPALS
 }
 
+/// The workspace folder of a chat binding's guests: `channels/<binding id>/`.
+pub fn guest_folder(binding: &str) -> String {
+    format!("channels/{binding}/")
+}
+
+/// What a session's tools may reach in the current turn: what the people it acts for may
+/// reach, and only a guest's share when any of them is a guest (decision 0035).
+///
+/// A turn is a guest's when a guest is among the people it acts for (a chat user no admin
+/// mapped, or the marker past a turn's bound, who could be anyone), or when it acts for
+/// nobody (the system lane: a child's report, a finished job) in a session a guest owns or
+/// created, or in a chat session: what a guest caused there must not come back with more
+/// than a guest's rights. A child's task carries the parent turn's set, so a child spawned in
+/// a guest's turn is a guest's too, and a child carries its parent's binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TurnRights {
+    /// The people's own rights (the other rules decide: approvals, [`ToolReaders`],
+    /// [`WorkspaceWriter`]).
+    People,
+    /// A guest's: no runner of any kind, no js egress, the workspace only under
+    /// `folder` (none when the session knows no binding), and other sessions only as
+    /// [`ToolReaders`] lets guests (those they started).
+    Guest {
+        /// Who makes it a guest's turn (for the error the agent sees): the first guest it
+        /// acts for, else the session's owner or `nobody`.
+        guest: String,
+        /// `channels/<binding id>/`, when the session knows its binding.
+        folder: Option<String>,
+    },
+}
+
+impl TurnRights {
+    /// The rights of a turn acting for `acting_for` in a session owned by `owner`, created
+    /// by `created_by`, made by chat binding `channel` (or by a session that was).
+    pub fn of_turn(
+        acting_for: &[String],
+        owner: &str,
+        created_by: &str,
+        channel: Option<&str>,
+    ) -> TurnRights {
+        let guest = match acting_for.iter().find(|sub| is_guest(sub)) {
+            Some(guest) => Some(guest.clone()),
+            None if acting_for.is_empty() => [owner, created_by]
+                .into_iter()
+                .find(|sub| is_guest(sub))
+                .map(str::to_string)
+                .or_else(|| {
+                    channel
+                        .map(|_| "nobody (a turn the system started in a chat session)".to_string())
+                }),
+            None => None,
+        };
+        match guest {
+            None => TurnRights::People,
+            Some(guest) => TurnRights::Guest {
+                guest,
+                folder: channel.map(guest_folder),
+            },
+        }
+    }
+
+    /// Whether this is a guest's turn.
+    pub fn is_guest(&self) -> bool {
+        matches!(self, TurnRights::Guest { .. })
+    }
+
+    /// Whether the turn may use a runner (request, attach, share, or run a tool on one).
+    ///
+    /// # Errors
+    /// The tool error the agent sees, saying why.
+    pub fn may_use_runners(&self) -> Result<(), String> {
+        match self {
+            TurnRights::People => Ok(()),
+            TurnRights::Guest { guest, .. } => Err(format!(
+                "Refused: this turn acts for the chat guest {guest}, and guests may not use environments or runners (local or cloud). Answer without one; an admin can map the person to a Wuhu account to give them a member's rights."
+            )),
+        }
+    }
+
+    /// Whether the turn may make HTTP requests from js (`fetch`).
+    ///
+    /// # Errors
+    /// The error the script sees.
+    pub fn may_fetch(&self) -> Result<(), String> {
+        match self {
+            TurnRights::People => Ok(()),
+            TurnRights::Guest { guest, .. } => Err(format!(
+                "egress refused: this turn acts for the chat guest {guest}, and guests' scripts have no network access"
+            )),
+        }
+    }
+
+    /// Whether the turn may read the tenant's settings (`wuhu://config/`).
+    pub fn may_read_config(&self) -> bool {
+        !self.is_guest()
+    }
+
+    /// Whether the turn may read the workspace document `path` (normalised), or list under it
+    /// when it is a prefix: a guest's turn only inside its folder.
+    ///
+    /// # Errors
+    /// The tool error the agent sees.
+    pub fn may_read_workspace(&self, path: &str) -> Result<(), String> {
+        match self {
+            TurnRights::People => Ok(()),
+            TurnRights::Guest { guest, folder } => match folder {
+                Some(folder)
+                    if crate::workspace::normalize_prefix(path)
+                        .is_ok_and(|path| path.starts_with(folder.as_str())) =>
+                {
+                    Ok(())
+                }
+                Some(folder) => Err(format!(
+                    "Refused: this turn acts for the chat guest {guest}, who may read only wuhu://workspace/{folder}."
+                )),
+                None => Err(format!(
+                    "Refused: this turn acts for the chat guest {guest}, who may not read the workspace."
+                )),
+            },
+        }
+    }
+}
+
 /// Whether `sub`, as a member of `tenant` (a session's tools never act as admins) or as a guest,
 /// may read a session.
 fn principal_may_read(tenant: &str, sub: &str, session: SessionFacts<'_>) -> bool {
@@ -470,6 +593,8 @@ pub enum WorkspaceWriter<'a> {
         owner: &'a str,
         /// The authors of the current turn's messages.
         turn_authors: &'a [String],
+        /// The turn's rights: a guest's turn writes only inside its folder.
+        rights: &'a TurnRights,
     },
 }
 
@@ -478,14 +603,22 @@ impl WorkspaceWriter<'_> {
     /// [`may_write_workspace`]. A session's tool writes tenant-wide paths except `config/…`,
     /// and `users/<owner>/…` only while nobody but the owner wrote the current turn's
     /// messages: a member prompting someone's group session cannot plant text in that
-    /// person's context document.
+    /// person's context document. A guest's turn writes only inside its folder
+    /// (`channels/<binding id>/`, [`TurnRights`]).
     pub fn may_write(&self, path: &str) -> bool {
         match self {
             WorkspaceWriter::Person(who) => may_write_workspace(who, path),
             WorkspaceWriter::SessionTool { .. } if is_tenant_config(path) => false,
             WorkspaceWriter::SessionTool {
+                rights: TurnRights::Guest { folder, .. },
+                ..
+            } => folder
+                .as_deref()
+                .is_some_and(|folder| path.starts_with(folder)),
+            WorkspaceWriter::SessionTool {
                 owner,
                 turn_authors,
+                ..
             } => {
                 let owner_alone = turn_authors.iter().all(|a| a == owner);
                 match path.strip_prefix("users/") {
@@ -493,6 +626,29 @@ impl WorkspaceWriter<'_> {
                     Some(rest) => owner_alone && rest.split('/').next() == Some(*owner),
                 }
             }
+        }
+    }
+}
+
+impl WorkspaceWriter<'_> {
+    /// Why this writer may not change `path` (the message of its 403).
+    pub fn refusal(&self, path: &str) -> String {
+        match self {
+            _ if is_tenant_config(path) => {
+                format!("the tenant's settings: only an admin may change {path}")
+            }
+            WorkspaceWriter::SessionTool {
+                rights: TurnRights::Guest { guest, folder },
+                ..
+            } => match folder {
+                Some(folder) => format!(
+                    "this turn acts for the chat guest {guest}, who may change only wuhu://workspace/{folder}"
+                ),
+                None => format!(
+                    "this turn acts for the chat guest {guest}, who may not change the workspace"
+                ),
+            },
+            _ => format!("only its owner or an admin may change {path}"),
         }
     }
 }
@@ -606,6 +762,114 @@ mod tests {
         }
         assert!(is_guest("telegram:42") && is_guest("*"));
         assert!(!is_guest("alice") && !valid_name("slack:U1") && !valid_name("*"));
+    }
+
+    /// A turn that acts for a guest (or, in a chat session or a guest's, for nobody) gets a
+    /// guest's share: no runner, no egress, no settings, the workspace only in its binding's
+    /// folder; a turn of people only keeps their rights, whoever owns the session.
+    #[test]
+    fn a_guests_turn_gets_a_guests_share() {
+        let set = |subs: &[&str]| subs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        /// Acting for, owner, created by, channel, and the guest it names (`None`: people).
+        type Case<'a> = (
+            Vec<String>,
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: [Case; 9] = [
+            (set(&["alice"]), "alice", "alice", Some("b1"), None),
+            (set(&["alice", "bob"]), "alice", "alice", None, None),
+            (set(&["bob"]), "telegram:7", "telegram:7", Some("b1"), None),
+            (
+                set(&["alice", "telegram:7"]),
+                "alice",
+                "alice",
+                Some("b1"),
+                Some("telegram:7"),
+            ),
+            (set(&["alice", "*"]), "alice", "alice", None, Some("*")),
+            (
+                set(&[]),
+                "telegram:7",
+                "telegram:7",
+                None,
+                Some("telegram:7"),
+            ),
+            (set(&[]), "alice", "slack:U1", None, Some("slack:U1")),
+            (set(&[]), "alice", "alice", Some("b1"), Some("nobody")),
+            (set(&[]), "alice", "alice", None, None),
+        ];
+        for (acting_for, owner, created_by, channel, guest) in cases {
+            let rights = TurnRights::of_turn(&acting_for, owner, created_by, channel);
+            let what = format!("{acting_for:?} {owner} {created_by} {channel:?}");
+            match (guest, &rights) {
+                (None, TurnRights::People) => {
+                    assert!(rights.may_use_runners().is_ok(), "{what}");
+                    assert!(rights.may_fetch().is_ok(), "{what}");
+                    assert!(rights.may_read_config(), "{what}");
+                    assert!(rights.may_read_workspace("users/alice/context.md").is_ok());
+                }
+                (Some(name), TurnRights::Guest { guest, folder }) => {
+                    assert!(guest.starts_with(name), "{what}: {guest}");
+                    assert_eq!(folder.as_deref(), channel.map(|_| "channels/b1/"), "{what}");
+                    assert!(
+                        rights.may_use_runners().unwrap_err().contains(name),
+                        "{what}"
+                    );
+                    assert!(rights.may_fetch().unwrap_err().contains("egress refused"));
+                    assert!(!rights.may_read_config(), "{what}");
+                }
+                _ => panic!("{what}: {rights:?}"),
+            }
+        }
+        let guest = TurnRights::of_turn(&set(&["telegram:7"]), "alice", "alice", Some("b1"));
+        let homeless = TurnRights::of_turn(&set(&["telegram:7"]), "alice", "alice", None);
+        // (path, the guest of binding b1 may read it, may write it)
+        let paths = [
+            ("channels/b1/notes.md", true, true),
+            ("channels/b1/", true, false),
+            ("./channels/b1/a/b.md", true, true),
+            ("channels/b1", false, false),
+            ("channels/b10/notes.md", false, false),
+            ("channels/b2/notes.md", false, false),
+            ("users/alice/context.md", false, false),
+            ("users/telegram:7/context.md", false, false),
+            ("notes/a.md", false, false),
+            ("config/tenant.json", false, false),
+            ("", false, false),
+        ];
+        for (path, read, write) in paths {
+            assert_eq!(guest.may_read_workspace(path).is_ok(), read, "{path}");
+            assert!(homeless.may_read_workspace(path).is_err(), "{path}");
+            let writer = WorkspaceWriter::SessionTool {
+                owner: "alice",
+                turn_authors: &[],
+                rights: &guest,
+            };
+            // Writers get normalised document paths.
+            if let Ok(doc) = crate::workspace::normalize_doc_path(path) {
+                assert_eq!(writer.may_write(&doc), write, "{path}");
+                let nowhere = WorkspaceWriter::SessionTool {
+                    owner: "alice",
+                    turn_authors: &[],
+                    rights: &homeless,
+                };
+                assert!(!nowhere.may_write(&doc), "{path}");
+                if !write {
+                    assert!(
+                        writer.refusal(&doc).contains("telegram:7") || doc.starts_with("config")
+                    );
+                }
+            }
+        }
+        assert!(
+            guest
+                .may_read_workspace("users/alice/context.md")
+                .unwrap_err()
+                .contains("wuhu://workspace/channels/b1/")
+        );
     }
 
     fn user(sub: &str, role: Role) -> Principal {
@@ -916,6 +1180,7 @@ mod tests {
             let writer = WorkspaceWriter::SessionTool {
                 owner: "alice",
                 turn_authors,
+                rights: &TurnRights::People,
             };
             assert_eq!(writer.may_write(path), ok, "{turn_authors:?} {path}");
         }

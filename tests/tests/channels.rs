@@ -7,6 +7,9 @@
 //! bindings and fakes. Most tests are tables over the four platforms: one [`World`] speaks
 //! each platform's wire format, so a rule is checked the same way everywhere.
 
+#[path = "channels/guests.rs"]
+mod guests;
+
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -68,6 +71,15 @@ struct World {
 }
 
 const BOT_TOKEN: &str = "bot-test-token-0123456789";
+/// The Slack workspace and app the test bindings serve.
+const SLACK_TEAM: &str = "T1";
+const SLACK_APP: &str = "A1";
+
+/// A guest quota no test but the quota's own reaches.
+fn generous() -> Value {
+    json!({"sessionsPerHour": 1000, "messagesPerHour": 10000,
+        "allGuestsSessionsPerHour": 1000, "allGuestsMessagesPerHour": 10000})
+}
 
 impl World {
     fn new(platform: Platform, prefix: &str) -> World {
@@ -80,8 +92,20 @@ impl World {
         World::on_stack(stack(), platform, admin, options)
     }
 
-    /// A binding on `stack`.
+    /// A binding on `stack` that admits anyone as a guest with a quota these tests never
+    /// reach (the rules about who is let in have their own tests: `guests`).
     fn on_stack(stack: &Stack, platform: Platform, admin: Api, options: Value) -> World {
+        World::with_binding(
+            stack,
+            platform,
+            admin,
+            json!({"options": options, "admit": "anyone", "guestQuota": generous()}),
+        )
+    }
+
+    /// A binding on `stack` whose create body has `fields` (Slack's pin `T1`/`A1` unless
+    /// given).
+    fn with_binding(stack: &Stack, platform: Platform, admin: Api, fields: Value) -> World {
         let secret = random_hex(16);
         let (fake, credentials, discord_key) = match platform {
             Platform::Slack => (
@@ -112,10 +136,16 @@ impl World {
             "platform": platform.as_str(),
             "name": "team",
             "credentials": credentials,
-            "options": options,
         });
         if platform != Platform::Generic {
             body["apiBaseUrl"] = json!(fake.api_base_url());
+        }
+        if platform == Platform::Slack {
+            body["teamId"] = json!(SLACK_TEAM);
+            body["apiAppId"] = json!(SLACK_APP);
+        }
+        for (field, value) in fields.as_object().unwrap() {
+            body[field] = value.clone();
         }
         let response = admin.post("/v1/channels", &body);
         assert_eq!(response.status, 201, "{response}");
@@ -249,7 +279,7 @@ impl World {
                     json!({"type": "message", "channel_type": "channel", "user": user, "channel": "C1",
                         "ts": format!("{thread}.{seq:04}9"), "thread_ts": root, "text": text})
                 };
-                json!({"type": "event_callback", "team_id": "T1", "event_id": format!("Ev{seq}"), "event": event})
+                json!({"type": "event_callback", "team_id": SLACK_TEAM, "api_app_id": SLACK_APP, "event_id": format!("Ev{seq}"), "event": event})
             }
             Platform::Telegram => {
                 let (text, entities) = if addressed {
@@ -288,7 +318,7 @@ impl World {
             return self.message_body(user, thread, text, true);
         }
         let seq = self.next();
-        json!({"type": "event_callback", "team_id": "T1", "event_id": format!("Ev{seq}"),
+        json!({"type": "event_callback", "team_id": SLACK_TEAM, "api_app_id": SLACK_APP, "event_id": format!("Ev{seq}"),
             "event": {"type": "app_mention", "user": self.user(user), "channel": "C1",
                 "ts": format!("{thread}.{seq:04}7"), "thread_ts": format!("{thread}.0001"),
                 "text": format!("<@UBOT> {text}")}})
@@ -312,7 +342,7 @@ impl World {
                 let seq = self.next();
                 let fields = [
                     ("token", "legacy-verification-token".to_string()),
-                    ("team_id", "T1".into()),
+                    ("team_id", SLACK_TEAM.into()),
                     ("team_domain", "acme".into()),
                     ("channel_id", "C1".into()),
                     ("channel_name", "general".into()),
@@ -320,7 +350,7 @@ impl World {
                     ("user_name", format!("person{user}")),
                     ("command", "/wuhu".into()),
                     ("text", command.to_string()),
-                    ("api_app_id", "A1".into()),
+                    ("api_app_id", SLACK_APP.into()),
                     ("is_enterprise_install", "false".into()),
                     ("response_url", self.fake.slack_response_url(seq)),
                     ("trigger_id", format!("{seq}.738474920.8088930838d88f008e0")),
@@ -381,6 +411,7 @@ impl World {
         let body = match self.platform {
             Platform::Slack => {
                 let payload = json!({"type": "block_actions", "user": {"id": user},
+                    "team": {"id": SLACK_TEAM}, "api_app_id": SLACK_APP,
                     "actions": [{"action_id": "wuhu_x", "value": value, "action_ts": format!("{seq}.1")}]});
                 format!("payload={}", form_encode(&payload.to_string()))
             }
@@ -473,7 +504,8 @@ fn bindings_are_for_admins_and_never_show_credentials() {
     let member = stack.client("alice", &tenant);
     let secret = format!("signing-{}", random_hex(16));
     let token = format!("xoxb-{}", random_hex(16));
-    let body = json!({"platform": "slack", "name": "ops", "credentials": {"signingSecret": secret, "botToken": token}});
+    let body = json!({"platform": "slack", "name": "ops", "teamId": SLACK_TEAM, "apiAppId": SLACK_APP,
+        "credentials": {"signingSecret": secret, "botToken": token}});
     assert_eq!(member.post("/v1/channels", &body).status, 403);
     assert_eq!(member.get("/v1/channels").status, 403);
     let members_path = format!("/v1/channels/{}/members", uuid_like());
@@ -483,6 +515,14 @@ fn bindings_are_for_admins_and_never_show_credentials() {
     let view = created.json();
     let id = view["id"].as_str().unwrap().to_string();
     assert_eq!(view["platform"], "slack");
+    // Who it lets in shows: mapped members only by default, the pinned workspace and app.
+    assert_eq!(view["admit"], "mapped");
+    assert_eq!(
+        (&view["teamId"], &view["apiAppId"]),
+        (&json!("T1"), &json!("A1"))
+    );
+    assert_eq!(view["guestQuota"]["sessionsPerHour"], 3, "{view}");
+    assert!(view["refusal"].as_str().is_some_and(|r| !r.is_empty()));
     assert_eq!(view["apiBaseUrl"], "https://slack.com/api");
     assert_eq!(view["webhookUrl"], stack.url(&format!("/hooks/slack/{id}")));
     assert!(
@@ -509,14 +549,43 @@ fn bindings_are_for_admins_and_never_show_credentials() {
         &json!({"platform": "slack", "name": "x", "credentials": {"botToken": "x"}}),
     );
     assert_eq!(bad.expect_error(400).code, "bad_request");
+    for (bad, why) in [
+        (json!({}), "teamId"),
+        (
+            json!({"teamId": "T1", "apiAppId": "A1", "admit": "allowlist"}),
+            "allowlist",
+        ),
+        (
+            json!({"teamId": "T1", "apiAppId": "A1", "admit": "allowlist", "allowlist": ["C1"]}),
+            "Slack team id",
+        ),
+    ] {
+        // The same body without its pin, then these fields.
+        let mut body = body.clone();
+        body.as_object_mut().unwrap().remove("teamId");
+        body.as_object_mut().unwrap().remove("apiAppId");
+        for (k, v) in bad.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let response = admin.post("/v1/channels", &body);
+        assert_eq!(response.status, 400, "{response}");
+        assert!(response.text().contains(why), "{response}");
+    }
     assert_eq!(admin.send_raw("POST", "/v1/channels", "{nope").status, 400);
     // Patch, then another tenant's admin cannot see or touch it.
     let patched = admin.patch(
         &format!("/v1/channels/{id}"),
-        &json!({"name": "ops2", "options": {"busyLane": "steer", "progress": true}}),
+        &json!({"name": "ops2", "options": {"busyLane": "steer", "progress": true},
+            "admit": "allowlist", "allowlist": ["T1", "T2"], "refusal": "Members only."}),
     );
     assert_eq!(patched.status, 200, "{patched}");
     assert_eq!(patched.json()["name"], "ops2");
+    assert_eq!(patched.json()["admit"], "allowlist");
+    assert_eq!(patched.json()["allowlist"], json!(["T1", "T2"]));
+    assert_eq!(
+        admin.get(&format!("/v1/channels/{id}")).json()["refusal"],
+        "Members only."
+    );
     assert_eq!(patched.json()["options"]["busyLane"], "steer");
     // Members: checked, bounded, replaced whole, cleared; another tenant cannot see them.
     let members = format!("/v1/channels/{id}/members");
@@ -783,7 +852,7 @@ fn bad_signatures_are_refused_and_replays_are_enqueued_once() {
             .collect();
         match platform {
             Platform::Slack => {
-                let twin = json!({"type": "event_callback", "event_id": "EvTwin", "event": {"type": "message",
+                let twin = json!({"type": "event_callback", "team_id": SLACK_TEAM, "api_app_id": SLACK_APP, "event_id": "EvTwin", "event": {"type": "message",
                     "channel_type": "channel", "user": "U1", "channel": "C1", "ts": "30.0001", "text": "<@UBOT> once"}})
                 .to_string()
                 .into_bytes();

@@ -45,18 +45,30 @@ impl Bot {
         Bot::with_admin(admin, heartbeat_ms, prepare)
     }
 
-    /// A binding of `admin`'s tenant (on any stack).
+    /// A binding of `admin`'s tenant (on any stack) that admits anyone as a guest (who is let
+    /// in has its own test: `strangers_and_unlisted_guilds_start_nothing`).
     fn with_admin(admin: Api, heartbeat_ms: u64, prepare: impl FnOnce(&FakeGateway)) -> Bot {
+        Bot::with_fields(admin, heartbeat_ms, prepare, json!({"admit": "anyone"}))
+    }
+
+    /// A binding whose create body has `fields` too.
+    fn with_fields(
+        admin: Api,
+        heartbeat_ms: u64,
+        prepare: impl FnOnce(&FakeGateway),
+        fields: Value,
+    ) -> Bot {
         let fake = FakeChat::discord(BOT_TOKEN);
         let gateway = FakeGateway::start(BOT_TOKEN, BOT_ID, heartbeat_ms);
         prepare(&gateway);
         fake.set_gateway(&gateway.url());
         let (_, public_key) = discord_keys();
-        let response = admin.post(
-            "/v1/channels",
-            &json!({"platform": "discord", "name": "team", "apiBaseUrl": fake.api_base_url(),
-                "credentials": {"applicationId": "app1", "publicKey": public_key, "botToken": BOT_TOKEN}}),
-        );
+        let mut body = json!({"platform": "discord", "name": "team", "apiBaseUrl": fake.api_base_url(),
+            "credentials": {"applicationId": "app1", "publicKey": public_key, "botToken": BOT_TOKEN}});
+        for (field, value) in fields.as_object().unwrap() {
+            body[field] = value.clone();
+        }
+        let response = admin.post("/v1/channels", &body);
         assert_eq!(response.status, 201, "{response}");
         let id = response.json()["id"].as_str().unwrap().to_string();
         Bot {
@@ -231,6 +243,99 @@ fn mentions_start_a_session_and_plain_messages_continue_it() {
         (c[0].heartbeats >= 2).then_some(())
     });
     assert_eq!(bot.gateway.connections().len(), 1);
+}
+
+/// Under `admit: mapped` (the default) a stranger's direct message starts nothing and is
+/// answered with the refusal once (a second one is not); a mapped member's starts a session.
+/// Under `admit: allowlist` a listed guild's unmapped people are guests, another guild's and
+/// direct messages (no guild) are not.
+#[test]
+fn strangers_and_unlisted_guilds_start_nothing() {
+    let _guard = stack().guard();
+    let direct = |id: &str, channel: &str, user: u64, content: &str| {
+        let mut m = message(id, channel, user, content, false);
+        m.as_object_mut().unwrap().remove("guild_id");
+        m
+    };
+    let mapped = Bot::with_fields(
+        stack().admin_client("root", &unique_name("gw-mapped")),
+        30_000,
+        |_| {},
+        json!({}),
+    );
+    mapped.gateway.wait_ready(1, TURN);
+    mapped.wait_state("connected");
+    let members = mapped.admin.send(
+        mapped
+            .admin
+            .request("PUT", &format!("/v1/channels/{}/members", mapped.id))
+            .body(
+                json!({"members": [{"user": "90005", "sub": "gus"}]})
+                    .to_string()
+                    .into_bytes(),
+            ),
+    );
+    assert_eq!(members.status, 200, "{members}");
+    mapped
+        .gateway
+        .push_message(direct("s1", "D9", 90009, "let me in"));
+    mapped
+        .gateway
+        .push_message(direct("s2", "D9", 90009, "please"));
+    mapped.gateway.push_message(message(
+        "s3",
+        "C1",
+        90009,
+        &format!("<@{BOT_ID}> hello?"),
+        true,
+    ));
+    // Messages are handled in order: once the member's reply is out, the stranger's were seen.
+    mapped
+        .gateway
+        .push_message(direct("s4", "D5", 90005, "I am gus"));
+    let posts = mapped
+        .fake
+        .wait_for_text("the member's reply", TURN, |t| t == "echo: I am gus");
+    let refusals: Vec<&ChatCall> = posts
+        .iter()
+        .filter(|p| p.text().contains("only answer people an admin"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{posts:?}");
+    assert_eq!(refusals[0].method, "POST channels/D9/messages");
+    let sessions = mapped.sessions();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(sessions[0].owner, "gus");
+
+    let listed = Bot::with_fields(
+        stack().admin_client("root", &unique_name("gw-allow")),
+        30_000,
+        |_| {},
+        json!({"admit": "allowlist", "allowlist": ["700"]}),
+    );
+    listed.gateway.wait_ready(1, TURN);
+    listed.wait_state("connected");
+    let mut other_guild = message("a1", "C2", 90001, &format!("<@{BOT_ID}> from 800"), true);
+    other_guild["guild_id"] = json!("800");
+    listed.gateway.push_message(other_guild);
+    listed
+        .gateway
+        .push_message(direct("a2", "D1", 90001, "a direct message"));
+    let mut our_guild = message("a3", "C1", 90002, &format!("<@{BOT_ID}> from 700"), true);
+    our_guild["guild_id"] = json!("700");
+    listed.gateway.push_message(our_guild);
+    let posts = listed
+        .fake
+        .wait_for_text("the guest's reply", TURN, |t| t == "echo: from 700");
+    let sessions = listed.sessions();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(sessions[0].owner, "discord:90002");
+    // Person 90001 was told once, in the channel of their first message.
+    let refusals: Vec<&ChatCall> = posts
+        .iter()
+        .filter(|p| p.text().contains("only answer people an admin"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{posts:?}");
+    assert_eq!(refusals[0].method, "POST channels/C2/messages");
 }
 
 /// A dropped connection resumes the session at `resume_gateway_url`; the replayed

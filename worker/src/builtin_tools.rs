@@ -189,6 +189,10 @@ async fn execute_text(
                         }
                     }
                 }
+                Some(Ok(WuhuUrl::Config(_))) if !context.rights.may_read_config() => Err(
+                    "Refused: this turn acts for a chat guest, who may not read the tenant's settings."
+                        .to_string(),
+                ),
                 Some(Ok(WuhuUrl::Config(path))) => {
                     let text = crate::config_doc(&context.env, &context.tenant, &path)
                         .await?
@@ -200,6 +204,7 @@ async fn execute_text(
                     Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
                 }
                 Some(Ok(WuhuUrl::Workspace(path))) if path.is_empty() || path.ends_with('/') => {
+                    context.rights.may_read_workspace(&path)?;
                     let page = workspace_io::list(&context.env, &context.tenant, &path, 1000, None)
                         .await
                         .map_err(|e| e.message)?;
@@ -214,6 +219,7 @@ async fn execute_text(
                     Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
                 }
                 Some(Ok(WuhuUrl::Workspace(path))) => {
+                    context.rights.may_read_workspace(&path)?;
                     let doc = workspace_io::read(&context.env, &context.tenant, &path)
                         .await
                         .map_err(|e| e.message)?

@@ -89,6 +89,7 @@ pub(crate) async fn approve_share(
     part: &str,
     attachment: &Attachment,
 ) -> Result<(), String> {
+    ctx.rights.may_use_runners()?;
     let target = Target {
         runner: &attachment.runner,
         runner_owner: &attachment.runner_owner,
@@ -198,6 +199,10 @@ pub(crate) fn handles(call: &ToolCall) -> bool {
 }
 
 pub(crate) async fn execute(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
+    // A guest's turn reaches no runner, whoever attached it (decision 0035).
+    if let Err(refused) = ctx.rights.may_use_runners() {
+        return ToolOutput::text(Err(refused));
+    }
     match call.name.as_str() {
         names::REQUEST_ENVIRONMENT => request_environment(ctx, call).await,
         names::DETACH_ENVIRONMENT => detach_environment(ctx, call).await,
@@ -311,6 +316,7 @@ pub(crate) async fn attach(
     ctx: &ToolContext,
     request: AttachRequest<'_>,
 ) -> Result<Attached, String> {
+    ctx.rights.may_use_runners()?;
     let name = request
         .name
         .map(str::to_string)

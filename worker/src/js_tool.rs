@@ -86,6 +86,8 @@ struct FetchArg {
 
 impl JsHost<'_> {
     async fn fetch(&self, arg: Value) -> Result<Value, String> {
+        // A guest's script has no network (decision 0035).
+        self.context.rights.may_fetch()?;
         let arg: FetchArg =
             serde_json::from_value(arg).map_err(|e| format!("fetch: bad request: {e}"))?;
         let url = self.policy.check(&arg.url).map_err(|e| e.to_string())?;
@@ -241,6 +243,7 @@ impl JsHost<'_> {
             }
             "workspace.read" => {
                 let path = workspace_path(&str_arg("path")?)?;
+                ctx.rights.may_read_workspace(&path)?;
                 let doc = workspace_io::read(&ctx.env, &ctx.tenant, &path)
                     .await
                     .map_err(|e| e.message)?;
@@ -262,6 +265,7 @@ impl JsHost<'_> {
             }
             "workspace.list" => {
                 let prefix = workspace_path_or_prefix(&str_arg("prefix")?)?;
+                ctx.rights.may_read_workspace(&prefix)?;
                 let cursor = arg
                     .get("cursor")
                     .and_then(Value::as_str)

@@ -509,6 +509,7 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         title: valid.title,
         global_context: global_context(env, identity).await?,
         budget: request.budget,
+        channel: None,
     };
     let stub = session_client::stub(env, &identity.tenant, &id)?;
     let info = internal::call(&stub, identity, &calls::session::Create(init)).await?;

@@ -182,6 +182,11 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
     {
         return Err("model must be 1 to 200 characters".into());
     }
+    if args.environment.as_deref().is_some_and(|e| e != "none") {
+        // A guest's turn gives its child no environment (decision 0035); refused before the
+        // child exists.
+        ctx.rights.may_use_runners()?;
+    }
     // The child's model follows the rule a switch follows, before anything is asked or made.
     let model = args
         .model
@@ -275,6 +280,9 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         title,
         global_context: None,
         budget: None,
+        // The child of a chat session is one too: its guests keep their folder, and its
+        // turns for nobody a guest's rights.
+        channel: ctx.channel.clone(),
     };
     let child = ChildInit {
         lineage,

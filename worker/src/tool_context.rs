@@ -10,7 +10,7 @@ use futures::future::LocalBoxFuture;
 use serde_json::Value;
 use worker::Env;
 use wuhu_core::approvals::{Action, Approver, Outcome, Target};
-use wuhu_core::authority::{Access, Role, ToolReaders, WorkspaceWriter};
+use wuhu_core::authority::{Access, Role, ToolReaders, TurnRights, WorkspaceWriter};
 use wuhu_core::environments::Attachment;
 use wuhu_core::llm::choice::{self, UsdLimits};
 use wuhu_core::llm::models::ModelTable;
@@ -37,6 +37,11 @@ pub(crate) struct ToolContext {
     /// other sessions are read as every one of them may read them, a child's task and a
     /// message to a child act for them too.
     pub(crate) acting_for: Vec<String>,
+    /// The chat binding whose thread the session is (or whose thread's session spawned it).
+    pub(crate) channel: Option<String>,
+    /// What the turn may reach (`TurnRights::of_turn`): a guest's turn gets no runner, no
+    /// egress and the workspace only under its binding's folder.
+    pub(crate) rights: TurnRights,
     /// Environments attached when the call started.
     pub(crate) attachments: Vec<Attachment>,
     /// Runner connection epochs on which each environment's snapshot was validated.
@@ -143,6 +148,7 @@ impl ToolContext {
         WorkspaceWriter::SessionTool {
             owner: &self.owner,
             turn_authors: &self.acting_for,
+            rights: &self.rights,
         }
     }
 }

@@ -76,16 +76,7 @@ pub(crate) async fn read(env: &Env, tenant: &str, path: &str) -> ApiResult<Optio
 fn writable_path(who: &WorkspaceWriter<'_>, path: &str) -> ApiResult<String> {
     let path = normalize_doc_path(path).map_err(bad_path)?;
     if !who.may_write(&path) {
-        let whose = if is_tenant_config(&path) {
-            "the tenant's settings: only an admin"
-        } else {
-            "only its owner or an admin"
-        };
-        return Err(ApiError::new(
-            403,
-            "forbidden",
-            format!("{whose} may change {path}"),
-        ));
+        return Err(ApiError::new(403, "forbidden", who.refusal(&path)));
     }
     Ok(path)
 }

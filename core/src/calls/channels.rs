@@ -95,6 +95,24 @@ pub enum MembersChange {
     Delete,
 }
 
+/// A binding's actor tells its registry the Slack workspace and app it pinned at its first
+/// verified delivery (a binding stored before pins existed): the registry's copy shows them.
+/// Never a public route. The registry fills only a pin its copy lacks, so a PATCH racing it
+/// is not undone.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SlackPinned {
+    /// The binding.
+    pub id: String,
+    /// `team_id`.
+    pub team_id: String,
+    /// `api_app_id`.
+    pub api_app_id: String,
+    /// `enterprise_id`.
+    pub enterprise_id: Option<String>,
+}
+call!(SlackPinned => Channels, "registry_slack_pinned", Empty);
+
 call_enum! {
     /// Every call a tenant's channel registry answers.
     pub enum RegistryCall for Channels {
@@ -104,6 +122,7 @@ call_enum! {
         PatchBinding(PatchBinding),
         DeleteBinding(DeleteBinding),
         BindingMembers(BindingMembers),
+        SlackPinned(SlackPinned),
     }
 }
 

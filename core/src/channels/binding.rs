@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::admit::{self, Admit, GuestQuota};
 use crate::wire::Lane;
 
 /// Most bindings one tenant may have.
@@ -135,6 +136,30 @@ pub struct CreateChannelRequest {
     /// Behaviour.
     #[serde(default)]
     pub options: Option<ChannelOptions>,
+    /// Whom the binding admits besides mapped members (`mapped` when absent).
+    #[serde(default)]
+    pub admit: Option<Admit>,
+    /// With `admit: allowlist`: the Telegram chat ids, Discord guild ids or Slack team ids
+    /// whose unmapped users are guests.
+    #[serde(default)]
+    pub allowlist: Option<Vec<String>>,
+    /// What a stranger who addresses the bot is told (once an hour at most).
+    #[serde(default)]
+    pub refusal: Option<String>,
+    /// How much guests may do per hour.
+    #[serde(default)]
+    pub guest_quota: Option<GuestQuota>,
+    /// Slack (required): the workspace the app is installed in (`team_id`, `T…`); deliveries
+    /// for any other are refused.
+    #[serde(default)]
+    pub team_id: Option<String>,
+    /// Slack (required): the app (`api_app_id`, `A…`); deliveries for any other are refused.
+    #[serde(default)]
+    pub api_app_id: Option<String>,
+    /// Slack, optional: the Enterprise Grid organisation (`enterprise_id`, `E…`); when set,
+    /// deliveries for any other are refused.
+    #[serde(default)]
+    pub enterprise_id: Option<String>,
 }
 
 /// `PATCH /v1/channels/:id`: every field optional; `credentials` replaces all of them.
@@ -158,6 +183,27 @@ pub struct PatchChannelRequest {
     /// New options (replace the old ones).
     #[serde(default)]
     pub options: Option<ChannelOptions>,
+    /// New `admit`.
+    #[serde(default)]
+    pub admit: Option<Admit>,
+    /// New allowlist (replaces the old one).
+    #[serde(default)]
+    pub allowlist: Option<Vec<String>>,
+    /// New refusal.
+    #[serde(default)]
+    pub refusal: Option<String>,
+    /// New guest quota (replaces the old one; absent fields take their defaults).
+    #[serde(default)]
+    pub guest_quota: Option<GuestQuota>,
+    /// Slack: pins another workspace (a pin is never removed).
+    #[serde(default)]
+    pub team_id: Option<String>,
+    /// Slack: pins another app.
+    #[serde(default)]
+    pub api_app_id: Option<String>,
+    /// Slack: pins an Enterprise Grid organisation.
+    #[serde(default)]
+    pub enterprise_id: Option<String>,
 }
 
 /// A binding as stored, without its credentials.
@@ -179,6 +225,28 @@ pub struct ChannelBinding {
     pub defaults: ChannelDefaults,
     /// Behaviour.
     pub options: ChannelOptions,
+    /// Whom it admits besides mapped members (`mapped` for bindings stored before it existed).
+    #[serde(default)]
+    pub admit: Admit,
+    /// With `admit: allowlist`: the chats, guilds or teams whose unmapped users are guests.
+    #[serde(default)]
+    pub allowlist: Vec<String>,
+    /// What a stranger who addresses the bot is told (once an hour at most).
+    #[serde(default = "admit::default_refusal")]
+    pub refusal: String,
+    /// How much guests may do per hour.
+    #[serde(default)]
+    pub guest_quota: GuestQuota,
+    /// Slack: the workspace it serves (`team_id`). A binding stored before pins existed pins
+    /// the first verified delivery's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
+    /// Slack: the app it is (`api_app_id`), pinned with `team_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_app_id: Option<String>,
+    /// Slack: the Enterprise Grid organisation it serves, when pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enterprise_id: Option<String>,
     /// The admin who created it.
     pub created_by: String,
     /// Unix seconds.
@@ -602,6 +670,42 @@ fn check_options(options: &ChannelOptions) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks what a binding admits, as a whole: an allowlist shaped as the platform's ids and not
+/// empty when `admit` is `allowlist`, a quota in bounds, a Slack pin shaped as Slack's ids (and
+/// no pin on another platform).
+fn check_admission(binding: &ChannelBinding) -> Result<(), String> {
+    admit::check_allowlist(binding.platform, &binding.allowlist)?;
+    if binding.admit == Admit::Allowlist && binding.allowlist.is_empty() {
+        return Err(match binding.platform {
+            Platform::Generic => {
+                "a generic binding has no allowlist: use admit mapped or anyone".into()
+            }
+            _ => "admit allowlist needs the ids to admit in allowlist".into(),
+        });
+    }
+    binding.guest_quota.check()?;
+    if binding.team_id.is_some() != binding.api_app_id.is_some() {
+        return Err("teamId and apiAppId are pinned together: give both".into());
+    }
+    let pin = [
+        ("teamId", &binding.team_id, 'T'),
+        ("apiAppId", &binding.api_app_id, 'A'),
+        ("enterpriseId", &binding.enterprise_id, 'E'),
+    ];
+    for (name, value, prefix) in pin {
+        let Some(value) = value else { continue };
+        if binding.platform != Platform::Slack {
+            return Err(format!("{name} is for Slack bindings only"));
+        }
+        if !admit::slack_id(value, &[prefix]) {
+            return Err(format!(
+                "{name} must be a Slack id: {prefix} then upper-case letters and digits"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn api_base(platform: Platform, given: Option<&str>) -> Result<String, String> {
     match given {
         Some(url) => check_url("apiBaseUrl", url),
@@ -626,6 +730,14 @@ impl CreateChannelRequest {
         check_defaults(&defaults)?;
         let options = self.options.unwrap_or_default();
         check_options(&options)?;
+        if self.platform == Platform::Slack && (self.team_id.is_none() || self.api_app_id.is_none())
+        {
+            return Err("a Slack binding needs teamId (the workspace, T…) and apiAppId (Basic Information → App ID, A…): deliveries for any other workspace or app are refused".into());
+        }
+        let refusal = match self.refusal.as_deref() {
+            Some(text) => admit::check_refusal(text)?,
+            None => admit::default_refusal(),
+        };
         let binding = ChannelBinding {
             id,
             tenant,
@@ -634,10 +746,18 @@ impl CreateChannelRequest {
             api_base_url: api_base(self.platform, self.api_base_url.as_deref())?,
             defaults,
             options,
+            admit: self.admit.unwrap_or_default(),
+            allowlist: self.allowlist.unwrap_or_default(),
+            refusal,
+            guest_quota: self.guest_quota.unwrap_or_default(),
+            team_id: self.team_id,
+            api_app_id: self.api_app_id,
+            enterprise_id: self.enterprise_id,
             created_by,
             created_at: now_secs,
             updated_at: now_secs,
         };
+        check_admission(&binding)?;
         Ok((binding, credentials))
     }
 }
@@ -652,14 +772,9 @@ impl PatchChannelRequest {
         binding: &ChannelBinding,
         now_secs: i64,
     ) -> Result<(ChannelBinding, Option<Credentials>), String> {
-        if self.name.is_none()
-            && self.credentials.is_none()
-            && self.api_base_url.is_none()
-            && self.defaults.is_none()
-            && self.options.is_none()
-        {
+        if self == PatchChannelRequest::default() {
             return Err(
-                "patch needs at least one of name, credentials, apiBaseUrl, defaults, options"
+                "patch needs at least one of name, credentials, apiBaseUrl, defaults, options, admit, allowlist, refusal, guestQuota, teamId, apiAppId, enterpriseId"
                     .into(),
             );
         }
@@ -678,6 +793,28 @@ impl PatchChannelRequest {
             check_options(&options)?;
             next.options = options;
         }
+        if let Some(how) = self.admit {
+            next.admit = how;
+        }
+        if let Some(allowlist) = self.allowlist {
+            next.allowlist = allowlist;
+        }
+        if let Some(text) = &self.refusal {
+            next.refusal = admit::check_refusal(text)?;
+        }
+        if let Some(quota) = self.guest_quota {
+            next.guest_quota = quota;
+        }
+        for (given, pinned) in [
+            (self.team_id, &mut next.team_id),
+            (self.api_app_id, &mut next.api_app_id),
+            (self.enterprise_id, &mut next.enterprise_id),
+        ] {
+            if given.is_some() {
+                *pinned = given;
+            }
+        }
+        check_admission(&next)?;
         let credentials = match &self.credentials {
             Some(value) => Some(Credentials::parse(binding.platform, value)?),
             None => None,
@@ -752,7 +889,7 @@ mod tests {
     #[test]
     fn create_bodies_of_the_issue() {
         let cases = [
-            json!({"platform":"slack","name":"S","credentials":{"signingSecret":"abc","botToken":"xoxb-1"}}),
+            json!({"platform":"slack","name":"S","credentials":{"signingSecret":"abc","botToken":"xoxb-1"},"teamId":"T1","apiAppId":"A1"}),
             json!({"platform":"telegram","name":"T","credentials":{"botToken":"1:AA","secretToken":"s_-1"}}),
             json!({"platform":"discord","name":"D","credentials":{"applicationId":"1","publicKey":DISCORD_KEY,"botToken":"t"}}),
             json!({"platform":"generic","name":"G","credentials":{"secret":"0123456789abcdef","replyUrl":"https://example.com/r"}}),
@@ -780,7 +917,7 @@ mod tests {
             ),
             (json!({"platform":"irc","name":"S","credentials":{}}), "irc"),
             (
-                json!({"platform":"slack","name":"","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"}}),
+                json!({"platform":"slack","name":"","teamId":"T1","apiAppId":"A1","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"}}),
                 "name",
             ),
             (
@@ -788,11 +925,11 @@ mod tests {
                 "signingSecret",
             ),
             (
-                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"apiBaseUrl":"http://example.com"}),
+                json!({"platform":"slack","name":"S","teamId":"T1","apiAppId":"A1","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"apiBaseUrl":"http://example.com"}),
                 "apiBaseUrl",
             ),
             (
-                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"apiBaseUrl":"https://u:p@example.com"}),
+                json!({"platform":"slack","name":"S","teamId":"T1","apiAppId":"A1","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"apiBaseUrl":"https://u:p@example.com"}),
                 "userinfo",
             ),
             (
@@ -812,11 +949,11 @@ mod tests {
                 "replyUrl",
             ),
             (
-                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"options":{"busyLane":"system"}}),
+                json!({"platform":"slack","name":"S","teamId":"T1","apiAppId":"A1","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"options":{"busyLane":"system"}}),
                 "busyLane",
             ),
             (
-                json!({"platform":"slack","name":"S","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"defaults":{"provider":"x"}}),
+                json!({"platform":"slack","name":"S","teamId":"T1","apiAppId":"A1","credentials":{"signingSecret":"SECRETVALUE","botToken":"x"},"defaults":{"provider":"x"}}),
                 "provider",
             ),
         ];
@@ -825,6 +962,160 @@ mod tests {
             assert!(err.contains(want), "{body}: {err}");
             assert!(!err.contains("SECRETVALUE"), "{body}: {err}");
         }
+    }
+
+    /// `admit`, its allowlist, the refusal, the quota and Slack's pin are checked at create
+    /// and patch alike; a Slack binding must name its workspace and app; a binding stored
+    /// before them reads as `mapped` with the default refusal and quota, unpinned.
+    #[test]
+    fn admission_is_checked_at_create_and_patch() {
+        let slack = |extra: Value| {
+            let mut body = json!({"platform":"slack","name":"S","credentials":{"signingSecret":"abc","botToken":"x"}});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            create(body)
+        };
+        let telegram = |extra: Value| {
+            let mut body = json!({"platform":"telegram","name":"T","credentials":{"botToken":"1:AA","secretToken":"s"}});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            create(body)
+        };
+        let pinned = json!({"teamId":"T1","apiAppId":"A1"});
+        let with = |base: &Value, extra: Value| {
+            let mut body = base.clone();
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            body
+        };
+        // (result, error fragment or None)
+        let cases = [
+            (slack(json!({})), Some("needs teamId")),
+            (slack(json!({"teamId":"T1"})), Some("needs teamId")),
+            (slack(pinned.clone()), None),
+            (slack(with(&pinned, json!({"enterpriseId":"E1"}))), None),
+            (
+                slack(json!({"teamId":"C1","apiAppId":"A1"})),
+                Some("teamId must be a Slack id"),
+            ),
+            (
+                slack(json!({"teamId":"T1","apiAppId":"T1"})),
+                Some("apiAppId must be a Slack id"),
+            ),
+            (
+                slack(with(&pinned, json!({"enterpriseId":"e1"}))),
+                Some("enterpriseId"),
+            ),
+            (
+                slack(with(
+                    &pinned,
+                    json!({"admit":"allowlist","allowlist":["T1","E2"]}),
+                )),
+                None,
+            ),
+            (
+                slack(with(&pinned, json!({"admit":"allowlist"}))),
+                Some("needs the ids"),
+            ),
+            (
+                slack(with(
+                    &pinned,
+                    json!({"admit":"allowlist","allowlist":["-100"]}),
+                )),
+                Some("Slack team id"),
+            ),
+            (
+                slack(with(&pinned, json!({"admit":"everyone"}))),
+                Some("unknown variant"),
+            ),
+            (telegram(json!({"admit":"anyone"})), None),
+            (
+                telegram(json!({"admit":"allowlist","allowlist":["-1001234"]})),
+                None,
+            ),
+            (
+                telegram(json!({"teamId":"T1","apiAppId":"A1"})),
+                Some("for Slack bindings only"),
+            ),
+            (telegram(json!({"refusal":""})), Some("refusal must be")),
+            (
+                telegram(json!({"guestQuota":{"messagesPerHour":10001}})),
+                Some("messagesPerHour"),
+            ),
+            (telegram(json!({"guestQuota":{"sessionsPerHour":0}})), None),
+        ];
+        for (i, (result, want)) in cases.into_iter().enumerate() {
+            match want {
+                None => assert!(result.is_ok(), "case {i}: {result:?}"),
+                Some(text) => {
+                    let e = result.expect_err(&format!("case {i}"));
+                    assert!(e.contains(text), "case {i}: {e}");
+                }
+            }
+        }
+        let (binding, _) =
+            telegram(json!({"refusal":" Go away. ","guestQuota":{"sessionsPerHour":1}})).unwrap();
+        assert_eq!(binding.admit, Admit::Mapped);
+        assert_eq!(binding.refusal, "Go away.");
+        assert_eq!(binding.guest_quota.sessions_per_hour, 1);
+        assert_eq!(binding.guest_quota.messages_per_hour, 20);
+        // Patches: each field alone, checked as a whole.
+        let patch = |v: Value| serde_json::from_value::<PatchChannelRequest>(v).unwrap();
+        let (next, _) = patch(json!({"admit":"anyone"})).apply(&binding, 2).unwrap();
+        assert_eq!(
+            (next.admit, next.refusal.as_str()),
+            (Admit::Anyone, "Go away.")
+        );
+        assert!(
+            patch(json!({"admit":"allowlist"}))
+                .apply(&binding, 2)
+                .unwrap_err()
+                .contains("needs the ids")
+        );
+        let (next, _) = patch(json!({"admit":"allowlist","allowlist":["42"]}))
+            .apply(&binding, 2)
+            .unwrap();
+        assert_eq!(next.allowlist, vec!["42".to_string()]);
+        assert!(patch(json!({"allowlist":[]})).apply(&next, 2).is_err());
+        assert!(
+            patch(json!({"teamId":"T1","apiAppId":"A1"}))
+                .apply(&binding, 2)
+                .is_err()
+        );
+        // A binding stored before admission existed: mapped, the default refusal and quota,
+        // and (Slack) no pin until its first delivery.
+        let mut old = serde_json::to_value(&binding).unwrap();
+        for field in ["admit", "allowlist", "refusal", "guestQuota"] {
+            old.as_object_mut().unwrap().remove(field);
+        }
+        let old: ChannelBinding = serde_json::from_value(old).unwrap();
+        assert_eq!(old.admit, Admit::Mapped);
+        assert_eq!(old.refusal, admit::DEFAULT_REFUSAL);
+        assert_eq!(old.guest_quota, GuestQuota::default());
+        let (slack_binding, _) = slack(pinned.clone()).unwrap();
+        let mut unpinned = slack_binding.clone();
+        unpinned.team_id = None;
+        unpinned.api_app_id = None;
+        // Patching an unpinned Slack binding's other fields works; a half pin does not.
+        assert!(patch(json!({"name":"n"})).apply(&unpinned, 2).is_ok());
+        assert!(
+            patch(json!({"teamId":"T9"}))
+                .apply(&unpinned, 2)
+                .unwrap_err()
+                .contains("together")
+        );
+        let (repinned, _) = patch(json!({"teamId":"T9","apiAppId":"A9"}))
+            .apply(&slack_binding, 2)
+            .unwrap();
+        assert_eq!(repinned.team_id.as_deref(), Some("T9"));
+        let view = view(&repinned, &serde_json::Map::new(), "https://w");
+        let shown = serde_json::to_value(&view).unwrap();
+        assert_eq!(shown["teamId"], "T9");
+        assert_eq!(shown["admit"], "mapped");
+        assert_eq!(shown["guestQuota"]["allGuestsMessagesPerHour"], 200);
     }
 
     #[test]
@@ -847,7 +1138,7 @@ mod tests {
 
     #[test]
     fn reads_mask_every_secret() {
-        let (binding, credentials) = create(json!({"platform":"slack","name":"S","credentials":{"signingSecret":"8f742231b10e8888abcd","botToken":"xoxb-short"}})).unwrap();
+        let (binding, credentials) = create(json!({"platform":"slack","name":"S","teamId":"T1","apiAppId":"A1","credentials":{"signingSecret":"8f742231b10e8888abcd","botToken":"xoxb-short"}})).unwrap();
         let view = view(&binding, &credentials.masked(), "https://w.example/");
         let text = serde_json::to_string(&view).unwrap();
         assert!(!text.contains("8f742231b10e8888abcd"), "{text}");
@@ -865,7 +1156,7 @@ mod tests {
 
     #[test]
     fn patch_checks_like_create() {
-        let (binding, _) = create(json!({"platform":"slack","name":"S","credentials":{"signingSecret":"abc","botToken":"x"}})).unwrap();
+        let (binding, _) = create(json!({"platform":"slack","name":"S","teamId":"T1","apiAppId":"A1","credentials":{"signingSecret":"abc","botToken":"x"}})).unwrap();
         let patch = |v: Value| serde_json::from_value::<PatchChannelRequest>(v).unwrap();
         assert!(patch(json!({})).apply(&binding, 200).is_err());
         let (next, creds) = patch(json!({"name":" New "})).apply(&binding, 200).unwrap();

@@ -14,6 +14,7 @@
 
 use serde_json::{Value, json};
 
+use super::admit::Origin;
 use super::outbound::{Attempt, HttpCall, Outbound};
 use super::{
     ApprovalClick, Command, CommandKind, Delivery, HookOutcome, Inbound, ReplyTarget, bounded_text,
@@ -107,6 +108,16 @@ pub fn parse(body: &[u8], now_secs: i64) -> Result<Delivery, String> {
     }
 }
 
+/// Where a verified interaction comes from: its guild (what an allowlist names); none in a
+/// direct message.
+pub fn origin(body: &[u8]) -> Origin {
+    let interaction: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    Origin {
+        place: interaction["guild_id"].as_str().map(str::to_string),
+        ..Origin::default()
+    }
+}
+
 fn parse_command(
     data: &Value,
     dedupe_key: String,
@@ -169,6 +180,8 @@ pub fn hook_answer(outcome: &HookOutcome) -> Value {
         HookOutcome::Queued { .. } | HookOutcome::Accepted => json!({ "type": DEFERRED }),
         HookOutcome::Duplicate => message("Already received.", EPHEMERAL),
         HookOutcome::Ignored(why) => message(&format!("Nothing to do: {why}."), EPHEMERAL),
+        // Only the person who asked sees why they are not let in.
+        HookOutcome::Refused(text) => message(text, EPHEMERAL),
         HookOutcome::Note { text, .. } => message(text, 0),
     }
 }

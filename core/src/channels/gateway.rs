@@ -640,6 +640,15 @@ impl Gateway {
     }
 }
 
+/// Where a `MESSAGE_CREATE` (its `d`) comes from: its guild (what an allowlist names); none in
+/// a direct message.
+pub fn origin(d: &Value) -> super::admit::Origin {
+    super::admit::Origin {
+        place: d["guild_id"].as_str().map(str::to_string),
+        ..super::admit::Origin::default()
+    }
+}
+
 /// What a `MESSAGE_CREATE` (its `d`) means for a binding whose bot is `bot_user_id`.
 ///
 /// Ignored: a bot's message (our own included), a webhook's, a system message, an empty one.

@@ -8,8 +8,10 @@
 //! ([`text`]), what a transcript page means for the thread ([`turn`]) and outbound delivery
 //! retries ([`outbox`]). Each platform's deliveries and Web API calls: [`slack`], [`telegram`],
 //! [`discord`], [`generic`]; what they share (a decoded delivery, native commands, the hook's
-//! answer) is here. The Worker (`worker/src/channels/`) performs the I/O.
+//! answer) is here; who a binding lets in and how much guests may do is [`admit`]. The Worker
+//! (`worker/src/channels/`) performs the I/O.
 
+pub mod admit;
 pub mod binding;
 pub mod discord;
 pub mod gateway;
@@ -232,6 +234,10 @@ pub enum HookOutcome {
     Duplicate,
     /// Nothing to do.
     Ignored(String),
+    /// Not admitted (a stranger, a guest over its quota): nothing was started or enqueued;
+    /// the text is what the person is told (answered inline on Discord, else posted at most
+    /// once an hour, `admit::notice_due`).
+    Refused(String),
     /// A command or click was handled; `text` says how. Platforms that answer inline
     /// ([`answers_inline`]) show it as the interaction's response, the others get it posted.
     Note {
@@ -261,6 +267,7 @@ pub fn hook_answer(platform: Platform, outcome: &HookOutcome) -> serde_json::Val
         HookOutcome::Accepted => json!({"ok": true, "accepted": true}),
         HookOutcome::Duplicate => json!({"ok": true, "duplicate": true}),
         HookOutcome::Ignored(why) => json!({"ok": true, "ignored": why}),
+        HookOutcome::Refused(text) => json!({"ok": true, "refused": text}),
         HookOutcome::Note { ok, text } => json!({"ok": ok, "note": text}),
     }
 }

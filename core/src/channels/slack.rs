@@ -12,6 +12,7 @@
 
 use serde_json::{Value, json};
 
+use super::admit::Origin;
 use super::outbound::{HttpCall, Outbound};
 use super::{
     ApprovalClick, Command, CommandKind, Delivery, Inbound, ReplyTarget, bounded_text,
@@ -62,6 +63,55 @@ pub fn parse(content_type: &str, body: &[u8]) -> Result<Delivery, String> {
         }))),
         Some("event_callback") => Ok(parse_event(&value)),
         _ => Ok(Delivery::Ignored("not an event")),
+    }
+}
+
+/// Where a verified delivery comes from: the workspace, app and Enterprise Grid it is for, and
+/// the person's own workspace (what an allowlist names). Events say `team_id`, `api_app_id`,
+/// `enterprise_id` and, for a Slack Connect guest, `event.user_team`; interactions `team.id`,
+/// `api_app_id`, `enterprise.id` and `user.team_id`; slash commands `team_id`, `api_app_id`,
+/// `enterprise_id`. A body that is neither names nothing.
+pub fn origin(content_type: &str, body: &[u8]) -> Origin {
+    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    if content_type.starts_with("application/x-www-form-urlencoded") {
+        let pairs: Vec<(String, String)> = url::form_urlencoded::parse(body)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let get = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
+        };
+        if let Some(payload) = get("payload") {
+            let payload: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+            let team = text(&payload["team"]["id"]);
+            return Origin {
+                place: text(&payload["user"]["team_id"]).or_else(|| team.clone()),
+                team,
+                app: text(&payload["api_app_id"]),
+                enterprise: text(&payload["enterprise"]["id"]),
+            };
+        }
+        let team = get("team_id");
+        return Origin {
+            place: team.clone(),
+            team,
+            app: get("api_app_id"),
+            enterprise: get("enterprise_id"),
+        };
+    }
+    let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let team = text(&value["team_id"]);
+    let event = &value["event"];
+    Origin {
+        place: text(&event["user_team"])
+            .or_else(|| text(&event["team"]))
+            .or_else(|| team.clone()),
+        team,
+        app: text(&value["api_app_id"]),
+        enterprise: text(&value["enterprise_id"]),
     }
 }
 

@@ -9,6 +9,7 @@
 
 use serde_json::{Value, json};
 
+use super::admit::Origin;
 use super::outbound::{Attempt, HttpCall, Outbound};
 use super::{
     ApprovalClick, Command, Delivery, Inbound, ReplyTarget, bounded_text, button_value,
@@ -73,6 +74,19 @@ pub fn parse(body: &[u8]) -> Result<Delivery, String> {
         text: bounded_text(&text),
         may_start: private || addressed || reply_to_bot,
     }))
+}
+
+/// Where a verified update comes from: its chat (what an allowlist names), for a message or
+/// a button click alike.
+pub fn origin(body: &[u8]) -> Origin {
+    let update: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let chat = update["message"]["chat"]["id"]
+        .as_i64()
+        .or(update["callback_query"]["message"]["chat"]["id"].as_i64());
+    Origin {
+        place: chat.map(|id| id.to_string()),
+        ..Origin::default()
+    }
 }
 
 /// The text without the way it addressed the bot (a leading `@mention` or `/wuhu`), and

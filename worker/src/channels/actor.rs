@@ -10,6 +10,7 @@
 //! for (`watches`), queues what to post (`outbox`), and posts it with retries. A hook answers as
 //! soon as the message is enqueued in the session.
 
+mod admission;
 mod gateway;
 
 use std::cell::{Cell, RefCell};
@@ -32,6 +33,7 @@ use wuhu_core::calls::channels::{
 };
 use wuhu_core::calls::session as session_calls;
 use wuhu_core::channels::ChannelView;
+use wuhu_core::channels::admit::{Origin, Standing};
 use wuhu_core::channels::binding::{self, MAX_BINDINGS_PER_TENANT};
 use wuhu_core::channels::members::{self, Member, Members};
 use wuhu_core::channels::outbox::{self, Attempt, HttpCall, Outbound};
@@ -72,6 +74,16 @@ struct Actor {
     draining: Cell<bool>,
     /// The Discord Gateway connection (Discord bindings only; decision 0018).
     gateway: RefCell<gateway::GatewayHandle>,
+}
+
+/// What became of a person's message at the hook ([`Actor::store_inbound`]).
+enum Stored {
+    /// In the inbox, row `seq`, on its way to its session.
+    Inbox(i64),
+    /// Seen before.
+    Duplicate,
+    /// Not admitted: what the hook answers (nothing stored).
+    Refused(HookOutcome),
 }
 
 /// Marks a thread's session as being created until dropped; dropping wakes the deliveries
@@ -212,6 +224,12 @@ impl DurableObject for ChannelActor {
             "CREATE TABLE IF NOT EXISTS inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, due INTEGER NOT NULL)",
             // A Discord binding's Gateway connection: `channels::gateway::Saved` as JSON.
             "CREATE TABLE IF NOT EXISTS gateway (k INTEGER PRIMARY KEY CHECK (k = 1), saved TEXT NOT NULL)",
+            // Guests' admitted messages of the last hour (`session` 1: it started one), counted
+            // against the binding's guest quota; at most the quota's all-guests bounds.
+            "CREATE TABLE IF NOT EXISTS guest_usage (seq INTEGER PRIMARY KEY AUTOINCREMENT, user TEXT NOT NULL, session INTEGER NOT NULL, at INTEGER NOT NULL)",
+            // Whom the binding told it refused (`refused:<user>`, `quota:<user>`) in the last
+            // hour: told once an hour at most (at most `admit::MAX_NOTICED` rows).
+            "CREATE TABLE IF NOT EXISTS told (key TEXT PRIMARY KEY, at INTEGER NOT NULL)",
         ] {
             let _ = sql.exec(ddl, None);
         }
@@ -314,6 +332,22 @@ impl Actor {
                 let members = send_binding(&self.env, &identity.tenant, &c.id, &change).await?;
                 Ok(reply(&c, &members))
             }
+            RegistryCall::SlackPinned(c) => {
+                let mut listed = self.listed(&c.id)?;
+                // Only a pin the copy lacks: a PATCH that pinned meanwhile stays.
+                if listed.binding.team_id.is_none() {
+                    listed.binding.team_id = Some(c.team_id.clone());
+                    listed.binding.api_app_id = Some(c.api_app_id.clone());
+                    listed.binding.enterprise_id = c.enterprise_id.clone();
+                    self.sql
+                        .exec(
+                            "UPDATE registry SET body = ? WHERE id = ?",
+                            vec![to_json(&listed.binding)?.into(), c.id.clone().into()],
+                        )
+                        .map_err(sql_err)?;
+                }
+                Ok(reply(&c, &Empty))
+            }
         }
     }
 
@@ -353,6 +387,8 @@ impl Actor {
                     "approvals",
                     "members",
                     "gateway",
+                    "guest_usage",
+                    "told",
                 ] {
                     self.sql
                         .exec(&format!("DELETE FROM {table}"), None)
@@ -563,6 +599,15 @@ impl Actor {
 
     /// Who platform user `user` is in Wuhu: their mapped `sub`, else `<platform>:<id>`.
     fn who(&self, binding: &ChannelBinding, user: &str) -> ApiResult<String> {
+        Ok(members::identity(
+            binding.platform,
+            user,
+            self.mapped_sub(user)?.as_deref(),
+        ))
+    }
+
+    /// The `sub` an admin mapped platform user `user` to, if any.
+    fn mapped_sub(&self, user: &str) -> ApiResult<Option<String>> {
         let mapped: Vec<Member> = self
             .sql
             .exec(
@@ -572,11 +617,7 @@ impl Actor {
             .map_err(sql_err)?
             .to_array()
             .map_err(sql_err)?;
-        Ok(members::identity(
-            binding.platform,
-            user,
-            mapped.first().map(|m| m.sub.as_str()),
-        ))
+        Ok(mapped.into_iter().next().map(|m| m.sub))
     }
 
     fn seal(&self, id: &str, credentials: &Credentials) -> ApiResult<String> {
@@ -617,12 +658,13 @@ impl Actor {
         let platform = Some(hook.platform);
         let body = hook.body.as_bytes();
         let refused = || ApiError::unauthorized("unknown binding or bad signature");
-        let Some((binding, credentials)) = self.load_binding()? else {
+        let Some((mut binding, credentials)) = self.load_binding()? else {
             return Err(refused());
         };
         if platform != Some(binding.platform) {
             return Err(refused());
         }
+        let mut origin = Origin::default();
         let header = |name: &str| hook.header(name).map(str::to_string);
         let unauthorized = |e: VerifyError| ApiError::unauthorized(e.to_string());
         let delivery = match &credentials {
@@ -636,6 +678,7 @@ impl Actor {
                 )
                 .map_err(unauthorized)?;
                 let content_type = header("content-type").unwrap_or_default();
+                origin = slack::origin(&content_type, body);
                 slack::parse(&content_type, body)
             }
             Credentials::Telegram { secret_token, .. } => {
@@ -644,6 +687,7 @@ impl Actor {
                     header("x-telegram-bot-api-secret-token").as_deref(),
                 )
                 .map_err(unauthorized)?;
+                origin = telegram::origin(body);
                 telegram::parse(body)
             }
             Credentials::Discord { public_key, .. } => {
@@ -663,6 +707,7 @@ impl Actor {
                 .await
                 .unwrap_or(false);
                 check.verdict(valid).map_err(unauthorized)?;
+                origin = discord::origin(body);
                 discord::parse(body, now_secs())
             }
             Credentials::Generic { secret, .. } => {
@@ -679,6 +724,19 @@ impl Actor {
             }
         }
         .map_err(ApiError::bad_request)?;
+        // A Slack binding serves its own workspace and app only (decision 0035).
+        let acts = !matches!(delivery, Delivery::Answer(_) | Delivery::Ignored(_));
+        if let Err(why) = self.check_pin(&mut binding, &origin, acts).await {
+            worker::console_log!("channel {}: refused {why}", binding.id);
+            return Ok(match delivery {
+                // Slack shows a slash command's body to the person: nothing, then.
+                Delivery::Command(_) => Response::empty()?.with_status(200),
+                _ => json_response(
+                    200,
+                    &channels::hook_answer(binding.platform, &HookOutcome::Ignored(why)),
+                ),
+            });
+        }
         // A Discord binding made before the Gateway was held (no watchdog alarm yet) starts it
         // at its first verified interaction.
         if self.gateway_watchdog(&binding) {
@@ -687,15 +745,15 @@ impl Actor {
         let outcome = match delivery {
             Delivery::Answer(answer) => return Ok(json_response(200, &answer)),
             Delivery::Ignored(why) => HookOutcome::Ignored(why.to_string()),
-            Delivery::Message(inbound) => self.message(&binding, inbound).await?,
+            Delivery::Message(inbound) => self.message(&binding, inbound, &origin).await?,
             // A slash command is acknowledged with an empty 200 (Slack shows a body as a
             // message); its note follows through the `response_url`.
             Delivery::Command(command) if command.response_url.is_some() => {
-                self.command(&binding, command).await?;
+                self.command(&binding, command, &origin).await?;
                 return Ok(Response::empty()?.with_status(200));
             }
-            Delivery::Command(command) => self.command(&binding, command).await?,
-            Delivery::Approval(click) => self.click(&binding, click).await?,
+            Delivery::Command(command) => self.command(&binding, command, &origin).await?,
+            Delivery::Approval(click) => self.click(&binding, click, &origin).await?,
         };
         Ok(json_response(
             200,
@@ -809,10 +867,17 @@ impl Actor {
         self: &Rc<Self>,
         binding: &ChannelBinding,
         inbound: Inbound,
+        origin: &Origin,
     ) -> ApiResult<HookOutcome> {
         let due = now_ms() + channels::INBOX_LEASE_MS;
-        let Some(seq) = self.store_inbound(&inbound, due)? else {
-            return Ok(HookOutcome::Duplicate);
+        let seq = match self.store_inbound(binding, &inbound, origin, due)? {
+            Stored::Inbox(seq) => seq,
+            Stored::Duplicate => return Ok(HookOutcome::Duplicate),
+            Stored::Refused(outcome) => {
+                // A refusal may have been queued.
+                self.arm_by(now_ms() + 50).await;
+                return Ok(outcome);
+            }
         };
         self.arm_by(due).await;
         self.delivering.borrow_mut().insert(seq);
@@ -842,11 +907,18 @@ impl Actor {
     }
 
     /// Stores a person's message in the inbox with its dedupe keys (synchronous: one
-    /// transaction), due for the alarm at `due`. `None`: seen before. Past
+    /// transaction), due for the alarm at `due`, once it is admitted (`Actor::admit_message`:
+    /// a stranger's or an over-quota guest's message is refused, never stored). Past
     /// `channels::MAX_INBOX` waiting messages: 503.
-    fn store_inbound(&self, inbound: &Inbound, due: u64) -> ApiResult<Option<i64>> {
+    fn store_inbound(
+        &self,
+        binding: &ChannelBinding,
+        inbound: &Inbound,
+        origin: &Origin,
+        due: u64,
+    ) -> ApiResult<Stored> {
         if !self.first_delivery(&inbound.dedupe_keys)? {
-            return Ok(None);
+            return Ok(Stored::Duplicate);
         }
         if self.inbox_len() >= channels::MAX_INBOX {
             // Back-pressure: the platform retries later (its retry is not a duplicate).
@@ -860,6 +932,9 @@ impl Actor {
                 ),
             ));
         }
+        if let Some(refused) = self.admit_message(binding, inbound, origin)? {
+            return Ok(Stored::Refused(refused));
+        }
         let seq = self
             .sql
             .exec(
@@ -872,7 +947,7 @@ impl Actor {
             .first()
             .map(|r| r.seq as i64)
             .ok_or_else(|| ApiError::internal("inbox insert returned no row"))?;
-        Ok(Some(seq))
+        Ok(Stored::Inbox(seq))
     }
 
     /// Messages waiting in the inbox.
@@ -1183,10 +1258,36 @@ impl Actor {
         internal::call(&stub, &person(&binding.tenant, author), &call).await
     }
 
-    /// A native command: stop, new, status, steer.
-    async fn command(&self, binding: &ChannelBinding, command: Command) -> ApiResult<HookOutcome> {
+    /// A native command: stop, new, status, steer. A stranger's is refused; a guest's steer
+    /// counts against its quota like a message.
+    async fn command(
+        &self,
+        binding: &ChannelBinding,
+        command: Command,
+        origin: &Origin,
+    ) -> ApiResult<HookOutcome> {
         if !self.first_delivery(&command.dedupe_keys)? {
             return Ok(HookOutcome::Duplicate);
+        }
+        let standing = self.standing(binding, &command.user, origin)?;
+        if standing == Standing::Stranger {
+            let refused = self.refuse(
+                binding,
+                admission::REFUSED,
+                &command.user,
+                &command.reply_to,
+                command.response_url.as_deref(),
+                &binding.refusal,
+            )?;
+            self.arm_by(now_ms() + 50).await;
+            return Ok(refused);
+        }
+        if let (CommandKind::Steer(_), Standing::Guest) = (&command.kind, standing)
+            && let Err(over) = self.spend_guest_quota(binding, &command.user, false)?
+        {
+            return self
+                .command_note(binding, &command, false, over.text())
+                .await;
         }
         let who = self.who(binding, &command.user)?;
         let Some((thread_key, thread)) = self.command_thread(&command)? else {
@@ -1368,6 +1469,8 @@ impl Actor {
             title,
             global_context: None,
             budget: None,
+            // Its guests' workspace folder is `channels/<binding id>/` (decision 0035).
+            channel: Some(binding.id.clone()),
         };
         let stub = crate::session_client::stub(&self.env, &binding.tenant, id)?;
         let who = person(&binding.tenant, author);
@@ -1387,9 +1490,14 @@ impl Actor {
         &self,
         binding: &ChannelBinding,
         click: ApprovalClick,
+        origin: &Origin,
     ) -> ApiResult<HookOutcome> {
         if !self.first_delivery(std::slice::from_ref(&click.dedupe_key))? {
             return Ok(HookOutcome::Duplicate);
+        }
+        // A stranger's click answers nothing (the session would refuse it too).
+        if self.standing(binding, &click.user, origin)? == Standing::Stranger {
+            return Ok(HookOutcome::Ignored(admission::NOT_ADMITTED.into()));
         }
         // Only approvals this binding posted (or, for Slack buttons posted before the binding
         // kept a list, sessions of its threads) take clicks through it.

@@ -94,6 +94,8 @@ pub(crate) async fn api(
             Ok(Response::empty()?.with_status(204))
         }
         RegistryCall::BindingMembers(c) => internal::relay(&stub, identity, &c).await,
+        // Between actors only: `decode_public` never makes it.
+        RegistryCall::SlackPinned(_) => Err(ApiError::not_found("no such channel")),
     }
 }
 

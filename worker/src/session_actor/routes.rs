@@ -612,6 +612,7 @@ impl Actor {
                 .unwrap_or_default(),
             pending: Vec::new(),
             forked_from: None,
+            channel: init.channel,
         };
         self.store()?.save_meta(&meta)?;
         if let Some(child) = &child
@@ -713,6 +714,8 @@ impl Actor {
             lineage: Default::default(),
             pending: Vec::new(),
             forked_from: Some(init.from.clone()),
+            // A fork is its forker's own session, not a chat's.
+            channel: None,
         };
         self.store()?.save_meta(&meta)?;
         let mut session = Session::fork(t, seed(), prefix, &init.from, &init.created_by);

@@ -55,6 +55,11 @@ pub(crate) struct SessionMeta {
     /// never copied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) forked_from: Option<wuhu_core::wire::ForkedFrom>,
+    /// The chat binding whose thread it is, or whose thread's session spawned it
+    /// (`SessionInit::channel`); `None` in sessions stored before it was kept, whose guests
+    /// then have no workspace folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) channel: Option<String>,
 }
 
 /// A message a child keeps until the gate gives it a slot.

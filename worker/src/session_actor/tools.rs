@@ -4,6 +4,7 @@
 
 use std::rc::Rc;
 
+use wuhu_core::authority::TurnRights;
 use wuhu_core::tools::names;
 use wuhu_core::wire::{Header, ToolCall};
 
@@ -54,17 +55,24 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
 impl Actor {
     /// The complete context a tool call gets.
     fn tool_context(self: &Rc<Self>, step: u64, call_id: &str) -> ToolContext {
+        let owner = self.owner();
+        let created_by = self
+            .with_loaded(|l| l.meta.created_by.clone())
+            .unwrap_or_default();
+        let acting_for = self
+            .with_loaded(|l| l.session.turn_authors().to_vec())
+            .unwrap_or_default();
+        let channel = self.with_loaded(|l| l.meta.channel.clone()).flatten();
+        let rights = TurnRights::of_turn(&acting_for, &owner, &created_by, channel.as_deref());
         ToolContext {
             env: self.env.clone(),
             tenant: self.tenant(),
             session_id: self.session_id(),
-            owner: self.owner(),
-            created_by: self
-                .with_loaded(|l| l.meta.created_by.clone())
-                .unwrap_or_default(),
-            acting_for: self
-                .with_loaded(|l| l.session.turn_authors().to_vec())
-                .unwrap_or_default(),
+            owner,
+            created_by,
+            acting_for,
+            channel,
+            rights,
             attachments: self.attachments.borrow().clone(),
             validated: self.validated.borrow().clone(),
             approvals: Rc::new(ActorApprovals {

@@ -389,6 +389,11 @@ pub struct SessionInit {
     /// The budget it starts with (`POST /v1/sessions {budget}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// The chat binding whose thread it is (a child: its parent's): its guests' workspace
+    /// folder is `channels/<binding>/`, and a turn in it that acts for nobody has a guest's
+    /// rights (`authority::TurnRights`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
 }
 
 /// The user's global context document (`users/<sub>/context.md`) as a session starts with it.

@@ -20,7 +20,7 @@ use wuhu_core::channels::gateway::{
 use wuhu_core::channels::outbox::HttpCall;
 use wuhu_core::channels::{ChannelBinding, Credentials, Delivery, Platform};
 
-use super::{Actor, BodyRow, now_ms, send_call};
+use super::{Actor, BodyRow, Stored, now_ms, send_call};
 
 /// The in-memory side of the connection: which generation may run, and its socket (closed from
 /// outside when the binding is deleted or patched).
@@ -314,6 +314,7 @@ impl Actor {
         else {
             return;
         };
+        let origin = gateway::origin(d);
         let bound = inbound.may_start
             || self.creating.borrow().contains_key(&inbound.thread_key)
             || self.thread(&inbound.thread_key).ok().flatten().is_some()
@@ -321,9 +322,15 @@ impl Actor {
         if !bound {
             return;
         }
-        match self.store_inbound(&inbound, now_ms()) {
-            Ok(Some(_)) => self.kick_inbox(binding),
-            Ok(None) => {}
+        match self.store_inbound(binding, &inbound, &origin, now_ms()) {
+            Ok(Stored::Inbox(_)) => self.kick_inbox(binding),
+            Ok(Stored::Duplicate) => {}
+            Ok(Stored::Refused(_)) => {
+                // A refusal may have been queued: the alarm posts it.
+                let actor = self.clone();
+                self.state
+                    .wait_until(async move { actor.arm_by(now_ms() + 50).await });
+            }
             Err(e) => worker::console_error!(
                 "channel {}: a gateway message was not stored: {}",
                 binding.id,
