@@ -1271,14 +1271,14 @@ impl Actor {
         }
         let standing = self.standing(binding, &command.user, origin)?;
         if standing == Standing::Stranger {
-            let refused = self.refuse(
-                binding,
-                admission::REFUSED,
-                &command.user,
-                &command.reply_to,
-                command.response_url.as_deref(),
-                &binding.refusal,
-            )?;
+            let to = admission::Refusal {
+                kind: admission::REFUSED,
+                user: &command.user,
+                delivery: command.dedupe_keys.first().map_or("", String::as_str),
+                target: &command.reply_to,
+                response_url: command.response_url.as_deref(),
+            };
+            let refused = self.refuse(binding, &to, &binding.refusal)?;
             self.arm_by(now_ms() + 50).await;
             return Ok(refused);
         }

@@ -21,6 +21,21 @@ const QUOTA: &str = "quota";
 /// Why a stranger's click or plain message does nothing.
 pub(super) const NOT_ADMITTED: &str = "not a member of this channel";
 
+/// Who is refused, for which delivery, and where they are told.
+pub(super) struct Refusal<'a> {
+    /// [`REFUSED`] or the quota's: what is remembered of having told them.
+    pub(super) kind: &'a str,
+    /// The platform user.
+    pub(super) user: &'a str,
+    /// The delivery refused (its first dedupe key): the note's outbox key, so a note is never
+    /// queued twice for one delivery, and two deliveries are two notes unless the hour says no.
+    pub(super) delivery: &'a str,
+    /// Where the note goes.
+    pub(super) target: &'a ReplyTarget,
+    /// A Slack slash command's `response_url`: the note goes there, to the person only.
+    pub(super) response_url: Option<&'a str>,
+}
+
 #[derive(serde::Deserialize)]
 struct UsageRow {
     n: f64,
@@ -149,14 +164,7 @@ impl Actor {
                 Ok(Some(HookOutcome::Ignored(NOT_ADMITTED.into())))
             }
             Standing::Stranger => self
-                .refuse(
-                    binding,
-                    REFUSED,
-                    &inbound.user,
-                    &inbound.reply_to,
-                    None,
-                    &binding.refusal,
-                )
+                .refuse(binding, &refusal(REFUSED, inbound), &binding.refusal)
                 .map(Some),
             Standing::Guest => {
                 let bound = self.creating.borrow().contains_key(&inbound.thread_key)
@@ -169,14 +177,7 @@ impl Actor {
                 match self.spend_guest_quota(binding, &inbound.user, !bound)? {
                     Ok(()) => Ok(None),
                     Err(over) => self
-                        .refuse(
-                            binding,
-                            QUOTA,
-                            &inbound.user,
-                            &inbound.reply_to,
-                            None,
-                            &over.text(),
-                        )
+                        .refuse(binding, &refusal(QUOTA, inbound), &over.text())
                         .map(Some),
                 }
             }
@@ -244,32 +245,28 @@ impl Actor {
     pub(super) fn refuse(
         &self,
         binding: &ChannelBinding,
-        kind: &str,
-        user: &str,
-        target: &ReplyTarget,
-        response_url: Option<&str>,
+        to: &Refusal<'_>,
         line: &str,
     ) -> ApiResult<HookOutcome> {
         let inline = matches!(
-            target,
+            to.target,
             ReplyTarget::Discord {
                 interaction: Some(_),
                 ..
             }
         );
-        if !inline && self.tell_once(kind, user)? {
-            let now = now_secs();
+        if !inline && self.tell_once(to.kind, to.user)? {
             let text = text::render_one(binding.platform, line);
-            let message = match response_url {
+            let message = match to.response_url {
                 Some(url) => Outbound::CommandResponse {
-                    target: target.clone(),
+                    target: to.target.clone(),
                     response_url: url.to_string(),
                     text,
                     in_channel: false,
                 },
-                None => Outbound::text(target.thread_only(), text),
+                None => Outbound::text(to.target.thread_only(), text),
             };
-            self.queue(None, &format!("{kind}:{user}:{now}"), &message)?;
+            self.queue(None, &format!("{}:{}", to.kind, to.delivery), &message)?;
         }
         Ok(HookOutcome::Refused(line.to_string()))
     }
@@ -313,5 +310,16 @@ impl Actor {
             )
             .map_err(sql_err)?;
         Ok(true)
+    }
+}
+
+/// The refusal of person's message `inbound` as `kind`.
+fn refusal<'a>(kind: &'a str, inbound: &'a Inbound) -> Refusal<'a> {
+    Refusal {
+        kind,
+        user: &inbound.user,
+        delivery: inbound.dedupe_keys.first().map_or("", String::as_str),
+        target: &inbound.reply_to,
+        response_url: None,
     }
 }
