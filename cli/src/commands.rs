@@ -42,6 +42,21 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
     .into()
 }
 
+/// Asks `question` on the terminal (`[y/N]`); without a terminal the answer is no (a script
+/// passes `--yes`).
+fn confirm(question: &str) -> Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        return Ok(false);
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the answer from stdin")?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}
+
 /// The exit code and the text to print for an error (JSON text under `--json` is the caller's
 /// choice: this returns the human text; see [`error_json`]).
 pub fn describe_error(error: &anyhow::Error) -> (u8, String) {
@@ -342,12 +357,24 @@ pub enum TokenCommand {
         #[arg(long)]
         runner_kind: Option<String>,
     },
-    /// Your tokens registered with the server (`GET /v1/tokens`).
+    /// Your tokens and browser sessions registered with the server (`GET /v1/tokens`).
     List,
-    /// Revoke a registered token at once (`DELETE /v1/tokens/JTI`).
+    /// Revoke a registered token or browser session at once, with everything made from it
+    /// (`DELETE /v1/tokens/JTI`).
     Revoke {
         /// The token's id (`wuhu token list`).
         jti: String,
+    },
+    /// Sign out everywhere: end every registered token and browser session of yours (admins:
+    /// of USER) and everything made from them (`POST /v1/tokens/revoke-all`). This profile's
+    /// token too, if it is a registered one.
+    RevokeAll {
+        /// Another user's (admins only).
+        #[arg(long, value_name = "USER")]
+        sub: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
 }
 
@@ -402,16 +429,25 @@ pub async fn run(cli: Cli) -> Result<u8> {
                 print_json(&tokens);
             } else {
                 let rows = tokens.tokens.iter().map(|t| {
+                    let name = if t.current {
+                        format!("{} (this one)", t.name)
+                    } else {
+                        t.name.clone()
+                    };
                     vec![
                         t.jti.clone(),
-                        t.name.clone(),
-                        format!("{:?}", t.kind).to_lowercase(),
+                        name,
+                        t.kind.as_str().to_string(),
                         t.sub.clone(),
                         t.role.clone(),
                         ago(t.created_at),
+                        t.parent.clone().unwrap_or_else(|| "-".to_string()),
                     ]
                 });
-                table(&["JTI", "NAME", "KIND", "SUB", "ROLE", "CREATED"], rows);
+                table(
+                    &["JTI", "NAME", "KIND", "SUB", "ROLE", "CREATED", "PARENT"],
+                    rows,
+                );
             }
             Ok(exit::OK)
         }
@@ -421,7 +457,35 @@ pub async fn run(cli: Cli) -> Result<u8> {
             if global.json {
                 print_json(&answer);
             } else {
-                println!("Revoked {jti}");
+                let also = answer["alsoRevoked"].as_u64().unwrap_or(0);
+                if also > 0 {
+                    println!("Revoked {jti} and {also} credential(s) made from it");
+                } else {
+                    println!("Revoked {jti}");
+                }
+            }
+            Ok(exit::OK)
+        }
+        Command::Token(TokenCommand::RevokeAll { sub, yes }) => {
+            let client = connect(&global)?;
+            if !yes {
+                let whose = sub
+                    .as_deref()
+                    .map_or("your".to_string(), |s| format!("{s}'s"));
+                if !confirm(&format!(
+                    "End every registered token and browser session of {whose}, and everything made from them?"
+                ))? {
+                    return Err(usage("not confirmed (pass --yes to skip the question)"));
+                }
+            }
+            let answer = client.revoke_all_tokens(sub.as_deref()).await?;
+            if global.json {
+                print_json(&answer);
+            } else {
+                println!(
+                    "Ended {} credential(s) of {} ({} browser session(s)); {} runner connection(s) closed",
+                    answer.revoked, answer.sub, answer.sessions, answer.runner_connections_closed
+                );
             }
             Ok(exit::OK)
         }

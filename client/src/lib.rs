@@ -47,8 +47,8 @@ use wuhu_core::wire::{
     CreateEnvironmentRequest, CreateSessionRequest, Doc, DocList, DocSummary, EnqueueRequest,
     EnqueueResponse, Entry, EnvironmentDefinition, ErrorBody, GetSessionResponse, Lane,
     ListEnvironmentsResponse, ListRunnersResponse, ListSessionsResponse, ListTokensResponse,
-    MintTokenRequest, MintTokenResponse, PatchSessionRequest, SessionInfo, StopResponse,
-    UpdateEnvironmentRequest,
+    MintTokenRequest, MintTokenResponse, PatchSessionRequest, RevokeAllRequest, RevokeAllResponse,
+    SessionInfo, StopResponse, UpdateEnvironmentRequest,
 };
 
 pub use follow::{Backoff, Follow, FollowEvent, FollowOptions, MAX_FRAME_BYTES, SILENCE_TIMEOUT};
@@ -571,7 +571,24 @@ impl Client {
             .await
     }
 
-    /// `GET /v1/tokens`: the caller's registered tokens, newest first.
+    /// `POST /v1/tokens/revoke-all`: ends every registered credential of the caller, or (for
+    /// an admin) of `sub`, and everything made from them.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `403` for a member naming someone else.
+    pub async fn revoke_all_tokens(&self, sub: Option<&str>) -> Result<RevokeAllResponse, Error> {
+        let body = RevokeAllRequest {
+            sub: sub.map(str::to_string),
+        };
+        self.send_json(
+            Method::POST,
+            self.url(["v1", "tokens", "revoke-all"]),
+            &body,
+        )
+        .await
+    }
+
+    /// `GET /v1/tokens`: the caller's registered tokens and cookie sessions, newest first.
     ///
     /// # Errors
     /// As [`Client::healthz`].

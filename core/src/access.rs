@@ -19,6 +19,12 @@ pub const JWKS_TTL_SECS: i64 = 3_600;
 pub const JWKS_UNKNOWN_KID_REFRESH_SECS: i64 = 10;
 /// After a failed fetch, no new attempt for this many seconds (a stale key set keeps serving).
 pub const JWKS_RETRY_AFTER_FAILURE_SECS: i64 = 5;
+/// The oldest key set ever used, in seconds since it was fetched: while fetches keep failing a
+/// stale set keeps serving up to here (an outage of the team domain does not sign everyone
+/// out at once), and past it Access sign-ins are `503` until a fetch succeeds. Without a bound
+/// a key the team rotated out (perhaps because it leaked) would stay trusted for as long as
+/// the isolate lives and the team domain is unreachable from it.
+pub const JWKS_MAX_AGE_SECS: i64 = 6 * 3_600;
 /// Largest key-set response read, in bytes.
 pub const MAX_JWKS_BYTES: usize = 64 * 1024;
 /// Most keys kept from one response.
@@ -79,13 +85,22 @@ impl AccessConfig {
                 );
             }
         };
-        let host = team
-            .strip_prefix("https://")
-            .or_else(|| team.strip_prefix("http://"))
-            .unwrap_or_default();
+        let (host, https) = match (team.strip_prefix("https://"), team.strip_prefix("http://")) {
+            (Some(host), _) => (host, true),
+            (None, Some(host)) => (host, false),
+            (None, None) => ("", false),
+        };
         if host.is_empty() || host.contains(['/', '?', '#', ' ', '@']) {
             return Err(format!(
                 "WUHU_ACCESS_TEAM_DOMAIN must be a URL with its scheme, like https://acme.cloudflareaccess.com (got {team:?})"
+            ));
+        }
+        // The key set that decides who anyone is comes from this URL: over plain http, whoever
+        // is on the path could serve their own keys and sign any identity. Loopback only is
+        // allowed (a local key-set server in tests never leaves the machine).
+        if !https && !is_loopback_host(host) {
+            return Err(format!(
+                "WUHU_ACCESS_TEAM_DOMAIN must be https:// (the Access keys are fetched from it; http:// is accepted only for a loopback address, in tests), like https://acme.cloudflareaccess.com (got {team:?})"
             ));
         }
         if audience.is_empty() {
@@ -151,6 +166,62 @@ impl AccessConfig {
     pub fn certs_url(&self) -> String {
         format!("{}/cdn-cgi/access/certs", self.team_domain)
     }
+
+    /// Who a lowercased `email` is under these settings now: its tenant by the rule, and
+    /// admin when listed. Used when an Access token is checked, and again at every use of a
+    /// credential whose lineage rests on an Access identity (`crate::tokens::standing`), so a
+    /// change to the settings reaches what was minted before it.
+    ///
+    /// # Errors
+    /// [`AccessError::NoEmail`] for an unusable email, [`AccessError::NoTenant`] when its
+    /// domain maps to no tenant.
+    pub fn principal_for(&self, email: &str) -> Result<Principal, AccessError> {
+        let email = email.to_ascii_lowercase();
+        let usable = valid_name(&email)
+            && email
+                .split_once('@')
+                .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
+        if !usable {
+            return Err(AccessError::NoEmail);
+        }
+        let tenant = match &self.tenant {
+            TenantRule::Fixed(t) => t.clone(),
+            TenantRule::ByDomain(rules) => {
+                let domain = email.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
+                rules
+                    .iter()
+                    .find(|(d, _)| d == domain)
+                    .map(|(_, t)| t.clone())
+                    .ok_or(AccessError::NoTenant)?
+            }
+        };
+        let role = if self.admins.contains(&email) {
+            Role::Admin
+        } else {
+            Role::Member
+        };
+        Ok(Principal {
+            sub: email,
+            tenant,
+            role,
+        })
+    }
+}
+
+/// Whether `host` (`name[:port]` or `[v6][:port]`) is a loopback address: `localhost`,
+/// `127.0.0.0/8` or `[::1]`.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((inside, port)) if port.is_empty() || port.starts_with(':') => inside,
+            _ => return false,
+        },
+        None => host.split(':').next().unwrap_or_default(),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The claims of an Access application token that matter here.
@@ -170,6 +241,11 @@ pub struct AccessClaims {
     /// Issuer: the team domain.
     #[serde(default)]
     pub iss: Option<String>,
+    /// Issued at, unix seconds: when Access signed the person in to this application (a new
+    /// sign-in issues a new token). Minting a token needs a recent one
+    /// (`crate::tokens::ACCESS_REAUTH_SECS`).
+    #[serde(default)]
+    pub iat: Option<i64>,
 }
 
 /// Why an Access token is refused (a 401's message).
@@ -202,6 +278,8 @@ pub struct AccessGrant {
     pub principal: Principal,
     /// The Access token's expiry.
     pub expires_at: i64,
+    /// The Access token's `iat`: when this sign-in happened.
+    pub issued_at: Option<i64>,
 }
 
 /// Checks an Access token's claims (its RS256 signature is already verified) at `now`.
@@ -230,39 +308,11 @@ pub fn check_access_claims(
     if claims.nbf.is_some_and(|nbf| nbf > now) {
         return Err(AccessError::NotYetValid);
     }
-    let email = claims
-        .email
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .filter(|e| {
-            valid_name(e)
-                && e.split_once('@')
-                    .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty())
-        })
-        .ok_or(AccessError::NoEmail)?;
-    let tenant = match &config.tenant {
-        TenantRule::Fixed(t) => t.clone(),
-        TenantRule::ByDomain(rules) => {
-            let domain = email.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
-            rules
-                .iter()
-                .find(|(d, _)| d == domain)
-                .map(|(_, t)| t.clone())
-                .ok_or(AccessError::NoTenant)?
-        }
-    };
-    let role = if config.admins.contains(&email) {
-        Role::Admin
-    } else {
-        Role::Member
-    };
+    let principal = config.principal_for(claims.email.as_deref().unwrap_or_default())?;
     Ok(AccessGrant {
-        principal: Principal {
-            sub: email,
-            tenant,
-            role,
-        },
+        principal,
         expires_at: claims.exp,
+        issued_at: claims.iat,
     })
 }
 
@@ -331,20 +381,21 @@ pub enum KeyLookup {
 impl JwksCache {
     /// Decides for `kid` at `now`. A missing or expired key set is fetched; an unknown `kid`
     /// triggers a fetch at most once per [`JWKS_UNKNOWN_KID_REFRESH_SECS`]; after a failure,
-    /// nothing is fetched for [`JWKS_RETRY_AFTER_FAILURE_SECS`] and a stale set keeps serving.
+    /// nothing is fetched for [`JWKS_RETRY_AFTER_FAILURE_SECS`] and a stale set keeps serving,
+    /// until it is [`JWKS_MAX_AGE_SECS`] old.
     pub fn lookup(&self, kid: &str, now: i64) -> KeyLookup {
         let found = self.keys.iter().find(|k| k.kid == kid).cloned();
         let backing_off = self
             .last_failure
             .is_some_and(|t| now - t < JWKS_RETRY_AFTER_FAILURE_SECS);
-        let fresh = self
-            .fetched_at
-            .is_some_and(|t| now - t < JWKS_TTL_SECS && now >= t);
+        let age = self.fetched_at.map(|t| now - t).filter(|age| *age >= 0);
+        let fresh = age.is_some_and(|age| age < JWKS_TTL_SECS);
+        let usable = age.is_some_and(|age| age < JWKS_MAX_AGE_SECS);
         if !fresh {
             return match (backing_off, found) {
                 (false, _) => KeyLookup::Fetch,
+                (true, _) if !usable => KeyLookup::Unavailable,
                 (true, Some(key)) => KeyLookup::Use(key),
-                (true, None) if self.keys.is_empty() => KeyLookup::Unavailable,
                 (true, None) => KeyLookup::Unknown,
             };
         }
@@ -443,6 +494,48 @@ mod tests {
         ];
         for v in bad {
             assert!(AccessConfig::from_vars(&v).is_err(), "{v:?}");
+        }
+        // Plain http lets whoever is on the path serve the keys: only loopback is allowed.
+        for team in [
+            "http://acme.cloudflareaccess.com",
+            "http://10.0.0.1",
+            "http://127.0.0.1.evil.example",
+            "http://localhost.evil.example:80",
+            "http://[::2]:9000",
+            "http://[::1]x",
+            "ftp://acme.cloudflareaccess.com",
+            "HTTPS://acme.cloudflareaccess.com",
+        ] {
+            let refused = AccessConfig::from_vars(&vars(Some(team), Some("aud"), Some("t"), None));
+            let message = refused.expect_err(team);
+            assert!(
+                message.contains("WUHU_ACCESS_TEAM_DOMAIN"),
+                "{team}: {message}"
+            );
+        }
+        assert!(
+            AccessConfig::from_vars(&vars(
+                Some("http://a.example"),
+                Some("aud"),
+                Some("t"),
+                None
+            ))
+            .unwrap_err()
+            .contains("https://"),
+            "the refusal says what is wanted"
+        );
+        for team in [
+            "https://acme.cloudflareaccess.com",
+            "https://acme.cloudflareaccess.com:8443",
+            "http://127.0.0.1:9000",
+            "http://127.1.2.3",
+            "http://localhost:9000",
+            "http://LOCALHOST",
+            "http://[::1]:9000",
+            "http://[::1]",
+        ] {
+            let accepted = AccessConfig::from_vars(&vars(Some(team), Some("aud"), Some("t"), None));
+            assert!(matches!(accepted, Ok(Some(_))), "{team}: {accepted:?}");
         }
         let ok = AccessConfig::from_vars(&vars(
             Some("http://127.0.0.1:9000"),
@@ -601,6 +694,44 @@ mod tests {
             cache.lookup("k1", later + JWKS_RETRY_AFTER_FAILURE_SECS),
             KeyLookup::Fetch
         );
+        // Fetches keep failing: the stale set serves until it is JWKS_MAX_AGE_SECS old, then
+        // nothing is trusted (503) until a fetch succeeds, known kid or not.
+        let fetched = 102 + JWKS_TTL_SECS; // the last successful fetch below
+        cache.store(vec![key("k1")], fetched);
+        let mut at = fetched + JWKS_TTL_SECS;
+        while at < fetched + JWKS_MAX_AGE_SECS + 3 * JWKS_RETRY_AFTER_FAILURE_SECS {
+            assert_eq!(
+                cache.lookup("k1", at),
+                KeyLookup::Fetch,
+                "at +{}",
+                at - fetched
+            );
+            cache.failed(at);
+            let want = if at + 1 - fetched < JWKS_MAX_AGE_SECS {
+                KeyLookup::Use(key("k1"))
+            } else {
+                KeyLookup::Unavailable
+            };
+            assert_eq!(cache.lookup("k1", at + 1), want, "at +{}", at + 1 - fetched);
+            at += JWKS_RETRY_AFTER_FAILURE_SECS;
+        }
+        assert_eq!(
+            cache.lookup("k1", fetched + JWKS_MAX_AGE_SECS - 1),
+            KeyLookup::Use(key("k1")),
+            "the last second of the bound still serves (while backing off)"
+        );
+        assert_eq!(
+            cache.lookup("k1", fetched + JWKS_MAX_AGE_SECS),
+            KeyLookup::Unavailable
+        );
+        // A success ends it.
+        let later = fetched + JWKS_MAX_AGE_SECS + 60;
+        assert_eq!(cache.lookup("k1", later), KeyLookup::Fetch);
+        cache.store(vec![key("k1")], later);
+        assert_eq!(cache.lookup("k1", later + 1), KeyLookup::Use(key("k1")));
+        // A clock that went back does not make an old set young.
+        assert_eq!(cache.lookup("k1", later - 10), KeyLookup::Fetch);
+
         // Never fetched and the fetch failed: unavailable, then retried.
         let mut empty = JwksCache::default();
         empty.failed(10);

@@ -48,6 +48,21 @@ impl Role {
             _ => None,
         }
     }
+
+    /// The lesser of two roles: a credential acts with no more than what each of its
+    /// sources grants (its claim, and what its lineage's root grants now).
+    pub fn at_most(self, other: Role) -> Role {
+        if self == Role::Admin && other == Role::Admin {
+            Role::Admin
+        } else {
+            Role::Member
+        }
+    }
+
+    /// Whether this role grants everything `other` grants.
+    pub fn covers(self, other: Role) -> bool {
+        self == Role::Admin || other == Role::Member
+    }
 }
 
 /// Who may see and prompt a session.

@@ -7,12 +7,17 @@
 //! are operator tokens minted with the secret: they are never looked up (and cannot be revoked
 //! one by one). Decision record: `docs/decisions/0007-token-registry-and-revocation.md`.
 //!
+//! Every registered credential records what it was made from, and revoking one ends every
+//! credential made from it ([`lineage`], decision 0032).
+//!
 //! The same module holds the cookie's wire format. Every function is pure.
 
 use serde::{Deserialize, Serialize};
 
 use crate::authority::{Principal, Role, TokenLimits, valid_name};
-use crate::wire::{CredentialKind, MintTokenRequest, TokenInfo};
+use crate::wire::{CredentialKind, LineageRoot, MintTokenRequest, TokenInfo};
+
+pub mod lineage;
 
 /// Most live tokens (`user` + `runner`) one user may hold; one more is `429 too_many_tokens`.
 pub const MAX_TOKENS_PER_USER: usize = 50;
@@ -53,14 +58,22 @@ pub struct CredentialRecord {
     pub created_at: i64,
     /// Unix seconds (the JWT's `exp`).
     pub expires_at: i64,
-    /// Cookie sessions: the `jti` of the token they were exchanged for; revoking that token
-    /// ends them too.
+    /// The registered credential (a minted token) this one was made from; revoking that one
+    /// ends this one, and everything made from this one.
     pub parent: Option<String>,
+    /// What the lineage rests on (a child's is its parent's; [`lineage::adopt`]).
+    #[serde(default)]
+    pub root: LineageRoot,
 }
 
 impl CredentialRecord {
-    /// What `GET /v1/tokens` shows.
+    /// What `GET /v1/tokens` shows (`current`: whether it is the credential of the request).
     pub fn info(&self) -> TokenInfo {
+        self.info_for(None)
+    }
+
+    /// [`info`](Self::info), marking it as the request's own when its `jti` is `current`.
+    pub fn info_for(&self, current: Option<&str>) -> TokenInfo {
         TokenInfo {
             jti: self.jti.clone(),
             name: self.name.clone(),
@@ -71,6 +84,9 @@ impl CredentialRecord {
             created_by: self.created_by.clone(),
             created_at: self.created_at,
             expires_at: self.expires_at,
+            parent: self.parent.clone(),
+            root: self.root.clone(),
+            current: current == Some(self.jti.as_str()),
         }
     }
 }
@@ -94,6 +110,14 @@ pub enum MintError {
     /// Over [`MAX_TOKENS_PER_USER`] or [`MAX_CREDENTIALS_PER_TENANT`] (429).
     #[error("{0}")]
     TooMany(String),
+    /// This credential may not mint without a fresh sign-in (403
+    /// `reauthentication_required`): a cookie session, or an Access sign-in that is not recent
+    /// ([`lineage::source`]).
+    #[error("{0}")]
+    Reauthenticate(String),
+    /// The credential it would be made from is gone (401; [`lineage::adopt`]).
+    #[error("{0}")]
+    Revoked(String),
 }
 
 impl MintError {
@@ -103,6 +127,8 @@ impl MintError {
             MintError::Bad(_) => (400, "bad_request"),
             MintError::Forbidden(_) => (403, "forbidden"),
             MintError::TooMany(_) => (429, "too_many_tokens"),
+            MintError::Reauthenticate(_) => (403, "reauthentication_required"),
+            MintError::Revoked(_) => (401, "unauthorized"),
         }
     }
 }
@@ -510,6 +536,7 @@ mod tests {
             created_at: 10,
             expires_at: 100,
             parent: None,
+            root: LineageRoot::Unrecorded,
         };
         assert!(credential_live(Some(&record), "alice", 99));
         assert!(!credential_live(Some(&record), "alice", 100));

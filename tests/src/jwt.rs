@@ -43,6 +43,21 @@ pub fn runner_claims(sub: &str, tenant: &str, ttl_secs: i64) -> Value {
     claims
 }
 
+/// The claims of a JWT, unverified (what a token says of itself, for assertions).
+///
+/// # Panics
+/// When the token is not three base64url parts with a JSON payload.
+pub fn decode_claims(token: &str) -> Value {
+    let payload = token
+        .split('.')
+        .nth(1)
+        .unwrap_or_else(|| panic!("not a JWT: {token}"));
+    let bytes = URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap_or_else(|e| panic!("the payload is not base64url ({e}): {token}"));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("the payload is not JSON ({e})"))
+}
+
 fn encode_part(value: &Value) -> String {
     base64url_encode(&serde_json::to_vec(value).expect("serialize jwt part"))
 }

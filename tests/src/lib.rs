@@ -22,10 +22,12 @@
 //! * [`moto::Moto`]: a local S3-compatible server (moto, installed by `ensure_moto`) for cloud
 //!   workspaces.
 //! * [`wait_until`] / [`wait_for`]: polling with deadlines instead of sleeps.
+//! * [`access::AccessTeam`]: a Cloudflare Access team (key-set server, signed Access tokens).
 //!
 //! The harness needs `worker/build` (built by `scripts/test`) and wrangler from
 //! `node_modules` (or `$WRANGLER_BIN`). Set `WUHU_E2E_KEEP=1` to keep every temp dir.
 
+pub mod access;
 pub mod api;
 pub mod cli;
 pub mod delay_proxy;

@@ -270,6 +270,45 @@ fn login_mints_a_revocable_token_and_revoke_locks_the_profile_out() {
     // Revoking again is a 404: exit 3, with the operator's token (the profile's is dead).
     let ran = wuhu.run(&["token", "revoke", &jti, "--token", &operator]);
     assert_eq!(ran.code(), 3, "{ran:?}");
+
+    // Sign out everywhere: a new login and a token minted from it both end; without a
+    // terminal the command wants --yes and ends nothing.
+    let login = wuhu
+        .run(&[
+            "login",
+            "--json",
+            "--server",
+            &stack.base_url(),
+            "--token",
+            &operator,
+            "--mint",
+            "desk",
+        ])
+        .ok()
+        .json();
+    let desk = login["minted"]["jti"].as_str().unwrap().to_string();
+    let current =
+        wuhu.run(&["token", "list", "--json"]).ok().json()["tokens"][0]["current"].clone();
+    assert_eq!(current, true, "the profile's own token is marked current");
+    let ran = wuhu.run(&["token", "revoke-all"]);
+    assert_eq!(ran.code(), 1, "{ran:?}");
+    assert!(ran.stderr.contains("--yes"), "{ran:?}");
+    assert_eq!(
+        wuhu.run(&["sessions", "list"]).code(),
+        0,
+        "nothing was ended"
+    );
+    let ended = wuhu
+        .run(&["token", "revoke-all", "--yes", "--json"])
+        .ok()
+        .json();
+    assert_eq!(
+        (ended["sub"].as_str(), ended["revoked"].as_u64()),
+        (Some("ana"), Some(1)),
+        "{ended}"
+    );
+    let ran = wuhu.run(&["sessions", "list"]);
+    assert_eq!(ran.code(), 2, "{desk} ended: {ran:?}");
 }
 
 fn base64_url_decode(text: &str) -> Vec<u8> {

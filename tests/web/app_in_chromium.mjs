@@ -141,8 +141,11 @@ const page = await context.newPage();
 let dropping = false;
 // While a page on another origin calls the API, the browser reports the refusals it asked for.
 let expectingRefusals = false;
+// While a wrong confirming token is sent on purpose, the browser reports its 401.
+let expectingWrongToken = false;
 page.on("console", (msg) => {
   if (msg.type() === "error" && expectingRefusals && /CORS policy|net::ERR_FAILED|status of 403/.test(msg.text())) return;
+  if (msg.type() === "error" && expectingWrongToken && /status of 401/.test(msg.text())) return;
   if (msg.type() === "error" && dropping && /net::ERR_|Failed to fetch|WebSocket connection to/.test(msg.text())) return;
   if (msg.type() === "error") consoleErrors.push(`console.error: ${msg.text()} (${msg.location().url})`);
 });
@@ -544,6 +547,9 @@ try {
   // A runner token minted by the page, and the command it shows, connect a real runner.
   await page.getByText("Register a runner").click();
   await page.getByLabel("Runner name").fill("web-runner");
+  // A cookie session cannot mint by itself: the page asks for the token it was made from.
+  check(await page.getByRole("button", { name: "Create a runner token" }).isDisabled(), "no runner token without the confirming token");
+  await page.getByLabel("Confirm with your token").fill(ALICE);
   await page.getByRole("button", { name: "Create a runner token" }).click();
   const commandBox = page.getByTestId("register-command");
   await commandBox.filter({ hasText: /WUHU_RUNNER_TOKEN=ey/ }).waitFor();
@@ -587,6 +593,15 @@ try {
   await mintForm.getByLabel("Name").fill("web-cli");
   await mintForm.getByLabel("Kind").selectOption("user");
   await mintForm.getByLabel("Lifetime (days)").fill("7");
+  check(await mintForm.getByRole("button", { name: "Create token" }).isDisabled(), "no token without the confirming token");
+  // A wrong token is the server's 401 for that token alone: shown, and the page stays signed in.
+  expectingWrongToken = true;
+  await mintForm.getByLabel("Confirm with your token").fill("not.a.token");
+  await mintForm.getByLabel("Name").press("Enter");
+  await mintForm.getByRole("alert").filter({ hasText: "401" }).waitFor();
+  expectingWrongToken = false;
+  await page.getByTestId("whoami").filter({ hasText: "alice" }).waitFor();
+  await mintForm.getByLabel("Confirm with your token").fill(ALICE);
   await mintForm.getByLabel("Name").press("Enter");
   const minted = page.getByTestId("minted");
   const personal = (await minted.getByTestId("minted-token").innerText()).trim();
@@ -614,6 +629,7 @@ try {
   check(!(await page.content()).includes(personal.split(".")[2]), "once hidden, the token is nowhere on the page");
   await mintForm.getByLabel("Name").fill("web-box");
   await mintForm.getByLabel("Kind").selectOption("runner");
+  await mintForm.getByLabel("Confirm with your token").fill(ALICE);
   await mintForm.getByRole("button", { name: "Create token" }).click();
   const mintedCommand = (await page.getByTestId("minted-command").innerText()).trim();
   const runnerMinted = (await minted.getByTestId("minted-token").innerText()).trim();
@@ -725,6 +741,26 @@ try {
       await revokedPage.getByLabel("Your token").waitFor({ timeout: 15_000 });
     } finally {
       await revokedContext.close();
+    }
+  }
+
+  // 11c. Sign out everywhere, as bob in a browser of his own: the Tokens page lists this
+  // browser's session, and ending everything sends the page back to sign-in; the cookie is
+  // refused from then on.
+  log("sign out everywhere");
+  {
+    const { context: bobContext, page: bobPage } = await signedInPage(BOB, "bob", BASE, /status of 401/);
+    try {
+      await bobPage.goto(`${BASE}/#/tokens`);
+      const tokens = bobPage.getByRole("table", { name: "Tokens" });
+      await tokens.getByRole("row", { name: /this browser/ }).getByText("browser session").waitFor();
+      await bobPage.getByRole("button", { name: "Sign out everywhere" }).click();
+      await bobPage.getByRole("group", { name: "Confirm signing out everywhere" }).getByRole("button", { name: "Yes, end them all" }).click();
+      await bobPage.getByLabel("Your token").waitFor({ timeout: 15_000 });
+      const me = await bobPage.evaluate(() => fetch("/v1/auth/me").then((r) => r.status));
+      check(me === 401, `bob's cookie is refused after signing out everywhere (${me})`);
+    } finally {
+      await bobContext.close();
     }
   }
 

@@ -8,6 +8,7 @@ import type {
   EnvironmentDefinition,
   Lane,
   MintedToken,
+  RevokedAll,
   RunnerInfo,
   SessionInfo,
   SessionPage,
@@ -30,8 +31,9 @@ export function setUnauthorizedHandler(handler: () => void) {
   onUnauthorized = handler;
 }
 
-export async function request<T>(method: string, path: string, body?: unknown, raw?: string): Promise<T> {
+export async function request<T>(method: string, path: string, body?: unknown, raw?: string, bearer?: string): Promise<T> {
   const headers: Record<string, string> = { ...authHeaders() };
+  if (bearer) headers.authorization = `Bearer ${bearer}`;
   let payload: string | undefined;
   if (raw !== undefined) {
     payload = raw;
@@ -50,7 +52,11 @@ export async function request<T>(method: string, path: string, body?: unknown, r
     // Not JSON: reported below with the status.
   }
   if (!response.ok) {
-    throw apiError(response.status, json?.error, `${method} ${path} answered ${response.status}`);
+    const fallback = `${method} ${path} answered ${response.status}`;
+    // A 401 for a token typed in for this one request is about that token, not the page's
+    // own session: it does not send the page back to sign-in.
+    if (bearer) throw new ApiError(response.status, json?.error?.code ?? "http_error", json?.error?.message ?? fallback);
+    throw apiError(response.status, json?.error, fallback);
   }
   return json as T;
 }
@@ -104,9 +110,19 @@ export const api = {
     request<DocSummary>("PUT", `/v1/workspace/docs/${docPath(path)}`, undefined, content),
   deleteDoc: (path: string) => request<unknown>("DELETE", `/v1/workspace/docs/${docPath(path)}`),
   listTokens: (all = false) => request<{ tokens: TokenInfo[] }>("GET", `/v1/tokens${all ? "?all=1" : ""}`),
-  mintToken: (body: { name: string; kind: "user" | "runner"; ttlDays: number; sub?: string; runnerKind?: "cloud" }) =>
-    request<MintedToken>("POST", "/v1/tokens", body),
-  revokeToken: (jti: string) => request<{ jti: string; revoked: boolean }>("DELETE", `/v1/tokens/${enc(jti)}`),
+  /**
+   * A cookie session cannot mint (docs/security.md, "Token lineage"): the page sends the token
+   * the person signed in with, typed again (`confirmToken`), as `Authorization: Bearer` for
+   * this one request, and keeps it nowhere. Behind Access none is needed, only a recent sign-in.
+   */
+  mintToken: (
+    body: { name: string; kind: "user" | "runner"; ttlDays: number; sub?: string; runnerKind?: "cloud" },
+    confirmToken?: string,
+  ) => request<MintedToken>("POST", "/v1/tokens", body, undefined, confirmToken?.trim().replace(/^Bearer\s+/i, "") || undefined),
+  revokeToken: (jti: string) =>
+    request<{ jti: string; revoked: boolean; alsoRevoked: number }>("DELETE", `/v1/tokens/${enc(jti)}`),
+  /** Ends every registered credential of the caller (this page's cookie session included). */
+  revokeAll: () => request<RevokedAll>("POST", "/v1/tokens/revoke-all", {}),
 };
 
 /** A workspace path with each segment percent-encoded (the server decodes per segment). */

@@ -155,6 +155,20 @@ export interface TokenInfo {
   createdBy: string;
   createdAt: number;
   expiresAt: number;
+  /** The token or cookie session it was made from (revoking that one ends this one). */
+  parent?: string;
+  /** What its lineage rests on. */
+  root: { kind: "operator" } | { kind: "access"; email: string } | { kind: "unrecorded" };
+  /** Whether it is the credential this page is signed in with. */
+  current: boolean;
+}
+
+/** `200` of `POST /v1/tokens/revoke-all`. */
+export interface RevokedAll {
+  sub: string;
+  revoked: number;
+  sessions: number;
+  runnerConnectionsClosed: number;
 }
 
 /** `201` of `POST /v1/tokens`: the token, shown this once. */

@@ -85,6 +85,7 @@ pub(crate) async fn verify(token: &str, config: &AccessConfig) -> ApiResult<Auth
         via: AuthVia::Access,
         jti: None,
         expires_at: grant.expires_at,
+        issued_at: grant.issued_at,
     })
 }
 

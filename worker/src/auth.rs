@@ -53,6 +53,7 @@ pub(crate) async fn authenticate(
             via: AuthVia::Bearer,
             jti: claims.jti,
             expires_at: claims.exp,
+            issued_at: claims.iat,
         }
     } else if kind == TokenKind::Runner {
         return Err(ApiError::unauthorized("missing bearer token"));
@@ -70,6 +71,7 @@ pub(crate) async fn authenticate(
                 via: AuthVia::Cookie,
                 jti: claims.jti,
                 expires_at: claims.exp,
+                issued_at: claims.iat,
             }
         } else {
             let access_token = header("cf-access-jwt-assertion")
@@ -99,10 +101,15 @@ pub(crate) async fn authenticate(
         .map_err(|e| ApiError::new(403, "forbidden", e.to_string()))?;
         authenticated
     };
+    // A registered credential must still be in the registry, and acts with no more than its
+    // lineage's root grants now (an Access identity demoted since it minted it).
+    let mut authenticated = authenticated;
     if let Some(jti) = &authenticated.jti {
-        let live = token_registry::check(env, &authenticated.identity, jti).await?;
-        if !live {
-            return Err(ApiError::unauthorized("token revoked"));
+        match token_registry::check(env, &authenticated.identity, jti).await? {
+            Ok(role) => {
+                authenticated.identity.role = authenticated.identity.role.at_most(role);
+            }
+            Err(reason) => return Err(ApiError::unauthorized(reason)),
         }
     }
     Ok(authenticated)

@@ -89,6 +89,9 @@ pub(crate) struct Authenticated {
     pub(crate) jti: Option<String>,
     /// When the credential expires (unix seconds).
     pub(crate) expires_at: i64,
+    /// When the credential was issued (its `iat`, unix seconds), when it says: for an Access
+    /// sign-in, when the person signed in (minting needs a recent one).
+    pub(crate) issued_at: Option<i64>,
 }
 
 /// Unix seconds now.

@@ -160,7 +160,7 @@ impl RunnerHub {
                 Ok(reply(&c, &answer))
             }
             HubCall::Revoked(c) => {
-                let closed = sockets.revoked(&c.jti);
+                let closed = sockets.revoked(&c.jtis);
                 Ok(reply(&c, &Closed { closed }))
             }
         }

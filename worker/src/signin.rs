@@ -3,12 +3,15 @@
 //! `wuhu_core::tokens`; the rows live in `token_registry`. `docs/api.md`, "Sign-in".
 
 use worker::{Env, Headers, Method, Request, Response};
+use wuhu_core::authority::valid_name;
+use wuhu_core::tokens::lineage::{self, Making, Presented};
 use wuhu_core::tokens::{
-    CredentialRecord, SESSION_TYP, plan_mint, session_clear_cookie, session_expiry,
+    CredentialRecord, MintError, SESSION_TYP, plan_mint, session_clear_cookie, session_expiry,
     session_set_cookie,
 };
 use wuhu_core::wire::{
-    AuthVia, Claims, CredentialKind, MintTokenRequest, MintTokenResponse, OkResponse, WhoAmI,
+    AuthVia, Claims, CredentialKind, MintTokenRequest, MintTokenResponse, OkResponse,
+    RevokeAllRequest, WhoAmI,
 };
 
 use crate::auth::{Authenticated, TokenConfig, now_secs, sign};
@@ -30,10 +33,12 @@ pub(crate) async fn route(
             let list = wuhu_core::calls::tokens::List {
                 all: crate::http::query(&pairs, "all").is_some_and(|v| v == "1" || v == "true"),
                 sub: crate::http::query(&pairs, "sub").filter(|s| !s.is_empty()),
+                current: auth.jti.clone(),
             };
             let tokens = token_registry::list(env, &auth.identity, &list).await?;
             Ok(json_response(200, &tokens))
         }
+        (["tokens", "revoke-all"], Method::Post) => revoke_all(req, env, auth).await,
         (["tokens", jti], Method::Delete) => {
             let revoked = token_registry::revoke(env, &auth.identity, jti).await?;
             Ok(json_response(200, &revoked))
@@ -87,16 +92,37 @@ fn claims(
     }
 }
 
+fn mint_error(e: MintError) -> ApiError {
+    let (status, code) = e.status_code();
+    ApiError::new(status, code, e.to_string())
+}
+
+/// The request's credential as the lineage rules see it.
+fn presented(auth: &Authenticated) -> Presented<'_> {
+    match (auth.via, auth.jti.as_deref()) {
+        (AuthVia::Bearer, Some(jti)) => Presented::Registered {
+            jti,
+            expires_at: auth.expires_at,
+        },
+        (AuthVia::Bearer, None) => Presented::Operator,
+        (AuthVia::Cookie, _) => Presented::CookieSession,
+        (AuthVia::Access, _) => Presented::Access {
+            email: &auth.identity.sub,
+            issued_at: auth.issued_at,
+        },
+    }
+}
+
 async fn mint(req: &mut Request, env: &Env, auth: &Authenticated) -> ApiResult<Response> {
     let request: MintTokenRequest = parse_json(&read_body(req).await?)?;
     let config = TokenConfig::from_env(env)?;
     let now = now_secs();
+    // What it may be made from first: a cookie session is refused whatever it asks for.
+    let source = lineage::source(presented(auth), Making::Token, now).map_err(mint_error)?;
     let plan =
-        plan_mint(&auth.identity.principal(), &request, now, config.limits).map_err(|e| {
-            let (status, code) = e.status_code();
-            ApiError::new(status, code, e.to_string())
-        })?;
-    let record = CredentialRecord {
+        plan_mint(&auth.identity.principal(), &request, now, config.limits).map_err(mint_error)?;
+    let (parent, root) = source.lineage();
+    let mut record = CredentialRecord {
         jti: uuid::Uuid::new_v4().to_string(),
         sub: plan.sub,
         kind: plan.kind,
@@ -105,10 +131,14 @@ async fn mint(req: &mut Request, env: &Env, auth: &Authenticated) -> ApiResult<R
         runner_kind: plan.runner_kind,
         created_by: auth.identity.sub.clone(),
         created_at: now,
-        expires_at: plan.expires_at,
-        parent: None,
+        expires_at: source.cap(plan.expires_at),
+        parent,
+        root,
     };
-    token_registry::register(env, &auth.identity, &record).await?;
+    // The registry adopts the parent's root and expiry as it holds them now.
+    let registered = token_registry::register(env, &auth.identity, &record).await?;
+    record.expires_at = registered.expires_at;
+    record.root = registered.root;
     let typ = (record.kind == CredentialKind::Runner).then_some("runner");
     let token = sign(env, &claims(&config, &record, &auth.identity.tenant, typ))?;
     Ok(json_response(
@@ -121,14 +151,12 @@ async fn mint(req: &mut Request, env: &Env, auth: &Authenticated) -> ApiResult<R
 }
 
 async fn create_session(env: &Env, auth: &Authenticated) -> ApiResult<Response> {
-    if auth.via == AuthVia::Cookie {
-        return Err(ApiError::bad_request(
-            "already signed in with a cookie session; sign out first",
-        ));
-    }
     let config = TokenConfig::from_env(env)?;
     let now = now_secs();
-    let record = CredentialRecord {
+    let source =
+        lineage::source(presented(auth), Making::CookieSession, now).map_err(mint_error)?;
+    let (parent, root) = source.lineage();
+    let mut record = CredentialRecord {
         jti: uuid::Uuid::new_v4().to_string(),
         sub: auth.identity.sub.clone(),
         kind: CredentialKind::Session,
@@ -137,10 +165,13 @@ async fn create_session(env: &Env, auth: &Authenticated) -> ApiResult<Response> 
         runner_kind: None,
         created_by: auth.identity.sub.clone(),
         created_at: now,
-        expires_at: session_expiry(now, auth.expires_at),
-        parent: auth.jti.clone(),
+        expires_at: source.cap(session_expiry(now, auth.expires_at)),
+        parent,
+        root,
     };
-    token_registry::register(env, &auth.identity, &record).await?;
+    let registered = token_registry::register(env, &auth.identity, &record).await?;
+    record.expires_at = registered.expires_at;
+    record.root = registered.root;
     let token = sign(
         env,
         &claims(&config, &record, &auth.identity.tenant, Some(SESSION_TYP)),
@@ -171,6 +202,31 @@ async fn logout(env: &Env, auth: &Authenticated) -> ApiResult<Response> {
         json_response(200, &OkResponse { ok: true }),
         &session_clear_cookie(),
     )
+}
+
+/// `POST /v1/tokens/revoke-all` (body optional: `{"sub"}` for an admin naming someone else):
+/// every registered credential of the user and everything made from them. A caller who ends
+/// their own cookie session this way gets the cookie cleared too.
+async fn revoke_all(req: &mut Request, env: &Env, auth: &Authenticated) -> ApiResult<Response> {
+    let body = read_body(req).await?;
+    let request: RevokeAllRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RevokeAllRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let sub = request.sub.unwrap_or_else(|| auth.identity.sub.clone());
+    if !valid_name(&sub) {
+        return Err(ApiError::bad_request(
+            "sub must be 1-128 of A-Z a-z 0-9 _ . @ + -",
+        ));
+    }
+    let answer = token_registry::revoke_all(env, &auth.identity, &sub).await?;
+    let response = json_response(200, &answer);
+    if auth.via == AuthVia::Cookie && sub == auth.identity.sub {
+        with_cookie(response, &session_clear_cookie())
+    } else {
+        Ok(response)
+    }
 }
 
 fn with_cookie(response: Response, cookie: &str) -> ApiResult<Response> {

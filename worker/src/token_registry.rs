@@ -1,14 +1,19 @@
 //! `TokenRegistry`: one Durable Object per tenant holding its registered credentials (tokens
-//! minted by `POST /v1/tokens`, browser cookie sessions), one SQLite row per `jti`.
+//! minted by `POST /v1/tokens`, browser cookie sessions), one SQLite row per `jti`, each with
+//! the `jti` of the credential it was made from (`parent`) and its lineage's root.
 //!
-//! A JWT with a `jti` is accepted only while its row exists (`wuhu_core::tokens::credential_live`),
-//! so revoking is deleting the row, and the next request anywhere is refused: every such
-//! request asks `Check`, a primary-key lookup in this object's SQLite. Tokens without `jti`
-//! (operator tokens) never come here. See `docs/decisions/0007-token-registry-and-revocation.md`.
+//! A JWT with a `jti` is accepted only while its row exists (`wuhu_core::tokens::lineage::standing`,
+//! which also re-checks a credential resting on a Cloudflare Access identity against the Access
+//! settings), so revoking is deleting rows, and the next request anywhere is refused: every
+//! such request asks `Check`, a primary-key lookup in this object's SQLite. Revoking deletes
+//! the credential's whole tree (`lineage::revocation_set`); `RevokeAll` every tree of a user.
+//! Registering a child adopts its parent's root and expiry, and is refused once the parent is
+//! gone (`lineage::adopt`). Tokens without `jti` (operator tokens) never come here. See
+//! `docs/decisions/0007-token-registry-and-revocation.md` and `0032-token-lineage.md`.
 //!
-//! What is already open is cut too: revoking a runner token tells the tenant's runner hub,
-//! which closes the sockets that connected with it (`Revoked` on the hub); follow streams
-//! opened with a revocable credential ask `Check` again every
+//! What is already open is cut too: revoking runner tokens tells the tenant's runner hub,
+//! which closes the sockets that connected with them (`Revoked` on the hub); follow streams
+//! and session sockets opened with a revocable credential ask `Check` again every
 //! `wuhu_core::follow::CREDENTIAL_RECHECK_MS` and end when it is gone.
 //!
 //! Its calls are `wuhu_core::calls::tokens::TokensCall` (identity in `x-wuhu-*` headers, set by
@@ -16,12 +21,16 @@
 
 use serde::Deserialize;
 use worker::{DurableObject, Env, Request, Response, SqlStorage, State, durable_object};
+use wuhu_core::authority::Role;
 use wuhu_core::calls::hub::Revoked;
-use wuhu_core::calls::tokens::{Check, List, Live, Register, Revoke, TokensCall};
+use wuhu_core::calls::tokens::{Check, List, Live, Register, Revoke, RevokeAll, TokensCall};
+use wuhu_core::tokens::lineage::{self, Node, Revocation, Standing};
 use wuhu_core::tokens::{
-    CredentialRecord, credential_live, may_manage_tokens, may_register, sessions_to_evict,
+    CredentialRecord, MintError, may_manage_tokens, may_register, sessions_to_evict,
 };
-use wuhu_core::wire::{CredentialKind, ListTokensResponse, RevokeTokenResponse};
+use wuhu_core::wire::{
+    CredentialKind, LineageRoot, ListTokensResponse, RevokeAllResponse, RevokeTokenResponse,
+};
 
 use crate::http::{ApiError, ApiResult};
 use crate::identity::{Identity, now_secs};
@@ -81,25 +90,53 @@ impl TokenRegistry {
         let who = Identity::from_headers(&req)?;
         let now = now_secs();
         match call {
-            TokensCall::Check(c) => {
-                let record = self.get(&c.jti)?;
-                let live = credential_live(record.as_ref(), &who.sub, now);
-                Ok(reply(&c, &Live { live }))
-            }
+            TokensCall::Check(c) => Ok(reply(&c, &self.check(&who, &c.jti, now)?)),
             TokensCall::Register(c) => {
                 self.prune(now)?;
-                self.register(&c.0)?;
-                Ok(reply(&c, &c.0.info()))
+                let parent = match c.0.parent.as_deref() {
+                    Some(jti) => self.get(jti)?,
+                    None => None,
+                };
+                let record =
+                    lineage::adopt(c.0.clone(), parent.as_ref(), now).map_err(mint_error)?;
+                self.register(&record)?;
+                Ok(reply(&c, &record.info()))
             }
             TokensCall::List(c) => {
                 self.prune(now)?;
                 Ok(reply(&c, &self.list(&who, &c)?))
             }
             TokensCall::Revoke(c) => Ok(reply(&c, &self.revoke(&who, &c.jti).await?)),
+            TokensCall::RevokeAll(c) => Ok(reply(&c, &self.revoke_all(&who, &c.sub).await?)),
         }
     }
 
-    /// `GET /v1/tokens`: the caller's (or, for an admin, a named user's or everyone's) tokens.
+    /// Whether `who`'s credential `jti` may be used now, and as what. The Access settings are
+    /// read only for a credential resting on an Access identity.
+    fn check(&self, who: &Identity, jti: &str, now: i64) -> ApiResult<Live> {
+        let record = self.get(jti)?;
+        let access = match record.as_ref().map(|r| &r.root) {
+            Some(LineageRoot::Access { .. }) => crate::access::config(&self.env)?,
+            _ => None,
+        };
+        Ok(
+            match lineage::standing(record.as_ref(), &who.sub, &who.tenant, now, access.as_ref()) {
+                Standing::Live { role } => Live {
+                    live: true,
+                    role: Some(role),
+                    reason: None,
+                },
+                Standing::Refused(reason) => Live {
+                    live: false,
+                    role: None,
+                    reason: Some(reason),
+                },
+            },
+        )
+    }
+
+    /// `GET /v1/tokens`: the caller's (or, for an admin, a named user's or everyone's)
+    /// tokens and cookie sessions, the caller's own marked `current`.
     fn list(&self, who: &Identity, list: &List) -> ApiResult<ListTokensResponse> {
         let principal = who.principal();
         let rows: Vec<RecordRow> = if list.all {
@@ -112,7 +149,7 @@ impl TokenRegistry {
             }
             self.sql
                 .exec(
-                    "SELECT record FROM credentials WHERE kind != 'session' ORDER BY created_at DESC, jti",
+                    "SELECT record FROM credentials ORDER BY created_at DESC, jti",
                     None,
                 )?
                 .to_array()?
@@ -127,49 +164,88 @@ impl TokenRegistry {
             }
             self.sql
                 .exec(
-                    "SELECT record FROM credentials WHERE sub = ? AND kind != 'session' ORDER BY created_at DESC, jti",
+                    "SELECT record FROM credentials WHERE sub = ? ORDER BY created_at DESC, jti",
                     vec![sub.into()],
                 )?
                 .to_array()?
         };
+        let current = list.current.as_deref();
         let tokens = rows
             .into_iter()
             .filter_map(|r| serde_json::from_str::<CredentialRecord>(&r.record).ok())
-            .map(|r| r.info())
+            .map(|r| r.info_for(current))
             .collect();
         Ok(ListTokensResponse { tokens })
     }
 
-    /// Revokes `jti` and the sessions made from it, if `who` may. Someone else's token is not
+    /// Revokes `jti` and everything made from it, if `who` may. Someone else's token is not
     /// found for a member: its existence is not theirs to learn.
     async fn revoke(&self, who: &Identity, jti: &str) -> ApiResult<RevokeTokenResponse> {
         let record = self
             .get(jti)?
             .filter(|r| may_manage_tokens(&who.principal(), &r.sub))
             .ok_or_else(|| ApiError::not_found("no such token"))?;
-        // Sessions made from this token end with it.
-        self.sql.exec(
-            "DELETE FROM credentials WHERE jti = ? OR parent = ?",
-            vec![record.jti.clone().into(), record.jti.clone().into()],
-        )?;
-        // Runners connected with it are cut now (the row is gone, so their reconnect is
-        // refused). Follow streams notice by themselves within the recheck bound.
-        if record.kind == CredentialKind::Runner {
-            self.disconnect_runners(who, &record.jti).await;
-        }
+        let revoked = self.revoke_set(who, Revocation::One(&record.jti)).await?;
         Ok(RevokeTokenResponse {
             jti: record.jti,
             revoked: true,
+            also_revoked: revoked.count.saturating_sub(1),
         })
     }
 
-    /// Asks the tenant's runner hub to close the sockets that connected with `jti` (one retry).
-    /// A hub that cannot be reached is logged: the token is revoked either way, and the socket
-    /// then lasts until the runner reconnects (refused).
-    async fn disconnect_runners(&self, who: &Identity, jti: &str) {
-        let call = Revoked {
-            jti: jti.to_string(),
+    /// Revokes every credential of `sub` and everything made from them, if `who` may (their
+    /// own, or anyone's for an admin; a member naming someone else is `403`, as listing is).
+    async fn revoke_all(&self, who: &Identity, sub: &str) -> ApiResult<RevokeAllResponse> {
+        if !may_manage_tokens(&who.principal(), sub) {
+            return Err(ApiError::new(
+                403,
+                "forbidden",
+                "only admins may revoke another user's credentials",
+            ));
+        }
+        let revoked = self.revoke_set(who, Revocation::AllOf(sub)).await?;
+        Ok(RevokeAllResponse {
+            sub: sub.to_string(),
+            revoked: revoked.count,
+            sessions: revoked.sessions,
+            runner_connections_closed: revoked.runner_connections_closed,
+        })
+    }
+
+    /// Deletes what `what` reaches (`lineage::revocation_set` over the tenant's rows), then
+    /// has the runner hub close the sockets of the runner tokens among them. Follow streams and
+    /// session sockets notice by themselves within the recheck bound.
+    async fn revoke_set(&self, who: &Identity, what: Revocation<'_>) -> ApiResult<Outcome> {
+        let records = self.all()?;
+        let nodes: Vec<Node<'_>> = records.iter().map(Node::from).collect();
+        let set = lineage::revocation_set(&nodes, what);
+        let mut outcome = Outcome {
+            count: set.len(),
+            ..Outcome::default()
         };
+        let mut runners = Vec::new();
+        for jti in &set {
+            self.sql.exec(
+                "DELETE FROM credentials WHERE jti = ?",
+                vec![jti.as_str().into()],
+            )?;
+            match records.iter().find(|r| &r.jti == jti).map(|r| r.kind) {
+                Some(CredentialKind::Runner) => runners.push(jti.clone()),
+                Some(CredentialKind::Session) => outcome.sessions += 1,
+                _ => {}
+            }
+        }
+        if !runners.is_empty() {
+            outcome.runner_connections_closed = self.disconnect_runners(who, runners).await;
+        }
+        Ok(outcome)
+    }
+
+    /// Asks the tenant's runner hub to close the sockets that connected with `jtis` (one
+    /// retry); returns how many it closed. A hub that cannot be reached is logged: the tokens
+    /// are revoked either way, and a socket then lasts until its runner reconnects (refused).
+    async fn disconnect_runners(&self, who: &Identity, jtis: Vec<String>) -> usize {
+        let call = Revoked { jtis };
         let mut last_error = String::new();
         for _ in 0..2 {
             let answer = match internal::hub(&self.env, &who.tenant) {
@@ -179,17 +255,31 @@ impl TokenRegistry {
             match answer {
                 Ok(closed) => {
                     worker::console_log!(
-                        "token registry: runner token revoked; {} connection(s) closed",
+                        "token registry: {} runner token(s) revoked; {} connection(s) closed",
+                        call.jtis.len(),
                         closed.closed
                     );
-                    return;
+                    return closed.closed;
                 }
                 Err(e) => last_error = e.message,
             }
         }
         worker::console_error!(
-            "token registry: telling the runner hub about a revoked token failed: {last_error}"
+            "token registry: telling the runner hub about revoked tokens failed: {last_error}"
         );
+        0
+    }
+
+    /// Every row of the tenant (at most `MAX_CREDENTIALS_PER_TENANT`): what a revocation walks.
+    fn all(&self) -> ApiResult<Vec<CredentialRecord>> {
+        let rows: Vec<RecordRow> = self
+            .sql
+            .exec("SELECT record FROM credentials", None)?
+            .to_array()?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| serde_json::from_str(&r.record).ok())
+            .collect())
     }
 
     fn get(&self, jti: &str) -> ApiResult<Option<CredentialRecord>> {
@@ -276,29 +366,54 @@ impl TokenRegistry {
     }
 }
 
+/// What one revocation ended.
+#[derive(Default)]
+struct Outcome {
+    count: usize,
+    sessions: usize,
+    runner_connections_closed: usize,
+}
+
+fn mint_error(e: MintError) -> ApiError {
+    let (status, code) = e.status_code();
+    ApiError::new(status, code, e.to_string())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Calls from the router and the actors.
 
-/// Whether the credential `jti` of `who` is live (registered, theirs, not expired).
-pub(crate) async fn check(env: &Env, who: &Identity, jti: &str) -> ApiResult<bool> {
+/// Whether the credential `jti` of `who` may be used now: `Ok(role)` (the most it may act as),
+/// or `Err(reason)` when it is revoked, expired or its Access root no longer admits it.
+pub(crate) async fn check(env: &Env, who: &Identity, jti: &str) -> ApiResult<Result<Role, String>> {
     let call = Check {
         jti: jti.to_string(),
     };
     let live = internal::call(&internal::token_registry(env, &who.tenant)?, who, &call).await?;
-    Ok(live.live)
+    Ok(match (live.live, live.role) {
+        (true, Some(role)) => Ok(role),
+        (true, None) => Ok(Role::Member),
+        (false, _) => Err(live.reason.unwrap_or_else(|| "token revoked".to_string())),
+    })
+}
+
+/// Whether a stream opened by `who` (with the role it had then) may go on: its credential is
+/// still accepted, with at least that role.
+pub(crate) async fn still_live(env: &Env, who: &Identity, jti: &str) -> ApiResult<bool> {
+    Ok(check(env, who, jti)
+        .await?
+        .is_ok_and(|role| role.covers(who.role)))
 }
 
 /// Registers a credential in `who`'s tenant (`who` is the caller; `record.sub` may differ for
-/// admins). 429 `too_many_tokens` over the bounds.
+/// admins) and answers what was registered: a child's expiry may be capped at its parent's.
+/// 429 `too_many_tokens` over the bounds, 401 when the credential it is made from is gone.
 pub(crate) async fn register(
     env: &Env,
     who: &Identity,
     record: &CredentialRecord,
-) -> ApiResult<()> {
+) -> ApiResult<wuhu_core::wire::TokenInfo> {
     let call = Register(record.clone());
-    internal::call(&internal::token_registry(env, &who.tenant)?, who, &call)
-        .await
-        .map(|_| ())
+    internal::call(&internal::token_registry(env, &who.tenant)?, who, &call).await
 }
 
 /// `GET /v1/tokens[?sub=|?all=1]`.
@@ -306,10 +421,23 @@ pub(crate) async fn list(env: &Env, who: &Identity, list: &List) -> ApiResult<Li
     internal::call(&internal::token_registry(env, &who.tenant)?, who, list).await
 }
 
-/// Revokes `jti` (and the sessions made from it) if `who` may.
+/// Revokes `jti` (and everything made from it) if `who` may.
 pub(crate) async fn revoke(env: &Env, who: &Identity, jti: &str) -> ApiResult<RevokeTokenResponse> {
     let call = Revoke {
         jti: jti.to_string(),
+    };
+    internal::call(&internal::token_registry(env, &who.tenant)?, who, &call).await
+}
+
+/// `POST /v1/tokens/revoke-all`: every credential of `sub` (and everything made from them) if
+/// `who` may.
+pub(crate) async fn revoke_all(
+    env: &Env,
+    who: &Identity,
+    sub: &str,
+) -> ApiResult<RevokeAllResponse> {
+    let call = RevokeAll {
+        sub: sub.to_string(),
     };
     internal::call(&internal::token_registry(env, &who.tenant)?, who, &call).await
 }

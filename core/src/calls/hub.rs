@@ -95,11 +95,13 @@ call!(CallRunner => Hub, "call", RunnerCallResponse);
 pub struct Discard(pub DiscardWorkspacesRequest);
 call!(Discard => Hub, "discard", DiscardWorkspacesResponse);
 
-/// A runner token was revoked: its sockets close.
+/// Runner tokens were revoked (one, its tree, or everything of a user): the sockets that
+/// connected with any of them close. At most `wuhu_core::tokens::MAX_CREDENTIALS_PER_TENANT`
+/// (the registry's bound), so one call carries a whole revocation.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Revoked {
-    /// The token.
-    pub jti: String,
+    /// The tokens' `jti`s.
+    pub jtis: Vec<String>,
 }
 call!(Revoked => Hub, "revoked", Closed);
 

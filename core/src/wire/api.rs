@@ -455,6 +455,10 @@ pub struct RevokeTokenResponse {
     pub jti: String,
     /// Always `true` (failures are errors).
     pub revoked: bool,
+    /// How many credentials made from it (its whole tree: tokens minted with it, their
+    /// tokens, the cookie sessions made from any of them) were revoked with it.
+    #[serde(default, rename = "alsoRevoked")]
+    pub also_revoked: usize,
 }
 
 /// Every API error: `{"error":{"code","message"}}`.

@@ -12,7 +12,8 @@ pub enum CredentialKind {
     User,
     /// A runner's token (`typ: runner`).
     Runner,
-    /// A browser's cookie session (`POST /v1/auth/session`); never listed as a token.
+    /// A browser's cookie session (`POST /v1/auth/session`): listed with the tokens, and
+    /// revoked like them (logout revokes it).
     Session,
 }
 
@@ -84,6 +85,66 @@ pub struct TokenInfo {
     pub created_at: i64,
     /// Unix seconds (the token's `exp`).
     pub expires_at: i64,
+    /// The registered credential (a minted token or a cookie session) this one was made from:
+    /// revoking that one revokes this one, and a token never outlives it. Absent for a
+    /// credential made from the operator secret or an Access identity (see `root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// What this credential's lineage rests on.
+    #[serde(default)]
+    pub root: LineageRoot,
+    /// Whether this is the credential the request was made with (`GET /v1/tokens`).
+    #[serde(default)]
+    pub current: bool,
+}
+
+/// What a registered credential's lineage rests on: the first credential of its line that is
+/// not itself registered.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum LineageRoot {
+    /// A token signed with the operator secret (no `jti`): it ends only when the secret is
+    /// rotated.
+    Operator,
+    /// A Cloudflare Access identity: re-checked at every use against the Access settings
+    /// (`WUHU_ACCESS_*`), so removing the email from `WUHU_ACCESS_ADMINS` demotes what it
+    /// minted, and an email Access no longer maps to this tenant ends it.
+    Access {
+        /// The lowercased email.
+        email: String,
+    },
+    /// Registered before lineage was recorded (issue 29): nothing to re-check.
+    #[default]
+    Unrecorded,
+}
+
+/// `POST /v1/tokens/revoke-all`: ends every registered credential of a user.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RevokeAllRequest {
+    /// Whose: the caller by default; another user's only for admins.
+    #[serde(default)]
+    pub sub: Option<String>,
+}
+
+/// `200` answer of `POST /v1/tokens/revoke-all`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RevokeAllResponse {
+    /// Whose credentials were ended.
+    pub sub: String,
+    /// How many registered credentials were revoked: the user's tokens and cookie sessions,
+    /// everything made from them (other users' tokens an admin minted from them included),
+    /// and everything resting on their Access identity.
+    pub revoked: usize,
+    /// Of those, cookie sessions.
+    pub sessions: usize,
+    /// Runner connections closed at once (the other open things, follow streams and session
+    /// sockets, end within `CREDENTIAL_RECHECK_MS`).
+    pub runner_connections_closed: usize,
 }
 
 /// `201` answer of `POST /v1/tokens`: the token, shown this once.

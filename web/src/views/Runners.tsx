@@ -3,7 +3,7 @@ import { api } from "../api";
 import type { Identity } from "../auth";
 import type { EnvironmentDefinition, RunnerInfo } from "../types";
 import { ErrorLine, copyText, errorText, timeAgo, useInterval } from "../util";
-import { registerCommand } from "./Tokens";
+import { ConfirmTokenField, mintErrorText, registerCommand } from "./Tokens";
 
 export function Runners({ me }: { me: Identity }) {
   const [runners, setRunners] = useState<RunnerInfo[] | null>(null);
@@ -130,15 +130,17 @@ export function Runners({ me }: { me: Identity }) {
 function RegisterRunner({ me }: { me: Identity }) {
   const [name, setName] = useState(`${me.sub.replace(/[^A-Za-z0-9_.-]/g, "-")}-laptop`);
   const [token, setToken] = useState<string | null>(null);
+  const [confirmToken, setConfirmToken] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [copied, setCopied] = useState(false);
   const mint = async () => {
     try {
-      const minted = await api.mintToken({ name, kind: "runner", ttlDays: 90 });
+      const minted = await api.mintToken({ name, kind: "runner", ttlDays: 90 }, confirmToken);
       setToken(minted.token);
+      setConfirmToken("");
       setError(null);
     } catch (err) {
-      setError(`Could not mint a runner token here: ${errorText(err)}. Ask an admin for one.`);
+      setError(`Could not mint a runner token here: ${mintErrorText(err)}`);
     }
   };
   const command = registerCommand(token ?? "<runner token>", name);
@@ -149,8 +151,9 @@ function RegisterRunner({ me }: { me: Identity }) {
         Runner name
         <input value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
       </label>
+      <ConfirmTokenField me={me} value={confirmToken} onInput={setConfirmToken} />
       <div class="actions">
-        <button type="button" onClick={mint}>
+        <button type="button" onClick={mint} disabled={me.via === "cookie" && !confirmToken.trim()}>
           Create a runner token
         </button>
       </div>

@@ -1,12 +1,45 @@
-// Tokens for programs and runners (docs/api.md, "Tokens for programs"): list them (never the
-// token itself), mint one and see it exactly once, revoke one after a confirm. Admins may mint
-// for another user and list every user's tokens.
+// Tokens for programs and runners (docs/api.md, "Tokens for programs"): list them and the
+// browser sessions (never the token itself), mint one and see it exactly once, revoke one after
+// a confirm, or end every credential at once ("Sign out everywhere"). Admins may mint for
+// another user and list every user's tokens. A cookie session cannot mint by itself
+// (docs/security.md, "Token lineage"): the form asks for the token the person signed in with.
 
 import { useCallback, useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
-import { api } from "../api";
+import { ApiError, api } from "../api";
 import type { Identity } from "../auth";
 import type { MintedToken, TokenInfo } from "../types";
 import { ErrorLine, copyText, errorText, timeAgo, useTick } from "../util";
+
+/**
+ * The field a cookie session's mint form needs: the token the person signed in with, sent with
+ * this one request (the new token is its child). Nothing for Access or a bearer page.
+ */
+export function ConfirmTokenField({ me, value, onInput }: { me: Identity; value: string; onInput: (v: string) => void }) {
+  if (me.via !== "cookie") return null;
+  return (
+    <label class="span-all">
+      Confirm with your token
+      <input
+        name="confirmToken"
+        type="password"
+        autoComplete="off"
+        required
+        value={value}
+        placeholder="the token you signed in with"
+        onInput={(e) => onInput((e.target as HTMLInputElement).value)}
+      />
+      <span class="muted small">
+        A browser session cannot create tokens by itself: the new token belongs to the one you paste, and ends with it.
+      </span>
+    </label>
+  );
+}
+
+/** The error of a mint, with the way out when Access wants a fresh sign-in. */
+export function mintErrorText(err: unknown): string {
+  if (err instanceof ApiError && err.code === "reauthentication_required") return err.message;
+  return errorText(err);
+}
 
 /** `5 Dec 2026` style, for expiry dates (relative times are for the past). */
 function day(unixSeconds: number): string {
@@ -28,6 +61,8 @@ export function Tokens({ me }: { me: Identity }) {
   const [tokens, setTokens] = useState<TokenInfo[] | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [minted, setMinted] = useState<MintedToken | null>(null);
+  const [endingAll, setEndingAll] = useState(false);
+  const [ended, setEnded] = useState<string | null>(null);
   useTick(30_000);
   const refresh = useCallback(async () => {
     try {
@@ -71,6 +106,46 @@ export function Tokens({ me }: { me: Identity }) {
       ) : (
         <TokenTable tokens={tokens} showOwner={all} onRevoked={refresh} onError={setError} />
       )}
+      <div class="card danger-zone">
+        <h2>Sign out everywhere</h2>
+        <p class="muted">
+          Ends every token and browser session of yours at once, and everything made from them: programs, runners and other
+          browsers are refused from the next request, open connections close.
+          {me.via === "access" ? " Your Cloudflare Access sign-in is Access's to end." : " This browser is signed out too."}
+        </p>
+        {ended && <p role="status">{ended}</p>}
+        {endingAll ? (
+          <span class="confirm" role="group" aria-label="Confirm signing out everywhere">
+            <span class="small">End all of them?</span>
+            <button
+              type="button"
+              class="danger small"
+              onClick={async () => {
+                try {
+                  const answer = await api.revokeAll();
+                  setEnded(`${answer.revoked} credential(s) ended, ${answer.runnerConnectionsClosed} runner connection(s) closed.`);
+                  setError(null);
+                } catch (err) {
+                  setError(errorText(err));
+                } finally {
+                  setEndingAll(false);
+                  // With the page's own cookie session ended this goes back to sign-in (401).
+                  await refresh();
+                }
+              }}
+            >
+              Yes, end them all
+            </button>
+            <button type="button" class="secondary small" onClick={() => setEndingAll(false)}>
+              Cancel
+            </button>
+          </span>
+        ) : (
+          <button type="button" class="danger" onClick={() => setEndingAll(true)}>
+            Sign out everywhere
+          </button>
+        )}
+      </div>
     </section>
   );
 }
@@ -81,6 +156,7 @@ function MintForm({ me, onMinted }: { me: Identity; onMinted: (m: MintedToken) =
   const [ttlDays, setTtlDays] = useState("30");
   const [sub, setSub] = useState("");
   const [cloud, setCloud] = useState(false);
+  const [confirmToken, setConfirmToken] = useState("");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
   const submit = async (e: Event) => {
@@ -96,11 +172,12 @@ function MintForm({ me, onMinted }: { me: Identity; onMinted: (m: MintedToken) =
       const body: Parameters<typeof api.mintToken>[0] = { name: name.trim(), kind, ttlDays: days };
       if (sub.trim() && sub.trim() !== me.sub) body.sub = sub.trim();
       if (kind === "runner" && cloud) body.runnerKind = "cloud";
-      const minted = await api.mintToken(body);
+      const minted = await api.mintToken(body, confirmToken);
       setName("");
+      setConfirmToken("");
       onMinted(minted);
     } catch (err) {
-      setError(errorText(err));
+      setError(mintErrorText(err));
     } finally {
       setBusy(false);
     }
@@ -157,10 +234,16 @@ function MintForm({ me, onMinted }: { me: Identity; onMinted: (m: MintedToken) =
             />
           </label>
         )}
+        <ConfirmTokenField me={me} value={confirmToken} onInput={setConfirmToken} />
       </div>
       <ErrorLine error={error} />
+      {me.via === "access" && error?.includes("sign in again") && (
+        <p>
+          <a href="/cdn-cgi/access/logout">Sign in to Access again</a>, then come back and create the token.
+        </p>
+      )}
       <div class="actions">
-        <button type="submit" disabled={busy || !name.trim()}>
+        <button type="submit" disabled={busy || !name.trim() || (me.via === "cookie" && !confirmToken.trim())}>
           Create token
         </button>
       </div>
@@ -259,9 +342,16 @@ function TokenTable({
       <tbody>
         {tokens.map((t) => (
           <tr key={t.jti} data-jti={t.jti}>
-            <td>{t.name}</td>
             <td>
-              {t.kind === "runner" ? `runner${t.runnerKind ? ` (${t.runnerKind})` : ""}` : "personal"}
+              {t.name}
+              {t.current ? <span class="badge">this browser</span> : null}
+            </td>
+            <td>
+              {t.kind === "runner"
+                ? `runner${t.runnerKind ? ` (${t.runnerKind})` : ""}`
+                : t.kind === "session"
+                  ? "browser session"
+                  : "personal"}
               {t.role === "admin" ? <span class="badge">admin</span> : null}
             </td>
             {showOwner && <td>{t.sub}</td>}

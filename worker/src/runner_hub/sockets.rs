@@ -610,13 +610,14 @@ impl Sockets<'_> {
         }
     }
 
-    /// The token `jti` was revoked: closes every open socket that connected with it (1008
+    /// The tokens `jtis` were revoked: closes every open socket that connected with one (1008
     /// `token revoked`; the runner's reconnect is refused with 401) and fails what waits on
     /// them. Returns how many were closed.
-    pub(super) fn revoked(&self, jti: &str) -> usize {
+    pub(super) fn revoked(&self, jtis: &[String]) -> usize {
+        let jtis: std::collections::HashSet<&str> = jtis.iter().map(String::as_str).collect();
         let mut closed = 0;
         for (ws, info) in self.open() {
-            if info.jti.as_deref() != Some(jti) {
+            if !info.jti.as_deref().is_some_and(|jti| jtis.contains(jti)) {
                 continue;
             }
             worker::console_log!(

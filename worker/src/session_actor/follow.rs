@@ -289,7 +289,7 @@ pub(super) async fn read_page(
 pub(super) async fn check_credential(actor: &Rc<Actor>, shared: &Rc<RefCell<Shared>>) {
     let credential = shared.borrow().credential.clone();
     let live = match &credential {
-        Some((who, jti)) => token_registry::check(&actor.env, who, jti)
+        Some((who, jti)) => token_registry::still_live(&actor.env, who, jti)
             .await
             .map_err(|e| e.message),
         None => Ok(true),

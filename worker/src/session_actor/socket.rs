@@ -275,7 +275,7 @@ impl Actor {
     ) -> ApiResult<String> {
         let identity = attachment.identity();
         if let Some(jti) = &attachment.jti {
-            let live = token_registry::check(&self.env, &identity, jti).await?;
+            let live = token_registry::still_live(&self.env, &identity, jti).await?;
             if !live {
                 // The stream ends too, as the next periodic check would end it.
                 self.followers.borrow_mut().socket_revoked(&attachment.id);
