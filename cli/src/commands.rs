@@ -232,6 +232,35 @@ pub struct EnvFields {
     /// Extra variable names for the snapshot whitelist (repeatable).
     #[arg(long = "extra-env-var")]
     pub extra_env_vars: Vec<String>,
+    /// The cell's network: `none`, `open`, or `allow:HOST,HOST,…` (`*.example.com`,
+    /// `host:port`, addresses and ranges).
+    #[arg(long, value_name = "NETWORK")]
+    pub network: Option<String>,
+    /// A directory the cell may read and run besides the system's (repeatable).
+    #[arg(long = "read-only-path", value_name = "PATH")]
+    pub read_only_paths: Vec<String>,
+}
+
+/// `--network`: `none`, `open` or `allow:HOST,…`.
+fn parse_network(text: &str) -> Result<wuhu_core::cell::Network> {
+    use wuhu_core::cell::Network;
+    match text {
+        "none" => Ok(Network::None),
+        "open" => Ok(Network::Open),
+        other => match other.strip_prefix("allow:") {
+            Some(hosts) => Ok(Network::Allow(
+                hosts
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(String::from)
+                    .collect(),
+            )),
+            None => Err(usage(format!(
+                "--network must be none, open or allow:HOST,HOST,… not {other:?}"
+            ))),
+        },
+    }
 }
 
 /// `wuhu envs …`.
@@ -985,6 +1014,10 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 approval: fields.approval.as_deref().map(parse_approval),
                 extra_env_vars: (!fields.extra_env_vars.is_empty())
                     .then_some(fields.extra_env_vars),
+                network: fields.network.as_deref().map(parse_network).transpose()?,
+                read_only_paths: (!fields.read_only_paths.is_empty())
+                    .then_some(fields.read_only_paths),
+                limits: None,
             };
             let definition = client.create_environment(&request).await?;
             if global.json {
@@ -1012,6 +1045,15 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 approval: fields.approval.as_deref().map(parse_approval),
                 extra_env_vars: (!fields.extra_env_vars.is_empty())
                     .then_some(fields.extra_env_vars),
+                network: fields
+                    .network
+                    .as_deref()
+                    .map(parse_network)
+                    .transpose()?
+                    .map(Some),
+                read_only_paths: (!fields.read_only_paths.is_empty())
+                    .then_some(fields.read_only_paths),
+                limits: None,
             };
             for field in &unset {
                 let slot = match field.as_str() {
@@ -1022,6 +1064,10 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                     "startup-script" => &mut request.startup_script,
                     "repo-path" => &mut request.repo_path,
                     "base-ref" => &mut request.base_ref,
+                    "network" => {
+                        request.network = Some(None);
+                        continue;
+                    }
                     other => return Err(usage(format!("--unset: no optional field {other:?}"))),
                 };
                 *slot = Some(None);

@@ -462,6 +462,7 @@ mod tests {
                 os: "Linux".into(),
                 repo_path: None,
                 branch: None,
+                cell: Default::default(),
                 snapshot: Snapshot::default(),
                 agents_md: None,
                 agents_md_truncated: false,

@@ -137,6 +137,7 @@ mod tests {
                 os: "macOS".into(),
                 repo_path: None,
                 branch: None,
+                cell: Default::default(),
                 snapshot: Snapshot::default(),
                 agents_md: Some("# hi".into()),
                 agents_md_truncated: false,

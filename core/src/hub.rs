@@ -8,8 +8,13 @@
 //!   notice ([`HelloDecision::Welcome::notice`]).
 //! * A runner name belongs to one user per tenant: while another user's runner of that name is
 //!   connected, or was seen less than [`NAME_RESERVED_MS`] ago, a `hello` with that name is
-//!   refused ([`codes::NAME_TAKEN`], permanent). The same user connecting again replaces their
-//!   older connection (which may not have noticed yet that it is dead).
+//!   refused ([`codes::NAME_TAKEN`], permanent).
+//! * No takeover: while a connection of the same owner and name is alive (heard from within
+//!   [`TAKEOVER_SILENCE_MS`]), another `hello` with that name is refused
+//!   ([`codes::NAME_IN_USE`], transient), so a stolen runner token cannot replace the real
+//!   runner. A `hello` with `replace` (`wuhu-runner register --replace`) takes over: the old
+//!   connection is told [`codes::REPLACED`] and closed. An older connection silent for longer
+//!   is replaced without asking (it died without the hub noticing yet).
 //! * Every `hello` field is bounded and checked ([`check_hello`]) before anything is stored.
 //! * Runner rows (name reservations) are bounded: a `hello` that would add a row past
 //!   [`MAX_RUNNER_ROWS_PER_OWNER`] or [`MAX_RUNNER_ROWS_PER_TENANT`] is refused
@@ -29,6 +34,10 @@ use crate::wire::{MAX_PATH_BYTES, check_name};
 
 /// A runner silent for this long (three heartbeat periods) is dropped.
 pub const SILENCE_LIMIT_MS: i64 = 3 * DEFAULT_HEARTBEAT_SECONDS as i64 * 1000;
+/// A connection of the same owner and name heard from within this long is alive: a second
+/// `hello` of that name is refused unless it says `replace` (one and a half heartbeat periods,
+/// so a live runner always counts and a dead one stops counting soon).
+pub const TAKEOVER_SILENCE_MS: i64 = DEFAULT_HEARTBEAT_SECONDS as i64 * 1500;
 /// A connection that has not sent `hello` this long after connecting is dropped (heartbeats
 /// alone do not keep it).
 pub const HELLO_DEADLINE_MS: i64 = 30_000;
@@ -134,6 +143,8 @@ pub struct Hello {
     pub environments: Vec<OfferedEnvironment>,
     /// Runner software version.
     pub runner_version: Option<String>,
+    /// Whether it takes its name over from a live connection (`register --replace`).
+    pub replace: bool,
 }
 
 impl Hello {
@@ -149,6 +160,7 @@ impl Hello {
                 capabilities,
                 environments,
                 runner_version,
+                replace,
             } => Some(Hello {
                 version,
                 name,
@@ -158,6 +170,7 @@ impl Hello {
                 capabilities,
                 environments,
                 runner_version,
+                replace,
             }),
             _ => None,
         }
@@ -246,6 +259,8 @@ pub struct OpenConnection<'a> {
     pub owner: &'a str,
     /// Its runner name, once welcomed.
     pub name: Option<&'a str>,
+    /// When it was last heard from, heartbeats included (ms).
+    pub last_seen_ms: i64,
 }
 
 /// A runner the tenant has seen (a stored row).
@@ -268,7 +283,9 @@ pub enum HelloDecision {
         kind: RunnerKind,
         /// Set when `hello` claimed another kind: logged, and sent in `welcome`.
         notice: Option<String>,
-        /// Older connections of the same owner and name, to close (their calls fail).
+        /// Older connections of the same owner and name, to close (their calls fail): dead
+        /// ones, or live ones when the `hello` said `replace` (then they are sent `refused`
+        /// [`codes::REPLACED`] first).
         replace: Vec<u64>,
     },
     /// Send `refused` and close.
@@ -355,11 +372,22 @@ pub fn on_hello(
             };
         }
     }
-    let replace = open
+    let same: Vec<&OpenConnection<'_>> = open
         .iter()
         .filter(|c| c.epoch != epoch && c.owner == owner && c.name == Some(name))
-        .map(|c| c.epoch)
         .collect();
+    let alive = same
+        .iter()
+        .any(|c| now_ms.saturating_sub(c.last_seen_ms) < TAKEOVER_SILENCE_MS);
+    if alive && !hello.replace {
+        return HelloDecision::Refuse {
+            code: codes::NAME_IN_USE,
+            message: format!(
+                "runner {name:?} is already connected and alive; this connection waits and retries (stop the other runner, or start this one with --replace to take over)"
+            ),
+        };
+    }
+    let replace = same.iter().map(|c| c.epoch).collect();
     let notice = (hello.claimed_kind != token_kind).then(|| {
         format!(
             "this runner said kind {:?} but its token allows only {:?}; it serves as a {} runner (a cloud runner needs a runner token with runnerKind: cloud, minted by an operator)",
@@ -598,6 +626,7 @@ mod tests {
                 path: "/src/api".into(),
             }],
             runner_version: Some("0.1.0".into()),
+            replace: false,
         }
     }
 
@@ -630,11 +659,13 @@ mod tests {
     }
 
     #[test]
-    fn names_belong_to_one_user() {
-        let open = |epoch, owner, name| OpenConnection {
+    fn names_belong_to_one_user_and_a_live_runner_is_never_taken_over() {
+        // `quiet` ms since each connection was heard from.
+        let open = |epoch, owner, name, quiet: i64| OpenConnection {
             epoch,
             owner,
             name: Some(name),
+            last_seen_ms: NOW - quiet,
         };
         let known = |owner, name, ago: i64| KnownRunner {
             owner,
@@ -642,63 +673,101 @@ mod tests {
             last_seen_ms: NOW - ago,
         };
         let day = 86_400_000;
+        let dead = TAKEOVER_SILENCE_MS;
+        let alive = TAKEOVER_SILENCE_MS - 1;
         type Case<'a> = (
+            bool,
             Vec<OpenConnection<'a>>,
             Vec<KnownRunner<'a>>,
             Result<Vec<u64>, &'static str>,
         );
         let cases: Vec<Case<'_>> = vec![
             // Nobody has the name.
-            (vec![], vec![], Ok(vec![])),
-            // Bob is connected as "mac": refused, never a takeover.
-            (vec![open(1, "bob", "mac")], vec![], Err(codes::NAME_TAKEN)),
+            (false, vec![], vec![], Ok(vec![])),
+            // Bob is connected as "mac": refused, never a takeover, even with --replace.
+            (
+                false,
+                vec![open(1, "bob", "mac", 0)],
+                vec![],
+                Err(codes::NAME_TAKEN),
+            ),
+            (
+                true,
+                vec![open(1, "bob", "mac", 0)],
+                vec![],
+                Err(codes::NAME_TAKEN),
+            ),
             // Bob's "mac" was seen yesterday: still his.
             (
+                false,
                 vec![],
                 vec![known("bob", "mac", day)],
                 Err(codes::NAME_TAKEN),
             ),
             // Bob's "mac" was last seen 31 days ago: free again.
-            (vec![], vec![known("bob", "mac", 31 * day)], Ok(vec![])),
+            (
+                false,
+                vec![],
+                vec![known("bob", "mac", 31 * day)],
+                Ok(vec![]),
+            ),
             // Bob's runner of another name does not matter.
             (
-                vec![open(1, "bob", "vm")],
+                false,
+                vec![open(1, "bob", "vm", 0)],
                 vec![known("bob", "vm", 0)],
                 Ok(vec![]),
             ),
-            // Ana's own older connections are replaced.
+            // Ana's own connection of that name is alive: a second hello (a second runner, or
+            // a stolen token) is refused, and may try again.
             (
-                vec![
-                    open(1, "ana", "mac"),
-                    open(2, "ana", "mac"),
-                    open(9, "ana", "vm"),
-                ],
+                false,
+                vec![open(1, "ana", "mac", alive), open(9, "ana", "vm", 0)],
+                vec![known("ana", "mac", 0)],
+                Err(codes::NAME_IN_USE),
+            ),
+            // ... unless it says --replace: the live one is replaced.
+            (
+                true,
+                vec![open(1, "ana", "mac", 0), open(9, "ana", "vm", 0)],
+                vec![known("ana", "mac", 0)],
+                Ok(vec![1]),
+            ),
+            // Ana's older connections that went silent died unnoticed: replaced without asking.
+            (
+                false,
+                vec![open(1, "ana", "mac", dead), open(2, "ana", "mac", 2 * dead)],
                 vec![known("ana", "mac", 0)],
                 Ok(vec![1, 2]),
             ),
+            // One of them alive is enough to refuse.
+            (
+                false,
+                vec![open(1, "ana", "mac", dead), open(2, "ana", "mac", 0)],
+                vec![known("ana", "mac", 0)],
+                Err(codes::NAME_IN_USE),
+            ),
             // This very connection is not replaced.
-            (vec![open(7, "ana", "mac")], vec![], Ok(vec![])),
+            (false, vec![open(7, "ana", "mac", 0)], vec![], Ok(vec![])),
             // A connection that has not said hello yet holds no name.
             (
+                false,
                 vec![OpenConnection {
                     epoch: 3,
                     owner: "bob",
                     name: None,
+                    last_seen_ms: NOW,
                 }],
                 vec![],
                 Ok(vec![]),
             ),
         ];
-        for (open, known, want) in cases {
-            let got = match on_hello(
-                "ana",
-                7,
-                RunnerKind::Local,
-                &hello("mac", RunnerKind::Local),
-                &open,
-                &known,
-                NOW,
-            ) {
+        for (replace, open, known, want) in cases {
+            let hello = Hello {
+                replace,
+                ..hello("mac", RunnerKind::Local)
+            };
+            let got = match on_hello("ana", 7, RunnerKind::Local, &hello, &open, &known, NOW) {
                 HelloDecision::Welcome { replace, .. } => Ok(replace),
                 HelloDecision::Refuse { code, message } => {
                     if code == codes::NAME_TAKEN {
@@ -707,13 +776,17 @@ mod tests {
                             "{message}"
                         );
                     }
+                    if code == codes::NAME_IN_USE {
+                        assert!(message.contains("--replace"), "{message}");
+                    }
                     Err(code)
                 }
             };
-            assert_eq!(got, want, "{open:?} {known:?}");
+            assert_eq!(got, want, "replace {replace}: {open:?} {known:?}");
         }
         assert!(!codes::refusal_is_permanent(codes::NAME_IN_USE));
         assert!(codes::refusal_is_permanent(codes::NAME_TAKEN));
+        assert!(codes::refusal_is_permanent(codes::REPLACED));
     }
 
     #[test]
@@ -768,12 +841,14 @@ mod tests {
                 epoch: 1,
                 owner: "bob",
                 name: Some("up"),
+                last_seen_ms: NOW,
             },
             // Ana's connection that has not said hello holds nothing.
             OpenConnection {
                 epoch: 2,
                 owner: "ana",
                 name: None,
+                last_seen_ms: NOW,
             },
         ];
         assert_eq!(expired_rows(NOW, &known, &open), vec![0, 2]);

@@ -18,6 +18,8 @@
 //! * [`channels`]: chat channels (Slack, …): bindings, hook signatures, threads, replies.
 //! * [`approvals`]: when a tool call waits for a person, who may answer, and expiry.
 //! * [`hub`]: the runner hub's connection rules (hello, name ownership, liveness).
+//! * [`cell`]: what a session's commands and file tools may reach on a runner (paths, network,
+//!   resource limits), and the macOS Seatbelt profile of it.
 //! * [`resolve`]: which runner a definition may name; resolving `request_environment`.
 //! * [`snapshot_vars`]: which environment variables a snapshot may capture.
 //! * [`tokens`]: tokens for programs, cookie sessions, revocation.
@@ -42,6 +44,7 @@ pub mod blobs;
 pub mod bookkeeping;
 pub mod browser;
 pub mod calls;
+pub mod cell;
 pub mod channels;
 pub mod civil_time;
 pub mod compaction;

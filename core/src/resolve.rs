@@ -297,6 +297,7 @@ pub fn resolve(
         name: request.name.clone().unwrap_or_else(|| env_name.to_string()),
         source: EnvironmentSource::Local { path },
         extra_env_vars: Vec::new(),
+        cell: Default::default(),
     };
     Ok(answer(spec, runner, ApprovalPolicy::Auto, None))
 }

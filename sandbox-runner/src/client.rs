@@ -16,8 +16,9 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use wuhu_core::wire::runner::{
     AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, DiscardOutcome, MAX_FRAME_BYTES,
-    MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerMessage, ServerMessage,
-    capabilities, codes, decode_frame, encode_frame, jobs, os_display_name,
+    MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerKind, RunnerMessage,
+    SandboxMode, ServerMessage, capabilities, codes, decode_frame, encode_frame, jobs,
+    os_display_name,
 };
 
 use crate::backoff::Backoff;
@@ -135,6 +136,10 @@ pub fn hello(config: &RunnerConfig) -> RunnerMessage {
             capabilities::ENV_FOLDER_TEMPLATE,
             capabilities::ENV_WORKTREE,
             capabilities::BACKGROUND_JOBS,
+            match config.sandbox {
+                SandboxMode::On => capabilities::SANDBOX_ON,
+                SandboxMode::Off => capabilities::SANDBOX_OFF,
+            },
         ]
         .map(String::from),
     );
@@ -147,6 +152,7 @@ pub fn hello(config: &RunnerConfig) -> RunnerMessage {
         capabilities: caps,
         environments: config.environments.clone(),
         runner_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        replace: config.replace,
     }
 }
 
@@ -286,6 +292,9 @@ async fn serve_once(
     if let Some(notice) = notice {
         (options.status)(&format!("server notice: {notice}"));
     }
+    // Default networks depend on the kind the server registered.
+    host.cells
+        .set_cloud_runner(registered_kind.unwrap_or(config.kind) == RunnerKind::Cloud);
     let welcomed_at = Instant::now();
 
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<RunnerMessage>();
@@ -486,6 +495,7 @@ fn dispatch(
                         deadline: timeout_ms.map(Duration::from_millis),
                         session_id: &session_id,
                         jobs: Some(&jobs),
+                        cells: (host.cells.mode() == SandboxMode::On).then_some(&host.cells),
                     },
                     signal,
                 )

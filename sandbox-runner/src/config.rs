@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use wuhu_core::wire::runner::{OfferedEnvironment, RUNNER_CONNECT_PATH, RunnerKind};
+use wuhu_core::wire::runner::{OfferedEnvironment, RUNNER_CONNECT_PATH, RunnerKind, SandboxMode};
 
 /// Settings as read from one source; every field optional so sources can be layered.
 #[derive(Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -55,6 +55,10 @@ pub struct RunnerConfig {
     pub workspaces_root: PathBuf,
     /// Offered environments with absolute paths, sorted by name.
     pub environments: Vec<OfferedEnvironment>,
+    /// Whether sessions run in cells (`--sandbox`, default on).
+    pub sandbox: SandboxMode,
+    /// `--replace`: take the name over from a live connection.
+    pub replace: bool,
 }
 
 /// A problem with the settings.
@@ -203,6 +207,8 @@ impl Settings {
             kind: self.kind.unwrap_or_default(),
             workspaces_root,
             environments,
+            sandbox: SandboxMode::On,
+            replace: false,
         })
     }
 }

@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use wuhu_core::cell::check_root;
 use wuhu_core::wire::runner::{
     AGENTS_MD_MAX_BYTES, AttachedEnvironment, EnvironmentContext, EnvironmentKind,
-    EnvironmentSource, EnvironmentSpec, ErrorBody, codes, os_display_name,
+    EnvironmentSource, EnvironmentSpec, ErrorBody, SandboxMode, Snapshot, codes, os_display_name,
 };
 
+use crate::cell::Cells;
 use crate::executor::RunnerDirs;
 use crate::snapshot::capture_snapshot;
 use crate::store::Store;
@@ -33,6 +35,8 @@ pub struct EnvironmentHost {
     /// The workspace store (`--store`): folder-template environments are hydrated from it on
     /// attach and saved to it (then deleted here) on detach.
     pub store: Option<Arc<Store>>,
+    /// The runner's cells (off unless the runner turns them on).
+    pub cells: Arc<Cells>,
 }
 
 /// Default limit for a startup script.
@@ -63,6 +67,7 @@ impl EnvironmentHost {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             dirs: RunnerDirs::in_system_temp(),
             store: None,
+            cells: Cells::off(),
         }
     }
 
@@ -170,6 +175,13 @@ impl EnvironmentHost {
                 (root, Some(repo), Some(branch))
             }
         };
+        // A root that holds the runner's own files (its config, a home directory) cannot be a
+        // cell: refused now rather than at every call.
+        if self.cells.mode() == SandboxMode::On
+            && let Err(e) = check_root(&root.to_string_lossy(), self.cells.protected())
+        {
+            return Err(ErrorBody::new(codes::PATH_NOT_ALLOWED, e));
+        }
         let (agents_md, agents_md_truncated) = read_agents_md(&root);
         let snapshot = capture_snapshot(
             &root,
@@ -187,6 +199,7 @@ impl EnvironmentHost {
             snapshot,
             agents_md,
             agents_md_truncated,
+            cell: spec.cell.clone(),
         })
     }
 
@@ -348,6 +361,32 @@ impl EnvironmentHost {
             root.file_name().unwrap_or_default().to_string_lossy()
         ));
         let _ = std::fs::create_dir_all(&temp_dir);
+        // The script is the definition's, run for the session: in the session's cell.
+        let context = EnvironmentContext {
+            name: spec.name.clone(),
+            kind: EnvironmentKind::FolderTemplate,
+            root: root.to_string_lossy().into_owned(),
+            snapshot: Snapshot::default(),
+            repo_path: None,
+            branch: None,
+            cell: spec.cell.clone(),
+        };
+        let session_logs = self.dirs.log_dir.join("startup");
+        let _ = crate::private_dir::create(&session_logs);
+        let cell = crate::executor::call_cell(
+            (self.cells.mode() == SandboxMode::On).then_some(&self.cells),
+            &context,
+            root,
+            &temp_dir,
+            &session_logs,
+        );
+        let cell = match cell {
+            Ok(cell) => cell,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&temp_dir);
+                return Err(ErrorBody::new(codes::PATH_NOT_ALLOWED, e));
+            }
+        };
         let ctx = ToolContext {
             call_id: String::from("startup"),
             root: root.to_path_buf(),
@@ -355,9 +394,10 @@ impl EnvironmentHost {
             cwd: root.to_path_buf(),
             env: snapshot.env,
             temp_dir: temp_dir.clone(),
-            log_dir: self.dirs.log_dir.clone(),
+            log_dir: session_logs,
             job_logs: None,
             cancel: CancelSignal::never(),
+            cell,
         };
         let command = format!("set -euo pipefail\n{script}");
         let run = crate::tools::bash::run_command(&ctx, &command, Some(self.startup_timeout)).await;
@@ -655,6 +695,7 @@ mod tests {
             },
             allowed_roots: None,
             store: None,
+            cells: Cells::off(),
         }
     }
 
@@ -733,6 +774,7 @@ mod tests {
                 env: Default::default(),
                 captured_at: 1,
             },
+            cell: Default::default(),
         };
         // (root, cwd) → allowed
         let cases = [
@@ -794,6 +836,7 @@ mod tests {
             name: String::from("env"),
             source,
             extra_env_vars: vec![String::from("EXTRA_ONE"), String::from("MY_API_KEY")],
+            cell: Default::default(),
         }
     }
 

@@ -10,9 +10,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use serde_json::Value;
-use wuhu_core::wire::runner::EnvironmentContext;
 use wuhu_core::wire::runner::jobs::{KILL_TOOL, STATUS_TOOL};
+use wuhu_core::wire::runner::{EnvironmentContext, EnvironmentKind};
 
+use crate::cell::{CallCell, CellInput, Cells};
 use crate::jobs::{Jobs, session_log_dir};
 use crate::tools::{CancelSignal, ToolContext, ToolOutput, run_tool};
 
@@ -26,13 +27,30 @@ pub struct RunnerDirs {
 }
 
 impl RunnerDirs {
-    /// Below the system temp dir: `wuhu-runner-<pid>/` for calls, `wuhu-runner-logs/` for logs.
+    /// Below the system temp dir: `wuhu-runner-<pid>/` for calls, `wuhu-runner-logs/` for logs
+    /// (tests; the runner itself uses [`RunnerDirs::private`]).
     pub fn in_system_temp() -> RunnerDirs {
         let temp = std::env::temp_dir();
         RunnerDirs {
             temp_root: temp.join(format!("wuhu-runner-{}", std::process::id())),
             log_dir: temp.join("wuhu-runner-logs"),
         }
+    }
+
+    /// Below the runner's private runtime directory (`0700`, [`crate::private_dir`]):
+    /// `calls-<pid>/` for calls, `logs/` for logs, both created private now.
+    ///
+    /// # Errors
+    /// When they cannot be created as private directories of this user.
+    pub fn private(run_dir: &Path) -> std::io::Result<RunnerDirs> {
+        let dirs = RunnerDirs {
+            temp_root: run_dir.join(format!("calls-{}", std::process::id())),
+            log_dir: run_dir.join("logs"),
+        };
+        crate::private_dir::create(run_dir)?;
+        crate::private_dir::create(&dirs.temp_root)?;
+        crate::private_dir::create(&dirs.log_dir)?;
+        Ok(dirs)
     }
 }
 
@@ -54,6 +72,46 @@ pub struct ToolCall<'a> {
     /// The runner's background jobs (`bash {background: true}`, `job_status`, `job_kill`);
     /// without them those are refused.
     pub jobs: Option<&'a Arc<Jobs>>,
+    /// The runner's cells; `None` runs the call unconfined (`--sandbox off`).
+    pub cells: Option<&'a Arc<Cells>>,
+}
+
+/// The cell for a call of `environment` with `temp_dir`, if cells are on.
+///
+/// # Errors
+/// The message of a refused call.
+pub fn call_cell(
+    cells: Option<&Arc<Cells>>,
+    environment: &EnvironmentContext,
+    root: &Path,
+    temp_dir: &Path,
+    session_logs: &Path,
+) -> Result<Option<Arc<CallCell>>, String> {
+    let Some(cells) = cells else {
+        return Ok(None);
+    };
+    // A worktree's commits write to its repository's git directory.
+    let git_dir = environment
+        .repo_path
+        .as_ref()
+        .filter(|_| environment.kind == EnvironmentKind::Worktree)
+        .and_then(|repo| Path::new(repo).join(".git").canonicalize().ok());
+    let temp_dir = temp_dir
+        .canonicalize()
+        .unwrap_or_else(|_| temp_dir.to_path_buf());
+    let session_logs = session_logs
+        .canonicalize()
+        .unwrap_or_else(|_| session_logs.to_path_buf());
+    cells
+        .cell_for(&CellInput {
+            kind: environment.kind,
+            root,
+            git_dir: git_dir.as_deref(),
+            temp_dir: &temp_dir,
+            session_logs: Some(&session_logs),
+            settings: &environment.cell,
+        })
+        .map_err(|e| format!("this runner refused to run the call: {e}"))
 }
 
 /// Whether `arguments` ask `bash` to run as a background job.
@@ -101,17 +159,28 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
             temp_dir.display()
         ));
     }
+    // The session's logs (full outputs of long commands, job logs): its file tools and its
+    // cells may read them, no other session's.
+    let session_logs = session_log_dir(&dirs.log_dir, call.session_id);
+    if let Err(e) = crate::private_dir::create(&session_logs) {
+        let _ = std::fs::remove_dir(&temp_dir);
+        return ToolOutput::error(format!(
+            "cannot create the session's log directory {}: {e}",
+            session_logs.display()
+        ));
+    }
     let (inner_handle, inner_signal) = CancelSignal::new();
-    let ctx = ToolContext {
+    let mut ctx = ToolContext {
         call_id: call.id.to_string(),
         root,
         kind: env.kind,
         cwd,
         env: env.snapshot.env.clone(),
         temp_dir: temp_dir.clone(),
-        log_dir: dirs.log_dir.clone(),
-        job_logs: Some(session_log_dir(&dirs.log_dir, call.session_id)),
+        log_dir: session_logs.clone(),
+        job_logs: Some(session_logs.clone()),
         cancel: inner_signal,
+        cell: None,
     };
     if is_background(call.tool, &call.arguments) {
         let _ = std::fs::remove_dir(&temp_dir);
@@ -122,10 +191,19 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
         if let Value::Object(map) = &mut arguments {
             map.remove("background");
         }
+        let (cells, root) = (call.cells, ctx.root.clone());
+        let make_cell = |job_temp: &Path| call_cell(cells, env, &root, job_temp, &session_logs);
         return match serde_json::from_value::<crate::tools::bash::BashArgs>(arguments) {
-            Ok(args) => jobs.start(&ctx, call.session_id, &env.name, args),
+            Ok(args) => jobs.start(&ctx, call.session_id, &env.name, args, make_cell),
             Err(e) => ToolOutput::error(format!("invalid arguments for bash: {e}")),
         };
+    }
+    match call_cell(call.cells, env, &ctx.root, &temp_dir, &session_logs) {
+        Ok(cell) => ctx.cell = cell,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&temp_dir);
+            return ToolOutput::error(e);
+        }
     }
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let deadline = call.deadline.map(|d| tokio::time::Instant::now() + d);
@@ -205,6 +283,7 @@ mod tests {
             },
             repo_path: None,
             branch: None,
+            cell: Default::default(),
         }
     }
 
@@ -232,6 +311,7 @@ mod tests {
                 deadline: None,
                 session_id: "s1",
                 jobs: None,
+                cells: None,
             },
             CancelSignal::never(),
         )
@@ -253,6 +333,7 @@ mod tests {
                 deadline: None,
                 session_id: "s1",
                 jobs: None,
+                cells: None,
             },
             CancelSignal::never(),
         )
@@ -279,6 +360,7 @@ mod tests {
                 deadline: Some(Duration::from_millis(300)),
                 session_id: "s1",
                 jobs: None,
+                cells: None,
             },
             CancelSignal::never(),
         )
@@ -301,6 +383,7 @@ mod tests {
                 deadline: None,
                 session_id: "s1",
                 jobs: None,
+                cells: None,
             },
             CancelSignal::never(),
         )

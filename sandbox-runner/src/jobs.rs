@@ -30,9 +30,8 @@ use wuhu_core::wire::runner::jobs::{
 };
 use wuhu_core::wire::runner::{JobReport, JobState, RunnerMessage};
 
-use crate::tools::bash::{
-    BashArgs, DEFAULT_PATH, GroupGuard, NON_INTERACTIVE_ENV, command_path, program_in_path,
-};
+use crate::cell::CallCell;
+use crate::tools::bash::{BashArgs, DEFAULT_PATH, GroupGuard, NON_INTERACTIVE_ENV, shell_command};
 use crate::tools::{CancelHandle, CancelSignal, ToolContext, ToolOutput};
 
 /// How long `job_kill` waits for the killed job to be reaped before it answers.
@@ -196,14 +195,16 @@ impl Jobs {
         (all, mine)
     }
 
-    /// Starts `args.command` as a job of `session_id` in `ctx` (its cwd and env; its temp dir
-    /// and cancel signal are not used: the job gets its own). Answers at once.
+    /// Starts `args.command` as a job of `session_id` in `ctx` (its cwd and env; its temp dir,
+    /// cell and cancel signal are not used: the job gets its own temp dir, and `make_cell`
+    /// makes its cell for that temp dir). Answers at once.
     pub fn start(
         self: &Arc<Self>,
         ctx: &ToolContext,
         session_id: &str,
         environment: &str,
         args: BashArgs,
+        make_cell: impl FnOnce(&Path) -> Result<Option<Arc<CallCell>>, String>,
     ) -> ToolOutput {
         let timeout = match args.timeout {
             None => None,
@@ -249,6 +250,14 @@ impl Jobs {
             Ok(log) => log,
             Err(e) => return ToolOutput::error(format!("cannot create the job's log file: {e}")),
         };
+        let cell = match make_cell(&temp_dir) {
+            Ok(cell) => cell,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&temp_dir);
+                let _ = std::fs::remove_file(&log_path);
+                return ToolOutput::error(e);
+            }
+        };
         // The output passes through the runner (one pipe for stdout and stderr), which writes
         // it to the log file and cuts the file at its bound.
         let pipe = std::io::pipe().and_then(|(reader, writer)| {
@@ -261,7 +270,7 @@ impl Jobs {
                 return ToolOutput::error(format!("cannot create the job's output pipe: {e}"));
             }
         };
-        let mut cmd = tokio::process::Command::new(program_in_path("bash", command_path(&ctx.env)));
+        let mut cmd = shell_command(cell.as_deref(), &ctx.env);
         cmd.arg("-c")
             .arg(&args.command)
             .current_dir(&ctx.cwd)
@@ -277,6 +286,9 @@ impl Jobs {
             .kill_on_drop(true);
         if !ctx.env.contains_key("PATH") {
             cmd.env("PATH", DEFAULT_PATH);
+        }
+        if let Some(cell) = &cell {
+            cmd.envs(cell.env());
         }
         // Taken before the spawn, so a job's duration is never shorter than its command's run
         // (`sleep 2` once reported 1,99x ms when the clock started after spawn returned).
@@ -346,6 +358,20 @@ impl Jobs {
                 .await
                 .ok()
                 .and_then(Result::ok);
+            // What the cell refused ends the job's output (its proxy closes here).
+            if let Some(cell) = cell {
+                let ctx = ToolContext {
+                    cell: Some(cell),
+                    ..crate::tools::ToolContext::detached()
+                };
+                let (lines, _) = crate::tools::bash::cell_lines(&ctx);
+                if !lines.is_empty()
+                    && let Ok(mut file) = std::fs::OpenOptions::new().append(true).open(&log_path)
+                {
+                    use std::io::Write;
+                    let _ = file.write_all(format!("{}\n", lines.join("\n")).as_bytes());
+                }
+            }
             // Reading the log may take a while: not under the lock, not on a runtime thread.
             let (tail, truncated, lines_in_file) =
                 tokio::task::spawn_blocking(move || read_tail(&log_path))

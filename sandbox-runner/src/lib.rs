@@ -23,6 +23,11 @@
 //! * [`store`]: cloud workspaces on S3-compatible storage (`--store`): hydrate on attach, save
 //!   on detach, on an interval and before exit.
 //! * [`tools`]: `bash`, `read`, `write`, `edit`, `ls`, `find`, `grep` with Wuhu semantics.
+//! * [`cell`]: every call of a session runs confined to its environment (Linux: namespaces,
+//!   Landlock, seccomp; macOS: Seatbelt), with the network its definition names.
+//! * [`private_dir`]: the runner's own directories, private to its user.
+//! * [`secrets`]: the runner's token and store keys: private files, wiped from its environment,
+//!   out of every cell's reach.
 //!
 //! The runner keeps no per-session state: every request carries the environment context the
 //! session stored at attach, so a restarted runner serves old sessions as long as their files
@@ -31,11 +36,14 @@
 
 pub mod backoff;
 pub mod blob_upload;
+pub mod cell;
 pub mod client;
 pub mod config;
 pub mod environment;
 pub mod executor;
 pub mod jobs;
+pub mod private_dir;
+pub mod secrets;
 pub mod service;
 pub mod snapshot;
 pub mod store;

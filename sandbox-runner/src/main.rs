@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use wuhu_core::wire::runner::RunnerKind;
+use wuhu_core::wire::runner::{RunnerKind, SandboxMode};
 use wuhu_runner::client::{ClientOptions, run};
 use wuhu_runner::config::{Settings, default_config_path, load_settings, parse_env_flag};
 use wuhu_runner::environment::EnvironmentHost;
@@ -151,6 +151,22 @@ struct RegisterArgs {
         requires = "store"
     )]
     store_save_interval: u64,
+    /// Run every session's commands and file tools in a cell: the environment's root and a
+    /// temp dir to write, the system to read, the network its definition names
+    /// (docs/security.md). `off` gives sessions this runner's own rights on this machine.
+    #[arg(long, value_enum, default_value = "on")]
+    sandbox: SandboxArg,
+    /// Take this runner's name over from a live connection of it (another wuhu-runner with
+    /// the same token and name), which then stops. Without it such a connection is refused
+    /// while the other one is alive.
+    #[arg(long)]
+    replace: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum SandboxArg {
+    On,
+    Off,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -160,6 +176,21 @@ enum KindArg {
 }
 
 fn main() -> ExitCode {
+    // A cell being made (decision 0023): this binary, run by the runner for one command. It
+    // reads no settings and holds nothing of the runner's.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    #[cfg(target_os = "linux")]
+    match raw.get(1).and_then(|a| a.to_str()) {
+        Some("cell-exec") => {
+            let code = wuhu_runner::cell::linux::cell_exec_main(&raw[2..]);
+            return ExitCode::from(u8::try_from(code).unwrap_or(125));
+        }
+        Some("cell-probe") => {
+            return ExitCode::from(wuhu_runner::cell::linux::probe_main() as u8);
+        }
+        _ => {}
+    }
+    drop(raw);
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Register(args) => register(args),
@@ -176,11 +207,12 @@ fn main() -> ExitCode {
 
 /// The settings `register` runs with: the config file (`--config`, else `~/.wuhu/runner.yml`
 /// under `home`) overlaid by the flags; the token from `--token` / `WUHU_RUNNER_TOKEN`, else
-/// the file's `token` (`--token-file` wins over both).
+/// the file's `token` (`--token-file` wins over both). Also returns the config file's path (a
+/// path no cell may reach).
 fn resolve_config(
     args: &RegisterArgs,
     home: Option<&std::path::Path>,
-) -> anyhow::Result<wuhu_runner::config::RunnerConfig> {
+) -> anyhow::Result<(wuhu_runner::config::RunnerConfig, Option<PathBuf>)> {
     let (config_path, required) = match &args.config {
         Some(path) => (Some(path.clone()), true),
         None => (default_config_path(home), false),
@@ -189,6 +221,15 @@ fn resolve_config(
         Some(path) => load_settings(path, required)?,
         None => Settings::default(),
     };
+    if let (Some(path), Some(_)) = (&config_path, &file.token) {
+        wuhu_runner::secrets::check_secret_file(path, "the runner token")
+            .map_err(anyhow::Error::msg)?;
+    }
+    if std::env::args().any(|a| a == "--token" || a.starts_with("--token=")) {
+        eprintln!(
+            "wuhu-runner: warning: --token on the command line is visible to every process on this machine (ps); prefer WUHU_RUNNER_TOKEN or the config file (mode 600)"
+        );
+    }
     let mut environments = BTreeMap::new();
     for flag in &args.envs {
         let (name, path) = parse_env_flag(flag)?;
@@ -210,14 +251,20 @@ fn resolve_config(
         environments,
     };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    Ok(file.overlay(flags).resolve(home, &cwd)?)
+    let mut config = file.overlay(flags).resolve(home, &cwd)?;
+    config.sandbox = match args.sandbox {
+        SandboxArg::On => SandboxMode::On,
+        SandboxArg::Off => SandboxMode::Off,
+    };
+    config.replace = args.replace;
+    Ok((config, config_path))
 }
 
 fn register(args: RegisterArgs) -> anyhow::Result<u8> {
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from);
-    let config = resolve_config(&args, home.as_deref())?;
+    let (config, config_path) = resolve_config(&args, home.as_deref())?;
     for env in &config.environments {
         if !std::path::Path::new(&env.path).is_dir() {
             eprintln!(
@@ -263,6 +310,43 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
         None => None,
     };
     host.store = store.clone();
+    // The runner's own directories, private to its user, and its cells.
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    let run_dir = wuhu_runner::private_dir::runtime_dir(home.as_deref(), xdg.as_deref())
+        .context("no HOME or XDG_RUNTIME_DIR for the runner's runtime directory")?;
+    host.dirs = wuhu_runner::executor::RunnerDirs::private(&run_dir)
+        .with_context(|| format!("runtime directory {}", run_dir.display()))?;
+    let (aws_credentials, aws_files) = aws_files(home.as_deref());
+    let protected = wuhu_runner::secrets::protected_paths(
+        home.as_deref(),
+        config_path.as_deref(),
+        &run_dir,
+        &host.workspaces_root,
+        &aws_files,
+    );
+    if args.store.is_some()
+        && let Some(file) = &aws_credentials
+    {
+        wuhu_runner::secrets::check_secret_file(file, "the store's credentials")
+            .map_err(anyhow::Error::msg)?;
+    }
+    host.cells = wuhu_runner::cell::Cells::new(
+        config.sandbox,
+        protected,
+        &run_dir,
+        config.kind == RunnerKind::Cloud,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot confine sessions: {e}; start with --sandbox off to run them with this runner's own rights"))?;
+    if config.sandbox == SandboxMode::Off {
+        eprintln!(
+            "wuhu-runner: warning: --sandbox off: sessions run commands and file tools with this runner's own rights on this machine (its files, its network, its token)"
+        );
+    }
+    // Read; now gone from this process's environment (before any thread starts).
+    // SAFETY: no other thread runs yet.
+    unsafe { wuhu_runner::secrets::scrub_environment() };
+    host.vars
+        .retain(|(name, _)| !wuhu_runner::secrets::is_secret_variable(name));
     let temp_root = host.dirs.temp_root.clone();
     let options = ClientOptions {
         status: Arc::new(|line: &str| eprintln!("wuhu-runner: {line}")),
@@ -316,11 +400,39 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
     // Dropping the runtime drops running calls, which kills their process groups.
     runtime.shutdown_timeout(Duration::from_secs(2));
     let _ = std::fs::remove_dir_all(temp_root);
+    // Cells killed mid-call could not remove their (now empty) cgroups.
+    #[cfg(target_os = "linux")]
+    wuhu_runner::cell::linux::remove_cell_cgroups(std::process::id());
     Ok(code)
 }
 
 /// How long saving held workspaces before exit may take.
 const EXIT_SAVE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The AWS files the store's credentials chain reads (`AWS_SHARED_CREDENTIALS_FILE` /
+/// `~/.aws/credentials`, `AWS_CONFIG_FILE` / `~/.aws/config`, `AWS_WEB_IDENTITY_TOKEN_FILE`)
+/// that exist: protected from cells, and the credentials file private to the runner's user.
+fn aws_files(home: Option<&std::path::Path>) -> (Option<PathBuf>, Vec<PathBuf>) {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    };
+    let credentials = var("AWS_SHARED_CREDENTIALS_FILE")
+        .or_else(|| home.map(|h| h.join(".aws").join("credentials")))
+        .filter(|p| p.exists());
+    let others = [
+        var("AWS_CONFIG_FILE").or_else(|| home.map(|h| h.join(".aws").join("config"))),
+        var("AWS_WEB_IDENTITY_TOKEN_FILE"),
+    ];
+    let files = credentials
+        .iter()
+        .cloned()
+        .chain(others.into_iter().flatten())
+        .filter(|p| p.exists())
+        .collect();
+    (credentials, files)
+}
 
 fn jitter_seed() -> u64 {
     let nanos = std::time::SystemTime::now()

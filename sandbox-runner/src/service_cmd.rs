@@ -237,7 +237,7 @@ fn install(args: InstallArgs) -> anyhow::Result<u8> {
     }
     check_paths(&args.register)?;
     // The settings the service will run with, checked now rather than in a restart loop.
-    let config = crate::resolve_config(&args.register, Some(&home))
+    let (config, _) = crate::resolve_config(&args.register, Some(&home))
         .context("the service would not start")?;
     let binary = std::env::current_exe()
         .and_then(|p| p.canonicalize())

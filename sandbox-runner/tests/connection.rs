@@ -182,6 +182,7 @@ fn welcome() -> ServerMessage {
         heartbeat_seconds: 1,
         kind: None,
         notice: None,
+        sandbox: None,
     }
 }
 
@@ -243,6 +244,7 @@ async fn serves_tools_survives_garbage_and_reconnects() {
                 path: project.to_string_lossy().into_owned(),
             },
             extra_env_vars: vec![],
+            cell: Default::default(),
         },
     })
     .await;

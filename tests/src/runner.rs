@@ -579,6 +579,7 @@ impl RawRunner {
                 })
                 .collect(),
             runner_version: Some("e2e".to_string()),
+            replace: false,
         })
     }
 
@@ -712,6 +713,7 @@ impl RawRunner {
                                 },
                                 agents_md: None,
                                 agents_md_truncated: false,
+                                cell: spec.cell,
                             },
                         },
                     },

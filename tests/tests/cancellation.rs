@@ -257,6 +257,7 @@ fn answer_attach(raw: &mut RawRunner, root: &Path) {
                 },
                 agents_md: None,
                 agents_md_truncated: false,
+                cell: Default::default(),
             },
         },
     };

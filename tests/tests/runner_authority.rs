@@ -678,6 +678,7 @@ fn a_runner_cannot_rename_the_environment_it_attaches() {
                             },
                             agents_md: None,
                             agents_md_truncated: false,
+                            cell: Default::default(),
                         },
                     },
                 };

@@ -113,6 +113,7 @@ fn job_context(record: &JobRecord) -> EnvironmentContext {
         },
         repo_path: None,
         branch: None,
+        cell: Default::default(),
     }
 }
 

@@ -10,8 +10,10 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::runner::{
-    EnvironmentKind, EnvironmentSource, EnvironmentSpec, RunnerKind, RunnerMessage, ServerMessage,
+    EnvironmentKind, EnvironmentSource, EnvironmentSpec, RunnerKind, RunnerMessage, SandboxMode,
+    ServerMessage,
 };
+use crate::cell::{CellSettings, LimitOverrides, Network};
 
 /// Longest environment or runner name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -121,6 +123,20 @@ pub struct EnvironmentDefinition {
     pub approval: ApprovalPolicy,
     /// Variable names added to the snapshot whitelist.
     pub extra_env_vars: Vec<String>,
+    /// The cell's network: `"none"`, `"open"` or `{"allow": ["github.com", "*.npmjs.org"]}`;
+    /// `null`: `open` on a person's own machine and for `local` environments, the default
+    /// allow list (package registries and git hosts) for copies on cloud runners
+    /// (docs/security.md).
+    #[serde(default)]
+    pub network: Option<Network>,
+    /// Directories (toolchains) the cell may read and run besides the system's; never one
+    /// holding the runner's own files.
+    #[serde(default)]
+    pub read_only_paths: Vec<String>,
+    /// Resource limits that differ from the defaults (`processes`, `openFiles`,
+    /// `fileSizeBytes`, `cpuSeconds`).
+    #[serde(default)]
+    pub limits: LimitOverrides,
     /// Unix seconds.
     pub created_at: i64,
     /// Unix seconds of the last change.
@@ -164,6 +180,15 @@ pub struct CreateEnvironmentRequest {
     /// Default empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_env_vars: Option<Vec<String>>,
+    /// See [`EnvironmentDefinition::network`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+    /// See [`EnvironmentDefinition::read_only_paths`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_paths: Option<Vec<String>>,
+    /// See [`EnvironmentDefinition::limits`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitOverrides>,
 }
 
 /// `PATCH /v1/environments/:idOrName`: absent fields are kept; `null` clears an optional field.
@@ -233,6 +258,19 @@ pub struct UpdateEnvironmentRequest {
     /// New list of extra variable names (replaces the old one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_env_vars: Option<Vec<String>>,
+    /// New network, or `null` for the default.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network: Option<Option<Network>>,
+    /// New read-only paths (replaces the old list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_paths: Option<Vec<String>>,
+    /// New limits (replaces the old ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitOverrides>,
 }
 
 /// `Some(None)` for an explicit `null`, `Some(Some(v))` for a value (absent is `None` via
@@ -276,6 +314,9 @@ impl CreateEnvironmentRequest {
             base_ref: self.base_ref,
             approval: self.approval.unwrap_or_default(),
             extra_env_vars: self.extra_env_vars.unwrap_or_default(),
+            network: self.network,
+            read_only_paths: self.read_only_paths.unwrap_or_default(),
+            limits: self.limits.unwrap_or_default(),
             created_at: now,
             updated_at: now,
         };
@@ -321,6 +362,15 @@ impl EnvironmentDefinition {
         }
         if let Some(vars) = update.extra_env_vars {
             next.extra_env_vars = vars;
+        }
+        if let Some(network) = update.network {
+            next.network = network;
+        }
+        if let Some(paths) = update.read_only_paths {
+            next.read_only_paths = paths;
+        }
+        if let Some(limits) = update.limits {
+            next.limits = limits;
         }
         next.validate()?;
         next.updated_at = now;
@@ -413,7 +463,16 @@ impl EnvironmentDefinition {
         for var in &self.extra_env_vars {
             check_env_var(var)?;
         }
-        Ok(())
+        self.cell().validate()
+    }
+
+    /// The definition's cell settings.
+    pub fn cell(&self) -> CellSettings {
+        CellSettings {
+            network: self.network.clone(),
+            read_only_paths: self.read_only_paths.clone(),
+            limits: self.limits,
+        }
     }
 
     /// The spec a runner materialises, named `name` within the session.
@@ -436,6 +495,7 @@ impl EnvironmentDefinition {
             name: name.to_string(),
             source,
             extra_env_vars: self.extra_env_vars.clone(),
+            cell: self.cell(),
         }
     }
 }
@@ -577,6 +637,11 @@ pub struct RunnerInfo {
     pub connected_at: Option<i64>,
     /// Software version the runner reported.
     pub version: Option<String>,
+    /// `on` when it confines sessions in cells, `off` when it was started with
+    /// `--sandbox off` (sessions then act with the runner's own rights); `null` for runners
+    /// older than cells.
+    #[serde(default)]
+    pub sandbox: Option<SandboxMode>,
     /// Tools and environment kinds it supports.
     pub capabilities: Vec<String>,
     /// Environments it offers.

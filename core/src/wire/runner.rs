@@ -30,6 +30,8 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::cell::CellSettings;
+
 /// Version of this protocol, sent in `hello`. The server refuses other versions with code
 /// [`codes::UNSUPPORTED_VERSION`].
 pub const RUNNER_PROTOCOL_VERSION: u32 = 1;
@@ -119,6 +121,21 @@ pub mod capabilities {
     /// Runs `bash {background: true}` as a job and answers `job_status` / `job_kill`
     /// (see [`super::jobs`]).
     pub const BACKGROUND_JOBS: &str = "bash:background";
+    /// Runs every call of a session in a cell ([`crate::cell`]).
+    pub const SANDBOX_ON: &str = "sandbox:on";
+    /// Started with `--sandbox off`: calls run with the runner's own view of the machine.
+    pub const SANDBOX_OFF: &str = "sandbox:off";
+
+    /// What a runner's capabilities say of its sandbox (`None` for runners older than cells).
+    pub fn sandbox(capabilities: &[String]) -> Option<super::SandboxMode> {
+        if capabilities.iter().any(|c| c == SANDBOX_OFF) {
+            Some(super::SandboxMode::Off)
+        } else if capabilities.iter().any(|c| c == SANDBOX_ON) {
+            Some(super::SandboxMode::On)
+        } else {
+            None
+        }
+    }
 }
 
 /// Background jobs: `bash {command, background: true}` answers at once with a job id; the
@@ -259,8 +276,14 @@ pub mod codes {
     pub const UNSUPPORTED_VERSION: &str = "unsupported_version";
     /// Refusal: the token is not a runner token, or is expired. Permanent.
     pub const UNAUTHORIZED: &str = "unauthorized";
-    /// Refusal: another live connection uses this runner name. Transient (retry with backoff).
+    /// Refusal: a live connection of the same owner already serves this runner name (a second
+    /// runner, or one using a stolen token). Transient: the runner retries with backoff, so a
+    /// runner whose old connection died unnoticed gets in once the hub drops it; `register
+    /// --replace` takes over at once.
     pub const NAME_IN_USE: &str = "name_in_use";
+    /// Refusal, on a live connection: another connection of the same owner and name took over
+    /// with `register --replace`. Permanent: the runner prints it and stops.
+    pub const REPLACED: &str = "replaced";
     /// Refusal: the runner name belongs to another user of the tenant (one of their runners is
     /// connected with it, or was seen recently). Permanent: start with another `--name`.
     pub const NAME_TAKEN: &str = "name_taken";
@@ -329,6 +352,28 @@ impl RunnerKind {
     }
 }
 
+/// Whether a runner confines each session's commands and file tools in a cell
+/// ([`crate::cell`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Every call runs in a cell (the default).
+    On,
+    /// `--sandbox off`: calls run with the runner's own view of the machine.
+    Off,
+}
+
+impl SandboxMode {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::On => "on",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
 /// The kinds of environment.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -376,6 +421,10 @@ pub struct EnvironmentSpec {
     /// never captured even when listed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_env_vars: Vec<String>,
+    /// The definition's cell: network, read-only paths, resource limits
+    /// ([`crate::cell`]).
+    #[serde(default, skip_serializing_if = "CellSettings::is_default")]
+    pub cell: CellSettings,
 }
 
 /// The kind-specific part of an [`EnvironmentSpec`], tagged by `kind`.
@@ -455,6 +504,9 @@ pub struct EnvironmentContext {
     /// `worktree` only: the branch created for the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+    /// The cell the definition asked for at attach ([`crate::cell`]).
+    #[serde(default, skip_serializing_if = "CellSettings::is_default")]
+    pub cell: CellSettings,
 }
 
 /// A materialised environment, as `attach_result` reports it.
@@ -484,6 +536,9 @@ pub struct AttachedEnvironment {
     /// Whether `agentsMd` was cut to [`AGENTS_MD_MAX_BYTES`].
     #[serde(default, skip_serializing_if = "is_false")]
     pub agents_md_truncated: bool,
+    /// The cell the definition asked for ([`crate::cell`]); sent back with every call.
+    #[serde(default, skip_serializing_if = "CellSettings::is_default")]
+    pub cell: CellSettings,
 }
 
 impl AttachedEnvironment {
@@ -496,6 +551,7 @@ impl AttachedEnvironment {
             snapshot: self.snapshot.clone(),
             repo_path: self.repo_path.clone(),
             branch: self.branch.clone(),
+            cell: self.cell.clone(),
         }
     }
 }
@@ -521,6 +577,8 @@ impl ErrorBody {
 }
 
 /// Outcome of an `attach`: `"ok": {"environment": ...}` or `"error": {code, message}`.
+// One per attach, moved once: boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum AttachOutcome {
@@ -662,6 +720,10 @@ pub enum RunnerMessage {
         /// Software version of the runner, for diagnostics.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         runner_version: Option<String>,
+        /// `wuhu-runner register --replace`: take the name over from a live connection of the
+        /// same owner (without it, such a `hello` is refused `name_in_use`).
+        #[serde(default, skip_serializing_if = "is_false")]
+        replace: bool,
     },
     /// Sent every `heartbeatSeconds`; always exactly [`HEARTBEAT_FRAME`].
     Heartbeat {},
@@ -764,6 +826,10 @@ pub enum ServerMessage {
         /// but the token allows only `local`. The runner prints it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         notice: Option<String>,
+        /// The runner's sandbox as registered (from its `hello` capabilities; `GET /v1/runners`
+        /// shows it too).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sandbox: Option<SandboxMode>,
     },
     /// The `hello` was refused; the server closes the connection after this frame.
     Refused {
@@ -1146,6 +1212,16 @@ mod tests {
             snapshot: snapshot(),
             repo_path: Some(String::from("/Users/ana/src/api")),
             branch: Some(String::from("wuhu/0f3c2a1b")),
+            cell: crate::cell::CellSettings {
+                network: Some(crate::cell::Network::Allow(vec![String::from(
+                    "github.com",
+                )])),
+                read_only_paths: vec![String::from("/opt/rust")],
+                limits: crate::cell::LimitOverrides {
+                    processes: Some(256),
+                    ..Default::default()
+                },
+            },
         }
     }
 
@@ -1160,6 +1236,7 @@ mod tests {
             snapshot: snapshot(),
             agents_md: Some(String::from("# Rules\n")),
             agents_md_truncated: false,
+            cell: Default::default(),
         }
     }
 
@@ -1177,6 +1254,7 @@ mod tests {
                     path: String::from("/Users/ana/src/api"),
                 }],
                 runner_version: Some(String::from("0.1.0")),
+                replace: true,
             },
             RunnerMessage::Heartbeat {},
             RunnerMessage::AttachResult {
@@ -1260,6 +1338,7 @@ mod tests {
                 notice: Some(String::from(
                     "this runner said kind \"cloud\" but its token allows only \"local\"",
                 )),
+                sandbox: Some(SandboxMode::Off),
             },
             ServerMessage::Refused {
                 code: String::from(codes::UNSUPPORTED_VERSION),
@@ -1275,6 +1354,7 @@ mod tests {
                         path: String::from("/Users/ana/src/api"),
                     },
                     extra_env_vars: vec![],
+                    cell: Default::default(),
                 },
             },
             ServerMessage::Attach {
@@ -1287,6 +1367,10 @@ mod tests {
                         startup_script: Some(String::from("npm ci")),
                     },
                     extra_env_vars: vec![String::from("JAVA_HOME")],
+                    cell: crate::cell::CellSettings {
+                        network: Some(crate::cell::Network::None),
+                        ..Default::default()
+                    },
                 },
             },
             ServerMessage::Attach {
@@ -1299,6 +1383,7 @@ mod tests {
                         base_ref: None,
                     },
                     extra_env_vars: vec![],
+                    cell: Default::default(),
                 },
             },
             ServerMessage::Detach {
@@ -1373,7 +1458,8 @@ mod tests {
             attach,
             json!({"type": "attach", "id": "a2", "sessionId": "s1", "spec": {
                 "name": "web", "kind": "folder-template", "templatePath": "/srv/templates/web",
-                "startupScript": "npm ci", "extraEnvVars": ["JAVA_HOME"]}})
+                "startupScript": "npm ci", "extraEnvVars": ["JAVA_HOME"],
+                "cell": {"network": "none"}}})
         );
         let result = serde_json::to_value(&runner_messages()[3]).unwrap();
         assert_eq!(

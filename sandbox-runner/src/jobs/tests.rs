@@ -1,4 +1,8 @@
 use super::*;
+
+fn no_cell(_: &Path) -> Result<Option<Arc<CallCell>>, String> {
+    Ok(None)
+}
 use crate::tools::tests::context;
 use wuhu_core::wire::runner::EnvironmentKind;
 use wuhu_core::wire::runner::jobs::MAX_RUNNING_PER_SESSION;
@@ -41,7 +45,13 @@ async fn a_job_answers_at_once_runs_on_and_reports_its_end_on_the_connection() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     jobs.connected(tx);
     let started = std::time::Instant::now();
-    let out = jobs.start(&ctx, "s1", "work", args("echo start; sleep 1; echo done"));
+    let out = jobs.start(
+        &ctx,
+        "s1",
+        "work",
+        args("echo start; sleep 1; echo done"),
+        no_cell,
+    );
     assert!(
         started.elapsed() < Duration::from_millis(500),
         "answers at once"
@@ -74,7 +84,7 @@ async fn an_end_while_disconnected_is_reported_after_the_next_welcome() {
     jobs.connected(tx);
     jobs.disconnected();
     drop(rx);
-    let id = job_id(&jobs.start(&ctx, "s1", "work", args("exit 3")));
+    let id = job_id(&jobs.start(&ctx, "s1", "work", args("exit 3"), no_cell));
     // Wait for the end without a connection.
     let mut done = jobs.lock().jobs[&id].done.clone();
     done.wait_for(|d| *d).await.unwrap();
@@ -103,7 +113,7 @@ async fn job_kill_kills_the_process_group_and_the_end_says_killed() {
         "(sleep 30; touch {}) & echo started; sleep 30",
         marker.display()
     );
-    let id = job_id(&jobs.start(&ctx, "s1", "work", args(&command)));
+    let id = job_id(&jobs.start(&ctx, "s1", "work", args(&command), no_cell));
     assert!(
         jobs.kill("s2", &json!({"id": id})).await.is_error,
         "not another session's"
@@ -124,7 +134,7 @@ async fn long_output_is_kept_in_a_file_the_session_can_read_and_bounds_hold() {
     let jobs = Arc::new(Jobs::new(logs.clone(), dir.path().join("tmp")));
     let (tx, mut rx) = mpsc::unbounded_channel();
     jobs.connected(tx);
-    let id = job_id(&jobs.start(&ctx, "s1", "work", args("seq 1 5000")));
+    let id = job_id(&jobs.start(&ctx, "s1", "work", args("seq 1 5000"), no_cell));
     let (_, report) = next_event(&mut rx).await;
     assert!(report.truncated);
     assert_eq!(report.total_lines, 5000);
@@ -145,15 +155,19 @@ async fn long_output_is_kept_in_a_file_the_session_can_read_and_bounds_hold() {
     assert!(read.is_error, "{}", read.content);
     // At most MAX_RUNNING_PER_SESSION jobs run for a session.
     let ids: Vec<String> = (0..MAX_RUNNING_PER_SESSION)
-        .map(|_| job_id(&jobs.start(&ctx, "s1", "work", args("sleep 30"))))
+        .map(|_| job_id(&jobs.start(&ctx, "s1", "work", args("sleep 30"), no_cell)))
         .collect();
-    let refused = jobs.start(&ctx, "s1", "work", args("true"));
+    let refused = jobs.start(&ctx, "s1", "work", args("true"), no_cell);
     assert!(
         refused.is_error && refused.content.contains("limit"),
         "{}",
         refused.content
     );
-    assert!(!jobs.start(&ctx, "s2", "work", args("true")).is_error);
+    assert!(
+        !jobs
+            .start(&ctx, "s2", "work", args("true"), no_cell)
+            .is_error
+    );
     for id in ids {
         let _ = jobs.kill("s1", &json!({"id": id})).await;
     }
@@ -192,7 +206,13 @@ async fn the_output_file_keeps_its_tail_within_its_bound() {
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
     jobs.connected(tx);
-    job_id(&jobs.start(&ctx, "s1", "work", args("seq 1 20000; printf last")));
+    job_id(&jobs.start(
+        &ctx,
+        "s1",
+        "work",
+        args("seq 1 20000; printf last"),
+        no_cell,
+    ));
     let (_, report) = next_event(&mut rx).await;
     assert_eq!(report.state, JobState::Succeeded);
     assert_eq!(report.total_lines, 20001);
@@ -264,7 +284,7 @@ fn runner_stops_while_a_job_sleeps(
         let (_dir, ctx) = context(EnvironmentKind::Local);
         let jobs = Arc::new(Jobs::new(dir.path().join("logs"), dir.path().join("tmp")));
         let command = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
-        job_id(&jobs.start(&ctx, "s1", "work", args(&command)));
+        job_id(&jobs.start(&ctx, "s1", "work", args(&command), no_cell));
         pid_of(pid_file.clone()).await
     });
     assert!(alive(pid));

@@ -73,6 +73,46 @@ pub fn program_in_path(name: &str, path: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// `bash` for a command with `env`: in `cell` (found by absolute path: a cell starts its program
+/// without a `PATH` search), or as it is.
+pub fn shell_command(
+    cell: Option<&crate::cell::CallCell>,
+    env: &std::collections::BTreeMap<String, String>,
+) -> tokio::process::Command {
+    let bash = program_in_path("bash", command_path(env));
+    match cell {
+        Some(cell) => {
+            let bash = if bash.is_absolute() {
+                bash
+            } else {
+                program_in_path("bash", DEFAULT_PATH)
+            };
+            cell.command(&bash)
+        }
+        None => tokio::process::Command::new(bash),
+    }
+}
+
+/// The lines a call's output ends with for what its cell refused: connections its proxy
+/// blocked (`wuhu: blocked connect to …`, with how many in all) and read-only paths of the
+/// definition that were not granted. Empty without a cell.
+pub fn cell_lines(ctx: &ToolContext) -> (Vec<String>, u64) {
+    let Some(cell) = &ctx.cell else {
+        return (Vec::new(), 0);
+    };
+    let (mut lines, count) = cell.blocked();
+    if count > lines.len() as u64 {
+        lines.push(format!(
+            "wuhu: {} more connections blocked",
+            count - lines.len() as u64
+        ));
+    }
+    for refused in &cell.policy.refused {
+        lines.push(format!("wuhu: not granted: {refused}"));
+    }
+    (lines, count)
+}
+
 /// The command's `PATH`: its snapshot's, or [`DEFAULT_PATH`].
 pub fn command_path(env: &std::collections::BTreeMap<String, String>) -> &str {
     env.get("PATH").map_or(DEFAULT_PATH, String::as_str)
@@ -116,11 +156,21 @@ pub async fn bash(ctx: &ToolContext, args: BashArgs) -> ToolOutput {
         Ok(run) => run,
         Err(message) => return ToolOutput::error(message),
     };
-    let mut content = if run.output.is_empty() {
+    let (cell_lines, blocked) = cell_lines(ctx);
+    let mut content = if run.output.is_empty() && cell_lines.is_empty() {
         String::from("(no output)")
     } else {
         run.output.clone()
     };
+    if !cell_lines.is_empty() {
+        if !content.is_empty() && !content.ends_with('\n') {
+            content.push('\n');
+        }
+        for line in &cell_lines {
+            content.push_str(line);
+            content.push('\n');
+        }
+    }
     if run.truncated {
         let full = run
             .full_output_path
@@ -183,6 +233,7 @@ pub async fn bash(ctx: &ToolContext, args: BashArgs) -> ToolOutput {
             "truncated": run.truncated,
             "totalLines": run.total_lines,
             "fullOutputPath": run.full_output_path,
+            "blockedConnections": blocked,
         })),
     }
 }
@@ -209,7 +260,7 @@ pub async fn run_command(
     let writer_err = writer
         .try_clone()
         .map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let mut cmd = tokio::process::Command::new(program_in_path("bash", command_path(&ctx.env)));
+    let mut cmd = shell_command(ctx.cell.as_deref(), &ctx.env);
     cmd.arg("-c")
         .arg(command)
         .current_dir(&ctx.cwd)
@@ -224,6 +275,9 @@ pub async fn run_command(
         .kill_on_drop(true);
     if !ctx.env.contains_key("PATH") {
         cmd.env("PATH", DEFAULT_PATH);
+    }
+    if let Some(cell) = &ctx.cell {
+        cmd.envs(cell.env());
     }
     let spawned = cmd.spawn();
     // The command keeps the pipe's write end open until dropped: drop it so EOF can arrive.

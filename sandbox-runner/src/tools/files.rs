@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 use wuhu_core::tools::{MAX_OUTPUT_BYTES, MAX_OUTPUT_LINES, truncate_head};
 
-use super::path::{display_path, resolve_path};
+use super::path::{display_path, resolve_path, resolve_writable};
 use super::text::unified_diff;
 use super::{ToolContext, ToolOutput, limit_hint, push_note};
 
@@ -191,7 +191,7 @@ fn read_image(path: &Path, shown: &str, image: wuhu_core::images::ImageInfo) -> 
 /// `write`: replaces the file atomically (temp file + rename), creating parent directories and
 /// keeping an existing file's permissions.
 pub fn write(ctx: &ToolContext, args: WriteArgs) -> ToolOutput {
-    let path = match resolve_path(ctx, &args.path) {
+    let path = match resolve_writable(ctx, &args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
@@ -208,7 +208,7 @@ pub fn write(ctx: &ToolContext, args: WriteArgs) -> ToolOutput {
 
 /// `edit`: replaces the one exact occurrence of `oldText` with `newText` and returns a diff.
 pub fn edit(ctx: &ToolContext, args: EditArgs) -> ToolOutput {
-    let path = match resolve_path(ctx, &args.path) {
+    let path = match resolve_writable(ctx, &args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
@@ -333,7 +333,11 @@ pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> 
         .unwrap_or(0);
     let temp = parent.join(format!(".{name}.wuhu-{}-{nanos}.tmp", std::process::id()));
     let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
+        // A new file, never through a symbolic link someone planted at its name.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
         file.write_all(data)?;
         file.sync_data()?;
         if let Ok(meta) = std::fs::metadata(path) {

@@ -44,6 +44,27 @@ pub struct ToolContext {
     pub job_logs: Option<PathBuf>,
     /// Fires when the call is cancelled or hits its deadline.
     pub cancel: CancelSignal,
+    /// The call's cell (`None` with `--sandbox off`): `bash` runs in it, the file tools reach
+    /// only what it may.
+    pub cell: Option<std::sync::Arc<crate::cell::CallCell>>,
+}
+
+impl ToolContext {
+    /// A context for nothing in particular (the lines of a finished job's cell).
+    pub(crate) fn detached() -> ToolContext {
+        ToolContext {
+            call_id: String::new(),
+            root: PathBuf::new(),
+            kind: EnvironmentKind::Local,
+            cwd: PathBuf::new(),
+            env: BTreeMap::new(),
+            temp_dir: PathBuf::new(),
+            log_dir: PathBuf::new(),
+            job_logs: None,
+            cancel: CancelSignal::never(),
+            cell: None,
+        }
+    }
 }
 
 /// A tool's answer.
@@ -137,12 +158,12 @@ pub async fn run_tool(name: &str, arguments: Value, ctx: &ToolContext) -> ToolOu
             Ok(args) => bash::bash(ctx, args).await,
             Err(e) => e,
         },
-        "read" => blocking(ctx, name, arguments, files::read).await,
-        "write" => blocking(ctx, name, arguments, files::write).await,
-        "edit" => blocking(ctx, name, arguments, files::edit).await,
-        "ls" => blocking(ctx, name, arguments, files::ls).await,
-        "find" => blocking(ctx, name, arguments, search::find).await,
-        "grep" => blocking(ctx, name, arguments, search::grep).await,
+        "read" => blocking(ctx, "read", arguments, files::read).await,
+        "write" => blocking(ctx, "write", arguments, files::write).await,
+        "edit" => blocking(ctx, "edit", arguments, files::edit).await,
+        "ls" => blocking(ctx, "ls", arguments, files::ls).await,
+        "find" => blocking(ctx, "find", arguments, search::find).await,
+        "grep" => blocking(ctx, "grep", arguments, search::grep).await,
         other => ToolOutput::error(format!(
             "unknown tool {other:?}; this runner has bash, read, write, edit, ls, find and grep"
         )),
@@ -151,7 +172,7 @@ pub async fn run_tool(name: &str, arguments: Value, ctx: &ToolContext) -> ToolOu
 
 /// Runs a synchronous tool on the blocking pool; a cancel returns at once (the thread finishes
 /// its bounded work in the background).
-async fn blocking<A, F>(ctx: &ToolContext, name: &str, arguments: Value, f: F) -> ToolOutput
+async fn blocking<A, F>(ctx: &ToolContext, name: &'static str, arguments: Value, f: F) -> ToolOutput
 where
     A: DeserializeOwned + Send + 'static,
     F: FnOnce(&ToolContext, A) -> ToolOutput + Send + 'static,
@@ -161,7 +182,33 @@ where
         Err(e) => return e,
     };
     let task_ctx = ctx.clone();
-    let task = tokio::task::spawn_blocking(move || f(&task_ctx, args));
+    let task = match ctx.cell.clone() {
+        // A thread of its own, confined to the cell before the tool touches a path (Landlock
+        // confines one thread; a pooled thread would keep the confinement for other calls).
+        Some(cell) => {
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-in-cell"))
+                .spawn(move || {
+                    let output = match cell.restrict_thread() {
+                        Ok(()) => f(&task_ctx, args),
+                        Err(e) => {
+                            ToolOutput::error(format!("cannot confine {name} to the cell: {e}"))
+                        }
+                    };
+                    let _ = done.send(output);
+                });
+            if let Err(e) = spawned {
+                return ToolOutput::error(format!("{name} failed: {e}"));
+            }
+            tokio::spawn(async move {
+                answer.await.unwrap_or_else(|_| {
+                    ToolOutput::error("the tool's thread ended without an answer")
+                })
+            })
+        }
+        None => tokio::task::spawn_blocking(move || f(&task_ctx, args)),
+    };
     let mut cancel = ctx.cancel.clone();
     tokio::select! {
         joined = task => match joined {
@@ -229,6 +276,7 @@ pub(crate) mod tests {
             log_dir: dir.path().canonicalize().unwrap().join("logs"),
             job_logs: None,
             cancel: CancelSignal::never(),
+            cell: None,
         };
         (dir, ctx)
     }

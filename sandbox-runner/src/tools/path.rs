@@ -1,21 +1,40 @@
-//! The path policy of the file tools: paths resolve against the snapshot's cwd and must stay
-//! inside the environment root (after normalising `..` and resolving symlinks where the path
-//! exists), unless the environment is `local` and the path is absolute.
+//! The path policy of the file tools: paths resolve against the snapshot's cwd. In a cell the
+//! resolved path (after normalising `..` and resolving symlinks where the path exists) must be
+//! one the cell may reach ([`wuhu_core::cell::CellPolicy::access`]): the root and the call's temp
+//! dir to write, the system, the definition's read-only paths and the session's logs to read;
+//! on Linux the kernel checks again (the tool's thread is confined by Landlock). With cells off
+//! (`--sandbox off`) a path must stay inside the environment root, unless the environment is
+//! `local` and the path is absolute.
 
 use std::path::{Component, Path, PathBuf};
 
+use wuhu_core::cell::Access;
 use wuhu_core::wire::runner::EnvironmentKind;
 
 use super::ToolContext;
 
-/// Resolves `raw` for a file tool.
+/// Resolves `raw` for a file tool that reads.
 ///
 /// `~` and `~/...` expand with the snapshot's `HOME` (and then count as absolute).
 ///
 /// # Errors
 ///
-/// A message for the model when the path is empty or leaves the root.
+/// A message for the model when the path is empty or leaves what the tool may reach.
 pub fn resolve_path(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
+    resolve(ctx, raw, false)
+}
+
+/// Resolves `raw` for a file tool that writes: in a cell, only below the root or the call's
+/// temp dir.
+///
+/// # Errors
+///
+/// As [`resolve_path`], and for a path the cell may only read.
+pub fn resolve_writable(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
+    resolve(ctx, raw, true)
+}
+
+fn resolve(ctx: &ToolContext, raw: &str, write: bool) -> Result<PathBuf, String> {
     if raw.is_empty() {
         return Err(String::from("path is empty"));
     }
@@ -34,6 +53,26 @@ pub fn resolve_path(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
         ctx.cwd.join(expanded)
     };
     let normal = normalize_lexically(&joined);
+    if let Some(cell) = &ctx.cell {
+        let resolved = resolve_existing_prefix(&normal);
+        let text = resolved.to_string_lossy();
+        return match (cell.policy.access(&text), write) {
+            (Access::ReadWrite, _) | (Access::ReadOnly, false) => Ok(resolved),
+            (Access::ReadOnly, true) => Err(format!(
+                "path {raw} is read-only in this session's cell (it may write below the environment root {} and its temp dir)",
+                ctx.root.display()
+            )),
+            (Access::None, _) => Err(format!(
+                "path {raw} is outside this session's cell{} (it may write below the environment root {} and its temp dir, and read the system directories and the definition's readOnlyPaths)",
+                if text != raw {
+                    format!(" ({text})")
+                } else {
+                    String::new()
+                },
+                ctx.root.display()
+            )),
+        };
+    }
     if absolute_input && ctx.kind == EnvironmentKind::Local {
         return Ok(normal);
     }

@@ -57,9 +57,11 @@ pub(super) fn list_runners(sockets: &Sockets<'_>) -> ApiResult<ListRunnersRespon
             let last_seen_ms = live.map_or(row.last_seen_ms, |(ws, info)| {
                 sockets.last_seen_ms(ws, info).max(row.last_seen_ms)
             });
+            let capabilities = row.capabilities();
             RunnerInfo {
                 kind: row.kind(),
-                capabilities: row.capabilities(),
+                sandbox: wuhu_core::wire::runner::capabilities::sandbox(&capabilities),
+                capabilities,
                 environments: row
                     .environments()
                     .into_iter()

@@ -12,7 +12,7 @@ use wuhu_core::hub::{
 use wuhu_core::wire::runner::{
     CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, JobEvent, JobReport,
     MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, RunnerMessage, ServerMessage,
-    codes, decode_frame_within, jobs,
+    capabilities, codes, decode_frame_within, jobs,
 };
 
 use wuhu_core::authority::{self, Principal};
@@ -64,13 +64,18 @@ fn runner_label(info: &SocketInfo) -> String {
         .unwrap_or_else(|| String::from("runner"))
 }
 
-/// The open sockets as the hub rules see them.
-fn connections(open: &[(WebSocket, SocketInfo)]) -> Vec<OpenConnection<'_>> {
+/// The open sockets as the hub rules see them; `last_seen` says when each was last heard
+/// from (heartbeats answered by the runtime included).
+fn connections<'a>(
+    open: &'a [(WebSocket, SocketInfo)],
+    last_seen: impl Fn(&WebSocket, &SocketInfo) -> i64,
+) -> Vec<OpenConnection<'a>> {
     open.iter()
-        .map(|(_, info)| OpenConnection {
+        .map(|(ws, info)| OpenConnection {
             epoch: info.epoch,
             owner: &info.owner,
             name: info.runner.as_ref().map(|r| r.name.as_str()),
+            last_seen_ms: last_seen(ws, info),
         })
         .collect()
 }
@@ -381,7 +386,7 @@ impl Sockets<'_> {
         };
         let now = now_ms();
         let open = self.open();
-        let connections = connections(&open);
+        let connections = connections(&open, |ws, info| self.last_seen_ms(ws, info));
         // Expired reservations go first, so they neither hold a name nor count against a cap.
         let rows = match self.purge_expired(now, &open) {
             Ok(rows) => rows,
@@ -449,13 +454,32 @@ impl Sockets<'_> {
         if let Some(notice) = &notice {
             worker::console_log!("runner hub: runner {name:?} of {}: {notice}", info.owner);
         }
-        // A runner that comes back replaces its old connection (which may not have noticed
-        // that it is dead yet).
+        // A runner that comes back replaces its old connection, which went silent (it may not
+        // have noticed that it is dead yet), or which `--replace` takes over: that one is told
+        // why, so it stops instead of reconnecting.
         for (old, mut old_info) in open {
             if replace.contains(&old_info.epoch) {
                 old_info.closed = true;
                 save_info(&old, &old_info);
-                close(&old, 1012, "replaced by a new connection");
+                if hello.replace {
+                    let message = format!(
+                        "another wuhu-runner took over runner {name:?} with --replace; this one stops"
+                    );
+                    send(
+                        &old,
+                        &ServerMessage::Refused {
+                            code: codes::REPLACED.to_string(),
+                            message: message.clone(),
+                        },
+                    );
+                    close(
+                        &old,
+                        1008,
+                        &close_reason(&format!("{}: {message}", codes::REPLACED)),
+                    );
+                } else {
+                    close(&old, 1012, "replaced by a new connection");
+                }
                 self.waiters.fail_epoch(
                     old_info.epoch,
                     format!("runner {name:?} reconnected (a new connection replaced the old one) while the call was running"),
@@ -489,6 +513,7 @@ impl Sockets<'_> {
                 heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
                 kind: Some(kind),
                 notice,
+                sandbox: capabilities::sandbox(&hello.capabilities),
             },
         );
         self.arm_alarm(now + SILENCE_LIMIT_MS).await;
@@ -514,7 +539,7 @@ impl Sockets<'_> {
         open: &[(WebSocket, SocketInfo)],
     ) -> ApiResult<Vec<store::NameRow>> {
         let mut rows = store::names(self.sql)?;
-        let connections = connections(open);
+        let connections = connections(open, |ws, info| self.last_seen_ms(ws, info));
         let expired = {
             let known: Vec<KnownRunner<'_>> = rows
                 .iter()

@@ -9,6 +9,7 @@
 //! new ones there. `peer` (in `peer.rs`) measures Cloudflare's `agents` side by side; `load.rs`
 //! holds the load figures.
 
+mod cell;
 mod context;
 mod load;
 mod peer;
@@ -92,6 +93,14 @@ const BENCHMARKS: &[Benchmark] = &[
                       heartbeat → heartbeat_ack round trip on a raw connection, the floor of any frame \
                       exchange with a runner",
         run: |stack, config| runner_round_trip(stack, config).into(),
+    },
+    Benchmark {
+        name: "cell_spawn",
+        description: "what a cell adds to a bash call (decision 0023): `bash -c true` spawned and waited for \
+                      as without cells, alternating with the same through `wuhu-runner cell-exec` (release \
+                      binary) with network open, none and an allow list; added_* pair each cell sample with \
+                      the bare one before it (target: added p50 ≤ 5 ms)",
+        run: cell::cell_spawn,
     },
     Benchmark {
         name: "peer",

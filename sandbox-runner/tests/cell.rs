@@ -1,0 +1,384 @@
+//! Cells on this machine (Linux), through the executor as a `tool_call` runs: every escape of
+//! the corpus (issue 30) is refused, and the work a session should do still works. The
+//! end-to-end twin through sessions on a real runner is `tests/tests/cells.rs`.
+#![cfg(target_os = "linux")]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use wuhu_core::cell::{CellSettings, LimitOverrides, Network};
+use wuhu_core::wire::runner::{EnvironmentContext, EnvironmentKind, SandboxMode, Snapshot};
+use wuhu_runner::cell::Cells;
+use wuhu_runner::executor::{RunnerDirs, ToolCall, execute};
+use wuhu_runner::tools::{CancelSignal, ToolOutput};
+
+struct World {
+    _base: tempfile::TempDir,
+    home: PathBuf,
+    root: PathBuf,
+    other: PathBuf,
+    dirs: RunnerDirs,
+    cells: Arc<Cells>,
+}
+
+impl World {
+    fn new() -> World {
+        let base = tempfile::tempdir().unwrap();
+        // Not below /tmp, like a real runner's directories (its HOME).
+        let top = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "cells-{}",
+            base.path().file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::create_dir_all(&top).unwrap();
+        let top = top.canonicalize().unwrap();
+        let home = top.join("home");
+        let workspaces = home.join(".wuhu/workspaces");
+        let root = workspaces.join("11111111-1111-4111-8111-111111111111");
+        let other = workspaces.join("22222222-2222-4222-8222-222222222222");
+        for dir in [&root, &other, &home.join(".ssh")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(home.join(".wuhu/runner.yml"), "token: the-runner-token\n").unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY\n").unwrap();
+        std::fs::write(other.join("secret.txt"), "other session's file\n").unwrap();
+        let run_dir = home.join(".wuhu/run");
+        let dirs = RunnerDirs::private(&run_dir).unwrap();
+        let protected = wuhu_runner::secrets::protected_paths(
+            Some(&home),
+            Some(&home.join(".wuhu/runner.yml")),
+            &run_dir,
+            &workspaces,
+            &[],
+        );
+        let cells = Cells::with_exe(
+            PathBuf::from(env!("CARGO_BIN_EXE_wuhu-runner")),
+            SandboxMode::On,
+            protected,
+            &run_dir,
+            true,
+        )
+        .expect("this machine makes cells");
+        World {
+            _base: base,
+            home,
+            root,
+            other,
+            dirs,
+            cells,
+        }
+    }
+
+    fn context(&self, settings: CellSettings) -> EnvironmentContext {
+        let env = BTreeMap::from([
+            (
+                String::from("PATH"),
+                String::from("/usr/local/bin:/usr/bin:/bin"),
+            ),
+            (
+                String::from("HOME"),
+                self.home.to_string_lossy().into_owned(),
+            ),
+        ]);
+        EnvironmentContext {
+            name: String::from("work"),
+            kind: EnvironmentKind::FolderTemplate,
+            root: self.root.to_string_lossy().into_owned(),
+            snapshot: Snapshot {
+                cwd: self.root.to_string_lossy().into_owned(),
+                env,
+                captured_at: 0,
+            },
+            repo_path: None,
+            branch: None,
+            cell: settings,
+        }
+    }
+
+    fn call(&self, settings: &CellSettings, tool: &str, arguments: Value) -> ToolOutput {
+        let context = self.context(settings.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(execute(
+            &self.dirs,
+            ToolCall {
+                id: "c1",
+                environment: &context,
+                tool,
+                arguments,
+                deadline: Some(std::time::Duration::from_secs(60)),
+                session_id: "11111111-1111-4111-8111-111111111111",
+                jobs: None,
+                cells: Some(&self.cells),
+            },
+            CancelSignal::never(),
+        ))
+    }
+
+    fn bash(&self, command: &str) -> ToolOutput {
+        self.bash_with(&CellSettings::default(), command)
+    }
+
+    fn bash_with(&self, settings: &CellSettings, command: &str) -> ToolOutput {
+        self.call(settings, "bash", json!({ "command": command }))
+    }
+}
+
+fn text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn the_escape_corpus_is_refused_and_the_cell_still_works() {
+    let world = World::new();
+    let home = text(&world.home);
+    let config = format!("{home}/.wuhu/runner.yml");
+    let runner_pid = std::process::id();
+    // (what, command, what the output must not contain)
+    let escapes: Vec<(&str, String)> = vec![
+        ("read the runner's config", format!("cat {config}")),
+        (
+            "the parent's environment",
+            String::from("tr '\\0' '\\n' </proc/$PPID/environ"),
+        ),
+        (
+            "the runner's environment by pid",
+            format!("cat /proc/{runner_pid}/environ; cat /proc/{runner_pid}/cmdline"),
+        ),
+        ("read ~/.ssh", format!("cat {home}/.ssh/id_ed25519")),
+        ("list $HOME", format!("ls -a {home}")),
+        (
+            "another session's workspace",
+            format!("cat {}/secret.txt", text(&world.other)),
+        ),
+        (
+            "a symlink planted in the root",
+            format!("ln -s {config} link && cat link"),
+        ),
+        (
+            "a hard link of the config",
+            format!("ln {config} hard && cat hard"),
+        ),
+        ("/etc/shadow", String::from("cat /etc/shadow")),
+    ];
+    for (what, command) in escapes {
+        let out = world.bash(&command);
+        for secret in [
+            "the-runner-token",
+            "PRIVATE KEY",
+            "other session's file",
+            "root:",
+        ] {
+            if what == "/etc/shadow" && secret == "root:" {
+                assert!(
+                    !out.content.contains("root:$") && !out.content.contains("root:*:"),
+                    "{what}: {}",
+                    out.content
+                );
+                continue;
+            }
+            assert!(!out.content.contains(secret), "{what}: {}", out.content);
+        }
+    }
+    // Writes outside the root: absolute, `..`, through a symlink; none lands.
+    let outside = world.home.join("planted.txt");
+    for command in [
+        format!("echo x > {}", text(&outside)),
+        String::from("echo x > ../../../planted.txt"),
+        format!("ln -s {home} h; echo x > h/planted.txt"),
+        format!("echo x > {}/evil.txt", text(&world.other)),
+    ] {
+        let out = world.bash(&command);
+        assert!(out.is_error, "{command}: {}", out.content);
+    }
+    assert!(!outside.exists());
+    assert!(!world.other.join("evil.txt").exists());
+    // Signals: the runner is not in the cell's PID namespace.
+    let out = world.bash(&format!(
+        "kill -0 {runner_pid} && echo ALIVE-SEEN; kill -9 -1; echo done"
+    ));
+    assert!(!out.content.contains("ALIVE-SEEN"), "{}", out.content);
+    // The file tools: the same refusals.
+    for (tool, args) in [
+        ("read", json!({"path": config})),
+        ("read", json!({"path": format!("{home}/.ssh/id_ed25519")})),
+        ("read", json!({"path": "link"})),
+        ("ls", json!({"path": home})),
+        ("write", json!({"path": text(&outside), "content": "x"})),
+        (
+            "write",
+            json!({"path": "../../../planted.txt", "content": "x"}),
+        ),
+        (
+            "write",
+            json!({"path": "/usr/local/planted", "content": "x"}),
+        ),
+        (
+            "grep",
+            json!({"pattern": "token", "path": format!("{home}/.wuhu")}),
+        ),
+        ("find", json!({"pattern": "*", "path": text(&world.other)})),
+    ] {
+        let out = world.call(&CellSettings::default(), tool, args.clone());
+        assert!(out.is_error, "{tool} {args}: {}", out.content);
+        assert!(
+            !out.content.contains("the-runner-token"),
+            "{tool} {args}: {}",
+            out.content
+        );
+    }
+    assert!(!outside.exists());
+    // And what a session should do works: its root, its temp dir, /tmp, the system, pipes.
+    let out = world.bash(
+        "set -e; echo hello > f.txt; cat f.txt; mkdir -p d && echo y > d/g; \
+         echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; head -c 3 /dev/urandom | wc -c; \
+         echo err >&2; ls /usr/bin/env; ps -e -o pid= | wc -l",
+    );
+    assert!(!out.is_error, "{}", out.content);
+    assert!(
+        out.content.starts_with("hello\nt\n3\nerr\n/usr/bin/env\n"),
+        "{}",
+        out.content
+    );
+    let out = world.call(&CellSettings::default(), "read", json!({"path": "f.txt"}));
+    assert_eq!(out.content, "hello\n");
+    let out = world.call(
+        &CellSettings::default(),
+        "read",
+        json!({"path": "/etc/passwd"}),
+    );
+    assert!(!out.is_error, "{}", out.content);
+    let out = world.call(
+        &CellSettings::default(),
+        "write",
+        json!({"path": "new/n.txt", "content": "n"}),
+    );
+    assert!(!out.is_error, "{}", out.content);
+    assert_eq!(
+        std::fs::read_to_string(world.root.join("new/n.txt")).unwrap(),
+        "n"
+    );
+}
+
+#[test]
+fn limits_hold_processes_file_size_and_cpu() {
+    let world = World::new();
+    let small = CellSettings {
+        limits: LimitOverrides {
+            processes: Some(32),
+            file_size_bytes: Some(1 << 20),
+            cpu_seconds: Some(1),
+            ..LimitOverrides::default()
+        },
+        ..CellSettings::default()
+    };
+    // A fork bomb: bounded, and the call ends (its PID 1 ends, the namespace with it).
+    let started = std::time::Instant::now();
+    let out = world.bash_with(
+        &small,
+        "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert!(out.content.contains("survived"), "{}", out.content);
+    // Filling the disk past the file-size limit.
+    let out = world.bash_with(
+        &small,
+        "head -c 5000000 /dev/zero > big; ls -l big | awk '{print $5}'",
+    );
+    assert!(out.content.contains("1048576"), "{}", out.content);
+    // CPU time.
+    let out = world.bash_with(&small, "while :; do :; done");
+    assert!(out.is_error, "{}", out.content);
+    assert!(out.content.contains("signal"), "{}", out.content);
+}
+
+#[test]
+fn a_cell_without_network_reaches_nothing_and_an_allow_list_only_its_hosts() {
+    let world = World::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 2048];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nregistry",
+            );
+        }
+    });
+    let fetch = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+    );
+    let none = CellSettings {
+        network: Some(Network::None),
+        ..CellSettings::default()
+    };
+    let out = world.bash_with(&none, &fetch);
+    assert!(
+        out.is_error && !out.content.contains("registry"),
+        "{}",
+        out.content
+    );
+    let open = CellSettings {
+        network: Some(Network::Open),
+        ..CellSettings::default()
+    };
+    let out = world.bash_with(&open, &fetch);
+    assert!(out.content.contains("registry"), "{}", out.content);
+    // An allow list: the listed loopback registry through the proxy, nothing else.
+    let allow = CellSettings {
+        network: Some(Network::Allow(vec![
+            format!("127.0.0.1:{port}"),
+            String::from("localhost"),
+        ])),
+        ..CellSettings::default()
+    };
+    let out = world.bash_with(&allow, &fetch);
+    assert!(
+        out.is_error && !out.content.contains("registry"),
+        "direct: {}",
+        out.content
+    );
+    if Path::new("/usr/bin/curl").exists() {
+        // `localhost` is listed, but its address only for the registry's port.
+        let other = port ^ 1;
+        let out = world.bash_with(
+            &allow,
+            &format!(
+                "curl -sS --max-time 10 http://127.0.0.1:{port}/x; echo; \
+                 curl -sS --max-time 10 https://evil.example/ ; \
+                 curl -sS --max-time 10 http://localhost:{other}/ ; \
+                 curl -sS --max-time 10 --noproxy '' http://10.0.0.1/"
+            ),
+        );
+        assert!(out.content.starts_with("registry\n"), "{}", out.content);
+        assert!(
+            out.content
+                .contains("wuhu: blocked connect to evil.example:443 (not in allow list)"),
+            "{}",
+            out.content
+        );
+        assert!(
+            out.content.contains("a private address not in allow list"),
+            "{}",
+            out.content
+        );
+        assert!(
+            out.content
+                .contains("10.0.0.1:80 (an IP address not in allow list)"),
+            "{}",
+            out.content
+        );
+        assert_eq!(
+            out.details.as_ref().unwrap()["blockedConnections"],
+            3,
+            "{}",
+            out.content
+        );
+    }
+}
