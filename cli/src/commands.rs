@@ -274,7 +274,7 @@ pub enum EnvsCommand {
         name: String,
         /// Fields.
         #[command(flatten)]
-        fields: EnvFields,
+        fields: Box<EnvFields>,
     },
     /// Change a definition.
     Edit {
@@ -288,7 +288,7 @@ pub enum EnvsCommand {
         unset: Vec<String>,
         /// Fields.
         #[command(flatten)]
-        fields: EnvFields,
+        fields: Box<EnvFields>,
     },
     /// Delete a definition.
     Rm {

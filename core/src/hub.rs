@@ -27,8 +27,8 @@
 use std::collections::BTreeSet;
 
 use crate::wire::runner::{
-    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, OfferedEnvironment, RUNNER_PROTOCOL_VERSION,
-    RunnerKind, RunnerMessage, ServerMessage, codes,
+    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, HelloKey, OfferedEnvironment,
+    RUNNER_PROTOCOL_VERSION, RunnerKind, RunnerMessage, ServerMessage, codes,
 };
 use crate::wire::{MAX_PATH_BYTES, check_name};
 
@@ -145,6 +145,8 @@ pub struct Hello {
     pub runner_version: Option<String>,
     /// Whether it takes its name over from a live connection (`register --replace`).
     pub replace: bool,
+    /// Its key and signature over the connection's nonce, if it has one.
+    pub key: Option<HelloKey>,
 }
 
 impl Hello {
@@ -161,6 +163,7 @@ impl Hello {
                 environments,
                 runner_version,
                 replace,
+                key,
             } => Some(Hello {
                 version,
                 name,
@@ -171,6 +174,7 @@ impl Hello {
                 environments,
                 runner_version,
                 replace,
+                key,
             }),
             _ => None,
         }
@@ -403,6 +407,90 @@ pub fn on_hello(
     }
 }
 
+/// What the hub does about a `hello`'s key (decision 0024), given the key the name is bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyDecision {
+    /// Neither the name nor the `hello` has a key (a runner older than keys): welcome.
+    Unbound,
+    /// The name has no key yet: verify the signature with the presented key, then bind the
+    /// name to it (its first registration, or the first since its name was freed).
+    Bind {
+        /// The raw public key.
+        public_key: [u8; 32],
+        /// The signature to verify over [`crate::wire::runner::hello_signing_input`].
+        signature: [u8; 64],
+    },
+    /// The name's key: verify the signature with it.
+    Verify {
+        /// The raw public key.
+        public_key: [u8; 32],
+        /// The signature.
+        signature: [u8; 64],
+    },
+    /// Send `refused` and close.
+    Refuse {
+        /// [`codes::KEY_REQUIRED`] or [`codes::KEY_MISMATCH`].
+        code: &'static str,
+        /// Shown to the person running the runner.
+        message: String,
+    },
+}
+
+/// Decides about the key of a `hello` for runner `name`, bound to `bound` (base64url) or not.
+pub fn key_decision(bound: Option<&str>, presented: Option<&HelloKey>, name: &str) -> KeyDecision {
+    let free = format!(
+        "its owner or an admin can free the name (DELETE /v1/runners/OWNER/{name}) so the next runner binds its own key"
+    );
+    let decode = |key: &HelloKey| -> Option<([u8; 32], [u8; 64])> {
+        let public_key = crate::jwt::base64url_decode(&key.public_key).ok()?;
+        let signature = crate::jwt::base64url_decode(&key.signature).ok()?;
+        Some((public_key.try_into().ok()?, signature.try_into().ok()?))
+    };
+    match (bound, presented) {
+        (None, None) => KeyDecision::Unbound,
+        (Some(_), None) => KeyDecision::Refuse {
+            code: codes::KEY_REQUIRED,
+            message: format!(
+                "runner {name:?} is bound to the key it registered with, and this connection proves none (a token alone cannot pose as the runner); {free}"
+            ),
+        },
+        (bound, Some(key)) => {
+            let Some((public_key, signature)) = decode(key) else {
+                return KeyDecision::Refuse {
+                    code: codes::KEY_MISMATCH,
+                    message: String::from(
+                        "the hello's key is not a base64url Ed25519 public key (32 bytes) and signature (64 bytes)",
+                    ),
+                };
+            };
+            match bound {
+                None => KeyDecision::Bind {
+                    public_key,
+                    signature,
+                },
+                Some(bound) if bound == key.public_key => KeyDecision::Verify {
+                    public_key,
+                    signature,
+                },
+                Some(_) => KeyDecision::Refuse {
+                    code: codes::KEY_MISMATCH,
+                    message: format!(
+                        "runner {name:?} is bound to another key (~/.wuhu/runner-key of the machine it registered from); {free}"
+                    ),
+                },
+            }
+        }
+    }
+}
+
+/// The refusal when a `hello`'s signature does not verify.
+pub fn bad_signature(name: &str) -> (&'static str, String) {
+    (
+        codes::KEY_MISMATCH,
+        format!("the signature of runner {name:?}'s hello does not verify with its key"),
+    )
+}
+
 /// Liveness facts of one open connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Liveness {
@@ -627,6 +715,7 @@ mod tests {
             }],
             runner_version: Some("0.1.0".into()),
             replace: false,
+            key: None,
         }
     }
 
@@ -787,6 +876,53 @@ mod tests {
         assert!(!codes::refusal_is_permanent(codes::NAME_IN_USE));
         assert!(codes::refusal_is_permanent(codes::NAME_TAKEN));
         assert!(codes::refusal_is_permanent(codes::REPLACED));
+    }
+
+    #[test]
+    fn a_bound_name_needs_its_key() {
+        let key = |public: &[u8], sig: &[u8]| HelloKey {
+            public_key: crate::jwt::base64url_encode(public),
+            signature: crate::jwt::base64url_encode(sig),
+        };
+        let mine = key(&[1; 32], &[2; 64]);
+        let theirs = key(&[3; 32], &[2; 64]);
+        let short = key(&[1; 31], &[2; 64]);
+        let bound = Some(mine.public_key.as_str());
+        let kind = |d: KeyDecision| match d {
+            KeyDecision::Unbound => "unbound",
+            KeyDecision::Bind { public_key, .. } if public_key == [1; 32] => "bind",
+            KeyDecision::Verify { public_key, .. } if public_key == [1; 32] => "verify",
+            KeyDecision::Refuse { code, message } => {
+                assert!(
+                    message.contains("mac") || message.contains("base64url"),
+                    "{message}"
+                );
+                code
+            }
+            other => panic!("{other:?}"),
+        };
+        let cases = [
+            (None, None, "unbound"),
+            (None, Some(&mine), "bind"),
+            (bound, Some(&mine), "verify"),
+            // A copy of the token alone, or with another machine's key.
+            (bound, None, codes::KEY_REQUIRED),
+            (bound, Some(&theirs), codes::KEY_MISMATCH),
+            (None, Some(&short), codes::KEY_MISMATCH),
+        ];
+        for (bound, presented, want) in cases {
+            assert_eq!(
+                kind(key_decision(bound, presented, "mac")),
+                want,
+                "{bound:?} {presented:?}"
+            );
+        }
+        assert!(codes::refusal_is_permanent(codes::KEY_REQUIRED));
+        assert!(codes::refusal_is_permanent(codes::KEY_MISMATCH));
+        assert_eq!(
+            crate::wire::runner::hello_signing_input("n0nce", "mac"),
+            "wuhu-runner-hello-v1\nn0nce\nmac"
+        );
     }
 
     #[test]

@@ -15,10 +15,10 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use wuhu_core::wire::runner::{
-    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, DiscardOutcome, MAX_FRAME_BYTES,
-    MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerKind, RunnerMessage,
-    SandboxMode, ServerMessage, capabilities, codes, decode_frame, encode_frame, jobs,
-    os_display_name,
+    AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, DiscardOutcome, HELLO_NONCE_HEADER,
+    HelloKey, MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerKind,
+    RunnerMessage, SandboxMode, ServerMessage, capabilities, codes, decode_frame, encode_frame,
+    jobs, os_display_name,
 };
 
 use crate::backoff::Backoff;
@@ -77,6 +77,8 @@ pub struct ClientOptions {
     pub verbose: bool,
     /// Seed for backoff jitter.
     pub jitter_seed: u64,
+    /// The runner's key: every `hello` signs the hub's nonce with it (decision 0024).
+    pub key: Option<Arc<crate::key::RunnerKey>>,
 }
 
 /// Runs until a fatal refusal: connects, serves, and reconnects with backoff forever.
@@ -127,8 +129,8 @@ pub fn format_delay(delay: Duration) -> String {
     }
 }
 
-/// The `hello` this runner sends.
-pub fn hello(config: &RunnerConfig) -> RunnerMessage {
+/// The `hello` this runner sends (`key` proves its key for the connection).
+pub fn hello(config: &RunnerConfig, key: Option<HelloKey>) -> RunnerMessage {
     let mut caps: Vec<String> = capabilities::TOOLS.iter().map(|c| c.to_string()).collect();
     caps.extend(
         [
@@ -153,6 +155,7 @@ pub fn hello(config: &RunnerConfig) -> RunnerMessage {
         environments: config.environments.clone(),
         runner_version: Some(env!("CARGO_PKG_VERSION").to_string()),
         replace: config.replace,
+        key,
     }
 }
 
@@ -193,6 +196,7 @@ async fn serve_once(
     let ws_config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
+    let nonce;
     let connected = tokio::time::timeout(
         CONNECT_TIMEOUT,
         tokio_tungstenite::connect_async_with_config(request, Some(ws_config), true),
@@ -210,12 +214,24 @@ async fn serve_once(
             };
         }
         Ok(Err(e)) => return retry(e.to_string()),
-        Ok(Ok((ws, _response))) => ws,
+        Ok(Ok((ws, response))) => {
+            nonce = response
+                .headers()
+                .get(HELLO_NONCE_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            ws
+        }
     };
 
     // Handshake: hello → welcome | refused. The server closes a connection whose first frame
     // is over its pre-welcome limit, so an oversized hello is a configuration error here.
-    let hello_frame = encode_frame(&hello(config));
+    // A hub older than keys sends no nonce: then the hello carries none.
+    let key = match (&options.key, &nonce) {
+        (Some(key), Some(nonce)) => Some(key.hello_key(nonce, &config.name)),
+        _ => None,
+    };
+    let hello_frame = encode_frame(&hello(config, key));
     if hello_frame.len() > MAX_FRAME_BYTES_BEFORE_WELCOME {
         return Ended::Fatal(Fatal::Config(format!(
             "the hello frame is {} bytes, over the server's {MAX_FRAME_BYTES_BEFORE_WELCOME} byte limit: offer fewer or shorter --env entries",

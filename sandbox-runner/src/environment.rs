@@ -199,7 +199,7 @@ impl EnvironmentHost {
             snapshot,
             agents_md,
             agents_md_truncated,
-            cell: spec.cell.clone(),
+            cell: Box::new(spec.cell.clone()),
         })
     }
 

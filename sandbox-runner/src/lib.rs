@@ -25,6 +25,7 @@
 //! * [`tools`]: `bash`, `read`, `write`, `edit`, `ls`, `find`, `grep` with Wuhu semantics.
 //! * [`cell`]: every call of a session runs confined to its environment (Linux: namespaces,
 //!   Landlock, seccomp; macOS: Seatbelt), with the network its definition names.
+//! * [`key`]: the runner's Ed25519 key, which its name is bound to at the hub.
 //! * [`private_dir`]: the runner's own directories, private to its user.
 //! * [`secrets`]: the runner's token and store keys: private files, wiped from its environment,
 //!   out of every cell's reach.
@@ -42,6 +43,7 @@ pub mod config;
 pub mod environment;
 pub mod executor;
 pub mod jobs;
+pub mod key;
 pub mod private_dir;
 pub mod secrets;
 pub mod service;

@@ -316,7 +316,7 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
         .context("no HOME or XDG_RUNTIME_DIR for the runner's runtime directory")?;
     host.dirs = wuhu_runner::executor::RunnerDirs::private(&run_dir)
         .with_context(|| format!("runtime directory {}", run_dir.display()))?;
-    let (aws_credentials, aws_files) = aws_files(home.as_deref());
+    let aws_files = aws_files(home.as_deref());
     let protected = wuhu_runner::secrets::protected_paths(
         home.as_deref(),
         config_path.as_deref(),
@@ -324,11 +324,13 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
         &host.workspaces_root,
         &aws_files,
     );
-    if args.store.is_some()
-        && let Some(file) = &aws_credentials
-    {
-        wuhu_runner::secrets::check_secret_file(file, "the store's credentials")
-            .map_err(anyhow::Error::msg)?;
+    if args.store.is_some() {
+        for file in &aws_files {
+            if wuhu_runner::secrets::holds_store_keys(file) {
+                wuhu_runner::secrets::check_secret_file(file, "the store's credentials")
+                    .map_err(anyhow::Error::msg)?;
+            }
+        }
     }
     host.cells = wuhu_runner::cell::Cells::new(
         config.sandbox,
@@ -348,10 +350,24 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
     host.vars
         .retain(|(name, _)| !wuhu_runner::secrets::is_secret_variable(name));
     let temp_root = host.dirs.temp_root.clone();
+    // The key the hub binds this runner's name to (decision 0024), next to its config.
+    let key_path = home
+        .as_deref()
+        .map(|h| h.join(".wuhu").join("runner-key"))
+        .context("no HOME for the runner's key (~/.wuhu/runner-key)")?;
+    let (key, made) =
+        wuhu_runner::key::RunnerKey::load_or_create(&key_path).map_err(anyhow::Error::msg)?;
+    if made {
+        eprintln!(
+            "wuhu-runner: made this runner's key {} (the server binds the name to it at the first connection)",
+            key_path.display()
+        );
+    }
     let options = ClientOptions {
         status: Arc::new(|line: &str| eprintln!("wuhu-runner: {line}")),
         verbose: args.verbose,
         jitter_seed: jitter_seed(),
+        key: Some(Arc::new(key)),
     };
 
     let exit_store = store.clone();
@@ -411,27 +427,23 @@ const EXIT_SAVE_LIMIT: Duration = Duration::from_secs(120);
 
 /// The AWS files the store's credentials chain reads (`AWS_SHARED_CREDENTIALS_FILE` /
 /// `~/.aws/credentials`, `AWS_CONFIG_FILE` / `~/.aws/config`, `AWS_WEB_IDENTITY_TOKEN_FILE`)
-/// that exist: protected from cells, and the credentials file private to the runner's user.
-fn aws_files(home: Option<&std::path::Path>) -> (Option<PathBuf>, Vec<PathBuf>) {
+/// that exist: protected from cells; those holding keys must be private to the runner's user.
+fn aws_files(home: Option<&std::path::Path>) -> Vec<PathBuf> {
     let var = |name: &str| {
         std::env::var_os(name)
             .filter(|p| !p.is_empty())
             .map(PathBuf::from)
     };
-    let credentials = var("AWS_SHARED_CREDENTIALS_FILE")
-        .or_else(|| home.map(|h| h.join(".aws").join("credentials")))
-        .filter(|p| p.exists());
-    let others = [
+    [
+        var("AWS_SHARED_CREDENTIALS_FILE")
+            .or_else(|| home.map(|h| h.join(".aws").join("credentials"))),
         var("AWS_CONFIG_FILE").or_else(|| home.map(|h| h.join(".aws").join("config"))),
         var("AWS_WEB_IDENTITY_TOKEN_FILE"),
-    ];
-    let files = credentials
-        .iter()
-        .cloned()
-        .chain(others.into_iter().flatten())
-        .filter(|p| p.exists())
-        .collect();
-    (credentials, files)
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|p| p.exists())
+    .collect()
 }
 
 fn jitter_seed() -> u64 {

@@ -52,6 +52,19 @@ pub fn check_secret_file(path: &Path, what: &str) -> Result<(), String> {
     }
 }
 
+/// Whether an AWS shared file holds keys (`aws_secret_access_key`, `aws_session_token`): the
+/// credentials file always may, a config file may too (a `credential_process` line alone is no
+/// key).
+pub fn holds_store_keys(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|text| {
+        text.lines().any(|line| {
+            let key = line.split('=').next().unwrap_or_default().trim();
+            key.eq_ignore_ascii_case("aws_secret_access_key")
+                || key.eq_ignore_ascii_case("aws_session_token")
+        })
+    })
+}
+
 /// Wipes the values of the variables [`is_scrubbed_variable`] names from this process's
 /// environment: overwritten in place (where `/proc/self/environ` reads them), then removed.
 ///

@@ -204,6 +204,12 @@ async fn serves_tools_survives_garbage_and_reconnects() {
         ),
     )
     .unwrap();
+    // It holds the token: private, or the runner refuses to start.
+    std::fs::set_permissions(
+        home_path.join(".wuhu/runner.yml"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let env_flag = format!("project={}", project.display());
     let runner = Runner::spawn(
         &home_path,

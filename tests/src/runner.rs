@@ -580,6 +580,7 @@ impl RawRunner {
                 .collect(),
             runner_version: Some("e2e".to_string()),
             replace: false,
+            key: None,
         })
     }
 
@@ -713,7 +714,7 @@ impl RawRunner {
                                 },
                                 agents_md: None,
                                 agents_md_truncated: false,
-                                cell: spec.cell,
+                                cell: Box::new(spec.cell),
                             },
                         },
                     },

@@ -118,6 +118,42 @@ pub fn rfc3339_utc(time: SystemTime) -> String {
     )
 }
 
+/// The PID on this machine of the process a command in a cell knows as `pid_in_cell` (`$$`,
+/// `$!`; cells have PID namespaces of their own, decision 0023), found as the process whose
+/// innermost namespace PID (`NSpid` in `/proc/<pid>/status`) it is and whose working
+/// directory lies below `cwd_under` (the test's own directory tells its cells apart). A
+/// process outside any cell (`--sandbox off`) is found the same way. `None` when there is no
+/// such process (it ended).
+pub fn host_pid(pid_in_cell: i32, cwd_under: &std::path::Path) -> Option<i32> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let innermost = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|ids| ids.split_whitespace().last())
+            .and_then(|id| id.parse::<i32>().ok());
+        if innermost != Some(pid_in_cell) {
+            continue;
+        }
+        let under = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| cwd.starts_with(cwd_under));
+        if under {
+            return Some(pid);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

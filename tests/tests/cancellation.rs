@@ -58,10 +58,13 @@ impl Drop for KillOnDrop {
 }
 
 /// Reads a PID the command wrote (atomically, by rename) to `path`.
+/// The PID `path` holds, as this machine knows it: commands run in cells with PID namespaces
+/// of their own; the cell's directory is the file's.
 fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path)
+    let in_cell = std::fs::read_to_string(path)
         .ok()
-        .and_then(|p| p.trim().parse().ok())
+        .and_then(|p| p.trim().parse().ok())?;
+    wuhu_e2e::util::host_pid(in_cell, path.parent()?)
 }
 
 /// Shell that writes `$$` to `path` atomically.
@@ -110,8 +113,9 @@ impl World {
         session
     }
 
+    /// A path in the environment's root (where its commands' cells may write).
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.dir.path().join("api").join(name)
     }
 }
 

@@ -347,31 +347,60 @@ fn a_stolen_token_cannot_take_a_live_runner_over_and_replace_says_why() {
     let tenant = unique_name("takeover");
     let api = stack().client("ana", &tenant);
     let mut first = Runner::start(RunnerConfig::new(stack(), "ana", &tenant, "build-1"));
-    // The same token and name from elsewhere: refused while the first is alive; it retries.
-    let mut second = Runner::spawn(RunnerConfig::new(stack(), "ana", &tenant, "build-1"));
+    assert!(
+        first.log().contains("made this runner's key"),
+        "{}",
+        first.log_tail(20)
+    );
+    // The same token and name from another machine (its own HOME, so its own key): refused
+    // for good, the name is bound to the first runner's key; so is a hello with no key at all.
+    let mut thief = Runner::spawn(RunnerConfig::new(stack(), "ana", &tenant, "build-1"));
+    let status = thief
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("the thief kept trying: {}", thief.log_tail(20)));
+    assert_eq!(status.code(), Some(2), "{}", thief.log_tail(20));
+    assert!(
+        thief.log().contains("is bound to another key"),
+        "{}",
+        thief.log_tail(20)
+    );
+    let token = stack().runner_token("ana", &tenant);
+    let mut raw = wuhu_e2e::runner::RawRunner::connect(&stack().base_url(), &token)
+        .unwrap_or_else(|e| panic!("raw connection: {e}"));
+    raw.send_text(&wuhu_e2e::runner::RawRunner::hello(
+        "build-1",
+        RunnerKind::Local,
+    ));
+    let refused: Value = serde_json::from_str(&raw.next_text(Duration::from_secs(15))).unwrap();
+    assert_eq!(refused["code"], "key_required", "{refused}");
+    // The same key (the same machine) started twice: refused while the first is alive, and it
+    // retries; the first keeps its connection.
+    let home = first.dir().join("home").display().to_string();
+    let mut twice = Runner::spawn(
+        RunnerConfig::new(stack(), "ana", &tenant, "build-1").var("HOME", home.clone()),
+    );
     wuhu_e2e::wait_for(
-        "the second runner to be refused name_in_use",
-        Duration::from_secs(20),
+        "the second start to be refused name_in_use",
+        Duration::from_secs(30),
         || {
-            second
+            twice
                 .log()
                 .contains("is already connected and alive")
                 .then_some(())
         },
     );
+    twice.kill_hard();
     assert!(first.try_wait().is_none(), "{}", first.log_tail(20));
     assert!(
         !first.log().contains("reconnecting"),
         "the first runner lost its connection: {}",
         first.log_tail(20)
     );
-    second.kill_hard();
     let runners = api.get("/v1/runners");
     assert_eq!(runners.status, 200, "{runners}");
-    let listed = &runners.json()["runners"][0];
-    assert_eq!(listed["sandbox"], "on", "{runners}");
-    // --replace takes over; the first prints why it stopped and exits 2.
-    let mut config = RunnerConfig::new(stack(), "ana", &tenant, "build-1");
+    assert_eq!(runners.json()["runners"][0]["sandbox"], "on", "{runners}");
+    // --replace with the key takes over; the first prints why it stopped and exits 2.
+    let mut config = RunnerConfig::new(stack(), "ana", &tenant, "build-1").var("HOME", home);
     config.args = vec!["--replace".into()];
     let _third = Runner::start(config);
     let status = first

@@ -248,6 +248,27 @@ fn a_workspace_moves_to_another_runner_with_its_files_and_saves_only_changes() {
     let config_b = config_b
         .var("AWS_SHARED_CREDENTIALS_FILE", credentials.to_string_lossy())
         .var("AWS_PROFILE", "e2e");
+    // Readable by others (as written): the runner refuses to start, naming the fix.
+    let mut refused = Runner::spawn(config_b.clone());
+    let status = refused
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| {
+            panic!(
+                "started with an open credentials file: {}",
+                refused.log_tail(20)
+            )
+        });
+    assert_eq!(status.code(), Some(1), "{}", refused.log_tail(20));
+    assert!(
+        refused.log().contains("chmod 600"),
+        "{}",
+        refused.log_tail(20)
+    );
+    std::fs::set_permissions(
+        &credentials,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod the credentials");
     let b = Runner::start(config_b);
     assert!(
         b.log().contains("credentials from ProfileFile)"),

@@ -309,16 +309,19 @@ fn alive(pid: i32) -> bool {
 /// in `dir`; returns the job id and the pid once it is written.
 #[track_caller]
 fn start_sleeper(api: &Api, id: &str, dir: &TempDir, name: &str) -> (String, i32) {
-    let path = dir.path().join(format!("{name}.pid"));
+    // In the environment's root: the job's cell may write nowhere else.
+    let path = dir.path().join("work").join(format!("{name}.pid"));
     let job = start_job(
         api,
         id,
         &format!("sleep 120 & echo $! > {}; wait", path.display()),
     );
+    // The job runs in a cell: `$!` is its PID there; the test needs this machine's.
     let pid = wait_for("the job's pid", TURN, || {
         std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| t.trim().parse::<i32>().ok())
+            .and_then(|p| wuhu_e2e::util::host_pid(p, dir.path()))
     });
     assert!(alive(pid));
     (job, pid)

@@ -718,7 +718,7 @@ fn a_runner_killed_mid_bash_fails_the_call_quickly_and_serves_again_after_restar
 
     // The call writes its PID (then execs sleep): the runner's SIGKILL orphans it, so the test
     // ends it by that PID.
-    let pid_file = world.dir.path().join("sleep.pid");
+    let pid_file = dir.join("sleep.pid");
     let last = api.session(&session).session.last_cursor;
     let mut follow = api.follow(&session, &format!("sinceCursor={last}&timeoutSeconds=120"));
     let turn = ToolTurn::start(
@@ -736,6 +736,7 @@ fn a_runner_killed_mid_bash_fails_the_call_quickly_and_serves_again_after_restar
         std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|p| p.trim().parse().ok())
+            .and_then(|p| wuhu_e2e::util::host_pid(p, world.dir.path()))
     });
     let _orphan = KillOnDrop(pid);
     mac.kill_hard();

@@ -284,6 +284,12 @@ pub mod codes {
     /// Refusal, on a live connection: another connection of the same owner and name took over
     /// with `register --replace`. Permanent: the runner prints it and stops.
     pub const REPLACED: &str = "replaced";
+    /// Refusal: the runner name is bound to a key and this `hello` proves none (a copy of the
+    /// token alone). Permanent.
+    pub const KEY_REQUIRED: &str = "key_required";
+    /// Refusal: the `hello`'s key is not the one the name is bound to, or its signature does not
+    /// verify. Permanent.
+    pub const KEY_MISMATCH: &str = "key_mismatch";
     /// Refusal: the runner name belongs to another user of the tenant (one of their runners is
     /// connected with it, or was seen recently). Permanent: start with another `--name`.
     pub const NAME_TAKEN: &str = "name_taken";
@@ -350,6 +356,27 @@ impl RunnerKind {
             RunnerKind::Cloud => "cloud",
         }
     }
+}
+
+/// The response header of the runner WebSocket upgrade that carries the hub's nonce for this
+/// connection: the runner signs it with its key in `hello` (decision 0024).
+pub const HELLO_NONCE_HEADER: &str = "x-wuhu-hello-nonce";
+
+/// A runner's key in `hello`: its Ed25519 public key and its signature over
+/// [`hello_signing_input`], both base64url without padding.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloKey {
+    /// The raw 32-byte Ed25519 public key.
+    pub public_key: String,
+    /// The 64-byte Ed25519 signature.
+    pub signature: String,
+}
+
+/// What a runner signs to say hello as `name` on the connection whose nonce is `nonce`: the
+/// nonce is the hub's, new per connection, so a signature is good for one connection only.
+pub fn hello_signing_input(nonce: &str, name: &str) -> String {
+    format!("wuhu-runner-hello-v1\n{nonce}\n{name}")
 }
 
 /// Whether a runner confines each session's commands and file tools in a cell
@@ -536,9 +563,10 @@ pub struct AttachedEnvironment {
     /// Whether `agentsMd` was cut to [`AGENTS_MD_MAX_BYTES`].
     #[serde(default, skip_serializing_if = "is_false")]
     pub agents_md_truncated: bool,
-    /// The cell the definition asked for ([`crate::cell`]); sent back with every call.
+    /// The cell the definition asked for ([`crate::cell`]); sent back with every call (boxed:
+    /// attachments are moved around whole, and most cells are the default).
     #[serde(default, skip_serializing_if = "CellSettings::is_default")]
-    pub cell: CellSettings,
+    pub cell: Box<CellSettings>,
 }
 
 impl AttachedEnvironment {
@@ -551,7 +579,7 @@ impl AttachedEnvironment {
             snapshot: self.snapshot.clone(),
             repo_path: self.repo_path.clone(),
             branch: self.branch.clone(),
-            cell: self.cell.clone(),
+            cell: (*self.cell).clone(),
         }
     }
 }
@@ -577,8 +605,6 @@ impl ErrorBody {
 }
 
 /// Outcome of an `attach`: `"ok": {"environment": ...}` or `"error": {code, message}`.
-// One per attach, moved once: boxing the large variant would buy nothing.
-#[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum AttachOutcome {
@@ -724,6 +750,11 @@ pub enum RunnerMessage {
         /// same owner (without it, such a `hello` is refused `name_in_use`).
         #[serde(default, skip_serializing_if = "is_false")]
         replace: bool,
+        /// The runner's key and its signature over [`hello_signing_input`] (the hub's nonce
+        /// from the upgrade's [`HELLO_NONCE_HEADER`]): the name is bound to the key at its
+        /// first registration, and later hellos must prove it (decision 0024).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<HelloKey>,
     },
     /// Sent every `heartbeatSeconds`; always exactly [`HEARTBEAT_FRAME`].
     Heartbeat {},
@@ -1255,6 +1286,10 @@ mod tests {
                 }],
                 runner_version: Some(String::from("0.1.0")),
                 replace: true,
+                key: Some(HelloKey {
+                    public_key: String::from("11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"),
+                    signature: String::from("sig"),
+                }),
             },
             RunnerMessage::Heartbeat {},
             RunnerMessage::AttachResult {

@@ -222,10 +222,7 @@ pub async fn bash(ctx: &ToolContext, args: BashArgs) -> ToolOutput {
         is_error = true;
         push_note(&mut content, &format!("Command exited with code {code}"));
     }
-    ToolOutput {
-        content,
-        is_error,
-        details: Some(json!({
+    let mut details = json!({
             "exitCode": run.exit_code,
             "signal": run.signal,
             "timedOut": run.timed_out,
@@ -233,8 +230,14 @@ pub async fn bash(ctx: &ToolContext, args: BashArgs) -> ToolOutput {
             "truncated": run.truncated,
             "totalLines": run.total_lines,
             "fullOutputPath": run.full_output_path,
-            "blockedConnections": blocked,
-        })),
+    });
+    if blocked > 0 {
+        details["blockedConnections"] = json!(blocked);
+    }
+    ToolOutput {
+        content,
+        is_error,
+        details: Some(details),
     }
 }
 

@@ -32,6 +32,10 @@ pub(super) struct SocketInfo {
     /// closes this socket (`Sockets::revoked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) jti: Option<String>,
+    /// This connection's nonce, sent in the upgrade's `x-wuhu-hello-nonce` header: the runner
+    /// signs it in `hello` with its key (decision 0024).
+    #[serde(default)]
+    pub(super) nonce: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

@@ -7,12 +7,14 @@ use worker::{
     Request, Response, SqlStorage, State, WebSocket, WebSocketIncomingMessage, WebSocketPair,
 };
 use wuhu_core::hub::{
-    self, DropReason, Hello, HelloDecision, KnownRunner, Liveness, OpenConnection, SILENCE_LIMIT_MS,
+    self, DropReason, Hello, HelloDecision, KeyDecision, KnownRunner, Liveness, OpenConnection,
+    SILENCE_LIMIT_MS,
 };
 use wuhu_core::wire::runner::{
-    CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, JobEvent, JobReport,
-    MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, RunnerMessage, ServerMessage,
-    capabilities, codes, decode_frame_within, jobs,
+    CLOSE_FRAME_TOO_LARGE, DEFAULT_HEARTBEAT_SECONDS, HEARTBEAT_ACK_FRAME, HELLO_NONCE_HEADER,
+    JobEvent, JobReport, MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind,
+    RunnerMessage, ServerMessage, capabilities, codes, decode_frame_within, hello_signing_input,
+    jobs,
 };
 
 use wuhu_core::authority::{self, Principal};
@@ -113,6 +115,7 @@ impl Sockets<'_> {
         hub::admit_socket(sub, open.iter().map(|(_, info)| info.owner.as_str()))
             .map_err(|message| ApiError::new(429, "too_many_runners", message))?;
         let epoch = store::next_epoch(self.sql)?;
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
         let pair = WebSocketPair::new()?;
         self.state.accept_web_socket(&pair.server);
         let now = now_ms();
@@ -134,11 +137,82 @@ impl Sockets<'_> {
                 runner: None,
                 closed: false,
                 jti,
+                nonce: nonce.clone(),
             },
         );
         // A socket that never says hello is dropped by the sweep.
         self.arm_alarm(now + hub::HELLO_DEADLINE_MS).await;
-        Ok(Response::from_websocket(pair.client)?)
+        let mut response = Response::from_websocket(pair.client)?;
+        response.headers_mut().set(HELLO_NONCE_HEADER, &nonce)?;
+        Ok(response)
+    }
+
+    /// Refuses `ws`'s hello with `code` and closes it (1008, the reason cut to fit).
+    fn refuse_hello(
+        &self,
+        ws: &WebSocket,
+        mut info: SocketInfo,
+        name: &str,
+        code: &str,
+        message: String,
+    ) {
+        worker::console_log!(
+            "runner hub: refused runner {name:?} of {}: {code}: {message}",
+            info.owner
+        );
+        send(
+            ws,
+            &ServerMessage::Refused {
+                code: code.to_string(),
+                message: message.clone(),
+            },
+        );
+        info.closed = true;
+        save_info(ws, &info);
+        close(ws, 1008, &close_reason(&format!("{code}: {message}")));
+    }
+
+    /// The key check of a `hello` (decision 0024), before anything else is decided: `Ok` with
+    /// the key to bind after the welcome (if the name had none), or the refusal.
+    async fn check_key(
+        &self,
+        info: &SocketInfo,
+        hello: &Hello,
+    ) -> Result<Option<String>, (&'static str, String)> {
+        let bound = store::runner_key(self.sql, &info.owner, &hello.name).map_err(|e| {
+            (
+                codes::NAME_IN_USE,
+                format!(
+                    "the server could not read the runner's key ({}); retrying",
+                    e.message
+                ),
+            )
+        })?;
+        let (public_key, signature, bind) =
+            match hub::key_decision(bound.as_deref(), hello.key.as_ref(), &hello.name) {
+                KeyDecision::Unbound => return Ok(None),
+                KeyDecision::Refuse { code, message } => return Err((code, message)),
+                KeyDecision::Bind {
+                    public_key,
+                    signature,
+                } => (public_key, signature, true),
+                KeyDecision::Verify {
+                    public_key,
+                    signature,
+                } => (public_key, signature, false),
+            };
+        let input = hello_signing_input(&info.nonce, &hello.name);
+        match crate::webcrypto::verify_ed25519(&public_key, &signature, input.as_bytes()).await {
+            Ok(true) if info.nonce.is_empty() => Err(hub::bad_signature(&hello.name)),
+            Ok(true) => Ok(bind
+                .then(|| hello.key.as_ref().map(|k| k.public_key.clone()))
+                .flatten()),
+            Ok(false) => Err(hub::bad_signature(&hello.name)),
+            Err(e) => Err((
+                codes::NAME_IN_USE,
+                format!("the server could not verify the runner's key ({e}); retrying"),
+            )),
+        }
     }
 
     /// Open sockets with their state (hibernation-safe: read from the runtime each time).
@@ -384,6 +458,15 @@ impl Sockets<'_> {
         let Some(hello) = Hello::from_message(message) else {
             return;
         };
+        // The key first (its verification awaits WebCrypto): what follows decides and records
+        // the welcome without awaiting, so two hellos for one name cannot interleave there.
+        let key_to_bind = match self.check_key(&info, &hello).await {
+            Ok(key) => key,
+            Err((code, message)) => {
+                self.refuse_hello(ws, info, &hello.name, code, message);
+                return;
+            }
+        };
         let now = now_ms();
         let open = self.open();
         let connections = connections(&open, |ws, info| self.last_seen_ms(ws, info));
@@ -427,21 +510,7 @@ impl Sockets<'_> {
         );
         let (kind, notice, replace) = match decision {
             HelloDecision::Refuse { code, message } => {
-                worker::console_log!(
-                    "runner hub: refused runner {:?} of {}: {code}: {message}",
-                    hello.name,
-                    info.owner
-                );
-                send(
-                    ws,
-                    &ServerMessage::Refused {
-                        code: code.to_string(),
-                        message: message.clone(),
-                    },
-                );
-                info.closed = true;
-                save_info(ws, &info);
-                close(ws, 1008, &close_reason(&format!("{code}: {message}")));
+                self.refuse_hello(ws, info, &hello.name, code, message);
                 return;
             }
             HelloDecision::Welcome {
@@ -498,6 +567,11 @@ impl Sockets<'_> {
         };
         if let Err(e) = store::upsert_runner(self.sql, &row, info.epoch, now) {
             worker::console_error!("runner hub: recording runner failed: {}", e.message);
+        }
+        if let Some(key) = &key_to_bind
+            && let Err(e) = store::bind_runner_key(self.sql, &info.owner, &name, key, now)
+        {
+            worker::console_error!("runner hub: binding the runner's key failed: {}", e.message);
         }
         info.runner = Some(SocketRunner {
             name: name.clone(),

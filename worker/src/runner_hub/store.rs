@@ -17,6 +17,9 @@ pub(super) fn migrate(sql: &SqlStorage) {
         // A deleted session's workspaces a runner has not confirmed discarding yet
         // (`discards`); `sent_epoch` is the connection it was last sent on.
         "CREATE TABLE IF NOT EXISTS pending_discards (owner TEXT NOT NULL, runner TEXT NOT NULL, session_id TEXT NOT NULL, created_ms INTEGER NOT NULL, sent_epoch INTEGER, PRIMARY KEY (owner, runner, session_id))",
+        // The key a runner name is bound to (decision 0024): set at its first hello with a
+        // key, deleted with the name.
+        "CREATE TABLE IF NOT EXISTS runner_keys (owner TEXT NOT NULL, name TEXT NOT NULL, public_key TEXT NOT NULL, bound_ms INTEGER NOT NULL, PRIMARY KEY (owner, name))",
     ] {
         if let Err(e) = sql.exec(statement, None) {
             worker::console_error!("runner hub: migration failed: {e}");
@@ -120,6 +123,46 @@ pub(super) fn delete_runner(sql: &SqlStorage, owner: &str, name: &str) -> ApiRes
     sql.exec(
         "DELETE FROM pending_discards WHERE owner = ? AND runner = ?",
         vec![owner.into(), name.into()],
+    )?;
+    sql.exec(
+        "DELETE FROM runner_keys WHERE owner = ? AND name = ?",
+        vec![owner.into(), name.into()],
+    )?;
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct KeyRow {
+    public_key: String,
+}
+
+/// The key `owner`'s runner `name` is bound to (base64url), if any.
+pub(super) fn runner_key(sql: &SqlStorage, owner: &str, name: &str) -> ApiResult<Option<String>> {
+    let rows: Vec<KeyRow> = sql
+        .exec(
+            "SELECT public_key FROM runner_keys WHERE owner = ? AND name = ?",
+            vec![owner.into(), name.into()],
+        )?
+        .to_array()?;
+    Ok(rows.into_iter().next().map(|r| r.public_key))
+}
+
+/// Binds `owner`'s runner `name` to `public_key` (only where it is bound to none).
+pub(super) fn bind_runner_key(
+    sql: &SqlStorage,
+    owner: &str,
+    name: &str,
+    public_key: &str,
+    now: i64,
+) -> ApiResult<()> {
+    sql.exec(
+        "INSERT INTO runner_keys (owner, name, public_key, bound_ms) VALUES (?, ?, ?, ?) ON CONFLICT(owner, name) DO NOTHING",
+        vec![
+            owner.into(),
+            name.into(),
+            public_key.into(),
+            (now as f64).into(),
+        ],
     )?;
     Ok(())
 }
