@@ -380,5 +380,20 @@ fn a_cell_without_network_reaches_nothing_and_an_allow_list_only_its_hosts() {
             "{}",
             out.content
         );
+        // The same through SOCKS5 (ALL_PROXY), by name and by address.
+        let out = world.bash_with(
+            &allow,
+            &format!(
+                "curl -sS --max-time 10 -x \"$ALL_PROXY\" http://127.0.0.1:{port}/s; echo; \
+                 curl -sS --max-time 10 -x \"$ALL_PROXY\" http://evil.example/"
+            ),
+        );
+        assert!(out.content.starts_with("registry\n"), "{}", out.content);
+        assert!(
+            out.content
+                .contains("wuhu: blocked connect to evil.example:80 (not in allow list)"),
+            "{}",
+            out.content
+        );
     }
 }

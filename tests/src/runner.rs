@@ -166,9 +166,23 @@ pub struct RunnerConfig {
     pub args: Vec<String>,
     /// `--verbose` (a log line per request).
     pub verbose: bool,
+    /// Which machine the runner is on, for its key (decision 0024): runners of one identity in
+    /// this test process share their `~/.wuhu/runner-key`, as one machine restarted would
+    /// (the hub binds a name to the key of its first runner). `None`: a key of its own (another
+    /// machine, [`RunnerConfig::fresh_key`]).
+    pub key_identity: Option<String>,
 }
 
+/// The key files of the runners started so far, by [`RunnerConfig::key_identity`].
+static KEYS: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+
 impl RunnerConfig {
+    /// A key of its own: the runner is on another machine than earlier runners of its name.
+    pub fn fresh_key(mut self) -> RunnerConfig {
+        self.key_identity = None;
+        self
+    }
+
     /// A `local` runner named `name`, owned by `sub` in `tenant`, for `stack`.
     pub fn new(stack: &Stack, sub: &str, tenant: &str, name: &str) -> RunnerConfig {
         RunnerConfig {
@@ -183,6 +197,7 @@ impl RunnerConfig {
             vars: Vec::new(),
             args: Vec::new(),
             verbose: true,
+            key_identity: Some(format!("{}|{tenant}|{sub}|{name}", stack.base_url())),
         }
     }
 
@@ -260,6 +275,27 @@ impl Runner {
         let mut runner = Runner::spawn(config);
         runner.wait_connected(CONNECT_TIMEOUT);
         runner
+    }
+
+    /// Gives this runner the key of the earlier runner of its identity (a copy of its
+    /// `~/.wuhu/runner-key`), or records where its own will be.
+    fn share_key(&self, config: &RunnerConfig) {
+        let Some(identity) = &config.key_identity else {
+            return;
+        };
+        let mine = self.dir.join("home/.wuhu/runner-key");
+        let mut keys = KEYS.lock().unwrap_or_else(|p| p.into_inner());
+        match keys.iter().find(|(id, _)| id == identity) {
+            Some((_, earlier)) if *earlier != mine && earlier.exists() && !mine.exists() => {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::create_dir_all(mine.parent().expect("parent")).expect("key dir");
+                std::fs::copy(earlier, &mine).expect("copy the runner key");
+                std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600))
+                    .expect("chmod the runner key");
+            }
+            Some(_) => {}
+            None => keys.push((identity.clone(), mine)),
+        }
     }
 
     /// Starts a runner without waiting for anything.
@@ -428,6 +464,7 @@ impl Runner {
         self.log_offset = log.metadata().map(|m| m.len()).unwrap_or(0);
         let config = &self.config;
         let workspaces_root = self.workspaces_root();
+        self.share_key(config);
         let mut command = Command::new(runner_bin());
         command
             .current_dir(&self.dir)
@@ -601,6 +638,39 @@ impl RawRunner {
         self.ws
             .send(tungstenite::Message::text(text))
             .map_err(|e| e.to_string())
+    }
+
+    /// Sends `text` as one message of WebSocket fragments of `chunk` bytes (a text frame, then
+    /// continuation frames), pausing `pause` between fragments; stops at the first write error
+    /// (the server closed). Returns when the last fragment was written, or the error.
+    ///
+    /// # Errors
+    /// The write error, as text.
+    pub fn try_send_fragmented(
+        &mut self,
+        text: &str,
+        chunk: usize,
+        pause: Duration,
+    ) -> Result<(), String> {
+        use tungstenite::protocol::frame::Frame;
+        use tungstenite::protocol::frame::coding::{Data, OpCode};
+        let bytes = text.as_bytes();
+        let pieces: Vec<&[u8]> = bytes.chunks(chunk.max(1)).collect();
+        for (i, piece) in pieces.iter().enumerate() {
+            let opcode = if i == 0 {
+                OpCode::Data(Data::Text)
+            } else {
+                OpCode::Data(Data::Continue)
+            };
+            let frame = Frame::message(piece.to_vec(), opcode, i + 1 == pieces.len());
+            self.ws
+                .send(tungstenite::Message::Frame(frame))
+                .map_err(|e| e.to_string())?;
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+        }
+        Ok(())
     }
 
     /// Reads until the connection ends within `timeout`, skipping any text frames. `Ok` with

@@ -354,7 +354,8 @@ fn a_stolen_token_cannot_take_a_live_runner_over_and_replace_says_why() {
     );
     // The same token and name from another machine (its own HOME, so its own key): refused
     // for good, the name is bound to the first runner's key; so is a hello with no key at all.
-    let mut thief = Runner::spawn(RunnerConfig::new(stack(), "ana", &tenant, "build-1"));
+    let mut thief =
+        Runner::spawn(RunnerConfig::new(stack(), "ana", &tenant, "build-1").fresh_key());
     let status = thief
         .wait_exit(Duration::from_secs(30))
         .unwrap_or_else(|| panic!("the thief kept trying: {}", thief.log_tail(20)));
@@ -375,10 +376,7 @@ fn a_stolen_token_cannot_take_a_live_runner_over_and_replace_says_why() {
     assert_eq!(refused["code"], "key_required", "{refused}");
     // The same key (the same machine) started twice: refused while the first is alive, and it
     // retries; the first keeps its connection.
-    let home = first.dir().join("home").display().to_string();
-    let mut twice = Runner::spawn(
-        RunnerConfig::new(stack(), "ana", &tenant, "build-1").var("HOME", home.clone()),
-    );
+    let mut twice = Runner::spawn(RunnerConfig::new(stack(), "ana", &tenant, "build-1"));
     wuhu_e2e::wait_for(
         "the second start to be refused name_in_use",
         Duration::from_secs(30),
@@ -400,7 +398,7 @@ fn a_stolen_token_cannot_take_a_live_runner_over_and_replace_says_why() {
     assert_eq!(runners.status, 200, "{runners}");
     assert_eq!(runners.json()["runners"][0]["sandbox"], "on", "{runners}");
     // --replace with the key takes over; the first prints why it stopped and exits 2.
-    let mut config = RunnerConfig::new(stack(), "ana", &tenant, "build-1").var("HOME", home);
+    let mut config = RunnerConfig::new(stack(), "ana", &tenant, "build-1");
     config.args = vec!["--replace".into()];
     let _third = Runner::start(config);
     let status = first

@@ -402,3 +402,43 @@ fn environment_definitions_are_capped_per_owner_and_tenant() {
     assert_eq!(created.status, 201, "{created}");
     refused(&define("u0", "extra-2"), "100 environment definitions");
 }
+
+/// Issue 30: a runner socket that breaks the frame bound before `hello` is closed within a
+/// second of the frame's arrival, however the frame is sent: whole, or as a message of many
+/// fragments (the runtime hands the hub whole messages only, so a message over the bound must
+/// not sit in it unseen).
+#[test]
+fn a_frame_over_the_bound_before_hello_is_closed_within_a_second_whole_or_in_fragments() {
+    let _guard = stack().guard();
+    let _timing = timing();
+    let tenant = unique_name("fragments");
+    let hello = RawRunner::hello("big", RunnerKind::Local);
+    let big = padded(&hello, 15 * 1024 * 1024);
+    for (what, chunk, pause) in [
+        ("whole", usize::MAX, Duration::ZERO),
+        ("in 64 KiB fragments", 64 * 1024, Duration::ZERO),
+        (
+            "in 1 MiB fragments, 100 ms apart",
+            1024 * 1024,
+            Duration::from_millis(100),
+        ),
+    ] {
+        let mut raw = connect(&tenant, "ana");
+        let started = Instant::now();
+        let sent = raw.try_send_fragmented(&big, chunk, pause);
+        let written = started.elapsed();
+        let closed = raw.wait_closed(WAIT);
+        let after_write = started.elapsed().saturating_sub(written);
+        eprintln!(
+            "runner_limits: 15 MiB {what}: written {written:?} ({sent:?}), closed {closed:?} {after_write:?} after the write ended"
+        );
+        let closed = closed.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            after_write <= Duration::from_secs(1),
+            "{what}: closed {after_write:?} after the last byte was written"
+        );
+        if let Some((code, _)) = closed {
+            assert!(code == 1009 || code == 1008, "{what}: close code {code}");
+        }
+    }
+}

@@ -100,6 +100,8 @@ export interface RunnerInfo {
   lastSeen: number | null;
   connectedAt: number | null;
   version: string | null;
+  /** `off`: started with `--sandbox off`, sessions act with the runner's own rights. */
+  sandbox?: "on" | "off" | null;
   environments: { name: string; path: string }[];
 }
 

@@ -23,7 +23,8 @@ pub mod proxy;
 /// The runner's cell machinery, shared by every call.
 pub struct Cells {
     mode: SandboxMode,
-    /// This binary (Linux: cells are `wuhu-runner cell-exec`).
+    /// This binary (Linux: cells are `wuhu-runner cell-exec`; macOS runs `sandbox-exec`).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     exe: PathBuf,
     protected: Vec<Protected>,
     etc: Vec<String>,

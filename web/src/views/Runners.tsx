@@ -58,7 +58,17 @@ export function Runners({ me }: { me: Identity }) {
               <tr key={`${r.owner}/${r.name}`}>
                 <td>{r.name}</td>
                 <td>{r.owner}</td>
-                <td>{r.kind}</td>
+                <td>
+                  {r.kind}
+                  {r.sandbox === "off" && (
+                    <>
+                      {" "}
+                      <span class="badge status-stopped" title="Started with --sandbox off: sessions run with this runner's own rights on its machine">
+                        sandbox: off
+                      </span>
+                    </>
+                  )}
+                </td>
                 <td>{r.connected ? <span class="badge status-running">connected</span> : `last seen ${timeAgo(r.lastSeen)}`}</td>
                 <td class="muted">
                   {r.os} {r.arch} {r.version ? `· ${r.version}` : ""}
@@ -69,6 +79,13 @@ export function Runners({ me }: { me: Identity }) {
           </tbody>
         </table>
       )}
+      <p class="muted">
+        Every session's commands run in a cell: its environment's directory and a temp dir, the
+        system read-only, nothing else. Network: a <strong>local</strong> environment (on a
+        person's own machine) reaches whatever that machine reaches; copies on cloud runners reach
+        only package registries and git hosts, unless a definition's <code>network</code> says
+        otherwise (<code>"none"</code>, <code>"open"</code> or <code>{"{"}"allow": [...]{"}"}</code>).
+      </p>
       <RegisterRunner me={me} />
       <div class="page-head">
         <h2>Environment definitions</h2>
