@@ -4,8 +4,8 @@
 //!
 //! A cell is made for every `bash` call, background job and file tool of a session in an
 //! environment. It may
-//! * read and write the environment's root and the call's temp dir (`TMPDIR`, and `/tmp` on
-//!   Linux), and a worktree's git directory;
+//! * read and write the environment's root, the call's temp dir (`TMPDIR`, and `/tmp` on
+//!   Linux), the session's own home on the runner (`HOME`), and a worktree's git directory;
 //! * read (and run) the system: [`system_read_only`], `/etc` without the entries that hold
 //!   secrets ([`etc_grants`]), the paths a definition lists in `readOnlyPaths`
 //!   ([`check_read_only_path`]), and the session's own logs (full outputs, job logs);
@@ -519,6 +519,9 @@ pub struct CellFacts<'a> {
     pub temp_dir: &'a str,
     /// The session's logs on this runner (full outputs, job logs): read-only.
     pub session_logs: Option<&'a str>,
+    /// The session's own home on this runner (`HOME` in the cell: the runner's home is not
+    /// the cell's), kept across its calls: read-write.
+    pub home: Option<&'a str>,
     /// The definition's settings.
     pub settings: &'a CellSettings,
     /// The runner's own paths.
@@ -556,6 +559,9 @@ pub struct CellPolicy {
 pub fn cell_policy(facts: &CellFacts<'_>) -> Result<CellPolicy, String> {
     check_root(facts.root, facts.protected)?;
     let mut read_write = vec![normalize(facts.root), normalize(facts.temp_dir)];
+    if let Some(home) = facts.home {
+        read_write.push(normalize(home));
+    }
     if let Some(git_dir) = facts.git_dir {
         check_root(git_dir, facts.protected)?;
         read_write.push(normalize(git_dir));
@@ -776,6 +782,7 @@ mod tests {
             git_dir: None,
             temp_dir: "/home/ana/.wuhu/run/calls/call-1",
             session_logs: Some("/home/ana/.wuhu/run/logs/sessions/5b1c"),
+            home: None,
             settings: &settings,
             protected: &protected(),
             etc: &[String::from("/etc/passwd")],

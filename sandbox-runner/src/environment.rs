@@ -276,6 +276,8 @@ impl EnvironmentHost {
         };
         let root = self.workspaces_root.clone();
         let session = session_id.to_string();
+        // Its home on this runner goes with it.
+        let _ = std::fs::remove_dir_all(crate::executor::session_home(&self.dirs, session_id));
         let local = tokio::task::spawn_blocking(move || remove_session_copies(&root, &session))
             .await
             .map_err(|e| ErrorBody::new(codes::INTERNAL, e.to_string()))?;
@@ -342,7 +344,9 @@ impl EnvironmentHost {
         // Also after a restore: what the skip rules left out (node_modules, ...) comes back
         // from the startup script, which must therefore be safe to run again.
         if let Some(script) = startup_script.filter(|s| !s.trim().is_empty())
-            && let Err(e) = self.run_startup_script(&root, spec, script).await
+            && let Err(e) = self
+                .run_startup_script(session_id, &root, spec, script)
+                .await
         {
             return fail(e).await;
         }
@@ -351,6 +355,7 @@ impl EnvironmentHost {
 
     async fn run_startup_script(
         &self,
+        session_id: &str,
         root: &Path,
         spec: &EnvironmentSpec,
         script: &str,
@@ -373,12 +378,15 @@ impl EnvironmentHost {
         };
         let session_logs = self.dirs.log_dir.join("startup");
         let _ = crate::private_dir::create(&session_logs);
+        let on = self.cells.mode() == SandboxMode::On;
+        let home = crate::executor::session_home(&self.dirs, session_id);
         let cell = crate::executor::call_cell(
-            (self.cells.mode() == SandboxMode::On).then_some(&self.cells),
+            on.then_some(&self.cells),
             &context,
             root,
             &temp_dir,
             &session_logs,
+            Some(&home),
         );
         let cell = match cell {
             Ok(cell) => cell,
@@ -387,12 +395,16 @@ impl EnvironmentHost {
                 return Err(ErrorBody::new(codes::PATH_NOT_ALLOWED, e));
             }
         };
+        let mut env = snapshot.env;
+        if on {
+            env.insert(String::from("HOME"), home.to_string_lossy().into_owned());
+        }
         let ctx = ToolContext {
             call_id: String::from("startup"),
             root: root.to_path_buf(),
             kind: EnvironmentKind::FolderTemplate,
             cwd: root.to_path_buf(),
-            env: snapshot.env,
+            env,
             temp_dir: temp_dir.clone(),
             log_dir: session_logs,
             job_logs: None,

@@ -76,7 +76,46 @@ pub struct ToolCall<'a> {
     pub cells: Option<&'a Arc<Cells>>,
 }
 
-/// The cell for a call of `environment` with `temp_dir`, if cells are on.
+/// The session's own home on the runner, `HOME` in its cells (below the runner's runtime
+/// directory: `homes/<session>`).
+pub fn session_home(dirs: &RunnerDirs, session_id: &str) -> PathBuf {
+    dirs.log_dir
+        .parent()
+        .unwrap_or(&dirs.log_dir)
+        .join("homes")
+        .join(wuhu_core::jobs::file_component(session_id))
+}
+
+/// Makes `home` (private) and links into it each read-only path of `settings` that lies
+/// directly below the snapshot's own `HOME` (`~/.rustup` → the real one), so tools find the
+/// toolchains a definition grants where they look for them.
+fn prepare_home(
+    home: &Path,
+    real_home: Option<&str>,
+    settings: &wuhu_core::cell::CellSettings,
+) -> Result<(), String> {
+    crate::private_dir::create(home)
+        .map_err(|e| format!("cannot create the session's home {}: {e}", home.display()))?;
+    let Some(real_home) = real_home.map(Path::new) else {
+        return Ok(());
+    };
+    for granted in &settings.read_only_paths {
+        let granted = Path::new(granted);
+        if granted.parent() != Some(real_home) {
+            continue;
+        }
+        if let Some(name) = granted.file_name() {
+            let link = home.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                let _ = std::os::unix::fs::symlink(granted, &link);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cell for a call of `environment` with `temp_dir`, if cells are on, and the home its
+/// commands get (`HOME`).
 ///
 /// # Errors
 /// The message of a refused call.
@@ -86,10 +125,19 @@ pub fn call_cell(
     root: &Path,
     temp_dir: &Path,
     session_logs: &Path,
+    home: Option<&Path>,
 ) -> Result<Option<Arc<CallCell>>, String> {
     let Some(cells) = cells else {
         return Ok(None);
     };
+    if let Some(home) = home {
+        prepare_home(
+            home,
+            environment.snapshot.env.get("HOME").map(String::as_str),
+            &environment.cell,
+        )?;
+    }
+    let home = home.map(|h| h.canonicalize().unwrap_or_else(|_| h.to_path_buf()));
     // A worktree's commits write to its repository's git directory.
     let git_dir = environment
         .repo_path
@@ -109,6 +157,7 @@ pub fn call_cell(
             git_dir: git_dir.as_deref(),
             temp_dir: &temp_dir,
             session_logs: Some(&session_logs),
+            home: home.as_deref(),
             settings: &environment.cell,
         })
         .map_err(|e| format!("this runner refused to run the call: {e}"))
@@ -192,14 +241,35 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
             map.remove("background");
         }
         let (cells, root) = (call.cells, ctx.root.clone());
-        let make_cell = |job_temp: &Path| call_cell(cells, env, &root, job_temp, &session_logs);
+        let home = session_home(dirs, call.session_id);
+        if cells.is_some() {
+            ctx.env
+                .insert(String::from("HOME"), home.to_string_lossy().into_owned());
+        }
+        let make_cell =
+            |job_temp: &Path| call_cell(cells, env, &root, job_temp, &session_logs, Some(&home));
         return match serde_json::from_value::<crate::tools::bash::BashArgs>(arguments) {
             Ok(args) => jobs.start(&ctx, call.session_id, &env.name, args, make_cell),
             Err(e) => ToolOutput::error(format!("invalid arguments for bash: {e}")),
         };
     }
-    match call_cell(call.cells, env, &ctx.root, &temp_dir, &session_logs) {
-        Ok(cell) => ctx.cell = cell,
+    let home = session_home(dirs, call.session_id);
+    match call_cell(
+        call.cells,
+        env,
+        &ctx.root,
+        &temp_dir,
+        &session_logs,
+        Some(&home),
+    ) {
+        Ok(Some(cell)) => {
+            // The runner's home is not the cell's: its commands and `~` of its file tools get
+            // the session's own.
+            ctx.env
+                .insert(String::from("HOME"), home.to_string_lossy().into_owned());
+            ctx.cell = Some(cell);
+        }
+        Ok(None) => {}
         Err(e) => {
             let _ = std::fs::remove_dir(&temp_dir);
             return ToolOutput::error(e);

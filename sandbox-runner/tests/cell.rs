@@ -245,6 +245,20 @@ fn the_escape_corpus_is_refused_and_the_cell_still_works() {
     );
     let out = world.call(&CellSettings::default(), "read", json!({"path": "f.txt"}));
     assert_eq!(out.content, "hello\n");
+    // HOME is the session's own (the runner's is out of reach): git and its config work, and
+    // what a call leaves there is there for the next call.
+    let out = world.bash(
+        "set -e; git init -q g && cd g && git config --global user.email s@x && \
+         git -c user.name=s commit -q --allow-empty -m first && git log --format=%s; \
+         echo kept > ~/note",
+    );
+    assert!(
+        !out.is_error && out.content.contains("first"),
+        "{}",
+        out.content
+    );
+    let out = world.bash("cat ~/note; case \"$HOME\" in */homes/*) echo session-home;; esac");
+    assert_eq!(out.content, "kept\nsession-home\n");
     let out = world.call(
         &CellSettings::default(),
         "read",

@@ -237,7 +237,8 @@ fn wrangler_runner_and_llm_faults_lose_and_duplicate_nothing() {
 
     // Mid-tool: a runner command that runs past the kill.
     let tool_session = shared_session_with_api(&alice);
-    let tool_started = dir.path().join("tool-started");
+    // Markers in the environment's root: its commands' cells may write nowhere else.
+    let tool_started = dir.path().join("api/tool-started");
     ToolTurn::start(
         &alice,
         &tool_session,
@@ -245,7 +246,7 @@ fn wrangler_runner_and_llm_faults_lose_and_duplicate_nothing() {
     );
     // An approval waiting: bob's prompt reaches alice's machine.
     let approval_session = shared_session_with_api(&alice);
-    let approved_marker = dir.path().join("approved");
+    let approved_marker = dir.path().join("api/approved");
     let approval_turn = ToolTurn::start(
         &bob,
         &approval_session,
@@ -331,7 +332,7 @@ fn wrangler_runner_and_llm_faults_lose_and_duplicate_nothing() {
     check_after_fault(&bob, &approval_session, &[], "kill while an approval waits");
 
     // A runner killed while its tool runs: the call ends as an error, nothing else breaks.
-    let killed_started = dir.path().join("runner-killed-started");
+    let killed_started = dir.path().join("api/runner-killed-started");
     let killed_turn = ToolTurn::start(
         &alice,
         &tool_session,

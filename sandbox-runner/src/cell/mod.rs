@@ -147,6 +147,7 @@ impl Cells {
         let temp = text(input.temp_dir);
         let git_dir = input.git_dir.map(text);
         let logs = input.session_logs.map(text);
+        let home = input.home.map(text);
         let policy = cell_policy(&CellFacts {
             os: this_os(),
             kind: input.kind,
@@ -155,6 +156,7 @@ impl Cells {
             git_dir: git_dir.as_deref(),
             temp_dir: &temp,
             session_logs: logs.as_deref(),
+            home: home.as_deref(),
             settings: input.settings,
             protected: &self.protected,
             etc: &self.etc,
@@ -187,6 +189,8 @@ pub struct CellInput<'a> {
     pub temp_dir: &'a Path,
     /// The session's logs (read-only in the cell).
     pub session_logs: Option<&'a Path>,
+    /// The session's home on the runner (read-write; `HOME` in the cell).
+    pub home: Option<&'a Path>,
     /// The definition's cell settings.
     pub settings: &'a CellSettings,
 }

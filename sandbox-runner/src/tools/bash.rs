@@ -448,7 +448,12 @@ impl Collector {
             .log_dir
             .join(format!("bash-{safe_id}-{}-{nanos}.log", crate::unix_now()));
         let opened = std::fs::create_dir_all(&self.log_dir)
-            .and_then(|()| std::fs::File::create(&path))
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+            })
             .and_then(|mut file| file.write_all(&self.mem).map(|()| file));
         match opened {
             Ok(file) => self.log = Some((path, file)),

@@ -72,7 +72,15 @@ pub fn read(ctx: &ToolContext, args: ReadArgs) -> ToolOutput {
         Err(e) => return ToolOutput::error(e),
     };
     let shown = display_path(ctx, &path);
-    let file = match std::fs::File::open(&path) {
+    // In a cell the path was resolved (no link in it): a link swapped in at its last name since
+    // is not followed.
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    if ctx.cell.is_some() {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = match options.open(&path) {
         Ok(f) => f,
         Err(e) => return ToolOutput::error(io_message(&shown, &e)),
     };
