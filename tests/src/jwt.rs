@@ -3,7 +3,7 @@
 //! project's one HS256 signer.
 
 use serde_json::{Value, json};
-use wuhu_core::jwt::{base64url_encode, hs256_signature};
+use wuhu_core::jwt::{base64url_decode, base64url_encode, hs256_signature};
 
 /// Signs `claims` with HS256 under `header` (normally `{"alg":"HS256","typ":"JWT"}`).
 pub fn sign_hs256(secret: &[u8], header: &Value, claims: &Value) -> String {
@@ -52,8 +52,7 @@ pub fn decode_claims(token: &str) -> Value {
         .split('.')
         .nth(1)
         .unwrap_or_else(|| panic!("not a JWT: {token}"));
-    let bytes = URL_SAFE_NO_PAD
-        .decode(payload)
+    let bytes = base64url_decode(payload)
         .unwrap_or_else(|e| panic!("the payload is not base64url ({e}): {token}"));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("the payload is not JSON ({e})"))
 }

@@ -270,7 +270,7 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         content,
         is_error: false,
         entries,
-        change: Some(AttachmentChange::Attach(attachment)),
+        change: Some(AttachmentChange::Attach(Box::new(attachment))),
         validated,
         blobs: Vec::new(),
     }

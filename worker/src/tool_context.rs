@@ -1,6 +1,9 @@
 //! What a tool call gets and what it gives back. Tools (`builtin_tools`, `environment_tools`,
-//! `js_tool`) see only these types, never the session actor: the actor builds a complete
+//! `js_tool`) see only these types, never the session actor itself: the actor builds a
 //! [`ToolContext`] for each call and applies the [`ToolOutput`] (`session_actor::tools`).
+//! While a call runs, a tool reaches the actor only through three narrow handles the context
+//! carries: [`ApprovalGate`] (ask a person and wait), [`Children`] (the session's children as
+//! it knows them, and their changes) and [`Jobs`] (its background jobs).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -20,7 +23,8 @@ use wuhu_core::wire::{ChildStatus, EntryPayload};
 use crate::auth::Identity;
 use crate::runner_calls::RunnerCallScope;
 
-/// Everything a tool may use: handed over complete, so tools never reach back into the session.
+/// Everything a tool may use: facts copied when the call starts, and the three handles
+/// (`approvals`, `children`, `jobs`) through which it reaches back into the session.
 pub(crate) struct ToolContext {
     pub(crate) env: Env,
     pub(crate) tenant: String,
@@ -155,7 +159,7 @@ impl ToolContext {
 
 /// What a tool changes in the session's attachments.
 pub(crate) enum AttachmentChange {
-    Attach(Attachment),
+    Attach(Box<Attachment>),
     Detach(String),
 }
 

@@ -133,7 +133,7 @@ impl Actor {
             match change {
                 AttachmentChange::Attach(attachment) => {
                     self.record_workspace_host(&attachment);
-                    attachments.push(attachment);
+                    attachments.push(*attachment);
                 }
                 AttachmentChange::Detach(name) => {
                     attachments.retain(|a| a.name() != name);
