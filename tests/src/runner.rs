@@ -173,8 +173,10 @@ pub struct RunnerConfig {
     pub key_identity: Option<String>,
 }
 
-/// The key files of the runners started so far, by [`RunnerConfig::key_identity`].
-static KEYS: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+/// The keys of the runners started so far, by [`RunnerConfig::key_identity`]: the first
+/// runner's key file, and its bytes once read (the file goes with that runner's temp dir).
+static KEYS: std::sync::Mutex<Vec<(String, PathBuf, Option<Vec<u8>>)>> =
+    std::sync::Mutex::new(Vec::new());
 
 impl RunnerConfig {
     /// A key of its own: the runner is on another machine than earlier runners of its name.
@@ -197,7 +199,9 @@ impl RunnerConfig {
             vars: Vec::new(),
             args: Vec::new(),
             verbose: true,
-            key_identity: Some(format!("{}|{tenant}|{sub}|{name}", stack.base_url())),
+            // Not the server's URL: a restarted stack (a new port, the same state) must meet
+            // the key it bound before.
+            key_identity: Some(format!("{tenant}|{sub}|{name}")),
         }
     }
 
@@ -285,16 +289,37 @@ impl Runner {
         };
         let mine = self.dir.join("home/.wuhu/runner-key");
         let mut keys = KEYS.lock().unwrap_or_else(|p| p.into_inner());
-        match keys.iter().find(|(id, _)| id == identity) {
-            Some((_, earlier)) if *earlier != mine && earlier.exists() && !mine.exists() => {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::create_dir_all(mine.parent().expect("parent")).expect("key dir");
-                std::fs::copy(earlier, &mine).expect("copy the runner key");
-                std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600))
-                    .expect("chmod the runner key");
+        match keys.iter_mut().find(|(id, _, _)| id == identity) {
+            Some((_, earlier, bytes)) if *earlier != mine && !mine.exists() => {
+                if bytes.is_none() {
+                    *bytes = std::fs::read(&*earlier).ok();
+                }
+                if let Some(bytes) = bytes {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::create_dir_all(mine.parent().expect("parent")).expect("key dir");
+                    std::fs::write(&mine, bytes).expect("copy the runner key");
+                    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600))
+                        .expect("chmod the runner key");
+                }
             }
             Some(_) => {}
-            None => keys.push((identity.clone(), mine)),
+            None => keys.push((identity.clone(), mine, None)),
+        }
+    }
+
+    /// Keeps the bytes of the key this runner made (the first of its identity), so later
+    /// runners of the identity get it after this one's directory is gone.
+    fn remember_key(&self) {
+        let Some(identity) = &self.config.key_identity else {
+            return;
+        };
+        let mine = self.dir.join("home/.wuhu/runner-key");
+        let mut keys = KEYS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, earlier, bytes)) = keys.iter_mut().find(|(id, _, _)| id == identity)
+            && *earlier == mine
+            && bytes.is_none()
+        {
+            *bytes = std::fs::read(&mine).ok();
         }
     }
 
@@ -375,6 +400,7 @@ impl Runner {
                 .lines()
                 .any(|l| l.contains("connected to ") && l.contains(&needle))
             {
+                self.remember_key();
                 return;
             }
             if let Some(status) = self.try_wait() {
@@ -522,6 +548,7 @@ impl Runner {
 
 impl Drop for Runner {
     fn drop(&mut self) {
+        self.remember_key();
         let failed = std::thread::panicking();
         if failed {
             eprintln!(

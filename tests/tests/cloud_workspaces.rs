@@ -709,6 +709,12 @@ fn a_web_identity_token_and_a_role_profile_get_keys_from_sts() {
              [profile runner]\nrole_arn = {role}\nsource_profile = base\nregion = us-east-1\n"
         ),
     );
+    // It holds keys: private to the runner's user, or the runner refuses to start.
+    std::fs::set_permissions(
+        &config_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod the config");
     let from = moto().log().len();
     let assumed = Runner::start(no_imds(
         world

@@ -241,7 +241,7 @@ fn a_worker_without_the_variable_refuses_fake_and_honours_the_tenants_default() 
     assert_refused(
         &root.post(
             "/v1/channels",
-            &json!({"platform": "slack", "name": "ops", "credentials": {"signingSecret": "s".repeat(32), "botToken": "xoxb-test"}, "defaults": {"provider": "fake"}}),
+            &json!({"platform": "slack", "name": "ops", "teamId": "T0001", "apiAppId": "A0001", "credentials": {"signingSecret": "s".repeat(32), "botToken": "xoxb-test"}, "defaults": {"provider": "fake"}}),
         ),
         "fake_provider_disabled",
         &["WUHU_ENABLE_FAKE_PROVIDER=1"],

@@ -19,7 +19,7 @@ fn stack() -> &'static Stack {
     STACK.get_or_init(|| {
         Stack::start_with(StackOptions {
             fake_delay_ms: Some(0),
-            vars: vec![("WUHU_RATE_LIMITS".into(), "off".into())],
+            vars: vec![("WUHU_RATE_LIMITS".into(), "on".into())],
             ..StackOptions::default()
         })
     })

@@ -155,6 +155,12 @@ fn the_runner_image_builds_and_its_entrypoint_connects_as_a_cloud_runner() {
         "/home/wuhu/.wuhu/workspaces".into(),
         "--env".into(),
         "skel=/etc/skel".into(),
+        // buildah's chroot isolation (the only one without a container runtime here) refuses
+        // user namespaces to what runs in it (unshare in a chroot is EPERM), so the runner
+        // cannot make cells and would refuse to start; under Docker or Podman with the options
+        // docs/deploy.md names it makes them. Cells themselves: tests/tests/cells.rs.
+        "--sandbox".into(),
+        "off".into(),
     ]);
     use std::os::unix::process::CommandExt;
     cleanup.child = Some(

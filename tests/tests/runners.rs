@@ -1524,6 +1524,12 @@ fn service_install_writes_a_unit_whose_command_connects_and_uninstall_leaves_not
     let (code, removed) = service(&["uninstall"]);
     assert_eq!(code, Some(0), "{removed}");
     std::fs::remove_file(&log).ok();
+    // What the runner made when it ran, not the install: its key (uninstall keeps it on
+    // purpose: the hub binds the runner's name to it, decision 0024) and its runtime directory
+    // (left by the kill above).
+    std::fs::remove_dir_all(home.join(".wuhu/run")).ok();
+    std::fs::remove_file(home.join(".wuhu/runner-key")).ok();
+    std::fs::remove_dir(home.join(".wuhu")).ok();
     assert_eq!(
         listing(&home),
         before,

@@ -753,7 +753,7 @@ try {
     try {
       await bobPage.goto(`${BASE}/#/tokens`);
       const tokens = bobPage.getByRole("table", { name: "Tokens" });
-      await tokens.getByRole("row", { name: /this browser/ }).getByText("browser session").waitFor();
+      await tokens.getByRole("row", { name: /this browser/ }).getByText("browser session", { exact: true }).waitFor();
       await bobPage.getByRole("button", { name: "Sign out everywhere" }).click();
       await bobPage.getByRole("group", { name: "Confirm signing out everywhere" }).getByRole("button", { name: "Yes, end them all" }).click();
       await bobPage.getByLabel("Your token").waitFor({ timeout: 15_000 });
@@ -766,7 +766,7 @@ try {
 
   // 12. Sign out.
   log("sign out");
-  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByRole("button", { name: "Sign out", exact: true }).click();
   await page.getByLabel("Your token").waitFor();
 
   check(consoleErrors.length === 0, `no console errors:\n${consoleErrors.join("\n")}`);

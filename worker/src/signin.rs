@@ -39,7 +39,8 @@ pub(crate) async fn route(
             Ok(json_response(200, &tokens))
         }
         (["tokens", "revoke-all"], Method::Post) => revoke_all(req, env, auth).await,
-        (["tokens", jti], Method::Delete) => {
+        // Not a token id: `DELETE /v1/tokens/revoke-all` is a method this route does not take.
+        (["tokens", jti], Method::Delete) if *jti != "revoke-all" => {
             let revoked = token_registry::revoke(env, &auth.identity, jti).await?;
             Ok(json_response(200, &revoked))
         }
