@@ -175,8 +175,10 @@ pub struct RunnerConfig {
 
 /// The keys of the runners started so far, by [`RunnerConfig::key_identity`]: the first
 /// runner's key file, and its bytes once read (the file goes with that runner's temp dir).
-static KEYS: std::sync::Mutex<Vec<(String, PathBuf, Option<Vec<u8>>)>> =
-    std::sync::Mutex::new(Vec::new());
+static KEYS: std::sync::Mutex<Vec<KnownKey>> = std::sync::Mutex::new(Vec::new());
+
+/// An identity, the key file of its first runner, and the key's bytes once read.
+type KnownKey = (String, PathBuf, Option<Vec<u8>>);
 
 impl RunnerConfig {
     /// A key of its own: the runner is on another machine than earlier runners of its name.
