@@ -410,4 +410,53 @@ fn a_cell_without_network_reaches_nothing_and_an_allow_list_only_its_hosts() {
             out.content
         );
     }
+    // A root runner's cells each have a pids cgroup, removed when the call ends: an `allow`
+    // cell's relay must not keep its cgroup alive (it did, and each call then waited half a
+    // second for a removal that never came and left the cgroup behind).
+    assert_no_empty_cell_cgroups();
+}
+
+/// Waits (at most 10 s) until no pids cgroup of a cell of this process is left without
+/// processes; cells still running have theirs, with their processes in it. Only where cells
+/// use cgroups: a root runner with a `pids` controller (cgroup v1 or v2).
+fn assert_no_empty_cell_cgroups() {
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } != 0 {
+        return;
+    }
+    let Some(base) = wuhu_runner::cell::linux::pids_hierarchy() else {
+        return;
+    };
+    let prefix = format!(
+        "{}{}-",
+        wuhu_runner::cell::linux::CGROUP_PREFIX,
+        std::process::id()
+    );
+    let empty = || -> Vec<String> {
+        std::fs::read_dir(&base)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .filter(|e| {
+                        std::fs::read_to_string(e.path().join("cgroup.procs"))
+                            .is_ok_and(|p| p.trim().is_empty())
+                    })
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left = empty();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cells' cgroups left behind: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

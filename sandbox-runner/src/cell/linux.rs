@@ -183,6 +183,9 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
     write_file("/proc/self/setgroups", "deny")?;
     write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
     write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))?;
+    // The relay of an `allow` network: ended when the command ends (it would die with this
+    // process anyway, but while it lives the pids cgroup below cannot be removed).
+    let mut relay: Option<libc::pid_t> = None;
     if own_net {
         loopback_up()?;
         if let (Network::Allow(_), Some(socket)) = (&policy.network, &exec.proxy_socket) {
@@ -200,7 +203,10 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
                     // SAFETY: _exit in the forked child.
                     unsafe { libc::_exit(0) };
                 }
-                _ => drop(listener),
+                pid => {
+                    relay = Some(pid);
+                    drop(listener);
+                }
             }
         }
     }
@@ -230,6 +236,13 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
         }
         if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
+        }
+    }
+    if let Some(relay) = relay {
+        // SAFETY: kill and waitpid on our own child.
+        unsafe {
+            libc::kill(relay, libc::SIGKILL);
+            libc::waitpid(relay, std::ptr::null_mut(), 0);
         }
     }
     if let Some(cgroup) = cgroup {
