@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the workspace's test binaries in parallel lanes (scripts/test).
 
-    test-lanes.py BINARIES.json [--lanes N] [--threads T]
+    test-lanes.py BINARIES.json [--lanes N] [--threads T]     (defaults: 1 lane, 2 threads)
 
 BINARIES.json is the output of `cargo test --no-run --message-format=json`: every test
 executable it names runs as cargo would run it (in its package's directory, with
@@ -85,7 +85,7 @@ def main():
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
-    path, lanes, threads = args[0], 2, 2
+    path, lanes, threads = args[0], 1, 2
     rest = args[1:]
     while rest:
         flag = rest.pop(0)
