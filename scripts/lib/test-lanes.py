@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the workspace's test binaries in parallel lanes (scripts/test).
 
-    test-lanes.py BINARIES.json [--lanes N] [--threads T]     (defaults: 1 lane, 2 threads)
+    test-lanes.py BINARIES.json [--lanes N] [--threads T]     (defaults: 2 lanes, 2 threads)
 
 BINARIES.json is the output of `cargo test --no-run --message-format=json`: every test
 executable it names runs as cargo would run it (in its package's directory, with
@@ -85,14 +85,15 @@ def main():
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
-    path, lanes, threads = args[0], 1, 2
+    path, lanes, threads = args[0], 2, 2
     rest = args[1:]
     while rest:
         flag = rest.pop(0)
         if flag in ("--lanes", "--threads") and rest:
-            value = int(rest.pop(0))
+            raw = rest.pop(0)
+            value = int(raw) if raw.isdigit() else 0
             if value < 1:
-                print(f"{flag} must be at least 1", file=sys.stderr)
+                print(f"{flag} must be a whole number, at least 1 (not {raw!r})", file=sys.stderr)
                 return 2
             if flag == "--lanes":
                 lanes = value

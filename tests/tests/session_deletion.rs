@@ -75,10 +75,16 @@ fn assert_gone(api: &Api, id: &str) {
     );
 }
 
-/// Files of local R2 holding object bodies (not its SQLite metadata, whose freed pages may keep
+/// Files of local R2 holding the bodies of live objects: the blob files that local R2's
+/// metadata (`_mf_objects`, `_mf_multipart_parts` in `miniflare-R2BucketObject/*.sqlite`)
+/// still names. Local R2 drops an object's row at once and deletes its blob file later, in the
+/// background; a process killed in between leaves a file that no object names (seen once under
+/// load: `_mf_objects` empty, the body on disk). Real R2 has no such files, so a body counts
+/// only while an object refers to it. SQLite's own files are never bodies (freed pages may keep
 /// old bytes).
 fn r2_bodies(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
+    let mut files = Vec::new();
+    let mut databases = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let Ok(read) = std::fs::read_dir(&dir) else {
@@ -86,16 +92,65 @@ fn r2_bodies(dir: &Path) -> Vec<PathBuf> {
         };
         for entry in read.flatten() {
             let path = entry.path();
+            let text = path.to_string_lossy();
+            let in_r2 = text.contains("/r2/");
             if path.is_dir() {
                 stack.push(path);
-            } else if path.to_string_lossy().contains("/r2/")
-                && path.extension().is_none_or(|e| e != "sqlite")
+            } else if in_r2 && text.contains("/blobs/") {
+                files.push(path);
+            } else if in_r2
+                && path.extension().is_some_and(|e| e == "sqlite")
+                && text.contains("miniflare-R2BucketObject")
+                && path.file_name().is_some_and(|n| n != "metadata.sqlite")
             {
-                out.push(path);
+                databases.push(path);
             }
         }
     }
-    out
+    let named = r2_named_blobs(&databases);
+    files
+        .into_iter()
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| named.contains(n.to_string_lossy().as_ref()))
+        })
+        .collect()
+}
+
+/// The blob ids that local R2's object databases name (read with Python's `sqlite3`, which
+/// every machine that runs these tests has: the set-up needs it).
+fn r2_named_blobs(databases: &[PathBuf]) -> std::collections::HashSet<String> {
+    if databases.is_empty() {
+        return Default::default();
+    }
+    const SCRIPT: &str = r#"
+import sqlite3, sys
+for path in sys.argv[1:]:
+    db = sqlite3.connect("file:" + path + "?mode=ro", uri=True, timeout=30)
+    for table in ("_mf_objects", "_mf_multipart_parts"):
+        try:
+            for (blob,) in db.execute("SELECT blob_id FROM " + table):
+                print(blob)
+        except sqlite3.OperationalError as e:
+            if "no such table" not in str(e):
+                raise
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(SCRIPT)
+        .args(databases)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "reading local R2's metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The R2 object bodies of the file's stack that contain `needle`.
