@@ -17,6 +17,7 @@
 
 pub mod network;
 pub mod seatbelt;
+pub mod uids;
 
 use serde::{Deserialize, Serialize};
 

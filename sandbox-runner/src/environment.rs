@@ -148,6 +148,9 @@ impl EnvironmentHost {
         session_id: &str,
         spec: &EnvironmentSpec,
     ) -> Result<AttachedEnvironment, ErrorBody> {
+        self.cells
+            .check_kind(spec.source.kind())
+            .map_err(|e| ErrorBody::new(codes::PATH_NOT_ALLOWED, e))?;
         let (root, repo_path, branch) = match &spec.source {
             EnvironmentSource::Local { path } => {
                 let dir = existing_dir(path, "path")?;
@@ -283,6 +286,8 @@ impl EnvironmentHost {
             .map_err(|e| ErrorBody::new(codes::INTERNAL, e.to_string()))?;
         let objects = stored?;
         let local = local?;
+        // Its files are gone: its uid may be given again (after the rest of the range).
+        self.cells.release_session(session_id);
         Ok((objects, local))
     }
 
@@ -376,12 +381,14 @@ impl EnvironmentHost {
             branch: None,
             cell: spec.cell.clone(),
         };
-        let session_logs = self.dirs.log_dir.join("startup");
+        // The session's own logs: no other session's startup cell reads them.
+        let session_logs = crate::jobs::session_log_dir(&self.dirs.log_dir, session_id);
         let _ = crate::private_dir::create(&session_logs);
         let on = self.cells.mode() == SandboxMode::On;
         let home = crate::executor::session_home(&self.dirs, session_id);
         let cell = crate::executor::call_cell(
             on.then_some(&self.cells),
+            session_id,
             &context,
             root,
             &temp_dir,

@@ -54,6 +54,25 @@ impl RunnerDirs {
     }
 }
 
+impl RunnerDirs {
+    /// Below `base` for a runner that runs each session as its own uid: `calls-<pid>/` and
+    /// `logs/`, like [`RunnerDirs::private`], but each may be passed through by the sessions'
+    /// uids (`0711`) to reach their own directories (`0700`, theirs) below.
+    ///
+    /// # Errors
+    /// When they cannot be created as directories of this user.
+    pub fn isolated(base: &Path) -> std::io::Result<RunnerDirs> {
+        let dirs = RunnerDirs {
+            temp_root: base.join(format!("calls-{}", std::process::id())),
+            log_dir: base.join("logs"),
+        };
+        for dir in [base, &dirs.temp_root, &dirs.log_dir] {
+            crate::cell::uids::create_passable_dir(dir)?;
+        }
+        Ok(dirs)
+    }
+}
+
 /// One tool call as the server sent it.
 #[derive(Clone, Debug)]
 pub struct ToolCall<'a> {
@@ -91,10 +110,11 @@ pub fn session_home(dirs: &RunnerDirs, session_id: &str) -> PathBuf {
 /// toolchains a definition grants where they look for them.
 fn prepare_home(
     home: &Path,
+    session_uid: Option<u32>,
     real_home: Option<&str>,
     settings: &wuhu_core::cell::CellSettings,
 ) -> Result<(), String> {
-    crate::private_dir::create(home)
+    crate::private_dir::create_for(home, session_uid)
         .map_err(|e| format!("cannot create the session's home {}: {e}", home.display()))?;
     let Some(real_home) = real_home.map(Path::new) else {
         return Ok(());
@@ -121,6 +141,7 @@ fn prepare_home(
 /// The message of a refused call.
 pub fn call_cell(
     cells: Option<&Arc<Cells>>,
+    session_id: &str,
     environment: &EnvironmentContext,
     root: &Path,
     temp_dir: &Path,
@@ -133,6 +154,7 @@ pub fn call_cell(
     if let Some(home) = home {
         prepare_home(
             home,
+            session_uid(Some(cells), session_id),
             environment.snapshot.env.get("HOME").map(String::as_str),
             &environment.cell,
         )?;
@@ -152,6 +174,7 @@ pub fn call_cell(
         .unwrap_or_else(|_| session_logs.to_path_buf());
     cells
         .cell_for(&CellInput {
+            session_id,
             kind: environment.kind,
             root,
             git_dir: git_dir.as_deref(),
@@ -161,6 +184,12 @@ pub fn call_cell(
             settings: &environment.cell,
         })
         .map_err(|e| format!("this runner refused to run the call: {e}"))
+}
+
+/// `session_id`'s own uid, on a runner that runs each session as its own (its directories may
+/// belong to it).
+fn session_uid(cells: Option<&Arc<Cells>>, session_id: &str) -> Option<u32> {
+    cells?.session_uids()?.uid_for(session_id).ok()
 }
 
 /// Whether `arguments` ask `bash` to run as a background job.
@@ -211,7 +240,9 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
     // The session's logs (full outputs of long commands, job logs): its file tools and its
     // cells may read them, no other session's.
     let session_logs = session_log_dir(&dirs.log_dir, call.session_id);
-    if let Err(e) = crate::private_dir::create(&session_logs) {
+    if let Err(e) =
+        crate::private_dir::create_for(&session_logs, session_uid(call.cells, call.session_id))
+    {
         let _ = std::fs::remove_dir(&temp_dir);
         return ToolOutput::error(format!(
             "cannot create the session's log directory {}: {e}",
@@ -246,8 +277,18 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
             ctx.env
                 .insert(String::from("HOME"), home.to_string_lossy().into_owned());
         }
-        let make_cell =
-            |job_temp: &Path| call_cell(cells, env, &root, job_temp, &session_logs, Some(&home));
+        let session_id = call.session_id;
+        let make_cell = |job_temp: &Path| {
+            call_cell(
+                cells,
+                session_id,
+                env,
+                &root,
+                job_temp,
+                &session_logs,
+                Some(&home),
+            )
+        };
         return match serde_json::from_value::<crate::tools::bash::BashArgs>(arguments) {
             Ok(args) => jobs.start(&ctx, call.session_id, &env.name, args, make_cell),
             Err(e) => ToolOutput::error(format!("invalid arguments for bash: {e}")),
@@ -256,6 +297,7 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
     let home = session_home(dirs, call.session_id);
     match call_cell(
         call.cells,
+        call.session_id,
         env,
         &ctx.root,
         &temp_dir,

@@ -161,6 +161,22 @@ struct RegisterArgs {
     /// while the other one is alive.
     #[arg(long)]
     replace: bool,
+    /// Run each session as its own uid from this range, such as 20000-29999 (a runner started
+    /// as root on Linux, with cells on): its cells run as that uid and its files belong to it,
+    /// so no session can read another's files at rest. Sessions get folder-template
+    /// environments only (a local directory or a repository would be shared).
+    #[arg(long, value_name = "FIRST-LAST")]
+    isolate_uids: Option<String>,
+    /// Where the isolated sessions' directories go (workspaces unless --workspaces-root, homes,
+    /// logs, call temp dirs) and the table of their uids; every directory above it must be
+    /// passable by other users.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = wuhu_runner::cell::uids::DEFAULT_ISOLATED_DIR,
+        requires = "isolate_uids"
+    )]
+    isolate_uids_dir: PathBuf,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,6 +237,7 @@ fn resolve_config(
         Some(path) => load_settings(path, required)?,
         None => Settings::default(),
     };
+    let workspaces_root_chosen = file.workspaces_root.is_some() || args.workspaces_root.is_some();
     if let (Some(path), Some(_)) = (&config_path, &file.token) {
         wuhu_runner::secrets::check_secret_file(path, "the runner token")
             .map_err(anyhow::Error::msg)?;
@@ -257,7 +274,45 @@ fn resolve_config(
         SandboxArg::Off => SandboxMode::Off,
     };
     config.replace = args.replace;
+    // Isolated sessions' copies must be reachable by their uids: below the isolated base
+    // unless chosen.
+    if args.isolate_uids.is_some() && !workspaces_root_chosen {
+        config.workspaces_root = args.isolate_uids_dir.join("workspaces");
+    }
     Ok((config, config_path))
+}
+
+/// Turns `host`'s cells into cells that run each session as its own uid from `range`, with the
+/// sessions' directories below `base` (decision 0023, addendum).
+fn isolate_uids(
+    host: &mut EnvironmentHost,
+    range: &str,
+    base: &std::path::Path,
+) -> Result<Arc<wuhu_runner::cell::Cells>, String> {
+    use wuhu_runner::cell::uids;
+    let range = wuhu_core::cell::uids::parse_uid_range(range)?;
+    if !base.is_absolute() || !host.workspaces_root.is_absolute() {
+        return Err(String::from(
+            "the isolated directories must be absolute paths",
+        ));
+    }
+    uids::check_passable(base)?;
+    uids::check_passable(&host.workspaces_root)?;
+    let cells = host.cells.clone();
+    // Checked first: the directories are made only for a runner that may isolate.
+    let table = uids::SessionUids::open(base.join("session-uids.json"), range)?;
+    host.cells = wuhu_runner::cell::Cells::off();
+    let cells = cells.isolating_uids(table)?;
+    host.dirs = wuhu_runner::executor::RunnerDirs::isolated(base)
+        .map_err(|e| format!("{}: {e}", base.display()))?;
+    uids::create_passable_dir(&host.workspaces_root)
+        .map_err(|e| format!("{}: {e}", host.workspaces_root.display()))?;
+    let in_use = cells.session_uids().map_or(0, |u| u.in_use());
+    eprintln!(
+        "wuhu-runner: each session runs as its own uid from {range} ({in_use} in use); their directories are below {}",
+        base.display()
+    );
+    Ok(cells)
 }
 
 fn register(args: RegisterArgs) -> anyhow::Result<u8> {
@@ -339,6 +394,10 @@ fn register(args: RegisterArgs) -> anyhow::Result<u8> {
         config.kind == RunnerKind::Cloud,
     )
     .map_err(|e| anyhow::anyhow!("cannot confine sessions: {e}; start with --sandbox off to run them with this runner's own rights"))?;
+    if let Some(range) = &args.isolate_uids {
+        host.cells = isolate_uids(&mut host, range, &args.isolate_uids_dir)
+            .map_err(|e| anyhow::anyhow!("--isolate-uids: {e}"))?;
+    }
     if config.sandbox == SandboxMode::Off {
         eprintln!(
             "wuhu-runner: warning: --sandbox off: sessions run commands and file tools with this runner's own rights on this machine (its files, its network, its token)"

@@ -23,6 +23,15 @@ pub fn runtime_dir(home: Option<&Path>, xdg_runtime_dir: Option<&Path>) -> Optio
 /// When it cannot be created, is a symbolic link or not a directory, or belongs to another
 /// user.
 pub fn create(dir: &Path) -> std::io::Result<()> {
+    create_for(dir, None)
+}
+
+/// As [`create`], for a directory that may also belong to `session_uid` (a session's own, on a
+/// runner that runs each session as its own uid: the runner creates it, then gives it away).
+///
+/// # Errors
+/// As [`create`].
+pub fn create_for(dir: &Path, session_uid: Option<u32>) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -36,7 +45,7 @@ pub fn create(dir: &Path) -> std::io::Result<()> {
     }
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
-    if meta.uid() != me {
+    if meta.uid() != me && Some(meta.uid()) != session_uid {
         return Err(std::io::Error::other(format!(
             "{} belongs to uid {}, not to this user ({me}); remove it or choose another directory",
             dir.display(),

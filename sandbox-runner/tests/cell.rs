@@ -460,3 +460,213 @@ fn assert_no_empty_cell_cgroups() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A runner started as root with `--isolate-uids` (decision 0023, addendum): each session's
+/// cells run as its own uid and group (no other groups), its workspace, home, logs and temp
+/// dirs are that uid's (`0700`), its file tools write files as it; another session's uid cannot
+/// read them at rest (checked outside any cell: plain permissions); a released uid is not given
+/// again at once; environments shared between sessions are refused.
+#[test]
+fn sessions_with_their_own_uids_own_their_files() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    use wuhu_runner::cell::uids::{self, SessionUids};
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: --isolate-uids needs root (CI runs as root)");
+        return;
+    }
+    // Below a directory every uid may pass (a real runner's default is /var/lib/wuhu-runner).
+    let base = PathBuf::from(format!(
+        "/var/tmp/wuhu-isolated-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    ));
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(base.clone());
+    uids::check_passable(&base).unwrap();
+    let dirs = RunnerDirs::isolated(&base).unwrap();
+    let workspaces = base.join("workspaces");
+    uids::create_passable_dir(&workspaces).unwrap();
+    let run_dir = base.join("run");
+    let range = wuhu_core::cell::uids::parse_uid_range("40000-40002").unwrap();
+    let table = SessionUids::open(base.join("session-uids.json"), range).unwrap();
+    let cells = Cells::with_exe(
+        PathBuf::from(env!("CARGO_BIN_EXE_wuhu-runner")),
+        SandboxMode::On,
+        wuhu_runner::secrets::protected_paths(None, None, &run_dir, &workspaces, &[]),
+        &run_dir,
+        true,
+    )
+    .unwrap()
+    .isolating_uids(table)
+    .unwrap();
+    let (a, b) = (
+        "aaaaaaaa-1111-4111-8111-111111111111",
+        "bbbbbbbb-2222-4222-8222-222222222222",
+    );
+    // A copy as the runner makes it: as root.
+    let root_of = |session: &str| {
+        let root = workspaces.join(session);
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/main.rs"), "fn main() {}\n").unwrap();
+        root.canonicalize().unwrap()
+    };
+    let call = |session: &str, root: &Path, kind: EnvironmentKind, tool: &str, arguments: Value| {
+        let context = EnvironmentContext {
+            name: String::from("work"),
+            kind,
+            root: text(root),
+            snapshot: Snapshot {
+                cwd: text(root),
+                env: BTreeMap::from([(
+                    String::from("PATH"),
+                    String::from("/usr/local/bin:/usr/bin:/bin"),
+                )]),
+                captured_at: 0,
+            },
+            repo_path: None,
+            branch: None,
+            cell: CellSettings::default(),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(execute(
+            &dirs,
+            ToolCall {
+                id: "c1",
+                environment: &context,
+                tool,
+                arguments,
+                deadline: Some(std::time::Duration::from_secs(60)),
+                session_id: session,
+                jobs: None,
+                cells: Some(&cells),
+            },
+            CancelSignal::never(),
+        ))
+    };
+    let bash = |session: &str, root: &Path, command: &str| {
+        call(
+            session,
+            root,
+            EnvironmentKind::FolderTemplate,
+            "bash",
+            json!({ "command": command }),
+        )
+    };
+    let (root_a, root_b) = (root_of(a), root_of(b));
+
+    let out = bash(
+        a,
+        &root_a,
+        "id -u; id -g; id -G; echo made > made.txt; stat -c '%u %g %a' . made.txt src/main.rs $HOME /tmp",
+    );
+    assert!(!out.is_error, "{}", out.content);
+    let lines: Vec<&str> = out.content.lines().collect();
+    assert_eq!(
+        &lines[..8],
+        &[
+            "40000",
+            "40000",
+            "40000",
+            "40000 40000 700",
+            "40000 40000 644",
+            "40000 40000 644",
+            "40000 40000 700",
+            "40000 40000 700",
+        ],
+        "{}",
+        out.content
+    );
+    // The file tools write as the session's uid too.
+    let out = call(
+        a,
+        &root_a,
+        EnvironmentKind::FolderTemplate,
+        "write",
+        json!({"path": "notes/by-tool.txt", "content": "written by a tool\n"}),
+    );
+    assert!(!out.is_error, "{}", out.content);
+    for path in ["notes", "notes/by-tool.txt"] {
+        let meta = std::fs::metadata(root_a.join(path)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (40000, 40000), "{path}");
+    }
+
+    let out = bash(b, &root_b, "id -u; stat -c %u .");
+    assert_eq!(
+        out.content.lines().take(2).collect::<Vec<_>>(),
+        ["40001", "40001"]
+    );
+    // At rest, plain permissions keep B's uid out of A's files (no cell, no Landlock here).
+    for path in [
+        root_a.join("made.txt"),
+        root_a.join("notes/by-tool.txt"),
+        dirs.log_dir.join("jobs"),
+    ] {
+        let read = std::process::Command::new("/bin/cat")
+            .arg(&path)
+            .uid(40001)
+            .gid(40001)
+            .output()
+            .unwrap();
+        assert!(!read.status.success(), "uid 40001 read {}", path.display());
+    }
+    let listing = std::process::Command::new("/bin/ls")
+        .arg(&workspaces)
+        .uid(40001)
+        .gid(40001)
+        .output()
+        .unwrap();
+    assert!(!listing.status.success(), "the workspaces can be listed");
+    let table = base.join("session-uids.json");
+    assert_eq!(
+        std::fs::metadata(&table).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // A released uid waits its turn: the next session gets the one after B's.
+    cells.release_session(a);
+    let c = "cccccccc-3333-4333-8333-333333333333";
+    let root_c = root_of(c);
+    let out = bash(c, &root_c, "id -u");
+    assert_eq!(out.content.lines().next(), Some("40002"), "{}", out.content);
+    // The range is full now (B, C, and A's uid again for D); a fourth live session is refused.
+    let d = "dddddddd-4444-4444-8444-444444444444";
+    let root_d = root_of(d);
+    assert_eq!(
+        bash(d, &root_d, "id -u").content.lines().next(),
+        Some("40000")
+    );
+    let e = "eeeeeeee-5555-4555-8555-555555555555";
+    let out = bash(e, &root_of(e), "id -u");
+    assert!(
+        out.is_error && out.content.contains("every uid"),
+        "{}",
+        out.content
+    );
+
+    // A directory shared between sessions is refused.
+    let out = call(
+        b,
+        &root_b,
+        EnvironmentKind::Local,
+        "bash",
+        json!({"command": "true"}),
+    );
+    assert!(
+        out.is_error && out.content.contains("folder-template environments only"),
+        "{}",
+        out.content
+    );
+}

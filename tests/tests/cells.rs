@@ -430,3 +430,110 @@ fn sandbox_off_is_announced_and_listed() {
     let runners = api.get("/v1/runners");
     assert_eq!(runners.json()["runners"][0]["sandbox"], "off", "{runners}");
 }
+
+/// A cloud runner started as root with `--isolate-uids` (decision 0023, addendum): each
+/// session's commands run as its own uid, the files it makes are that uid's, another session
+/// cannot read them, a deleted session's uid is given back, and an environment shared between
+/// sessions (a local directory) is refused with the reason.
+#[test]
+fn a_root_runner_runs_each_session_as_its_own_uid() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: --isolate-uids needs a runner started as root (CI runs as root)");
+        return;
+    }
+    let _guard = stack().guard();
+    let tenant = unique_name("uids");
+    let api = stack().client("ana", &tenant);
+    let dir = TempDir::new("wuhu-e2e-uids");
+    let template = dir.mkdir("templates/app");
+    dir.write("templates/app/README.md", "the template\n");
+    let base = dir.path().join("isolated");
+    let mut config = RunnerConfig::new(stack(), "ana", &tenant, "iso-vm")
+        .kind(RunnerKind::Cloud)
+        .allow_any_path(false)
+        .env("templates", dir.path().join("templates"))
+        .workspaces_root(base.join("workspaces"));
+    config.args = vec![
+        "--isolate-uids".into(),
+        "42000-42009".into(),
+        "--isolate-uids-dir".into(),
+        base.display().to_string(),
+    ];
+    let runner = Runner::start(config);
+    assert!(
+        runner
+            .log()
+            .contains("each session runs as its own uid from 42000-42009"),
+        "{}",
+        runner.log()
+    );
+    define(
+        &api,
+        json!({
+            "name": "app",
+            "kind": "folder-template",
+            "runner": "iso-vm",
+            "templatePath": template.display().to_string(),
+            "network": "none",
+        }),
+    );
+    define(
+        &api,
+        json!({
+            "name": "shared",
+            "kind": "local",
+            "runner": "iso-vm",
+            "path": dir.path().join("templates").display().to_string(),
+        }),
+    );
+    let (a, a_roots) = session_with(&api, &["app"]);
+    let (b, _) = session_with(&api, &["app"]);
+    let results = run(
+        &api,
+        &a,
+        &[bash(
+            "app",
+            "id -u; echo mine > a.txt; stat -c '%u %a' . a.txt README.md",
+        )],
+    );
+    assert_eq!(
+        results[0].content.lines().take(4).collect::<Vec<_>>(),
+        ["42000", "42000 700", "42000 644", "42000 644"],
+        "{}",
+        results[0].content
+    );
+    let a_file = format!("{}/a.txt", a_roots[0]);
+    let results = run(
+        &api,
+        &b,
+        &[bash(
+            "app",
+            &format!("id -u; cat {a_file}; ls {}", a_roots[0]),
+        )],
+    );
+    let out = &results[0].content;
+    assert_eq!(out.lines().next(), Some("42001"), "{out}");
+    assert!(!out.contains("mine") && says_refused(out), "{out}");
+
+    // A local directory would be shared between sessions: refused, saying why.
+    let id = api.create_fake_session().id;
+    let attach = api.run_tool(&id, "request_environment", json!({"spec": "shared"}), TURN);
+    assert!(
+        attach.is_error && attach.content.contains("folder-template environments only"),
+        "{}",
+        attach.content
+    );
+
+    // Deleted, its copy goes and its uid is given back.
+    let table = base.join("session-uids.json");
+    assert!(std::fs::read_to_string(&table).unwrap().contains(&a));
+    let deleted = api.send(api.request("DELETE", &format!("/v1/sessions/{a}")));
+    assert!(deleted.status == 204 || deleted.status == 202, "{deleted}");
+    wuhu_e2e::wait_for("A's uid given back", TURN, || {
+        let text = std::fs::read_to_string(&table).unwrap_or_default();
+        (!text.contains(&a) && text.contains(&b)).then_some(())
+    });
+    assert!(!std::path::Path::new(&a_roots[0]).exists());
+    drop(runner);
+}

@@ -3,13 +3,15 @@
 //! and holding nothing of the runner's (no token, no credentials: a fresh exec with the
 //! command's environment only):
 //!
-//! 1. makes a user namespace (the same uid and gid inside), a mount namespace, a PID namespace,
+//! 1. makes a user namespace (the same uid and gid inside; none when the session runs as its
+//!    own uid, `run_as`: the process is root then and becomes that uid last), a mount namespace, a PID namespace,
 //!    and a network namespace unless the network is `open`; with one, brings `lo` up and, for an
 //!    `allow` network, listens on [`PROXY_PORT`] there and relays every connection to the
 //!    runner's proxy through a Unix socket (the namespace has no other way out);
 //! 2. forks the command's first process, PID 1 of the new PID namespace: it mounts a `/proc` of
 //!    that namespace (the runner and other cells are not in it), the call's temp dir on `/tmp`
-//!    and an empty tmpfs on `/dev/shm`, sets the resource limits, drops every capability, sets
+//!    and an empty tmpfs on `/dev/shm`, sets the resource limits, drops every capability (and
+//!    becomes the session's uid and group, without other groups, with `run_as`), sets
 //!    `NO_NEW_PRIVS`, applies Landlock (files, abstract Unix sockets, signals) and a seccomp
 //!    filter, and runs the program;
 //! 3. waits for it and ends as it ended. When PID 1 ends, the kernel kills whatever else is
@@ -46,6 +48,9 @@ pub struct CellExec {
     /// The runner's proxy for this call (an `allow` network).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_socket: Option<PathBuf>,
+    /// The session's own uid and gid (`--isolate-uids`; the process is root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<u32>,
 }
 
 /// Whether this kernel can make cells: Landlock at [`LANDLOCK_ABI`] or newer, and user
@@ -115,12 +120,29 @@ fn ruleset(policy: &CellPolicy, with_proc: bool) -> Result<landlock::RulesetCrea
         .map_err(|e| format!("landlock: {e}"))
 }
 
-/// Confines the calling thread (only it: Landlock is per thread) to `policy`'s paths. The file
-/// tools call this on a thread made for the call, before they touch a path.
+/// Confines the calling thread (only it: Landlock is per thread) to `policy`'s paths, and with
+/// `run_as` makes it touch files as the session's uid and group (its file-system ids, also per
+/// thread; no other groups). The file tools call this on a thread made for the call, before
+/// they touch a path.
 ///
 /// # Errors
-/// When Landlock refuses; the tool then refuses to run.
-pub fn restrict_thread(policy: &CellPolicy) -> Result<(), String> {
+/// When Landlock or the kernel refuses; the tool then refuses to run.
+pub fn restrict_thread(policy: &CellPolicy, run_as: Option<u32>) -> Result<(), String> {
+    if let Some(id) = run_as {
+        // Raw system calls: libc's setgroups changes every thread of the process.
+        // SAFETY: setgroups(0, NULL), setfsgid and setfsuid act on the calling thread only.
+        unsafe {
+            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0 {
+                return Err(format!("setgroups: {}", std::io::Error::last_os_error()));
+            }
+            libc::setfsgid(id);
+            libc::setfsuid(id);
+            // Each returns the ids before the call: asking again tells whether they took.
+            if libc::setfsgid(id) != id as i32 || libc::setfsuid(id) != id as i32 {
+                return Err(format!("could not touch files as uid {id} on this thread"));
+            }
+        }
+    }
     let status = ruleset(policy, false)?
         .restrict_self()
         .map_err(|e| format!("landlock: {e}"))?;
@@ -165,6 +187,11 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
 
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    if exec.run_as.is_some() && uid != 0 {
+        return Err(String::from(
+            "a cell with its own uid needs a runner started as root",
+        ));
+    }
     // The kernel exempts uid 0 from RLIMIT_NPROC: a runner started as root bounds its cells'
     // processes with a pids cgroup instead (while this process lives, it removes it after).
     let cgroup = if uid == 0 {
@@ -172,7 +199,13 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
     } else {
         None
     };
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+    // A session with its own uid needs no user namespace: this process is root in the
+    // machine's, and PID 1 becomes that uid once the mounts are made.
+    let mut flags = if exec.run_as.is_some() {
+        libc::CLONE_NEWNS
+    } else {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+    };
     if own_net {
         flags |= libc::CLONE_NEWNET;
     }
@@ -180,9 +213,11 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
     if unsafe { libc::unshare(flags) } != 0 {
         return Err(format!("unshare: {}", std::io::Error::last_os_error()));
     }
-    write_file("/proc/self/setgroups", "deny")?;
-    write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
-    write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))?;
+    if exec.run_as.is_none() {
+        write_file("/proc/self/setgroups", "deny")?;
+        write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
+        write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))?;
+    }
     // The relay of an `allow` network: ended when the command ends (it would die with this
     // process anyway, but while it lives the pids cgroup below cannot be removed).
     let mut relay: Option<libc::pid_t> = None;
@@ -222,7 +257,7 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
         return Err(format!("fork: {}", std::io::Error::last_os_error()));
     }
     if child == 0 {
-        let e = enter_and_exec(policy, &program, &argv);
+        let e = enter_and_exec(policy, exec.run_as, &program, &argv);
         eprintln!("wuhu: cannot make the cell: {e}");
         // SAFETY: _exit in the forked child.
         unsafe { libc::_exit(125) };
@@ -268,7 +303,12 @@ fn cell_exec(args: &[OsString]) -> Result<i32, String> {
 
 /// In PID 1 of the cell: mounts, limits, capabilities, Landlock, seccomp, exec. Returns only on
 /// failure.
-fn enter_and_exec(policy: &CellPolicy, program: &CString, argv: &[CString]) -> String {
+fn enter_and_exec(
+    policy: &CellPolicy,
+    run_as: Option<u32>,
+    program: &CString,
+    argv: &[CString],
+) -> String {
     let run = || -> Result<(), String> {
         mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
         mount(
@@ -303,7 +343,7 @@ fn enter_and_exec(policy: &CellPolicy, program: &CString, argv: &[CString]) -> S
             )?;
         }
         set_limits(policy)?;
-        drop_capabilities()?;
+        drop_capabilities(run_as)?;
         let mut policy = policy.clone();
         if bind_tmp {
             // `/tmp` is the temp dir now, at its own path too.
@@ -478,9 +518,11 @@ fn set_limits(policy: &CellPolicy) -> Result<(), String> {
 }
 
 /// Empties every capability set (a runner started as root runs cells as root in their user
-/// namespace, which would otherwise hold every capability there) and sets `NO_NEW_PRIVS`.
-fn drop_capabilities() -> Result<(), String> {
-    // SAFETY: prctl and capset with valid arguments.
+/// namespace, which would otherwise hold every capability there), becomes `run_as` (uid and
+/// gid, no other groups) when given, and sets `NO_NEW_PRIVS`.
+fn drop_capabilities(run_as: Option<u32>) -> Result<(), String> {
+    // SAFETY: prctl, setgroups, setresgid, setresuid and capset with valid arguments, in the
+    // single-threaded PID 1 of the cell.
     unsafe {
         for cap in 0..64 {
             libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
@@ -492,6 +534,23 @@ fn drop_capabilities() -> Result<(), String> {
             0,
             0,
         );
+        // After the bounding set (dropping it needs CAP_SETPCAP) and before the capability
+        // sets are emptied (changing ids needs CAP_SETUID/CAP_SETGID): leaving uid 0 empties
+        // the permitted and effective sets too.
+        if let Some(id) = run_as {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(id, id, id) != 0
+                || libc::setresuid(id, id, id) != 0
+            {
+                return Err(format!(
+                    "becoming uid {id}: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            if libc::getuid() != id || libc::geteuid() != id || libc::getegid() != id {
+                return Err(format!("still not uid {id}"));
+            }
+        }
         #[repr(C)]
         struct Header {
             version: u32,

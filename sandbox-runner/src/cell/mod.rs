@@ -19,6 +19,7 @@ pub mod linux;
 #[cfg(target_os = "macos")]
 pub mod macos;
 pub mod proxy;
+pub mod uids;
 
 /// The runner's cell machinery, shared by every call.
 pub struct Cells {
@@ -30,6 +31,8 @@ pub struct Cells {
     etc: Vec<String>,
     cloud_runner: AtomicBool,
     proxy: Option<Arc<proxy::Proxy>>,
+    /// Each session as its own uid (`--isolate-uids`).
+    uids: Option<uids::SessionUids>,
 }
 
 impl std::fmt::Debug for Cells {
@@ -100,6 +103,7 @@ impl Cells {
             etc,
             cloud_runner: AtomicBool::new(cloud_runner),
             proxy,
+            uids: None,
         }))
     }
 
@@ -112,12 +116,71 @@ impl Cells {
             etc: Vec::new(),
             cloud_runner: AtomicBool::new(false),
             proxy: None,
+            uids: None,
         })
     }
 
     /// On or off.
     pub fn mode(&self) -> SandboxMode {
         self.mode
+    }
+
+    /// These cells with each session as its own uid from `uids`' range (a runner started as
+    /// root on Linux, with cells on).
+    ///
+    /// # Errors
+    /// When cells are off, this is not Linux, or the runner is not root.
+    pub fn isolating_uids(self: Arc<Self>, uids: uids::SessionUids) -> Result<Arc<Cells>, String> {
+        if self.mode == SandboxMode::Off {
+            return Err(String::from(
+                "--isolate-uids needs cells: it cannot go with --sandbox off",
+            ));
+        }
+        if !cfg!(target_os = "linux") {
+            return Err(String::from("--isolate-uids exists on Linux only"));
+        }
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(String::from(
+                "--isolate-uids needs a runner started as root (it gives each session's files to the session's uid)",
+            ));
+        }
+        let mut cells =
+            Arc::try_unwrap(self).map_err(|_| String::from("the cells are in use already"))?;
+        cells.uids = Some(uids);
+        Ok(Arc::new(cells))
+    }
+
+    /// The sessions' uids, when each session runs as its own.
+    pub fn session_uids(&self) -> Option<&uids::SessionUids> {
+        self.uids.as_ref()
+    }
+
+    /// Gives `session`'s uid back when its files are gone (a discard).
+    pub fn release_session(&self, session: &str) {
+        if let Some(uids) = &self.uids {
+            uids.release(session);
+        }
+    }
+
+    /// Refuses an environment kind that sessions with their own uids cannot have: only
+    /// folder-template copies are made for (and given to) one session; a local directory or
+    /// a worktree's repository is shared.
+    ///
+    /// # Errors
+    /// The refusal, for the attach result.
+    pub fn check_kind(&self, kind: EnvironmentKind) -> Result<(), String> {
+        if self.uids.is_some() && kind != EnvironmentKind::FolderTemplate {
+            return Err(format!(
+                "this runner runs each session as its own uid (--isolate-uids): it offers folder-template environments only, not {}",
+                match kind {
+                    EnvironmentKind::Local => "local directories",
+                    EnvironmentKind::Worktree => "git worktrees",
+                    EnvironmentKind::FolderTemplate => "folder templates",
+                }
+            ));
+        }
+        Ok(())
     }
 
     /// The runner's own paths.
@@ -142,6 +205,31 @@ impl Cells {
         if self.mode == SandboxMode::Off {
             return Ok(None);
         }
+        let run_as = match &self.uids {
+            Some(uids) => {
+                self.check_kind(input.kind)?;
+                let uid = uids.uid_for(input.session_id)?;
+                // The directories above the session's own may be passed through by its uid.
+                for dir in [Some(input.temp_dir), input.home, input.session_logs]
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(parent) = dir.parent() {
+                        uids::create_passable_dir(parent)
+                            .map_err(|e| format!("{}: {e}", parent.display()))?;
+                    }
+                }
+                // The session's own directories become its uid's (at once when the runner just
+                // made them; the copy's tree only the first time, or after a restore).
+                uids::give_tree(input.root, uid)?;
+                uids::give_dir(input.temp_dir, uid)?;
+                for dir in [input.home, input.session_logs].into_iter().flatten() {
+                    uids::give_dir(dir, uid)?;
+                }
+                Some(uid)
+            }
+            None => None,
+        };
         let text = |p: &Path| p.to_string_lossy().into_owned();
         let root = text(input.root);
         let temp = text(input.temp_dir);
@@ -172,6 +260,7 @@ impl Cells {
             policy,
             cells: self.clone(),
             proxy,
+            run_as,
         })))
     }
 }
@@ -179,6 +268,8 @@ impl Cells {
 /// What a call's cell is made from.
 #[derive(Clone, Copy, Debug)]
 pub struct CellInput<'a> {
+    /// The session the call is for.
+    pub session_id: &'a str,
     /// The environment's kind.
     pub kind: EnvironmentKind,
     /// Its root (canonical).
@@ -201,6 +292,8 @@ pub struct CallCell {
     pub policy: CellPolicy,
     cells: Arc<Cells>,
     proxy: Option<proxy::CallProxy>,
+    /// The session's own uid (and gid), when the runner isolates sessions by uid.
+    pub run_as: Option<u32>,
 }
 
 impl std::fmt::Debug for CallCell {
@@ -220,6 +313,7 @@ impl CallCell {
             let spec = linux::CellExec {
                 policy: self.policy.clone(),
                 proxy_socket: self.proxy.as_ref().map(|p| p.socket().to_path_buf()),
+                run_as: self.run_as,
             };
             let mut cmd = tokio::process::Command::new(&self.cells.exe);
             cmd.arg("cell-exec")
@@ -283,7 +377,7 @@ impl CallCell {
     pub fn restrict_thread(&self) -> Result<(), String> {
         #[cfg(target_os = "linux")]
         {
-            linux::restrict_thread(&self.policy)
+            linux::restrict_thread(&self.policy, self.run_as)
         }
         #[cfg(not(target_os = "linux"))]
         {
