@@ -71,7 +71,7 @@ async fn execute_text(
             let limit = args.limit.unwrap_or(20).clamp(1, 100);
             let page = tenant_index::list_for(
                 &context.env,
-                &context.tenant,
+                &context.session.tenant,
                 context.readers(),
                 limit,
                 args.before.as_deref(),
@@ -80,7 +80,7 @@ async fn execute_text(
             .map_err(|e| format!("Listing sessions failed: {}", e.message))?;
             let mut out = String::new();
             for s in &page.sessions {
-                let marker = if s.id == context.session_id {
+                let marker = if s.id == context.session.session_id {
                     " (this session)"
                 } else {
                     ""
@@ -109,7 +109,7 @@ async fn execute_text(
             let since = args.since_cursor.unwrap_or(0);
             let page: GetSessionResponse = session_client::read_for(
                 &context.env,
-                &context.tenant,
+                &context.session.tenant,
                 context.readers(),
                 &args.id,
                 since,
@@ -164,8 +164,8 @@ async fn execute_text(
                 Some(Ok(WuhuUrl::Blob(id))) => {
                     match crate::blob_store::read_blob(
                         &context.env,
-                        &context.tenant,
-                        &context.session_id,
+                        &context.session.tenant,
+                        &context.session.session_id,
                         &id,
                     )
                     .await?
@@ -194,7 +194,7 @@ async fn execute_text(
                         .to_string(),
                 ),
                 Some(Ok(WuhuUrl::Config(path))) => {
-                    let text = crate::config_doc(&context.env, &context.tenant, &path)
+                    let text = crate::config_doc(&context.env, &context.session.tenant, &path)
                         .await?
                         .ok_or_else(|| {
                             format!(
@@ -205,7 +205,7 @@ async fn execute_text(
                 }
                 Some(Ok(WuhuUrl::Workspace(path))) if path.is_empty() || path.ends_with('/') => {
                     context.rights.may_read_workspace(&path)?;
-                    let page = workspace_io::list(&context.env, &context.tenant, &path, 1000, None)
+                    let page = workspace_io::list(&context.env, &context.session.tenant, &path, 1000, None)
                         .await
                         .map_err(|e| e.message)?;
                     let mut text: String = page
@@ -220,7 +220,7 @@ async fn execute_text(
                 }
                 Some(Ok(WuhuUrl::Workspace(path))) => {
                     context.rights.may_read_workspace(&path)?;
-                    let doc = workspace_io::read(&context.env, &context.tenant, &path)
+                    let doc = workspace_io::read(&context.env, &context.session.tenant, &path)
                         .await
                         .map_err(|e| e.message)?
                         .ok_or_else(|| format!("No document at wuhu://workspace/{path}"))?;
@@ -245,7 +245,7 @@ async fn execute_text(
                 Some(Ok(WuhuUrl::Workspace(path))) => {
                     let summary = workspace_io::write(
                         &context.env,
-                        &context.tenant,
+                        &context.session.tenant,
                         &context.workspace_writer(),
                         &path,
                         &args.content,

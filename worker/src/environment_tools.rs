@@ -12,6 +12,10 @@
 //! than its owner waits for the owner; a definition with `"approval":"ask"` waits for the
 //! session's owner before attaching (`wuhu_core::approvals`).
 
+mod job_tools;
+
+use job_tools::job_tool;
+
 use std::collections::HashMap;
 
 use serde::Deserialize;
@@ -50,14 +54,17 @@ async fn call_runner(
 ) -> Result<(u64, Option<RunnerMessage>), ApiError> {
     let tracked = match message {
         ServerMessage::ToolCall { id, .. } => {
-            Some(ctx.runner_calls.track(id, runner, runner_owner, &ctx.owner))
+            Some(
+                ctx.runner_calls
+                    .track(id, runner, runner_owner, &ctx.session.owner),
+            )
         }
         _ => None,
     };
     let reply = runner_client::call(
         &ctx.env,
-        &ctx.tenant,
-        &ctx.owner,
+        &ctx.session.tenant,
+        &ctx.session.owner,
         runner,
         runner_owner,
         message,
@@ -69,9 +76,15 @@ async fn call_runner(
     {
         // The hub gave no answer (it restarted, say): the command may still run and nobody
         // waits for it any more. Stop it; a runner that does not know the id ignores this.
-        let cancelled =
-            runner_client::cancel(&ctx.env, &ctx.tenant, &ctx.owner, runner, runner_owner, id)
-                .await;
+        let cancelled = runner_client::cancel(
+            &ctx.env,
+            &ctx.session.tenant,
+            &ctx.session.owner,
+            runner,
+            runner_owner,
+            id,
+        )
+        .await;
         if let Err(c) = cancelled {
             worker::console_error!("cancelling {id} on runner {runner:?} failed: {}", c.message);
         }
@@ -121,7 +134,7 @@ async fn approve(
     let grants = ctx.approvals.grants();
     let facts = Facts {
         turn_authors: &ctx.acting_for,
-        session_owner: &ctx.owner,
+        session_owner: &ctx.session.owner,
         grants: &grants,
         now: crate::session_actor::now(),
     };
@@ -241,7 +254,7 @@ async fn request_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     let request = AttachRequest {
         approval_part: "",
         tool: &call.name,
-        session_id: &ctx.session_id,
+        session_id: &ctx.session.session_id,
         spec: &args.spec,
         name: args.name.as_deref(),
         preference,
@@ -323,8 +336,8 @@ pub(crate) async fn attach(
         .unwrap_or_else(|| request.spec.to_string());
     let resolved = runner_client::resolve(
         &ctx.env,
-        &ctx.tenant,
-        &ctx.owner,
+        &ctx.session.tenant,
+        &ctx.session.owner,
         request.session_id,
         request.spec,
         request.preference,
@@ -467,7 +480,7 @@ async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     }
     let message = ServerMessage::Detach {
         id: uuid::Uuid::new_v4().to_string(),
-        session_id: ctx.session_id.clone(),
+        session_id: ctx.session.session_id.clone(),
         environment: attachment.environment.context(),
     };
     let reply = call_runner(
@@ -576,7 +589,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     // Output too long for the transcript (and files `read` cannot show as text) go to
     // storage straight from the runner, with a URL issued for this call.
     let upload = if !background && matches!(call.name.as_str(), names::BASH | names::READ) {
-        crate::blob_store::issue_slot(&ctx.env, &ctx.tenant, &ctx.session_id)
+        crate::blob_store::issue_slot(&ctx.env, &ctx.session.tenant, &ctx.session.session_id)
             .inspect_err(|e| worker::console_error!("issuing an upload URL failed: {}", e.message))
             .ok()
     } else {
@@ -584,7 +597,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     };
     let message = ServerMessage::ToolCall {
         id: uuid::Uuid::new_v4().to_string(),
-        session_id: ctx.session_id.clone(),
+        session_id: ctx.session.session_id.clone(),
         environment: context.clone(),
         tool: call.name.clone(),
         arguments,
@@ -613,8 +626,13 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
             output.content = content;
             output.is_error = is_error;
             if !blobs.is_empty() {
-                let (accepted, notes) =
-                    crate::blob_store::accept(&ctx.env, &ctx.tenant, upload.as_ref(), &blobs).await;
+                let (accepted, notes) = crate::blob_store::accept(
+                    &ctx.env,
+                    &ctx.session.tenant,
+                    upload.as_ref(),
+                    &blobs,
+                )
+                .await;
                 // An image that is not accepted leaves nothing to show: the call failed.
                 let image_refused = blobs
                     .iter()
@@ -688,54 +706,6 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     output
 }
 
-/// `job_status {id}` / `job_kill {id}`: asks the job's runner (the session's owner asks; the
-/// job was approved when it started). A finished job's status comes from the session's record.
-async fn job_tool(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
-    let Some(id) = call.arguments.get("id").and_then(Value::as_str) else {
-        return ToolOutput::text(Err(format!(
-            "Invalid arguments for {}: `id` (the job id bash returned) is required",
-            call.name
-        )));
-    };
-    let Some(record) = ctx.jobs.get(id) else {
-        return ToolOutput::text(Err(format!(
-            "No background job {id:?} in this session (bash with background: true returns a job id)."
-        )));
-    };
-    if record.state.is_finished() {
-        let text = match &record.report {
-            Some(report) => wuhu_core::jobs::finished_message(&record, report).content,
-            None => format!("Job {id} {}.", record.state.as_str()),
-        };
-        return ToolOutput::text(Ok(text));
-    }
-    let answer = runner_client::ask_job(
-        &ctx.env,
-        &ctx.tenant,
-        &ctx.owner,
-        &ctx.session_id,
-        &record,
-        &call.name,
-    )
-    .await;
-    match answer {
-        Ok(RunnerMessage::ToolResult {
-            content, is_error, ..
-        }) => ToolOutput::text(if is_error { Err(content) } else { Ok(content) }),
-        Ok(other) => ToolOutput::text(Err(format!(
-            "Runner {:?} answered unexpectedly: {other:?}",
-            record.runner
-        ))),
-        Err(e) if e.code == codes::RUNNER_NOT_CONNECTED => ToolOutput::text(Err(format!(
-            "Runner {:?} is not connected, so job {id} cannot be reached now. If the runner \
-             does not come back soon, the job fails and a wuhu_job_finished_v1 message says \
-             so.",
-            record.runner
-        ))),
-        Err(e) => ToolOutput::text(Err(runner_error(&record.runner, &e))),
-    }
-}
-
 /// Where calls to an attached environment go. The definition's policy applied when it was
 /// attached; later calls follow the runner rule only.
 fn attachment_target(attachment: &Attachment) -> Target<'_> {
@@ -756,7 +726,7 @@ async fn validate(
 ) {
     let message = ServerMessage::Validate {
         id: uuid::Uuid::new_v4().to_string(),
-        session_id: ctx.session_id.clone(),
+        session_id: ctx.session.session_id.clone(),
         environment: context.clone(),
     };
     let reply = call_runner(

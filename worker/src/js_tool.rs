@@ -93,11 +93,11 @@ impl JsHost<'_> {
         let url = self.policy.check(&arg.url).map_err(|e| e.to_string())?;
         // Counted for the person the turn started for (else the session's owner) and the tenant.
         let ctx = self.context;
-        let who = ctx.acting_for.first().unwrap_or(&ctx.owner);
+        let who = ctx.acting_for.first().unwrap_or(&ctx.session.owner);
         crate::rate_limit::check(
             &ctx.env,
             wuhu_core::rate_limits::RateAction::JsFetch,
-            &ctx.tenant,
+            &ctx.session.tenant,
             who,
         )
         .await
@@ -215,10 +215,15 @@ impl JsHost<'_> {
                     .unwrap_or(20)
                     .clamp(1, 100) as u32;
                 let before = arg.get("before").and_then(Value::as_str);
-                let page =
-                    tenant_index::list_for(&ctx.env, &ctx.tenant, ctx.readers(), limit, before)
-                        .await
-                        .map_err(|e| e.message)?;
+                let page = tenant_index::list_for(
+                    &ctx.env,
+                    &ctx.session.tenant,
+                    ctx.readers(),
+                    limit,
+                    before,
+                )
+                .await
+                .map_err(|e| e.message)?;
                 serde_json::to_value(page).map_err(|e| e.to_string())
             }
             "sessions.get" => {
@@ -231,7 +236,7 @@ impl JsHost<'_> {
                     .clamp(1, 1000);
                 let page = session_client::read_for(
                     &ctx.env,
-                    &ctx.tenant,
+                    &ctx.session.tenant,
                     ctx.readers(),
                     &id,
                     since,
@@ -244,7 +249,7 @@ impl JsHost<'_> {
             "workspace.read" => {
                 let path = workspace_path(&str_arg("path")?)?;
                 ctx.rights.may_read_workspace(&path)?;
-                let doc = workspace_io::read(&ctx.env, &ctx.tenant, &path)
+                let doc = workspace_io::read(&ctx.env, &ctx.session.tenant, &path)
                     .await
                     .map_err(|e| e.message)?;
                 Ok(doc.map(|d| Value::String(d.content)).unwrap_or(Value::Null))
@@ -254,7 +259,7 @@ impl JsHost<'_> {
                 let text = str_arg("text")?;
                 let summary = workspace_io::write(
                     &ctx.env,
-                    &ctx.tenant,
+                    &ctx.session.tenant,
                     &ctx.workspace_writer(),
                     &path,
                     &text,
@@ -271,7 +276,7 @@ impl JsHost<'_> {
                     .and_then(Value::as_str)
                     .map(str::to_string);
                 let paged = arg.get("paged").and_then(Value::as_bool).unwrap_or(false);
-                let page = workspace_io::list(&ctx.env, &ctx.tenant, &prefix, 1000, cursor)
+                let page = workspace_io::list(&ctx.env, &ctx.session.tenant, &prefix, 1000, cursor)
                     .await
                     .map_err(|e| e.message)?;
                 if paged {
@@ -282,10 +287,15 @@ impl JsHost<'_> {
             }
             "workspace.remove" => {
                 let path = workspace_path(&str_arg("path")?)?;
-                workspace_io::remove(&ctx.env, &ctx.tenant, &ctx.workspace_writer(), &path)
-                    .await
-                    .map(Value::Bool)
-                    .map_err(|e| e.message)
+                workspace_io::remove(
+                    &ctx.env,
+                    &ctx.session.tenant,
+                    &ctx.workspace_writer(),
+                    &path,
+                )
+                .await
+                .map(Value::Bool)
+                .map_err(|e| e.message)
             }
             other => Err(format!("unknown host function {other}")),
         }

@@ -24,12 +24,12 @@ pub(crate) fn set_model(
     arguments: &serde_json::Value,
 ) -> Result<ModelSet, String> {
     let facts = SessionFacts {
-        owner: &context.owner,
-        created_by: &context.created_by,
-        access: context.parent_session.access,
+        owner: &context.session.owner,
+        created_by: &context.session.created_by,
+        access: context.session.parent_session.access,
     };
     if !authority::turn_allows(
-        &context.tenant,
+        &context.session.tenant,
         &context.acting_for,
         facts,
         SessionAction::Prompt,
@@ -41,8 +41,8 @@ pub(crate) fn set_model(
     }
     let (provider, model) = context.model_switch.borrow().clone().unwrap_or_else(|| {
         (
-            context.parent_session.provider.clone(),
-            context.parent_session.model.clone(),
+            context.session.parent_session.provider.clone(),
+            context.session.parent_session.model.clone(),
         )
     });
     let current = wuhu_core::wire::Header {

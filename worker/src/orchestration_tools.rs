@@ -192,15 +192,15 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         .model
         .as_deref()
         .map(str::trim)
-        .unwrap_or(&ctx.parent_session.model)
+        .unwrap_or(&ctx.session.parent_session.model)
         .to_string();
     ctx.models
-        .check(&ctx.parent_session.provider, &model)
+        .check(&ctx.session.parent_session.provider, &model)
         .map_err(|e| format!("Refused: {e}."))?;
     let id = uuid::Uuid::new_v4().to_string();
     let mut lineage = orchestration::child_lineage(
-        &ctx.session_id,
-        &ctx.lineage,
+        &ctx.session.session_id,
+        &ctx.session.lineage,
         &id,
         ctx.children.list().len(),
         args.detached,
@@ -272,9 +272,9 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
     };
     let init = SessionInit {
         id: id.clone(),
-        tenant: ctx.tenant.clone(),
-        created_by: ctx.owner.clone(),
-        provider: Some(ctx.parent_session.provider.clone()),
+        tenant: ctx.session.tenant.clone(),
+        created_by: ctx.session.owner.clone(),
+        provider: Some(ctx.session.parent_session.provider.clone()),
         model: Some(model),
         system_prompt: None,
         title,
@@ -282,11 +282,11 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         budget: None,
         // The child of a chat session is one too: its guests keep their folder, and its
         // turns for nobody a guest's rights.
-        channel: ctx.channel.clone(),
+        channel: ctx.session.channel.clone(),
     };
     let child = ChildInit {
         lineage,
-        access: ctx.parent_session.access,
+        access: ctx.session.parent_session.access,
         attachments,
         task: args.task,
         entries,
@@ -331,8 +331,13 @@ fn current(ctx: &ToolContext, id: &str) -> Option<ChildStatus> {
 
 fn target(ctx: &ToolContext, id: &str) -> Result<ChildStatus, String> {
     let known = current(ctx, id);
-    check_target(&ctx.session_id, &ctx.lineage, id, known.is_some())
-        .map_err(|e| format!("Refused: {e}."))?;
+    check_target(
+        &ctx.session.session_id,
+        &ctx.session.lineage,
+        id,
+        known.is_some(),
+    )
+    .map_err(|e| format!("Refused: {e}."))?;
     known.ok_or_else(|| format!("session {id} is not a child of this session"))
 }
 
@@ -347,10 +352,10 @@ async fn send(ctx: &ToolContext, args: SendArgs) -> Result<ChildStatus, String> 
     let input = ChildInput {
         content: args.content,
         lane,
-        author: ctx.owner.clone(),
+        author: ctx.session.owner.clone(),
         acting_for: ctx.acting_for.clone(),
     };
-    let admission = session_client::child_input(&ctx.env, &ctx.tenant, &args.id, input)
+    let admission = session_client::child_input(&ctx.env, &ctx.session.tenant, &args.id, input)
         .await
         .map_err(|e| format!("Sending to {} failed: {}", args.id, e.message))?;
     status.lifecycle = admission.lifecycle;

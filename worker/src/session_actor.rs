@@ -38,8 +38,6 @@ use worker::{
     Date, DurableObject, Env, Request, Response, State, WebSocket, WebSocketIncomingMessage,
     durable_object,
 };
-use wuhu_core::approvals::Outcome;
-use wuhu_core::context::ContextWindow;
 use wuhu_core::environments::Attachment;
 use wuhu_core::session::{Millis, Phase, Session};
 use wuhu_core::wire::{QueueItemInfo, SessionInfo, Status, StreamEvent};
@@ -59,6 +57,7 @@ mod effects;
 mod follow;
 mod inference;
 mod jobs;
+mod parts;
 mod persist;
 mod routes;
 mod socket;
@@ -73,109 +72,25 @@ pub struct SessionActor {
     actor: Rc<Actor>,
 }
 
-/// The actor's shared state. Borrows of its `RefCell`s never cross an `.await`.
+/// The actor's shared state, in parts by job (`parts`). Borrows of its `RefCell`s never cross an
+/// `.await`.
 pub(crate) struct Actor {
     pub(crate) state: State,
     pub(crate) env: Env,
     store: Result<Store, String>,
     loaded: RefCell<Option<Loaded>>,
-    pub(crate) followers: RefCell<follow::Followers>,
-    /// The open client sockets were re-registered in this isolate (`socket`).
-    sockets_revived: Cell<bool>,
-    /// Inference and tool tasks running in this isolate, each with its abort handle. None
-    /// after a restart.
-    tasks: tasks::Tasks,
-    /// `tool_call`s sent to runners and not answered yet (also in SQLite, for restarts).
-    runner_calls: Rc<RunnerCalls>,
-    pub(crate) flushing: Cell<bool>,
-    /// When the session last became idle (`None` while a turn runs): the idle flush waits on it
-    /// (`wuhu_core::bookkeeping`).
-    idle_since: Cell<Option<u64>>,
-    /// An idle-flush timer is sleeping.
-    idle_flush_timer: Cell<bool>,
-    index_dirty: Cell<bool>,
-    index_sending: Cell<bool>,
-    /// Usage to report to the tenant index, and whether a report is being sent.
-    usage_dirty: Cell<bool>,
-    usage_sending: Cell<bool>,
-    /// Steps waiting for the report in flight (`Actor::usage_report_sent`).
-    usage_waiters: RefCell<Vec<futures::channel::oneshot::Sender<()>>>,
-    /// Wakes a report waiting out `tenant_usage::USAGE_REPORT_DELAY_MS` (a step that must
-    /// report first does not wait for the delay).
-    usage_wake: RefCell<Option<futures::channel::oneshot::Sender<()>>>,
-    /// The tenant's budget was spent when last asked (enqueue asks again while it is).
-    pub(crate) tenant_budget_spent: Cell<bool>,
-    /// The tenant's budget as its index last answered this actor (a usage report's answer or
-    /// a question's): a step asks again only when `tenant_usage::must_ask_budget` says so, and
-    /// neither reports nor asks while `tenant_usage::unlimited_and_told` holds.
-    pub(crate) known_budget: Cell<Option<wuhu_core::tenant_usage::KnownBudget>>,
-    /// The tenant's settings as last read (parsed), kept while the tenant's index holds this
-    /// actor (it tells it of every change): a step uses them without reading R2
-    /// (`inference::settings`, decision 0021).
-    pub(crate) settings: RefCell<wuhu_core::tenant_config::SettingsCache<Rc<inference::Settings>>>,
-    /// The reading of the tenant's settings the latest step (or check) used, kept or not: what
-    /// the step's tools check a model against (`set_model`, `spawn_session {model}`).
-    pub(crate) last_settings: RefCell<Option<Rc<inference::Settings>>>,
-    /// Entries through this cursor were looked at for usage (the stored cursor marks only
-    /// those reported).
-    pub(crate) usage_scanned_through: Cell<u64>,
-    /// Usage reported through this cursor, not stored yet: the next commit stores it. Until
-    /// then a restart reads those entries again and reports them again, and the index counts
-    /// each record once (`tenant_usage::apply_report`), so a turn's end costs no commit of its
-    /// own for the report.
-    pub(crate) usage_reported_unsaved: Cell<Option<u64>>,
-    /// When this actor last deleted its session's expired request logs (unix ms; 0: never).
-    pub(crate) llm_logs_swept_at: Cell<u64>,
-    alarm_armed_for: Cell<Option<u64>>,
-    /// When the running turn started in this isolate (for the turn log line).
-    turn_started_at: Cell<Option<u64>>,
-    /// Images the running turn's requests found in the isolate's cache and read from R2 (for
-    /// the turn log line).
-    turn_image_loads: Cell<crate::blob_store::ImageLoads>,
-    /// The context window; `None` until first needed.
-    tail: RefCell<Option<ContextWindow>>,
-    /// Count and bytes of entries not archived yet; `None` when unknown.
-    unarchived: Cell<Option<(u64, u64)>>,
-    /// Attached environments (persisted in `meta`).
-    attachments: RefCell<Vec<Attachment>>,
-    /// Runner connection epoch on which each environment's snapshot was validated. Empty after a
-    /// restart, so the first call after a resume validates (seed 004).
-    validated: RefCell<HashMap<String, u64>>,
-    /// Approvals (SQLite tables of their own).
-    approval_store: Result<ApprovalStore, String>,
     /// The children this session spawned (a table of its own).
     child_store: Result<children::ChildStore, String>,
-    /// The background jobs this session started (a table of its own).
-    job_store: Result<jobs::JobStore, String>,
-    /// The mark of a deletion in progress (a table of its own; `deletion`).
-    deletion_store: Result<deletion::DeletionStore, String>,
-    /// The session was marked for deletion in this isolate: no write is committed any more.
-    deleting: Cell<bool>,
-    /// A request or the alarm is performing the deletion's steps.
-    deletion_running: Cell<bool>,
-    /// A deletion dropped the storage in this isolate: its tables are gone.
-    storage_dropped: Cell<bool>,
-    /// When the alarm next asks about running jobs (ms); `None` when not scheduled in this
-    /// isolate (the alarm then asks at once if a job runs).
-    job_poll_at: Cell<Option<u64>>,
-    /// Wakes the tool call waiting for each pending approval, by approval id. Empty after a
-    /// restart until the resumed calls wait again; the stored approval is the truth.
-    approval_waiters: RefCell<HashMap<String, futures::channel::oneshot::Sender<Outcome>>>,
-    /// Drained batches waiting for the writer task, oldest first.
-    pending_writes: RefCell<std::collections::VecDeque<persist::Batch>>,
-    /// Whether the writer task runs (then every new batch queues behind it).
-    writing: Cell<bool>,
-    /// Told when the writer task has committed every batch waiting (or one failed).
-    settle_waiters: RefCell<Vec<futures::channel::oneshot::Sender<ApiResult<()>>>>,
-    /// Successful commits so far (to notice one that happened during an await).
-    commits: Cell<u64>,
-    /// The newest cursor in storage. Readers use it, not the session's last cursor, which runs
-    /// ahead while a drain waits for an out-of-line write.
-    committed_cursor: Cell<u64>,
-    /// Consecutive failed writes (backoff of the reload).
-    write_failures: Cell<u32>,
-    /// Why the last write failed; recorded as a notice when the session is reloaded.
-    storage_failure: RefCell<Option<String>>,
+    writes: parts::Writes,
+    bookkeeping: parts::Bookkeeping,
+    tenant_settings: parts::TenantSettings,
+    turn: parts::Turn,
+    environments: parts::Environments,
+    approvals: parts::Approvals,
+    jobs: parts::JobState,
+    deletion: parts::DeletionState,
+    clients: parts::Clients,
+    in_flight: parts::InFlight,
 }
 
 pub(crate) struct Loaded {
@@ -217,49 +132,31 @@ impl DurableObject for SessionActor {
             env,
             store,
             loaded: RefCell::new(None),
-            followers: RefCell::new(follow::Followers::default()),
-            sockets_revived: Cell::new(false),
-            tasks: tasks::Tasks::default(),
-            runner_calls,
-            flushing: Cell::new(false),
-            idle_since: Cell::new(None),
-            idle_flush_timer: Cell::new(false),
-            index_dirty: Cell::new(false),
-            index_sending: Cell::new(false),
-            usage_dirty: Cell::new(false),
-            usage_sending: Cell::new(false),
-            usage_waiters: RefCell::new(Vec::new()),
-            usage_wake: RefCell::new(None),
-            tenant_budget_spent: Cell::new(false),
-            known_budget: Cell::new(None),
-            settings: RefCell::default(),
-            last_settings: RefCell::default(),
-            usage_scanned_through: Cell::new(0),
-            usage_reported_unsaved: Cell::new(None),
-            llm_logs_swept_at: Cell::new(0),
-            alarm_armed_for: Cell::new(None),
-            turn_started_at: Cell::new(None),
-            turn_image_loads: Cell::new(Default::default()),
-            tail: RefCell::new(None),
-            unarchived: Cell::new(None),
-            attachments: RefCell::new(Vec::new()),
-            validated: RefCell::new(HashMap::new()),
-            approval_store,
             child_store,
-            job_store,
-            deletion_store,
-            deleting: Cell::new(false),
-            deletion_running: Cell::new(false),
-            storage_dropped: Cell::new(false),
-            job_poll_at: Cell::new(None),
-            approval_waiters: RefCell::new(HashMap::new()),
-            pending_writes: RefCell::new(std::collections::VecDeque::new()),
-            writing: Cell::new(false),
-            settle_waiters: RefCell::new(Vec::new()),
-            commits: Cell::new(0),
-            committed_cursor: Cell::new(0),
-            write_failures: Cell::new(0),
-            storage_failure: RefCell::new(None),
+            writes: parts::Writes::default(),
+            bookkeeping: parts::Bookkeeping::default(),
+            tenant_settings: parts::TenantSettings::default(),
+            turn: parts::Turn::default(),
+            environments: parts::Environments::default(),
+            approvals: parts::Approvals {
+                approval_store,
+                approval_waiters: RefCell::new(HashMap::new()),
+            },
+            jobs: parts::JobState {
+                job_store,
+                job_poll_at: Cell::new(None),
+            },
+            deletion: parts::DeletionState {
+                deletion_store,
+                deleting: Cell::new(false),
+                deletion_running: Cell::new(false),
+                storage_dropped: Cell::new(false),
+            },
+            clients: parts::Clients::default(),
+            in_flight: parts::InFlight {
+                tasks: tasks::Tasks::default(),
+                runner_calls,
+            },
         };
         SessionActor {
             actor: Rc::new(actor),
@@ -303,7 +200,7 @@ impl DurableObject for SessionActor {
     async fn alarm(&self) -> worker::Result<Response> {
         let actor = self.actor.clone();
         actor.revive_sockets();
-        actor.alarm_armed_for.set(None);
+        actor.bookkeeping.alarm_armed_for.set(None);
         // A session marked for deletion only finishes its deletion.
         match actor.deletion_mark() {
             Ok(Some(_)) => {
@@ -322,7 +219,7 @@ impl DurableObject for SessionActor {
         }
         if let Ok(true) = loaded {
             approvals::expire_due(&actor);
-            if actor.tasks.count() == 0 {
+            if actor.in_flight.tasks.count() == 0 {
                 // No task runs, yet the session may wait for one: its task died without taking
                 // the isolate with it. Resume as after a restart, so it never stays `running`.
                 let stranded = actor.with_loaded(|l| {
@@ -350,8 +247,13 @@ impl DurableObject for SessionActor {
             }
             // Running background jobs are asked about when their poll is due (at once in a
             // fresh isolate, which does not know when the last poll was).
-            if actor.job_poll_at.get().is_none_or(|at| at <= now().0 + 500) {
-                actor.job_poll_at.set(None);
+            if actor
+                .jobs
+                .job_poll_at
+                .get()
+                .is_none_or(|at| at <= now().0 + 500)
+            {
+                actor.jobs.job_poll_at.set(None);
                 actor.poll_jobs().await;
             } else {
                 actor.schedule_job_poll();
@@ -376,7 +278,7 @@ impl Actor {
 
     /// The newest cursor committed to storage (see `committed_cursor`).
     pub(crate) fn committed_cursor(&self) -> u64 {
-        self.committed_cursor.get()
+        self.writes.committed_cursor.get()
     }
 
     pub(crate) fn with_session<T>(&self, f: impl FnOnce(&mut Session) -> T) -> Option<T> {
@@ -438,12 +340,12 @@ impl Actor {
     }
 
     pub(crate) fn broadcast(&self, event: StreamEvent) {
-        self.followers.borrow_mut().send(&event);
+        self.clients.followers.borrow_mut().send(&event);
     }
 
     /// Attached environments, for the API.
     pub(crate) fn attachments(&self) -> Vec<Attachment> {
-        self.attachments.borrow().clone()
+        self.environments.attachments.borrow().clone()
     }
 
     pub(crate) fn tenant(&self) -> String {

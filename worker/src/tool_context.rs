@@ -27,22 +27,12 @@ use crate::runner_calls::RunnerCallScope;
 /// (`approvals`, `children`, `jobs`) through which it reaches back into the session.
 pub(crate) struct ToolContext {
     pub(crate) env: Env,
-    pub(crate) tenant: String,
-    pub(crate) session_id: String,
-    /// The session's owner (its first prompter, its creator until then): runners are chosen,
-    /// other sessions and workspace documents are seen, and a definition's
-    /// `"approval":"ask"` waits, on their behalf.
-    pub(crate) owner: String,
-    /// The session's creator (with `owner` and the access: who may do what to it).
-    pub(crate) created_by: String,
     /// Whom the current turn acts for (`Session::turn_authors`: the union of its messages'
     /// acting-for sets; empty: nobody, a turn the system started). Authority travels with it:
     /// a call that reaches the local runner of anyone else waits for that runner's owner,
     /// other sessions are read as every one of them may read them, a child's task and a
     /// message to a child act for them too.
     pub(crate) acting_for: Vec<String>,
-    /// The chat binding whose thread the session is (or whose thread's session spawned it).
-    pub(crate) channel: Option<String>,
     /// What the turn may reach (`TurnRights::of_turn`): a guest's turn gets no runner, no
     /// egress and the workspace only under its binding's folder.
     pub(crate) rights: TurnRights,
@@ -54,21 +44,38 @@ pub(crate) struct ToolContext {
     pub(crate) approvals: Rc<dyn ApprovalGate>,
     /// Where runner calls are recorded, so stopping the step cancels them on the runner.
     pub(crate) runner_calls: RunnerCallScope,
-    /// Where the session sits in its tree (the spawn tools' recursion guard).
-    pub(crate) lineage: Lineage,
     /// The configured orchestration limits.
     pub(crate) limits: Limits,
     /// The session's children as it knows them.
     pub(crate) children: Rc<dyn Children>,
     /// The session's background jobs.
     pub(crate) jobs: Rc<dyn Jobs>,
-    /// What a child inherits from this session.
-    pub(crate) parent_session: ParentFacts,
     /// What a model the call would switch to, or give a child, is checked against.
     pub(crate) models: ModelRule,
     /// The provider and model `set_model` (or js `wuhu.session.setModel`) asked for: the actor
     /// switches when the call finishes.
     pub(crate) model_switch: RefCell<Option<(String, String)>>,
+    /// The session the call is made in: who it belongs to and where it sits.
+    pub(crate) session: SessionPlace,
+}
+
+/// The session a tool call is made in: its tenant and id, whose it is, the chat thread it
+/// belongs to, and its place in its tree.
+pub(crate) struct SessionPlace {
+    pub(crate) tenant: String,
+    pub(crate) session_id: String,
+    /// The session's owner (its first prompter, its creator until then): runners are chosen,
+    /// other sessions and workspace documents are seen, and a definition's
+    /// `"approval":"ask"` waits, on their behalf.
+    pub(crate) owner: String,
+    /// The session's creator (with `owner` and the access: who may do what to it).
+    pub(crate) created_by: String,
+    /// The chat binding whose thread the session is (or whose thread's session spawned it).
+    pub(crate) channel: Option<String>,
+    /// Where the session sits in its tree (the spawn tools' recursion guard).
+    pub(crate) lineage: Lineage,
+    /// What a child inherits from this session.
+    pub(crate) parent_session: ParentFacts,
 }
 
 /// What a tool checks a model it would switch to (or give a child) against.
@@ -133,15 +140,15 @@ impl ToolContext {
     /// Whom the session's tools read other sessions for: what every person the turn acts for
     /// may read, never more (`authority::ToolReaders`).
     pub(crate) fn readers(&self) -> ToolReaders {
-        ToolReaders::of_turn(&self.session_id, &self.acting_for)
+        ToolReaders::of_turn(&self.session.session_id, &self.acting_for)
     }
 
     /// The session's owner, as a member: who acts on the session's own children (stopping
     /// one), which the session controls whoever prompts it.
     pub(crate) fn owner_identity(&self) -> Identity {
         Identity {
-            sub: self.owner.clone(),
-            tenant: self.tenant.clone(),
+            sub: self.session.owner.clone(),
+            tenant: self.session.tenant.clone(),
             role: Role::Member,
             runner_kind: None,
         }
@@ -150,7 +157,7 @@ impl ToolContext {
     /// Who the session's tools write the workspace as (see `WorkspaceWriter::SessionTool`).
     pub(crate) fn workspace_writer(&self) -> WorkspaceWriter<'_> {
         WorkspaceWriter::SessionTool {
-            owner: &self.owner,
+            owner: &self.session.owner,
             turn_authors: &self.acting_for,
             rights: &self.rights,
         }

@@ -604,7 +604,8 @@ pub(crate) fn withdraw_pending(actor: &Rc<Actor>) {
 
 impl Actor {
     pub(crate) fn approval_store(&self) -> ApiResult<&ApprovalStore> {
-        self.approval_store
+        self.approvals
+            .approval_store
             .as_ref()
             .map_err(|e| ApiError::internal(format!("approval storage unavailable: {e}")))
     }
@@ -613,7 +614,8 @@ impl Actor {
     /// waiter (the actor went away) counts as withdrawn: the call is rerun after a restart.
     pub(crate) fn wait_for_approval(&self, id: &str) -> LocalBoxFuture<'static, Outcome> {
         let (wake, ended) = futures::channel::oneshot::channel();
-        self.approval_waiters
+        self.approvals
+            .approval_waiters
             .borrow_mut()
             .insert(id.to_string(), wake);
         Box::pin(async move { ended.await.unwrap_or(Outcome::Withdrawn) })
@@ -621,7 +623,7 @@ impl Actor {
 
     /// Wakes the call waiting for approval `id`, if any.
     pub(crate) fn wake_approval(&self, id: &str, outcome: Outcome) {
-        if let Some(wake) = self.approval_waiters.borrow_mut().remove(id) {
+        if let Some(wake) = self.approvals.approval_waiters.borrow_mut().remove(id) {
             let _ = wake.send(outcome);
         }
     }

@@ -13,7 +13,7 @@ const BUCKET: &str = "ARCHIVE";
 
 /// Flushes unarchived entries while the policy says so. One flush at a time per actor.
 pub(crate) async fn flush(actor: Rc<Actor>) {
-    if actor.flushing.replace(true) {
+    if actor.writes.flushing.replace(true) {
         return;
     }
     if let Err(e) = flush_all(&actor).await {
@@ -22,7 +22,7 @@ pub(crate) async fn flush(actor: Rc<Actor>) {
             e.message
         );
     }
-    actor.flushing.set(false);
+    actor.writes.flushing.set(false);
 }
 
 async fn flush_all(actor: &Rc<Actor>) -> ApiResult<()> {

@@ -97,6 +97,7 @@ impl Actor {
     /// tenant's budget as the index last answered) and the model table the step read.
     pub(crate) fn model_rule(&self) -> ModelRule {
         let tenant = self
+            .bookkeeping
             .known_budget
             .get()
             .is_some_and(|known| known.state.usd_limited());
@@ -104,6 +105,7 @@ impl Actor {
             fake_enabled: fake_enabled(&self.env),
             limits: self.usd_limits(tenant),
             table: self
+                .tenant_settings
                 .last_settings
                 .borrow()
                 .as_ref()

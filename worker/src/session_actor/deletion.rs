@@ -83,7 +83,8 @@ impl DeletionStore {
 
 impl Actor {
     fn deletion_store(&self) -> ApiResult<&DeletionStore> {
-        self.deletion_store
+        self.deletion
+            .deletion_store
             .as_ref()
             .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))
     }
@@ -115,7 +116,7 @@ impl Actor {
     /// The deletion in progress, if the session is marked.
     pub(super) fn deletion_mark(&self) -> ApiResult<Option<Deletion>> {
         // Dropped storage has no tables left to read.
-        if self.storage_dropped.get() {
+        if self.deletion.storage_dropped.get() {
             return Ok(None);
         }
         Ok(self.deletion_store()?.load()?)
@@ -124,7 +125,7 @@ impl Actor {
     /// Before a session is created in an actor whose storage a deletion dropped in this
     /// isolate (an id derived from a chat thread, created again): the tables come back, empty.
     pub(super) fn recreate_tables(&self) -> ApiResult<()> {
-        if !self.storage_dropped.replace(false) {
+        if !self.deletion.storage_dropped.replace(false) {
             return Ok(());
         }
         let sql = self.state.storage().sql();
@@ -218,7 +219,9 @@ impl Actor {
         self.hide();
         // The backstop, set before any step runs (and before the answer): a deletion
         // interrupted from here on finishes from the alarm.
-        self.alarm_armed_for.set(Some(now().0 + RETRY_MS));
+        self.bookkeeping
+            .alarm_armed_for
+            .set(Some(now().0 + RETRY_MS));
         self.state.storage().set_alarm(RETRY_MS as i64).await?;
         Ok(())
     }
@@ -226,34 +229,36 @@ impl Actor {
     /// Drops the session from memory and refuses every later write of this isolate; ends the
     /// follow streams; fails the writes that waited.
     fn hide(&self) {
-        self.deleting.set(true);
+        self.deletion.deleting.set(true);
         *self.loaded.borrow_mut() = None;
-        *self.tail.borrow_mut() = None;
-        self.unarchived.set(None);
-        for batch in self.pending_writes.borrow_mut().drain(..) {
+        *self.turn.tail.borrow_mut() = None;
+        self.writes.unarchived.set(None);
+        for batch in self.writes.pending_writes.borrow_mut().drain(..) {
             if let Some(done) = batch.done {
                 let _ = done.send(Err(ApiError::not_found("session not found")));
             }
         }
-        self.followers.borrow_mut().end_deleted();
+        self.clients.followers.borrow_mut().end_deleted();
     }
 
     /// Performs the steps left. Returns whether the deletion is finished; `false` when a step
     /// failed (the alarm retries) or another request is performing them.
     pub(super) async fn finish_deletion(self: &Rc<Self>) -> bool {
-        if self.deletion_running.replace(true) {
+        if self.deletion.deletion_running.replace(true) {
             return false;
         }
         // In a fresh isolate (the alarm after a restart) nothing is hidden yet.
         self.hide();
         let result = self.run_steps().await;
-        self.deletion_running.set(false);
+        self.deletion.deletion_running.set(false);
         match result {
             Ok(()) => true,
             Err(e) => {
                 worker::console_error!("a deletion step failed (retried): {}", e.message);
                 // Awaited: a retry must not depend on a task that a crash would lose.
-                self.alarm_armed_for.set(Some(now().0 + RETRY_MS));
+                self.bookkeeping
+                    .alarm_armed_for
+                    .set(Some(now().0 + RETRY_MS));
                 if let Err(e) = self.state.storage().set_alarm(RETRY_MS as i64).await {
                     worker::console_error!("setting the deletion's alarm failed: {e}");
                 }
@@ -285,21 +290,22 @@ impl Actor {
             Step::Stop => {
                 // After a restart the mark is all there is: hide again.
                 self.hide();
-                self.tasks.abort_all();
-                self.approval_waiters.borrow_mut().clear();
-                let mut calls = self.runner_calls.take_all();
-                calls.extend(self.runner_calls.orphans());
+                self.in_flight.tasks.abort_all();
+                self.approvals.approval_waiters.borrow_mut().clear();
+                let mut calls = self.in_flight.runner_calls.take_all();
+                calls.extend(self.in_flight.runner_calls.orphans());
                 for call in calls {
                     spawn_local(cancel_on_runner(
                         env.clone(),
                         tenant.clone(),
-                        self.runner_calls.clone(),
+                        self.in_flight.runner_calls.clone(),
                         call,
                     ));
                 }
                 // Background jobs are killed; one whose runner is away ends with that runner's
                 // process.
                 let running = self
+                    .jobs
                     .job_store
                     .as_ref()
                     .map(|s| s.list())
@@ -381,7 +387,7 @@ impl Actor {
                     ));
                 }
                 let deadline = now().0 + WRITES_SETTLE.as_millis() as u64;
-                while self.writing.get() || self.flushing.get() {
+                while self.writes.writing.get() || self.writes.flushing.get() {
                     if now().0 > deadline {
                         return Err(ApiError::new(
                             503,
@@ -437,11 +443,11 @@ impl Actor {
                 let storage = self.state.storage();
                 storage.delete_alarm().await?;
                 storage.delete_all().await?;
-                self.storage_dropped.set(true);
-                self.alarm_armed_for.set(None);
-                self.attachments.borrow_mut().clear();
-                self.validated.borrow_mut().clear();
-                self.committed_cursor.set(0);
+                self.deletion.storage_dropped.set(true);
+                self.bookkeeping.alarm_armed_for.set(None);
+                self.environments.attachments.borrow_mut().clear();
+                self.environments.validated.borrow_mut().clear();
+                self.writes.committed_cursor.set(0);
                 worker::console_log!("deleted session {id} of {tenant}");
                 Ok(())
             }

@@ -25,7 +25,7 @@ impl Actor {
             ..
         } = batch;
         {
-            let mut tail = self.tail.borrow_mut();
+            let mut tail = self.turn.tail.borrow_mut();
             let appended = effects.iter().filter_map(|e| match e {
                 Effect::AppendEntry(entry) => Some(entry),
                 _ => None,
@@ -34,8 +34,10 @@ impl Actor {
                 if let Some(tail) = tail.as_mut() {
                     tail.push(entry.clone(), entry_bytes);
                 }
-                if let Some((n, total)) = self.unarchived.get() {
-                    self.unarchived.set(Some((n + 1, total + row_bytes as u64)));
+                if let Some((n, total)) = self.writes.unarchived.get() {
+                    self.writes
+                        .unarchived
+                        .set(Some((n + 1, total + row_bytes as u64)));
                 }
             }
         }
@@ -54,7 +56,7 @@ impl Actor {
                 Effect::StatusChanged(status) => {
                     index = true;
                     if status == Status::Running {
-                        self.idle_since.set(None);
+                        self.bookkeeping.idle_since.set(None);
                     }
                     self.broadcast(StreamEvent::Status { status });
                     self.observe_turn(status);
@@ -71,7 +73,7 @@ impl Actor {
                 Effect::QueueInsert(_) | Effect::QueueDelete { .. } => {}
                 Effect::Idle => {
                     flush = true;
-                    self.idle_since.set(Some(now().0));
+                    self.bookkeeping.idle_since.set(Some(now().0));
                     // Catches up on a report that failed earlier.
                     usage = true;
                     self.broadcast(StreamEvent::Idle);
@@ -80,7 +82,7 @@ impl Actor {
         }
         if let Some(deadline) = deadline {
             self.arm_alarm(deadline);
-        } else if status == Status::Running && self.alarm_armed_for.get().is_none() {
+        } else if status == Status::Running && self.bookkeeping.alarm_armed_for.get().is_none() {
             self.arm_alarm(Millis(now().0 + WATCHDOG.as_millis() as u64));
         }
         if index {
@@ -101,19 +103,19 @@ impl Actor {
     /// last one's segment write. One timer at a time; it sleeps again when the session went
     /// idle again meanwhile and stops when a turn runs (that turn's end schedules it again).
     fn schedule_idle_flush(self: &Rc<Self>) {
-        if self.idle_flush_timer.replace(true) {
+        if self.bookkeeping.idle_flush_timer.replace(true) {
             return;
         }
         let actor = self.clone();
         spawn_local(async move {
             loop {
-                match bookkeeping::idle_flush_wait(actor.idle_since.get(), now().0) {
+                match bookkeeping::idle_flush_wait(actor.bookkeeping.idle_since.get(), now().0) {
                     IdleFlush::Wait(ms) => Delay::from(Duration::from_millis(ms)).await,
                     IdleFlush::Now => {
-                        actor.idle_flush_timer.set(false);
+                        actor.bookkeeping.idle_flush_timer.set(false);
                         // A session being deleted writes nothing more (its objects step waits
                         // for a flush under way, not for one that has not started).
-                        if !actor.deleting.get() {
+                        if !actor.deletion.deleting.get() {
                             archive::flush(actor).await;
                         }
                         return;
@@ -121,19 +123,19 @@ impl Actor {
                     IdleFlush::Stop => break,
                 }
             }
-            actor.idle_flush_timer.set(false);
+            actor.bookkeeping.idle_flush_timer.set(false);
         });
     }
 
     /// Notes when a turn starts and logs one line when it ends (`observe::TurnLine`).
     pub(super) fn observe_turn(&self, status: Status) {
         if status == Status::Running {
-            self.turn_started_at.set(Some(now().0));
-            self.turn_image_loads.take();
+            self.turn.turn_started_at.set(Some(now().0));
+            self.turn.turn_image_loads.take();
             return;
         }
-        let started = self.turn_started_at.take();
-        let images = self.turn_image_loads.take();
+        let started = self.turn.turn_started_at.take();
+        let images = self.turn.turn_image_loads.take();
         let Some((session, tenant, step, last_cursor)) = self.with_loaded(|l| {
             (
                 l.meta.id.clone(),
@@ -160,20 +162,20 @@ impl Actor {
 
     /// Counts a request's image loads for the turn log line.
     pub(super) fn note_image_loads(&self, loads: crate::blob_store::ImageLoads) {
-        let mut turn = self.turn_image_loads.get();
+        let mut turn = self.turn.turn_image_loads.get();
         turn.hits += loads.hits;
         turn.misses += loads.misses;
-        self.turn_image_loads.set(turn);
+        self.turn.turn_image_loads.set(turn);
     }
 
     pub(super) fn unarchived_over_threshold(&self) -> bool {
-        let counts = match self.unarchived.get() {
+        let counts = match self.writes.unarchived.get() {
             Some(counts) => counts,
             None => {
                 let Ok(counts) = self.store().and_then(|s| Ok(s.unarchived()?)) else {
                     return false;
                 };
-                self.unarchived.set(Some(counts));
+                self.writes.unarchived.set(Some(counts));
                 counts
             }
         };
@@ -182,7 +184,7 @@ impl Actor {
 
     /// Forgets the unarchived counters (after a flush changed them).
     pub(crate) fn invalidate_unarchived(&self) {
-        self.unarchived.set(None);
+        self.writes.unarchived.set(None);
     }
 
     pub(super) fn arm_alarm(self: &Rc<Self>, at: Millis) {
@@ -193,14 +195,19 @@ impl Actor {
         };
         // ... and never later than the next poll of running background jobs (an overdue poll
         // a second from now: the alarm that runs it is on its way).
-        let at = match self.job_poll_at.get().map(|poll| poll.max(now().0 + 1000)) {
+        let at = match self
+            .jobs
+            .job_poll_at
+            .get()
+            .map(|poll| poll.max(now().0 + 1000))
+        {
             Some(poll) if poll < at.0 => Millis(poll),
             _ => at,
         };
-        if self.alarm_armed_for.get() == Some(at.0) {
+        if self.bookkeeping.alarm_armed_for.get() == Some(at.0) {
             return;
         }
-        self.alarm_armed_for.set(Some(at.0));
+        self.bookkeeping.alarm_armed_for.set(Some(at.0));
         let storage = self.state.storage();
         spawn_local(async move {
             // An offset from now: the alarm API takes either an offset or a chrono date.
@@ -213,7 +220,12 @@ impl Actor {
 
     /// Arms the alarm for `at` unless it is armed for earlier already.
     pub(crate) fn arm_alarm_by(self: &Rc<Self>, at: Millis) {
-        if self.alarm_armed_for.get().is_none_or(|armed| armed > at.0) {
+        if self
+            .bookkeeping
+            .alarm_armed_for
+            .get()
+            .is_none_or(|armed| armed > at.0)
+        {
             self.arm_alarm(at);
         }
     }
@@ -224,16 +236,16 @@ impl Actor {
     /// (`tenant_usage::unlimited_and_told`), it waits `USAGE_REPORT_DELAY_MS` first, so that a
     /// quick run of steps is one report: one index commit, not one per turn.
     pub(crate) fn schedule_usage_report(self: &Rc<Self>) {
-        self.usage_dirty.set(true);
-        if self.usage_sending.get() {
+        self.bookkeeping.usage_dirty.set(true);
+        if self.bookkeeping.usage_sending.get() {
             return;
         }
-        self.usage_sending.set(true);
+        self.bookkeeping.usage_sending.set(true);
         let delay = self.usage_report_delay_ms();
         // Set before the task first runs: a step spawned in the same drain can wake it.
         let woken = (delay > 0).then(|| {
             let (wake, woken) = futures::channel::oneshot::channel();
-            *self.usage_wake.borrow_mut() = Some(wake);
+            *self.bookkeeping.usage_wake.borrow_mut() = Some(wake);
             woken
         });
         let actor = self.clone();
@@ -241,9 +253,9 @@ impl Actor {
             if let Some(woken) = woken {
                 let sleep = Delay::from(Duration::from_millis(delay));
                 futures::future::select(sleep, woken).await;
-                actor.usage_wake.borrow_mut().take();
+                actor.bookkeeping.usage_wake.borrow_mut().take();
             }
-            while actor.usage_dirty.replace(false) {
+            while actor.bookkeeping.usage_dirty.replace(false) {
                 if let Err(e) = actor.report_usage().await {
                     worker::console_error!(
                         "reporting usage to the tenant index failed: {}",
@@ -252,8 +264,8 @@ impl Actor {
                     break;
                 }
             }
-            actor.usage_sending.set(false);
-            for waiter in actor.usage_waiters.take() {
+            actor.bookkeeping.usage_sending.set(false);
+            for waiter in actor.bookkeeping.usage_waiters.take() {
                 let _ = waiter.send(());
             }
         });
@@ -262,8 +274,8 @@ impl Actor {
     /// How long a report waits before it is sent (`tenant_usage::usage_report_delay_ms`).
     fn usage_report_delay_ms(&self) -> u64 {
         wuhu_core::tenant_usage::usage_report_delay_ms(
-            self.known_budget.get().as_ref(),
-            self.settings.borrow().held_generation(),
+            self.bookkeeping.known_budget.get().as_ref(),
+            self.tenant_settings.settings.borrow().held_generation(),
             now().0,
         )
     }
@@ -273,12 +285,12 @@ impl Actor {
     /// second round trip, and a second write for the index to commit, for an answer the first
     /// brings.
     pub(crate) async fn usage_report_sent(&self) {
-        if !self.usage_sending.get() {
+        if !self.bookkeeping.usage_sending.get() {
             return;
         }
         let (tx, rx) = futures::channel::oneshot::channel();
-        self.usage_waiters.borrow_mut().push(tx);
-        if let Some(wake) = self.usage_wake.borrow_mut().take() {
+        self.bookkeeping.usage_waiters.borrow_mut().push(tx);
+        if let Some(wake) = self.bookkeeping.usage_wake.borrow_mut().take() {
             let _ = wake.send(());
         }
         let _ = rx.await;
@@ -309,7 +321,7 @@ impl Actor {
             .usage_reported_through()?
             .unwrap_or(0)
             .max(fork_cursor)
-            .max(self.usage_scanned_through.get());
+            .max(self.bookkeeping.usage_scanned_through.get());
         while through < self.committed_cursor() {
             let (entries, _) =
                 archive::read_page(self, through, tenant_usage::MAX_REPORT_RECORDS).await?;
@@ -326,17 +338,17 @@ impl Actor {
                 };
                 // Taken as the report leaves: a forget that overtakes the answer makes it
                 // count as asked before the change.
-                let asked_while_held = self.settings.borrow().held_generation();
+                let asked_while_held = self.tenant_settings.settings.borrow().held_generation();
                 let answer =
                     tenant_index::report_usage(&self.env, &info_tenant(self), &report).await?;
-                self.known_budget.set(Some(KnownBudget {
+                self.bookkeeping.known_budget.set(Some(KnownBudget {
                     state: answer.budget,
                     at: now().0,
                     asked_while_held,
                 }));
-                self.usage_reported_unsaved.set(Some(last));
+                self.bookkeeping.usage_reported_unsaved.set(Some(last));
             }
-            self.usage_scanned_through.set(last);
+            self.bookkeeping.usage_scanned_through.set(last);
             through = last;
         }
         Ok(())
@@ -345,23 +357,23 @@ impl Actor {
     /// Sends the latest session info to the tenant index `bookkeeping::INDEX_ROW_DELAY_MS` after
     /// a change; one send at a time, coalesced.
     pub(crate) fn schedule_index_update(self: &Rc<Self>) {
-        self.index_dirty.set(true);
-        if self.index_sending.get() {
+        self.bookkeeping.index_dirty.set(true);
+        if self.bookkeeping.index_sending.get() {
             return;
         }
-        self.index_sending.set(true);
+        self.bookkeeping.index_sending.set(true);
         let actor = self.clone();
         spawn_local(async move {
             // Changes made while this waits go in the same update (`wuhu_core::bookkeeping`).
             Delay::from(Duration::from_millis(bookkeeping::INDEX_ROW_DELAY_MS)).await;
-            while actor.index_dirty.replace(false) {
+            while actor.bookkeeping.index_dirty.replace(false) {
                 let Ok(info) = actor.info() else { break };
                 if let Err(e) = tenant_index::upsert(&actor.env, &info_tenant(&actor), &info).await
                 {
                     worker::console_error!("updating the session index failed: {}", e.message);
                 }
             }
-            actor.index_sending.set(false);
+            actor.bookkeeping.index_sending.set(false);
         });
     }
 }

@@ -216,7 +216,11 @@ pub(crate) async fn handle(
         }
         None => None,
     };
-    let shared = actor.followers.borrow_mut().add(follow, credential, None)?;
+    let shared = actor
+        .clients
+        .followers
+        .borrow_mut()
+        .add(follow, credential, None)?;
     let stream = futures::stream::unfold((actor, shared), |(actor, shared)| async move {
         let chunk = next_chunk(&actor, &shared).await?;
         Some((Ok::<Vec<u8>, worker::Error>(chunk), (actor, shared)))

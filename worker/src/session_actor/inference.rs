@@ -66,16 +66,20 @@ pub(crate) async fn run(actor: Rc<Actor>, step: u64) {
 /// `None` when the turn ended; else whether the tenant's budget (as known) sets a USD limit.
 async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> Option<bool> {
     use wuhu_core::tenant_usage::{self, KnownBudget};
-    let held = || actor.settings.borrow().held_generation();
-    if tenant_usage::unlimited_and_told(actor.known_budget.get().as_ref(), held(), now().0) {
-        actor.tenant_budget_spent.set(false);
+    let held = || actor.tenant_settings.settings.borrow().held_generation();
+    if tenant_usage::unlimited_and_told(
+        actor.bookkeeping.known_budget.get().as_ref(),
+        held(),
+        now().0,
+    ) {
+        actor.bookkeeping.tenant_budget_spent.set(false);
         return Some(false);
     }
     actor.usage_report_sent().await;
     if let Err(e) = actor.report_usage().await {
         worker::console_error!("reporting usage before a request failed: {}", e.message);
     }
-    let known = actor.known_budget.get();
+    let known = actor.bookkeeping.known_budget.get();
     let state = match known {
         Some(known) if !tenant_usage::must_ask_budget(Some((&known.state, known.at)), now().0) => {
             known.state
@@ -84,7 +88,7 @@ async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> Option<bool> {
             let asked_while_held = held();
             match crate::tenant_index::budget(&actor.env, &actor.tenant()).await {
                 Ok(state) => {
-                    actor.known_budget.set(Some(KnownBudget {
+                    actor.bookkeeping.known_budget.set(Some(KnownBudget {
                         state,
                         at: now().0,
                         asked_while_held,
@@ -100,10 +104,10 @@ async fn tenant_budget_allows(actor: &Rc<Actor>, step: u64) -> Option<bool> {
         }
     };
     let Some(limit) = state.exceeded() else {
-        actor.tenant_budget_spent.set(false);
+        actor.bookkeeping.tenant_budget_spent.set(false);
         return Some(state.usd_limited());
     };
-    actor.tenant_budget_spent.set(true);
+    actor.bookkeeping.tenant_budget_spent.set(true);
     let ended = actor
         .with_session(|s| {
             s.handle_tenant_budget_exceeded(
@@ -189,7 +193,7 @@ async fn infer(
             .with_loaded(|l| l.session.group_chat_since())
             .flatten();
         let plan = {
-            let tail = actor.tail.borrow();
+            let tail = actor.turn.tail.borrow();
             let Some(window) = tail.as_ref() else {
                 continue;
             };
@@ -219,7 +223,7 @@ async fn infer(
             Err(failure) if failure.is_context_overflow() && !compacted => {
                 compacted = true;
                 let job = {
-                    let tail = actor.tail.borrow();
+                    let tail = actor.turn.tail.borrow();
                     let Some(window) = tail.as_ref() else {
                         return Some(Err(failure));
                     };
@@ -264,13 +268,13 @@ pub(crate) struct Settings {
 /// after a kept reading began is told to this actor). An index that cannot be reached, or
 /// cannot make room, costs only this: the documents are read before each step.
 pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailure> {
-    let kept = actor.settings.borrow().kept().cloned();
+    let kept = actor.tenant_settings.settings.borrow().kept().cloned();
     if let Some(settings) = kept {
-        *actor.last_settings.borrow_mut() = Some(settings.clone());
+        *actor.tenant_settings.last_settings.borrow_mut() = Some(settings.clone());
         return Ok(settings);
     }
     let (since, needs_hold, ticket) = {
-        let cache = actor.settings.borrow();
+        let cache = actor.tenant_settings.settings.borrow();
         (
             cache.generation(),
             cache.needs_hold(),
@@ -284,7 +288,7 @@ pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailu
         match crate::tenant_index::hold_settings(&actor.env, &actor.tenant(), &actor.session_id())
             .await
         {
-            Ok(true) => actor.settings.borrow_mut().held(since),
+            Ok(true) => actor.tenant_settings.settings.borrow_mut().held(since),
             Ok(false) => {}
             Err(e) => worker::console_error!("holding the tenant's settings failed: {}", e.message),
         }
@@ -292,11 +296,12 @@ pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailu
     let ((), docs) = futures::join!(hold, read_settings(actor));
     let settings = docs.and_then(|docs| parse_settings(&docs)).map(Rc::new);
     actor
+        .tenant_settings
         .settings
         .borrow_mut()
         .read(ticket, settings.as_ref().ok().cloned());
     if let Ok(reading) = &settings {
-        *actor.last_settings.borrow_mut() = Some(reading.clone());
+        *actor.tenant_settings.last_settings.borrow_mut() = Some(reading.clone());
     }
     settings
 }
@@ -384,8 +389,8 @@ async fn log_request(actor: &Rc<Actor>, step: u64, exchange: &Exchange, days: u3
         worker::console_error!("writing a request log failed: {}", e.message);
     }
     let now_ms = now().0;
-    if now_ms.saturating_sub(actor.llm_logs_swept_at.get()) >= LOG_SWEEP_EVERY_MS {
-        actor.llm_logs_swept_at.set(now_ms);
+    if now_ms.saturating_sub(actor.bookkeeping.llm_logs_swept_at.get()) >= LOG_SWEEP_EVERY_MS {
+        actor.bookkeeping.llm_logs_swept_at.set(now_ms);
         if let Err(e) = crate::llm_logs::sweep_session(&actor.env, &tenant, &session, days).await {
             worker::console_error!("deleting expired request logs failed: {}", e.message);
         }
@@ -734,8 +739,8 @@ impl Drop for AbortOnDrop {
 /// cursor, then the newest ones, with out-of-line entries put back). Returns the header.
 pub(crate) async fn context_window(actor: &Rc<Actor>) -> Option<Header> {
     let header = actor.with_loaded(|l| l.meta.header.clone())?;
-    while actor.tail.borrow().is_none() {
-        let commits = actor.commits.get();
+    while actor.turn.tail.borrow().is_none() {
+        let commits = actor.writes.commits.get();
         let anchors = actor.with_loaded(|l| l.session.context_anchors().cursors())?;
         let rows = actor
             .store()
@@ -775,7 +780,7 @@ pub(crate) async fn context_window(actor: &Rc<Actor>) -> Option<Header> {
             anchored.extend(page.into_iter().filter(|e| e.cursor == cursor));
         }
         // A commit during the reads pushed nothing (no tail yet): read again.
-        if actor.commits.get() != commits {
+        if actor.writes.commits.get() != commits {
             continue;
         }
         let mut loaded = ContextWindow::default();
@@ -786,7 +791,7 @@ pub(crate) async fn context_window(actor: &Rc<Actor>) -> Option<Header> {
             let bytes = serde_json::to_string(&entry).map_or(0, |j| j.len());
             loaded.push(entry, bytes);
         }
-        *actor.tail.borrow_mut() = Some(loaded);
+        *actor.turn.tail.borrow_mut() = Some(loaded);
     }
     Some(header)
 }

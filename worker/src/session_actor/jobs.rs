@@ -97,11 +97,17 @@ pub(super) struct ActorJobs {
 
 impl Jobs for ActorJobs {
     fn get(&self, id: &str) -> Option<JobRecord> {
-        self.actor.job_store.as_ref().ok().and_then(|s| s.get(id))
+        self.actor
+            .jobs
+            .job_store
+            .as_ref()
+            .ok()
+            .and_then(|s| s.get(id))
     }
 
     fn running(&self) -> usize {
         self.actor
+            .jobs
             .job_store
             .as_ref()
             .map(|s| s.list().iter().filter(|r| !r.state.is_finished()).count())
@@ -109,7 +115,7 @@ impl Jobs for ActorJobs {
     }
 
     fn record(&self, record: JobRecord) -> Result<(), String> {
-        let store = self.actor.job_store.as_ref().map_err(|e| e.clone())?;
+        let store = self.actor.jobs.job_store.as_ref().map_err(|e| e.clone())?;
         store.put(&record).map_err(|e| e.to_string())?;
         self.actor.schedule_job_poll();
         Ok(())
@@ -147,18 +153,18 @@ impl Actor {
     /// Makes sure the alarm fires for the next poll while a job runs: keeps a poll already
     /// scheduled (so frequent calls do not push it back), else schedules one.
     pub(super) fn schedule_job_poll(self: &Rc<Self>) {
-        let Ok(store) = self.job_store.as_ref() else {
+        let Ok(store) = self.jobs.job_store.as_ref() else {
             return;
         };
         let Some(next) = jobs::next_poll(&store.list(), now(), self.job_timings()) else {
-            self.job_poll_at.set(None);
+            self.jobs.job_poll_at.set(None);
             return;
         };
-        let at = match self.job_poll_at.get() {
+        let at = match self.jobs.job_poll_at.get() {
             Some(at) if at > now().0 => at,
             _ => next.0,
         };
-        self.job_poll_at.set(Some(at));
+        self.jobs.job_poll_at.set(Some(at));
         self.arm_alarm_by(Millis(at));
     }
 
@@ -166,6 +172,7 @@ impl Actor {
     /// lane (once: the message id is the job's).
     async fn apply_job_change(self: &Rc<Self>, change: Change) -> ApiResult<()> {
         let store = self
+            .jobs
             .job_store
             .as_ref()
             .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))?;
@@ -185,6 +192,7 @@ impl Actor {
     /// session started on that runner; anything else is a 404.
     pub(super) async fn job_event(self: &Rc<Self>, event: JobEvent) -> ApiResult<bool> {
         let store = self
+            .jobs
             .job_store
             .as_ref()
             .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))?;
@@ -220,7 +228,7 @@ impl Actor {
     /// Asks each running job's runner `tool` (`job_status` or `job_kill`) and applies the
     /// answer.
     async fn ask_running_jobs(self: &Rc<Self>, tool: &str) {
-        let Ok(store) = self.job_store.as_ref() else {
+        let Ok(store) = self.jobs.job_store.as_ref() else {
             return;
         };
         let timings = self.job_timings();

@@ -75,11 +75,14 @@ impl Actor {
             return Ok(true);
         }
         // A session marked for deletion does not exist for anyone (decision 0017).
-        if self.deleting.get() || self.storage_dropped.get() || self.deletion_mark()?.is_some() {
+        if self.deletion.deleting.get()
+            || self.deletion.storage_dropped.get()
+            || self.deletion_mark()?.is_some()
+        {
             return Ok(false);
         }
         // A writer task still finishing batches of a dropped session must not race a reload.
-        if self.writing.get() {
+        if self.writes.writing.get() {
             return Err(storage_error(
                 "the session is recovering from a failed write; retry shortly",
             ));
@@ -87,7 +90,7 @@ impl Actor {
         let Some(stored) = self.store()?.load()? else {
             return Ok(false);
         };
-        *self.attachments.borrow_mut() = self.store()?.load_attachments()?;
+        *self.environments.attachments.borrow_mut() = self.store()?.load_attachments()?;
         let t = now();
         let mut session = Session::restore(stored.checkpoint, stored.queue, seed());
         session.set_retry_policy(super::inference::retry_policy(&self.env));
@@ -101,14 +104,14 @@ impl Actor {
                 stored.newest_cursor
             );
         }
-        if let Some(message) = self.storage_failure.borrow_mut().take() {
+        if let Some(message) = self.writes.storage_failure.borrow_mut().take() {
             session.handle_storage_failure(t, &message);
         }
         let in_flight = session.checkpoint().phase != Phase::Idle || !session.queue().is_empty();
         if in_flight {
             session.handle_resume(t);
         }
-        self.committed_cursor.set(stored.newest_cursor);
+        self.writes.committed_cursor.set(stored.newest_cursor);
         *self.loaded.borrow_mut() = Some(Loaded {
             session,
             meta: stored.meta,
@@ -133,14 +136,14 @@ impl Actor {
             Ok(None) => return Committed::done(Ok(())),
             Err(e) => return Committed::done(Err(e)),
         };
-        if !self.writing.get() && batch.blobs.is_empty() {
+        if !self.writes.writing.get() && batch.blobs.is_empty() {
             return Committed::done(self.commit(batch));
         }
         let (tx, rx) = futures::channel::oneshot::channel();
         let mut batch = batch;
         batch.done = Some(tx);
-        self.pending_writes.borrow_mut().push_back(batch);
-        if !self.writing.replace(true) {
+        self.writes.pending_writes.borrow_mut().push_back(batch);
+        if !self.writes.writing.replace(true) {
             spawn_local(write_pending(self.clone()));
         }
         Committed(CommittedState::Waiting(rx))
@@ -148,11 +151,11 @@ impl Actor {
 
     /// Waits until every batch drained so far is committed; the failure of one that was not.
     pub(crate) async fn settled(self: &Rc<Self>) -> ApiResult<()> {
-        if !self.writing.get() {
+        if !self.writes.writing.get() {
             return Ok(());
         }
         let (tx, rx) = futures::channel::oneshot::channel();
-        self.settle_waiters.borrow_mut().push(tx);
+        self.writes.settle_waiters.borrow_mut().push(tx);
         rx.await
             .unwrap_or_else(|_| Err(storage_error("the session's writes were abandoned")))
     }
@@ -205,7 +208,7 @@ impl Actor {
                 ApiError::internal(format!("session meta serialisation failed: {e}"))
             })?);
         }
-        writes.usage_reported_through = self.usage_reported_unsaved.take();
+        writes.usage_reported_through = self.bookkeeping.usage_reported_unsaved.take();
         writes.checkpoint = serde_json::to_string(loaded.session.checkpoint())
             .map_err(|e| ApiError::internal(format!("checkpoint serialisation failed: {e}")))?;
         Ok(Some(Batch {
@@ -224,7 +227,7 @@ impl Actor {
     pub(super) fn commit(self: &Rc<Self>, mut batch: Batch) -> ApiResult<()> {
         let done = batch.done.take();
         // A batch drained before the session was marked for deletion is not written.
-        if self.deleting.get() {
+        if self.deletion.deleting.get() {
             let gone = ApiError::not_found("session not found");
             if let Some(done) = done {
                 let _ = done.send(Err(gone.clone()));
@@ -237,11 +240,11 @@ impl Actor {
             .map_err(|e| storage_error(format!("saving the session failed: {}", e.message)));
         match &result {
             Ok(()) => {
-                self.commits.set(self.commits.get() + 1);
+                self.writes.commits.set(self.writes.commits.get() + 1);
                 if let Some(newest) = batch.writes_cursor {
-                    self.committed_cursor.set(newest);
+                    self.writes.committed_cursor.set(newest);
                 }
-                self.write_failures.set(0);
+                self.writes.write_failures.set(0);
                 self.perform(batch);
             }
             Err(e) => self.write_failed(&e.message),
@@ -259,25 +262,25 @@ impl Actor {
         worker::console_error!("{message}; the session is reloaded from storage");
         tasks::abandon_all(self);
         *self.loaded.borrow_mut() = None;
-        *self.tail.borrow_mut() = None;
-        self.unarchived.set(None);
-        *self.storage_failure.borrow_mut() = Some(message.to_string());
-        for batch in self.pending_writes.borrow_mut().drain(..) {
+        *self.turn.tail.borrow_mut() = None;
+        self.writes.unarchived.set(None);
+        *self.writes.storage_failure.borrow_mut() = Some(message.to_string());
+        for batch in self.writes.pending_writes.borrow_mut().drain(..) {
             if let Some(done) = batch.done {
                 let _ = done.send(Err(storage_error(format!(
                     "an earlier write failed ({message})"
                 ))));
             }
         }
-        for waiter in self.settle_waiters.borrow_mut().drain(..) {
+        for waiter in self.writes.settle_waiters.borrow_mut().drain(..) {
             let _ = waiter.send(Err(storage_error(format!(
                 "an earlier write failed ({message})"
             ))));
         }
-        let failures = self.write_failures.get().saturating_add(1);
-        self.write_failures.set(failures);
+        let failures = self.writes.write_failures.get().saturating_add(1);
+        self.writes.write_failures.set(failures);
         let backoff = (1000u64 << failures.min(6)).min(60_000);
-        self.alarm_armed_for.set(None);
+        self.bookkeeping.alarm_armed_for.set(None);
         self.arm_alarm(Millis(now().0 + backoff));
     }
 }
@@ -286,7 +289,7 @@ impl Actor {
 /// batches wait; a failure fails every batch behind it (see [`Actor::write_failed`]).
 async fn write_pending(actor: Rc<Actor>) {
     loop {
-        let Some(batch) = actor.pending_writes.borrow_mut().pop_front() else {
+        let Some(batch) = actor.writes.pending_writes.borrow_mut().pop_front() else {
             break;
         };
         let mut uploaded = Ok(());
@@ -308,8 +311,8 @@ async fn write_pending(actor: Rc<Actor>) {
             }
         }
     }
-    actor.writing.set(false);
-    for waiter in actor.settle_waiters.borrow_mut().drain(..) {
+    actor.writes.writing.set(false);
+    for waiter in actor.writes.settle_waiters.borrow_mut().drain(..) {
         let _ = waiter.send(Ok(()));
     }
 }

@@ -63,7 +63,7 @@ impl Actor {
             // From the tenant's index, before anything is loaded: a deleted or evicted actor
             // answers too (it keeps nothing).
             SessionCall::ForgetSettings(c) => {
-                self.settings.borrow_mut().forget();
+                self.tenant_settings.settings.borrow_mut().forget();
                 Ok(reply(&c, &Empty))
             }
             SessionCall::Create(c) => {
@@ -313,7 +313,7 @@ impl Actor {
         Ok(SessionStats {
             database_bytes: store.database_size() as u64,
             hot_entries: store.hot_count()?,
-            followers: self.followers.borrow().len() as u64,
+            followers: self.clients.followers.borrow().len() as u64,
             unarchived,
             segments: store.segments()?.len() as u64,
         })
@@ -351,7 +351,7 @@ impl Actor {
         }
         // Once a step found the tenant's budget spent, input is refused until it is
         // raised (asked again each time).
-        if self.tenant_budget_spent.get() {
+        if self.bookkeeping.tenant_budget_spent.get() {
             match tenant_index::budget(&self.env, &self.tenant()).await {
                 Ok(state) if state.exceeded().is_some() => {
                     return Err(ApiError::new(
@@ -360,7 +360,7 @@ impl Actor {
                         "the tenant's budget is spent: an admin can raise it",
                     ));
                 }
-                Ok(_) => self.tenant_budget_spent.set(false),
+                Ok(_) => self.bookkeeping.tenant_budget_spent.set(false),
                 Err(e) => {
                     worker::console_error!("asking the tenant's budget failed: {}", e.message)
                 }
@@ -472,7 +472,7 @@ impl Actor {
             .await
             .map_err(|failure| ApiError::new(409, "invalid_tenant_config", failure.message))?;
         // A summary is a request like a step's: under a USD limit its model needs a price.
-        let tenant_usd = match self.known_budget.get() {
+        let tenant_usd = match self.bookkeeping.known_budget.get() {
             Some(known) => known.state.usd_limited(),
             None => tenant_index::budget(&self.env, &self.tenant())
                 .await?
@@ -482,7 +482,7 @@ impl Actor {
             .map_err(crate::model_choice::unpriced)?;
         let group_chat_since = self.with_loaded(|l| l.session.group_chat_since()).flatten();
         let job = {
-            let tail = self.tail.borrow();
+            let tail = self.turn.tail.borrow();
             let window = tail
                 .as_ref()
                 .ok_or_else(|| ApiError::internal("could not read the transcript"))?;
@@ -570,7 +570,7 @@ impl Actor {
         .await?;
         // A session deleted in this isolate is created again (an id derived from a chat thread).
         self.recreate_tables()?;
-        self.deleting.set(false);
+        self.deletion.deleting.set(false);
         let header = Header {
             system_prompt: init
                 .system_prompt
@@ -619,7 +619,7 @@ impl Actor {
             && !child.attachments.is_empty()
         {
             self.store()?.save_attachments(&child.attachments)?;
-            *self.attachments.borrow_mut() = child.attachments.clone();
+            *self.environments.attachments.borrow_mut() = child.attachments.clone();
         }
         let mut session = Session::create_with_entries(t, seed(), header, context);
         session.set_retry_policy(inference::retry_policy(&self.env));
@@ -665,7 +665,7 @@ impl Actor {
         }
         // A session deleted in this isolate is created again (an id derived from a chat thread).
         self.recreate_tables()?;
-        self.deleting.set(false);
+        self.deletion.deleting.set(false);
         let mut prefix = ForkPrefix::default();
         while prefix.last_cursor() < init.from.cursor {
             let page = crate::session_client::prefix(

@@ -138,10 +138,11 @@ impl Actor {
             }
             None => None,
         };
-        let shared =
-            self.followers
-                .borrow_mut()
-                .add(follow, credential, Some(attachment.id.clone()))?;
+        let shared = self.clients.followers.borrow_mut().add(
+            follow,
+            credential,
+            Some(attachment.id.clone()),
+        )?;
         shared.borrow_mut().acks = AckWindow::restore(
             attachment.sent,
             attachment.unacked,
@@ -154,7 +155,7 @@ impl Actor {
     /// saves the window in the attachment).
     fn send_reply(&self, ws: &WebSocket, socket: &str, text: &str) {
         let _ = ws.send_with_str(text);
-        if let Some(shared) = self.followers.borrow().socket(socket) {
+        if let Some(shared) = self.clients.followers.borrow().socket(socket) {
             let mut shared = shared.borrow_mut();
             shared.acks.record_sent(text.len());
             shared.wake();
@@ -164,25 +165,25 @@ impl Actor {
     /// Re-registers every open socket of a fresh isolate (after hibernation) from its
     /// attachment, once. Cheap when there is none.
     pub(super) fn revive_sockets(self: &Rc<Self>) {
-        if self.sockets_revived.get() {
+        if self.clients.sockets_revived.get() {
             return;
         }
         let sockets = self.state.get_websockets();
         if sockets.is_empty() {
-            self.sockets_revived.set(true);
+            self.clients.sockets_revived.set(true);
             return;
         }
         if !matches!(self.ensure_loaded(), Ok(true)) {
             return;
         }
-        self.sockets_revived.set(true);
+        self.clients.sockets_revived.set(true);
         let mut revived = 0;
         for ws in sockets {
             let Some(attachment) = attachment(&ws) else {
                 let _ = ws.close(Some(CLOSE_LOST_STATE), Some("lost connection state"));
                 continue;
             };
-            if attachment.closed || self.followers.borrow().has_socket(&attachment.id) {
+            if attachment.closed || self.clients.followers.borrow().has_socket(&attachment.id) {
                 continue;
             }
             match self.register_socket(&attachment) {
@@ -231,7 +232,7 @@ impl Actor {
                 return;
             }
         };
-        let sink = self.followers.borrow().socket(&attachment.id);
+        let sink = self.clients.followers.borrow().socket(&attachment.id);
         let Some(id) = frame.id().map(str::to_string) else {
             // An ack: no reply unless it cannot be taken.
             if let (ClientFrame::Ack { received }, Some(sink)) = (&frame, &sink) {
@@ -278,7 +279,10 @@ impl Actor {
             let live = token_registry::still_live(&self.env, &identity, jti).await?;
             if !live {
                 // The stream ends too, as the next periodic check would end it.
-                self.followers.borrow_mut().socket_revoked(&attachment.id);
+                self.clients
+                    .followers
+                    .borrow_mut()
+                    .socket_revoked(&attachment.id);
                 return Err(ApiError::unauthorized("token revoked"));
             }
         }
@@ -310,7 +314,10 @@ impl Actor {
         // Completes the closing handshake (a no-op when the socket is closed already).
         let _ = ws.close(Some(1000), Some("closed"));
         if let Some(attachment) = attachment(ws) {
-            self.followers.borrow_mut().socket_gone(&attachment.id);
+            self.clients
+                .followers
+                .borrow_mut()
+                .socket_gone(&attachment.id);
         }
     }
 }
@@ -358,7 +365,7 @@ fn drive(actor: Rc<Actor>, shared: Rc<RefCell<Shared>>, ws: WebSocket, mut attac
         // Sends a message; false when the socket is gone.
         let send = |message: String| {
             if ws.send_with_str(&message).is_err() {
-                actor.followers.borrow_mut().socket_gone(&socket_id);
+                actor.clients.followers.borrow_mut().socket_gone(&socket_id);
                 return false;
             }
             true

@@ -90,14 +90,14 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        if let Ok(mut running) = self.actor.tasks.running.try_borrow_mut() {
+        if let Ok(mut running) = self.actor.in_flight.tasks.running.try_borrow_mut() {
             running.remove(&self.id);
         }
     }
 }
 
 fn spawn(actor: &Rc<Actor>, step: u64, kind: TaskKind, work: impl Future<Output = ()> + 'static) {
-    let (id, registration) = actor.tasks.add(step, kind);
+    let (id, registration) = actor.in_flight.tasks.add(step, kind);
     let registered = Registered {
         actor: actor.clone(),
         id,
@@ -136,47 +136,47 @@ pub(crate) fn spawn_tool(actor: &Rc<Actor>, step: u64, call: ToolCall) {
 
 /// `Effect::CancelInference`: the streaming request is aborted; nothing of it is kept.
 pub(crate) fn cancel_inference(actor: &Rc<Actor>, step: u64) {
-    actor.tasks.abort(step, TaskKind::Inference);
+    actor.in_flight.tasks.abort(step, TaskKind::Inference);
 }
 
 /// `Effect::CancelTools`: sends `cancel` for every runner call of the step, then aborts the
 /// step's tool tasks (their results are no longer wanted: the session already recorded
 /// "stopped").
 pub(crate) fn cancel_tools(actor: &Rc<Actor>, step: u64) {
-    for call in actor.runner_calls.take_step(step) {
+    for call in actor.in_flight.runner_calls.take_step(step) {
         spawn_local(cancel_on_runner(
             actor.env.clone(),
             actor.tenant(),
-            actor.runner_calls.clone(),
+            actor.in_flight.runner_calls.clone(),
             call,
         ));
     }
-    actor.tasks.abort(step, TaskKind::Tool);
+    actor.in_flight.tasks.abort(step, TaskKind::Tool);
 }
 
 /// After a failed write drops the session: every task of this isolate is aborted and every
 /// runner call it made is cancelled, so the reloaded session's resumed step is the only one
 /// running (an old task finishing later would otherwise deliver into the reloaded session).
 pub(crate) fn abandon_all(actor: &Rc<Actor>) {
-    for call in actor.runner_calls.take_all() {
+    for call in actor.in_flight.runner_calls.take_all() {
         spawn_local(cancel_on_runner(
             actor.env.clone(),
             actor.tenant(),
-            actor.runner_calls.clone(),
+            actor.in_flight.runner_calls.clone(),
             call,
         ));
     }
-    actor.tasks.abort_all();
+    actor.in_flight.tasks.abort_all();
 }
 
 /// After a restart: cancels every runner call a task of the previous isolate left running.
 /// Runs before the session resumes, so a resumed step never races its predecessor's command.
 pub(crate) fn cancel_orphans(actor: &Rc<Actor>) {
-    for call in actor.runner_calls.orphans() {
+    for call in actor.in_flight.runner_calls.orphans() {
         spawn_local(cancel_on_runner(
             actor.env.clone(),
             actor.tenant(),
-            actor.runner_calls.clone(),
+            actor.in_flight.runner_calls.clone(),
             call,
         ));
     }

@@ -13,7 +13,7 @@ use super::children::ActorChildren;
 use super::jobs::ActorJobs;
 use super::{Actor, now};
 use crate::runner_calls::RunnerCallScope;
-use crate::tool_context::{AttachmentChange, ParentFacts, ToolContext, ToolOutput};
+use crate::tool_context::{AttachmentChange, ParentFacts, SessionPlace, ToolContext, ToolOutput};
 use crate::{builtin_tools, environment_tools, orchestration_tools};
 
 /// One tool call of `step`, run as an actor task (see [`super::tasks`]): aborting the task
@@ -64,31 +64,13 @@ impl Actor {
             .unwrap_or_default();
         let channel = self.with_loaded(|l| l.meta.channel.clone()).flatten();
         let rights = TurnRights::of_turn(&acting_for, &owner, &created_by, channel.as_deref());
-        ToolContext {
-            env: self.env.clone(),
+        let session = SessionPlace {
             tenant: self.tenant(),
             session_id: self.session_id(),
-            owner,
+            owner: owner.clone(),
             created_by,
-            acting_for,
             channel,
-            rights,
-            attachments: self.attachments.borrow().clone(),
-            validated: self.validated.borrow().clone(),
-            approvals: Rc::new(ActorApprovals {
-                actor: self.clone(),
-                step,
-                call_id: call_id.to_string(),
-            }),
-            runner_calls: RunnerCallScope::new(self.runner_calls.clone(), step),
             lineage: self.lineage(),
-            limits: crate::session_client::orchestration_limits(&self.env),
-            children: Rc::new(ActorChildren {
-                actor: self.clone(),
-            }),
-            jobs: Rc::new(ActorJobs {
-                actor: self.clone(),
-            }),
             parent_session: self
                 .with_loaded(|l| ParentFacts {
                     access: l.meta.access,
@@ -96,6 +78,27 @@ impl Actor {
                     model: l.meta.header.model.clone(),
                 })
                 .unwrap_or_default(),
+        };
+        ToolContext {
+            env: self.env.clone(),
+            session,
+            acting_for,
+            rights,
+            attachments: self.environments.attachments.borrow().clone(),
+            validated: self.environments.validated.borrow().clone(),
+            approvals: Rc::new(ActorApprovals {
+                actor: self.clone(),
+                step,
+                call_id: call_id.to_string(),
+            }),
+            runner_calls: RunnerCallScope::new(self.in_flight.runner_calls.clone(), step),
+            limits: crate::session_client::orchestration_limits(&self.env),
+            children: Rc::new(ActorChildren {
+                actor: self.clone(),
+            }),
+            jobs: Rc::new(ActorJobs {
+                actor: self.clone(),
+            }),
             models: self.model_rule(),
             model_switch: Default::default(),
         }
@@ -127,9 +130,12 @@ impl Actor {
                 .unwrap_or_default();
             self.with_session(|s| s.handle_model_changed(now(), from, to, &by));
         }
-        self.validated.borrow_mut().extend(output.validated);
+        self.environments
+            .validated
+            .borrow_mut()
+            .extend(output.validated);
         if let Some(change) = output.change {
-            let mut attachments = self.attachments.borrow_mut();
+            let mut attachments = self.environments.attachments.borrow_mut();
             match change {
                 AttachmentChange::Attach(attachment) => {
                     self.record_workspace_host(&attachment);
@@ -137,7 +143,7 @@ impl Actor {
                 }
                 AttachmentChange::Detach(name) => {
                     attachments.retain(|a| a.name() != name);
-                    self.validated.borrow_mut().remove(&name);
+                    self.environments.validated.borrow_mut().remove(&name);
                 }
             }
             if let Ok(store) = self.store()
