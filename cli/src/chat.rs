@@ -205,8 +205,8 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                 }
                 if let Some(approval) = my_approvals.front().cloned() {
                     let decision = match text.to_lowercase().as_str() {
-                        "y" | "yes" => Some("approve"),
-                        "n" | "no" => Some("deny"),
+                        "y" | "yes" => Some(wuhu_core::approvals::Answer::Approve),
+                        "n" | "no" => Some(wuhu_core::approvals::Answer::Deny),
                         _ => None,
                     };
                     if let Some(decision) = decision {
@@ -214,7 +214,7 @@ Ctrl-C stops the turn, twice exits; /quit exits."
                         match client.answer_approval(&session.id, &approval, decision).await {
                             Ok(answer) => screen.note(
                                 json!({"type": "approval_answered", "approvalId": answer.approval_id, "decision": answer.decision}),
-                                &style.dim(&format!("{}: {}", answer.approval_id, answer.decision)),
+                                &style.dim(&format!("{}: {}", answer.approval_id, answer.decision.as_str())),
                             )?,
                             Err(error) => screen.error(&error)?,
                         }

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use wuhu_client::{Client, FollowEvent, FollowOptions};
+use wuhu_core::approvals::Answer;
 use wuhu_core::wire::{
     ApprovalPolicy, CreateEnvironmentRequest, CreateSessionRequest, Entry, Lane, MintTokenRequest,
     PatchSessionRequest, StreamEvent, UpdateEnvironmentRequest,
@@ -468,7 +469,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
                         name,
                         t.kind.as_str().to_string(),
                         t.sub.clone(),
-                        t.role.clone(),
+                        t.role.as_str().to_string(),
                         ago(t.created_at),
                         t.parent.clone().unwrap_or_else(|| "-".to_string()),
                     ]
@@ -620,7 +621,7 @@ async fn login(
         let answer = client
             .mint_token(&MintTokenRequest {
                 name,
-                kind: "user".to_string(),
+                kind: wuhu_core::wire::MintKind::User,
                 ttl_days,
                 sub: None,
                 role: None,
@@ -1178,12 +1179,12 @@ async fn approvals(global: &Global, command: ApprovalsCommand) -> Result<u8> {
             session,
             approval,
             if for_session {
-                "approve_session"
+                Answer::ApproveSession
             } else {
-                "approve"
+                Answer::Approve
             },
         ),
-        ApprovalsCommand::Deny { session, approval } => (session, approval, "deny"),
+        ApprovalsCommand::Deny { session, approval } => (session, approval, Answer::Deny),
     };
     let answer = client
         .answer_approval(&session, &approval, decision)
@@ -1191,7 +1192,7 @@ async fn approvals(global: &Global, command: ApprovalsCommand) -> Result<u8> {
     if global.json {
         print_json(&answer);
     } else {
-        println!("{}: {}", answer.approval_id, answer.decision);
+        println!("{}: {}", answer.approval_id, answer.decision.as_str());
     }
     Ok(exit::OK)
 }

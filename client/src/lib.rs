@@ -439,11 +439,9 @@ impl Client {
         &self,
         id: &str,
         approval_id: &str,
-        decision: &str,
+        decision: wuhu_core::approvals::Answer,
     ) -> Result<AnswerApprovalResponse, Error> {
-        let body = AnswerApprovalRequest {
-            decision: decision.to_string(),
-        };
+        let body = AnswerApprovalRequest { decision };
         let url = self.url(["v1", "sessions", id, "approvals", approval_id]);
         self.send_json(Method::POST, url, &body).await
     }

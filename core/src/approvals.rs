@@ -234,6 +234,7 @@ impl Action<'_> {
 
 /// A person's answer (`POST /v1/sessions/:id/approvals/:approvalId {"decision":…}`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
     /// Run this call.

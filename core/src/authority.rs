@@ -22,6 +22,7 @@ use crate::wire::runner::RunnerKind;
 
 /// A person's role in their tenant (token claim `role`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// May do everything in the tenant.

@@ -58,6 +58,7 @@ pub mod images;
 pub mod jobs;
 pub mod jwt;
 pub mod llm;
+pub mod mcp;
 #[cfg(test)]
 mod openapi;
 pub mod orchestration;

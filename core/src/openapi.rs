@@ -867,6 +867,18 @@ const ROUTES: &[Route] = &[
         ok: (200, Body::AnyJson),
         errors: &[400, 401, 404, 413],
     },
+    Route {
+        method: "post",
+        path: "/mcp",
+        id: "mcp",
+        tag: "mcp",
+        summary: "Wuhu as an MCP server (streamable HTTP, revision 2025-06-18): one JSON-RPC message, one JSON answer; its tools are this API's routes, for the caller (docs/mcp.md)",
+        auth: Auth::User,
+        params: &[],
+        request: Some((Body::AnyJson, true)),
+        ok: (200, Body::AnyJson),
+        errors: &[400, 403, 413],
+    },
 ];
 
 /// OpenAPI links: which answer names the resource other operations take, so a client (and
@@ -1102,6 +1114,12 @@ fn operation(generator: &mut SchemaGenerator, route: &Route) -> Value {
             json!({"description": "Hidden and marked for deletion, but a step failed: the session's alarm finishes it. `DELETE` again answers 202 until it is done, then 404."}),
         );
     }
+    if route.id == "mcp" {
+        responses.insert(
+            "202".into(),
+            json!({"description": "A notification or a response: accepted, no body."}),
+        );
+    }
     let mut errors: Vec<u16> = route
         .errors
         .iter()
@@ -1116,6 +1134,15 @@ fn operation(generator: &mut SchemaGenerator, route: &Route) -> Value {
             json!({
                 "description": error_description(status),
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+            }),
+        );
+    }
+    if route.id == "mcp" {
+        responses.insert(
+            "400".into(),
+            json!({
+                "description": "A message that could not be read (not JSON, not JSON-RPC 2.0, a batch, an unsupported `MCP-Protocol-Version`): a JSON-RPC error with no id.",
+                "content": {"application/json": {"schema": {}}},
             }),
         );
     }
@@ -1182,7 +1209,7 @@ fn document() -> Value {
         "servers": [{"url": "/"}],
         "tags": [
             {"name": "meta"}, {"name": "sessions"}, {"name": "sign-in"}, {"name": "runners"},
-            {"name": "workspace"}, {"name": "channels"}, {"name": "usage"},
+            {"name": "workspace"}, {"name": "channels"}, {"name": "usage"}, {"name": "mcp"},
         ],
         "paths": paths,
         "components": {
@@ -1246,6 +1273,93 @@ mod tests {
         let n = ids.len();
         ids.dedup();
         assert_eq!(ids.len(), n, "duplicate operationId");
+    }
+
+    /// A field whose description says it takes one of a set ("`user` or `runner`") is an enum
+    /// in the document, so a generated client knows the values (issue 31).
+    #[test]
+    fn fields_documented_as_a_set_are_enums() {
+        let document = document();
+        let mut found = Vec::new();
+        collect_free_sets(&document["components"]["schemas"], "", &mut found);
+        assert!(
+            found.is_empty(),
+            "string fields documented as one of a set, without an enum: {found:#?}"
+        );
+        // The rule sees what it should.
+        for (text, set) in [
+            ("`user` or `runner`.", true),
+            ("`member` (default) or `admin` (admins only).", true),
+            ("`approve`, `approve_session` or `deny`.", true),
+            ("Switch to this provider (one of `a`, `b`).", true),
+            ("The `jti` of the token.", false),
+            ("A label for the list.", false),
+        ] {
+            assert_eq!(documents_a_set(text), set, "{text}");
+        }
+    }
+
+    /// Whether `description` lists the values a string takes: its first clause is only
+    /// backticked words joined by commas and "or" (parenthesised remarks aside), or it says
+    /// "one of `".
+    fn documents_a_set(description: &str) -> bool {
+        if description.contains("one of `") {
+            return true;
+        }
+        let clause = description
+            .split(['.', ';', '\n'])
+            .next()
+            .unwrap_or_default();
+        let mut plain = String::new();
+        let mut depth = 0usize;
+        for c in clause.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => plain.push(c),
+                _ => {}
+            }
+        }
+        let words: Vec<&str> = plain.split('`').collect();
+        // Odd pieces are inside backticks; even ones must be separators only.
+        words.len() >= 5
+            && words.len() % 2 == 1
+            && words.iter().step_by(2).enumerate().all(|(i, sep)| {
+                let sep = sep.trim();
+                let last = i == words.len() / 2;
+                (i == 0 || last) && sep.is_empty() || matches!(sep, "," | "or" | ", or")
+            })
+    }
+
+    fn collect_free_sets(value: &Value, path: &str, out: &mut Vec<String>) {
+        let Value::Object(map) = value else {
+            if let Value::Array(items) = value {
+                for (i, item) in items.iter().enumerate() {
+                    collect_free_sets(item, &format!("{path}[{i}]"), out);
+                }
+            }
+            return;
+        };
+        let is_string = match map.get("type") {
+            Some(Value::String(t)) => t == "string",
+            Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+            _ => false,
+        };
+        let constrained = ["enum", "const", "$ref", "oneOf", "anyOf"]
+            .iter()
+            .any(|k| map.contains_key(*k));
+        if is_string
+            && !constrained
+            && map
+                .get("description")
+                .and_then(Value::as_str)
+                .is_some_and(documents_a_set)
+        {
+            out.push(format!("{path}: {}", map["description"]));
+        }
+        for (key, child) in map {
+            collect_free_sets(child, &format!("{path}.{key}"), out);
+        }
     }
 
     fn collect_refs(value: &Value, out: &mut Vec<String>) {

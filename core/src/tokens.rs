@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::authority::{Principal, Role, TokenLimits, valid_name};
+use crate::wire::runner::RunnerKind;
 use crate::wire::{CredentialKind, LineageRoot, MintTokenRequest, TokenInfo};
 
 pub mod lineage;
@@ -51,7 +52,7 @@ pub struct CredentialRecord {
     /// The role its JWT carries.
     pub role: Role,
     /// Runner tokens: `cloud` or `local`.
-    pub runner_kind: Option<String>,
+    pub runner_kind: Option<RunnerKind>,
     /// Who minted it.
     pub created_by: String,
     /// Unix seconds.
@@ -79,8 +80,8 @@ impl CredentialRecord {
             name: self.name.clone(),
             kind: self.kind,
             sub: self.sub.clone(),
-            role: self.role.as_str().to_string(),
-            runner_kind: self.runner_kind.clone(),
+            role: self.role,
+            runner_kind: self.runner_kind,
             created_by: self.created_by.clone(),
             created_at: self.created_at,
             expires_at: self.expires_at,
@@ -145,7 +146,7 @@ pub struct MintPlan {
     /// Its role claim.
     pub role: Role,
     /// Runner tokens: `local` or `cloud`.
-    pub runner_kind: Option<String>,
+    pub runner_kind: Option<RunnerKind>,
     /// Unix seconds.
     pub expires_at: i64,
 }
@@ -171,11 +172,7 @@ pub fn plan_mint(
             "name must be 1 to {MAX_TOKEN_NAME_CHARS} characters without control characters"
         )));
     }
-    let kind = match request.kind.as_str() {
-        "user" => CredentialKind::User,
-        "runner" => CredentialKind::Runner,
-        _ => return Err(MintError::Bad("kind must be \"user\" or \"runner\"".into())),
-    };
+    let kind = request.kind.credential();
     let max_secs = match kind {
         CredentialKind::Runner => limits.max_runner_secs,
         _ => limits.max_user_secs,
@@ -202,26 +199,21 @@ pub fn plan_mint(
             "only admins may mint tokens for other users".into(),
         ));
     }
-    let role = match request.role.as_deref() {
-        None => Role::Member,
-        Some(text) => Role::parse(text)
-            .ok_or_else(|| MintError::Bad("role must be admin or member".into()))?,
-    };
+    let role = request.role.unwrap_or_default();
     if role == Role::Admin && !who.is_admin() {
         return Err(MintError::Forbidden(
             "only admins may mint admin tokens".into(),
         ));
     }
-    let runner_kind = match (kind, request.runner_kind.as_deref()) {
-        (CredentialKind::Runner, None | Some("local")) => Some("local".to_string()),
-        (CredentialKind::Runner, Some("cloud")) if who.is_admin() => Some("cloud".to_string()),
-        (CredentialKind::Runner, Some("cloud")) => {
+    let runner_kind = match (kind, request.runner_kind) {
+        (CredentialKind::Runner, None | Some(RunnerKind::Local)) => Some(RunnerKind::Local),
+        (CredentialKind::Runner, Some(RunnerKind::Cloud)) if who.is_admin() => {
+            Some(RunnerKind::Cloud)
+        }
+        (CredentialKind::Runner, Some(RunnerKind::Cloud)) => {
             return Err(MintError::Forbidden(
                 "only admins may mint cloud runner tokens".into(),
             ));
-        }
-        (CredentialKind::Runner, Some(_)) => {
-            return Err(MintError::Bad("runnerKind must be local or cloud".into()));
         }
         (_, Some(_)) => {
             return Err(MintError::Bad(
@@ -334,16 +326,7 @@ mod tests {
         let limits = TokenLimits::default();
         let alice = who("alice", Role::Member);
         let root = who("root", Role::Admin);
-        type Want = Result<
-            (
-                &'static str,
-                CredentialKind,
-                Role,
-                Option<&'static str>,
-                i64,
-            ),
-            u16,
-        >;
+        type Want = Result<(&'static str, CredentialKind, Role, Option<RunnerKind>, i64), u16>;
         let cases: Vec<(&Principal, serde_json::Value, Want)> = vec![
             (
                 &alice,
@@ -377,7 +360,7 @@ mod tests {
                     "alice",
                     CredentialKind::Runner,
                     Role::Member,
-                    Some("local"),
+                    Some(RunnerKind::Local),
                     400,
                 )),
             ),
@@ -458,21 +441,23 @@ mod tests {
                     "ops",
                     CredentialKind::Runner,
                     Role::Member,
-                    Some("cloud"),
+                    Some(RunnerKind::Cloud),
                     30,
                 )),
             ),
         ];
         for (caller, body, want) in cases {
-            let got = plan_mint(caller, &request(body.clone()), now, limits)
+            // A body that does not decode (a kind, role or runner kind outside its set) is the
+            // route's 400, before any rule.
+            let got = serde_json::from_value::<MintTokenRequest>(body.clone())
+                .map_err(|_| 400)
+                .and_then(|r| plan_mint(caller, &r, now, limits).map_err(|e| e.status_code().0))
                 .map(|p| {
                     let days = (p.expires_at - now) / day;
                     (p.sub, p.kind, p.role, p.runner_kind, days)
-                })
-                .map_err(|e| e.status_code().0);
-            let want = want.map(|(sub, kind, role, rk, days)| {
-                (sub.to_string(), kind, role, rk.map(str::to_string), days)
-            });
+                });
+            let want =
+                want.map(|(sub, kind, role, rk, days)| (sub.to_string(), kind, role, rk, days));
             assert_eq!(got, want, "{} {body}", caller.sub);
         }
         // A server configured for shorter tokens caps the default too.

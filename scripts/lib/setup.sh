@@ -91,7 +91,7 @@ ensure_npm_packages() {
   local stamp="$WUHU_ROOT/node_modules/.wuhu-lock-hash"
   local want; want="$(sha256sum "$WUHU_ROOT/package-lock.json" | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    log "installing npm packages (wrangler, binaryen)"
+    log "installing npm packages (wrangler, binaryen, the MCP SDK client the tests use)"
     (cd "$WUHU_ROOT" && npm ci --no-audit --no-fund --loglevel=error >&2)
     printf '%s\n' "$want" > "$stamp"
   fi

@@ -22,6 +22,7 @@ mod identity;
 mod internal;
 mod js_tool;
 mod llm_logs;
+mod mcp;
 mod model_choice;
 mod model_tool;
 mod observe;
@@ -126,6 +127,12 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     }
     if segments.first() == Some(&"hooks") {
         return channels::hook(req, &env, &segments).await;
+    }
+    // Wuhu as an MCP server: authenticated as every /v1 route is; its tools are /v1 requests.
+    if segments.as_slice() == ["mcp"] {
+        let authenticated = authenticate(&req, &env, TokenKind::User).await?;
+        *caller = Some(authenticated.identity.clone());
+        return mcp::route(req, &env).await;
     }
     if segments.first() != Some(&"v1") {
         return Err(ApiError::not_found("no such route"));
@@ -476,6 +483,18 @@ async fn openapi_response(env: &Env) -> ApiResult<Response> {
         .with_status(200)
         .with_headers(headers)
         .fixed(body))
+}
+
+/// The router again, for a request the Worker makes to itself (an MCP tool's API request):
+/// boxed, as the router is what calls it.
+pub(crate) fn route_again(
+    req: Request,
+    env: Env,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ApiResult<Response>>>> {
+    Box::pin(async move {
+        let mut caller = None;
+        route(req, env, &mut caller).await
+    })
 }
 
 fn method_not_allowed() -> ApiError {

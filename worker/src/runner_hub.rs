@@ -50,12 +50,17 @@ pub struct RunnerHub {
     env: Env,
     sql: SqlStorage,
     waiters: Waiters,
+    /// Whether the schema migrated; every call answers its error otherwise.
+    schema: Result<(), String>,
 }
 
 impl DurableObject for RunnerHub {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
-        store::migrate(&sql);
+        let schema = crate::schema::migrate(&sql, "runner_hub", store::MIGRATIONS);
+        if let Err(e) = &schema {
+            worker::console_error!("runner hub: {e}");
+        }
         // Heartbeats are answered by the runtime, without waking the hub.
         if let Ok(pair) = WebSocketRequestResponsePair::new(HEARTBEAT_FRAME, HEARTBEAT_ACK_FRAME) {
             state.set_websocket_auto_response(&pair);
@@ -65,6 +70,7 @@ impl DurableObject for RunnerHub {
             env,
             sql,
             waiters: Waiters::new(),
+            schema,
         }
     }
 
@@ -121,6 +127,9 @@ impl RunnerHub {
     }
 
     async fn route(&self, mut req: Request) -> ApiResult<Response> {
+        if let Err(e) = &self.schema {
+            return Err(crate::http::ApiError::new(500, "storage_failed", e.clone()));
+        }
         let (name, body) = internal::call_parts(&mut req).await?;
         let call = HubCall::decode(&name, &body).map_err(internal::call_error)?;
         // Set by the router or a session actor from a verified token; a missing role is member.

@@ -65,7 +65,7 @@ fn who_am_i(auth: &Authenticated, via: AuthVia, expires_at: i64) -> WhoAmI {
     WhoAmI {
         sub: auth.identity.sub.clone(),
         tenant: auth.identity.tenant.clone(),
-        role: auth.identity.role.as_str().to_string(),
+        role: auth.identity.role,
         via,
         expires_at,
     }
@@ -85,7 +85,7 @@ fn claims(
         typ: typ.map(str::to_string),
         role: Some(record.role.as_str().to_string()),
         nbf: None,
-        runner_kind: record.runner_kind.clone(),
+        runner_kind: record.runner_kind.map(|k| k.as_str().to_string()),
         jti: Some(record.jti.clone()),
         iat: Some(record.created_at),
         iss: config.issuer.clone(),

@@ -35,11 +35,14 @@ use wuhu_core::wire::{
 use crate::http::{ApiError, ApiResult};
 use crate::identity::{Identity, now_secs};
 use crate::internal::{self, reply};
+use crate::schema::{Migration, migrate};
 
 #[durable_object]
 pub struct TokenRegistry {
     sql: SqlStorage,
     env: Env,
+    /// Whether the schema migrated; every call answers its error otherwise.
+    schema: Result<(), String>,
 }
 
 #[derive(Deserialize)]
@@ -57,22 +60,25 @@ struct JtiRow {
     jti: String,
 }
 
+/// The registry's schema, in order (numbered from 1 by position; never reorder or remove one).
+const MIGRATIONS: &[Migration] = &[
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS credentials (jti TEXT PRIMARY KEY, sub TEXT NOT NULL, kind TEXT NOT NULL, parent TEXT, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, record TEXT NOT NULL)",
+    ),
+    Migration::Sql(
+        "CREATE INDEX IF NOT EXISTS credentials_by_sub ON credentials (sub, kind, created_at)",
+    ),
+    Migration::Sql("CREATE INDEX IF NOT EXISTS credentials_by_parent ON credentials (parent)"),
+];
+
 impl DurableObject for TokenRegistry {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
-        let _ = sql.exec(
-            "CREATE TABLE IF NOT EXISTS credentials (jti TEXT PRIMARY KEY, sub TEXT NOT NULL, kind TEXT NOT NULL, parent TEXT, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, record TEXT NOT NULL)",
-            None,
-        );
-        let _ = sql.exec(
-            "CREATE INDEX IF NOT EXISTS credentials_by_sub ON credentials (sub, kind, created_at)",
-            None,
-        );
-        let _ = sql.exec(
-            "CREATE INDEX IF NOT EXISTS credentials_by_parent ON credentials (parent)",
-            None,
-        );
-        TokenRegistry { sql, env }
+        let schema = migrate(&sql, "tokens", MIGRATIONS);
+        if let Err(e) = &schema {
+            worker::console_error!("token registry: {e}");
+        }
+        TokenRegistry { sql, env, schema }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
@@ -85,6 +91,9 @@ impl DurableObject for TokenRegistry {
 
 impl TokenRegistry {
     async fn route(&self, mut req: Request) -> ApiResult<Response> {
+        if let Err(e) = &self.schema {
+            return Err(ApiError::new(500, "storage_failed", e.clone()));
+        }
         let (name, body) = internal::call_parts(&mut req).await?;
         let call = TokensCall::decode(&name, &body).map_err(internal::call_error)?;
         let who = Identity::from_headers(&req)?;

@@ -73,8 +73,9 @@ impl Platform {
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChannelDefaults {
-    /// `fake` or `openai-compatible`; the server's default when absent.
+    /// The provider of the binding's sessions; the server's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(schema_with = "crate::llm::optional_provider_schema"))]
     pub provider: Option<String>,
     /// Model name; the provider's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -355,6 +355,21 @@ pub const PROVIDERS: [&str; 4] = [
     anthropic::PROVIDER,
 ];
 
+/// The schema of an optional provider field: one of [`PROVIDERS`] (the Rust field stays a
+/// string: the provider is checked where it is used, with the server's own rules, such as
+/// `fake` being off).
+#[cfg(test)]
+pub(crate) fn optional_provider_schema(
+    _generator: &mut schemars::SchemaGenerator,
+) -> schemars::Schema {
+    let mut values: Vec<serde_json::Value> = PROVIDERS.iter().map(|p| (*p).into()).collect();
+    values.push(serde_json::Value::Null);
+    schemars::json_schema!({
+        "type": ["string", "null"],
+        "enum": values,
+    })
+}
+
 /// The model a session of `provider` uses when it names none.
 pub fn default_model(provider: &str) -> &'static str {
     match provider {

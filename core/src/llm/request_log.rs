@@ -29,6 +29,18 @@ pub const MAX_LIST: usize = 1000;
 /// Milliseconds in a day.
 pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// Why a request was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum RequestPurpose {
+    /// A step of a turn.
+    #[default]
+    Step,
+    /// A compaction's summary.
+    Summary,
+}
+
 /// What the host sent to and received from a provider for one request.
 #[derive(Clone, Debug, Default)]
 pub struct Exchange {
@@ -36,8 +48,8 @@ pub struct Exchange {
     pub provider: String,
     /// Model.
     pub model: String,
-    /// `step` or `summary` (a compaction's).
-    pub purpose: &'static str,
+    /// Why it was made.
+    pub purpose: RequestPurpose,
     /// Request URL.
     pub url: String,
     /// Request headers (hold the API key).
@@ -75,8 +87,8 @@ pub struct Record {
     pub provider: String,
     /// Model.
     pub model: String,
-    /// `step` or `summary`.
-    pub purpose: String,
+    /// Why it was made.
+    pub purpose: RequestPurpose,
     /// Unix milliseconds when the request started.
     pub started_at_ms: u64,
     /// Milliseconds to the end of the response.
@@ -120,7 +132,7 @@ pub fn record(session: &str, step: u64, exchange: &Exchange, known_secrets: &[&s
         step,
         provider: exchange.provider.clone(),
         model: exchange.model.clone(),
-        purpose: exchange.purpose.to_string(),
+        purpose: exchange.purpose,
         started_at_ms: exchange.started_at_ms,
         duration_ms: exchange.duration_ms,
         request: message(
@@ -575,7 +587,7 @@ mod tests {
         let exchange = Exchange {
             provider: "anthropic".into(),
             model: "claude-test".into(),
-            purpose: "step",
+            purpose: RequestPurpose::Step,
             url: "https://api.example.com/v1/messages?key=sk-proj-0123456789abcdef".into(),
             request_headers: vec![
                 ("x-api-key".into(), "the-real-key-123".into()),

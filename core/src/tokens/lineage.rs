@@ -287,7 +287,8 @@ pub fn standing(
             ));
         }
     };
-    let needs_admin = record.sub != *email || record.runner_kind.as_deref() == Some("cloud");
+    let needs_admin =
+        record.sub != *email || record.runner_kind == Some(crate::wire::runner::RunnerKind::Cloud);
     if needs_admin && !now_is.is_admin() {
         return Standing::Refused(format!(
             "this credential was minted by {email}, who is no longer an admin (WUHU_ACCESS_ADMINS)"

@@ -9,8 +9,9 @@ use super::{Entry, Status};
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSessionRequest {
-    /// `fake` (default) or `openai-compatible`.
+    /// The provider (default `fake`).
     #[serde(default)]
+    #[cfg_attr(test, schemars(schema_with = "crate::llm::optional_provider_schema"))]
     pub provider: Option<String>,
     /// Model name; each provider has a default.
     #[serde(default)]
@@ -202,9 +203,9 @@ pub struct PatchSessionRequest {
     /// New access (owner or admin only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<crate::authority::Access>,
-    /// Switch to this provider (one of `crate::llm::PROVIDERS`); without `model`, its
-    /// default model.
+    /// Switch to this provider; without `model`, its default model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(schema_with = "crate::llm::optional_provider_schema"))]
     pub provider: Option<String>,
     /// Switch to this model (1 to [`MAX_MODEL_CHARS`] characters); without `provider`, on the
     /// session's provider.

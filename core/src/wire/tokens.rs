@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::authority::Role;
+use crate::wire::runner::RunnerKind;
+
 /// What a registered credential is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -38,6 +41,27 @@ impl CredentialKind {
     }
 }
 
+/// What a token minted by `POST /v1/tokens` is for.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum MintKind {
+    /// A person's token for programs (the CLI, scripts).
+    User,
+    /// A runner's token.
+    Runner,
+}
+
+impl MintKind {
+    /// The kind of credential it registers.
+    pub fn credential(self) -> CredentialKind {
+        match self {
+            MintKind::User => CredentialKind::User,
+            MintKind::Runner => CredentialKind::Runner,
+        }
+    }
+}
+
 /// `POST /v1/tokens`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -45,8 +69,8 @@ impl CredentialKind {
 pub struct MintTokenRequest {
     /// A label for the list (1–100 characters, no control characters).
     pub name: String,
-    /// `user` or `runner`.
-    pub kind: String,
+    /// What the token is for.
+    pub kind: MintKind,
     /// Lifetime in whole days (default 30, at most `WUHU_TOKEN_MAX_DAYS_USER` / `_RUNNER`).
     #[serde(default)]
     pub ttl_days: Option<i64>,
@@ -55,10 +79,10 @@ pub struct MintTokenRequest {
     pub sub: Option<String>,
     /// `member` (default) or `admin` (admins only).
     #[serde(default)]
-    pub role: Option<String>,
+    pub role: Option<Role>,
     /// Runner tokens: `local` (default) or `cloud` (admins only).
     #[serde(default)]
-    pub runner_kind: Option<String>,
+    pub runner_kind: Option<RunnerKind>,
 }
 
 /// A registered token as `GET /v1/tokens` shows it: never the token itself.
@@ -74,11 +98,11 @@ pub struct TokenInfo {
     pub kind: CredentialKind,
     /// Whose token it is.
     pub sub: String,
-    /// `admin` or `member`.
-    pub role: String,
+    /// Its role.
+    pub role: Role,
     /// Runner tokens: `local` or `cloud`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runner_kind: Option<String>,
+    pub runner_kind: Option<RunnerKind>,
     /// Who minted it (an admin may mint for others).
     pub created_by: String,
     /// Unix seconds.
@@ -190,8 +214,8 @@ pub struct WhoAmI {
     pub sub: String,
     /// Tenant.
     pub tenant: String,
-    /// `admin` or `member`.
-    pub role: String,
+    /// Their role in the tenant.
+    pub role: Role,
     /// How this request was authenticated.
     pub via: AuthVia,
     /// When the credential expires (unix seconds); for `POST /v1/auth/session`, the cookie's.

@@ -50,8 +50,8 @@ pub struct DocList {
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AnswerApprovalRequest {
-    /// `approve`, `approve_session` or `deny`.
-    pub decision: String,
+    /// The answer.
+    pub decision: crate::approvals::Answer,
 }
 
 /// Reply to [`AnswerApprovalRequest`].
@@ -62,7 +62,7 @@ pub struct AnswerApprovalResponse {
     /// The approval answered.
     pub approval_id: String,
     /// The decision recorded.
-    pub decision: String,
+    pub decision: crate::approvals::Answer,
 }
 
 /// Reply to `POST /v1/sessions/:id/cancel`.

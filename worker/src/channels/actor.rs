@@ -59,6 +59,7 @@ use wuhu_core::wire::{
 use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult, json_response};
 use crate::internal::{self, reply};
+use crate::schema::{Migration, migrate};
 
 #[durable_object]
 pub struct ChannelActor {
@@ -68,6 +69,8 @@ pub struct ChannelActor {
 /// The actor's state, shared with the work a hook hands over (`State::wait_until`).
 struct Actor {
     sql: SqlStorage,
+    /// Whether the schema migrated; every call answers its error otherwise.
+    schema: Result<(), String>,
     state: State,
     env: Env,
     /// Threads whose session is being created, with the deliveries waiting for it: a thread's
@@ -193,6 +196,80 @@ struct InboxRow {
     body: String,
 }
 
+/// The actor's schema, in order (numbered from 1 by position; never reorder or remove one): a
+/// registry instance uses `registry`, a binding instance the rest. The first steps are the
+/// statements run before migrations were numbered, harmless over tables they made.
+const MIGRATIONS: &[Migration] = &[
+    // Registry instances.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS registry (id TEXT PRIMARY KEY, body TEXT NOT NULL, masked TEXT NOT NULL, created_at INTEGER NOT NULL)",
+    ),
+    // Binding instances.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS binding (k INTEGER PRIMARY KEY CHECK (k = 1), body TEXT NOT NULL, sealed TEXT NOT NULL)",
+    ),
+    Migration::Sql("CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at INTEGER NOT NULL)"),
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS threads (key TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, replied INTEGER NOT NULL, used_at INTEGER NOT NULL)",
+    ),
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS watches (session TEXT PRIMARY KEY, thread TEXT NOT NULL, target TEXT NOT NULL, author TEXT NOT NULL, scan TEXT NOT NULL, started INTEGER NOT NULL)",
+    ),
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, body TEXT NOT NULL, attempts INTEGER NOT NULL, due INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0, ref TEXT)",
+    ),
+    // Approval requests this binding posted: a click names only the approval.
+    // Outboxes made before edits were tracked.
+    Migration::AddColumn {
+        table: "outbox",
+        column: "ref",
+        definition: "TEXT",
+    },
+    // A try whose outcome is not known (started, no answer yet or a 5xx): before the
+    // next try the platform is asked whether it was posted (where it can tell).
+    Migration::AddColumn {
+        table: "outbox",
+        column: "uncertain",
+        definition: "INTEGER NOT NULL DEFAULT 0",
+    },
+    // When it was first tried (unix seconds): where a lookup starts.
+    Migration::AddColumn {
+        table: "outbox",
+        column: "first_try",
+        definition: "INTEGER",
+    },
+    // The session the message is about, told when the message is given up.
+    Migration::AddColumn {
+        table: "outbox",
+        column: "session",
+        definition: "TEXT",
+    },
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS approvals (approval_id TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, at INTEGER NOT NULL)",
+    ),
+    // Platform users mapped to Wuhu people (at most `MAX_MEMBERS_PER_BINDING`).
+    Migration::Sql("CREATE TABLE IF NOT EXISTS members (user TEXT PRIMARY KEY, sub TEXT NOT NULL)"),
+    // Messages a hook accepted and not yet delivered to their session (at most
+    // `channels::MAX_INBOX`): stored with the dedupe keys before the hook answers, so
+    // nothing acknowledged is lost. `due`: when the alarm takes it (should its hook's
+    // own delivery not finish), or tries it again.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, due INTEGER NOT NULL)",
+    ),
+    // A Discord binding's Gateway connection: `channels::gateway::Saved` as JSON.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS gateway (k INTEGER PRIMARY KEY CHECK (k = 1), saved TEXT NOT NULL)",
+    ),
+    // Guests' admitted messages of the last hour (`session` 1: it started one), counted
+    // against the binding's guest quota; at most the quota's all-guests bounds.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS guest_usage (seq INTEGER PRIMARY KEY AUTOINCREMENT, user TEXT NOT NULL, session INTEGER NOT NULL, at INTEGER NOT NULL)",
+    ),
+    // Whom the binding told it refused (`refused:<user>`, `quota:<user>`) in the last
+    // hour: told once an hour at most (at most `admit::MAX_NOTICED` rows).
+    Migration::Sql("CREATE TABLE IF NOT EXISTS told (key TEXT PRIMARY KEY, at INTEGER NOT NULL)"),
+];
+
 #[derive(Deserialize)]
 struct DueRow {
     due: f64,
@@ -201,47 +278,14 @@ struct DueRow {
 impl DurableObject for ChannelActor {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
-        for ddl in [
-            // Registry instances.
-            "CREATE TABLE IF NOT EXISTS registry (id TEXT PRIMARY KEY, body TEXT NOT NULL, masked TEXT NOT NULL, created_at INTEGER NOT NULL)",
-            // Binding instances.
-            "CREATE TABLE IF NOT EXISTS binding (k INTEGER PRIMARY KEY CHECK (k = 1), body TEXT NOT NULL, sealed TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at INTEGER NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS threads (key TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, replied INTEGER NOT NULL, used_at INTEGER NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS watches (session TEXT PRIMARY KEY, thread TEXT NOT NULL, target TEXT NOT NULL, author TEXT NOT NULL, scan TEXT NOT NULL, started INTEGER NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, body TEXT NOT NULL, attempts INTEGER NOT NULL, due INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0, ref TEXT)",
-            // Approval requests this binding posted: a click names only the approval.
-            // Outboxes made before edits were tracked (fails harmlessly once the column exists).
-            "ALTER TABLE outbox ADD COLUMN ref TEXT",
-            // A try whose outcome is not known (started, no answer yet or a 5xx): before the
-            // next try the platform is asked whether it was posted (where it can tell).
-            "ALTER TABLE outbox ADD COLUMN uncertain INTEGER NOT NULL DEFAULT 0",
-            // When it was first tried (unix seconds): where a lookup starts.
-            "ALTER TABLE outbox ADD COLUMN first_try INTEGER",
-            // The session the message is about, told when the message is given up.
-            "ALTER TABLE outbox ADD COLUMN session TEXT",
-            "CREATE TABLE IF NOT EXISTS approvals (approval_id TEXT PRIMARY KEY, session TEXT NOT NULL, target TEXT NOT NULL, at INTEGER NOT NULL)",
-            // Platform users mapped to Wuhu people (at most `MAX_MEMBERS_PER_BINDING`).
-            "CREATE TABLE IF NOT EXISTS members (user TEXT PRIMARY KEY, sub TEXT NOT NULL)",
-            // Messages a hook accepted and not yet delivered to their session (at most
-            // `channels::MAX_INBOX`): stored with the dedupe keys before the hook answers, so
-            // nothing acknowledged is lost. `due`: when the alarm takes it (should its hook's
-            // own delivery not finish), or tries it again.
-            "CREATE TABLE IF NOT EXISTS inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, due INTEGER NOT NULL)",
-            // A Discord binding's Gateway connection: `channels::gateway::Saved` as JSON.
-            "CREATE TABLE IF NOT EXISTS gateway (k INTEGER PRIMARY KEY CHECK (k = 1), saved TEXT NOT NULL)",
-            // Guests' admitted messages of the last hour (`session` 1: it started one), counted
-            // against the binding's guest quota; at most the quota's all-guests bounds.
-            "CREATE TABLE IF NOT EXISTS guest_usage (seq INTEGER PRIMARY KEY AUTOINCREMENT, user TEXT NOT NULL, session INTEGER NOT NULL, at INTEGER NOT NULL)",
-            // Whom the binding told it refused (`refused:<user>`, `quota:<user>`) in the last
-            // hour: told once an hour at most (at most `admit::MAX_NOTICED` rows).
-            "CREATE TABLE IF NOT EXISTS told (key TEXT PRIMARY KEY, at INTEGER NOT NULL)",
-        ] {
-            let _ = sql.exec(ddl, None);
+        let schema = migrate(&sql, "channel", MIGRATIONS);
+        if let Err(e) = &schema {
+            worker::console_error!("channel actor: {e}");
         }
         ChannelActor {
             actor: Rc::new(Actor {
                 sql,
+                schema,
                 state,
                 env,
                 creating: RefCell::new(HashMap::new()),
@@ -272,6 +316,9 @@ impl Actor {
     /// Decodes the call `req` carries (one of the registry's or one of a binding's: the
     /// actor's name says which it is) and answers it.
     async fn route(self: &Rc<Self>, mut req: Request) -> ApiResult<Response> {
+        if let Err(e) = &self.schema {
+            return Err(ApiError::new(500, "storage_failed", e.clone()));
+        }
         let (name, body) = internal::call_parts(&mut req).await?;
         if let Ok(call) = RegistryCall::decode(&name, &body) {
             let identity = Identity::from_headers(&req)?;

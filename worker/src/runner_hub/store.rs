@@ -7,25 +7,30 @@ use wuhu_core::wire::EnvironmentDefinition;
 use wuhu_core::wire::runner::{OfferedEnvironment, RunnerKind};
 
 use crate::http::{ApiError, ApiResult};
+use crate::schema::Migration;
 
-/// Creates the tables (idempotent).
-pub(super) fn migrate(sql: &SqlStorage) {
-    for statement in [
+/// The hub's schema, in order (numbered from 1 by position; never reorder or remove one).
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration::Sql(
         "CREATE TABLE IF NOT EXISTS hub_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    ),
+    Migration::Sql(
         "CREATE TABLE IF NOT EXISTS runners (owner TEXT NOT NULL, name TEXT NOT NULL, kind TEXT NOT NULL, os TEXT NOT NULL, arch TEXT NOT NULL, environments TEXT NOT NULL, capabilities TEXT NOT NULL, version TEXT, last_seen_ms INTEGER NOT NULL, connected INTEGER NOT NULL, connected_at_ms INTEGER, epoch INTEGER NOT NULL, PRIMARY KEY (owner, name))",
+    ),
+    Migration::Sql(
         "CREATE TABLE IF NOT EXISTS environments (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, definition TEXT NOT NULL)",
-        // A deleted session's workspaces a runner has not confirmed discarding yet
-        // (`discards`); `sent_epoch` is the connection it was last sent on.
+    ),
+    // A deleted session's workspaces a runner has not confirmed discarding yet
+    // (`discards`); `sent_epoch` is the connection it was last sent on.
+    Migration::Sql(
         "CREATE TABLE IF NOT EXISTS pending_discards (owner TEXT NOT NULL, runner TEXT NOT NULL, session_id TEXT NOT NULL, created_ms INTEGER NOT NULL, sent_epoch INTEGER, PRIMARY KEY (owner, runner, session_id))",
-        // The key a runner name is bound to (decision 0024): set at its first hello with a
-        // key, deleted with the name.
+    ),
+    // The key a runner name is bound to (decision 0024): set at its first hello with a
+    // key, deleted with the name.
+    Migration::Sql(
         "CREATE TABLE IF NOT EXISTS runner_keys (owner TEXT NOT NULL, name TEXT NOT NULL, public_key TEXT NOT NULL, bound_ms INTEGER NOT NULL, PRIMARY KEY (owner, name))",
-    ] {
-        if let Err(e) = sql.exec(statement, None) {
-            worker::console_error!("runner hub: migration failed: {e}");
-        }
-    }
-}
+    ),
+];
 
 #[derive(Deserialize)]
 struct ValueRow {

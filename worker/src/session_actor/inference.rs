@@ -142,10 +142,11 @@ impl Purpose {
         }
     }
 
-    fn log_name(self) -> &'static str {
+    fn log_name(self) -> wuhu_core::llm::request_log::RequestPurpose {
+        use wuhu_core::llm::request_log::RequestPurpose;
         match self {
-            Purpose::Step(_) => "step",
-            Purpose::Summary(_) => "summary",
+            Purpose::Step(_) => RequestPurpose::Step,
+            Purpose::Summary(_) => RequestPurpose::Summary,
         }
     }
 

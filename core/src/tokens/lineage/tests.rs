@@ -313,7 +313,7 @@ fn standing_at_use() {
     };
     let cloud = |r: CredentialRecord| CredentialRecord {
         kind: CredentialKind::Runner,
-        runner_kind: Some("cloud".into()),
+        runner_kind: Some(crate::wire::runner::RunnerKind::Cloud),
         ..r
     };
     let own_admin = admin(record("t", "boss@acme.com", None, boss.clone()));

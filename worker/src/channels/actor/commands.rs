@@ -305,13 +305,17 @@ impl Actor {
                 "not an approval of this channel".into(),
             ));
         };
+        let Some(decision) = wuhu_core::approvals::Answer::parse(&click.decision) else {
+            return Ok(HookOutcome::Ignored(format!(
+                "a button with no known decision ({:?})",
+                click.decision
+            )));
+        };
         let target: ReplyTarget = from_json(&target)?;
         let who = self.who(binding, &click.user)?;
         let call = session_calls::AnswerApproval {
             approval_id: click.approval_id.clone(),
-            answer: AnswerApprovalRequest {
-                decision: click.decision.clone(),
-            },
+            answer: AnswerApprovalRequest { decision },
         };
         let stub = crate::session_client::stub(&self.env, &binding.tenant, &session)?;
         let result = internal::call(&stub, &person(&binding.tenant, &who), &call).await;

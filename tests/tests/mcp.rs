@@ -1,0 +1,193 @@
+//! Wuhu as an MCP server (`POST /mcp`, issue 33, decision 0036) against the real Worker: the
+//! official TypeScript SDK client (`@modelcontextprotocol/sdk` from `package.json`, streamable
+//! HTTP; `tests/mcp/sdk_client.mjs`) creates a session, sends a message, waits for the reply,
+//! reads it, writes and reads a workspace document; another member cannot see or prompt the
+//! private session through MCP. Raw requests check the transport's edges: no credential, GET,
+//! a message that is not JSON-RPC, a batch, an unknown revision, a notification, an unknown
+//! method, a foreign `Origin`, a body over the bound.
+
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+use wuhu_e2e::http::Request;
+use wuhu_e2e::util::unique_name;
+use wuhu_e2e::{Stack, StackOptions};
+
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        Stack::start_with(StackOptions {
+            fake_delay_ms: Some(0),
+            ..StackOptions::default()
+        })
+    })
+}
+
+#[test]
+fn the_official_sdk_client_drives_a_session_and_another_member_cannot() {
+    let stack = stack();
+    let tenant = unique_name("mcp");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = format!("notes/mcp-{}.md", wuhu_e2e::util::random_hex(4));
+    let output = Command::new("node")
+        .current_dir(&root)
+        .arg("tests/mcp/sdk_client.mjs")
+        .env("WUHU_MCP_URL", format!("{}/mcp", stack.base_url()))
+        .env("WUHU_ALICE_TOKEN", stack.user_token("alice", &tenant))
+        .env("WUHU_BOB_TOKEN", stack.user_token("bob", &tenant))
+        .env("WUHU_DOC", &doc)
+        .stdin(Stdio::null())
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the SDK client failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(seen["server"]["name"], "wuhu", "{seen}");
+    assert_eq!(
+        seen["tools"],
+        json!([
+            "approval_answer",
+            "approvals_list",
+            "session_create",
+            "session_read",
+            "session_send",
+            "session_stop",
+            "session_wait",
+            "sessions_list",
+            "workspace_read",
+            "workspace_write"
+        ])
+    );
+    assert_eq!(seen["createdError"], false, "{seen}");
+    assert_eq!(seen["sentError"], false, "{seen}");
+    assert_eq!(seen["waited"]["settled"], true, "{seen}");
+    assert_eq!(seen["waited"]["status"], "idle", "{seen}");
+    assert_eq!(
+        seen["waited"]["finalText"], "echo: hello over mcp",
+        "{seen}"
+    );
+    assert!(seen["readEntries"].as_u64().unwrap_or(0) >= 3, "{seen}");
+    assert_eq!(seen["approvals"], json!([]), "{seen}");
+    assert_eq!(seen["docContent"], "written over MCP\n", "{seen}");
+    // An unknown tool is a protocol error (invalid params), not a tool result.
+    assert_eq!(seen["unknownTool"], -32602, "{seen}");
+    // Bob is a member of the tenant; alice's session is private.
+    assert_eq!(seen["bobSees"], false, "{seen}");
+    assert_eq!(seen["bobRead"]["isError"], true, "{seen}");
+    assert!(
+        seen["bobRead"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("404 not_found"),
+        "{seen}"
+    );
+    assert_eq!(seen["bobSend"]["isError"], true, "{seen}");
+    // What the API shows matches: the session has alice's message and the reply, nothing of bob.
+    let api = stack.client("alice", &tenant);
+    let id = seen["id"].as_str().expect("id");
+    let transcript = api.transcript(id);
+    let text = serde_json::to_string(&transcript).unwrap_or_default();
+    assert!(text.contains("hello over mcp") && !text.contains("let me in"));
+}
+
+#[test]
+fn the_transport_refuses_what_it_should() {
+    let stack = stack();
+    let tenant = unique_name("mcp-edges");
+    let token = stack.user_token("alice", &tenant);
+    let url = format!("{}/mcp", stack.base_url());
+    let post = |body: &str| {
+        Request::new("POST", url.clone())
+            .bearer(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.as_bytes().to_vec())
+    };
+    let rpc_code = |response: &wuhu_e2e::http::Response| response.json()["error"]["code"].clone();
+
+    // No credential: the API's 401.
+    let anonymous = Request::new("POST", url.clone())
+        .body(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec())
+        .send()
+        .expect("answer");
+    anonymous.expect_error(401);
+    // No stream and no MCP session: GET and DELETE are 405, saying POST.
+    for method in ["GET", "DELETE"] {
+        let answer = Request::new(method, url.clone())
+            .bearer(&token)
+            .send()
+            .expect("answer");
+        answer.expect_error(405);
+        assert_eq!(answer.header("allow"), Some("POST"));
+    }
+    // Messages that cannot be read: 400 with a JSON-RPC error and no id.
+    for (body, code) in [
+        ("{not json", -32700),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, -32600),
+        (r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, -32600),
+    ] {
+        let answer = post(body).send().expect("answer");
+        assert_eq!(answer.status, 400, "{body}: {answer}");
+        assert_eq!(rpc_code(&answer), code, "{body}: {answer}");
+        assert_eq!(answer.json()["id"], Value::Null);
+    }
+    let old = post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .header("mcp-protocol-version", "2024-01-01")
+        .send()
+        .expect("answer");
+    assert_eq!(old.status, 400, "{old}");
+    // A notification is accepted without a body; a request is answered under its id.
+    let note = post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .send()
+        .expect("answer");
+    assert_eq!(note.status, 202, "{note}");
+    assert!(note.text().is_empty());
+    let ping = post(r#"{"jsonrpc":"2.0","id":"p1","method":"ping"}"#)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .expect("answer");
+    assert_eq!(ping.status, 200);
+    assert_eq!(
+        ping.json(),
+        json!({"jsonrpc": "2.0", "id": "p1", "result": {}})
+    );
+    let unknown = post(r#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#)
+        .send()
+        .expect("answer");
+    assert_eq!(unknown.status, 200);
+    assert_eq!(rpc_code(&unknown), -32601, "{unknown}");
+    // A page of another origin may not drive it with the user's credentials.
+    let foreign = post(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)
+        .header("origin", "https://evil.example")
+        .send()
+        .expect("answer");
+    foreign.expect_error(403);
+    // A body over the bound (2 MiB) is refused before it is read.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"session_create","arguments":{{"title":"{}"}}}}}}"#,
+        "x".repeat(2 * 1024 * 1024 + 1)
+    );
+    let refused = post(&big).send().expect("answer");
+    refused.expect_error(413);
+    // A tool's failure is a result with isError, the route's status and code in its text.
+    let bad = post(
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"session_create","arguments":{"provider":"nobody"}}}"#,
+    )
+    .send()
+    .expect("answer");
+    assert_eq!(bad.status, 200, "{bad}");
+    let result = &bad.json()["result"];
+    assert_eq!(result["isError"], true, "{bad}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("400 "),
+        "{bad}"
+    );
+}

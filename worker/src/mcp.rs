@@ -1,0 +1,236 @@
+//! `/mcp`: Wuhu as an MCP server (streamable HTTP, revision 2025-06-18; decision 0036). The
+//! rules are `wuhu_core::mcp`; this module reads the request, performs a tool's API requests
+//! through this Worker's own router with the caller's credentials (so each passes the checks of
+//! the route it mirrors), and answers one JSON message.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wasm_bindgen::JsValue;
+use worker::{Delay, Env, Headers, Method, Request, RequestInit, Response};
+use wuhu_core::mcp::{self, CallBody, HttpCall, Incoming, Plan, RpcError};
+use wuhu_core::wire::Entry;
+
+use crate::http::{ApiError, ApiResult, read_body_bounded};
+
+/// The headers a tool's API request carries from the MCP request: the caller's credentials.
+const CREDENTIALS: [&str; 3] = ["authorization", "cookie", "cf-access-jwt-assertion"];
+
+/// `/mcp` of an authenticated caller.
+pub(crate) async fn route(mut req: Request, env: &Env) -> ApiResult<Response> {
+    if req.method() != Method::Post {
+        // No server-to-client stream and no MCP session to end: the transport allows 405.
+        let response = ApiError::new(
+            405,
+            "method_not_allowed",
+            "this MCP server answers POST only (no server-to-client stream, no MCP session)",
+        )
+        .into_response();
+        let _ = response.headers().set("allow", "POST");
+        return Ok(response);
+    }
+    check_origin(&req, env)?;
+    let version = req.headers().get("mcp-protocol-version").ok().flatten();
+    if !mcp::version_supported(version.as_deref()) {
+        return Ok(rpc_failure(&RpcError {
+            code: mcp::codes::INVALID_REQUEST,
+            message: format!(
+                "MCP-Protocol-Version {:?} is not one this server speaks ({})",
+                version.unwrap_or_default(),
+                mcp::PROTOCOL_VERSIONS.join(", ")
+            ),
+        }));
+    }
+    let body = read_body_bounded(&mut req, mcp::MAX_REQUEST_BYTES).await?;
+    let (id, method, params) = match mcp::parse(&body) {
+        Ok(Incoming::Accepted) => return Ok(Response::empty()?.with_status(202)),
+        Ok(Incoming::Request { id, method, params }) => (id, method, params),
+        Err(e) => return Ok(rpc_failure(&e)),
+    };
+    let answer = match method.as_str() {
+        "initialize" => Ok(mcp::initialize_result(&params, env!("CARGO_PKG_VERSION"))),
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(mcp::tools()),
+        "tools/call" => match mcp::plan(&params) {
+            Ok(plan) => Ok(perform(&req, env, plan).await),
+            Err(e) => Err(e),
+        },
+        other => Err(RpcError {
+            code: mcp::codes::METHOD_NOT_FOUND,
+            message: format!("no method {other:?} (this server has tools only)"),
+        }),
+    };
+    let message = match answer {
+        Ok(result) => mcp::result_message(&id, result),
+        Err(e) => mcp::error_message(Some(&id), &e),
+    };
+    Ok(crate::http::json_response(200, &message))
+}
+
+/// A browser page of another origin may not drive the server with the user's cookie (the
+/// transport asks servers to check `Origin`): only this server's own origin and the listed ones.
+fn check_origin(req: &Request, env: &Env) -> ApiResult<()> {
+    let Some(origin) = req.headers().get("origin").ok().flatten() else {
+        return Ok(());
+    };
+    let own = req.url().map(|u| u.origin().ascii_serialization()).ok();
+    if own.as_deref() == Some(origin.as_str()) || crate::cors::listed_origin(req, env).is_some() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        403,
+        "forbidden",
+        format!("origin {origin} may not use this MCP server"),
+    ))
+}
+
+/// A message that could not be read: `400` with a JSON-RPC error and no id.
+fn rpc_failure(error: &RpcError) -> Response {
+    crate::http::json_response(400, &mcp::error_message(None, error))
+}
+
+/// Performs a tool call; every failure is a tool result with `isError`.
+async fn perform(req: &Request, env: &Env, plan: Plan) -> Value {
+    match plan {
+        Plan::Http(call) => match api(req, env, &call).await {
+            Ok((status, body)) => mcp::http_result(status, &body),
+            Err(e) => failure(&e),
+        },
+        Plan::Wait { id, timeout_secs } => wait(req, env, &id, timeout_secs)
+            .await
+            .unwrap_or_else(|e| failure(&e)),
+        Plan::Approvals { id } => approvals(req, env, &id)
+            .await
+            .unwrap_or_else(|e| failure(&e)),
+    }
+}
+
+fn failure(e: &ApiError) -> Value {
+    mcp::http_result(
+        e.status,
+        &json!({"error": {"code": e.code, "message": e.message}}),
+    )
+}
+
+/// `GET path`, answered 2xx with a JSON body, or the error.
+async fn get_json(req: &Request, env: &Env, path: String) -> ApiResult<Value> {
+    let call = HttpCall {
+        method: "GET",
+        path,
+        body: None,
+    };
+    let (status, body) = api(req, env, &call).await?;
+    if (200..300).contains(&status) {
+        Ok(body)
+    } else {
+        Err(ApiError::new(
+            status,
+            body.pointer("/error/code")
+                .and_then(Value::as_str)
+                .unwrap_or("error")
+                .to_string(),
+            body.pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("the request failed")
+                .to_string(),
+        ))
+    }
+}
+
+/// `session_wait`: polls the session until it is at rest or the time is up, then reads its tail.
+async fn wait(req: &Request, env: &Env, id: &str, timeout_secs: u64) -> ApiResult<Value> {
+    let deadline = worker::Date::now().as_millis() + timeout_secs * 1000;
+    let mut session = get_json(req, env, format!("/v1/sessions/{id}?limit=1")).await?;
+    let mut settled = mcp::at_rest(&session);
+    while !settled && worker::Date::now().as_millis() < deadline {
+        Delay::from(Duration::from_millis(mcp::WAIT_POLL_MS)).await;
+        session = get_json(req, env, format!("/v1/sessions/{id}?limit=1")).await?;
+        settled = mcp::at_rest(&session);
+    }
+    let tail = if settled {
+        let since = mcp::tail_cursor(&session);
+        let page = get_json(
+            req,
+            env,
+            format!("/v1/sessions/{id}?sinceCursor={since}&limit=200"),
+        )
+        .await?;
+        entries(&page)
+    } else {
+        Vec::new()
+    };
+    Ok(mcp::wait_result(&session, &tail, settled))
+}
+
+/// `approvals_list`: the pending requests among the session's last 200 entries.
+async fn approvals(req: &Request, env: &Env, id: &str) -> ApiResult<Value> {
+    let head = get_json(req, env, format!("/v1/sessions/{id}?limit=1")).await?;
+    let last = head
+        .pointer("/session/lastCursor")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let since = last.saturating_sub(200);
+    let page = get_json(
+        req,
+        env,
+        format!("/v1/sessions/{id}?sinceCursor={since}&limit=200"),
+    )
+    .await?;
+    Ok(mcp::pending_approvals(&entries(&page)))
+}
+
+fn entries(page: &Value) -> Vec<Entry> {
+    page.get("transcript")
+        .cloned()
+        .and_then(|t| serde_json::from_value(t).ok())
+        .unwrap_or_default()
+}
+
+/// One API request as the caller: this Worker's router, with the caller's credentials.
+async fn api(req: &Request, env: &Env, call: &HttpCall) -> ApiResult<(u16, Value)> {
+    let url = req
+        .url()?
+        .join(&call.path)
+        .map_err(|e| ApiError::internal(format!("tool request URL: {e}")))?;
+    let headers = Headers::new();
+    for name in CREDENTIALS {
+        if let Ok(Some(value)) = req.headers().get(name) {
+            headers.set(name, &value)?;
+        }
+    }
+    let mut init = RequestInit::new();
+    init.with_method(match call.method {
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        _ => Method::Get,
+    });
+    match &call.body {
+        Some(CallBody::Json(body)) => {
+            headers.set("content-type", "application/json")?;
+            init.with_body(Some(JsValue::from_str(&body.to_string())));
+        }
+        Some(CallBody::Text(text)) => {
+            headers.set("content-type", "text/plain; charset=utf-8")?;
+            init.with_body(Some(JsValue::from_str(text)));
+        }
+        None => {}
+    }
+    init.with_headers(headers);
+    let sub = Request::new_with_init(url.as_str(), &init)?;
+    match crate::route_again(sub, env.clone()).await {
+        Ok(mut response) => {
+            let status = response.status_code();
+            let text = response.text().await.unwrap_or_default();
+            let body = if text.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str(&text).unwrap_or(Value::String(text))
+            };
+            Ok((status, body))
+        }
+        Err(e) => Ok((
+            e.status,
+            json!({"error": {"code": e.code, "message": e.message}}),
+        )),
+    }
+}
