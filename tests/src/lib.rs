@@ -58,5 +58,5 @@ pub use fake_openai::{FakeOpenAi, RecordedRequest, Reply};
 pub use fake_server::Gate;
 pub use http::{Request, Response};
 pub use sse::{FollowOpen, SseEvent, SseItem, SseStream};
-pub use stack::{Stack, StackOptions};
+pub use stack::{Stack, StackOptions, shared_fake_stack, shared_stack};
 pub use util::{wait_for, wait_until};

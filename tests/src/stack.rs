@@ -112,6 +112,22 @@ pub struct Stack {
     starts: u32,
 }
 
+/// This test binary's stack, shared by its tests (each uses a tenant of its own): started by the
+/// first call with `options`; later calls get the same one (one binary, one stack, one set of
+/// options: a test that needs others starts a stack of its own).
+pub fn shared_stack(options: impl FnOnce() -> StackOptions) -> &'static Stack {
+    static STACK: std::sync::OnceLock<Stack> = std::sync::OnceLock::new();
+    STACK.get_or_init(|| Stack::start_with(options()))
+}
+
+/// [`shared_stack`] whose `fake` provider answers at once (what most files want).
+pub fn shared_fake_stack() -> &'static Stack {
+    shared_stack(|| StackOptions {
+        fake_delay_ms: Some(0),
+        ..StackOptions::default()
+    })
+}
+
 impl Stack {
     /// Starts a stack with default options. Panics (with the wrangler log) when it cannot.
     pub fn start() -> Stack {

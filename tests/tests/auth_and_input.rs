@@ -1,7 +1,6 @@
 //! Every auth failure is a JSON 401, other tenants' sessions do not exist, and bad input is a
 //! JSON 4xx that never takes the Worker down.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::json;
@@ -10,8 +9,7 @@ use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Api, Request, Response, Stack};
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 /// Every user route, as (method, path, body).

@@ -6,7 +6,6 @@
 //!
 //! One `wrangler dev` for the file; every test uses its own tenant.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -15,18 +14,12 @@ use wuhu_core::wire::ToolResult;
 use wuhu_e2e::http::Request;
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Api, Stack, StackOptions};
+use wuhu_e2e::{Api, Stack};
 
 const TURN: Duration = Duration::from_secs(120);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 #[track_caller]

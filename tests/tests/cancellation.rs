@@ -8,7 +8,6 @@
 //! the restart test has a stack of its own.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -26,13 +25,7 @@ const TURN: Duration = Duration::from_secs(60);
 const FRAME_WAIT: Duration = Duration::from_secs(20);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 /// Whether `pid` is a live process (a zombie counts as gone: it no longer runs).

@@ -8,7 +8,6 @@
 #![cfg(target_os = "linux")]
 
 use std::os::unix::fs::PermissionsExt;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -17,18 +16,12 @@ use wuhu_core::wire::runner::RunnerKind;
 use wuhu_e2e::fake_http::{FakeHttp, HttpReply};
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Api, Stack, StackOptions};
+use wuhu_e2e::{Api, Stack};
 
 const TURN: Duration = Duration::from_secs(120);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 #[track_caller]

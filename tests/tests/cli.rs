@@ -4,7 +4,6 @@
 //! reply, a steer into a running turn, Ctrl-C stops the turn and a second one exits).
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -25,11 +24,10 @@ const TURN: Duration = Duration::from_secs(60);
 const RESTART: Duration = Duration::from_secs(150);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
+    wuhu_e2e::shared_stack(|| {
         // Built before the stack starts, so a slow build does not eat a test's deadlines.
         wuhu_bin();
-        Stack::start()
+        wuhu_e2e::StackOptions::default()
     })
 }
 

@@ -23,19 +23,13 @@ use wuhu_e2e::fake_imds::FakeImds;
 use wuhu_e2e::moto::Moto;
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Api, Stack, StackOptions};
+use wuhu_e2e::{Api, Stack};
 
 const TURN: Duration = Duration::from_secs(120);
 const BUCKET: &str = "wuhu-e2e";
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 fn moto() -> &'static Moto {

@@ -2,7 +2,6 @@
 //! context-overflow refusal answered by one compaction and one retry, the manual
 //! `POST /v1/sessions/:id/compact`, and forks (`POST /v1/sessions/:id/fork`).
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -20,8 +19,7 @@ const TURN: Duration = Duration::from_secs(60);
 const SYSTEM_PROMPT: &str = "You are a test agent.";
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 fn compactions(entries: &[Entry]) -> Vec<(u64, Compaction)> {

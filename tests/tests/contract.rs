@@ -5,8 +5,6 @@
 //! a `405`; an undocumented path under `/v1` is the JSON 404. One stack for the file.
 //! `scripts/test` also fuzzes the document with schemathesis (`run_schemathesis`).
 
-use std::sync::OnceLock;
-
 use serde_json::{Value, json};
 use wuhu_e2e::stack::repo_root;
 use wuhu_e2e::util::unique_name;
@@ -16,8 +14,7 @@ const TENANT: &str = "contract";
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 fn committed() -> Value {

@@ -6,7 +6,6 @@
 //! Messages on one connection are handled in order, so a message pushed after another has
 //! been answered tells the test the earlier ones were seen: no test sleeps for a fixed time.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -21,13 +20,7 @@ const BOT_TOKEN: &str = "bot-gateway-token-0123456789";
 const BOT_ID: &str = "80001";
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 /// A tenant with a Discord binding whose API and Gateway are fakes.

@@ -4,7 +4,7 @@
 //! in cursor order, exactly once, whenever it connected.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -21,8 +21,7 @@ const TURN: Duration = Duration::from_secs(60);
 const FOLLOW_TO_IDLE: &str = "sinceCursor=0&stopAfterIdle=1&timeoutSeconds=120";
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 /// When a follower of the invariant test connected, relative to its turn.

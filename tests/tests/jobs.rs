@@ -10,7 +10,6 @@
 //! One `wrangler dev` for the file, with `WUHU_JOB_RUNNER_GRACE_SECONDS=10` (polls every 3.3
 //! s); every test has its own tenant and runner.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -24,13 +23,10 @@ use wuhu_e2e::{Api, Stack, StackOptions, wait_for};
 const TURN: Duration = Duration::from_secs(90);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            vars: vec![("WUHU_JOB_RUNNER_GRACE_SECONDS".into(), "10".into())],
-            ..StackOptions::default()
-        })
+    wuhu_e2e::shared_stack(|| StackOptions {
+        fake_delay_ms: Some(0),
+        vars: vec![("WUHU_JOB_RUNNER_GRACE_SECONDS".into(), "10".into())],
+        ..StackOptions::default()
     })
 }
 

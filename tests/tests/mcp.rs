@@ -7,21 +7,14 @@
 //! method, a foreign `Origin`, a body over the bound.
 
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use serde_json::{Value, json};
+use wuhu_e2e::Stack;
 use wuhu_e2e::http::Request;
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Stack, StackOptions};
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 #[test]

@@ -12,7 +12,6 @@
 //! Users: `ada` (member) and `root` (admin) of a fresh tenant per test. The OpenAI-compatible
 //! provider is the stack's fake OpenAI server, scripted by model name.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -24,13 +23,7 @@ use wuhu_e2e::{Reply, Stack, StackOptions};
 const TURN: Duration = Duration::from_secs(90);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 /// The `400` of a refused choice: its code, and a message that says what to do.

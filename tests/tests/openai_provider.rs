@@ -1,7 +1,6 @@
 //! The `openai-compatible` provider against a local server speaking the real Chat Completions
 //! streaming format. Each test scripts its own model name, so tests share one server.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -13,8 +12,7 @@ use wuhu_e2e::{Api, Reply, SseEvent, Stack};
 const TURN: Duration = Duration::from_secs(60);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 /// A client in a fresh tenant and a openai-compatible session on a fresh model name.

@@ -8,7 +8,6 @@
 //! One `wrangler dev` for the file, with `WUHU_MAX_RUNNING_SESSIONS=3`; every test has its own
 //! tenant (the gate is per tenant).
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -21,13 +20,10 @@ use wuhu_e2e::{Api, Reply, Stack, StackOptions, wait_for};
 const TURN: Duration = Duration::from_secs(90);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            vars: vec![("WUHU_MAX_RUNNING_SESSIONS".into(), "3".into())],
-            ..StackOptions::default()
-        })
+    wuhu_e2e::shared_stack(|| StackOptions {
+        fake_delay_ms: Some(0),
+        vars: vec![("WUHU_MAX_RUNNING_SESSIONS".into(), "3".into())],
+        ..StackOptions::default()
     })
 }
 

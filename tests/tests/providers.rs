@@ -16,8 +16,7 @@ use wuhu_e2e::{Api, Reply, SseEvent, Stack};
 const TURN: Duration = Duration::from_secs(60);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 /// A client in a fresh tenant and a anthropic session on a fresh model name.

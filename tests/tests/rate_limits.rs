@@ -7,7 +7,6 @@
 //! dev` counts in fixed windows of the limit's period (10 s here); a burst that a window's end
 //! cut in two is run again with fresh names, so no test depends on where in a window it starts.
 
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -15,13 +14,10 @@ use wuhu_e2e::util::unique_name;
 use wuhu_e2e::{Api, Response, Stack, StackOptions};
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            vars: vec![("WUHU_RATE_LIMITS".into(), "on".into())],
-            ..StackOptions::default()
-        })
+    wuhu_e2e::shared_stack(|| StackOptions {
+        fake_delay_ms: Some(0),
+        vars: vec![("WUHU_RATE_LIMITS".into(), "on".into())],
+        ..StackOptions::default()
     })
 }
 

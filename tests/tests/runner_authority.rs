@@ -6,7 +6,6 @@
 //!
 //! One `wrangler dev` for the file; every test uses its own tenants, runners and temp dirs.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -15,19 +14,13 @@ use wuhu_core::wire::runner::{RunnerKind, ServerMessage};
 use wuhu_e2e::entries::{customs, describe};
 use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Api, Stack, StackOptions};
+use wuhu_e2e::{Api, Stack};
 
 const TURN: Duration = Duration::from_secs(60);
 const FRAME_WAIT: Duration = Duration::from_secs(15);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 /// One test's tenant with `alice`, `bob` and the admin `root`, and a temp dir.

@@ -6,7 +6,6 @@
 //! and per tenant (500). The 30-day expiry of names is `wuhu_core::hub`'s table test (a test
 //! cannot wait 30 days, and the Worker has no clock to turn).
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -17,9 +16,9 @@ use wuhu_core::hub::{
 use wuhu_core::wire::runner::{
     HEARTBEAT_ACK_FRAME, MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RunnerKind, ServerMessage,
 };
+use wuhu_e2e::Stack;
 use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig};
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Stack, StackOptions};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -34,13 +33,7 @@ fn timing() -> std::sync::MutexGuard<'static, ()> {
 const PROMPT: Duration = Duration::from_secs(3);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 fn connect(tenant: &str, sub: &str) -> RawRunner {

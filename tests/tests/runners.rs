@@ -9,7 +9,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -18,18 +17,12 @@ use wuhu_core::wire::{Entry, EntryPayload, Message, ToolResult, custom_types};
 use wuhu_e2e::entries::{customs, describe, tool_result};
 use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::unique_name;
-use wuhu_e2e::{Api, Stack, StackOptions, wait_for};
+use wuhu_e2e::{Api, Stack, wait_for};
 
 const TURN: Duration = Duration::from_secs(60);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
-        Stack::start_with(StackOptions {
-            fake_delay_ms: Some(0),
-            ..StackOptions::default()
-        })
-    })
+    wuhu_e2e::shared_fake_stack()
 }
 
 /// The OS name runners on this machine report.

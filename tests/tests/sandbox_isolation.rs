@@ -10,8 +10,8 @@
 //! reply after reply; every call must end as a tool result (an error or a value), the other
 //! session must finish every turn untouched, and the Worker must keep serving afterwards.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,8 @@ const CALLS_PER_TURN: usize = 12;
 const MAX_TURN_BYTES: usize = 600 * 1024;
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
     // The Worker's own limits (wrangler.toml), so the shipped step budget is what is tested.
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 fn client(prefix: &str) -> Api {

@@ -3,7 +3,6 @@
 //! root (admin) in one tenant, and mallory in another. One `wrangler dev` for the file; every
 //! test uses its own tenants.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -16,8 +15,7 @@ use wuhu_e2e::{Api, Stack};
 const TURN: Duration = Duration::from_secs(60);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 /// The people of one test: alice, bob and carol (members) and root (admin) in one tenant,

@@ -7,7 +7,6 @@
 //! One `wrangler dev` for the file; every test uses its own tenant.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -22,14 +21,13 @@ use wuhu_e2e::{Api, Stack, StackOptions, wait_for};
 const TURN: Duration = Duration::from_secs(90);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| {
+    wuhu_e2e::shared_stack(|| {
         // Built before the stack starts, so a slow build does not eat a test's deadlines.
         wuhu_bin();
-        Stack::start_with(StackOptions {
+        StackOptions {
             fake_delay_ms: Some(0),
             ..StackOptions::default()
-        })
+        }
     })
 }
 

@@ -3,7 +3,6 @@
 //! its own tenant.
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -19,8 +18,7 @@ use wuhu_e2e::{Api, SseEvent, Stack, wait_for};
 const TURN: Duration = Duration::from_secs(60);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 fn alice() -> Api {

@@ -1,7 +1,6 @@
 //! The session socket (`GET /v1/sessions/:id/socket`): the follow stream's events and cursors,
 //! lossless and once, and the HTTP routes' actions with their answers and their authority.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -21,8 +20,7 @@ const TURN: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
 
 fn stack() -> &'static Stack {
-    static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(Stack::start)
+    wuhu_e2e::shared_stack(wuhu_e2e::StackOptions::default)
 }
 
 fn connect(api: &Api, id: &str, query: &str) -> Result<SessionSocket, (u16, String)> {
