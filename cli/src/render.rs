@@ -81,6 +81,11 @@ pub struct Renderer {
     pub style: Style,
     /// Streamed assistant text not yet confirmed by an entry.
     streamed: String,
+    /// After a dropped connection, the text of the reply it interrupted as far as it was shown
+    /// (empty: none was): until the next entry arrives, deltas are held back (those sent during
+    /// the outage are lost, so the ones after it would not follow on), and an assistant entry
+    /// then shows only what comes after it.
+    broken: Option<String>,
     /// Whether the cursor is at the start of a line.
     at_line_start: bool,
     /// Queue items this process sent (their user entries are already on screen).
@@ -93,6 +98,7 @@ impl Renderer {
         Renderer {
             style,
             streamed: String::new(),
+            broken: None,
             at_line_start: true,
             own_items: Vec::new(),
         }
@@ -101,12 +107,25 @@ impl Renderer {
     /// Renders one follow event to `out`.
     pub fn event(&mut self, out: &mut impl Write, event: &FollowEvent) -> std::io::Result<()> {
         match event {
+            FollowEvent::Event(StreamEvent::AssistantTextDelta { .. }) if self.broken.is_some() => {
+            }
             FollowEvent::Event(StreamEvent::AssistantTextDelta { delta }) => {
                 self.streamed.push_str(delta);
                 write!(out, "{delta}")?;
                 self.at_line_start = delta.ends_with('\n');
             }
-            FollowEvent::Event(StreamEvent::EntryAppended { entry }) => self.entry(out, entry)?,
+            FollowEvent::Event(StreamEvent::EntryAppended { entry }) => {
+                let broken = self.broken.take();
+                match (&entry.payload, broken) {
+                    (
+                        EntryPayload::Message {
+                            message: Message::Assistant(assistant),
+                        },
+                        Some(shown),
+                    ) => self.rest_of_broken(out, assistant, &shown)?,
+                    _ => self.entry(out, entry)?,
+                }
+            }
             FollowEvent::Event(StreamEvent::Lagged { .. } | StreamEvent::Error { .. }) => {}
             // A child's idle, failure or stop also arrives as a `wuhu_child_status_v1` entry.
             FollowEvent::Event(
@@ -116,8 +135,12 @@ impl Renderer {
                 | StreamEvent::ChildStatus { .. },
             ) => {}
             FollowEvent::Disconnected { reason } => {
-                // The notice breaks the streamed line: the entry will show the whole text.
-                self.streamed.clear();
+                // The notice breaks the streamed line: the entry shows what comes after. Deltas
+                // wait for the next entry: those sent during the outage are lost, so the ones
+                // after it may not follow on from what is on screen.
+                if self.broken.is_none() {
+                    self.broken = Some(std::mem::take(&mut self.streamed));
+                }
                 self.line_break(out)?;
                 let text = format!("⚠ connection lost ({reason}); reconnecting…");
                 writeln!(out, "{}", self.style.yellow(&text))?;
@@ -129,6 +152,44 @@ impl Renderer {
             }
         }
         out.flush()
+    }
+
+    /// The entry of a reply a drop interrupted: what was not shown yet, after `…` (or the whole
+    /// text, when it is not the reply that was shown: the turn was tried again), and its calls.
+    fn rest_of_broken(
+        &mut self,
+        out: &mut impl Write,
+        assistant: &wuhu_core::wire::AssistantMessage,
+        shown: &str,
+    ) -> std::io::Result<()> {
+        let text = assistant.text();
+        self.line_break(out)?;
+        match text.strip_prefix(shown) {
+            Some(rest) => {
+                if !rest.is_empty() {
+                    if !shown.is_empty() {
+                        write!(out, "{}", self.style.dim("…"))?;
+                    }
+                    write!(out, "{rest}")?;
+                    self.at_line_start = rest.ends_with('\n');
+                }
+            }
+            None => {
+                write!(out, "{text}")?;
+                self.at_line_start = text.is_empty() || text.ends_with('\n');
+            }
+        }
+        // The text is on screen: the rest of the entry (its tool calls) as usual.
+        self.streamed = text;
+        let entry = Entry {
+            cursor: 0,
+            id: String::new(),
+            created_at: 0,
+            payload: EntryPayload::Message {
+                message: Message::Assistant(assistant.clone()),
+            },
+        };
+        self.entry(out, &entry)
     }
 
     /// Something else was printed (or typed and echoed) in the middle of streamed text: the
@@ -419,7 +480,7 @@ mod tests {
             render(&[delta("echo: "), delta("hi"), assistant(3, "echo: hi")]),
             "echo: hi\n"
         );
-        // A reconnect lost the second delta: the entry completes the line.
+        // A reconnect lost the second delta: the entry shows what was not shown, once.
         assert_eq!(
             render(&[
                 delta("echo: "),
@@ -427,9 +488,49 @@ mod tests {
                 FollowEvent::Resumed { cursor: 2 },
                 assistant(3, "echo: hi"),
             ]),
-            "echo: \n⚠ connection lost (x); reconnecting…\n✓ reconnected; resuming after entry 2, nothing lost\necho: hi\n"
+            "echo: \n⚠ connection lost (x); reconnecting…\n✓ reconnected; resuming after entry 2, nothing lost\n…hi\n"
         );
         assert_eq!(render(&[assistant(3, "plain")]), "plain\n");
+    }
+
+    /// Dropped at every point of a streamed reply (and with the deltas after the drop arriving
+    /// or not): every character of the reply is shown exactly once, in order, and the next
+    /// reply streams as usual.
+    #[test]
+    fn a_reply_interrupted_anywhere_is_shown_once() {
+        let deltas = ["echo", ": ", "hel", "lo ", "wör", "ld"];
+        let full: String = deltas.concat();
+        for drop_at in 0..=deltas.len() {
+            for resumed_from in drop_at..=deltas.len() {
+                let mut events: Vec<FollowEvent> =
+                    deltas[..drop_at].iter().map(|d| delta(d)).collect();
+                events.push(FollowEvent::Disconnected { reason: "x".into() });
+                events.push(FollowEvent::Resumed { cursor: 2 });
+                // Deltas sent during the outage are lost; those after it arrive.
+                events.extend(deltas[resumed_from..].iter().map(|d| delta(d)));
+                events.push(assistant(3, &full));
+                events.push(delta("next"));
+                events.push(assistant(4, "next"));
+                let shown: String = render(&events)
+                    .lines()
+                    .filter(|l| !l.starts_with('⚠') && !l.starts_with('✓'))
+                    .map(|l| l.trim_start_matches('…'))
+                    .collect();
+                assert_eq!(
+                    shown,
+                    format!("{full}next"),
+                    "drop after {drop_at} deltas, resumed from {resumed_from}"
+                );
+            }
+        }
+        // A drop, then a different reply (the turn was tried again): shown whole.
+        let out = render(&[
+            delta("first try"),
+            FollowEvent::Disconnected { reason: "x".into() },
+            FollowEvent::Resumed { cursor: 2 },
+            assistant(3, "second try"),
+        ]);
+        assert!(out.ends_with("\nsecond try\n"), "{out}");
     }
 
     fn entry(payload: EntryPayload) -> Entry {
