@@ -21,7 +21,7 @@ pub mod uids;
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::runner::EnvironmentKind;
+use crate::wire::environment_kind::EnvironmentKind;
 pub use network::Network;
 
 /// Most `readOnlyPaths` a definition may list.

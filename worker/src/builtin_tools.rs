@@ -194,7 +194,7 @@ async fn execute_text(
                         .to_string(),
                 ),
                 Some(Ok(WuhuUrl::Config(path))) => {
-                    let text = crate::config_doc(&context.env, &context.session.tenant, &path)
+                    let text = crate::workspace_io::config_doc(&context.env, &context.session.tenant, &path)
                         .await?
                         .ok_or_else(|| {
                             format!(

@@ -136,7 +136,7 @@ async fn approve(
         turn_authors: &ctx.acting_for,
         session_owner: &ctx.session.owner,
         grants: &grants,
-        now: crate::session_actor::now(),
+        now: wuhu_core::session::Millis(worker::Date::now().as_millis()),
     };
     let Some(approver) = approvals::required_approver(&target, &facts) else {
         return Ok(());

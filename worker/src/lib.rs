@@ -47,7 +47,6 @@ use wuhu_core::calls::hub::HubCall;
 use wuhu_core::calls::index::IndexCall;
 use wuhu_core::calls::session::{Deleted, GlobalContext, Needs, SessionCall, SessionInit};
 use wuhu_core::calls::{self, Method as CallMethod};
-use wuhu_core::llm::{self, anthropic, fake, openai};
 use wuhu_core::rate_limits::RateAction;
 use wuhu_core::wire::{CreateSessionRequest, OkResponse};
 
@@ -132,7 +131,7 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
     if segments.as_slice() == ["mcp"] {
         let authenticated = authenticate(&req, &env, TokenKind::User).await?;
         *caller = Some(authenticated.identity.clone());
-        return mcp::route(req, &env).await;
+        return mcp::route(req, &env, route_again).await;
     }
     if segments.first() != Some(&"v1") {
         return Err(ApiError::not_found("no such route"));
@@ -369,45 +368,6 @@ async fn workspace_doc(
         }
         _ => Err(method_not_allowed()),
     }
-}
-
-/// The read-only documents under `wuhu://config/`: server settings without secrets, and the
-/// model table in effect (the tenant's `config/models.json` over the built-in rows).
-///
-/// # Errors
-/// The tenant's model table is invalid, or could not be read.
-pub(crate) async fn config_doc(
-    env: &Env,
-    tenant: &str,
-    path: &str,
-) -> Result<Option<String>, String> {
-    if path == "models.json" {
-        let table = workspace_io::model_table(env, tenant)
-            .await
-            .map_err(|e| e.message)?
-            .map_err(|e| e.to_string())?;
-        return Ok(serde_json::to_string_pretty(&table.to_json()).ok());
-    }
-    if path != "server.json" {
-        return Ok(None);
-    }
-    let var = |name: &str| env.var(name).ok().map(|v| v.to_string());
-    let settings = serde_json::json!({
-        "tenant": tenant,
-        "providers": llm::PROVIDERS,
-        // A session that names no provider: the tenant's default (config/tenant.json), else
-        // this (null: such a session is refused).
-        "defaultProvider": crate::model_choice::fake_enabled(env).then_some(fake::PROVIDER),
-        "fakeProviderEnabled": crate::model_choice::fake_enabled(env),
-        "openaiBaseUrl": var("OPENAI_BASE_URL").unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
-        "openaiKeyConfigured": env.secret("OPENAI_API_KEY").is_ok() || env.var("OPENAI_API_KEY").is_ok(),
-        "anthropicBaseUrl": var("ANTHROPIC_BASE_URL").unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()),
-        "anthropicKeyConfigured": env.secret("ANTHROPIC_API_KEY").is_ok() || env.var("ANTHROPIC_API_KEY").is_ok(),
-        "workspace": "wuhu://workspace/",
-        "globalContext": "wuhu://workspace/users/<you>/context.md",
-        "tenantSettings": format!("wuhu://workspace/{}", wuhu_core::tenant_config::TENANT_CONFIG_PATH),
-    });
-    Ok(serde_json::to_string_pretty(&settings).ok())
 }
 
 /// The user's global context document, if they have one.

@@ -16,8 +16,13 @@ use crate::http::{ApiError, ApiResult, read_body_bounded};
 /// The headers a tool's API request carries from the MCP request: the caller's credentials.
 const CREDENTIALS: [&str; 3] = ["authorization", "cookie", "cf-access-jwt-assertion"];
 
+/// The Worker's router, for the API requests the tools make (given by the router itself, so
+/// this module does not reach back up to the crate root).
+pub(crate) type Router =
+    fn(Request, Env) -> std::pin::Pin<Box<dyn std::future::Future<Output = ApiResult<Response>>>>;
+
 /// `/mcp` of an authenticated caller.
-pub(crate) async fn route(mut req: Request, env: &Env) -> ApiResult<Response> {
+pub(crate) async fn route(mut req: Request, env: &Env, router: Router) -> ApiResult<Response> {
     if req.method() != Method::Post {
         // No server-to-client stream and no MCP session to end: the transport allows 405.
         let response = ApiError::new(
@@ -52,7 +57,7 @@ pub(crate) async fn route(mut req: Request, env: &Env) -> ApiResult<Response> {
         "ping" => Ok(json!({})),
         "tools/list" => Ok(mcp::tools()),
         "tools/call" => match mcp::plan(&params) {
-            Ok(plan) => Ok(perform(&req, env, plan).await),
+            Ok(plan) => Ok(perform(&req, env, router, plan).await),
             Err(e) => Err(e),
         },
         other => Err(RpcError {
@@ -90,16 +95,16 @@ fn rpc_failure(error: &RpcError) -> Response {
 }
 
 /// Performs a tool call; every failure is a tool result with `isError`.
-async fn perform(req: &Request, env: &Env, plan: Plan) -> Value {
+async fn perform(req: &Request, env: &Env, router: Router, plan: Plan) -> Value {
     match plan {
-        Plan::Http(call) => match api(req, env, &call).await {
+        Plan::Http(call) => match api(req, env, router, &call).await {
             Ok((status, body)) => mcp::http_result(status, &body),
             Err(e) => failure(&e),
         },
-        Plan::Wait { id, timeout_secs } => wait(req, env, &id, timeout_secs)
+        Plan::Wait { id, timeout_secs } => wait(req, env, router, &id, timeout_secs)
             .await
             .unwrap_or_else(|e| failure(&e)),
-        Plan::Approvals { id } => approvals(req, env, &id)
+        Plan::Approvals { id } => approvals(req, env, router, &id)
             .await
             .unwrap_or_else(|e| failure(&e)),
     }
@@ -113,13 +118,13 @@ fn failure(e: &ApiError) -> Value {
 }
 
 /// `GET path`, answered 2xx with a JSON body, or the error.
-async fn get_json(req: &Request, env: &Env, path: String) -> ApiResult<Value> {
+async fn get_json(req: &Request, env: &Env, router: Router, path: String) -> ApiResult<Value> {
     let call = HttpCall {
         method: "GET",
         path,
         body: None,
     };
-    let (status, body) = api(req, env, &call).await?;
+    let (status, body) = api(req, env, router, &call).await?;
     if (200..300).contains(&status) {
         Ok(body)
     } else {
@@ -138,13 +143,19 @@ async fn get_json(req: &Request, env: &Env, path: String) -> ApiResult<Value> {
 }
 
 /// `session_wait`: polls the session until it is at rest or the time is up, then reads its tail.
-async fn wait(req: &Request, env: &Env, id: &str, timeout_secs: u64) -> ApiResult<Value> {
+async fn wait(
+    req: &Request,
+    env: &Env,
+    router: Router,
+    id: &str,
+    timeout_secs: u64,
+) -> ApiResult<Value> {
     let deadline = worker::Date::now().as_millis() + timeout_secs * 1000;
-    let mut session = get_json(req, env, format!("/v1/sessions/{id}?limit=1")).await?;
+    let mut session = get_json(req, env, router, format!("/v1/sessions/{id}?limit=1")).await?;
     let mut settled = mcp::at_rest(&session);
     while !settled && worker::Date::now().as_millis() < deadline {
         Delay::from(Duration::from_millis(mcp::WAIT_POLL_MS)).await;
-        session = get_json(req, env, format!("/v1/sessions/{id}?limit=1")).await?;
+        session = get_json(req, env, router, format!("/v1/sessions/{id}?limit=1")).await?;
         settled = mcp::at_rest(&session);
     }
     let tail = if settled {
@@ -152,6 +163,7 @@ async fn wait(req: &Request, env: &Env, id: &str, timeout_secs: u64) -> ApiResul
         let page = get_json(
             req,
             env,
+            router,
             format!("/v1/sessions/{id}?sinceCursor={since}&limit=200"),
         )
         .await?;
@@ -163,8 +175,8 @@ async fn wait(req: &Request, env: &Env, id: &str, timeout_secs: u64) -> ApiResul
 }
 
 /// `approvals_list`: the pending requests among the session's last 200 entries.
-async fn approvals(req: &Request, env: &Env, id: &str) -> ApiResult<Value> {
-    let head = get_json(req, env, format!("/v1/sessions/{id}?limit=1")).await?;
+async fn approvals(req: &Request, env: &Env, router: Router, id: &str) -> ApiResult<Value> {
+    let head = get_json(req, env, router, format!("/v1/sessions/{id}?limit=1")).await?;
     let last = head
         .pointer("/session/lastCursor")
         .and_then(Value::as_u64)
@@ -173,6 +185,7 @@ async fn approvals(req: &Request, env: &Env, id: &str) -> ApiResult<Value> {
     let page = get_json(
         req,
         env,
+        router,
         format!("/v1/sessions/{id}?sinceCursor={since}&limit=200"),
     )
     .await?;
@@ -187,7 +200,7 @@ fn entries(page: &Value) -> Vec<Entry> {
 }
 
 /// One API request as the caller: this Worker's router, with the caller's credentials.
-async fn api(req: &Request, env: &Env, call: &HttpCall) -> ApiResult<(u16, Value)> {
+async fn api(req: &Request, env: &Env, router: Router, call: &HttpCall) -> ApiResult<(u16, Value)> {
     let url = req
         .url()?
         .join(&call.path)
@@ -217,7 +230,7 @@ async fn api(req: &Request, env: &Env, call: &HttpCall) -> ApiResult<(u16, Value
     }
     init.with_headers(headers);
     let sub = Request::new_with_init(url.as_str(), &init)?;
-    match crate::route_again(sub, env.clone()).await {
+    match router(sub, env.clone()).await {
         Ok(mut response) => {
             let status = response.status_code();
             let text = response.text().await.unwrap_or_default();

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use worker::{Bucket, Env, Include};
 use wuhu_core::authority::{WorkspaceWriter, is_tenant_config};
 use wuhu_core::llm::models::{ModelTable, ModelTableError, TENANT_TABLE_PATH};
+use wuhu_core::llm::{self, anthropic, fake, openai};
 use wuhu_core::tenant_config::{
     TENANT_CONFIG_PATH, TenantConfig, TenantConfigError, check_document,
 };
@@ -260,4 +261,43 @@ pub(crate) async fn list(
         None
     };
     Ok(DocList { docs, cursor })
+}
+
+/// The read-only documents under `wuhu://config/`: server settings without secrets, and the
+/// model table in effect (the tenant's `config/models.json` over the built-in rows).
+///
+/// # Errors
+/// The tenant's model table is invalid, or could not be read.
+pub(crate) async fn config_doc(
+    env: &Env,
+    tenant: &str,
+    path: &str,
+) -> Result<Option<String>, String> {
+    if path == "models.json" {
+        let table = model_table(env, tenant)
+            .await
+            .map_err(|e| e.message)?
+            .map_err(|e| e.to_string())?;
+        return Ok(serde_json::to_string_pretty(&table.to_json()).ok());
+    }
+    if path != "server.json" {
+        return Ok(None);
+    }
+    let var = |name: &str| env.var(name).ok().map(|v| v.to_string());
+    let settings = serde_json::json!({
+        "tenant": tenant,
+        "providers": llm::PROVIDERS,
+        // A session that names no provider: the tenant's default (config/tenant.json), else
+        // this (null: such a session is refused).
+        "defaultProvider": crate::model_choice::fake_enabled(env).then_some(fake::PROVIDER),
+        "fakeProviderEnabled": crate::model_choice::fake_enabled(env),
+        "openaiBaseUrl": var("OPENAI_BASE_URL").unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
+        "openaiKeyConfigured": env.secret("OPENAI_API_KEY").is_ok() || env.var("OPENAI_API_KEY").is_ok(),
+        "anthropicBaseUrl": var("ANTHROPIC_BASE_URL").unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()),
+        "anthropicKeyConfigured": env.secret("ANTHROPIC_API_KEY").is_ok() || env.var("ANTHROPIC_API_KEY").is_ok(),
+        "workspace": "wuhu://workspace/",
+        "globalContext": "wuhu://workspace/users/<you>/context.md",
+        "tenantSettings": format!("wuhu://workspace/{}", wuhu_core::tenant_config::TENANT_CONFIG_PATH),
+    });
+    Ok(serde_json::to_string_pretty(&settings).ok())
 }

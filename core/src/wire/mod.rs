@@ -4,6 +4,7 @@
 mod api;
 mod children;
 mod entry;
+pub mod environment_kind;
 mod environments;
 pub mod runner;
 mod stream;
