@@ -98,24 +98,14 @@ impl World {
 
     fn call(&self, settings: &CellSettings, tool: &str, arguments: Value) -> ToolOutput {
         let context = self.context(settings.clone());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(execute(
+        run_call(
             &self.dirs,
-            ToolCall {
-                id: "c1",
-                environment: &context,
-                tool,
-                arguments,
-                deadline: Some(std::time::Duration::from_secs(60)),
-                session_id: "11111111-1111-4111-8111-111111111111",
-                jobs: None,
-                cells: Some(&self.cells),
-            },
-            CancelSignal::never(),
-        ))
+            &self.cells,
+            "11111111-1111-4111-8111-111111111111",
+            &context,
+            tool,
+            arguments,
+        )
     }
 
     fn bash(&self, command: &str) -> ToolOutput {
@@ -125,6 +115,35 @@ impl World {
     fn bash_with(&self, settings: &CellSettings, command: &str) -> ToolOutput {
         self.call(settings, "bash", json!({ "command": command }))
     }
+}
+
+/// Runs one tool call of `session` in `context` through the executor, as a `tool_call` would.
+fn run_call(
+    dirs: &RunnerDirs,
+    cells: &Arc<Cells>,
+    session: &str,
+    context: &EnvironmentContext,
+    tool: &str,
+    arguments: Value,
+) -> ToolOutput {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(execute(
+        dirs,
+        ToolCall {
+            id: "c1",
+            environment: context,
+            tool,
+            arguments,
+            deadline: Some(std::time::Duration::from_secs(60)),
+            session_id: session,
+            jobs: None,
+            cells: Some(cells),
+        },
+        CancelSignal::never(),
+    ))
 }
 
 fn text(path: &Path) -> String {
@@ -537,24 +556,7 @@ fn sessions_with_their_own_uids_own_their_files() {
             branch: None,
             cell: CellSettings::default(),
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(execute(
-            &dirs,
-            ToolCall {
-                id: "c1",
-                environment: &context,
-                tool,
-                arguments,
-                deadline: Some(std::time::Duration::from_secs(60)),
-                session_id: session,
-                jobs: None,
-                cells: Some(&cells),
-            },
-            CancelSignal::never(),
-        ))
+        run_call(&dirs, &cells, session, &context, tool, arguments)
     };
     let bash = |session: &str, root: &Path, command: &str| {
         call(

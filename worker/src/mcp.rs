@@ -159,15 +159,7 @@ async fn wait(
         settled = mcp::at_rest(&session);
     }
     let tail = if settled {
-        let since = mcp::tail_cursor(&session);
-        let page = get_json(
-            req,
-            env,
-            router,
-            format!("/v1/sessions/{id}?sinceCursor={since}&limit=200"),
-        )
-        .await?;
-        entries(&page)
+        page_from(req, env, router, id, mcp::tail_cursor(&session)).await?
     } else {
         Vec::new()
     };
@@ -181,7 +173,18 @@ async fn approvals(req: &Request, env: &Env, router: Router, id: &str) -> ApiRes
         .pointer("/session/lastCursor")
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    let since = last.saturating_sub(200);
+    let page = page_from(req, env, router, id, last.saturating_sub(200)).await?;
+    Ok(mcp::pending_approvals(&page))
+}
+
+/// The session's entries after cursor `since`, at most 200.
+async fn page_from(
+    req: &Request,
+    env: &Env,
+    router: Router,
+    id: &str,
+    since: u64,
+) -> ApiResult<Vec<Entry>> {
     let page = get_json(
         req,
         env,
@@ -189,14 +192,11 @@ async fn approvals(req: &Request, env: &Env, router: Router, id: &str) -> ApiRes
         format!("/v1/sessions/{id}?sinceCursor={since}&limit=200"),
     )
     .await?;
-    Ok(mcp::pending_approvals(&entries(&page)))
-}
-
-fn entries(page: &Value) -> Vec<Entry> {
-    page.get("transcript")
+    Ok(page
+        .get("transcript")
         .cloned()
         .and_then(|t| serde_json::from_value(t).ok())
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
 /// One API request as the caller: this Worker's router, with the caller's credentials.

@@ -398,14 +398,7 @@ impl Sockets<'_> {
         let mut rows = store::names(self.sql)?;
         let connections = connections(open, |ws, info| self.last_seen_ms(ws, info));
         let expired = {
-            let known: Vec<KnownRunner<'_>> = rows
-                .iter()
-                .map(|row| KnownRunner {
-                    owner: &row.owner,
-                    name: &row.name,
-                    last_seen_ms: row.last_seen_ms,
-                })
-                .collect();
+            let known: Vec<KnownRunner<'_>> = rows.iter().map(store::NameRow::known).collect();
             hub::expired_rows(now, &known, &connections)
         };
         for &i in expired.iter().rev() {

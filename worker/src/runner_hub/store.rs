@@ -100,6 +100,17 @@ pub(super) struct NameRow {
     pub(super) last_seen_ms: i64,
 }
 
+impl NameRow {
+    /// What the hub's rules know of the name (`hub::on_hello`, `hub::expired_rows`).
+    pub(super) fn known(&self) -> wuhu_core::hub::KnownRunner<'_> {
+        wuhu_core::hub::KnownRunner {
+            owner: &self.owner,
+            name: &self.name,
+            last_seen_ms: self.last_seen_ms,
+        }
+    }
+}
+
 /// Every runner row's reservation (the cheap read `hello` and expiry need).
 pub(super) fn names(sql: &SqlStorage) -> ApiResult<Vec<NameRow>> {
     Ok(sql

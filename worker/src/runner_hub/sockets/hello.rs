@@ -114,14 +114,7 @@ impl Sockets<'_> {
                 return;
             }
         };
-        let known: Vec<KnownRunner<'_>> = rows
-            .iter()
-            .map(|row| KnownRunner {
-                owner: &row.owner,
-                name: &row.name,
-                last_seen_ms: row.last_seen_ms,
-            })
-            .collect();
+        let known: Vec<KnownRunner<'_>> = rows.iter().map(store::NameRow::known).collect();
         let decision = hub::on_hello(
             &info.owner,
             info.epoch,
