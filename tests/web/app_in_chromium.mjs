@@ -738,7 +738,7 @@ try {
       await revokedPage.locator("[data-transport=socket]").waitFor();
       const status = await revokedPage.evaluate(() => fetch("/v1/auth/logout", { method: "POST" }).then((r) => r.status));
       check(status === 200, `the cookie session was revoked (${status})`);
-      await revokedPage.getByLabel("Your token").waitFor({ timeout: 15_000 });
+      await revokedPage.getByLabel("Your token", { exact: true }).waitFor({ timeout: 15_000 });
     } finally {
       await revokedContext.close();
     }
@@ -756,7 +756,7 @@ try {
       await tokens.getByRole("row", { name: /this browser/ }).getByText("browser session", { exact: true }).waitFor();
       await bobPage.getByRole("button", { name: "Sign out everywhere" }).click();
       await bobPage.getByRole("group", { name: "Confirm signing out everywhere" }).getByRole("button", { name: "Yes, end them all" }).click();
-      await bobPage.getByLabel("Your token").waitFor({ timeout: 15_000 });
+      await bobPage.getByLabel("Your token", { exact: true }).waitFor({ timeout: 15_000 });
       const me = await bobPage.evaluate(() => fetch("/v1/auth/me").then((r) => r.status));
       check(me === 401, `bob's cookie is refused after signing out everywhere (${me})`);
     } finally {
@@ -767,7 +767,7 @@ try {
   // 12. Sign out.
   log("sign out");
   await page.getByRole("button", { name: "Sign out", exact: true }).click();
-  await page.getByLabel("Your token").waitFor();
+  await page.getByLabel("Your token", { exact: true }).waitFor();
 
   check(consoleErrors.length === 0, `no console errors:\n${consoleErrors.join("\n")}`);
   log("all steps passed");
