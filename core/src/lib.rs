@@ -21,6 +21,7 @@
 //! * [`cell`]: what a session's commands and file tools may reach on a runner (paths, network,
 //!   resource limits), and the macOS Seatbelt profile of it.
 //! * [`resolve`]: which runner a definition may name; resolving `request_environment`.
+//! * [`masking`]: secrets masked in any text: known values and their encodings, and a detector.
 //! * [`snapshot_vars`]: which environment variables a snapshot may capture.
 //! * [`tokens`]: tokens for programs, cookie sessions, revocation.
 //! * [`access`]: Cloudflare Access identities and the team's key set.
@@ -58,6 +59,7 @@ pub mod images;
 pub mod jobs;
 pub mod jwt;
 pub mod llm;
+pub mod masking;
 pub mod mcp;
 #[cfg(test)]
 mod openapi;
