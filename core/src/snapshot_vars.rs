@@ -28,11 +28,11 @@ pub const SNAPSHOT_WHITELIST: [&str; 15] = [
 ];
 
 /// Shortest word [`looks_like_credential`] judges by its entropy.
-pub const MIN_SECRET_WORD_LEN: usize = 20;
+pub const MIN_SECRET_WORD_LEN: usize = crate::masking::MIN_RANDOM_WORD_LEN;
 /// Bits per character (Shannon, over the word's own characters) from which a long word counts
 /// as random. Random hex of 20+ characters measures about 3.7, random base64 about 4.3+;
 /// English words and paths stay lower, and paths are not judged (they start with `/`).
-pub const MIN_SECRET_WORD_ENTROPY: f64 = 3.5;
+pub const MIN_SECRET_WORD_ENTROPY: f64 = crate::masking::MIN_RANDOM_WORD_ENTROPY;
 
 /// Whether a variable name looks like it holds a secret, case-insensitive: it contains `KEY`,
 /// `SECRET`, `TOKEN`, `PASSWORD`, `PASSWD`, `CREDENTIAL` or `PRIVATE`, or one of its
@@ -65,23 +65,19 @@ pub fn is_secret_name(name: &str) -> bool {
     })
 }
 
-/// Whether a value looks like a credential: a URL with userinfo (`scheme://user:pass@host`),
-/// a private-key block (`-----BEGIN …`), a JWT (`eyJ….….…`), or any word (split at dots, and
-/// at slashes in a URL) of at least [`MIN_SECRET_WORD_LEN`] characters that looks random (see
-/// [`is_random_word`]).
+/// Whether a value looks like a credential: whatever the detector all masking shares finds
+/// ([`crate::masking::contains_secret`]: private-key blocks, provider tokens, JWTs, URL
+/// passwords, high-entropy words, …), and, more eagerly than masking (a dropped variable costs
+/// little, and a value is judged alone): a URL with any userinfo (`scheme://user@host`), and any
+/// word (split at dots, and at slashes in a URL) that [`is_random_word`] judges random, hex and
+/// words of two character classes included.
 pub fn looks_like_credential(value: &str) -> bool {
-    if value.contains("-----BEGIN") {
-        return true;
-    }
-    if has_url_userinfo(value) {
+    if crate::masking::contains_secret(value) || has_url_userinfo(value) {
         return true;
     }
     // Dots separate version numbers and host names, never parts of one random token.
     let random = |w: &str| w.split('.').any(is_random_word);
     words(value).any(|word| {
-        if is_jwt(word) {
-            return true;
-        }
         if word.starts_with("//") {
             // The rest of a URL (`//host/path`): judge each path segment.
             return word.split('/').any(random);
@@ -113,22 +109,15 @@ fn words(value: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
-/// Three non-empty base64url parts separated by dots, the first a JSON object (`eyJ`).
-fn is_jwt(word: &str) -> bool {
-    let parts: Vec<&str> = word.split('.').collect();
-    parts.len() == 3
-        && parts[0].starts_with("eyJ")
-        && parts.iter().all(|p| {
-            !p.is_empty()
-                && p.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
-        })
-}
-
-/// A word that looks random: at least [`MIN_SECRET_WORD_LEN`] characters, not a path (does
-/// not start with `/`, `.` or `~`), at least two of lowercase/uppercase/digits, and at least
-/// [`MIN_SECRET_WORD_ENTROPY`] bits of entropy per character.
+/// A word that looks random to a snapshot, more eagerly than to masking
+/// ([`crate::masking::is_random_word`], which also counts): at least [`MIN_SECRET_WORD_LEN`]
+/// characters of any length, not a path (does not start with `/`, `.` or `~`), at least two of
+/// lowercase/uppercase/digits (so 40-character hex, a classic GitHub token, counts), and at
+/// least [`MIN_SECRET_WORD_ENTROPY`] bits of entropy per character.
 pub fn is_random_word(word: &str) -> bool {
+    if crate::masking::is_random_word(word) {
+        return true;
+    }
     if word.len() < MIN_SECRET_WORD_LEN || word.starts_with(['/', '.', '~']) {
         return false;
     }
@@ -138,24 +127,7 @@ pub fn is_random_word(word: &str) -> bool {
     if usize::from(lower) + usize::from(upper) + usize::from(digit) < 2 {
         return false;
     }
-    entropy_per_char(word) >= MIN_SECRET_WORD_ENTROPY
-}
-
-/// Shannon entropy of the word's byte distribution, in bits per byte.
-fn entropy_per_char(word: &str) -> f64 {
-    let mut counts = [0usize; 256];
-    for b in word.bytes() {
-        counts[usize::from(b)] += 1;
-    }
-    let len = word.len() as f64;
-    counts
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
-            let p = c as f64 / len;
-            -p * p.log2()
-        })
-        .sum()
+    crate::masking::entropy_per_char(word) >= MIN_SECRET_WORD_ENTROPY
 }
 
 /// Whether a snapshot captures variable `name` with `value`, given the definition's
@@ -217,6 +189,10 @@ mod tests {
             "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
             "https://hooks.example.com/services/T0AB12CD3/B0CD45EF6/Xy7Zq1Wv3Ut5Sr7Qp9On1Ml3",
             "sk-proj-4f8Hq2Zt9Lm3Xw7Rv1Bn6Kc0Jd5Gs8Py",
+            // The shared detector's token shapes (crate::masking).
+            "xoxb-1234-5678-abcdefghijkl",
+            "AKIAIOSFODNN7EXAMPLE",
+            "glpat-xYz12AbC-dEf34GhI56jK",
         ];
         for value in credentials {
             assert!(

@@ -8,8 +8,9 @@
 //! * a header or JSON field whose *name* is credential-shaped ([`is_secret_name`]:
 //!   `authorization`, `x-api-key`, `api_key`, `*secret*`, `access_token`, `password`, …; but
 //!   not `max_tokens` or `input_tokens`, which are counts) has its value replaced;
-//! * a credential-shaped *word* inside any text ([`redact_text`]: `Bearer …`, `sk-…`, a JWT,
-//!   `AKIA…`, `ghp_…`, `xox?-…`, a private-key block) is replaced;
+//! * a credential-shaped *word* inside any text ([`redact_text`], with the detector all masking
+//!   shares, [`crate::masking::detect`]: `Bearer …`, `sk-…`, a JWT, `AKIA…`, `ghp_…`, `xox?-…`, a
+//!   private-key block, a URL's password, a high-entropy word) is replaced;
 //! * every occurrence of a secret the host knows (its provider keys) is replaced, whatever
 //!   its shape.
 
@@ -270,9 +271,10 @@ pub fn redact_json(value: &mut Value, known: &[&str]) {
     }
 }
 
-/// `text` with every known secret (non-empty) and every credential-shaped word replaced by
-/// [`REDACTED`]: a private-key block, `Bearer <word>`, and words that start `sk-`, `sk_`,
-/// `AKIA`, `ghp_`, `gho_`, `github_pat_`, `xoxb-`, `xoxp-`, or are JWTs (`eyJ….eyJ….…`).
+/// `text` with every known secret (4 bytes or longer) and everything the shared detector
+/// finds ([`crate::masking::detect`]: private-key blocks, `Bearer <token>`, provider tokens such
+/// as `sk-…`, `AKIA…`, `ghp_…`, `xoxb-…`, JWTs, URL passwords, high-entropy words) replaced by
+/// [`REDACTED`].
 pub fn redact_text(text: &str, known: &[&str]) -> String {
     let mut out = text.to_string();
     for secret in known.iter().filter(|s| s.len() >= 4) {
@@ -280,83 +282,10 @@ pub fn redact_text(text: &str, known: &[&str]) -> String {
             out = out.replace(secret, REDACTED);
         }
     }
-    // Private-key blocks, whole.
-    while let Some(start) = out.find("-----BEGIN ") {
-        let Some(header_end) = out[start + 11..].find("-----") else {
-            break;
-        };
-        let label_end = start + 11 + header_end;
-        if !out[start + 11..label_end].contains("PRIVATE KEY") {
-            break;
-        }
-        let end = out[label_end..]
-            .find("-----END ")
-            .and_then(|e| {
-                let after = label_end + e + 9;
-                out[after..].find("-----").map(|f| after + f + 5)
-            })
-            .unwrap_or(out.len());
-        out.replace_range(start..end, REDACTED);
+    match crate::masking::mask_generic_with(&out, REDACTED) {
+        std::borrow::Cow::Borrowed(_) => out,
+        std::borrow::Cow::Owned(masked) => masked,
     }
-    let mut result = String::with_capacity(out.len());
-    let mut after_bearer = false;
-    for piece in split_keeping_separators(&out) {
-        let is_word = piece.chars().next().is_some_and(is_word_char);
-        if !is_word {
-            result.push_str(piece);
-            continue;
-        }
-        if after_bearer || is_secret_word(piece) {
-            result.push_str(REDACTED);
-        } else {
-            result.push_str(piece);
-        }
-        after_bearer = piece.eq_ignore_ascii_case("bearer");
-    }
-    result
-}
-
-fn is_word_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
-}
-
-fn split_keeping_separators(text: &str) -> Vec<&str> {
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    let mut in_word: Option<bool> = None;
-    for (i, c) in text.char_indices() {
-        let word = is_word_char(c);
-        match in_word {
-            Some(w) if w != word => {
-                pieces.push(&text[start..i]);
-                start = i;
-            }
-            _ => {}
-        }
-        in_word = Some(word);
-    }
-    if start < text.len() {
-        pieces.push(&text[start..]);
-    }
-    pieces
-}
-
-fn is_secret_word(word: &str) -> bool {
-    const PREFIXES: [&str; 8] = [
-        "sk-",
-        "sk_",
-        "AKIA",
-        "ghp_",
-        "gho_",
-        "github_pat_",
-        "xoxb-",
-        "xoxp-",
-    ];
-    let prefixed = PREFIXES
-        .iter()
-        .any(|p| word.starts_with(p) && word.len() >= p.len() + 12);
-    let jwt = word.starts_with("eyJ") && word.split('.').filter(|p| !p.is_empty()).count() >= 3;
-    prefixed || jwt
 }
 
 /// Where the records of `session` live: `{tenant}/llm-logs/{session}/`.
@@ -576,6 +505,18 @@ mod tests {
             ),
             ("-----BEGIN PUBLIC KEY-----", "-----BEGIN PUBLIC KEY-----"),
             ("eyJ alone", "eyJ alone"),
+            // From the shared detector (crate::masking): URL passwords, more token shapes,
+            // random words; hex and ordinary words stay.
+            (
+                "proxy https://u:pw1234@h/x",
+                "proxy https://u:[redacted]@h/x",
+            ),
+            ("glpat-xYz12AbC-dEf34GhI56jK", "[redacted]"),
+            ("id Zx8Kq2Lm9Pw4Rt7Vn1Bc6Hd3", "id [redacted]"),
+            (
+                "sha 3f9a1c7e5b2d8f0a4c6e1b3d5f7a9c0e2b4d6f8a",
+                "sha 3f9a1c7e5b2d8f0a4c6e1b3d5f7a9c0e2b4d6f8a",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(redact_text(text, &known), want, "{text}");
