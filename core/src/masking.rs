@@ -842,7 +842,11 @@ pub fn is_random_word(word: &str) -> bool {
         || ["sha1-", "sha256-", "sha384-", "sha512-", "_ZN"]
             .iter()
             .any(|p| word.starts_with(p))
-        || word.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        || word
+            .strip_prefix("0x")
+            .unwrap_or(word)
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b'-')
     {
         return false;
     }
