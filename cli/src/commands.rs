@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use wuhu_client::{Client, FollowEvent, FollowOptions};
 use wuhu_core::approvals::Answer;
+use wuhu_core::secrets::{PutSecretRequest, SecretScope};
 use wuhu_core::wire::{
     ApprovalPolicy, CreateEnvironmentRequest, CreateSessionRequest, Entry, Lane, MintTokenRequest,
     PatchSessionRequest, StreamEvent, UpdateEnvironmentRequest,
@@ -240,6 +241,9 @@ pub struct EnvFields {
     /// A directory the cell may read and run besides the system's (repeatable).
     #[arg(long = "read-only-path", value_name = "PATH")]
     pub read_only_paths: Vec<String>,
+    /// A secret its commands get as an environment variable (repeatable; `wuhu secrets`).
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
 }
 
 /// `--network`: `none`, `open` or `allow:HOST,…`.
@@ -357,6 +361,36 @@ pub enum DocsCommand {
     Rm {
         /// Path.
         path: String,
+    },
+}
+
+/// `wuhu secrets …`.
+#[derive(Subcommand, Debug)]
+pub enum SecretsCommand {
+    /// The tenant's secrets and your own: names, scopes, where they may go (never values).
+    List,
+    /// Set secret NAME; the value is read from stdin (never from the command line, where other
+    /// users and shell history could see it).
+    Set {
+        /// An environment variable name (`GITHUB_TOKEN`).
+        name: String,
+        /// The tenant's secret (admins) instead of your own.
+        #[arg(long)]
+        tenant: bool,
+        /// Environment definitions whose commands may get it (repeatable).
+        #[arg(long = "environment", value_name = "DEFINITION")]
+        environments: Vec<String>,
+        /// Hosts `js` fetch may send it to (repeatable).
+        #[arg(long = "host", value_name = "HOST")]
+        hosts: Vec<String>,
+    },
+    /// Delete secret NAME.
+    Rm {
+        /// Its name.
+        name: String,
+        /// The tenant's secret (admins) instead of your own.
+        #[arg(long)]
+        tenant: bool,
     },
 }
 
@@ -557,6 +591,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         }
         Command::Approvals(command) => approvals(&global, command).await,
         Command::Docs(command) => docs(&global, command).await,
+        Command::Secrets(command) => secrets(&global, command).await,
     }
 }
 
@@ -1019,6 +1054,7 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 read_only_paths: (!fields.read_only_paths.is_empty())
                     .then_some(fields.read_only_paths),
                 limits: None,
+                secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
             };
             let definition = client.create_environment(&request).await?;
             if global.json {
@@ -1055,6 +1091,7 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 read_only_paths: (!fields.read_only_paths.is_empty())
                     .then_some(fields.read_only_paths),
                 limits: None,
+                secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
             };
             for field in &unset {
                 let slot = match field.as_str() {
@@ -1256,6 +1293,81 @@ async fn docs(global: &Global, command: DocsCommand) -> Result<u8> {
                 print_json(&json!({"deleted": path}));
             } else {
                 println!("deleted {path}");
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+async fn secrets(global: &Global, command: SecretsCommand) -> Result<u8> {
+    let client = connect(global)?;
+    let scope = |tenant: bool| {
+        if tenant {
+            SecretScope::Tenant
+        } else {
+            SecretScope::User
+        }
+    };
+    match command {
+        SecretsCommand::List => {
+            let list = client.list_secrets().await?;
+            if global.json {
+                print_json(&list);
+            } else {
+                let rows = list.secrets.iter().map(|s| {
+                    vec![
+                        s.name.clone(),
+                        s.scope.as_str().to_string(),
+                        s.environments.join(","),
+                        s.hosts.join(","),
+                        format!("{} {}", s.set_by, ago(s.set_at)),
+                    ]
+                });
+                table(&["NAME", "SCOPE", "ENVIRONMENTS", "HOSTS", "SET"], rows);
+            }
+        }
+        SecretsCommand::Set {
+            name,
+            tenant,
+            environments,
+            hosts,
+        } => {
+            let stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                eprint!(
+                    "value of {name} (not echoed by your terminal only if you pipe it; end with Ctrl-D): "
+                );
+            }
+            let mut value = String::new();
+            stdin
+                .lock()
+                .read_to_string(&mut value)
+                .context("cannot read the secret's value from stdin")?;
+            // `echo "$TOKEN" | wuhu secrets set` ends with a newline nobody means.
+            let value = value.strip_suffix('\n').unwrap_or(&value);
+            let value = value.strip_suffix('\r').unwrap_or(value).to_string();
+            if value.is_empty() {
+                return Err(usage("the value (stdin) is empty"));
+            }
+            let body = PutSecretRequest {
+                value,
+                scope: scope(tenant),
+                hosts,
+                environments,
+            };
+            let info = client.put_secret(&name, &body).await?;
+            if global.json {
+                print_json(&info);
+            } else {
+                println!("set {} secret {}", info.scope.as_str(), info.name);
+            }
+        }
+        SecretsCommand::Rm { name, tenant } => {
+            client.delete_secret(&name, scope(tenant)).await?;
+            if global.json {
+                print_json(&json!({"deleted": name}));
+            } else {
+                println!("deleted {name}");
             }
         }
     }

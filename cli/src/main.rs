@@ -113,6 +113,9 @@ pub enum Command {
     /// Tokens: mint with the secret (operators), list and revoke registered ones.
     #[command(subcommand)]
     Token(commands::TokenCommand),
+    /// Secrets that environments' commands get by name: set (value from stdin), list, rm.
+    #[command(subcommand)]
+    Secrets(commands::SecretsCommand),
 }
 
 fn main() -> ExitCode {

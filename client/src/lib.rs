@@ -42,6 +42,7 @@ use std::time::Duration;
 use reqwest::{Method, RequestBuilder, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use wuhu_core::secrets::{PutSecretRequest, SecretInfo, SecretList, SecretScope};
 use wuhu_core::wire::{
     AnswerApprovalRequest, AnswerApprovalResponse, CancelRequest, CancelResponse,
     CreateEnvironmentRequest, CreateSessionRequest, Doc, DocList, DocSummary, EnqueueRequest,
@@ -601,6 +602,38 @@ impl Client {
     pub async fn revoke_token(&self, jti: &str) -> Result<serde_json::Value, Error> {
         self.send(self.request(Method::DELETE, self.url(["v1", "tokens", jti])))
             .await
+    }
+
+    /// `GET /v1/secrets`: the tenant's secrets and the caller's own (names, never values).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn list_secrets(&self) -> Result<SecretList, Error> {
+        self.get(self.url(["v1", "secrets"])).await
+    }
+
+    /// `PUT /v1/secrets/:name`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for a bad name or value, `403` for a tenant secret set by a
+    /// member, `409 too_many_secrets`.
+    pub async fn put_secret(
+        &self,
+        name: &str,
+        body: &PutSecretRequest,
+    ) -> Result<SecretInfo, Error> {
+        self.send_json(Method::PUT, self.url(["v1", "secrets", name]), body)
+            .await
+    }
+
+    /// `DELETE /v1/secrets/:name?scope=`.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `404` when there is no such secret.
+    pub async fn delete_secret(&self, name: &str, scope: SecretScope) -> Result<(), Error> {
+        let mut url = self.url(["v1", "secrets", name]);
+        url.query_pairs_mut().append_pair("scope", scope.as_str());
+        self.send_empty(self.request(Method::DELETE, url)).await
     }
 
     /// The follow stream of session `id` (see [`Follow`]).

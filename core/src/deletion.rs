@@ -471,6 +471,8 @@ mod tests {
             runner_owner: owner.into(),
             runner_kind: RunnerKind::Cloud,
             definition_id: None,
+            definition_name: None,
+            secrets: Vec::new(),
             attached_at: 0,
         }
     }

@@ -21,6 +21,12 @@ pub struct Attachment {
     pub runner_kind: RunnerKind,
     /// The definition it came from, if any.
     pub definition_id: Option<String>,
+    /// That definition's name (what a secret's `environments` name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_name: Option<String>,
+    /// The secrets (names) its commands get (the definition's `secrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
     /// Unix seconds.
     pub attached_at: i64,
 }
@@ -146,6 +152,8 @@ mod tests {
             runner_owner: "ana".into(),
             runner_kind: RunnerKind::Local,
             definition_id: None,
+            definition_name: None,
+            secrets: Vec::new(),
             attached_at: 0,
         }
     }

@@ -68,6 +68,7 @@ pub mod out_of_line;
 pub mod rate_limits;
 pub mod resolve;
 mod rng;
+pub mod secrets;
 pub mod session;
 pub mod sigv4;
 pub mod snapshot_vars;

@@ -225,12 +225,15 @@ pub fn resolve(
     if let Some(definition) = definitions.iter().find(|d| d.id == spec || d.name == spec) {
         let runner = runner_for_definition(sub, definition, preference, &eligible, &listing)?;
         let name = request.name.as_deref().unwrap_or(&definition.name);
-        return Ok(answer(
+        let mut answer = answer(
             definition.to_spec(name),
             runner,
             definition.approval,
             Some(definition.id.clone()),
-        ));
+        );
+        answer.definition_name = Some(definition.name.clone());
+        answer.secrets = definition.secrets.clone();
+        return Ok(answer);
     }
 
     let (runner_name, env_name) = match spec.split_once(':') {
@@ -404,6 +407,8 @@ fn answer(
         runner_os: runner.os.clone(),
         approval,
         definition_id,
+        definition_name: None,
+        secrets: Vec::new(),
     }
 }
 

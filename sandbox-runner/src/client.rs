@@ -464,6 +464,7 @@ fn dispatch(
             arguments,
             timeout_ms,
             upload,
+            secret_env,
         } => {
             // The context comes from the server: its root and cwd must be places this runner
             // offers (the attach policy), or the call is refused unrun.
@@ -500,6 +501,7 @@ fn dispatch(
             let out = out.clone();
             let calls = calls.clone();
             let server = server.to_string();
+            let masker = host.session_secrets.learn(&session_id, &secret_env);
             tokio::spawn(async move {
                 let mut output = execute(
                     &host.dirs,
@@ -512,10 +514,19 @@ fn dispatch(
                         session_id: &session_id,
                         jobs: Some(&jobs),
                         cells: (host.cells.mode() == SandboxMode::On).then_some(&host.cells),
+                        secret_env: &secret_env,
                     },
                     signal,
                 )
                 .await;
+                drop(secret_env);
+                // Before anything leaves: the answer, and what is uploaded straight to storage.
+                if let Some(masker) = &masker {
+                    output.content = masker.mask_known(&output.content).into_owned();
+                    if let Some(details) = &mut output.details {
+                        wuhu_core::secrets::mask_known_json(masker, details);
+                    }
+                }
                 let mut blobs =
                     crate::blob_upload::attach_image(&server, upload.as_ref(), &mut output).await;
                 if blobs.is_empty()
@@ -538,6 +549,7 @@ fn dispatch(
             let out = out.clone();
             let status = options.status.clone();
             tokio::spawn(async move {
+                host.session_secrets.forget(&session_id);
                 let outcome = match host.discard(&session_id).await {
                     Ok((objects, local)) => {
                         status(&format!(

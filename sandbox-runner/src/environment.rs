@@ -37,6 +37,8 @@ pub struct EnvironmentHost {
     pub store: Option<Arc<Store>>,
     /// The runner's cells (off unless the runner turns them on).
     pub cells: Arc<Cells>,
+    /// The secrets each session's calls were given (memory only), to mask its answers.
+    pub session_secrets: Arc<crate::session_secrets::SessionSecrets>,
 }
 
 /// Default limit for a startup script.
@@ -68,6 +70,7 @@ impl EnvironmentHost {
             dirs: RunnerDirs::in_system_temp(),
             store: None,
             cells: Cells::off(),
+            session_secrets: Default::default(),
         }
     }
 
@@ -715,6 +718,7 @@ mod tests {
             allowed_roots: None,
             store: None,
             cells: Cells::off(),
+            session_secrets: Default::default(),
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use wuhu_core::wire::runner::jobs::{KILL_TOOL, STATUS_TOOL};
-use wuhu_core::wire::runner::{EnvironmentContext, EnvironmentKind};
+use wuhu_core::wire::runner::{EnvironmentContext, EnvironmentKind, SecretEnv};
 
 use crate::cell::{CallCell, CellInput, Cells};
 use crate::jobs::{Jobs, session_log_dir};
@@ -93,6 +93,8 @@ pub struct ToolCall<'a> {
     pub jobs: Option<&'a Arc<Jobs>>,
     /// The runner's cells; `None` runs the call unconfined (`--sandbox off`).
     pub cells: Option<&'a Arc<Cells>>,
+    /// Secrets `bash` gets as environment variables for this call only (never stored).
+    pub secret_env: &'a SecretEnv,
 }
 
 /// The session's own home on the runner, `HOME` in its cells (below the runner's runtime
@@ -262,6 +264,15 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
         cancel: inner_signal,
         cell: None,
     };
+    if call.tool == "bash" {
+        // Over the snapshot's variables: a secret wins over a captured variable of its name.
+        ctx.env.extend(
+            call.secret_env
+                .0
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
+    }
     if is_background(call.tool, &call.arguments) {
         let _ = std::fs::remove_dir(&temp_dir);
         let Some(jobs) = call.jobs else {
@@ -424,6 +435,7 @@ mod tests {
                 session_id: "s1",
                 jobs: None,
                 cells: None,
+                secret_env: &SecretEnv::default(),
             },
             CancelSignal::never(),
         )
@@ -446,6 +458,7 @@ mod tests {
                 session_id: "s1",
                 jobs: None,
                 cells: None,
+                secret_env: &SecretEnv::default(),
             },
             CancelSignal::never(),
         )
@@ -473,6 +486,7 @@ mod tests {
                 session_id: "s1",
                 jobs: None,
                 cells: None,
+                secret_env: &SecretEnv::default(),
             },
             CancelSignal::never(),
         )
@@ -496,6 +510,7 @@ mod tests {
                 session_id: "s1",
                 jobs: None,
                 cells: None,
+                secret_env: &SecretEnv::default(),
             },
             CancelSignal::never(),
         )

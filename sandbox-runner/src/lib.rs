@@ -47,6 +47,7 @@ pub mod key;
 pub mod private_dir;
 pub mod secrets;
 pub mod service;
+pub mod session_secrets;
 pub mod snapshot;
 pub mod store;
 pub mod tools;

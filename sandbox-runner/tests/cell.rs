@@ -141,6 +141,7 @@ fn run_call(
             session_id: session,
             jobs: None,
             cells: Some(cells),
+            secret_env: &Default::default(),
         },
         CancelSignal::never(),
     ))

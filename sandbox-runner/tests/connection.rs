@@ -274,6 +274,7 @@ async fn serves_tools_survives_garbage_and_reconnects() {
         arguments: json!({ "command": command }),
         timeout_ms: None,
         upload: None,
+        secret_env: Default::default(),
     };
     peer.send(&call("t1", "echo hi")).await;
     assert_eq!(
@@ -308,6 +309,7 @@ async fn serves_tools_survives_garbage_and_reconnects() {
             arguments: json!({ "command": format!("touch {}", marker.display()) }),
             timeout_ms: None,
             upload: None,
+            secret_env: Default::default(),
         })
         .await;
         let RunnerMessage::Error {

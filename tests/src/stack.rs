@@ -105,6 +105,8 @@ pub struct Stack {
     secret: String,
     /// `WUHU_CHANNEL_KEY`: kept across restarts, so sealed channel credentials still open.
     channel_key: String,
+    /// `WUHU_SECRETS_KEY`: kept across restarts, so sealed secrets still open.
+    secrets_key: String,
     port: u16,
     child: Option<Child>,
     watchdog: Option<Child>,
@@ -184,6 +186,7 @@ impl Stack {
             persist_dir,
             secret,
             channel_key: crate::util::random_hex(32),
+            secrets_key: crate::util::random_hex(32),
             port: 0,
             child: None,
             watchdog: None,
@@ -207,6 +210,12 @@ impl Stack {
         let timeout = self.options.stop_timeout;
         self.kill_group(libc::SIGINT, timeout);
         self.spawn_and_wait();
+    }
+
+    /// Sets `WUHU_SECRETS_KEY` for the next start (it is kept across restarts otherwise);
+    /// returns the key it replaces (for `WUHU_SECRETS_KEY_PREVIOUS`, see `docs/deploy.md`).
+    pub fn set_secrets_key(&mut self, key: String) -> String {
+        std::mem::replace(&mut self.secrets_key, key)
     }
 
     /// Sets `--var NAME:VALUE` for the next start (`None` drops it): it takes effect at the next
@@ -417,6 +426,7 @@ impl Stack {
                 ANTHROPIC_TEST_KEY.to_string(),
             ),
             ("WUHU_CHANNEL_KEY".to_string(), self.channel_key.clone()),
+            ("WUHU_SECRETS_KEY".to_string(), self.secrets_key.clone()),
         ];
         if self.options.fake_provider {
             vars.push(("WUHU_ENABLE_FAKE_PROVIDER".to_string(), "1".to_string()));

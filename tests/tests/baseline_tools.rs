@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wuhu_core::wire::{EntryPayload, Message, ToolResult, custom_types};
 use wuhu_e2e::entries::{assistants, describe};
-use wuhu_e2e::util::unique_name;
+use wuhu_e2e::util::{random_hex, unique_name};
 use wuhu_e2e::{Api, FakeHttp, HttpReply, Stack, StackOptions};
 
 const TURN: Duration = Duration::from_secs(60);
@@ -905,5 +905,73 @@ try { await wuhu.sessions.get("FOREIGN"); foreign = "visible"; } catch (e) { for
             .as_str()
             .is_some_and(|m| m != "visible" && m.contains("not found")),
         "{value}"
+    );
+}
+
+/// A secret referenced in a `fetch` header (issue 32): sent only to the hosts it names, and
+/// what comes back reaches the script masked, so the script cannot turn an echoed value into
+/// something the masker would miss.
+#[test]
+fn a_secret_goes_into_a_fetch_header_only_for_its_hosts_and_comes_back_masked() {
+    let _guard = stack().guard();
+    let server = &fixture().allowed;
+    let value = format!("api-{}", random_hex(16));
+    server.route("/whoami", HttpReply::json(&json!({"echo": value})));
+    let api = client("fetch-secret");
+    for (name, body) in [
+        ("API_KEY", json!({"value": value, "hosts": ["127.0.0.1"]})),
+        ("NO_HOSTS", json!({"value": "other-value-1"})),
+    ] {
+        let set = api.send(
+            api.request("PUT", &format!("/v1/secrets/{name}"))
+                .json(&body),
+        );
+        assert_eq!(set.status, 200, "{set}");
+    }
+    let session = api.create_fake_session();
+    let code = r#"
+const r = await fetch("URL/whoami", { headers: { authorization: "Bearer {{secret:API_KEY}}" } });
+const body = await r.text();
+let refused = null;
+try { await fetch("URL/whoami", { headers: { "x-key": "{{secret:NO_HOSTS}}" } }); } catch (e) { refused = e.message; }
+let unknown = null;
+try { await fetch("URL/whoami", { headers: { "x-key": "{{secret:NOBODY}}" } }); } catch (e) { unknown = e.message; }
+({ body, reversed: body.split("").reverse().join(""), refused, unknown })
+"#
+    .replace("URL", &server.base_url());
+    let (result, _) = js_ok(&js(&api, &session.id, &code));
+    let requests = server.requests_to("/whoami");
+    assert_eq!(
+        requests.len(),
+        1,
+        "the refused fetches were sent: {requests:?}"
+    );
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {value}").as_str())
+    );
+    let body = result["body"].as_str().unwrap();
+    assert!(
+        body.contains("[secret:API_KEY]") && !body.contains(&value),
+        "{result}"
+    );
+    let reversed: String = value.chars().rev().collect();
+    assert!(
+        !result["reversed"].as_str().unwrap().contains(&reversed),
+        "{result}"
+    );
+    assert!(
+        result["refused"]
+            .as_str()
+            .unwrap()
+            .contains("secret NO_HOSTS may not be sent to 127.0.0.1"),
+        "{result}"
+    );
+    assert!(
+        result["unknown"]
+            .as_str()
+            .unwrap()
+            .contains("no secret NOBODY is available to this turn"),
+        "{result}"
     );
 }

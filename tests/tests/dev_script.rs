@@ -150,13 +150,15 @@ fn the_printed_token_is_accepted_whatever_valid_dotenv_dev_vars_holds() {
     ensure_worker_built();
     let dir = dev_dir();
 
-    // No .dev.vars at all: both secrets are generated into it.
+    // No .dev.vars at all: the three secrets are generated into it.
     {
         let dev = Dev::start(&dir);
         assert_eq!(dev.sessions_status(&dev.token), 200, "{}", dev.output());
         let vars = std::fs::read_to_string(dir.join(".dev.vars")).expect("generated .dev.vars");
         assert!(
-            vars.contains("WUHU_JWT_SECRET=") && vars.contains("WUHU_CHANNEL_KEY="),
+            vars.contains("WUHU_JWT_SECRET=")
+                && vars.contains("WUHU_CHANNEL_KEY=")
+                && vars.contains("WUHU_SECRETS_KEY="),
             "{vars}"
         );
         // A second start with nothing changed builds nothing.

@@ -408,6 +408,8 @@ pub(crate) async fn attach(
         runner_owner: resolved.runner_owner.clone(),
         runner_kind: resolved.runner_kind,
         definition_id: resolved.definition_id.clone(),
+        definition_name: resolved.definition_name.clone(),
+        secrets: resolved.secrets.clone(),
         attached_at: (js_sys::Date::now() / 1000.0) as i64,
     };
     let text = environments::attached_text(&attachment);
@@ -595,6 +597,21 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
     } else {
         None
     };
+    // Secrets go to commands only, each call its own copy.
+    let secret_env = if call.name == names::BASH {
+        let wanted = wuhu_core::secrets::Wanted {
+            names: &attachment.secrets,
+            definition: attachment.definition_name.as_deref(),
+            runner_owner: &attachment.runner_owner,
+            acting_for: &ctx.acting_for,
+        };
+        match crate::secrets::for_call(&ctx.env, &ctx.session.tenant, &ctx.secrets, wanted) {
+            Ok(values) => values,
+            Err(refusal) => return ToolOutput::text(Err(refusal)),
+        }
+    } else {
+        Default::default()
+    };
     let message = ServerMessage::ToolCall {
         id: uuid::Uuid::new_v4().to_string(),
         session_id: ctx.session.session_id.clone(),
@@ -603,6 +620,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         arguments,
         timeout_ms: Some(timeout_ms),
         upload: upload.clone(),
+        secret_env,
     };
     let reply = call_runner(
         ctx,

@@ -126,11 +126,26 @@ impl JsHost<'_> {
             other => return Err(format!("fetch: unsupported method {other}")),
         };
         let headers = Headers::new();
+        let host = worker::Url::parse(&url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default();
         for (name, value) in &arg.headers {
             let value = value
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| value.to_string());
+            // `{{secret:NAME}}` in a header becomes the value, for the hosts the secret names
+            // (the script never sees it: what comes back is masked).
+            let value = crate::secrets::substitute_header(
+                &ctx.env,
+                &ctx.session.tenant,
+                &ctx.secrets,
+                &value,
+                &host,
+                &ctx.acting_for,
+            )
+            .map_err(|e| format!("fetch: header {name}: {e}"))?;
             headers
                 .set(name, &value)
                 .map_err(|e| format!("fetch: bad header {name}: {e}"))?;
@@ -183,12 +198,17 @@ impl JsHost<'_> {
             .entries()
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
-        Ok(json!({
+        // A server may echo what it was sent (a header with a secret): the script gets the
+        // response with known secrets masked, so it cannot turn a value into something the
+        // masker would miss (the detector applies to the js result, as to every tool's).
+        let mut answer = json!({
             "status": response.status_code(),
             "headers": headers,
             "body": String::from_utf8_lossy(&bytes),
             "url": url,
-        }))
+        });
+        wuhu_core::secrets::mask_known_json(&ctx.masker, &mut answer);
+        Ok(answer)
     }
 
     async fn dispatch(&self, name: &str, arg: Value) -> Result<Value, String> {

@@ -32,6 +32,7 @@ mod runner_calls;
 mod runner_client;
 mod runner_hub;
 mod schema;
+mod secrets;
 mod session_actor;
 mod session_client;
 mod signin;
@@ -173,6 +174,14 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             blob_store::get_route(&req, &env, &identity, id).await
         }
         (["v1", "blobs", _], _) => Err(method_not_allowed()),
+        (["v1", "secrets", rest @ ..], _) if rest.len() <= 1 => {
+            let route = decode_segments(&segments[1..])?;
+            let route: Vec<&str> = route.iter().map(String::as_str).collect();
+            let body = read_body_for(&mut req, call_method).await?;
+            let call = calls::index::decode_public(call_method, &route, &query_pairs(&req), &body)
+                .map_err(internal::call_error)?;
+            index_route(&env, &identity, call).await
+        }
         (["v1", route @ ("usage" | "budget")], _) => {
             let body = read_body_for(&mut req, call_method).await?;
             let call =

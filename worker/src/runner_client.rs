@@ -134,6 +134,7 @@ pub(crate) async fn ask_job(
         arguments: serde_json::json!({ "id": record.job_id }),
         timeout_ms: Some(JOB_QUESTION_TIMEOUT_MS),
         upload: None,
+        secret_env: Default::default(),
     };
     let (_, answer) = call(
         env,

@@ -57,6 +57,11 @@ pub(crate) struct ToolContext {
     pub(crate) model_switch: RefCell<Option<(String, String)>>,
     /// The session the call is made in: who it belongs to and where it sits.
     pub(crate) session: SessionPlace,
+    /// The tenant's secrets, sealed, as the step's settings reading had them: what the call's
+    /// environment may get (`wuhu_core::secrets::choose`).
+    pub(crate) secrets: std::rc::Rc<[wuhu_core::secrets::SealedSecret]>,
+    /// Their masker (and the detector): what a tool hands a script is masked with it.
+    pub(crate) masker: std::rc::Rc<wuhu_core::masking::Masker>,
 }
 
 /// The session a tool call is made in: its tenant and id, whose it is, the chat thread it

@@ -10,6 +10,7 @@ use super::{
 use crate::authority::ToolReaders;
 use crate::deletion::TreeRow;
 use crate::orchestration::Slot;
+use crate::secrets::{PutSecretRequest, SealedSecret, SecretInfo, SecretList, SecretScope};
 use crate::tenant_usage::{ReportAnswer, TenantBudget, TenantUsage, UsageReport};
 use crate::wire::{Budget, ListSessionsResponse, SessionInfo};
 
@@ -146,6 +147,37 @@ pub struct GetUsage {
 }
 call!(GetUsage => Index, "usage", TenantUsage);
 
+/// `PUT /v1/secrets/:name`: stores a secret, sealed (tenant secrets: admins).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PutSecret {
+    /// Its name ([`crate::secrets::check_name`]).
+    pub name: String,
+    /// The body, checked ([`crate::secrets::check_put`]).
+    pub request: PutSecretRequest,
+}
+call!(PutSecret => Index, "put_secret", SecretInfo);
+
+/// `DELETE /v1/secrets/:name?scope=`: removes a secret (default scope `user`: the caller's).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteSecret {
+    /// Its name.
+    pub name: String,
+    /// Whose.
+    pub scope: SecretScope,
+}
+call!(DeleteSecret => Index, "delete_secret", Empty);
+
+/// `GET /v1/secrets`: the names the caller may see, never values.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct ListSecrets;
+call!(ListSecrets => Index, "list_secrets", SecretList);
+
+/// The tenant's secrets, sealed, for a session (between actors only): what its calls may
+/// use and what it masks.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct SealedSecrets;
+call!(SealedSecrets => Index, "sealed_secrets", Vec<SealedSecret>);
+
 call_enum! {
     /// Every call a tenant's index answers.
     pub enum IndexCall for Index {
@@ -162,11 +194,16 @@ call_enum! {
         GetBudget(GetBudget),
         PutBudget(PutBudget),
         GetUsage(GetUsage),
+        PutSecret(PutSecret),
+        DeleteSecret(DeleteSecret),
+        ListSecrets(ListSecrets),
+        SealedSecrets(SealedSecrets),
     }
 }
 
 /// Decodes the public routes the index answers: `GET /v1/sessions`, `GET|PUT /v1/budget`,
-/// `GET /v1/usage` (`route` is the path under `/v1`).
+/// `GET /v1/usage`, `GET /v1/secrets`, `PUT|DELETE /v1/secrets/:name` (`route` is the path
+/// under `/v1`).
 ///
 /// # Errors
 /// A [`CallError`] for an unknown route or method, or input out of its bounds.
@@ -204,7 +241,34 @@ pub fn decode_public(
             by: query_text(query, "by"),
         }
         .into(),
-        (["sessions" | "budget" | "usage"], _) => return Err(CallError::MethodNotAllowed),
+        (["secrets"], Method::Get) => ListSecrets.into(),
+        (["secrets", name], method @ (Method::Put | Method::Delete)) => {
+            crate::secrets::check_name(name).map_err(CallError::BadRequest)?;
+            if method == Method::Put {
+                let request: PutSecretRequest = decode_body(body)?;
+                crate::secrets::check_put(&request).map_err(CallError::BadRequest)?;
+                PutSecret {
+                    name: name.to_string(),
+                    request,
+                }
+                .into()
+            } else {
+                let scope = match query_text(query, "scope") {
+                    None => SecretScope::User,
+                    Some(text) => SecretScope::parse(&text).ok_or_else(|| {
+                        CallError::BadRequest("scope must be tenant or user".into())
+                    })?,
+                };
+                DeleteSecret {
+                    name: name.to_string(),
+                    scope,
+                }
+                .into()
+            }
+        }
+        (["sessions" | "budget" | "usage" | "secrets"], _) | (["secrets", _], _) => {
+            return Err(CallError::MethodNotAllowed);
+        }
         _ => return Err(CallError::UnknownRoute),
     })
 }
@@ -223,6 +287,11 @@ mod tests {
             Ok(IndexCall::List(l)) => format!("list {l:?}"),
             Ok(IndexCall::PutBudget(b)) => format!("put_budget {:?}", b.0),
             Ok(IndexCall::GetUsage(u)) => format!("usage {u:?}"),
+            Ok(IndexCall::PutSecret(p)) => format!(
+                "put_secret {} {:?} {:?}",
+                p.name, p.request.scope, p.request.environments
+            ),
+            Ok(IndexCall::DeleteSecret(d)) => format!("delete_secret {d:?}"),
             Ok(other) => other.name().to_string(),
             Err(e) => format!("{:?}: {e}", e.status_and_code()),
         }
@@ -305,6 +374,70 @@ mod tests {
             (
                 Method::Put,
                 "sessions",
+                vec![],
+                "",
+                "(405, \"method_not_allowed\"): method not allowed on this route",
+            ),
+            (Method::Get, "secrets", vec![], "", "list_secrets"),
+            (
+                Method::Put,
+                "secrets/GITHUB_TOKEN",
+                vec![],
+                r#"{"value":"v","scope":"tenant","environments":["ci"]}"#,
+                "put_secret GITHUB_TOKEN Tenant [\"ci\"]",
+            ),
+            (
+                Method::Put,
+                "secrets/github_token",
+                vec![],
+                r#"{"value":"v"}"#,
+                "(400, \"bad_request\"): a secret's name is an environment variable name: 1 to 64 of A-Z, 0-9 and _, not starting with a digit (got \"github_token\")",
+            ),
+            (
+                Method::Put,
+                "secrets/A",
+                vec![],
+                r#"{"value":""}"#,
+                "(400, \"bad_request\"): value must not be empty",
+            ),
+            (
+                Method::Put,
+                "secrets/A",
+                vec![],
+                r#"{"value":"v","extra":1}"#,
+                "(400, \"bad_request\"): invalid json body: unknown field `extra`, expected one of `value`, `scope`, `hosts`, `environments` at line 1 column 20",
+            ),
+            (
+                Method::Delete,
+                "secrets/A",
+                vec![],
+                "",
+                "delete_secret DeleteSecret { name: \"A\", scope: User }",
+            ),
+            (
+                Method::Delete,
+                "secrets/A",
+                vec![("scope", "tenant")],
+                "",
+                "delete_secret DeleteSecret { name: \"A\", scope: Tenant }",
+            ),
+            (
+                Method::Delete,
+                "secrets/A",
+                vec![("scope", "everyone")],
+                "",
+                "(400, \"bad_request\"): scope must be tenant or user",
+            ),
+            (
+                Method::Get,
+                "secrets/A",
+                vec![],
+                "",
+                "(405, \"method_not_allowed\"): method not allowed on this route",
+            ),
+            (
+                Method::Post,
+                "secrets",
                 vec![],
                 "",
                 "(405, \"method_not_allowed\"): method not allowed on this route",

@@ -264,6 +264,7 @@ pub(crate) use call;
 
 /// `{}` on the wire: a call with nothing to say, or a reply with nothing to say.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Empty;
 
 #[cfg(test)]

@@ -137,6 +137,10 @@ pub struct EnvironmentDefinition {
     /// `fileSizeBytes`, `cpuSeconds`).
     #[serde(default)]
     pub limits: LimitOverrides,
+    /// Secrets (names) its commands get as environment variables, each call its own copy in
+    /// memory (`docs/security.md`, "Secrets"); a secret must also allow this environment.
+    #[serde(default)]
+    pub secrets: Vec<String>,
     /// Unix seconds.
     pub created_at: i64,
     /// Unix seconds of the last change.
@@ -189,6 +193,9 @@ pub struct CreateEnvironmentRequest {
     /// See [`EnvironmentDefinition::limits`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitOverrides>,
+    /// See [`EnvironmentDefinition::secrets`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
 }
 
 /// `PATCH /v1/environments/:idOrName`: absent fields are kept; `null` clears an optional field.
@@ -271,6 +278,9 @@ pub struct UpdateEnvironmentRequest {
     /// New limits (replaces the old ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitOverrides>,
+    /// New secrets (replaces the old list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
 }
 
 /// `Some(None)` for an explicit `null`, `Some(Some(v))` for a value (absent is `None` via
@@ -317,6 +327,7 @@ impl CreateEnvironmentRequest {
             network: self.network,
             read_only_paths: self.read_only_paths.unwrap_or_default(),
             limits: self.limits.unwrap_or_default(),
+            secrets: self.secrets.unwrap_or_default(),
             created_at: now,
             updated_at: now,
         };
@@ -371,6 +382,9 @@ impl EnvironmentDefinition {
         }
         if let Some(limits) = update.limits {
             next.limits = limits;
+        }
+        if let Some(secrets) = update.secrets {
+            next.secrets = secrets;
         }
         next.validate()?;
         next.updated_at = now;
@@ -462,6 +476,24 @@ impl EnvironmentDefinition {
         }
         for var in &self.extra_env_vars {
             check_env_var(var)?;
+        }
+        if self.secrets.len() > crate::secrets::MAX_TARGETS {
+            return Err(format!(
+                "secrets may list at most {} names",
+                crate::secrets::MAX_TARGETS
+            ));
+        }
+        for (i, name) in self.secrets.iter().enumerate() {
+            crate::secrets::check_name(name).map_err(|e| format!("secrets: {e}"))?;
+            if self.secrets[..i].contains(name) {
+                return Err(format!("secrets lists {name} twice"));
+            }
+            if self.extra_env_vars.contains(name) {
+                // A snapshot's variables are shown to every reader of the session.
+                return Err(format!(
+                    "{name} is in both secrets and extraEnvVars; a secret is never captured into a snapshot"
+                ));
+            }
         }
         self.cell().validate()
     }
@@ -693,6 +725,12 @@ pub struct ResolveEnvironmentResponse {
     pub approval: ApprovalPolicy,
     /// The definition used, if any.
     pub definition_id: Option<String>,
+    /// The definition's name, if any (what a secret's `environments` name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_name: Option<String>,
+    /// The definition's `secrets`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// Runner hub `POST /call`: send a request frame to a runner and wait for its answer.
@@ -748,6 +786,11 @@ mod tests {
             json!({"name": "w", "kind": "folder-template", "templatePath": "/t", "startupScript": "npm ci"})
         );
         create(json!({"name": "repo", "kind": "worktree", "runner": "vm", "repoPath": "/r", "baseRef": "main", "extraEnvVars": ["JAVA_HOME"]})).unwrap();
+        let with_secrets = create(json!({"name": "ci", "kind": "local", "runner": "mac", "path": "/src", "secrets": ["GITHUB_TOKEN", "NPM_TOKEN"]})).unwrap();
+        assert_eq!(with_secrets.secrets, ["GITHUB_TOKEN", "NPM_TOKEN"]);
+        let update: UpdateEnvironmentRequest =
+            serde_json::from_value(json!({"secrets": []})).unwrap();
+        assert!(with_secrets.apply(update, 8).unwrap().secrets.is_empty());
     }
 
     #[test]
@@ -800,6 +843,22 @@ mod tests {
             (
                 json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "color": "red"}),
                 "unknown field",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "secrets": ["gh"]}),
+                "secrets: a secret's name is an environment variable name",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "secrets": ["GH", "GH"]}),
+                "secrets lists GH twice",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "secrets": ["GH"], "extraEnvVars": ["GH"]}),
+                "GH is in both secrets and extraEnvVars",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "secrets": (0..33).map(|i| format!("S{i}")).collect::<Vec<_>>()}),
+                "secrets may list at most 32 names",
             ),
             (json!({"name": "a", "kind": "moon"}), "unknown variant"),
             (

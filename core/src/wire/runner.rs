@@ -812,6 +812,25 @@ pub enum RunnerMessage {
     },
 }
 
+/// Secret values a call's commands get as environment variables, by name. `Debug` shows the
+/// names only, so a logged message never carries a value.
+#[derive(Serialize, Deserialize, Clone, Default, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct SecretEnv(pub BTreeMap<String, String>);
+
+impl SecretEnv {
+    /// Whether the call gets no secret.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for SecretEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
 /// Frames the server (runner hub) sends.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(
@@ -895,6 +914,11 @@ pub enum ServerMessage {
         /// transcript, an image it read), instead of sending it over this socket.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         upload: Option<UploadSlot>,
+        /// Secrets this call's commands get as environment variables (the definition's
+        /// `secrets`, chosen for whom the turn acts for): kept in memory for this call only,
+        /// and masked in everything the call sends back.
+        #[serde(default, skip_serializing_if = "SecretEnv::is_empty")]
+        secret_env: SecretEnv,
     },
     /// Stop the `tool_call` with this id; its `tool_result` follows (or already went).
     Cancel {
@@ -1417,6 +1441,20 @@ mod tests {
                 arguments: json!({"command": "echo hi"}),
                 timeout_ms: Some(60_000),
                 upload: None,
+                secret_env: SecretEnv::default(),
+            },
+            ServerMessage::ToolCall {
+                id: String::from("t2"),
+                session_id: String::from("s1"),
+                environment: context(),
+                tool: String::from("bash"),
+                arguments: json!({"command": "git push"}),
+                timeout_ms: None,
+                upload: None,
+                secret_env: SecretEnv(BTreeMap::from([(
+                    String::from("GITHUB_TOKEN"),
+                    String::from("ghp_value"),
+                )])),
             },
             ServerMessage::Cancel {
                 id: String::from("t1"),
@@ -1443,6 +1481,31 @@ mod tests {
             let text = encode_frame(&message);
             assert_eq!(decode_frame::<ServerMessage>(&text), Ok(message), "{text}");
         }
+    }
+
+    /// A call's secrets travel as `secretEnv` (absent when none) and never show in `Debug`.
+    #[test]
+    fn secret_values_travel_but_never_print() {
+        let messages = server_messages();
+        let with = messages
+            .iter()
+            .find(|m| matches!(m, ServerMessage::ToolCall { secret_env, .. } if !secret_env.is_empty()))
+            .unwrap();
+        let json = serde_json::to_value(with).unwrap();
+        assert_eq!(json["secretEnv"], json!({"GITHUB_TOKEN": "ghp_value"}));
+        let debug = format!("{with:?}");
+        assert!(
+            debug.contains("GITHUB_TOKEN") && !debug.contains("ghp_value"),
+            "{debug}"
+        );
+        let without = serde_json::to_value(
+            &messages[messages
+                .iter()
+                .position(|m| matches!(m, ServerMessage::ToolCall { .. }))
+                .unwrap()],
+        )
+        .unwrap();
+        assert!(without.get("secretEnv").is_none(), "{without}");
     }
 
     #[test]

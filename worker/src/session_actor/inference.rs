@@ -14,6 +14,8 @@ use wuhu_core::llm::models::{ModelTable, TENANT_TABLE_PATH};
 use wuhu_core::llm::request_log::{Exchange, MAX_LOGGED_BODY_BYTES};
 use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
+use wuhu_core::masking::Masker;
+use wuhu_core::secrets::SealedSecret;
 use wuhu_core::tenant_config::{SettingsDocs, TENANT_CONFIG_PATH, TenantConfig};
 use wuhu_core::tools::catalogue_for;
 use wuhu_core::wire::{AssistantMessage, Compaction, CompactionReason, Entry, Header, StreamEvent};
@@ -260,6 +262,21 @@ pub(crate) struct Settings {
     pub(crate) log_days: Option<u32>,
     /// `config/tenant.json` (the default provider and model of new sessions).
     pub(crate) tenant: TenantConfig,
+    /// The tenant's secrets, sealed (from its index; a change is told as a settings change):
+    /// what the step's calls may use.
+    pub(crate) secrets: Rc<[SealedSecret]>,
+    /// Their masker, built at first use.
+    masker: std::cell::OnceCell<Rc<Masker>>,
+}
+
+impl Settings {
+    /// The masker of the tenant's secrets as this reading has them (each value opened once
+    /// per reading), over the detector of unknown ones.
+    pub(crate) fn masker(&self, env: &worker::Env, tenant: &str) -> Rc<Masker> {
+        self.masker
+            .get_or_init(|| Rc::new(crate::secrets::masker(env, tenant, &self.secrets)))
+            .clone()
+    }
 }
 
 /// The tenant's settings as they are now (a step's, a manual compaction's): the reading this
@@ -294,8 +311,14 @@ pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailu
             Err(e) => worker::console_error!("holding the tenant's settings failed: {}", e.message),
         }
     };
-    let ((), docs) = futures::join!(hold, read_settings(actor));
-    let settings = docs.and_then(|docs| parse_settings(&docs)).map(Rc::new);
+    let ((), read) = futures::join!(hold, read_settings(actor));
+    let settings = read
+        .and_then(|(docs, secrets)| {
+            let mut settings = parse_settings(&docs)?;
+            settings.secrets = secrets.into();
+            Ok(settings)
+        })
+        .map(Rc::new);
     actor
         .tenant_settings
         .settings
@@ -307,9 +330,21 @@ pub(crate) async fn settings(actor: &Rc<Actor>) -> Result<Rc<Settings>, LlmFailu
     settings
 }
 
-/// Reads both documents at once: each is an R2 round trip.
-async fn read_settings(actor: &Rc<Actor>) -> Result<SettingsDocs, LlmFailure> {
-    read_settings_of(&actor.env, &actor.tenant()).await
+/// Reads both documents and the tenant's sealed secrets at once: each is a round trip (R2, the
+/// tenant's index).
+async fn read_settings(actor: &Rc<Actor>) -> Result<(SettingsDocs, Vec<SealedSecret>), LlmFailure> {
+    let tenant = actor.tenant();
+    let (docs, secrets) = futures::join!(
+        read_settings_of(&actor.env, &tenant),
+        crate::tenant_index::sealed_secrets(&actor.env, &tenant),
+    );
+    let secrets = secrets.map_err(|e| LlmFailure {
+        status: None,
+        message: format!("reading the tenant's secrets failed: {}", e.message),
+        retryable: true,
+        retry_after_ms: None,
+    })?;
+    Ok((docs?, secrets))
 }
 
 /// The tenant's settings read now, for a session that does not exist yet (its creation
@@ -360,6 +395,8 @@ fn parse_settings(docs: &SettingsDocs) -> Result<Settings, LlmFailure> {
             .llm_request_logs
             .then_some(config.llm_request_log_days),
         tenant: config,
+        secrets: Rc::new([]),
+        masker: Default::default(),
     })
 }
 

@@ -170,14 +170,23 @@ impl Actor {
 
     /// Applies what was learnt of a job: stores it, and queues its ending on the `system`
     /// lane (once: the message id is the job's).
-    async fn apply_job_change(self: &Rc<Self>, change: Change) -> ApiResult<()> {
+    async fn apply_job_change(self: &Rc<Self>, mut change: Change) -> ApiResult<()> {
         let store = self
             .jobs
             .job_store
             .as_ref()
             .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))?;
+        // A job's output tail is the runner's: masked like any tool output, before it is kept.
+        let masker = self.masker();
+        if let Some(report) = &mut change.record.report {
+            report.output_tail = masker.mask(&report.output_tail).into_owned();
+        }
         store.put(&change.record)?;
-        if let Some(message) = change.message {
+        if let Some(mut message) = change.message {
+            message.content = masker.mask(&message.content).into_owned();
+            if let Some(details) = &mut message.input.details {
+                masker.mask_json(details);
+            }
             self.with_session(|s| {
                 s.handle_system_message(now(), message.id, message.input, message.content)
             })

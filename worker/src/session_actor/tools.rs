@@ -101,6 +101,14 @@ impl Actor {
             }),
             models: self.model_rule(),
             model_switch: Default::default(),
+            secrets: self
+                .tenant_settings
+                .last_settings
+                .borrow()
+                .as_ref()
+                .map(|s| s.secrets.clone())
+                .unwrap_or_else(|| Rc::new([])),
+            masker: self.masker(),
         }
     }
 
@@ -152,19 +160,36 @@ impl Actor {
                 worker::console_error!("saving attachments failed: {e}");
             }
         }
+        // Nothing a tool returns is stored or sent before its secrets are masked.
+        let masker = self.masker();
+        let entries: Vec<_> = output
+            .entries
+            .into_iter()
+            .map(|e| crate::secrets::mask_entry(&masker, e))
+            .collect();
+        let content = masker.mask(&output.content).into_owned();
         self.with_session(|s| {
-            s.handle_tool_progress(now(), step, call_id, output.entries);
+            s.handle_tool_progress(now(), step, call_id, entries);
             s.handle_tool_done_with_blobs(
                 now(),
                 step,
                 call_id,
-                output.content,
+                content,
                 output.is_error,
                 output.blobs,
             );
         });
         self.pump();
         switched.is_some()
+    }
+
+    /// The masker of the tenant's secrets as the latest settings reading has them; before any
+    /// reading, the detector alone.
+    pub(super) fn masker(&self) -> Rc<wuhu_core::masking::Masker> {
+        match self.tenant_settings.last_settings.borrow().as_ref() {
+            Some(settings) => settings.masker(&self.env, &self.tenant()),
+            None => Rc::new(wuhu_core::masking::Masker::default()),
+        }
     }
 
     /// Stores the session's new provider and model (memory changes only after storage did).

@@ -6,7 +6,7 @@ use wuhu_core::authority::ToolReaders;
 use wuhu_core::calls::Call;
 use wuhu_core::calls::index::{
     GateAnswer, GateRelease, GateRequest, GetBudget, HoldSettings, Index, List, LlmLogsWritten,
-    Remove, ReportUsage, Tree, Upsert,
+    Remove, ReportUsage, SealedSecrets, Tree, Upsert,
 };
 use wuhu_core::deletion::TreeRow;
 use wuhu_core::orchestration::Slot;
@@ -46,6 +46,15 @@ pub(crate) async fn hold_settings(env: &Env, tenant: &str, session: &str) -> Api
 /// `tenant_usage::must_ask_budget` says so).
 pub(crate) async fn budget(env: &Env, tenant: &str) -> ApiResult<TenantBudget> {
     system_call(env, tenant, &GetBudget).await
+}
+
+/// The tenant's secrets, sealed (for a session's settings reading: what its calls may use and
+/// what it masks).
+pub(crate) async fn sealed_secrets(
+    env: &Env,
+    tenant: &str,
+) -> ApiResult<Vec<wuhu_core::secrets::SealedSecret>> {
+    system_call(env, tenant, &SealedSecrets).await
 }
 
 /// Refreshes a session in its tenant's index (never a deleted one).

@@ -8,6 +8,8 @@
 //! - `settings`: the sessions that keep a reading of the tenant's settings, each told before a
 //!   change under `config/` is answered (`wuhu_core::tenant_config::SettingsCache`, decision
 //!   0021; a first budget is told the same way, decision 0022);
+//! - `secrets`: the tenant's and its users' secrets, sealed (`wuhu_core::secrets`); a change
+//!   is told to the settings holders, so sessions use it from their next step;
 //! - `sweep`: the alarm that deletes the tenant's expired request logs;
 //! - `client`: the calls the tenant's other actors and the router send it.
 //!
@@ -15,6 +17,7 @@
 
 mod client;
 mod gate;
+mod secrets;
 mod sessions;
 mod settings;
 mod sweep;
@@ -78,6 +81,11 @@ const MIGRATIONS: &[Migration] = &[
     // stays).
     Migration::Sql(
         "CREATE TABLE IF NOT EXISTS settings_holders (seq INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL UNIQUE)",
+    ),
+    // 9. Secrets: `owner` is '' for the tenant's. `info` is the listed JSON (`SecretInfo`),
+    // `sealed` the value (`wuhu_core::secrets::SecretKeys`).
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS secrets (scope TEXT NOT NULL, owner TEXT NOT NULL, name TEXT NOT NULL, info TEXT NOT NULL, sealed TEXT NOT NULL, PRIMARY KEY (scope, owner, name))",
     ),
 ];
 
@@ -179,6 +187,13 @@ impl TenantIndex {
             IndexCall::GetBudget(c) => Ok(reply(&c, &self.load_budget()?)),
             IndexCall::PutBudget(c) => Ok(reply(&c, &self.put_budget(&who, c.0).await?)),
             IndexCall::GetUsage(c) => Ok(reply(&c, &self.usage(&who.principal(), &c)?)),
+            IndexCall::PutSecret(c) => Ok(reply(&c, &self.put_secret(&who, &c).await?)),
+            IndexCall::DeleteSecret(c) => {
+                self.delete_secret(&who, &c).await?;
+                Ok(reply(&c, &Empty))
+            }
+            IndexCall::ListSecrets(c) => Ok(reply(&c, &self.list_secrets(&who)?)),
+            IndexCall::SealedSecrets(c) => Ok(reply(&c, &self.sealed_secrets(&who.tenant)?)),
         }
     }
 
