@@ -143,9 +143,12 @@ let dropping = false;
 let expectingRefusals = false;
 // While a wrong confirming token is sent on purpose, the browser reports its 401.
 let expectingWrongToken = false;
+/** Set while the page is expected to get a 400 (a bad secret name, shown in its form). */
+let expectingBadRequest = false;
 page.on("console", (msg) => {
   if (msg.type() === "error" && expectingRefusals && /CORS policy|net::ERR_FAILED|status of 403/.test(msg.text())) return;
   if (msg.type() === "error" && expectingWrongToken && /status of 401/.test(msg.text())) return;
+  if (msg.type() === "error" && expectingBadRequest && /status of 400/.test(msg.text())) return;
   if (msg.type() === "error" && dropping && /net::ERR_|Failed to fetch|WebSocket connection to/.test(msg.text())) return;
   if (msg.type() === "error") consoleErrors.push(`console.error: ${msg.text()} (${msg.location().url})`);
 });
@@ -665,6 +668,39 @@ try {
   );
   check(!(await call(ALICE, "GET", "/v1/tokens")).tokens.some((t) => t.name === "web-cli"), "the revoked token is no longer listed");
   await page.getByTestId("whoami").filter({ hasText: "alice" }).waitFor();
+
+  // 10b. Secrets: one is set (its value never shows again), listed, refused with a bad name
+  // (the server's 400 in the form), and deleted after a confirm.
+  log("secrets");
+  {
+    const value = `web-secret-${Date.now()}-value`;
+    await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Secrets" }).click();
+    const form = page.getByRole("form", { name: "Set a secret" });
+    await form.getByLabel("Name").fill("WEB_TOKEN");
+    await form.getByLabel("Value").fill(value);
+    await form.getByLabel("Environments").fill("ci, deploy");
+    await form.getByRole("button", { name: "Save" }).click();
+    await form.getByRole("status").filter({ hasText: "Saved your secret WEB_TOKEN" }).waitFor();
+    check((await form.getByLabel("Value").inputValue()) === "", "the value field is cleared once saved");
+    const row = page.getByRole("table", { name: "Secrets" }).getByRole("row", { name: /WEB_TOKEN/ });
+    await row.getByText("ci, deploy").waitFor();
+    check(!(await page.content()).includes(value), "the secret's value is nowhere on the page");
+    const listed = await call(ALICE, "GET", "/v1/secrets");
+    check(
+      listed.secrets.some((x) => x.name === "WEB_TOKEN") && !JSON.stringify(listed).includes(value),
+      "the API lists it without its value",
+    );
+    expectingBadRequest = true;
+    await form.getByLabel("Name").fill("lower");
+    await form.getByLabel("Value").fill("x-value");
+    await form.getByRole("button", { name: "Save" }).click();
+    await form.getByRole("alert").filter({ hasText: "environment variable name" }).waitFor();
+    expectingBadRequest = false;
+    await row.getByRole("button", { name: "Delete WEB_TOKEN" }).click();
+    await page.getByRole("group", { name: "Confirm deleting WEB_TOKEN" }).getByRole("button", { name: "Yes, delete" }).click();
+    await row.waitFor({ state: "detached" });
+    check(!(await call(ALICE, "GET", "/v1/secrets")).secrets.some((x) => x.name === "WEB_TOKEN"), "deleted");
+  }
 
   // 10c. Other origins. A page on the listed origin may call the API with a bearer token; an
   // unlisted one may not read the answer. And a request from another origin of the same site

@@ -10,6 +10,7 @@ import type {
   MintedToken,
   RevokedAll,
   RunnerInfo,
+  SecretInfo,
   SessionInfo,
   SessionPage,
   TokenInfo,
@@ -121,6 +122,11 @@ export const api = {
   ) => request<MintedToken>("POST", "/v1/tokens", body, undefined, confirmToken?.trim().replace(/^Bearer\s+/i, "") || undefined),
   revokeToken: (jti: string) =>
     request<{ jti: string; revoked: boolean; alsoRevoked: number }>("DELETE", `/v1/tokens/${enc(jti)}`),
+  listSecrets: () => request<{ secrets: SecretInfo[] }>("GET", "/v1/secrets"),
+  putSecret: (name: string, body: { value: string; scope: "user" | "tenant"; environments: string[]; hosts: string[] }) =>
+    request<SecretInfo>("PUT", `/v1/secrets/${enc(name)}`, body),
+  deleteSecret: (name: string, scope: "user" | "tenant") =>
+    request<unknown>("DELETE", `/v1/secrets/${enc(name)}?scope=${scope}`),
   /** Ends every registered credential of the caller (this page's cookie session included). */
   revokeAll: () => request<RevokedAll>("POST", "/v1/tokens/revoke-all", {}),
 };

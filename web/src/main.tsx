@@ -1,5 +1,5 @@
 // The Wuhu web app: a single page served by the Worker as static assets. Routes live in the
-// URL hash (`#/sessions`, `#/s/<id>`, `#/runners`, `#/tokens`, `#/workspace`), so any page can be reloaded
+// URL hash (`#/sessions`, `#/s/<id>`, `#/runners`, `#/tokens`, `#/secrets`, `#/workspace`), so any page can be reloaded
 // and linked without the server knowing about them.
 
 import "./app.css";
@@ -12,6 +12,7 @@ import { Sessions } from "./views/Sessions";
 import { SessionView } from "./views/Session";
 import { Runners } from "./views/Runners";
 import { Tokens } from "./views/Tokens";
+import { Secrets } from "./views/Secrets";
 import { Workspace } from "./views/Workspace";
 
 type Route =
@@ -19,6 +20,7 @@ type Route =
   | { name: "session"; id: string }
   | { name: "runners" }
   | { name: "tokens" }
+  | { name: "secrets" }
   | { name: "workspace"; path: string | null };
 
 function parseRoute(hash: string): Route {
@@ -26,6 +28,7 @@ function parseRoute(hash: string): Route {
   if (parts[0] === "s" && parts[1]) return { name: "session", id: decodeURIComponent(parts[1]) };
   if (parts[0] === "runners") return { name: "runners" };
   if (parts[0] === "tokens") return { name: "tokens" };
+  if (parts[0] === "secrets") return { name: "secrets" };
   if (parts[0] === "workspace") {
     const path = parts.slice(1).map(decodeURIComponent).join("/");
     return { name: "workspace", path: path || null };
@@ -80,6 +83,7 @@ function App() {
           {nav("sessions", "#/sessions", "Sessions")}
           {nav("runners", "#/runners", "Runners")}
           {nav("tokens", "#/tokens", "Tokens")}
+          {nav("secrets", "#/secrets", "Secrets")}
           {nav("workspace", "#/workspace", "Workspace")}
         </nav>
         <div class="whoami" data-testid="whoami" title={`tenant ${me.tenant}, signed in by ${me.via}`}>
@@ -98,6 +102,7 @@ function App() {
         {route.name === "session" && <SessionView key={route.id} id={route.id} me={me} />}
         {route.name === "runners" && <Runners me={me} />}
         {route.name === "tokens" && <Tokens me={me} />}
+        {route.name === "secrets" && <Secrets me={me} />}
         {route.name === "workspace" && <Workspace me={me} path={route.path} />}
       </main>
     </div>

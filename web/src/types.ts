@@ -177,3 +177,14 @@ export interface RevokedAll {
 export interface MintedToken extends TokenInfo {
   token: string;
 }
+
+/** `GET /v1/secrets` (never a value). */
+export interface SecretInfo {
+  name: string;
+  scope: "user" | "tenant";
+  owner: string | null;
+  hosts: string[];
+  environments: string[];
+  setBy: string;
+  setAt: number;
+}
