@@ -144,6 +144,21 @@ printf 'job %s\n' "$GITHUB_TOKEN" > leak.txt"#;
         "{stored}"
     );
 
+    // A person who pastes it into a message anyway: the queue, the transcript and the model
+    // get the placeholder.
+    alice.enqueue(
+        &id,
+        "followUp",
+        &format!("here is my token {value}, use it"),
+    );
+    alice.wait_transcript(&id, "the pasted message", TURN, |entries| {
+        serde_json::to_string(entries)
+            .unwrap()
+            .contains("here is my token [secret:GITHUB_TOKEN], use it")
+    });
+    alice.wait_idle(&id, TURN);
+    let stored = serde_json::to_string(&alice.transcript(&id)).unwrap();
+
     // Nothing stored or served holds it: the transcript, the session's page.
     for shown in encodings(&value) {
         assert!(!stored.contains(&shown), "{shown:?} is in the transcript");
@@ -299,14 +314,17 @@ fn secrets_go_only_where_their_rules_allow() {
 }
 
 /// What a `js` call that prints `value` returns: `[secret:NAME]` exactly when the session could
-/// open the secret (its masker has the value), so no runner is needed to see a key work.
+/// open the secret (its masker has the value), so no runner is needed to see a key work. The
+/// script joins the value from two halves: written whole, the message asking for the call would
+/// be masked before the script ever ran.
 #[track_caller]
 fn printed(api: &Api, value: &str) -> String {
     let id = api.create_fake_session().id;
+    let (head, tail) = value.split_at(value.len() / 2);
     let result = api.run_tool(
         &id,
         "js",
-        json!({"code": format!("console.log({value:?}); 1")}),
+        json!({"code": format!("console.log({head:?} + {tail:?}); 1")}),
         TURN,
     );
     assert!(!result.is_error, "{}", result.content);

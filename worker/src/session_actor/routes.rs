@@ -349,6 +349,15 @@ impl Actor {
         if request.content.trim().is_empty() {
             return Err(ApiError::bad_request("content must not be empty"));
         }
+        // A pasted credential is masked before it is queued: the transcript, the provider and
+        // every follower see the placeholder (docs/security.md, "Secrets").
+        let masker = match super::inference::settings(self).await {
+            Ok(settings) => settings.masker(&self.env, &self.tenant()),
+            Err(_) => self.masker(),
+        };
+        if let std::borrow::Cow::Owned(masked) = masker.mask(&request.content) {
+            request.content = masked;
+        }
         // Once a step found the tenant's budget spent, input is refused until it is
         // raised (asked again each time).
         if self.bookkeeping.tenant_budget_spent.get() {
