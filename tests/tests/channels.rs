@@ -1547,3 +1547,68 @@ fn messages_acknowledged_before_a_crash_are_answered_after_restart() {
         }
     }
 }
+
+/// A thread's session starts with the global context of whom its first message acts for
+/// (issue 35): a mapped member's own `users/<sub>/context.md`, a guest's the binding's
+/// `channels/<id>/context.md`.
+#[test]
+fn a_threads_session_starts_with_its_authors_global_context() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("chan-context");
+    let world = World::in_tenant(
+        Platform::Generic,
+        stack.admin_client("root", &tenant),
+        json!({}),
+    );
+    let admin = &world.admin;
+    let tenant_text = "Guests of this channel: answer about the public API only.\n";
+    admin
+        .put_doc(&format!("channels/{}/context.md", world.id), tenant_text)
+        .expect_status(200);
+    world.map_member(2, "ana");
+    let ana_text = "Ana is on call this week.\n";
+    let ana = stack.client("ana", &tenant);
+    ana.put_doc("users/ana/context.md", ana_text)
+        .expect_status(200);
+
+    let context_of = |session: &str| {
+        world
+            .admin
+            .transcript(session)
+            .iter()
+            .find_map(|e| match &e.payload {
+                EntryPayload::Message {
+                    message:
+                        Message::CustomMessage {
+                            custom_type,
+                            content,
+                            ..
+                        },
+                } if custom_type == custom_types::GLOBAL_CONTEXT => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    world.say(1, 30, "hello from a guest");
+    world.fake.wait_for_posts(1, TURN);
+    let guest_session = world.only_session();
+    assert!(
+        context_of(&guest_session).contains(tenant_text),
+        "guest thread"
+    );
+
+    world.say(2, 40, "hello from ana");
+    world.fake.wait_for_posts(2, TURN);
+    let sessions = world.sessions();
+    let ana_session = sessions
+        .iter()
+        .find(|s| s.id != guest_session)
+        .expect("ana's thread");
+    assert_eq!(ana_session.owner, "ana");
+    let context = context_of(&ana_session.id);
+    assert!(
+        context.contains(ana_text) && !context.contains(tenant_text),
+        "{context}"
+    );
+}

@@ -825,3 +825,39 @@ fn what_a_child_spends_counts_against_its_parents_budget() {
     api.enqueue(&parent, "followUp", "more");
     assert!(page.session.last_cursor > 0);
 }
+
+/// A child starts with its parent's global context (issue 35, seed 000), as a session of the
+/// parent's owner would: the owner's `users/<sub>/context.md`, read at spawn.
+#[test]
+fn a_child_starts_with_its_parents_global_context() {
+    let (api, _tenant) = client("orch-context");
+    let text = "Ana works on the billing service; ask before touching infra/.\n";
+    api.put_doc("users/ana/context.md", text).expect_status(200);
+    let parent = api.create_fake_session().id;
+    api.enqueue(
+        &parent,
+        "followUp",
+        &calls_then(
+            &[("spawn_session", json!({"task": "say hi", "title": "ctx"}))],
+            "spawned",
+        ),
+    );
+    let settled = wait_all_settled(&api, &parent, 1);
+    let child = api.transcript(&settled[0].id);
+    let context = child.iter().find_map(|e| match &e.payload {
+        EntryPayload::Message {
+            message:
+                Message::CustomMessage {
+                    custom_type,
+                    content,
+                    ..
+                },
+        } if custom_type == custom_types::GLOBAL_CONTEXT => Some(content.clone()),
+        _ => None,
+    });
+    let context = context.unwrap_or_else(|| panic!("no global context: {}", describe(&child)));
+    assert!(
+        context.contains("wuhu://workspace/users/ana/context.md") && context.contains(text),
+        "{context}"
+    );
+}

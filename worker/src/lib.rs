@@ -46,7 +46,7 @@ use worker::{Context, Env, Headers, Method, Request, Response, event};
 use wuhu_core::authority::WorkspaceWriter;
 use wuhu_core::calls::hub::HubCall;
 use wuhu_core::calls::index::IndexCall;
-use wuhu_core::calls::session::{Deleted, GlobalContext, Needs, SessionCall, SessionInit};
+use wuhu_core::calls::session::{Deleted, Needs, SessionCall, SessionInit};
 use wuhu_core::calls::{self, Method as CallMethod};
 use wuhu_core::rate_limits::RateAction;
 use wuhu_core::wire::{CreateSessionRequest, OkResponse};
@@ -379,21 +379,6 @@ async fn workspace_doc(
     }
 }
 
-/// The user's global context document, if they have one.
-async fn global_context(env: &Env, identity: &Identity) -> ApiResult<Option<GlobalContext>> {
-    let path = format!("users/{}/context.md", identity.sub);
-    if wuhu_core::workspace::normalize_doc_path(&path).is_err() {
-        return Ok(None); // A sub that is not a valid path segment has no context document.
-    }
-    Ok(workspace_io::read(env, &identity.tenant, &path)
-        .await?
-        .map(|doc| GlobalContext {
-            path: doc.summary.path,
-            version: doc.summary.version,
-            content: doc.content,
-        }))
-}
-
 /// Hands a runner's WebSocket upgrade to its tenant's hub, with the token's `jti` (if it has
 /// one) so that revoking the token closes the socket.
 async fn connect_runner(
@@ -495,7 +480,13 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         model: valid.model,
         system_prompt: request.system_prompt,
         title: valid.title,
-        global_context: global_context(env, identity).await?,
+        global_context: workspace_io::global_context_for(
+            env,
+            &identity.tenant,
+            &identity.sub,
+            None,
+        )
+        .await?,
         budget: request.budget,
         channel: None,
     };

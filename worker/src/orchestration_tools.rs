@@ -270,6 +270,19 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
             }
         }
     };
+    // The child starts with its parent's global context: the owner's (a guest owner's: its
+    // binding's), read now, as a new session of theirs would.
+    let global_context = crate::workspace_io::global_context_for(
+        &ctx.env,
+        &ctx.session.tenant,
+        &ctx.session.owner,
+        ctx.session.channel.as_deref(),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        worker::console_error!("reading the child's global context failed: {}", e.message);
+        None
+    });
     let init = SessionInit {
         id: id.clone(),
         tenant: ctx.session.tenant.clone(),
@@ -278,7 +291,7 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         model: Some(model),
         system_prompt: None,
         title,
-        global_context: None,
+        global_context,
         budget: None,
         // The child of a chat session is one too: its guests keep their folder, and its
         // turns for nobody a guest's rights.

@@ -301,3 +301,32 @@ pub(crate) async fn config_doc(
     });
     Ok(serde_json::to_string_pretty(&settings).ok())
 }
+
+/// The global context a new session of `sub` starts with (seed 000): `users/<sub>/context.md`
+/// for a person; for a chat guest (`<platform>:<id>`, decision 0035) the context of the binding
+/// whose thread it is, `channels/<binding>/context.md` (`channel`), and none without one.
+pub(crate) async fn global_context_for(
+    env: &Env,
+    tenant: &str,
+    sub: &str,
+    channel: Option<&str>,
+) -> ApiResult<Option<wuhu_core::calls::session::GlobalContext>> {
+    let path = if wuhu_core::authority::is_guest(sub) {
+        match channel {
+            Some(binding) => format!("{}context.md", wuhu_core::authority::guest_folder(binding)),
+            None => return Ok(None),
+        }
+    } else {
+        format!("users/{sub}/context.md")
+    };
+    if wuhu_core::workspace::normalize_doc_path(&path).is_err() {
+        return Ok(None); // A name that is not a valid path segment has no context document.
+    }
+    Ok(read(env, tenant, &path)
+        .await?
+        .map(|doc| wuhu_core::calls::session::GlobalContext {
+            path: doc.summary.path,
+            version: doc.summary.version,
+            content: doc.content,
+        }))
+}

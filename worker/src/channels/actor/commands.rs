@@ -231,6 +231,19 @@ impl Actor {
             &format!("{}: {first_text}", binding.name),
             channels::THREAD_TITLE_CHARS,
         );
+        // The thread's first author's global context: a member's own, a guest's the binding's
+        // `channels/<id>/context.md`.
+        let global_context = crate::workspace_io::global_context_for(
+            &self.env,
+            &binding.tenant,
+            author,
+            Some(&binding.id),
+        )
+        .await
+        .unwrap_or_else(|e| {
+            worker::console_error!("reading the thread's global context failed: {}", e.message);
+            None
+        });
         let init = session_calls::SessionInit {
             id: id.to_string(),
             tenant: binding.tenant.clone(),
@@ -239,7 +252,7 @@ impl Actor {
             model: binding.defaults.model.clone(),
             system_prompt,
             title,
-            global_context: None,
+            global_context,
             budget: None,
             // Its guests' workspace folder is `channels/<binding id>/` (decision 0035).
             channel: Some(binding.id.clone()),
