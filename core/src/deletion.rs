@@ -466,6 +466,7 @@ mod tests {
                 snapshot: Snapshot::default(),
                 agents_md: None,
                 agents_md_truncated: false,
+                agents_md_file: None,
             },
             runner: runner.into(),
             runner_owner: owner.into(),

@@ -96,7 +96,7 @@ pub fn attached_text(attachment: &Attachment) -> String {
         text.push_str(&format!(" Branch {branch}."));
     }
     if env.agents_md.is_some() {
-        text.push_str(" AGENTS.md found — loading context.");
+        text.push_str(&format!(" {} found — loading context.", env.agents_file()));
     }
     text
 }
@@ -147,6 +147,7 @@ mod tests {
                 snapshot: Snapshot::default(),
                 agents_md: Some("# hi".into()),
                 agents_md_truncated: false,
+                agents_md_file: None,
             },
             runner: "mac".into(),
             runner_owner: "ana".into(),
@@ -184,6 +185,9 @@ mod tests {
             attached_text(&attachment("api")),
             "Environment \"api\" (local, macOS, /src/api) attached on runner \"mac\". AGENTS.md found — loading context."
         );
+        let mut claude = attachment("api");
+        claude.environment.agents_md_file = Some("CLAUDE.md".into());
+        assert!(attached_text(&claude).ends_with("CLAUDE.md found — loading context."));
         assert_eq!(
             detached_text("wt", Some("wuhu/abc"), None),
             "Environment \"wt\" detached. Branch wuhu/abc was kept."

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wuhu_core::cell::check_root;
 use wuhu_core::wire::runner::{
-    AGENTS_MD_MAX_BYTES, AttachedEnvironment, EnvironmentContext, EnvironmentKind,
+    AGENTS_FILES, AGENTS_MD_MAX_BYTES, AttachedEnvironment, EnvironmentContext, EnvironmentKind,
     EnvironmentSource, EnvironmentSpec, ErrorBody, SandboxMode, Snapshot, codes, os_display_name,
 };
 
@@ -188,7 +188,7 @@ impl EnvironmentHost {
         {
             return Err(ErrorBody::new(codes::PATH_NOT_ALLOWED, e));
         }
-        let (agents_md, agents_md_truncated) = read_agents_md(&root);
+        let (agents_md, agents_md_truncated, agents_md_file) = read_agents_md(&root);
         let snapshot = capture_snapshot(
             &root,
             self.vars.iter().cloned(),
@@ -205,6 +205,7 @@ impl EnvironmentHost {
             snapshot,
             agents_md,
             agents_md_truncated,
+            agents_md_file,
             cell: Box::new(spec.cell.clone()),
         })
     }
@@ -645,24 +646,30 @@ pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// AGENTS.md at `root`, cut to [`AGENTS_MD_MAX_BYTES`] at a char boundary.
-pub fn read_agents_md(root: &Path) -> (Option<String>, bool) {
-    let path = root.join("AGENTS.md");
-    if !path.is_file() {
-        return (None, false);
-    }
+/// The agent instructions at `root`: the first of [`AGENTS_FILES`] that is a file (`AGENTS.md`,
+/// else `CLAUDE.md`), cut to [`AGENTS_MD_MAX_BYTES`] at a char boundary. Returns the text,
+/// whether it was cut, and which file it is.
+pub fn read_agents_md(root: &Path) -> (Option<String>, bool, Option<String>) {
+    let Some((file, path)) = AGENTS_FILES
+        .iter()
+        .map(|file| (*file, root.join(file)))
+        .find(|(_, path)| path.is_file())
+    else {
+        return (None, false, None);
+    };
     let Ok(bytes) = std::fs::read(&path) else {
-        return (None, false);
+        return (None, false, None);
     };
     let text = String::from_utf8_lossy(&bytes).into_owned();
+    let file = Some(file.to_string());
     if text.len() <= AGENTS_MD_MAX_BYTES {
-        return (Some(text), false);
+        return (Some(text), false, file);
     }
     let mut cut = AGENTS_MD_MAX_BYTES;
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    (Some(text[..cut].to_string()), true)
+    (Some(text[..cut].to_string()), true, file)
 }
 
 fn output_tail(output: &str) -> String {
@@ -912,10 +919,31 @@ mod tests {
             "é".repeat(AGENTS_MD_MAX_BYTES),
         )
         .unwrap();
-        let (text, truncated) = read_agents_md(base.path());
+        let (text, truncated, file) = read_agents_md(base.path());
         let text = text.unwrap();
         assert!(truncated);
+        assert_eq!(file.as_deref(), Some("AGENTS.md"));
         assert!(text.len() <= AGENTS_MD_MAX_BYTES && text.len() > AGENTS_MD_MAX_BYTES - 4);
+    }
+
+    #[test]
+    fn claude_md_stands_in_for_a_missing_agents_md() {
+        let base = tempfile::tempdir().unwrap();
+        assert_eq!(read_agents_md(base.path()), (None, false, None));
+        std::fs::write(base.path().join("CLAUDE.md"), "claude rules").unwrap();
+        assert_eq!(
+            read_agents_md(base.path()),
+            (Some("claude rules".into()), false, Some("CLAUDE.md".into()))
+        );
+        // AGENTS.md wins when both are there; a directory of that name is not a file.
+        std::fs::write(base.path().join("AGENTS.md"), "agents rules").unwrap();
+        assert_eq!(
+            read_agents_md(base.path()),
+            (Some("agents rules".into()), false, Some("AGENTS.md".into()))
+        );
+        std::fs::remove_file(base.path().join("AGENTS.md")).unwrap();
+        std::fs::create_dir(base.path().join("AGENTS.md")).unwrap();
+        assert_eq!(read_agents_md(base.path()).2.as_deref(), Some("CLAUDE.md"));
     }
 
     #[tokio::test]

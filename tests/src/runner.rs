@@ -813,6 +813,7 @@ impl RawRunner {
                                 },
                                 agents_md: None,
                                 agents_md_truncated: false,
+                                agents_md_file: None,
                                 cell: Box::new(spec.cell),
                             },
                         },

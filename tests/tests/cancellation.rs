@@ -254,6 +254,7 @@ fn answer_attach(raw: &mut RawRunner, root: &Path) {
                 },
                 agents_md: None,
                 agents_md_truncated: false,
+                agents_md_file: None,
                 cell: Default::default(),
             },
         },

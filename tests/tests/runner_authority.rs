@@ -671,6 +671,7 @@ fn a_runner_cannot_rename_the_environment_it_attaches() {
                             },
                             agents_md: None,
                             agents_md_truncated: false,
+                            agents_md_file: None,
                             cell: Default::default(),
                         },
                     },

@@ -428,6 +428,7 @@ pub(crate) async fn attach(
         }),
     ));
     if let Some(agents_md) = &env.agents_md {
+        let file = env.agents_file();
         let truncated = if env.agents_md_truncated {
             " (truncated)"
         } else {
@@ -437,11 +438,11 @@ pub(crate) async fn attach(
             message: Message::CustomMessage {
                 custom_type: custom_types::AGENTS_MD.into(),
                 content: format!(
-                    "AGENTS.md of environment {:?} ({}/AGENTS.md){truncated}:\n\n{agents_md}",
+                    "{file} of environment {:?} ({}/{file}){truncated}:\n\n{agents_md}",
                     env.name, env.root
                 ),
                 details: Some(
-                    json!({"environment": env.name, "path": format!("{}/AGENTS.md", env.root)}),
+                    json!({"environment": env.name, "path": format!("{}/{file}", env.root)}),
                 ),
             },
         });

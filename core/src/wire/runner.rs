@@ -64,6 +64,10 @@ pub const MAX_TOOL_RESULT_DETAILS_BYTES: usize = 8 * 1024;
 /// `agentsMdTruncated` is set.
 pub const AGENTS_MD_MAX_BYTES: usize = 64 * 1024;
 
+/// The files an environment's root is read for, in order: the first that exists is its
+/// agent instructions (`AGENTS.md`, else the `CLAUDE.md` many repositories keep instead).
+pub const AGENTS_FILES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
+
 /// Most blobs one `tool_result` may refer to; more are dropped by
 /// [`RunnerMessage::bound_tool_result`].
 pub const MAX_BLOBS_PER_RESULT: usize = 1;
@@ -541,10 +545,21 @@ pub struct AttachedEnvironment {
     /// Whether `agentsMd` was cut to [`AGENTS_MD_MAX_BYTES`].
     #[serde(default, skip_serializing_if = "is_false")]
     pub agents_md_truncated: bool,
+    /// Which file `agentsMd` is ([`AGENTS_FILES`]: `CLAUDE.md` when the root has no
+    /// `AGENTS.md`); absent means `AGENTS.md` (runners before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents_md_file: Option<String>,
     /// The cell the definition asked for ([`crate::cell`]); sent back with every call (boxed:
     /// attachments are moved around whole, and most cells are the default).
     #[serde(default, skip_serializing_if = "CellSettings::is_default")]
     pub cell: Box<CellSettings>,
+}
+
+impl AttachedEnvironment {
+    /// The file its agent instructions came from (`AGENTS.md` or `CLAUDE.md`).
+    pub fn agents_file(&self) -> &str {
+        self.agents_md_file.as_deref().unwrap_or(AGENTS_FILES[0])
+    }
 }
 
 impl AttachedEnvironment {
@@ -1269,6 +1284,7 @@ mod tests {
             snapshot: snapshot(),
             agents_md: Some(String::from("# Rules\n")),
             agents_md_truncated: false,
+            agents_md_file: None,
             cell: Default::default(),
         }
     }
