@@ -382,10 +382,23 @@ fn stream_holds_back_only_what_it_must() {
     let text = "one two three four five six seven eight nine ten eleven twelve ";
     let text = text.repeat(10);
     let shown = stream.push(&text);
-    // Held: the last three words, or longest - 1 bytes, whichever is longer.
-    assert!(text.len() - shown.len() < masker.longest(), "{shown}");
-    assert!(shown.len() + 20 > text.len() - masker.longest());
+    // Held: the last three words, or longest - 1 bytes and the rest of the word there,
+    // whichever is longer.
+    let held = text.len() - shown.len();
+    assert!(held >= masker.longest() - 1, "{held}");
+    assert!(held < masker.longest() + "eleven".len(), "{held}");
+    assert!(shown.ends_with(' '), "{shown}");
     assert_eq!(shown + &stream.finish(), text);
+    // A long word is held whole (the detector judges words), up to STREAM_WORD_HOLD.
+    let mut stream = StreamMasker::new(Masker::default());
+    let word = "w".repeat(STREAM_WORD_HOLD / 2);
+    assert_eq!(stream.push(&format!("a b c {word}")), "a ");
+    let long = "w".repeat(STREAM_WORD_HOLD * 2);
+    assert_eq!(
+        stream.push(&long).len(),
+        "b c ".len() + word.len() + STREAM_WORD_HOLD
+    );
+    assert_eq!(stream.finish(), "w".repeat(STREAM_WORD_HOLD));
 }
 
 #[test]
@@ -582,4 +595,17 @@ fn random_words() {
     let long = "Zx8Kq2Lm9Pw4Rt7Vn1Bc".repeat(7);
     assert!(long.len() > MAX_RANDOM_WORD_LEN);
     assert!(!is_random_word(&long));
+}
+
+#[test]
+fn every_prefix_is_found() {
+    for p in PREFIXES {
+        let tail = if (p.tail)(b'a') {
+            "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+        } else {
+            "A1B2C3D4E5F6G7H8I9J0K1L2M3N4O5P6Q7R8"
+        };
+        let token = format!("{}{tail}", p.prefix);
+        assert_eq!(prefixed_token(&token), Some(token.len()), "{token}");
+    }
 }
