@@ -37,7 +37,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use std::sync::Arc;
+
+use aho_corasick::automaton::Automaton;
+use aho_corasick::nfa::contiguous::NFA;
+use aho_corasick::{Input, MatchKind};
 
 #[cfg(test)]
 mod tests;
@@ -102,7 +106,10 @@ pub struct Masker {
 
 #[derive(Clone)]
 struct Known {
-    automaton: AhoCorasick,
+    /// The contiguous NFA alone, not `AhoCorasick` (which links all three automata into the
+    /// Worker): as fast for ~1,000 patterns (what `AhoCorasick` picks there), about 14 KB less
+    /// gzip. The noncontiguous NFA alone is 2 KB smaller and a quarter slower.
+    automaton: Arc<NFA>,
     /// Per pattern: index into `names`.
     pattern_name: Vec<u32>,
     /// Per pattern: its length in bytes.
@@ -116,10 +123,7 @@ impl fmt::Debug for Masker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Masker")
             .field("names", &self.names)
-            .field(
-                "patterns",
-                &self.known.as_ref().map_or(0, |k| k.pattern_name.len()),
-            )
+            .field("patterns", &self.patterns())
             .field("longest", &self.longest())
             .field("ignored", &self.ignored)
             .finish()
@@ -193,13 +197,13 @@ impl Masker {
                 ignored,
             };
         }
-        let automaton = AhoCorasick::builder()
+        let automaton = NFA::builder()
             .match_kind(MatchKind::Standard)
             .build(patterns.keys())
             .expect("the patterns are bounded");
         let longest = patterns.keys().map(String::len).max().unwrap_or(0);
         let known = Known {
-            automaton,
+            automaton: Arc::new(automaton),
             pattern_len: patterns.keys().map(|p| p.len() as u32).collect(),
             pattern_name: patterns.into_values().collect(),
             placeholders: names.iter().map(|n| placeholder(n)).collect(),
@@ -215,6 +219,11 @@ impl Masker {
     /// Whether no secret is known (the masker still applies the detector).
     pub fn is_empty(&self) -> bool {
         self.known.is_none()
+    }
+
+    /// Patterns matched (values and their encodings, without duplicates).
+    pub fn patterns(&self) -> usize {
+        self.known.as_ref().map_or(0, |k| k.pattern_name.len())
     }
 
     /// Secrets left out for the bounds ([`MAX_SECRETS`], [`MAX_SECRET_BYTES`]).
@@ -301,7 +310,8 @@ impl Masker {
         };
         let mut matches: Vec<Region> = known
             .automaton
-            .find_overlapping_iter(text)
+            .try_find_overlapping_iter(Input::new(text))
+            .expect("a standard automaton searches overlapping")
             .map(|m| {
                 let p = m.pattern().as_usize();
                 Region {

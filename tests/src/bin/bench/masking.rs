@@ -172,6 +172,7 @@ pub(super) fn masking(config: &Config) -> Measured {
                 json!((built.as_secs_f64() * 1e6).round() / 1e3),
             ));
             facts.push(("longest_pattern_100", json!(masker.longest())));
+            facts.push(("patterns_100", json!(masker.patterns())));
         }
         let masked = masker.mask(&whole);
         if n > 0 {
