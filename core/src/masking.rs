@@ -1134,12 +1134,22 @@ fn random_segments(word: &str, start: usize, spans: &mut Vec<Range<usize>>) {
 /// last three words (a token and its `Bearer` or label; at most [`STREAM_WORD_HOLD`] bytes), a
 /// private-key block without its end yet (at most [`STREAM_PEM_HOLD`] bytes), and never cuts
 /// inside a masked region or a UTF-8 character.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct StreamMasker {
     masker: Masker,
     pending: String,
     /// The end of what was emitted, known secrets masked, detector not applied.
     context: String,
+}
+
+/// Shows the masker and how much is held, never the held text (it may hold a secret).
+impl fmt::Debug for StreamMasker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamMasker")
+            .field("masker", &self.masker)
+            .field("held_bytes", &self.pending.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl StreamMasker {
