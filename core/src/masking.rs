@@ -938,7 +938,8 @@ fn is_discord_token(word: &str) -> bool {
 /// Whether `word` looks random: [`MIN_RANDOM_WORD_LEN`] to [`MAX_RANDOM_WORD_LEN`]
 /// characters, lowercase and uppercase letters and digits all present, not hex (git SHAs,
 /// checksums, UUIDs: hex digits and dashes), not a path (`/`, `.`, `~` first), not an integrity
-/// hash (`sha512-…`) or a mangled symbol (`_ZN…`), not words run together ([`WORDY_VOWELS`]),
+/// hash (`sha512-…`), a mangled symbol (`_ZN…`) or a provider's id ([`ID_PREFIXES`]), not
+/// words run together ([`WORDY_VOWELS`]),
 /// and at least [`MIN_RANDOM_WORD_ENTROPY`]
 /// bits of entropy per character.
 pub fn is_random_word(word: &str) -> bool {
@@ -946,6 +947,7 @@ pub fn is_random_word(word: &str) -> bool {
         || word.starts_with(['/', '.', '~'])
         || ["sha1-", "sha256-", "sha384-", "sha512-", "_ZN"]
             .iter()
+            .chain(ID_PREFIXES)
             .any(|p| word.starts_with(p))
         || word
             .strip_prefix("0x")
@@ -960,6 +962,26 @@ pub fn is_random_word(word: &str) -> bool {
     let digit = word.bytes().any(|b| b.is_ascii_digit());
     lower && upper && digit && !is_wordy(word) && entropy_per_char(word) >= MIN_RANDOM_WORD_ENTROPY
 }
+
+/// Prefixes of the random ids LLM providers give messages, tool calls and requests
+/// (`msg_01X…`, `toolu_01A…`, `call_…`, `chatcmpl-…`): names, not credentials, and what a
+/// request log or a transcript is read by; not judged by entropy.
+pub const ID_PREFIXES: &[&str] = &[
+    "msg_",
+    "toolu_",
+    "srvtoolu_",
+    "req_",
+    "call_",
+    "chatcmpl-",
+    "resp_",
+    "fc_",
+    "rs_",
+    "run_",
+    "asst_",
+    "thread_",
+    "file-",
+    "batch_",
+];
 
 /// Whether `word` reads like an identifier made of words (`responseHeaderTimeout2`): at least
 /// [`WORDY_VOWELS`] of its letters are vowels. Random letters are vowels a fifth of the time.

@@ -566,6 +566,8 @@ fn detector_leaves_ordinary_output_alone() {
         "PATH=/usr/local/bin:/usr/bin:/bin LANG=en_US.UTF-8",
         "eyJ alone",
         "[secret:API_TOKEN] stays",
+        "{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"tool_use_id\":\"toolu_01A09q90qw90lq917835lq9\"}",
+        "call_Zx8Kq2Lm9Pw4Rt7Vn1Bc6Hd3 chatcmpl-Zx8Kq2Lm9Pw4Rt7Vn1Bc6Hd3 req_011CQZx8Kq2Lm9Pw4Rt7",
         "https://user:[secret:PASS]@host/",
     ];
     for case in cases {
