@@ -249,7 +249,9 @@ fn short_values_and_empty_maskers() {
 #[test]
 fn debug_never_prints_values() {
     let masker = Masker::new([("DB_PASSWORD", "hunter2-very-secret")]);
-    let debug = format!("{masker:?} {:?}", StreamMasker::new(masker.clone()));
+    let mut stream = StreamMasker::new(masker.clone());
+    assert_eq!(stream.push("the password hunter2-very-sec"), "");
+    let debug = format!("{masker:?} {stream:?}");
     assert!(!debug.contains("hunter2"), "{debug}");
     assert!(debug.contains("DB_PASSWORD"), "{debug}");
 }
@@ -382,10 +384,23 @@ fn stream_holds_back_only_what_it_must() {
     let text = "one two three four five six seven eight nine ten eleven twelve ";
     let text = text.repeat(10);
     let shown = stream.push(&text);
-    // Held: the last three words, or longest - 1 bytes, whichever is longer.
-    assert!(text.len() - shown.len() < masker.longest(), "{shown}");
-    assert!(shown.len() + 20 > text.len() - masker.longest());
+    // Held: the last three words, or longest - 1 bytes and the rest of the word there,
+    // whichever is longer.
+    let held = text.len() - shown.len();
+    assert!(held >= masker.longest() - 1, "{held}");
+    assert!(held < masker.longest() + "eleven".len(), "{held}");
+    assert!(shown.ends_with(' '), "{shown}");
     assert_eq!(shown + &stream.finish(), text);
+    // A long word is held whole (the detector judges words), up to STREAM_WORD_HOLD.
+    let mut stream = StreamMasker::new(Masker::default());
+    let word = "w".repeat(STREAM_WORD_HOLD / 2);
+    assert_eq!(stream.push(&format!("a b c {word}")), "a ");
+    let long = "w".repeat(STREAM_WORD_HOLD * 2);
+    assert_eq!(
+        stream.push(&long).len(),
+        "b c ".len() + word.len() + STREAM_WORD_HOLD
+    );
+    assert_eq!(stream.finish(), "w".repeat(STREAM_WORD_HOLD));
 }
 
 #[test]
@@ -551,6 +566,8 @@ fn detector_leaves_ordinary_output_alone() {
         "PATH=/usr/local/bin:/usr/bin:/bin LANG=en_US.UTF-8",
         "eyJ alone",
         "[secret:API_TOKEN] stays",
+        "{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"tool_use_id\":\"toolu_01A09q90qw90lq917835lq9\"}",
+        "call_Zx8Kq2Lm9Pw4Rt7Vn1Bc6Hd3 chatcmpl-Zx8Kq2Lm9Pw4Rt7Vn1Bc6Hd3 req_011CQZx8Kq2Lm9Pw4Rt7",
         "https://user:[secret:PASS]@host/",
     ];
     for case in cases {
@@ -582,4 +599,17 @@ fn random_words() {
     let long = "Zx8Kq2Lm9Pw4Rt7Vn1Bc".repeat(7);
     assert!(long.len() > MAX_RANDOM_WORD_LEN);
     assert!(!is_random_word(&long));
+}
+
+#[test]
+fn every_prefix_is_found() {
+    for p in PREFIXES {
+        let tail = if (p.tail)(b'a') {
+            "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+        } else {
+            "A1B2C3D4E5F6G7H8I9J0K1L2M3N4O5P6Q7R8"
+        };
+        let token = format!("{}{tail}", p.prefix);
+        assert_eq!(prefixed_token(&token), Some(token.len()), "{token}");
+    }
 }

@@ -9,12 +9,11 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::json;
-use wuhu_e2e::Stack;
 use wuhu_e2e::runner::{TempDir, runner_bin};
 
 use crate::{Config, Measured, Series, Stats, ms};
 
-pub fn cell_spawn(_stack: &Stack, config: &Config) -> Measured {
+pub fn cell_spawn(config: &Config) -> Measured {
     let dir = TempDir::new("wuhu-bench-cell");
     let root = dir.mkdir("root");
     let temp = dir.mkdir("tmp");

@@ -141,7 +141,7 @@ fn window_of(entries: &[Entry]) -> ContextWindow {
     window
 }
 
-pub(super) fn context_build(_stack: &wuhu_e2e::Stack, config: &Config) -> Measured {
+pub(super) fn context_build(config: &Config) -> Measured {
     let mut series = Vec::new();
     let mut facts = Vec::new();
     for (name, compacted) in [("compacted_step", true), ("uncompacted_step", false)] {

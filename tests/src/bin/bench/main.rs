@@ -1,17 +1,20 @@
-//! `bench [--turns N] [--only NAME[,NAME…]] [--out PATH] [--list]`
+//! `bench [--turns N] [--only NAME[,NAME…]] [--out PATH] [--list] [--needs-stack]`
 //!
-//! Starts the local stack (the built Worker under `wrangler dev`) and runs benchmarks against
-//! it, printing a summary and writing JSON (default `bench-results/latest.json` at the repo
-//! root) with machine info and a timestamp.
+//! Starts the local stack (the built Worker under `wrangler dev`) when a selected benchmark
+//! needs it and runs the benchmarks, printing a summary and writing JSON (default
+//! `bench-results/latest.json` at the repo root) with machine info and a timestamp.
 //!
-//! Benchmarks are entries of [`BENCHMARKS`]: a name, a description and a function from the
-//! running stack to named sample series (plus facts that are not samples: counts, ratios). Add
-//! new ones there. `peer` (in `peer.rs`) measures Cloudflare's `agents` side by side; `load.rs`
+//! Benchmarks are entries of [`BENCHMARKS`]: a name, a description and a function to named
+//! sample series (plus facts that are not samples: counts, ratios), either from the running
+//! stack ([`Run::Stack`]) or in process without it ([`Run::Native`]: `--only` of those alone
+//! starts no stack). Add new ones there. `--needs-stack` answers, by its exit status (0: yes,
+//! 1: no), whether the selection needs the stack: `scripts/bench` builds the Worker only then. `peer` (in `peer.rs`) measures Cloudflare's `agents` side by side; `load.rs`
 //! holds the load figures.
 
 mod cell;
 mod context;
 mod load;
+mod masking;
 mod peer;
 
 use std::sync::mpsc;
@@ -30,7 +33,15 @@ use wuhu_e2e::{Api, SseEvent, Stack, StackOptions};
 struct Benchmark {
     name: &'static str,
     description: &'static str,
-    run: fn(&Stack, &Config) -> Measured,
+    run: Run,
+}
+
+/// How a benchmark runs.
+enum Run {
+    /// Against the running stack.
+    Stack(fn(&Stack, &Config) -> Measured),
+    /// In process, without the stack.
+    Native(fn(&Config) -> Measured),
 }
 
 /// What a benchmark measured: sample series, and facts that are not samples (counts, ratios,
@@ -55,13 +66,13 @@ const BENCHMARKS: &[Benchmark] = &[
         name: "first_delta",
         description: "time from sending POST /enqueue to the first assistant_text_delta on an open follow stream \
                       (fake provider, WUHU_FAKE_DELAY_MS=0); the next turn starts after idle",
-        run: |stack, config| first_delta(stack, config).into(),
+        run: Run::Stack(|stack, config| first_delta(stack, config).into()),
     },
     Benchmark {
         name: "http_baseline",
         description: "round trip of GET /healthz (Worker only, no auth) and of GET /v1/sessions/:id?limit=1 \
                       (auth + session actor), each on a fresh connection: the floor under first_delta",
-        run: |stack, config| http_baseline(stack, config).into(),
+        run: Run::Stack(|stack, config| http_baseline(stack, config).into()),
     },
     Benchmark {
         name: "js_round_trip",
@@ -70,7 +81,7 @@ const BENCHMARKS: &[Benchmark] = &[
                       js building ~100 KB of JSON then parsing, transforming and stringifying it, and the \
                       `read` tool on wuhu://config/server.json as the floor of any tool call; \
                       js_1plus1_minus_read pairs the 1+1 and read samples of each round",
-        run: |stack, config| js_round_trip(stack, config).into(),
+        run: Run::Stack(|stack, config| js_round_trip(stack, config).into()),
     },
     Benchmark {
         name: "js_work_budget",
@@ -79,7 +90,7 @@ const BENCHMARKS: &[Benchmark] = &[
                       budget stops it − of a turn with one js `1+1`) / 100; at_default_budget is that × 1000 \
                       (the Worker's default budget), the CPU one call may take before the budget ends it. \
                       Each series is one loop body; samples = min(--turns, 5)",
-        run: |stack, config| js_work_budget(stack, config).into(),
+        run: Run::Stack(|stack, config| js_work_budget(stack, config).into()),
     },
     Benchmark {
         name: "runner_round_trip",
@@ -92,7 +103,7 @@ const BENCHMARKS: &[Benchmark] = &[
                       to a long one), so the mean is the robust figure; ws_heartbeat_rtt is a runner \
                       heartbeat → heartbeat_ack round trip on a raw connection, the floor of any frame \
                       exchange with a runner",
-        run: |stack, config| runner_round_trip(stack, config).into(),
+        run: Run::Stack(|stack, config| runner_round_trip(stack, config).into()),
     },
     Benchmark {
         name: "cell_spawn",
@@ -100,7 +111,7 @@ const BENCHMARKS: &[Benchmark] = &[
                       as without cells, alternating with the same through `wuhu-runner cell-exec` (release \
                       binary) with network open, none and an allow list; added_* pair each cell sample with \
                       the bare one before it (target: added p50 ≤ 5 ms)",
-        run: cell::cell_spawn,
+        run: Run::Native(cell::cell_spawn),
     },
     Benchmark {
         name: "peer",
@@ -110,7 +121,7 @@ const BENCHMARKS: &[Benchmark] = &[
                       Chat Completions server: first text delta, full turn and turns/s over --turns sequential \
                       turns after --warmup, 3 runs alternating; medians of the runs' figures and agents/wuhu \
                       ratios; cold start is spawn → first answer of each wrangler",
-        run: peer::peer,
+        run: Run::Stack(peer::peer),
     },
     Benchmark {
         name: "followers",
@@ -121,19 +132,19 @@ const BENCHMARKS: &[Benchmark] = &[
                       arrival at any follower, stamped when read from the connection by one client thread), \
                       and the CPU each process spent (client, wrangler's node and proxy workerd, the Worker's \
                       workerd)",
-        run: load::followers,
+        run: Run::Stack(load::followers),
     },
     Benchmark {
         name: "sessions",
         description: "200 sessions of one tenant each take one turn at the same moment (fake provider): \
                       enqueue → idle per session, errors counted",
-        run: load::sessions,
+        run: Run::Stack(load::sessions),
     },
     Benchmark {
         name: "enqueue_burst",
         description: "100 enqueues sent at once to one session: response latency, refusals, and each message \
                       found exactly once in the transcript afterwards",
-        run: load::enqueue_burst,
+        run: Run::Stack(load::enqueue_burst),
     },
     Benchmark {
         name: "context_build",
@@ -142,12 +153,21 @@ const BENCHMARKS: &[Benchmark] = &[
                       LLM request (compaction::plan_step over the in-memory window); compacted_step after a \
                       compaction (the usual step), uncompacted_step deciding to compact; window_load_1024 \
                       builds the window from 1,024 entries (an actor's load, without I/O). Target: < 5 ms",
-        run: context::context_build,
+        run: Run::Native(context::context_build),
     },
     Benchmark {
         name: "runner_idle_rss",
         description: "resident memory of a connected, idle wuhu-runner (VmRSS, 20 samples 100 ms apart; target ≤ 15 MB)",
-        run: load::runner_idle_rss,
+        run: Run::Stack(load::runner_idle_rss),
+    },
+    Benchmark {
+        name: "masking",
+        description: "masking secrets (wuhu_core::masking), in process, native release code, no stack: \
+                      µs per KiB of output (not ms) for Masker::mask over ~64 KiB each of compiler output, an \
+                      env dump and a wrapped base64 blob (all_N: the three together) with N = 0, 10, 100 known \
+                      secrets of 40 characters (100: ~1,000+ patterns), and StreamMasker fed 64-byte deltas \
+                      (stream_N); --turns samples each after --warmup. Target: ≤ 50 µs per KiB at 100",
+        run: Run::Native(masking::masking),
     },
 ];
 
@@ -179,6 +199,7 @@ fn main() {
         stack_start: Duration::ZERO,
     };
     let mut only: Option<String> = None;
+    let mut needs_stack_query = false;
     let mut out = repo_root().join("bench-results/latest.json");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -202,7 +223,11 @@ fn main() {
                     .map(Into::into)
                     .unwrap_or_else(|| usage("--out needs a path"))
             }
+            "--needs-stack" => needs_stack_query = true,
             "--list" => {
+                if needs_stack_query {
+                    std::process::exit(1);
+                }
                 for bench in BENCHMARKS {
                     println!("{:<16} {}", bench.name, bench.description);
                 }
@@ -242,13 +267,20 @@ fn main() {
         ));
     }
 
-    eprintln!("bench: starting wrangler dev…");
-    let starting = Instant::now();
-    let stack = Stack::start_with(StackOptions {
-        fake_delay_ms: Some(0),
-        ..StackOptions::default()
+    let needs_stack = selected.iter().any(|b| matches!(b.run, Run::Stack(_)));
+    if needs_stack_query {
+        std::process::exit(if needs_stack { 0 } else { 1 });
+    }
+    let stack = needs_stack.then(|| {
+        eprintln!("bench: starting wrangler dev…");
+        let starting = Instant::now();
+        let stack = Stack::start_with(StackOptions {
+            fake_delay_ms: Some(0),
+            ..StackOptions::default()
+        });
+        config.stack_start = starting.elapsed();
+        stack
     });
-    config.stack_start = starting.elapsed();
     let mut results = serde_json::Map::new();
     for bench in selected {
         eprintln!(
@@ -256,16 +288,21 @@ fn main() {
             bench.name, config.turns, config.warmup
         );
         println!("{}", bench.name);
-        let Measured { series, facts } = (bench.run)(&stack, &config);
+        let Measured { series, facts } = match bench.run {
+            Run::Stack(run) => run(stack.as_ref().expect("the stack is started"), &config),
+            Run::Native(run) => run(&config),
+        };
         let mut entry = serde_json::Map::new();
         entry.insert("description".into(), json!(bench.description));
         entry.insert("unit".into(), json!("ms"));
+        // A fact named `unit` says the samples are in another unit.
         for (name, value) in facts {
             entry.insert(name.into(), value);
         }
+        let unit = entry["unit"].as_str().unwrap_or("ms").to_string();
         for (i, s) in series.iter().enumerate() {
             let stats = Stats::of(&s.samples_ms);
-            print_stats(s.name, &stats);
+            print_stats(s.name, &stats, &unit);
             if i == 0 {
                 for (k, v) in stats.to_json().as_object().unwrap() {
                     entry.insert(k.clone(), v.clone());
@@ -297,7 +334,9 @@ fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("bench: {problem}");
     }
-    eprintln!("usage: bench [--turns N] [--warmup N] [--only NAME[,NAME…]] [--out PATH] [--list]");
+    eprintln!(
+        "usage: bench [--turns N] [--warmup N] [--only NAME[,NAME…]] [--out PATH] [--list] [--needs-stack]"
+    );
     std::process::exit(2);
 }
 
@@ -967,9 +1006,9 @@ fn percentile(samples: &[f64], p: f64) -> f64 {
     nearest_rank(&sorted, p)
 }
 
-fn print_stats(name: &str, s: &Stats) {
+fn print_stats(name: &str, s: &Stats, unit: &str) {
     println!(
-        "  {name:<18} n={:<4} p50={:>7.2} ms  p95={:>7.2} ms  p99={:>7.2} ms  mean={:>7.2} ms  min={:>7.2} ms  max={:>7.2} ms",
+        "  {name:<18} n={:<4} p50={:>7.2} {unit}  p95={:>7.2} {unit}  p99={:>7.2} {unit}  mean={:>7.2} {unit}  min={:>7.2} {unit}  max={:>7.2} {unit}",
         s.n, s.p50, s.p95, s.p99, s.mean, s.min, s.max
     );
 }
