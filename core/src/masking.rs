@@ -7,8 +7,8 @@
 //!   keys) and its common encodings become [`placeholder`]`(NAME)` (`[secret:NAME]`): the raw
 //!   value; its JSON string-literal escapes (`serde_json`'s, and the ASCII-only `\uXXXX` form
 //!   of Python's `json.dumps`); URL encodings (every byte but RFC 3986's unreserved ones
-//!   percent-encoded, as `encodeURIComponent` does, and as a form does with `+` for a space;
-//!   `%2F` and `%2f`); hex (lower and upper); base64 (standard and url-safe, padded or not,
+//!   percent-encoded; also with `encodeURIComponent`'s `!'()*` kept, and with a form's `+` for
+//!   a space; `%2F` and `%2f`); hex (lower and upper); base64 (standard and url-safe, padded or not,
 //!   alone or inside a longer base64 text: for each of the three alignments the value can
 //!   have inside a base64 stream, the characters that depend on the value's bytes alone, as
 //!   GitHub Actions does; so `echo $TOKEN | base64` and `printf 'x%s' $TOKEN | base64` are
@@ -21,8 +21,8 @@
 //!   `Bearer` (and after `Basic` in an `Authorization` header), provider token shapes (see
 //!   [`detect`]), JWTs, the password of URL userinfo, AWS secret access keys next to their
 //!   label, and high-entropy words ([`is_random_word`]). It is conservative on ordinary tool
-//!   output: hex (git SHAs, checksums, UUIDs), paths, npm integrity hashes, words over
-//!   [`MAX_RANDOM_WORD_LEN`] and wrapped base64 blocks are left alone.
+//!   output: hex (git SHAs, checksums, UUIDs), paths, npm integrity hashes, providers' ids,
+//!   identifiers, words over [`MAX_RANDOM_WORD_LEN`] and wrapped base64 blocks are left alone.
 //!
 //! [`StreamMasker`] masks text that arrives in pieces (deltas, output chunks): it holds back
 //! the end of what it was given until no secret can start in it.
@@ -36,7 +36,6 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
-
 use std::sync::Arc;
 
 use aho_corasick::automaton::Automaton;
