@@ -936,7 +936,8 @@ fn is_discord_token(word: &str) -> bool {
 
 /// Whether `word` looks random: [`MIN_RANDOM_WORD_LEN`] to [`MAX_RANDOM_WORD_LEN`]
 /// characters, lowercase and uppercase letters and digits all present, not hex (git SHAs,
-/// checksums, UUIDs: hex digits and dashes), not a path (`/`, `.`, `~` first), not an integrity
+/// checksums, UUIDs: hex digits and dashes) nor a label and a hex id (`MARK3f9a1c2e-0001`), not
+/// a path (`/`, `.`, `~` first), not an integrity
 /// hash (`sha512-…`), a mangled symbol (`_ZN…`) or a provider's id ([`ID_PREFIXES`]), not
 /// words run together ([`WORDY_VOWELS`]),
 /// and at least [`MIN_RANDOM_WORD_ENTROPY`]
@@ -959,7 +960,23 @@ pub fn is_random_word(word: &str) -> bool {
     let lower = word.bytes().any(|b| b.is_ascii_lowercase());
     let upper = word.bytes().any(|b| b.is_ascii_uppercase());
     let digit = word.bytes().any(|b| b.is_ascii_digit());
-    lower && upper && digit && !is_wordy(word) && entropy_per_char(word) >= MIN_RANDOM_WORD_ENTROPY
+    lower
+        && upper
+        && digit
+        && !is_label_and_hex(word)
+        && !is_wordy(word)
+        && entropy_per_char(word) >= MIN_RANDOM_WORD_ENTROPY
+}
+
+/// Whether `word` is an uppercase label and a lowercase hex id (`MARK3f9a1c2e-00038001`,
+/// `BUILD1f2e3d4c_7`): its capitals all lead and the rest is hex, digits, `-` and `_`. A random
+/// token's capitals are spread through it.
+fn is_label_and_hex(word: &str) -> bool {
+    let rest = word.trim_start_matches(|c: char| c.is_ascii_uppercase());
+    rest.len() < word.len()
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-' || b == b'_')
 }
 
 /// Prefixes of the random ids LLM providers give messages, tool calls and requests

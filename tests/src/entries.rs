@@ -80,6 +80,22 @@ pub fn customs<'a>(entries: &'a [Entry], custom_type: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The content of the first `custom_message` of `custom_type` (the global context, an
+/// environment's AGENTS.md, ...).
+pub fn custom_message_content<'a>(entries: &'a [Entry], custom_type: &str) -> Option<&'a str> {
+    entries.iter().find_map(|e| match &e.payload {
+        EntryPayload::Message {
+            message:
+                Message::CustomMessage {
+                    custom_type: t,
+                    content,
+                    ..
+                },
+        } if t == custom_type => Some(content.as_str()),
+        _ => None,
+    })
+}
+
 /// Panics unless cursors are exactly `1..=n` and entry ids are unique.
 #[track_caller]
 pub fn assert_contiguous(entries: &[Entry]) {

@@ -1573,22 +1573,10 @@ fn a_threads_session_starts_with_its_authors_global_context() {
         .expect_status(200);
 
     let context_of = |session: &str| {
-        world
-            .admin
-            .transcript(session)
-            .iter()
-            .find_map(|e| match &e.payload {
-                EntryPayload::Message {
-                    message:
-                        Message::CustomMessage {
-                            custom_type,
-                            content,
-                            ..
-                        },
-                } if custom_type == custom_types::GLOBAL_CONTEXT => Some(content.clone()),
-                _ => None,
-            })
+        let transcript = world.admin.transcript(session);
+        wuhu_e2e::entries::custom_message_content(&transcript, custom_types::GLOBAL_CONTEXT)
             .unwrap_or_default()
+            .to_string()
     };
     world.say(1, 30, "hello from a guest");
     world.fake.wait_for_posts(1, TURN);

@@ -844,17 +844,7 @@ fn a_child_starts_with_its_parents_global_context() {
     );
     let settled = wait_all_settled(&api, &parent, 1);
     let child = api.transcript(&settled[0].id);
-    let context = child.iter().find_map(|e| match &e.payload {
-        EntryPayload::Message {
-            message:
-                Message::CustomMessage {
-                    custom_type,
-                    content,
-                    ..
-                },
-        } if custom_type == custom_types::GLOBAL_CONTEXT => Some(content.clone()),
-        _ => None,
-    });
+    let context = wuhu_e2e::entries::custom_message_content(&child, custom_types::GLOBAL_CONTEXT);
     let context = context.unwrap_or_else(|| panic!("no global context: {}", describe(&child)));
     assert!(
         context.contains("wuhu://workspace/users/ana/context.md") && context.contains(text),

@@ -13,7 +13,9 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
+use wuhu_core::wire::custom_types;
+use wuhu_e2e::entries::customs;
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::util::{random_hex, unique_name};
 use wuhu_e2e::{Api, Stack, StackOptions};
 
@@ -391,4 +393,79 @@ fn rotating_the_key_keeps_every_secret_that_was_read() {
         "the server did not say why:\n{}",
         stack.log_tail(40)
     );
+}
+
+/// Authority travels (decision 0031): alice's own secret goes only into turns that act for
+/// alice alone. Bob prompting her shared session (with her approval to use her machine) gets
+/// the tool error, never the value; alice's own turn in the same session gets it. (A chat
+/// guest's turn reaches no runner and no network at all, decision 0035; a child acts for whom
+/// its parent's turn acted for, `wuhu_core::secrets::choose`'s table.)
+#[test]
+fn another_members_turn_never_uses_alices_own_secret() {
+    let tenant = unique_name("secrets-member");
+    let alice = stack().client("alice", &tenant);
+    let bob = stack().client("bob", &tenant);
+    let value = format!("alice-{}", random_hex(12));
+    assert_eq!(
+        put_secret(&alice, "GITHUB_TOKEN", json!({"value": value})).status,
+        200
+    );
+    let dir = TempDir::new("wuhu-e2e-secrets-member");
+    let work = dir.mkdir("work");
+    let _runner =
+        Runner::start(RunnerConfig::new(stack(), "alice", &tenant, "mac").env("work", &work));
+    define(
+        &alice,
+        json!({"name": "ci", "kind": "local", "runner": "mac", "path": work, "secrets": ["GITHUB_TOKEN"]}),
+    );
+    let id = alice.create_fake_session().id;
+    let shared = alice.patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}));
+    assert_eq!(shared.status, 200, "{shared}");
+    let attach = alice.run_tool(&id, "request_environment", json!({"spec": "ci"}), TURN);
+    assert!(!attach.is_error, "{}", attach.content);
+    let echo = || {
+        (
+            "bash",
+            json!({"command": "echo \"token=${GITHUB_TOKEN:-none}\""}),
+        )
+    };
+
+    // Bob's turn reaches alice's machine only once she says yes, and still gets no value.
+    let turn = ToolTurn::start(&bob, &id, &[echo()]);
+    let request = alice
+        .wait_transcript(&id, "the approval request", TURN, |entries| {
+            !customs(entries, custom_types::APPROVAL_REQUESTED).is_empty()
+        })
+        .iter()
+        .find_map(|e| match wuhu_e2e::entries::custom(e) {
+            Some((t, data)) if t == custom_types::APPROVAL_REQUESTED => Some(data.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let approval = request["approvalId"].as_str().unwrap();
+    let answered = alice.post(
+        &format!("/v1/sessions/{id}/approvals/{approval}"),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(answered.status, 200, "{answered}");
+    let (results, _) = turn.finish(&bob, TURN);
+    assert!(results[0].is_error, "{}", results[0].content);
+    assert!(
+        results[0]
+            .content
+            .contains("asks for secret GITHUB_TOKEN, which is not set"),
+        "{}",
+        results[0].content
+    );
+
+    // Alice's own turn in the same session gets it.
+    let own = alice.run_tool(&id, echo().0, echo().1, TURN);
+    assert!(!own.is_error, "{}", own.content);
+    assert!(
+        own.content.contains("token=[secret:GITHUB_TOKEN]"),
+        "{}",
+        own.content
+    );
+    let stored = serde_json::to_string(&alice.transcript(&id)).unwrap();
+    assert!(!stored.contains(&value));
 }

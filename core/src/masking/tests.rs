@@ -591,6 +591,12 @@ fn random_words() {
         ("responseHeaderTimeout2", false),
         ("Base64ImageDecoderV2Impl", false),
         ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", true),
+        // A label and a hex id, as tests and build systems print them; the same length of
+        // random base62 is still random.
+        ("MARK3f9a1c2e-00038001", false),
+        ("BUILD1f2e3d4c5b6a_0007", false),
+        ("MARK3f9a1c2E-00038001", true),
+        ("Mz3f9a1c2eQ0003800Kx1", true),
     ];
     for (word, random) in cases {
         assert_eq!(is_random_word(word), random, "{word}");
