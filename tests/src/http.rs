@@ -78,6 +78,21 @@ impl Request {
     /// Connection, timeout and protocol errors, as [`crate::net::io_error`] classifies them; an
     /// invalid method or header is `InvalidInput`.
     pub fn send(&self) -> io::Result<Response> {
+        // `wrangler dev`'s own proxy hop sometimes answers a POST 503 "Your worker restarted
+        // mid-request" without the Worker having restarted or seen the request (no request
+        // line in its log; cloudflare/workers-sdk#14641, retried by wrangler itself for GET and
+        // HEAD only). Sent again, once or twice, as wrangler does for the others.
+        let mut response = self.send_once()?;
+        for _ in 0..2 {
+            if response.status != 503 || !response.text().contains(DEV_PROXY_RESTART) {
+                break;
+            }
+            response = self.send_once()?;
+        }
+        Ok(response)
+    }
+
+    fn send_once(&self) -> io::Result<Response> {
         let request = self.build()?;
         net::block_on(async {
             let response = net::client()
@@ -117,6 +132,9 @@ impl Request {
             .map_err(|e| invalid_input(format!("{} {}: {e}", self.method, self.url)))
     }
 }
+
+/// The body of `wrangler dev`'s spurious 503 (see [`Request::send`]).
+const DEV_PROXY_RESTART: &str = "Your worker restarted mid-request";
 
 fn invalid_input(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
