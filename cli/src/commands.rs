@@ -244,6 +244,18 @@ pub struct EnvFields {
     /// A secret its commands get as an environment variable (repeatable; `wuhu secrets`).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
+    /// What an hour of it costs in US dollars (a policy's `costUsdOver` sees the estimate).
+    #[arg(long = "cost-per-hour-usd", value_name = "USD")]
+    pub cost_per_hour_usd: Option<f64>,
+}
+
+/// `--cost-per-hour-usd` as the wire's number (the server checks its range).
+fn cost_number(cost: Option<f64>) -> Result<Option<serde_json::Number>> {
+    cost.map(|c| {
+        serde_json::Number::from_f64(c)
+            .ok_or_else(|| usage("--cost-per-hour-usd must be a number of dollars"))
+    })
+    .transpose()
 }
 
 /// `--network`: `none`, `open` or `allow:HOST,…`.
@@ -288,7 +300,7 @@ pub enum EnvsCommand {
         /// New name.
         #[arg(long)]
         rename: Option<String>,
-        /// Fields to clear (runner, runner-owner, path, template-path, startup-script, repo-path, base-ref).
+        /// Fields to clear (runner, runner-owner, path, template-path, startup-script, repo-path, base-ref, network, cost-per-hour-usd).
         #[arg(long)]
         unset: Vec<String>,
         /// Fields.
@@ -391,6 +403,40 @@ pub enum SecretsCommand {
         /// The tenant's secret (admins) instead of your own.
         #[arg(long)]
         tenant: bool,
+    },
+}
+
+/// `wuhu policy …`.
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// A dry run: what the policies would decide on a call (nothing runs). The policies
+    /// themselves are workspace documents: `wuhu docs put config/policy.json` (admins) and
+    /// `users/<you>/policy.json`.
+    Check {
+        /// The tool (`bash`, `write`, `edit`, `js_fetch`, `request_environment`, …).
+        #[arg(long, default_value = "bash")]
+        tool: String,
+        /// A `bash` command.
+        #[arg(long)]
+        command: Option<String>,
+        /// A file path.
+        #[arg(long)]
+        path: Option<String>,
+        /// A fetch's host.
+        #[arg(long)]
+        host: Option<String>,
+        /// The environment's name.
+        #[arg(long)]
+        environment: Option<String>,
+        /// The runner's name.
+        #[arg(long)]
+        runner: Option<String>,
+        /// The runner's owner, whose own policy is read too.
+        #[arg(long)]
+        runner_owner: Option<String>,
+        /// The call's cost estimate in US dollars.
+        #[arg(long)]
+        cost_usd: Option<f64>,
     },
 }
 
@@ -592,6 +638,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Approvals(command) => approvals(&global, command).await,
         Command::Docs(command) => docs(&global, command).await,
         Command::Secrets(command) => secrets(&global, command).await,
+        Command::Policy(command) => policy(&global, command).await,
     }
 }
 
@@ -1055,6 +1102,7 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                     .then_some(fields.read_only_paths),
                 limits: None,
                 secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
+                cost_per_hour_usd: cost_number(fields.cost_per_hour_usd)?,
             };
             let definition = client.create_environment(&request).await?;
             if global.json {
@@ -1092,6 +1140,7 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                     .then_some(fields.read_only_paths),
                 limits: None,
                 secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
+                cost_per_hour_usd: cost_number(fields.cost_per_hour_usd)?.map(Some),
             };
             for field in &unset {
                 let slot = match field.as_str() {
@@ -1104,6 +1153,10 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                     "base-ref" => &mut request.base_ref,
                     "network" => {
                         request.network = Some(None);
+                        continue;
+                    }
+                    "cost-per-hour-usd" => {
+                        request.cost_per_hour_usd = Some(None);
                         continue;
                     }
                     other => return Err(usage(format!("--unset: no optional field {other:?}"))),
@@ -1370,6 +1423,58 @@ async fn secrets(global: &Global, command: SecretsCommand) -> Result<u8> {
                 println!("deleted {name}");
             }
         }
+    }
+    Ok(exit::OK)
+}
+
+async fn policy(global: &Global, command: PolicyCommand) -> Result<u8> {
+    let client = connect(global)?;
+    let PolicyCommand::Check {
+        tool,
+        command,
+        path,
+        host,
+        environment,
+        runner,
+        runner_owner,
+        cost_usd,
+    } = command;
+    let query = wuhu_core::policy::CheckQuery {
+        tool,
+        environment,
+        runner,
+        runner_owner,
+        command,
+        path,
+        host,
+        cost_usd,
+    };
+    let answer = client.check_policy(&query).await?;
+    if global.json {
+        print_json(&answer);
+        return Ok(exit::OK);
+    }
+    match &answer.verdict {
+        None => println!("allow (no rule matched; the usual approvals still apply)"),
+        Some(v) => {
+            let reason = v
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            println!(
+                "{} by {}{reason} (matched {:?})",
+                v.decision.as_str(),
+                v.rule.describe(),
+                v.subject
+            );
+        }
+    }
+    if !answer.commands.is_empty() {
+        println!("commands: {}", answer.commands.join(" | "));
+    }
+    if answer.opaque {
+        println!("opaque: part of the command cannot be read before it runs, so no rule allows it");
     }
     Ok(exit::OK)
 }

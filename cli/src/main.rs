@@ -116,6 +116,9 @@ pub enum Command {
     /// Secrets that environments' commands get by name: set (value from stdin), list, rm.
     #[command(subcommand)]
     Secrets(commands::SecretsCommand),
+    /// The policy engine: what the tenant's rules (and a runner owner's) would decide on a call.
+    #[command(subcommand)]
+    Policy(commands::PolicyCommand),
 }
 
 fn main() -> ExitCode {

@@ -636,6 +636,39 @@ impl Client {
         self.send_empty(self.request(Method::DELETE, url)).await
     }
 
+    /// `GET /v1/policy/check`: what the policies would decide on a call (a dry run).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for a bad query, `409 invalid_policy` for a stored policy
+    /// that does not parse.
+    pub async fn check_policy(
+        &self,
+        query: &wuhu_core::policy::CheckQuery,
+    ) -> Result<wuhu_core::policy::CheckResponse, Error> {
+        let mut url = self.url(["v1", "policy", "check"]);
+        {
+            let mut pairs = url.query_pairs_mut();
+            pairs.append_pair("tool", &query.tool);
+            let optional = [
+                ("environment", &query.environment),
+                ("runner", &query.runner),
+                ("runnerOwner", &query.runner_owner),
+                ("command", &query.command),
+                ("path", &query.path),
+                ("host", &query.host),
+            ];
+            for (name, value) in optional {
+                if let Some(value) = value {
+                    pairs.append_pair(name, value);
+                }
+            }
+            if let Some(cost) = query.cost_usd {
+                pairs.append_pair("costUsd", &cost.to_string());
+            }
+        }
+        self.get(url).await
+    }
+
     /// The follow stream of session `id` (see [`Follow`]).
     pub fn follow(&self, id: &str, options: FollowOptions) -> Follow {
         Follow::new(self.clone(), id.to_string(), options)

@@ -214,6 +214,13 @@ pub enum Action<'a> {
         /// Its name.
         environment: &'a str,
     },
+    /// A call a policy rule asks about (`crate::policy::Verdict::ask_text`).
+    Policy {
+        /// The tool.
+        tool: &'a str,
+        /// What matched and which rule asks.
+        what: &'a str,
+    },
 }
 
 impl Action<'_> {
@@ -228,6 +235,7 @@ impl Action<'_> {
             Action::Share { environment } => {
                 format!("give a child session environment {environment:?}")
             }
+            Action::Policy { tool, what } => format!("run {tool}: {what}"),
         }
     }
 }
@@ -490,7 +498,7 @@ pub fn outcome_error(
 /// The `text` of a `wuhu_approval_request_v1` entry: what waits, for whom, and how to answer.
 pub fn request_text(
     action: &Action<'_>,
-    target: &Target<'_>,
+    target: Option<&Target<'_>>,
     approver: &Approver,
     turn_authors: &[String],
     answer_path: &str,
@@ -498,12 +506,17 @@ pub fn request_text(
     grant_secs: u64,
 ) -> String {
     let what = action.describe();
-    let runner = format!(
-        "runner {:?} ({}, owned by {})",
-        target.runner,
-        target.runner_kind.as_str(),
-        target.runner_owner
-    );
+    // A call that reaches no runner (a policy's ask about a `js` fetch, say) names none.
+    let on_runner = target
+        .map(|target| {
+            format!(
+                " on runner {:?} ({}, owned by {})",
+                target.runner,
+                target.runner_kind.as_str(),
+                target.runner_owner
+            )
+        })
+        .unwrap_or_default();
     let asker = match turn_authors {
         [] => "This session".to_string(),
         [one] => format!("{one}'s message"),
@@ -516,18 +529,18 @@ pub fn request_text(
     };
     match approver {
         Approver::RunnerOwner(owner) if session_approval_offered(turn_authors) => format!(
-            "Approval needed from {owner} (the runner's owner): {asker} asks to {what} on {runner}. \
+            "Approval needed from {owner} (the runner's owner): {asker} asks to {what}{on_runner}. \
              Answer with POST {answer_path} {{\"decision\":\"approve\"|\"approve_session\"|\"deny\"}} within {within} \
              (\"approve_session\" stops asking {owner} in this session for {for_whom}, for {}).",
             duration_text(grant_secs)
         ),
         Approver::RunnerOwner(owner) => format!(
-            "Approval needed from {owner} (the runner's owner): {asker} asks to {what} on {runner}. \
+            "Approval needed from {owner} (the runner's owner): {asker} asks to {what}{on_runner}. \
              Answer with POST {answer_path} {{\"decision\":\"approve\"|\"deny\"}} within {within} \
              (\"approve_session\" is not offered: the request acts for a guest)."
         ),
         Approver::SessionOwner(owner) => format!(
-            "Approval needed from {owner} (the session's owner): {asker} asks to {what} on {runner}. \
+            "Approval needed from {owner} (the session's owner): {asker} asks to {what}{on_runner}. \
              Answer with POST {answer_path} {{\"decision\":\"approve\"|\"deny\"}} within {within}."
         ),
     }
@@ -1052,7 +1065,7 @@ mod tests {
         };
         let text = request_text(
             &action,
-            &target,
+            Some(&target),
             &Approver::RunnerOwner("alice".into()),
             &strings(&["bob"]),
             "/v1/sessions/s/approvals/a",
@@ -1073,7 +1086,7 @@ mod tests {
         // A request for a guest does not offer approve_session.
         let text = request_text(
             &action,
-            &target,
+            Some(&target),
             &Approver::RunnerOwner("alice".into()),
             &strings(&["bob", "telegram:42"]),
             "/p",
@@ -1087,11 +1100,11 @@ mod tests {
         );
         let text = request_text(
             &Action::Attach { environment: "web" },
-            &Target {
+            Some(&Target {
                 runner_kind: RunnerKind::Cloud,
                 runner_owner: "ops",
                 ..target
-            },
+            }),
             &Approver::SessionOwner("carol".into()),
             &strings(&["bob", "dave"]),
             "/p",

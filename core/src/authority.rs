@@ -624,7 +624,11 @@ impl WorkspaceWriter<'_> {
     pub fn may_write(&self, path: &str) -> bool {
         match self {
             WorkspaceWriter::Person(who) => may_write_workspace(who, path),
-            WorkspaceWriter::SessionTool { .. } if is_tenant_config(path) => false,
+            WorkspaceWriter::SessionTool { .. }
+                if is_tenant_config(path) || crate::policy::is_policy_document(path) =>
+            {
+                false
+            }
             WorkspaceWriter::SessionTool {
                 rights: TurnRights::Guest { folder, .. },
                 ..
@@ -652,6 +656,11 @@ impl WorkspaceWriter<'_> {
         match self {
             _ if is_tenant_config(path) => {
                 format!("the tenant's settings: only an admin may change {path}")
+            }
+            WorkspaceWriter::SessionTool { .. } if crate::policy::is_policy_document(path) => {
+                format!(
+                    "{path} is a policy: a session's tools never change the rules it runs under; its user or an admin edits it"
+                )
             }
             WorkspaceWriter::SessionTool {
                 rights: TurnRights::Guest { guest, folder },
@@ -1172,6 +1181,11 @@ mod tests {
             (&admin, "config/models.json", true),
             (&alice, "configs/notes.md", true),
             (&alice, "notes/config/models.json", true),
+            (&alice, "config/policy.json", false),
+            (&admin, "config/policy.json", true),
+            (&alice, "users/alice/policy.json", true),
+            (&alice, "users/bob/policy.json", false),
+            (&admin, "users/bob/policy.json", true),
         ];
         for (who, path, ok) in cases {
             assert_eq!(may_write_workspace(who, path), ok, "{} {path}", who.sub);
@@ -1182,7 +1196,12 @@ mod tests {
     fn tools_write_users_documents_only_for_an_owner_alone() {
         let alice = ["alice".to_string()];
         let both = ["alice".to_string(), "bob".to_string()];
-        let cases: [(&[String], &str, bool); 8] = [
+        // A policy is never a tool's to write, not even its owner's own: an agent must not
+        // relax the rules it runs under.
+        let cases: [(&[String], &str, bool); 11] = [
+            (&alice, "users/alice/policy.json", false),
+            (&[], "users/alice/policy.json", false),
+            (&alice, "config/policy.json", false),
             (&alice, "config/models.json", false),
             (&[], "config/tenant.json", false),
             (&alice, "users/alice/context.md", true),

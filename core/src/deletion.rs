@@ -474,6 +474,7 @@ mod tests {
             definition_id: None,
             definition_name: None,
             secrets: Vec::new(),
+            cost_per_hour_usd: None,
             attached_at: 0,
         }
     }

@@ -27,6 +27,9 @@ pub struct Attachment {
     /// The secrets (names) its commands get (the definition's `secrets`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<String>,
+    /// The definition's `costPerHourUsd` (a job's cost estimate, `crate::policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour_usd: Option<serde_json::Number>,
     /// Unix seconds.
     pub attached_at: i64,
 }
@@ -155,6 +158,7 @@ mod tests {
             definition_id: None,
             definition_name: None,
             secrets: Vec::new(),
+            cost_per_hour_usd: None,
             attached_at: 0,
         }
     }

@@ -65,6 +65,7 @@ pub mod mcp;
 mod openapi;
 pub mod orchestration;
 pub mod out_of_line;
+pub mod policy;
 pub mod rate_limits;
 pub mod resolve;
 mod rng;

@@ -443,6 +443,67 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/v1/policy/check",
+        id: "checkPolicy",
+        tag: "policy",
+        summary: "Dry run: what the tenant's policy (and a runner owner's own) would decide on a call",
+        auth: Auth::User,
+        params: &[
+            Param {
+                name: "tool",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "The tool: `bash`, `write`, `edit`, `read`, `js_fetch` (a script's fetch), `request_environment`, `spawn_session`, …",
+            },
+            Param {
+                name: "environment",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "The environment's name in the session (or the definition asked for).",
+            },
+            Param {
+                name: "runner",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "The runner's name.",
+            },
+            Param {
+                name: "runnerOwner",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "The runner's owner: their own `users/<sub>/policy.json` is read too.",
+            },
+            Param {
+                name: "command",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "A `bash` command (matched per simple command).",
+            },
+            Param {
+                name: "path",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "A file path.",
+            },
+            Param {
+                name: "host",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "A fetch's host.",
+            },
+            Param {
+                name: "costUsd",
+                location: "query",
+                schema: r#"{"type":"number","minimum":0}"#,
+                description: "The call's cost estimate in US dollars.",
+            },
+        ],
+        request: None,
+        ok: (200, Body::Json(of::<crate::policy::CheckResponse>)),
+        errors: &[400, 409],
+    },
+    Route {
+        method: "get",
         path: "/v1/secrets",
         id: "listSecrets",
         tag: "secrets",
@@ -1250,7 +1311,7 @@ fn document() -> Value {
         "servers": [{"url": "/"}],
         "tags": [
             {"name": "meta"}, {"name": "sessions"}, {"name": "sign-in"}, {"name": "runners"},
-            {"name": "workspace"}, {"name": "channels"}, {"name": "usage"}, {"name": "secrets"}, {"name": "mcp"},
+            {"name": "workspace"}, {"name": "channels"}, {"name": "usage"}, {"name": "secrets"}, {"name": "policy"}, {"name": "mcp"},
         ],
         "paths": paths,
         "components": {

@@ -233,6 +233,7 @@ pub fn resolve(
         );
         answer.definition_name = Some(definition.name.clone());
         answer.secrets = definition.secrets.clone();
+        answer.cost_per_hour_usd = definition.cost_per_hour_usd.clone();
         return Ok(answer);
     }
 
@@ -409,6 +410,7 @@ fn answer(
         definition_id,
         definition_name: None,
         secrets: Vec::new(),
+        cost_per_hour_usd: None,
     }
 }
 

@@ -3,14 +3,16 @@
 //!
 //! * `config/models.json`: rows over the built-in model table (`crate::llm::models::ModelTable`);
 //! * `config/tenant.json`: [`TenantConfig`] (request logs and their retention, the default
-//!   provider and model of new sessions).
+//!   provider and model of new sessions);
+//! * `config/policy.json`: the tenant's policy (`crate::policy`).
 //!
-//! Both are checked when written ([`check_document`]) and when read: an invalid document is an
+//! Each is checked when written ([`check_document`]) and when read: an invalid document is an
 //! error the reader shows, never a silent fallback to the defaults.
 
 use serde::Deserialize;
 
 use crate::llm::models::{ModelTable, TENANT_TABLE_PATH};
+use crate::policy::{Policy, TENANT_POLICY_PATH};
 
 /// Where [`TenantConfig`] lives in the workspace.
 pub const TENANT_CONFIG_PATH: &str = "config/tenant.json";
@@ -121,8 +123,11 @@ pub fn check_document(path: &str, text: &str) -> Result<(), String> {
         TENANT_CONFIG_PATH => TenantConfig::parse(Some(text))
             .map(drop)
             .map_err(|e| e.to_string()),
+        TENANT_POLICY_PATH => Policy::parse(path, Some(text))
+            .map(drop)
+            .map_err(|e| e.to_string()),
         _ => Err(format!(
-            "config/ holds only {TENANT_TABLE_PATH} and {TENANT_CONFIG_PATH}, not {path}"
+            "config/ holds only {TENANT_TABLE_PATH}, {TENANT_CONFIG_PATH} and {TENANT_POLICY_PATH}, not {path}"
         )),
     }
 }
@@ -134,6 +139,8 @@ pub struct SettingsDocs {
     pub models: Option<String>,
     /// `config/tenant.json`.
     pub tenant: Option<String>,
+    /// `config/policy.json`.
+    pub policy: Option<String>,
 }
 
 /// Most sessions one tenant's index holds as keeping a reading of the settings (see
@@ -342,11 +349,19 @@ mod tests {
                     "wuhu://workspace/config/models.json is not a valid model table: expected ident at line 1 column 2",
                 ),
             ),
+            ("config/policy.json", r#"{"rules":[]}"#, Ok(())),
+            (
+                "config/policy.json",
+                r#"{"rules":[{"decision":"never"}]}"#,
+                Err(
+                    "config/policy.json: not a policy document: unknown variant `never`, expected one of `allow`, `ask`, `deny` at line 1 column 29",
+                ),
+            ),
             (
                 "config/notes.md",
                 "hello",
                 Err(
-                    "config/ holds only config/models.json and config/tenant.json, not config/notes.md",
+                    "config/ holds only config/models.json, config/tenant.json and config/policy.json, not config/notes.md",
                 ),
             ),
         ];
@@ -422,6 +437,7 @@ mod tests {
         let docs = SettingsDocs {
             models: Some("{\"models\":[]}".into()),
             tenant: None,
+            policy: None,
         };
         // (name, events, kept afterwards, asks for a hold afterwards)
         let cases: &[(&str, &[Event], bool, bool)] = &[

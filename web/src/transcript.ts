@@ -24,6 +24,16 @@ export interface ApprovalView {
   decidedBy: string | null;
   /** Whether "approve for this session" may answer it (not for a request that acts for a guest). */
   sessionApproval: boolean;
+  /** What a policy's ask is about, shown as is: the command, the diff, the written content or the URL. */
+  detail: string | null;
+}
+
+/** The exact thing a policy rule asks about (`wuhu_approval_request_v1` of an ask). */
+function approvalDetail(data: Record<string, unknown>): string | null {
+  for (const key of ["diff", "command", "content", "url"]) {
+    if (typeof data[key] === "string") return data[key] as string;
+  }
+  return null;
 }
 
 export type Item =
@@ -112,6 +122,7 @@ export function buildItems(entries: Entry[]): Item[] {
             expiresAt: typeof data.expiresAt === "number" ? data.expiresAt : null,
             decision: decided?.decision ?? null,
             decidedBy: decided?.by ?? null,
+            detail: approvalDetail(data),
           },
         });
       } else {

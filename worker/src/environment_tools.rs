@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use wuhu_core::approvals::{self, Action, Facts, Target};
+use wuhu_core::approvals::{self, Action, Approver, Facts, Target};
 use wuhu_core::environments::{self, Attachment};
 use wuhu_core::jobs::JobRecord;
 use wuhu_core::tools::names;
@@ -33,8 +33,8 @@ use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
 use crate::http::ApiError;
 use crate::internal::{self, codes};
-use crate::runner_client;
 use crate::tool_context::{Ask, AttachmentChange, ToolContext, ToolOutput};
+use crate::{policy_gate, runner_client};
 
 /// How long a runner may take to materialise an environment (startup scripts, git).
 const ATTACH_TIMEOUT_MS: u64 = 10 * 60 * 1000;
@@ -118,18 +118,21 @@ pub(crate) async fn approve_share(
         "runnerOwner": attachment.runner_owner,
         "tool": names::SPAWN_SESSION,
     });
-    approve(ctx, part, target, action, data).await
+    approve(ctx, part, target, action, data, None).await
 }
 
 /// Waits for whoever must approve the call reaching `target` (nobody, mostly); `part` names
-/// this approval among the call's (`""`: the call's own action). `Err` is the tool
-/// error the agent sees when the approval is denied, expires, is withdrawn or cannot be asked.
+/// this approval among the call's (`""`: the call's own action). `approved_by` is the person
+/// who already approved this very call when a policy rule asked: they are not asked again.
+/// `Err` is the tool error the agent sees when the approval is denied, expires, is withdrawn
+/// or cannot be asked.
 async fn approve(
     ctx: &ToolContext,
     part: &str,
     target: Target<'_>,
     action: Action<'_>,
     data: Value,
+    approved_by: Option<&str>,
 ) -> Result<(), String> {
     let grants = ctx.approvals.grants();
     let facts = Facts {
@@ -141,10 +144,16 @@ async fn approve(
     let Some(approver) = approvals::required_approver(&target, &facts) else {
         return Ok(());
     };
+    if let (Approver::RunnerOwner(sub) | Approver::SessionOwner(sub), Some(by)) =
+        (&approver, approved_by)
+        && sub == by
+    {
+        return Ok(());
+    }
     let ask = Ask {
         approver: approver.clone(),
         turn_authors: &ctx.acting_for,
-        target,
+        target: Some(target),
         action,
         data,
     };
@@ -192,6 +201,16 @@ fn runner_error(runner: &str, e: &ApiError) -> String {
             e.message
         ),
     }
+}
+
+/// Whether this call's policy is checked here (`crate::policy_gate`), where its runner is known:
+/// the tools that run in an environment, and `request_environment`.
+pub(crate) fn checks_policy_itself(call: &ToolCall) -> bool {
+    handles(call)
+        && !matches!(
+            call.name.as_str(),
+            names::DETACH_ENVIRONMENT | names::JOB_STATUS | names::JOB_KILL
+        )
 }
 
 /// Whether this call is handled here (rather than by the built-in tools).
@@ -358,9 +377,39 @@ pub(crate) async fn attach(
         "spec": request.spec,
         "kind": resolved.spec.source.kind().as_str(),
     });
+    // The policy decides first: a refused attach asks nobody. Its runner is known only now.
+    // Matched as `request_environment` whoever asks (a child's `spawn_session` too): the
+    // rule is about starting an environment.
+    let facts = wuhu_core::policy::Call {
+        tool: names::REQUEST_ENVIRONMENT,
+        environment: Some(request.spec),
+        runner: Some(&resolved.runner),
+        runner_owner: Some(&resolved.runner_owner),
+        cost_usd: wuhu_core::policy::cost_estimate(
+            resolved.cost_per_hour_usd.as_ref(),
+            wuhu_core::policy::DEFAULT_COST_SECONDS,
+        ),
+        ..Default::default()
+    };
+    let part = format!("{}{}", request.approval_part, policy_gate::CALL_PART);
+    let approved_by = match policy_gate::check(ctx, &part, &facts, Some(target), json!({})).await {
+        Ok(decided) => {
+            entries.extend(decided.entries);
+            decided.approved_by
+        }
+        Err(refused) => return Err(refused.content),
+    };
     // The gate appends the request entry itself, so people see it while the call waits.
     let action = Action::Attach { environment: &name };
-    approve(ctx, request.approval_part, target, action, data).await?;
+    approve(
+        ctx,
+        request.approval_part,
+        target,
+        action,
+        data,
+        approved_by.as_deref(),
+    )
+    .await?;
     let message = ServerMessage::Attach {
         id: uuid::Uuid::new_v4().to_string(),
         session_id: request.session_id.to_string(),
@@ -410,6 +459,7 @@ pub(crate) async fn attach(
         definition_id: resolved.definition_id.clone(),
         definition_name: resolved.definition_name.clone(),
         secrets: resolved.secrets.clone(),
+        cost_per_hour_usd: resolved.cost_per_hour_usd.clone(),
         attached_at: (js_sys::Date::now() / 1000.0) as i64,
     };
     let text = environments::attached_text(&attachment);
@@ -478,7 +528,7 @@ async fn detach_environment(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         environment: &args.name,
     };
     let data = json!({"tool": call.name, "environment": args.name});
-    if let Err(error) = approve(ctx, "", attachment_target(&attachment), action, data).await {
+    if let Err(error) = approve(ctx, "", attachment_target(&attachment), action, data, None).await {
         return ToolOutput::text(Err(error));
     }
     let message = ServerMessage::Detach {
@@ -554,25 +604,65 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         Err(e) => return ToolOutput::text(Err(e)),
     };
     let name = attachment.name().to_string();
+    let background = call.name == names::BASH
+        && arguments.get("background").and_then(Value::as_bool) == Some(true);
+    // The policy decides first, with everything known of the call (decision 0038).
+    let facts = wuhu_core::policy::Call {
+        tool: &call.name,
+        environment: Some(&name),
+        runner: Some(&attachment.runner),
+        runner_owner: Some(&attachment.runner_owner),
+        command: (call.name == names::BASH)
+            .then(|| arguments.get("command").and_then(Value::as_str))
+            .flatten(),
+        paths: policy_gate::paths_of(&arguments),
+        // A job keeps the environment busy for its `timeout` (an hour when it names none).
+        cost_usd: background
+            .then(|| {
+                let seconds = arguments
+                    .get("timeout")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(wuhu_core::policy::DEFAULT_COST_SECONDS);
+                wuhu_core::policy::cost_estimate(attachment.cost_per_hour_usd.as_ref(), seconds)
+            })
+            .flatten(),
+        ..Default::default()
+    };
+    let details = policy_gate::change_details(&call.name, &arguments);
+    let target = attachment_target(&attachment);
+    let decided = match policy_gate::check(
+        ctx,
+        policy_gate::CALL_PART,
+        &facts,
+        Some(target),
+        details,
+    )
+    .await
+    {
+        Ok(decided) => decided,
+        Err(refused) => return refused,
+    };
     let action = Action::Run {
         tool: &call.name,
         environment: &name,
     };
     let data = json!({"tool": call.name, "environment": name});
-    if let Err(error) = approve(ctx, "", attachment_target(&attachment), action, data).await {
-        return ToolOutput::text(Err(error));
+    let approved_by = decided.approved_by.as_deref();
+    if let Err(error) = approve(ctx, "", target, action, data, approved_by).await {
+        let mut output = ToolOutput::text(Err(error));
+        output.entries = decided.entries;
+        return output;
     }
     let context = attachment.environment.context();
     let mut output = ToolOutput::text(Ok(String::new()));
+    output.entries = decided.entries;
     // A snapshot not yet validated on this runner connection (after a restart of the session
     // or a reconnect of the runner) is checked first.
     if !ctx.validated.contains_key(&name) {
         validate(ctx, &attachment, &context, &mut output).await;
     }
-    let background = call.name == names::BASH
-        && arguments.get("background").and_then(Value::as_bool) == Some(true);
     if background && let Err(refusal) = wuhu_core::jobs::may_start(ctx.jobs.running()) {
-        return ToolOutput::text(Err(refusal));
+        return output.refused(refusal);
     }
     let timeout_ms = if background {
         // Only the start waits; the job's own `timeout` is the runner's business.
@@ -608,7 +698,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         };
         match crate::secrets::for_call(&ctx.env, &ctx.session.tenant, &ctx.secrets, wanted) {
             Ok(values) => values,
-            Err(refusal) => return ToolOutput::text(Err(refusal)),
+            Err(refusal) => return output.refused(refusal),
         }
     } else {
         Default::default()

@@ -109,6 +109,24 @@ impl JsHost<'_> {
             ));
         }
         self.requests.set(n);
+        // The policy sees each fetch's host (decision 0038); its decisions show with the call.
+        let host = worker::Url::parse(&url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string));
+        let facts = wuhu_core::policy::Call {
+            tool: wuhu_core::policy::JS_FETCH,
+            host: host.as_deref(),
+            ..Default::default()
+        };
+        let part = format!("{}:fetch:{n}", crate::policy_gate::CALL_PART);
+        let details = serde_json::json!({"url": url});
+        match crate::policy_gate::check(ctx, &part, &facts, None, details).await {
+            Ok(decided) => ctx.decided.borrow_mut().extend(decided.entries),
+            Err(refused) => {
+                ctx.decided.borrow_mut().extend(refused.entries);
+                return Err(format!("fetch: {}", refused.content));
+            }
+        }
         let method = match arg
             .method
             .as_deref()

@@ -27,6 +27,7 @@ mod model_choice;
 mod model_tool;
 mod observe;
 mod orchestration_tools;
+mod policy_gate;
 mod rate_limit;
 mod runner_calls;
 mod runner_client;
@@ -189,6 +190,10 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
                     .map_err(internal::call_error)?;
             index_route(&env, &identity, call).await
         }
+        (["v1", "policy", "check"], Method::Get) => {
+            policy_gate::check_route(&req, &env, &identity).await
+        }
+        (["v1", "policy", "check"], _) => Err(method_not_allowed()),
         (["v1", "llm-logs"], Method::Get) => llm_logs::list(&req, &env, &identity).await,
         (["v1", "llm-logs"], _) => Err(method_not_allowed()),
         (["v1", "llm-logs", session, record], Method::Get) => {

@@ -62,6 +62,13 @@ pub(crate) struct ToolContext {
     pub(crate) secrets: std::rc::Rc<[wuhu_core::secrets::SealedSecret]>,
     /// Their masker (and the detector): what a tool hands a script is masked with it.
     pub(crate) masker: std::rc::Rc<wuhu_core::masking::Masker>,
+    /// The policies of the step's settings reading (`crate::policy_gate`).
+    pub(crate) policy: Rc<crate::policy_gate::PolicyBook>,
+    /// The tool call this context serves (named by its policy decisions).
+    pub(crate) call_id: String,
+    /// Policy decisions made while the tool ran (a `js` script's fetches), shown before its
+    /// result.
+    pub(crate) decided: RefCell<Vec<EntryPayload>>,
 }
 
 /// The session a tool call is made in: its tenant and id, whose it is, the chat thread it
@@ -203,6 +210,13 @@ impl ToolOutput {
             blobs: Vec::new(),
         }
     }
+
+    /// This output, ended by `error` (entries gathered so far are kept).
+    pub(crate) fn refused(mut self, error: String) -> ToolOutput {
+        self.content = error;
+        self.is_error = true;
+        self
+    }
 }
 
 /// What a tool asks the approval gate for.
@@ -211,7 +225,9 @@ pub(crate) struct Ask<'a> {
     /// Whom the call acts for (the rule decided on it): the request's `requestedBy`, and what
     /// `approve_session` covers.
     pub(crate) turn_authors: &'a [String],
-    pub(crate) target: Target<'a>,
+    /// Where the call runs; `None` for a call that reaches no runner (a policy's ask about a
+    /// `js` fetch or a child session).
+    pub(crate) target: Option<Target<'a>>,
     pub(crate) action: Action<'a>,
     /// Fields of the request entry (environment, tool, runner, …); the gate adds the rest.
     pub(crate) data: Value,

@@ -10,6 +10,7 @@ use worker::{Bucket, Env, Include};
 use wuhu_core::authority::{WorkspaceWriter, is_tenant_config};
 use wuhu_core::llm::models::{ModelTable, ModelTableError, TENANT_TABLE_PATH};
 use wuhu_core::llm::{self, anthropic, fake, openai};
+use wuhu_core::policy::{Policy, is_policy_document};
 use wuhu_core::tenant_config::{
     TENANT_CONFIG_PATH, TenantConfig, TenantConfigError, check_document,
 };
@@ -124,6 +125,9 @@ pub(crate) async fn write(
     }
     if is_tenant_config(&path) {
         check_document(&path, content).map_err(ApiError::bad_request)?;
+    } else if is_policy_document(&path) {
+        // A user's policy is checked like the tenant's (`config/policy.json` above).
+        Policy::parse(&path, Some(content)).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
     let (frontmatter, _) = split_frontmatter(content);
     let frontmatter = frontmatter.map_err(ApiError::bad_request)?;
@@ -178,7 +182,8 @@ pub(crate) async fn remove(
 /// after the answer runs with the change (decision 0021). When some could not be told, the
 /// writer learns it (503) and writing again tells them.
 async fn settings_stored(env: &Env, tenant: &str, path: &str) -> ApiResult<()> {
-    if !is_tenant_config(path) {
+    // A user's policy is read with the settings too (`crate::policy_book`).
+    if !is_tenant_config(path) && !is_policy_document(path) {
         return Ok(());
     }
     // The index's `SettingsChanged` answers once every holder was told (503 when some could

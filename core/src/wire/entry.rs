@@ -404,4 +404,8 @@ pub mod custom_types {
     /// `data.channel` (the binding id), `data.key` (the outbox key), `data.reason`). See
     /// `docs/channels.md`, "Delivery".
     pub const CHANNEL_UNDELIVERED: &str = "wuhu_channel_undelivered_v1";
+    /// A policy rule decided on a tool call (`custom`; `data` is `crate::policy::Verdict` with
+    /// `tool`, `toolCallId`, `text`, and for an ask the approval's `outcome`). See
+    /// `docs/security.md`, "Policy".
+    pub const POLICY_DECISION: &str = "wuhu_policy_decision_v1";
 }

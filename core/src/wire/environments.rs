@@ -26,6 +26,8 @@ pub const MAX_PATH_BYTES: usize = 4096;
 
 /// Most extra environment variable names one definition may add.
 pub const MAX_EXTRA_ENV_VARS: usize = 64;
+/// Highest `costPerHourUsd` a definition may state.
+pub const MAX_COST_PER_HOUR_USD: f64 = 10_000.0;
 
 /// Whether attaching an environment needs a person's approval.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -141,6 +143,11 @@ pub struct EnvironmentDefinition {
     /// memory (`docs/security.md`, "Secrets"); a secret must also allow this environment.
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// What an hour of it costs in US dollars (a cloud VM's price, say): the estimate a policy's
+    /// `costUsdOver` sees when it is attached or starts a job (`docs/security.md`, "Policy").
+    /// `null`: unknown, and no cost rule applies. 0 to [`MAX_COST_PER_HOUR_USD`].
+    #[serde(default)]
+    pub cost_per_hour_usd: Option<serde_json::Number>,
     /// Unix seconds.
     pub created_at: i64,
     /// Unix seconds of the last change.
@@ -196,6 +203,9 @@ pub struct CreateEnvironmentRequest {
     /// See [`EnvironmentDefinition::secrets`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<String>>,
+    /// See [`EnvironmentDefinition::cost_per_hour_usd`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour_usd: Option<serde_json::Number>,
 }
 
 /// `PATCH /v1/environments/:idOrName`: absent fields are kept; `null` clears an optional field.
@@ -281,6 +291,13 @@ pub struct UpdateEnvironmentRequest {
     /// New secrets (replaces the old list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<String>>,
+    /// New hourly cost, or `null` for unknown.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cost_per_hour_usd: Option<Option<serde_json::Number>>,
 }
 
 /// `Some(None)` for an explicit `null`, `Some(Some(v))` for a value (absent is `None` via
@@ -328,6 +345,7 @@ impl CreateEnvironmentRequest {
             read_only_paths: self.read_only_paths.unwrap_or_default(),
             limits: self.limits.unwrap_or_default(),
             secrets: self.secrets.unwrap_or_default(),
+            cost_per_hour_usd: self.cost_per_hour_usd,
             created_at: now,
             updated_at: now,
         };
@@ -385,6 +403,9 @@ impl EnvironmentDefinition {
         }
         if let Some(secrets) = update.secrets {
             next.secrets = secrets;
+        }
+        if let Some(cost) = update.cost_per_hour_usd {
+            next.cost_per_hour_usd = cost;
         }
         next.validate()?;
         next.updated_at = now;
@@ -492,6 +513,16 @@ impl EnvironmentDefinition {
                 // A snapshot's variables are shown to every reader of the session.
                 return Err(format!(
                     "{name} is in both secrets and extraEnvVars; a secret is never captured into a snapshot"
+                ));
+            }
+        }
+        if let Some(cost) = &self.cost_per_hour_usd {
+            let fine = cost
+                .as_f64()
+                .is_some_and(|c| c.is_finite() && (0.0..=MAX_COST_PER_HOUR_USD).contains(&c));
+            if !fine {
+                return Err(format!(
+                    "costPerHourUsd must be a number of dollars from 0 to {MAX_COST_PER_HOUR_USD}"
                 ));
             }
         }
@@ -731,6 +762,9 @@ pub struct ResolveEnvironmentResponse {
     /// The definition's `secrets`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<String>,
+    /// The definition's `costPerHourUsd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour_usd: Option<serde_json::Number>,
 }
 
 /// Runner hub `POST /call`: send a request frame to a runner and wait for its answer.
@@ -791,6 +825,18 @@ mod tests {
         let update: UpdateEnvironmentRequest =
             serde_json::from_value(json!({"secrets": []})).unwrap();
         assert!(with_secrets.apply(update, 8).unwrap().secrets.is_empty());
+        // An hourly cost at its bounds; `null` in a PATCH makes it unknown again.
+        for cost in [json!(0), json!(0.25), json!(MAX_COST_PER_HOUR_USD)] {
+            let priced = create(json!({"name": "vm", "kind": "local", "runner": "mac", "path": "/src", "costPerHourUsd": cost})).unwrap();
+            assert_eq!(
+                serde_json::to_value(&priced).unwrap()["costPerHourUsd"],
+                cost
+            );
+        }
+        let priced = create(json!({"name": "vm", "kind": "local", "runner": "mac", "path": "/src", "costPerHourUsd": 2})).unwrap();
+        let update: UpdateEnvironmentRequest =
+            serde_json::from_value(json!({"costPerHourUsd": null})).unwrap();
+        assert_eq!(priced.apply(update, 8).unwrap().cost_per_hour_usd, None);
     }
 
     #[test]
@@ -859,6 +905,18 @@ mod tests {
             (
                 json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "secrets": (0..33).map(|i| format!("S{i}")).collect::<Vec<_>>()}),
                 "secrets may list at most 32 names",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "costPerHourUsd": -0.01}),
+                "costPerHourUsd must be a number of dollars from 0 to 10000",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "costPerHourUsd": 10000.5}),
+                "costPerHourUsd must be",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "costPerHourUsd": "1"}),
+                "invalid type",
             ),
             (json!({"name": "a", "kind": "moon"}), "unknown variant"),
             (

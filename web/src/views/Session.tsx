@@ -430,6 +430,11 @@ function ApprovalCard({ approval, sessionId }: { approval: ApprovalView; session
         {approval.approver ? <span class="muted"> · answered by {approval.approver.sub}</span> : null}
       </p>
       <p>{approval.text}</p>
+      {approval.detail !== null && (
+        <pre class="approval-detail" data-testid="approval-detail">
+          {approval.detail}
+        </pre>
+      )}
       {approval.decision ? (
         <p class="decision" data-testid="approval-decision">
           {approval.decision}

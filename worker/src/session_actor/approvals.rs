@@ -409,9 +409,11 @@ impl ApprovalGate for ActorApprovals {
         let mut data = ask.data;
         data["approvalId"] = json!(approval.id);
         data["toolCallId"] = json!(call_id);
-        data["runner"] = json!(ask.target.runner);
-        data["runnerOwner"] = json!(ask.target.runner_owner);
-        data["runnerKind"] = json!(ask.target.runner_kind.as_str());
+        if let Some(target) = &ask.target {
+            data["runner"] = json!(target.runner);
+            data["runnerOwner"] = json!(target.runner_owner);
+            data["runnerKind"] = json!(target.runner_kind.as_str());
+        }
         data["approver"] = json!(ask.approver);
         data["requestedBy"] = json!(turn_authors);
         // Whether "approve for this session" may answer it (not for a guest); it would last
@@ -424,7 +426,7 @@ impl ApprovalGate for ActorApprovals {
         data["expiresAt"] = json!(approval.expires_at.unix_seconds());
         data["text"] = json!(approvals::request_text(
             &ask.action,
-            &ask.target,
+            ask.target.as_ref(),
             &ask.approver,
             &turn_authors,
             &answer_path,

@@ -15,6 +15,7 @@ use wuhu_core::llm::request_log::{Exchange, MAX_LOGGED_BODY_BYTES};
 use wuhu_core::llm::retry::RetryPolicy;
 use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
 use wuhu_core::masking::Masker;
+use wuhu_core::policy::{Policy, TENANT_POLICY_PATH};
 use wuhu_core::secrets::SealedSecret;
 use wuhu_core::tenant_config::{SettingsDocs, TENANT_CONFIG_PATH, TenantConfig};
 use wuhu_core::tools::catalogue_for;
@@ -267,6 +268,8 @@ pub(crate) struct Settings {
     pub(crate) secrets: Rc<[SealedSecret]>,
     /// Their masker, built at first use.
     masker: std::cell::OnceCell<Rc<Masker>>,
+    /// `config/policy.json`, and each user's policy once a call needed it.
+    pub(crate) policy: Rc<crate::policy_gate::PolicyBook>,
 }
 
 impl Settings {
@@ -362,9 +365,10 @@ async fn read_settings_of(env: &worker::Env, tenant: &str) -> Result<SettingsDoc
         retryable: true,
         retry_after_ms: None,
     };
-    let (models, config) = futures::join!(
+    let (models, config, policy) = futures::join!(
         crate::workspace_io::read(actor_env, &tenant, TENANT_TABLE_PATH),
         crate::workspace_io::read(actor_env, &tenant, TENANT_CONFIG_PATH),
+        crate::workspace_io::read(actor_env, &tenant, TENANT_POLICY_PATH),
     );
     Ok(SettingsDocs {
         models: models
@@ -372,6 +376,9 @@ async fn read_settings_of(env: &worker::Env, tenant: &str) -> Result<SettingsDoc
             .map(|d| d.content),
         tenant: config
             .map_err(|e| read_failed("settings", e))?
+            .map(|d| d.content),
+        policy: policy
+            .map_err(|e| read_failed("policy", e))?
             .map(|d| d.content),
     })
 }
@@ -389,6 +396,8 @@ fn parse_settings(docs: &SettingsDocs) -> Result<Settings, LlmFailure> {
     let models =
         ModelTable::with_tenant(docs.models.as_deref()).map_err(|e| invalid(e.to_string()))?;
     let config = TenantConfig::parse(docs.tenant.as_deref()).map_err(|e| invalid(e.to_string()))?;
+    let policy = Policy::parse(TENANT_POLICY_PATH, docs.policy.as_deref())
+        .map_err(|e| invalid(e.to_string()))?;
     Ok(Settings {
         models: Rc::new(models),
         log_days: config
@@ -397,6 +406,7 @@ fn parse_settings(docs: &SettingsDocs) -> Result<Settings, LlmFailure> {
         tenant: config,
         secrets: Rc::new([]),
         masker: Default::default(),
+        policy: Rc::new(crate::policy_gate::PolicyBook::new(policy)),
     })
 }
 

@@ -14,7 +14,7 @@ use super::jobs::ActorJobs;
 use super::{Actor, now};
 use crate::runner_calls::RunnerCallScope;
 use crate::tool_context::{AttachmentChange, ParentFacts, SessionPlace, ToolContext, ToolOutput};
-use crate::{builtin_tools, environment_tools, orchestration_tools};
+use crate::{builtin_tools, environment_tools, orchestration_tools, policy_gate};
 
 /// One tool call of `step`, run as an actor task (see [`super::tasks`]): aborting the task
 /// drops this future wherever it waits.
@@ -33,14 +33,37 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
         return; // Stopped before it started.
     }
     let context = actor.tool_context(step, &call.id);
-    let output = if call.name == names::SET_MODEL {
-        ToolOutput::text(crate::model_tool::set_model(&context, &call.arguments).map(|s| s.text))
-    } else if environment_tools::handles(&call) {
-        environment_tools::execute(&context, &call).await
-    } else if orchestration_tools::handles(&call) {
-        ToolOutput::text(orchestration_tools::execute(&context, &call).await)
+    // Every call passes the policy first (decision 0038). The tools that run on a runner, and
+    // `request_environment`, check it themselves: their runner and cost are known only there.
+    let checked = if environment_tools::checks_policy_itself(&call) {
+        Ok(Default::default())
     } else {
-        builtin_tools::execute(&context, &call).await
+        let facts = wuhu_core::policy::Call {
+            tool: &call.name,
+            paths: policy_gate::paths_of(&call.arguments),
+            ..Default::default()
+        };
+        let details = policy_gate::change_details(&call.name, &call.arguments);
+        policy_gate::check(&context, policy_gate::CALL_PART, &facts, None, details).await
+    };
+    let output = match checked {
+        Err(refused) => refused,
+        Ok(decided) => {
+            let mut output = if call.name == names::SET_MODEL {
+                ToolOutput::text(
+                    crate::model_tool::set_model(&context, &call.arguments).map(|s| s.text),
+                )
+            } else if environment_tools::handles(&call) {
+                environment_tools::execute(&context, &call).await
+            } else if orchestration_tools::handles(&call) {
+                ToolOutput::text(orchestration_tools::execute(&context, &call).await)
+            } else {
+                builtin_tools::execute(&context, &call).await
+            };
+            output.entries.splice(0..0, decided.entries);
+            output.entries.extend(context.decided.take());
+            output
+        }
     };
     let model_switch = context.model_switch.take();
     let switched = actor.finish_tool(step, &call.id, output, model_switch);
@@ -109,6 +132,15 @@ impl Actor {
                 .map(|s| s.secrets.clone())
                 .unwrap_or_else(|| Rc::new([])),
             masker: self.masker(),
+            policy: self
+                .tenant_settings
+                .last_settings
+                .borrow()
+                .as_ref()
+                .map(|s| s.policy.clone())
+                .unwrap_or_default(),
+            call_id: call_id.to_string(),
+            decided: Default::default(),
         }
     }
 

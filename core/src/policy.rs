@@ -1,0 +1,698 @@
+//! The policy engine (issue 32, decision 0038): what an agent may do, asked or refused before it
+//! happens, in rules a tenant's admins and each user write.
+//!
+//! **Documents.** `config/policy.json` (the tenant's, [`TENANT_POLICY_PATH`], admins) and
+//! `users/<sub>/policy.json` (a user's, for work on **their own runners**, [`user_policy_path`]):
+//! `{"rules": [{"id"?, "match": {…}, "decision": "allow" | "ask" | "deny", "reason"?}]}`.
+//! A rule's `match` holds any of `tool`, `environment`, `runner`, `command`, `path`, `host`
+//! (globs: `*` any run of characters, `/` and spaces included; `?` one character) and
+//! `costUsdOver` (a number); a rule matches a call when every field it names matches. A call
+//! without the fact a field asks about (`command` of a `read`) does not match it.
+//!
+//! **Which rule decides** ([`evaluate`]), for one call:
+//! 1. the tenant's first matching rule, when it is `deny`: a user's rule cannot undo it;
+//! 2. else the first matching rule of the runner owner's own policy (calls on a runner only);
+//! 3. else the tenant's first matching rule;
+//! 4. else no rule: the call runs, subject to the approvals that hold without any policy (a
+//!    person's machine on someone else's prompt, a definition's `"approval": "ask"`).
+//!
+//! `ask` waits for a person like every approval (`crate::approvals`): a tenant rule's for the
+//! session's owner, a user rule's for that user. `deny` is a tool error naming the rule. Each
+//! decision a rule makes is a `wuhu_policy_decision_v1` entry in the transcript.
+//!
+//! **Commands** (`bash`) are matched per simple command ([`shell`]): a deny or ask rule when any
+//! of them matches, an allow rule only when all do. `path` is a file tool's `path` (and the files
+//! a `bash` command redirects output to), normalised; `host` is a `js` `fetch`'s host; the cost
+//! is the estimate a call carries (an environment's `costPerHourUsd` for an hour).
+//!
+//! Pure: the host reads the documents, supplies the call's facts and performs the decision.
+
+pub mod shell;
+
+use serde::{Deserialize, Serialize};
+use wildmatch::WildMatch;
+
+/// The tenant's policy (admins write it; see `crate::authority::is_tenant_config`).
+pub const TENANT_POLICY_PATH: &str = "config/policy.json";
+/// The tool name a `js` script's `fetch` is matched as.
+pub const JS_FETCH: &str = "js_fetch";
+/// Most rules in one policy document.
+pub const MAX_RULES: usize = 200;
+/// Longest pattern, in characters.
+pub const MAX_PATTERN_CHARS: usize = 512;
+/// Longest `reason`, in characters.
+pub const MAX_REASON_CHARS: usize = 500;
+/// Longest rule `id`, in characters.
+pub const MAX_ID_CHARS: usize = 64;
+
+/// Where `sub`'s own policy lives in the workspace.
+pub fn user_policy_path(sub: &str) -> String {
+    format!("users/{sub}/policy.json")
+}
+
+/// Whether `path` (normalised) is a policy document: the tenant's, or a user's. A session's
+/// tools never write one (an agent must not relax the rules it runs under,
+/// `crate::authority::WorkspaceWriter`), and a change is told to running sessions like a
+/// change of the tenant's settings.
+pub fn is_policy_document(path: &str) -> bool {
+    path == TENANT_POLICY_PATH || policy_user(path).is_some()
+}
+
+/// The user whose policy `path` is (`users/<sub>/policy.json`).
+pub fn policy_user(path: &str) -> Option<&str> {
+    let sub = path.strip_prefix("users/")?.strip_suffix("/policy.json")?;
+    (!sub.is_empty() && !sub.contains('/')).then_some(sub)
+}
+
+/// What a rule decides.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Run it without asking (the approvals that hold without policy still hold).
+    Allow,
+    /// Wait for a person.
+    Ask,
+    /// Refuse it: a tool error naming the rule.
+    Deny,
+}
+
+impl Decision {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Ask => "ask",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// A policy document as written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyDocument {
+    /// The rules, in order: the first that matches decides.
+    pub rules: Vec<RuleDocument>,
+}
+
+/// One rule as written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleDocument {
+    /// A name for the rule (letters, digits, `-`, `_`, `.`), shown with its decisions; its
+    /// position when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// What calls it applies to (`{}`: every call).
+    #[serde(rename = "match", default)]
+    pub matches: MatchDocument,
+    /// What it decides.
+    pub decision: Decision,
+    /// Why: shown to the person asked and in the agent's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The facts a rule matches, as written (each optional).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MatchDocument {
+    /// The tool's name (`bash`, `write`, `spawn_session`, `js_fetch` for a `js` script's
+    /// `fetch`, `request_environment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The environment's name in the session, or the definition a `request_environment` asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// The runner's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<String>,
+    /// A `bash` command, matched per simple command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// A file path (a file tool's `path`, a file a command writes to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The host a `js` `fetch` goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Matches calls whose cost estimate is above this many US dollars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd_over: Option<f64>,
+}
+
+/// Whose policy a rule is in.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(tag = "source", content = "user", rename_all = "snake_case")]
+pub enum Source {
+    /// `config/policy.json`.
+    Tenant,
+    /// `users/<sub>/policy.json`.
+    User(String),
+}
+
+/// A compiled rule.
+#[derive(Clone, Debug)]
+struct Rule {
+    id: Option<String>,
+    decision: Decision,
+    reason: Option<String>,
+    tool: Option<WildMatch>,
+    environment: Option<WildMatch>,
+    runner: Option<WildMatch>,
+    command: Option<WildMatch>,
+    path: Option<WildMatch>,
+    host: Option<WildMatch>,
+    cost_usd_over: Option<f64>,
+}
+
+/// A checked policy document, ready to evaluate.
+#[derive(Clone, Debug, Default)]
+pub struct Policy {
+    rules: Vec<Rule>,
+}
+
+/// Why a policy document was refused (the writer's 400, or the error a reader shows).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct PolicyError {
+    /// The document.
+    pub path: String,
+    /// What is wrong, naming the rule.
+    pub message: String,
+}
+
+impl Policy {
+    /// Parses and checks the document at `path` (`None`: no document, no rules).
+    ///
+    /// # Errors
+    /// A [`PolicyError`] naming the first rule and field that is wrong.
+    pub fn parse(path: &str, text: Option<&str>) -> Result<Policy, PolicyError> {
+        let Some(text) = text else {
+            return Ok(Policy::default());
+        };
+        let fail = |message: String| PolicyError {
+            path: path.to_string(),
+            message,
+        };
+        let document: PolicyDocument =
+            serde_json::from_str(text).map_err(|e| fail(format!("not a policy document: {e}")))?;
+        Policy::compile(&document).map_err(fail)
+    }
+
+    fn compile(document: &PolicyDocument) -> Result<Policy, String> {
+        if document.rules.len() > MAX_RULES {
+            return Err(format!(
+                "{} rules; a policy holds at most {MAX_RULES}",
+                document.rules.len()
+            ));
+        }
+        let mut ids: Vec<&str> = Vec::new();
+        let mut rules = Vec::with_capacity(document.rules.len());
+        for (i, rule) in document.rules.iter().enumerate() {
+            let at = |message: String| format!("rule {}: {message}", i + 1);
+            if let Some(id) = &rule.id {
+                let fine = !id.is_empty()
+                    && id.chars().count() <= MAX_ID_CHARS
+                    && id
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+                if !fine {
+                    return Err(at(format!(
+                        "id {id:?} must be 1 to {MAX_ID_CHARS} letters, digits, '-', '_' or '.'"
+                    )));
+                }
+                if ids.contains(&id.as_str()) {
+                    return Err(at(format!("id {id:?} is used by an earlier rule")));
+                }
+                ids.push(id);
+            }
+            if let Some(reason) = &rule.reason
+                && reason.chars().count() > MAX_REASON_CHARS
+            {
+                return Err(at(format!(
+                    "reason is longer than {MAX_REASON_CHARS} characters"
+                )));
+            }
+            let m = &rule.matches;
+            let pattern = |field: &str, p: &Option<String>| -> Result<Option<WildMatch>, String> {
+                match p {
+                    None => Ok(None),
+                    Some(p) if p.is_empty() || p.chars().count() > MAX_PATTERN_CHARS => Err(at(
+                        format!("match.{field} must be 1 to {MAX_PATTERN_CHARS} characters"),
+                    )),
+                    Some(p) => Ok(Some(WildMatch::new(p))),
+                }
+            };
+            if let Some(cost) = m.cost_usd_over
+                && !(cost.is_finite() && cost >= 0.0)
+            {
+                return Err(at(
+                    "match.costUsdOver must be a number of dollars, 0 or more".into(),
+                ));
+            }
+            rules.push(Rule {
+                id: rule.id.clone(),
+                decision: rule.decision,
+                reason: rule.reason.clone(),
+                tool: pattern("tool", &m.tool)?,
+                environment: pattern("environment", &m.environment)?,
+                runner: pattern("runner", &m.runner)?,
+                command: pattern("command", &m.command)?,
+                path: pattern("path", &m.path)?,
+                host: pattern("host", &m.host)?,
+                cost_usd_over: m.cost_usd_over,
+            });
+        }
+        Ok(Policy { rules })
+    }
+
+    /// Whether it has no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// What the host knows of a call when it is about to run.
+#[derive(Clone, Debug, Default)]
+pub struct Call<'a> {
+    /// The tool (`js_fetch` for a script's `fetch`).
+    pub tool: &'a str,
+    /// The environment's name (or the definition `request_environment` asks for).
+    pub environment: Option<&'a str>,
+    /// The runner it runs on.
+    pub runner: Option<&'a str>,
+    /// That runner's owner: whose own policy applies as well.
+    pub runner_owner: Option<&'a str>,
+    /// A `bash` command.
+    pub command: Option<&'a str>,
+    /// The file paths it names (a file tool's `path`).
+    pub paths: Vec<String>,
+    /// The host of a fetch.
+    pub host: Option<&'a str>,
+    /// Its cost estimate in US dollars.
+    pub cost_usd: Option<f64>,
+}
+
+/// The rule that decided.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RuleRef {
+    /// Whose policy.
+    #[serde(flatten)]
+    pub source: Source,
+    /// Its position, from 1.
+    pub index: usize,
+    /// Its `id`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+impl RuleRef {
+    /// `tenant rule "no-push"`, `alice's rule 2`.
+    pub fn describe(&self) -> String {
+        let whose = match &self.source {
+            Source::Tenant => "tenant".to_string(),
+            Source::User(sub) => format!("{sub}'s"),
+        };
+        match &self.id {
+            Some(id) => format!("{whose} rule {id:?}"),
+            None => format!("{whose} rule {}", self.index),
+        }
+    }
+}
+
+/// A rule's decision on a call.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// What it decided.
+    pub decision: Decision,
+    /// The rule.
+    pub rule: RuleRef,
+    /// The rule's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What it matched: the simple command, path or host (the tool's name when it named none
+    /// of those).
+    pub subject: String,
+}
+
+impl Verdict {
+    /// The tool error of a `deny`: which rule, why, what it matched.
+    pub fn deny_text(&self) -> String {
+        let why = self
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        format!(
+            "Refused by policy ({}{why}). It matched {:?}; the call did not run. Do something else, or ask a person to change the policy.",
+            self.rule.describe(),
+            self.subject
+        )
+    }
+
+    /// The approval request's description of what waits (`crate::approvals::Action::Policy`).
+    pub fn ask_text(&self) -> String {
+        let why = self
+            .reason
+            .as_deref()
+            .map(|r| format!(", {r}"))
+            .unwrap_or_default();
+        format!("{} ({}{why})", self.subject, self.rule.describe())
+    }
+
+    /// Who must answer a rule's `ask`: the session's owner for a tenant rule, the rule's user
+    /// for their own.
+    pub fn approver(&self, session_owner: &str) -> crate::authority::Approver {
+        match &self.rule.source {
+            Source::Tenant => crate::authority::Approver::SessionOwner(session_owner.to_string()),
+            Source::User(sub) => crate::authority::Approver::RunnerOwner(sub.clone()),
+        }
+    }
+}
+
+/// The rule that decides `call` (see the module docs), or `None` when none matches. `user` is
+/// the runner owner's policy, used only when `call.runner_owner` names that user.
+pub fn evaluate(
+    tenant: &Policy,
+    user: Option<(&str, &Policy)>,
+    call: &Call<'_>,
+) -> Option<Verdict> {
+    let parsed = call.command.map(shell::parse);
+    let facts = Facts::of(call, parsed.as_ref());
+    let tenant_first = first_match(tenant, &Source::Tenant, &facts);
+    if let Some(v) = &tenant_first
+        && v.decision == Decision::Deny
+    {
+        return tenant_first;
+    }
+    if let (Some((sub, policy)), Some(owner)) = (user, call.runner_owner)
+        && sub == owner
+        && let Some(v) = first_match(policy, &Source::User(sub.to_string()), &facts)
+    {
+        return Some(v);
+    }
+    tenant_first
+}
+
+/// The simple commands of `command` as the engine reads them (`GET /v1/policy/check` shows them).
+pub fn simple_commands(command: &str) -> (Vec<String>, bool) {
+    let parsed = shell::parse(command);
+    (
+        parsed.commands.into_iter().map(|c| c.text).collect(),
+        parsed.opaque,
+    )
+}
+
+/// `GET /v1/policy/check`'s query: the call to decide, as `tool`, `environment`, `runner`,
+/// `runnerOwner`, `command`, `path`, `host`, `costUsd`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckQuery {
+    /// The tool (required).
+    pub tool: String,
+    /// See [`Call::environment`].
+    pub environment: Option<String>,
+    /// See [`Call::runner`].
+    pub runner: Option<String>,
+    /// See [`Call::runner_owner`]: whose own policy is read as well.
+    pub runner_owner: Option<String>,
+    /// See [`Call::command`].
+    pub command: Option<String>,
+    /// See [`Call::paths`].
+    pub path: Option<String>,
+    /// See [`Call::host`].
+    pub host: Option<String>,
+    /// See [`Call::cost_usd`].
+    pub cost_usd: Option<f64>,
+}
+
+/// Longest value of a `GET /v1/policy/check` parameter, in bytes (a command, mostly).
+pub const MAX_CHECK_PARAM_BYTES: usize = 16 * 1024;
+
+impl CheckQuery {
+    /// Reads the query's pairs.
+    ///
+    /// # Errors
+    /// A message for a 400: no `tool`, an unknown parameter, a value too long, a bad number.
+    pub fn parse(pairs: &[(String, String)]) -> Result<CheckQuery, String> {
+        let mut q = CheckQuery::default();
+        for (name, value) in pairs {
+            if value.len() > MAX_CHECK_PARAM_BYTES {
+                return Err(format!("{name} exceeds {MAX_CHECK_PARAM_BYTES} bytes"));
+            }
+            let v = Some(value.clone());
+            match name.as_str() {
+                "tool" => q.tool = value.clone(),
+                "environment" => q.environment = v,
+                "runner" => q.runner = v,
+                "runnerOwner" => q.runner_owner = v,
+                "command" => q.command = v,
+                "path" => q.path = v,
+                "host" => q.host = v,
+                "costUsd" => {
+                    let cost: f64 = value
+                        .parse()
+                        .ok()
+                        .filter(|c: &f64| c.is_finite() && *c >= 0.0)
+                        .ok_or("costUsd must be a number of dollars, 0 or more")?;
+                    q.cost_usd = Some(cost);
+                }
+                other => {
+                    return Err(format!(
+                        "unknown parameter {other:?} (tool, environment, runner, runnerOwner, command, path, host, costUsd)"
+                    ));
+                }
+            }
+        }
+        if q.tool.is_empty() {
+            return Err("tool is required (bash, write, js_fetch, request_environment, …)".into());
+        }
+        Ok(q)
+    }
+
+    /// The call it describes.
+    pub fn call(&self) -> Call<'_> {
+        Call {
+            tool: &self.tool,
+            environment: self.environment.as_deref(),
+            runner: self.runner.as_deref(),
+            runner_owner: self.runner_owner.as_deref(),
+            command: self.command.as_deref(),
+            paths: self.path.iter().cloned().collect(),
+            host: self.host.as_deref(),
+            cost_usd: self.cost_usd,
+        }
+    }
+}
+
+/// `GET /v1/policy/check`'s answer: what the policies would decide, and how the command reads.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CheckResponse {
+    /// `allow` when no rule matched (the approvals that hold without policy still apply).
+    pub decision: Decision,
+    /// The rule that decided; `null` when none matched.
+    pub verdict: Option<Verdict>,
+    /// The simple commands of `command`, as matched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
+    /// Whether part of `command` cannot be read statically (allow rules never match it).
+    #[serde(default)]
+    pub opaque: bool,
+}
+
+/// Answers a dry run.
+pub fn check(tenant: &Policy, user: Option<(&str, &Policy)>, query: &CheckQuery) -> CheckResponse {
+    let verdict = evaluate(tenant, user, &query.call());
+    let (commands, opaque) = query
+        .command
+        .as_deref()
+        .map(simple_commands)
+        .unwrap_or_default();
+    CheckResponse {
+        decision: verdict.as_ref().map_or(Decision::Allow, |v| v.decision),
+        verdict,
+        commands,
+        opaque,
+    }
+}
+
+struct Facts<'a> {
+    call: &'a Call<'a>,
+    parsed: Option<&'a shell::Parsed>,
+    paths: Vec<String>,
+}
+
+impl<'a> Facts<'a> {
+    fn of(call: &'a Call<'a>, parsed: Option<&'a shell::Parsed>) -> Facts<'a> {
+        let mut paths: Vec<String> = call.paths.iter().map(|p| normalize_path(p)).collect();
+        if let Some(parsed) = parsed {
+            paths.extend(parsed.written_paths.iter().map(|p| normalize_path(p)));
+        }
+        Facts {
+            call,
+            parsed,
+            paths,
+        }
+    }
+}
+
+fn first_match(policy: &Policy, source: &Source, facts: &Facts<'_>) -> Option<Verdict> {
+    policy.rules.iter().enumerate().find_map(|(i, rule)| {
+        let subject = matches(rule, facts)?;
+        Some(Verdict {
+            decision: rule.decision,
+            rule: RuleRef {
+                source: source.clone(),
+                index: i + 1,
+                id: rule.id.clone(),
+            },
+            reason: rule.reason.clone(),
+            subject,
+        })
+    })
+}
+
+/// What `rule` matched in the call (`None`: it does not apply).
+fn matches(rule: &Rule, facts: &Facts<'_>) -> Option<String> {
+    let call = facts.call;
+    let one = |pattern: &Option<WildMatch>, value: Option<&str>| match pattern {
+        None => true,
+        Some(p) => value.is_some_and(|v| p.matches(v)),
+    };
+    if !one(&rule.tool, Some(call.tool))
+        || !one(&rule.environment, call.environment)
+        || !one(&rule.runner, call.runner)
+        || !one(&rule.host, call.host)
+    {
+        return None;
+    }
+    if let Some(over) = rule.cost_usd_over
+        && !call.cost_usd.is_some_and(|cost| cost > over)
+    {
+        return None;
+    }
+    let allow = rule.decision == Decision::Allow;
+    let mut subject = None;
+    if let Some(pattern) = &rule.path {
+        if facts.paths.is_empty() {
+            return None;
+        }
+        let mut hits = facts.paths.iter().filter(|p| pattern.matches(p));
+        if allow {
+            if !facts.paths.iter().all(|p| pattern.matches(p)) {
+                return None;
+            }
+            subject = facts.paths.first().cloned();
+        } else {
+            subject = Some(hits.next()?.clone());
+        }
+    }
+    if let Some(pattern) = &rule.command {
+        let parsed = facts.parsed?;
+        if allow {
+            if parsed.opaque
+                || parsed.commands.is_empty()
+                || !parsed
+                    .commands
+                    .iter()
+                    .all(|c| c.allow_views.iter().any(|v| pattern.matches(v)))
+            {
+                return None;
+            }
+            subject = Some(parsed.source.clone());
+        } else {
+            let hit = parsed
+                .commands
+                .iter()
+                .find(|c| c.views.iter().any(|v| pattern.matches(v)))
+                .map(|c| c.text.clone())
+                .or_else(|| {
+                    pattern
+                        .matches(&parsed.source)
+                        .then(|| parsed.source.clone())
+                })?;
+            subject = Some(hit);
+        }
+    }
+    Some(
+        subject
+            .or_else(|| call.host.map(str::to_string))
+            .or_else(|| call.command.map(str::to_string))
+            .or_else(|| facts.paths.first().cloned())
+            .unwrap_or_else(|| call.tool.to_string()),
+    )
+}
+
+/// How long a call that starts something is assumed to keep it when it says nothing: an
+/// attached environment, a job without a `timeout`.
+pub const DEFAULT_COST_SECONDS: f64 = 3600.0;
+
+/// A call's cost estimate: `seconds` of an environment that costs `per_hour` US dollars an hour
+/// (its definition's `costPerHourUsd`; `None`: unknown, and no cost rule applies).
+pub fn cost_estimate(per_hour: Option<&serde_json::Number>, seconds: f64) -> Option<f64> {
+    per_hour
+        .and_then(serde_json::Number::as_f64)
+        .map(|per_hour| per_hour * seconds.max(0.0) / 3600.0)
+}
+
+/// `path` without `.` segments, doubled or trailing slashes, and with `..` applied where it
+/// can be (`./src//a/../b/` → `src/b`), so `infra/*` sees `./infra/x` too.
+pub fn normalize_path(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            ".." if absolute => {}
+            s => parts.push(s),
+        }
+    }
+    let joined = parts.join("/");
+    if absolute {
+        format!("/{joined}")
+    } else {
+        joined
+    }
+}
+
+/// The `data` of a `wuhu_policy_decision_v1` entry: the verdict, the tool and its call.
+pub fn decision_entry(verdict: &Verdict, tool: &str, call_id: &str) -> serde_json::Value {
+    let mut data = serde_json::to_value(verdict).unwrap_or_default();
+    data["tool"] = serde_json::json!(tool);
+    data["toolCallId"] = serde_json::json!(call_id);
+    data["text"] = serde_json::json!(match verdict.decision {
+        Decision::Allow => format!(
+            "Policy allowed {tool}: {:?} ({}).",
+            verdict.subject,
+            verdict.rule.describe()
+        ),
+        Decision::Ask => format!(
+            "Policy asks before {tool}: {:?} ({}).",
+            verdict.subject,
+            verdict.rule.describe()
+        ),
+        Decision::Deny => format!(
+            "Policy refused {tool}: {:?} ({}).",
+            verdict.subject,
+            verdict.rule.describe()
+        ),
+    });
+    data
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+//! The policy engine's host side (decision 0038): reads the policy documents, asks
+//! `wuhu_core::policy::evaluate` about a call and performs its verdict — a tool error for
+//! `deny`, the session's approval gate for `ask`, a `wuhu_policy_decision_v1` entry for every
+//! decision a rule made.
+//!
+//! The tenant's `config/policy.json` is read with the tenant's settings (a change is told to
+//! the sessions that keep a reading, decision 0021); a user's `users/<sub>/policy.json` is read
+//! the first time a call of this reading reaches one of their runners, and kept with it (a
+//! change is told the same way, `workspace_io::settings_stored`).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use serde_json::{Value, json};
+use wuhu_core::approvals::{self, Action, Approver, Target};
+use wuhu_core::policy::{self, Call, Decision, Policy, Verdict};
+use wuhu_core::wire::{EntryPayload, custom_types};
+
+use crate::tool_context::{Ask, ToolContext, ToolOutput};
+
+/// The policies one reading of the settings holds.
+#[derive(Default)]
+pub(crate) struct PolicyBook {
+    tenant: Policy,
+    /// Each user's, read when first needed: an unreadable or invalid one is kept as its error.
+    users: RefCell<HashMap<String, Result<Rc<Policy>, String>>>,
+}
+
+impl PolicyBook {
+    pub(crate) fn new(tenant: Policy) -> PolicyBook {
+        PolicyBook {
+            tenant,
+            users: RefCell::default(),
+        }
+    }
+
+    /// `sub`'s own policy. A failed read is not kept (the next call reads again); an invalid
+    /// document is, until it changes.
+    async fn user(&self, ctx: &ToolContext, sub: &str) -> Result<Rc<Policy>, String> {
+        if let Some(kept) = self.users.borrow().get(sub) {
+            return kept.clone();
+        }
+        let path = policy::user_policy_path(sub);
+        let doc = crate::workspace_io::read(&ctx.env, &ctx.session.tenant, &path)
+            .await
+            .map_err(|e| format!("{path} could not be read: {}", e.message))?;
+        let parsed = Policy::parse(&path, doc.as_ref().map(|d| d.content.as_str()))
+            .map(Rc::new)
+            .map_err(|e| e.to_string());
+        self.users
+            .borrow_mut()
+            .insert(sub.to_string(), parsed.clone());
+        parsed
+    }
+}
+
+/// The approval part of a tool call's own policy ask (see `ApprovalGate::request`).
+pub(crate) const CALL_PART: &str = "policy";
+
+/// What a call may do after the policy decided: run (with the decision's entry, if a rule
+/// made one), or not (the tool error, and the entry).
+pub(crate) type Checked = Result<Decided, ToolOutput>;
+
+/// A call the policy lets run.
+#[derive(Default)]
+pub(crate) struct Decided {
+    /// The decision's entry (none when no rule matched).
+    pub(crate) entries: Vec<EntryPayload>,
+    /// The person who approved it when a rule asked: the approvals that hold without policy
+    /// do not ask them again about the same call.
+    pub(crate) approved_by: Option<String>,
+}
+
+/// Decides `call` and performs the decision. `target` is where it runs (for the approval's
+/// text and the runner owner's grants); `part` tells this approval apart from others of the
+/// same tool call (`"policy"` for the call itself); `details` go into an approval request (a
+/// diff, say).
+pub(crate) async fn check(
+    ctx: &ToolContext,
+    part: &str,
+    call: &Call<'_>,
+    target: Option<Target<'_>>,
+    details: Value,
+) -> Checked {
+    let user = match call.runner_owner {
+        Some(sub) => match ctx.policy.user(ctx, sub).await {
+            Ok(policy) => Some((sub, policy)),
+            Err(e) => {
+                return Err(ToolOutput::text(Err(format!(
+                    "The runner owner's policy is unusable, so the call did not run: {e}"
+                ))));
+            }
+        },
+        None => None,
+    };
+    let user = user.as_ref().map(|(sub, p)| (*sub, p.as_ref()));
+    let Some(verdict) = policy::evaluate(&ctx.policy.tenant, user, call) else {
+        return Ok(Decided::default());
+    };
+    let entry = |outcome: Option<&str>| {
+        let mut data = policy::decision_entry(&verdict, call.tool, &ctx.call_id);
+        if let Some(outcome) = outcome {
+            data["outcome"] = json!(outcome);
+        }
+        EntryPayload::Custom {
+            custom_type: custom_types::POLICY_DECISION.into(),
+            data,
+        }
+    };
+    match verdict.decision {
+        Decision::Allow => Ok(Decided {
+            entries: vec![entry(None)],
+            approved_by: None,
+        }),
+        Decision::Deny => {
+            let mut output = ToolOutput::text(Err(verdict.deny_text()));
+            output.entries.push(entry(None));
+            Err(output)
+        }
+        Decision::Ask => ask(ctx, part, call, target, details, &verdict)
+            .await
+            .map(|(outcome, by)| Decided {
+                entries: vec![entry(Some(outcome))],
+                approved_by: Some(by),
+            })
+            .map_err(|error| {
+                let mut output = ToolOutput::text(Err(error));
+                output.entries.push(entry(Some("refused")));
+                output
+            }),
+    }
+}
+
+/// Waits for the person a rule's `ask` names, unless a runner owner's "approve for this
+/// session" already covers the turn. `Ok` names how it was approved.
+async fn ask(
+    ctx: &ToolContext,
+    part: &str,
+    call: &Call<'_>,
+    target: Option<Target<'_>>,
+    details: Value,
+    verdict: &Verdict,
+) -> Result<(&'static str, String), String> {
+    let approver = verdict.approver(&ctx.session.owner);
+    let person = match &approver {
+        Approver::RunnerOwner(sub) | Approver::SessionOwner(sub) => sub.clone(),
+    };
+    if let Approver::RunnerOwner(owner) = &approver {
+        let now = wuhu_core::session::Millis(worker::Date::now().as_millis());
+        if ctx
+            .approvals
+            .grants()
+            .iter()
+            .any(|g| g.covers(owner, &ctx.acting_for, now))
+        {
+            return Ok(("approved for this session", person));
+        }
+    }
+    let what = verdict.ask_text();
+    let action = Action::Policy {
+        tool: call.tool,
+        what: &what,
+    };
+    let mut data = details;
+    if !data.is_object() {
+        data = json!({});
+    }
+    data["tool"] = json!(call.tool);
+    data["policy"] = serde_json::to_value(verdict).unwrap_or_default();
+    if let Some(environment) = call.environment {
+        data["environment"] = json!(environment);
+    }
+    let request = Ask {
+        approver: approver.clone(),
+        turn_authors: &ctx.acting_for,
+        target,
+        action,
+        data,
+    };
+    let outcome = ctx.approvals.request(part, request).await;
+    match approvals::outcome_error(&outcome, &action, &approver) {
+        None => Ok(("approved", person)),
+        Some(error) => Err(error),
+    }
+}
+
+/// The facts of a file tool's call: its `path` argument.
+pub(crate) fn paths_of(arguments: &Value) -> Vec<String> {
+    arguments
+        .get("path")
+        .and_then(Value::as_str)
+        .map(|p| vec![p.to_string()])
+        .unwrap_or_default()
+}
+
+/// What an approval of a `write` or `edit` shows: the change itself (bounded).
+pub(crate) fn change_details(tool: &str, arguments: &Value) -> Value {
+    const MAX_SHOWN: usize = 4 * 1024;
+    let text = |key: &str| {
+        let s = arguments.get(key).and_then(Value::as_str).unwrap_or("");
+        match s.char_indices().nth(MAX_SHOWN) {
+            Some((cut, _)) => format!("{}…", &s[..cut]),
+            None => s.to_string(),
+        }
+    };
+    match tool {
+        wuhu_core::tools::names::WRITE => json!({"content": text("content")}),
+        wuhu_core::tools::names::EDIT => {
+            let diff = |sign: char, s: &str| {
+                s.lines()
+                    .map(|l| format!("{sign}{l}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            json!({"diff": format!("{}\n{}", diff('-', &text("oldText")), diff('+', &text("newText")))})
+        }
+        wuhu_core::tools::names::BASH => json!({"command": text("command")}),
+        _ => json!({}),
+    }
+}
+
+/// `GET /v1/policy/check`: what the tenant's policy (and `runnerOwner`'s own) would decide on
+/// a call, without running anything. Any member may ask: the rules are the tenant's.
+pub(crate) async fn check_route(
+    req: &worker::Request,
+    env: &worker::Env,
+    identity: &crate::auth::Identity,
+) -> crate::http::ApiResult<worker::Response> {
+    use crate::http::ApiError;
+    let query =
+        policy::CheckQuery::parse(&crate::http::query_pairs(req)).map_err(ApiError::bad_request)?;
+    if let Some(owner) = &query.runner_owner
+        && !wuhu_core::authority::valid_name(owner)
+    {
+        return Err(ApiError::bad_request("runnerOwner must be a username"));
+    }
+    let tenant = &identity.tenant;
+    let read = |path: String| async move {
+        let doc = crate::workspace_io::read(env, tenant, &path).await?;
+        Policy::parse(&path, doc.as_ref().map(|d| d.content.as_str()))
+            .map_err(|e| ApiError::new(409, "invalid_policy", e.to_string()))
+    };
+    let tenant_policy = read(policy::TENANT_POLICY_PATH.to_string()).await?;
+    let user_policy = match &query.runner_owner {
+        Some(owner) => Some((owner.as_str(), read(policy::user_policy_path(owner)).await?)),
+        None => None,
+    };
+    let user = user_policy.as_ref().map(|(sub, p)| (*sub, p));
+    let answer = policy::check(&tenant_policy, user, &query);
+    Ok(crate::http::json_response(200, &answer))
+}
