@@ -13,9 +13,9 @@
 //! are masked whole once the reply is complete; opaque provider data (signatures, redacted
 //! thinking, encrypted reasoning) is left as sent.
 //!
-//! Only known values are masked here, not the detector of unknown credentials: everything the
-//! model reads was masked first (tool results, users' messages), so a credential-shaped word in
-//! its reply is one it made up (a generated password, a test fixture, a file it writes), which
+//! Only known values are masked here, not the detector of unknown credentials: what the model
+//! reads of the outside world was masked first (tool results, people's messages), so a
+//! credential-shaped word in its reply is most likely one it made up (a generated password, a test fixture, a file it writes), which
 //! the detector would garble; and the detector's hold-back (whole words, key blocks) would
 //! delay the stream by words where this delays it by at most one secret's length.
 
