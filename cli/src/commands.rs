@@ -300,7 +300,9 @@ pub enum EnvsCommand {
         /// New name.
         #[arg(long)]
         rename: Option<String>,
-        /// Fields to clear (runner, runner-owner, path, template-path, startup-script, repo-path, base-ref, network, cost-per-hour-usd).
+        /// Fields to clear (runner, runner-owner, path, template-path, startup-script, repo-path,
+        /// base-ref, network, cost-per-hour-usd) and lists to empty (secrets, read-only-paths,
+        /// extra-env-vars); repeatable. A list flag (`--secret`, …) replaces its whole list.
         #[arg(long)]
         unset: Vec<String>,
         /// Fields.
@@ -1157,6 +1159,20 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                     }
                     "cost-per-hour-usd" => {
                         request.cost_per_hour_usd = Some(None);
+                        continue;
+                    }
+                    "secrets" | "read-only-paths" | "extra-env-vars" => {
+                        let (list, flag) = match field.as_str() {
+                            "secrets" => (&mut request.secrets, "--secret"),
+                            "read-only-paths" => (&mut request.read_only_paths, "--read-only-path"),
+                            _ => (&mut request.extra_env_vars, "--extra-env-var"),
+                        };
+                        if list.is_some() {
+                            return Err(usage(format!(
+                                "--unset {field} and {flag} together: {flag} alone replaces the list"
+                            )));
+                        }
+                        *list = Some(Vec::new());
                         continue;
                     }
                     other => return Err(usage(format!("--unset: no optional field {other:?}"))),

@@ -25,7 +25,9 @@
 //!   identifiers, words over [`MAX_RANDOM_WORD_LEN`] and wrapped base64 blocks are left alone.
 //!
 //! [`StreamMasker`] masks text that arrives in pieces (deltas, output chunks): it holds back
-//! the end of what it was given until no secret can start in it.
+//! the end of what it was given until no secret can start in it (with
+//! [`StreamMasker::known_only`], until no known secret can: at most [`Masker::longest`]` - 1`
+//! bytes).
 //!
 //! What masking cannot catch: a secret the program transformed in any other way (reversed,
 //! split, hashed, compressed, encrypted, another encoding or a nested one: base64 of hex,
@@ -303,6 +305,19 @@ impl Masker {
             }
             _ => {}
         }
+    }
+
+    /// The regions of known secrets in `text` (in order, disjoint), each with its
+    /// placeholder: for a host that masks text it must cut in its own way (a request log's
+    /// events).
+    pub fn known_regions(&self, text: &str) -> Vec<(Range<usize>, &str)> {
+        let Some(known) = &self.known else {
+            return Vec::new();
+        };
+        self.regions(text)
+            .into_iter()
+            .map(|r| (r.range, known.placeholders[r.name as usize].as_str()))
+            .collect()
     }
 
     /// The merged regions of known secrets in `text`, in order, disjoint.
@@ -1171,10 +1186,14 @@ fn random_segments(word: &str, start: usize, spans: &mut Vec<Range<usize>>) {
 /// It holds back the last [`Masker::longest`]` - 1` bytes (a known secret may start there), the
 /// last three words (a token and its `Bearer` or label; at most [`STREAM_WORD_HOLD`] bytes), a
 /// private-key block without its end yet (at most [`STREAM_PEM_HOLD`] bytes), and never cuts
-/// inside a masked region or a UTF-8 character.
+/// inside a masked region or a UTF-8 character. [`StreamMasker::known_only`] masks known
+/// secrets alone and holds back only for them (a model's reply, `llm::masked_reply`).
 #[derive(Clone)]
 pub struct StreamMasker {
     masker: Masker,
+    /// Whether the detector applies (and so its hold-back of words and key blocks); without it
+    /// only known secrets are masked and the hold-back is at most [`Masker::longest`]` - 1`.
+    detector: bool,
     pending: String,
     /// The end of what was emitted, known secrets masked, detector not applied.
     context: String,
@@ -1191,10 +1210,24 @@ impl fmt::Debug for StreamMasker {
 }
 
 impl StreamMasker {
-    /// A stream masked by `masker`.
+    /// A stream masked by `masker`: known secrets, then the detector.
     pub fn new(masker: Masker) -> StreamMasker {
         StreamMasker {
             masker,
+            detector: true,
+            pending: String::new(),
+            context: String::new(),
+        }
+    }
+
+    /// A stream masked of `masker`'s known secrets only ([`Masker::mask_known`]): it holds
+    /// back at most [`Masker::longest`]` - 1` bytes (plus the rest of a UTF-8 character, and a
+    /// masked region that straddles that point), and nothing when `masker` knows no secret.
+    /// The concatenated output equals [`Masker::mask_known`] of the whole text, always.
+    pub fn known_only(masker: Masker) -> StreamMasker {
+        StreamMasker {
+            masker,
+            detector: false,
             pending: String::new(),
             context: String::new(),
         }
@@ -1232,6 +1265,9 @@ impl StreamMasker {
             text,
             len.saturating_sub(self.masker.longest().saturating_sub(1)),
         );
+        if !self.detector {
+            return self.cut_outside_regions(cut);
+        }
         // The last three words stay together.
         let bytes = text.as_bytes();
         let mut at = len;
@@ -1274,8 +1310,13 @@ impl StreamMasker {
                 cut = cut.min(start);
             }
         }
-        // Never inside a known secret's region.
-        let regions = self.masker.regions(text);
+        self.cut_outside_regions(cut)
+    }
+
+    /// `cut` moved back to the start of a known secret's region it falls inside, and the
+    /// regions of known secrets in `pending`.
+    fn cut_outside_regions(&self, mut cut: usize) -> (usize, Vec<Region>) {
+        let regions = self.masker.regions(&self.pending);
         for region in &regions {
             if region.range.start < cut && cut < region.range.end {
                 cut = region.range.start;
@@ -1289,6 +1330,9 @@ impl StreamMasker {
             return String::new();
         }
         let known = self.masker.replace_regions(segment, regions);
+        if !self.detector {
+            return known.into_owned();
+        }
         // The detector sees the context before and the pending text after (its next line
         // tells a base64 block).
         // The next line is enough.

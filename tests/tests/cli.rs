@@ -472,6 +472,53 @@ fn sessions_commands_print_the_wire_types_and_follow_to_idle() {
         .json();
     assert_eq!(edited["startupScript"], "true");
     assert_eq!(edited["approval"], "ask");
+    // A list flag replaces its list; `--unset` empties it (both at once is a usage error).
+    let edited = wuhu
+        .run(&[
+            "envs",
+            "edit",
+            "tmpl",
+            "--secret",
+            "GITHUB_TOKEN",
+            "--secret",
+            "NPM_TOKEN",
+            "--read-only-path",
+            "/opt/tools",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(edited["secrets"], json!(["GITHUB_TOKEN", "NPM_TOKEN"]));
+    assert_eq!(edited["readOnlyPaths"], json!(["/opt/tools"]));
+    let both = wuhu.run(&[
+        "envs", "edit", "tmpl", "--secret", "A_B", "--unset", "secrets",
+    ]);
+    assert_eq!(both.code(), 1, "a usage error: {both:?}");
+    assert!(both.stderr.contains("--secret alone replaces"), "{both:?}");
+    let edited = wuhu
+        .run(&[
+            "envs",
+            "edit",
+            "tmpl",
+            "--unset",
+            "secrets",
+            "--unset",
+            "read-only-paths",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        edited["secrets"].as_array().map_or(0, Vec::len),
+        0,
+        "{edited}"
+    );
+    assert_eq!(
+        edited["readOnlyPaths"].as_array().map_or(0, Vec::len),
+        0,
+        "{edited}"
+    );
+    assert_eq!(edited["startupScript"], "true");
     let envs: ListEnvironmentsResponse =
         serde_json::from_value(wuhu.run(&["envs", "list", "--json"]).ok().json())
             .expect("envs list --json");

@@ -469,3 +469,103 @@ fn another_members_turn_never_uses_alices_own_secret() {
     let stored = serde_json::to_string(&alice.transcript(&id)).unwrap();
     assert!(!stored.contains(&value));
 }
+
+/// A model that says a tenant's secret, one character per streamed delta (thinking and tool
+/// calls around it): followers are shown `[secret:NAME]` and never a piece of the value long
+/// enough to read, the stored messages are exactly what was shown, and the request logs in R2
+/// hold the placeholder where the provider's stream held the value (split over its events).
+#[test]
+fn a_secret_the_model_streams_reaches_no_follower_transcript_or_request_log() {
+    let tenant = unique_name("secrets-stream");
+    let alice = stack().client("alice", &tenant);
+    let admin = stack().admin_client("root", &tenant);
+    admin
+        .put_doc("config/tenant.json", r#"{"llmRequestLogs":true}"#)
+        .expect_status(200);
+    let value = format!("dk-{}-{}", random_hex(8), random_hex(8));
+    let set = put_secret(&alice, "DEPLOY_KEY", json!({"value": value}));
+    assert_eq!(set.status, 200, "{set}");
+    let placeholder = "[secret:DEPLOY_KEY]";
+    // Halves of the value: what a reader could put together.
+    let (head, tail) = value.split_at(value.len() / 2);
+
+    let model = unique_name("claude-says-secret");
+    let said = format!("Your deploy key is {value}; I will list your sessions.");
+    stack().openai().script(
+        &model,
+        [
+            wuhu_e2e::Reply::tool_calls([("list_sessions", json!({"limit": 1}))])
+                .with_text(said.clone())
+                .with_text_parts(said.len())
+                .with_thinking(&format!("they want {value} repeated"), "c2lnbmF0dXJl"),
+            wuhu_e2e::Reply::text(format!("All done, {value} stays with you.")).with_text_parts(64),
+        ],
+    );
+    let id = alice
+        .create_session(json!({"provider": "anthropic", "model": model}))
+        .id;
+    let mut follow = alice.follow(&id, "sinceCursor=0&timeoutSeconds=60");
+    alice.enqueue(&id, "followUp", "what is my deploy key?");
+    let events = follow.collect_until(TURN, |e| {
+        e.event == "entry_appended" && e.raw_data.contains("All done")
+    });
+    alice.wait_idle(&id, TURN);
+
+    // The follow stream: deltas and entries alike.
+    let shown: String = events.iter().filter_map(|e| e.delta()).collect();
+    assert!(shown.contains(placeholder), "{shown}");
+    for event in &events {
+        for piece in [value.as_str(), head, tail] {
+            assert!(
+                !event.raw_data.contains(piece),
+                "{piece:?} reached a follower: {}",
+                event.raw_data
+            );
+        }
+    }
+    // The transcript: each assistant text is what followers were shown, nothing more.
+    let transcript = alice.transcript(&id);
+    let stored = serde_json::to_string(&transcript).unwrap();
+    for piece in [value.as_str(), head, tail] {
+        assert!(!stored.contains(piece), "{piece:?} is in the transcript");
+    }
+    let texts: String = wuhu_e2e::entries::assistants(&transcript)
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|b| match b {
+            wuhu_core::wire::ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, shown);
+    assert_eq!(
+        shown,
+        format!(
+            "Your deploy key is {placeholder}; I will list your sessions.\
+             All done, {placeholder} stays with you."
+        )
+    );
+    assert!(
+        stored.contains(&format!("they want {placeholder} repeated")),
+        "{stored}"
+    );
+
+    // The request logs (R2): both requests, the value split over the first one's events.
+    let listed = admin.get(&format!("/v1/llm-logs?session={id}")).json();
+    let records = listed["records"].as_array().cloned().unwrap_or_default();
+    assert_eq!(records.len(), 2, "{listed}");
+    let mut placeholders = 0;
+    for record in records {
+        let name = record["name"].as_str().unwrap();
+        let logged = admin.get(&format!("/v1/llm-logs/{name}"));
+        assert_eq!(logged.status, 200, "{logged}");
+        let text = logged.text();
+        for piece in [value.as_str(), head, tail] {
+            assert!(!text.contains(piece), "{piece:?} is in {name}: {text}");
+        }
+        placeholders += text.matches(placeholder).count();
+    }
+    // The first response's stream, the second request's context (the first reply, and the
+    // second's stream).
+    assert!(placeholders >= 3, "{placeholders}");
+}

@@ -4,8 +4,8 @@
 
 use worker::{Bucket, Env};
 use wuhu_core::llm::request_log::{
-    self, Exchange, List, MAX_LIST, Summary, is_expired, object_key, session_prefix, tenant_prefix,
-    valid_record_name,
+    self, Exchange, KnownSecrets, List, MAX_LIST, Summary, is_expired, object_key, session_prefix,
+    tenant_prefix, valid_record_name,
 };
 use wuhu_core::tenant_config::TenantConfig;
 
@@ -25,16 +25,17 @@ fn now_ms() -> u64 {
     worker::Date::now().as_millis()
 }
 
-/// Writes the record of `exchange` (redacted of `known_secrets`, the provider keys).
+/// Writes the record of `exchange`, redacted of `known` (the provider keys, the tenant's
+/// secrets) and what the detector finds.
 pub(crate) async fn write(
     env: &Env,
     tenant: &str,
     session: &str,
     step: u64,
     exchange: &Exchange,
-    known_secrets: &[&str],
+    known: KnownSecrets<'_>,
 ) -> ApiResult<()> {
-    let record = request_log::record(session, step, exchange, known_secrets);
+    let record = request_log::record(session, step, exchange, known);
     let body = serde_json::to_vec(&record)
         .map_err(|e| ApiError::internal(format!("encoding a request log: {e}")))?;
     bucket(env)?

@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod choice;
 pub mod fake;
 pub mod inline_images;
+pub mod masked_reply;
 pub mod models;
 pub mod openai;
 pub mod request_log;

@@ -11,11 +11,36 @@
 //! * a credential-shaped *word* inside any text ([`redact_text`], with the detector all masking
 //!   shares, [`crate::masking::detect`]: `Bearer …`, `sk-…`, a JWT, `AKIA…`, `ghp_…`, `xox?-…`, a
 //!   private-key block, a URL's password, a high-entropy word) is replaced;
-//! * every occurrence of a secret the host knows (its provider keys) is replaced, whatever
-//!   its shape.
+//! * every occurrence of a secret the host knows is replaced, whatever its shape
+//!   ([`KnownSecrets`]): its provider keys by [`REDACTED`], the tenant's own secrets and their
+//!   encodings by `[secret:NAME]` ([`crate::masking::Masker::mask_known`]). In a streamed
+//!   response (an event stream) a value the provider split over several deltas is masked too
+//!   ([`mask_event_stream`]).
 
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::masking::Masker;
+
+/// The secrets a host knows, which no record may hold.
+#[derive(Clone, Copy, Debug)]
+pub struct KnownSecrets<'a> {
+    /// The host's provider keys (empty ones are ignored): replaced by [`REDACTED`].
+    pub provider_keys: &'a [&'a str],
+    /// The tenant's secrets: replaced by `[secret:NAME]`, with their encodings.
+    pub tenant: &'a Masker,
+}
+
+impl KnownSecrets<'_> {
+    /// Provider keys only (no tenant secrets).
+    pub fn provider_keys<'a>(keys: &'a [&'a str]) -> KnownSecrets<'a> {
+        static NONE: std::sync::OnceLock<Masker> = std::sync::OnceLock::new();
+        KnownSecrets {
+            provider_keys: keys,
+            tenant: NONE.get_or_init(Masker::default),
+        }
+    }
+}
 
 /// What replaces a secret.
 pub const REDACTED: &str = "[redacted]";
@@ -125,9 +150,13 @@ pub struct Message {
     pub truncated: bool,
 }
 
-/// The record of `exchange`, redacted: `known_secrets` (the host's provider keys; empty ones
-/// are ignored) never appear in it.
-pub fn record(session: &str, step: u64, exchange: &Exchange, known_secrets: &[&str]) -> Record {
+/// The record of `exchange`, redacted: `known_secrets` never appear in it.
+pub fn record(
+    session: &str,
+    step: u64,
+    exchange: &Exchange,
+    known_secrets: KnownSecrets,
+) -> Record {
     Record {
         session: session.to_string(),
         step,
@@ -167,7 +196,7 @@ fn message(
     status: Option<u16>,
     headers: &[(String, String)],
     body: &[u8],
-    known: &[&str],
+    known: KnownSecrets,
 ) -> Message {
     let truncated = body.len() > MAX_LOGGED_BODY_BYTES;
     let kept = &body[..body.len().min(MAX_LOGGED_BODY_BYTES)];
@@ -177,7 +206,10 @@ fn message(
             redact_json(&mut json, known);
             json
         }
-        _ => Value::String(redact_text(&text, known)),
+        _ => {
+            let joined = mask_event_stream(&text, known.tenant);
+            Value::String(redact_text(joined.as_deref().unwrap_or(&text), known))
+        }
     };
     Message {
         url,
@@ -238,7 +270,7 @@ fn words(name: &str) -> impl Iterator<Item = String> + '_ {
 
 /// `headers` with the values of credential-shaped names replaced, and known secrets and
 /// credential-shaped words taken out of the others.
-pub fn redact_headers(headers: &[(String, String)], known: &[&str]) -> Vec<(String, String)> {
+pub fn redact_headers(headers: &[(String, String)], known: KnownSecrets) -> Vec<(String, String)> {
     headers
         .iter()
         .map(|(name, value)| {
@@ -254,7 +286,7 @@ pub fn redact_headers(headers: &[(String, String)], known: &[&str]) -> Vec<(Stri
 
 /// Redacts `value` in place: fields with credential-shaped names lose their value, strings
 /// lose credential-shaped words and known secrets.
-pub fn redact_json(value: &mut Value, known: &[&str]) {
+pub fn redact_json(value: &mut Value, known: KnownSecrets) {
     match value {
         Value::Object(map) => {
             for (name, field) in map.iter_mut() {
@@ -271,13 +303,14 @@ pub fn redact_json(value: &mut Value, known: &[&str]) {
     }
 }
 
-/// `text` with every known secret (4 bytes or longer) and everything the shared detector
-/// finds ([`crate::masking::detect`]: private-key blocks, `Bearer <token>`, provider tokens such
-/// as `sk-…`, `AKIA…`, `ghp_…`, `xoxb-…`, JWTs, URL passwords, high-entropy words) replaced by
+/// `text` with the tenant's secrets and their encodings replaced by `[secret:NAME]`, then every
+/// provider key (4 bytes or longer) and everything the shared detector finds
+/// ([`crate::masking::detect`]: private-key blocks, `Bearer <token>`, provider tokens such as
+/// `sk-…`, `AKIA…`, `ghp_…`, `xoxb-…`, JWTs, URL passwords, high-entropy words) by
 /// [`REDACTED`].
-pub fn redact_text(text: &str, known: &[&str]) -> String {
-    let mut out = text.to_string();
-    for secret in known.iter().filter(|s| s.len() >= 4) {
+pub fn redact_text(text: &str, known: KnownSecrets) -> String {
+    let mut out = known.tenant.mask_known(text).into_owned();
+    for secret in known.provider_keys.iter().filter(|s| s.len() >= 4) {
         if out.contains(secret) {
             out = out.replace(secret, REDACTED);
         }
@@ -285,6 +318,121 @@ pub fn redact_text(text: &str, known: &[&str]) -> String {
     match crate::masking::mask_generic_with(&out, REDACTED) {
         std::borrow::Cow::Borrowed(_) => out,
         std::borrow::Cow::Owned(masked) => masked,
+    }
+}
+
+/// Fields of a streamed event whose strings are pieces of one text the provider split over
+/// several events: Anthropic's `text`, `thinking` and `partial_json` deltas, Chat Completions'
+/// `content`, `reasoning_content` and tool-call `arguments`, the Responses API's `delta`.
+const DELTA_FIELDS: [&str; 7] = [
+    "text",
+    "thinking",
+    "partial_json",
+    "content",
+    "reasoning_content",
+    "arguments",
+    "delta",
+];
+
+/// An event stream's text (`data:` lines of JSON) with the tenant's secrets masked across its
+/// events: the strings of [`DELTA_FIELDS`], joined in order, are masked as one text, and a
+/// secret found across several of them becomes `[secret:NAME]` in the first and is taken out
+/// of the others (those lines are written again). `None` when nothing changed (or `masker`
+/// knows no secret). A value split between the text of different blocks is masked too (its
+/// pieces are joined); the pieces of a secret in a line that is not JSON, or in other fields,
+/// are not.
+pub fn mask_event_stream(text: &str, masker: &Masker) -> Option<String> {
+    if masker.is_empty() || !text.contains("data:") {
+        return None;
+    }
+    // Each data line's JSON, and the pieces: (line, JSON pointer, start in `joined`).
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut events: Vec<Option<Value>> = vec![None; lines.len()];
+    let mut pieces: Vec<(usize, String, usize)> = Vec::new();
+    let mut joined = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
+            continue;
+        };
+        let mut found = Vec::new();
+        delta_strings(&event, String::new(), &mut found);
+        for (pointer, piece) in found {
+            pieces.push((i, pointer, joined.len()));
+            joined.push_str(&piece);
+        }
+        events[i] = Some(event);
+    }
+    let regions = masker.known_regions(&joined);
+    if regions.is_empty() {
+        return None;
+    }
+    let mut touched = vec![false; lines.len()];
+    // Each piece, masked: its part of each region it meets is taken out; the first piece of a
+    // region gets its placeholder.
+    for (n, (line, pointer, start)) in pieces.iter().enumerate() {
+        let end = pieces.get(n + 1).map_or(joined.len(), |p| p.2);
+        let meets = regions
+            .iter()
+            .filter(|(r, _)| r.start < end && r.end > *start);
+        let mut out = String::new();
+        let mut at = *start;
+        let mut changed = false;
+        for (region, placeholder) in meets {
+            changed = true;
+            out.push_str(&joined[at..region.start.max(at)]);
+            if region.start >= *start {
+                out.push_str(placeholder);
+            }
+            at = region.end.min(end);
+        }
+        if !changed {
+            continue;
+        }
+        out.push_str(&joined[at..end]);
+        if let Some(slot) = events[*line].as_mut().and_then(|e| e.pointer_mut(pointer)) {
+            *slot = Value::String(out);
+            touched[*line] = true;
+        }
+    }
+    let mut masked = String::with_capacity(text.len());
+    for (i, line) in lines.iter().enumerate() {
+        match (&events[i], touched[i]) {
+            (Some(event), true) => {
+                masked.push_str("data: ");
+                masked.push_str(&event.to_string());
+                if line.ends_with('\n') {
+                    masked.push('\n');
+                }
+            }
+            _ => masked.push_str(line),
+        }
+    }
+    Some(masked)
+}
+
+/// The strings of [`DELTA_FIELDS`] in `value`, in order, with their JSON pointers.
+fn delta_strings(value: &Value, pointer: String, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::Object(map) => {
+            for (name, field) in map {
+                let at = format!("{pointer}/{}", name.replace('~', "~0").replace('/', "~1"));
+                match field {
+                    Value::String(piece) if DELTA_FIELDS.contains(&name.as_str()) => {
+                        out.push((at, piece.clone()))
+                    }
+                    _ => delta_strings(field, at, out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                delta_strings(item, format!("{pointer}/{i}"), out);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -519,7 +667,11 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            assert_eq!(redact_text(text, &known), want, "{text}");
+            assert_eq!(
+                redact_text(text, KnownSecrets::provider_keys(&known)),
+                want,
+                "{text}"
+            );
         }
     }
 
@@ -544,7 +696,12 @@ mod tests {
             started_at_ms: 1_000,
             duration_ms: 20,
         };
-        let logged = record("s1", 2, &exchange, &["the-real-key-123"]);
+        let logged = record(
+            "s1",
+            2,
+            &exchange,
+            KnownSecrets::provider_keys(&["the-real-key-123"]),
+        );
         let json = serde_json::to_value(&logged).unwrap();
         assert_eq!(
             json,
@@ -572,13 +729,81 @@ mod tests {
             response_body_total: 5 * MAX_LOGGED_BODY_BYTES,
             ..exchange
         };
-        let cut = record("s1", 2, &long, &[]);
+        let cut = record("s1", 2, &long, KnownSecrets::provider_keys(&[]));
         assert!(cut.response.truncated);
         assert_eq!(cut.response.body_bytes, 5 * MAX_LOGGED_BODY_BYTES);
         assert_eq!(
             cut.response.body.as_str().map(str::len),
             Some(MAX_LOGGED_BODY_BYTES)
         );
+    }
+
+    #[test]
+    fn the_tenants_secrets_are_masked_even_when_split_across_stream_events() {
+        let value = "tenant-Secret/Value+42";
+        let masker = Masker::new([("DEPLOY", value)]);
+        let known = KnownSecrets {
+            provider_keys: &["the-real-key-123"],
+            tenant: &masker,
+        };
+        let delta = |text: &str| {
+            let event = serde_json::json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}});
+            format!("event: content_block_delta\ndata: {event}\n\n")
+        };
+        let chat = |text: &str| {
+            let event = serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+            format!("data: {event}\n\n")
+        };
+        // Split at every byte, in Anthropic's and Chat Completions' shapes; whole in a request.
+        for cut in 1..value.len() {
+            for shape in [delta, chat] {
+                let body = format!(
+                    "{}{}{}{}data: [DONE]\n\n",
+                    shape("the key: "),
+                    shape(&value[..cut]),
+                    shape(&value[cut..]),
+                    shape(" ok")
+                );
+                let exchange = Exchange {
+                    request_headers: vec![("x-api-key".into(), "the-real-key-123".into())],
+                    request_body: serde_json::json!({"messages": [{"role": "user",
+                        "content": format!("use {value} and {}", hex::encode(value))}]})
+                    .to_string(),
+                    response_body: body.into_bytes(),
+                    ..Exchange::default()
+                };
+                let json = serde_json::to_string(&record("s", 1, &exchange, known)).unwrap();
+                for gone in [
+                    value,
+                    &value[..cut.max(value.len() - cut)],
+                    "the-real-key-123",
+                ] {
+                    assert!(!json.contains(gone), "{cut}: {gone} in {json}");
+                }
+                assert_eq!(json.matches("[secret:DEPLOY]").count(), 3, "{cut}: {json}");
+                // What the stream said, read back from the log, is the masked text.
+                let body = serde_json::from_str::<Value>(&json).unwrap()["response"]["body"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let said: String = body
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                    .filter_map(|e| {
+                        e.pointer("/delta/text")
+                            .or(e.pointer("/choices/0/delta/content"))
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    })
+                    .collect();
+                assert_eq!(said, "the key: [secret:DEPLOY] ok", "{cut}");
+            }
+        }
+        // No secrets, or none in the stream: the body is kept as it came.
+        assert_eq!(mask_event_stream(&delta("plain"), &Masker::default()), None);
+        assert_eq!(mask_event_stream(&delta("plain"), &masker), None);
     }
 
     #[test]

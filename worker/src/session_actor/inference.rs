@@ -10,10 +10,11 @@ use worker::{AbortController, AbortSignal, Delay, Fetch, Headers, Method, Reques
 use wuhu_core::archive::HOT_TAIL_KEEP;
 use wuhu_core::compaction::{self, CompactionJob, StepPlan};
 use wuhu_core::context::ContextWindow;
+use wuhu_core::llm::masked_reply::MaskedReply;
 use wuhu_core::llm::models::{ModelTable, TENANT_TABLE_PATH};
-use wuhu_core::llm::request_log::{Exchange, MAX_LOGGED_BODY_BYTES};
+use wuhu_core::llm::request_log::{Exchange, KnownSecrets, MAX_LOGGED_BODY_BYTES};
 use wuhu_core::llm::retry::RetryPolicy;
-use wuhu_core::llm::{AssistantBuilder, HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
+use wuhu_core::llm::{HttpProvider, LlmEvent, LlmFailure, LlmRequest, fake};
 use wuhu_core::masking::Masker;
 use wuhu_core::policy::{Policy, TENANT_POLICY_PATH};
 use wuhu_core::secrets::SealedSecret;
@@ -427,12 +428,22 @@ fn provider_keys(env: &worker::Env) -> Vec<String> {
 
 /// Writes a request log, then (at most hourly per actor) deletes this session's expired ones.
 /// A failure is logged and never fails the step.
-async fn log_request(actor: &Rc<Actor>, step: u64, exchange: &Exchange, days: u32) {
+async fn log_request(
+    actor: &Rc<Actor>,
+    step: u64,
+    exchange: &Exchange,
+    days: u32,
+    masker: &Masker,
+) {
     let keys = provider_keys(&actor.env);
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let known = KnownSecrets {
+        provider_keys: &keys,
+        tenant: masker,
+    };
     let (tenant, session) = (actor.tenant(), actor.session_id());
     if let Err(e) =
-        crate::llm_logs::write(&actor.env, &tenant, &session, step, exchange, &keys).await
+        crate::llm_logs::write(&actor.env, &tenant, &session, step, exchange, known).await
     {
         worker::console_error!("writing a request log failed: {}", e.message);
     }
@@ -460,9 +471,12 @@ async fn call(
     settings: &Settings,
     request: &LlmRequest,
 ) -> Result<Option<AssistantMessage>, LlmFailure> {
-    let mut builder = AssistantBuilder::default();
+    // The tenant's secrets are masked out of the reply as it streams: followers and the stored
+    // message get the same masked text.
+    let masker = settings.masker(&actor.env, &actor.tenant());
+    let mut reply = MaskedReply::new((*masker).clone());
     let result = match header.provider.as_str() {
-        fake::PROVIDER => run_fake(actor, purpose, request, &mut builder).await,
+        fake::PROVIDER => run_fake(actor, purpose, request, &mut reply).await,
         other => match HttpProvider::named(other) {
             Some(provider) => {
                 let mut exchange = settings.log_days.map(|_| Exchange {
@@ -477,7 +491,7 @@ async fn call(
                     purpose,
                     provider,
                     request,
-                    &mut builder,
+                    &mut reply,
                     exchange.as_mut(),
                     settings.models.accepts_images(&header.model),
                 )
@@ -487,7 +501,7 @@ async fn call(
                     if let Err(failure) = &result {
                         exchange.error = Some(failure.message.clone());
                     }
-                    log_request(actor, purpose.step(), &exchange, days).await;
+                    log_request(actor, purpose.step(), &exchange, days, &masker).await;
                 }
                 result
             }
@@ -501,7 +515,8 @@ async fn call(
     };
     match result {
         Ok(true) => {
-            let mut message = builder.build(&header.provider, &header.model);
+            show(actor, purpose, reply.finish());
+            let mut message = reply.build(&header.provider, &header.model);
             if let Some(usage) = message.usage.as_mut() {
                 usage.cost_usd = settings.models.cost_usd(&header.model, usage);
             }
@@ -556,24 +571,27 @@ pub(crate) async fn compact(
 }
 
 /// Applies one event; returns false when the purpose lapsed.
-fn apply(actor: &Actor, purpose: Purpose, builder: &mut AssistantBuilder, event: LlmEvent) -> bool {
+fn apply(actor: &Actor, purpose: Purpose, reply: &mut MaskedReply, event: LlmEvent) -> bool {
     if !purpose.current(actor) {
         return false;
     }
-    if let (Purpose::Step(_), LlmEvent::TextDelta(delta)) = (purpose, &event) {
-        actor.broadcast(StreamEvent::AssistantTextDelta {
-            delta: delta.clone(),
-        });
-    }
-    builder.push(event);
+    show(actor, purpose, reply.push(event));
     true
+}
+
+/// Sends followers a step's assistant text, masked (none for a summary, or when nothing is
+/// safe to show yet).
+fn show(actor: &Actor, purpose: Purpose, delta: String) {
+    if matches!(purpose, Purpose::Step(_)) && !delta.is_empty() {
+        actor.broadcast(StreamEvent::AssistantTextDelta { delta });
+    }
 }
 
 async fn run_fake(
     actor: &Rc<Actor>,
     purpose: Purpose,
     request: &LlmRequest,
-    builder: &mut AssistantBuilder,
+    reply: &mut MaskedReply,
 ) -> Result<bool, LlmFailure> {
     // A session made while the server allowed `fake` (or before it was gated) does not go on
     // issuing exact tool calls once it does not.
@@ -588,25 +606,25 @@ async fn run_fake(
             retry_after_ms: None,
         });
     }
-    let reply = fake::respond(request);
+    let scripted = fake::respond(request);
     let default_delay = actor
         .env
         .var("WUHU_FAKE_DELAY_MS")
         .ok()
         .and_then(|v| v.to_string().parse::<u64>().ok())
         .unwrap_or(0);
-    let delay = if reply.chunk_delay_ms > 0 {
-        reply.chunk_delay_ms
+    let delay = if scripted.chunk_delay_ms > 0 {
+        scripted.chunk_delay_ms
     } else {
         default_delay
     };
     let mut first_delta_sent = false;
-    for event in reply.events {
+    for event in scripted.events {
         if delay > 0 {
             Delay::from(Duration::from_millis(delay)).await;
         }
         let is_delta = matches!(event, LlmEvent::TextDelta(_));
-        if !apply(actor, purpose, builder, event) {
+        if !apply(actor, purpose, reply, event) {
             return Ok(false);
         }
         // Without a delay the whole reply is computed at once; yield to the event loop after the
@@ -616,7 +634,7 @@ async fn run_fake(
             Delay::from(Duration::ZERO).await;
         }
     }
-    match reply.failure {
+    match scripted.failure {
         Some(failure) => Err(failure),
         None => Ok(purpose.current(actor)),
     }
@@ -634,7 +652,7 @@ async fn run_http(
     purpose: Purpose,
     provider: HttpProvider,
     request: &LlmRequest,
-    builder: &mut AssistantBuilder,
+    reply: &mut MaskedReply,
     mut exchange: Option<&mut Exchange>,
     // The model takes images (the table marks text-only ones).
     accepts_images: bool,
@@ -740,13 +758,13 @@ async fn run_http(
             None => break,
         };
         for event in events {
-            if !apply(actor, purpose, builder, event) {
+            if !apply(actor, purpose, reply, event) {
                 return Ok(false);
             }
         }
     }
     for event in decoder.finish()? {
-        if !apply(actor, purpose, builder, event) {
+        if !apply(actor, purpose, reply, event) {
             return Ok(false);
         }
     }
