@@ -338,8 +338,12 @@ pub enum ApprovalsCommand {
         /// Approval id.
         approval: String,
         /// Also stop asking this runner owner in this session.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "always")]
         for_session: bool,
+        /// A policy's ask about your own machine: also allow this exact command (path, host)
+        /// there from now on (a rule first in your `users/<you>/policy.json`).
+        #[arg(long)]
+        always: bool,
     },
     /// Refuse the call.
     Deny {
@@ -1281,13 +1285,14 @@ async fn approvals(global: &Global, command: ApprovalsCommand) -> Result<u8> {
             session,
             approval,
             for_session,
+            always,
         } => (
             session,
             approval,
-            if for_session {
-                Answer::ApproveSession
-            } else {
-                Answer::Approve
+            match (for_session, always) {
+                (true, _) => Answer::ApproveSession,
+                (_, true) => Answer::Always,
+                _ => Answer::Approve,
             },
         ),
         ApprovalsCommand::Deny { session, approval } => (session, approval, Answer::Deny),

@@ -249,6 +249,10 @@ pub enum Answer {
     Approve,
     /// Run this call and stop asking this runner owner in this session.
     ApproveSession,
+    /// Run this call, and add a rule to the approver's own policy that allows this command
+    /// (path, host) on their machines from now on (`crate::policy::always_rule`): offered only
+    /// for a policy's ask about a call on the approver's own runner.
+    Always,
     /// Do not run it.
     Deny,
 }
@@ -259,6 +263,7 @@ impl Answer {
         match text {
             "approve" => Some(Answer::Approve),
             "approve_session" => Some(Answer::ApproveSession),
+            "always" => Some(Answer::Always),
             "deny" => Some(Answer::Deny),
             _ => None,
         }
@@ -269,6 +274,7 @@ impl Answer {
         match self {
             Answer::Approve => "approve",
             Answer::ApproveSession => "approve_session",
+            Answer::Always => "always",
             Answer::Deny => "deny",
         }
     }
@@ -330,6 +336,12 @@ pub enum AnswerError {
         "approve_session is refused for a request that acts for a guest (a chat user no admin mapped): approve this call alone, or deny"
     )]
     SessionApprovalForGuests,
+    /// `always` on an approval that offers no rule (`400`): not a policy's ask, or not about
+    /// the approver's own machine, or what it matched is a pattern.
+    #[error(
+        "always answers only a policy's ask about a call on the approver's own runner whose command, path or host holds no * or ?; use approve or deny"
+    )]
+    AlwaysNotOffered,
     /// Answered before (`409 already_decided`).
     #[error("this approval was already answered")]
     AlreadyDecided,
@@ -346,9 +358,9 @@ impl AnswerError {
     pub fn status_and_code(&self) -> (u16, &'static str) {
         match self {
             AnswerError::Forbidden(_) => (403, "forbidden"),
-            AnswerError::SessionApprovalNotOffered | AnswerError::SessionApprovalForGuests => {
-                (400, "bad_request")
-            }
+            AnswerError::SessionApprovalNotOffered
+            | AnswerError::SessionApprovalForGuests
+            | AnswerError::AlwaysNotOffered => (400, "bad_request"),
             AnswerError::AlreadyDecided => (409, "already_decided"),
             AnswerError::Expired => (409, "expired"),
             AnswerError::Withdrawn => (409, "withdrawn"),
@@ -356,22 +368,40 @@ impl AnswerError {
     }
 }
 
-/// The state after `who` answers an approval for `approver` that is in `state`, expires at
-/// `expires_at` and was requested for `requested_by`. Authority comes first: someone who may
-/// not answer learns nothing about the approval's state. An approval past its expiry is
-/// expired even if the alarm has not run yet.
+/// An approval as an answer finds it.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked<'a> {
+    /// Who may answer it.
+    pub approver: &'a Approver,
+    /// Where it is.
+    pub state: State,
+    /// When it expires.
+    pub expires_at: Millis,
+    /// Whom the call acted for when it asked.
+    pub requested_by: &'a [String],
+    /// Whether the request carries a rule for [`Answer::Always`].
+    pub always_offered: bool,
+}
+
+/// The state after `who` answers `asked` with `answer` at `now`. Authority comes first:
+/// someone who may not answer learns nothing about the approval's state. An approval past its
+/// expiry is expired even if the alarm has not run yet.
 ///
 /// # Errors
 /// An [`AnswerError`] for the first rule broken.
 pub fn answer(
     who: &Principal,
-    approver: &Approver,
-    state: State,
-    expires_at: Millis,
-    requested_by: &[String],
+    asked: &Asked<'_>,
     now: Millis,
     answer: Answer,
 ) -> Result<State, AnswerError> {
+    let Asked {
+        approver,
+        state,
+        expires_at,
+        requested_by,
+        always_offered,
+    } = *asked;
     if !may_answer_approval(who, approver) {
         let (Approver::RunnerOwner(sub) | Approver::SessionOwner(sub)) = approver;
         return Err(AnswerError::Forbidden(sub.clone()));
@@ -390,7 +420,8 @@ pub fn answer(
         (Answer::ApproveSession, _) if !session_approval_offered(requested_by) => {
             Err(AnswerError::SessionApprovalForGuests)
         }
-        (Answer::Approve | Answer::ApproveSession, _) => Ok(State::Approved),
+        (Answer::Always, _) if !always_offered => Err(AnswerError::AlwaysNotOffered),
+        (Answer::Approve | Answer::ApproveSession | Answer::Always, _) => Ok(State::Approved),
         (Answer::Deny, _) => Ok(State::Denied),
     }
 }
@@ -585,6 +616,22 @@ pub fn pending_requests(entries: &[Entry]) -> Vec<&serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn asked<'a>(
+        approver: &'a Approver,
+        state: State,
+        expires_at: Millis,
+        requested_by: &'a [String],
+        always_offered: bool,
+    ) -> Asked<'a> {
+        Asked {
+            approver,
+            state,
+            expires_at,
+            requested_by,
+            always_offered,
+        }
+    }
     use crate::authority::Role;
     use crate::session::Session;
     use crate::wire::{Header, Lane};
@@ -804,7 +851,12 @@ mod tests {
         let bob_asked = strings(&["bob"]);
         for (who, approver, state, now, given, want) in cases {
             assert_eq!(
-                answer(who, approver, state, Millis(10_000), &bob_asked, now, given),
+                answer(
+                    who,
+                    &asked(approver, state, Millis(10_000), &bob_asked, false),
+                    now,
+                    given
+                ),
                 want,
                 "{} answers {given:?} to {approver:?} in {state:?} at {now:?}",
                 who.sub
@@ -834,7 +886,12 @@ mod tests {
             ] {
                 for who in [&alice, &root] {
                     assert_eq!(
-                        answer(who, &mac, State::Pending, later, &requested_by, now, given),
+                        answer(
+                            who,
+                            &asked(&mac, State::Pending, later, &requested_by, false),
+                            now,
+                            given
+                        ),
                         want,
                         "{} answers {given:?} for {requested_by:?}",
                         who.sub
@@ -845,16 +902,44 @@ mod tests {
             assert_eq!(
                 answer(
                     &bob,
-                    &mac,
-                    State::Pending,
-                    later,
-                    &requested_by,
+                    &asked(&mac, State::Pending, later, &requested_by, false),
                     now,
                     ApproveSession
                 ),
                 forbidden_alice()
             );
         }
+        // `always` answers only a request that offers a rule; the approver and admins alike.
+        for who in [&alice, &root] {
+            assert_eq!(
+                answer(
+                    who,
+                    &asked(&mac, State::Pending, later, &bob_asked, false),
+                    now,
+                    Always
+                ),
+                Err(E::AlwaysNotOffered)
+            );
+            assert_eq!(
+                answer(
+                    who,
+                    &asked(&mac, State::Pending, later, &bob_asked, true),
+                    now,
+                    Always
+                ),
+                Ok(State::Approved)
+            );
+        }
+        assert_eq!(
+            answer(
+                &bob,
+                &asked(&mac, State::Pending, later, &bob_asked, true),
+                now,
+                Always
+            ),
+            forbidden_alice()
+        );
+        assert_eq!(E::AlwaysNotOffered.status_and_code(), (400, "bad_request"));
         assert_eq!(
             E::SessionApprovalForGuests.status_and_code(),
             (400, "bad_request")

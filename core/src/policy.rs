@@ -382,6 +382,12 @@ impl Verdict {
 
 /// The rule that decides `call` (see the module docs), or `None` when none matches. `user` is
 /// the runner owner's policy, used only when `call.runner_owner` names that user.
+///
+/// A `bash` call is decided **per simple command** (and once more for its opaque part, if it
+/// has one), each by the order above; the call gets the strictest: the first `deny`, else the
+/// first `ask`, else nothing when some command no rule decided, else `allow` (every command
+/// allowed). So `ls && rm -rf /` is not allowed by `ls*`, and a user's `allow` of
+/// `git push origin main` covers that command inside any line.
 pub fn evaluate(
     tenant: &Policy,
     user: Option<(&str, &Policy)>,
@@ -389,15 +395,61 @@ pub fn evaluate(
 ) -> Option<Verdict> {
     let parsed = call.command.map(shell::parse);
     let facts = Facts::of(call, parsed.as_ref());
-    let tenant_first = first_match(tenant, &Source::Tenant, &facts);
+    let user = user.filter(|(sub, _)| call.runner_owner == Some(*sub));
+    let units: Vec<Unit<'_>> = match &parsed {
+        None => vec![Unit::Call],
+        Some(p) => p
+            .commands
+            .iter()
+            .map(Unit::Command)
+            .chain((p.opaque || p.commands.is_empty()).then_some(Unit::Opaque))
+            .collect(),
+    };
+    let verdicts: Vec<Option<Verdict>> = units
+        .iter()
+        .map(|unit| decide(tenant, user, &facts, unit))
+        .collect();
+    for decision in [Decision::Deny, Decision::Ask] {
+        if let Some(v) = verdicts.iter().flatten().find(|v| v.decision == decision) {
+            return Some(v.clone());
+        }
+    }
+    if verdicts.iter().any(Option::is_none) {
+        return None;
+    }
+    let mut allowed = verdicts.into_iter().flatten().next()?;
+    if let Some(parsed) = &parsed {
+        allowed.subject = parsed.source.clone();
+    }
+    Some(allowed)
+}
+
+/// One part of a call that is decided on its own.
+enum Unit<'a> {
+    /// A call without a command.
+    Call,
+    /// One simple command of a `bash` call.
+    Command(&'a shell::SimpleCommand),
+    /// What of a `bash` call cannot be read statically (or a line with no command at all):
+    /// only its source text is matched, and no rule allows it.
+    Opaque,
+}
+
+/// The order of the module docs, for one unit.
+fn decide(
+    tenant: &Policy,
+    user: Option<(&str, &Policy)>,
+    facts: &Facts<'_>,
+    unit: &Unit<'_>,
+) -> Option<Verdict> {
+    let tenant_first = first_match(tenant, &Source::Tenant, facts, unit);
     if let Some(v) = &tenant_first
         && v.decision == Decision::Deny
     {
         return tenant_first;
     }
-    if let (Some((sub, policy)), Some(owner)) = (user, call.runner_owner)
-        && sub == owner
-        && let Some(v) = first_match(policy, &Source::User(sub.to_string()), &facts)
+    if let Some((sub, policy)) = user
+        && let Some(v) = first_match(policy, &Source::User(sub.to_string()), facts, unit)
     {
         return Some(v);
     }
@@ -547,9 +599,14 @@ impl<'a> Facts<'a> {
     }
 }
 
-fn first_match(policy: &Policy, source: &Source, facts: &Facts<'_>) -> Option<Verdict> {
+fn first_match(
+    policy: &Policy,
+    source: &Source,
+    facts: &Facts<'_>,
+    unit: &Unit<'_>,
+) -> Option<Verdict> {
     policy.rules.iter().enumerate().find_map(|(i, rule)| {
-        let subject = matches(rule, facts)?;
+        let subject = matches(rule, facts, unit)?;
         Some(Verdict {
             decision: rule.decision,
             rule: RuleRef {
@@ -563,8 +620,8 @@ fn first_match(policy: &Policy, source: &Source, facts: &Facts<'_>) -> Option<Ve
     })
 }
 
-/// What `rule` matched in the call (`None`: it does not apply).
-fn matches(rule: &Rule, facts: &Facts<'_>) -> Option<String> {
+/// What `rule` matched in `unit` of the call (`None`: it does not apply).
+fn matches(rule: &Rule, facts: &Facts<'_>, unit: &Unit<'_>) -> Option<String> {
     let call = facts.call;
     let one = |pattern: &Option<WildMatch>, value: Option<&str>| match pattern {
         None => true,
@@ -600,30 +657,24 @@ fn matches(rule: &Rule, facts: &Facts<'_>) -> Option<String> {
     }
     if let Some(pattern) = &rule.command {
         let parsed = facts.parsed?;
-        if allow {
-            if parsed.opaque
-                || parsed.commands.is_empty()
-                || !parsed
-                    .commands
-                    .iter()
-                    .all(|c| c.allow_views.iter().any(|v| pattern.matches(v)))
-            {
-                return None;
+        let whole = || pattern.matches(&parsed.source);
+        subject = Some(match unit {
+            Unit::Call => return None,
+            Unit::Command(c) if allow => {
+                if !c.allow_views.iter().any(|v| pattern.matches(v)) {
+                    return None;
+                }
+                c.text.clone()
             }
-            subject = Some(parsed.source.clone());
-        } else {
-            let hit = parsed
-                .commands
-                .iter()
-                .find(|c| c.views.iter().any(|v| pattern.matches(v)))
-                .map(|c| c.text.clone())
-                .or_else(|| {
-                    pattern
-                        .matches(&parsed.source)
-                        .then(|| parsed.source.clone())
-                })?;
-            subject = Some(hit);
-        }
+            Unit::Command(c) => {
+                if !(c.views.iter().any(|v| pattern.matches(v)) || whole()) {
+                    return None;
+                }
+                c.text.clone()
+            }
+            Unit::Opaque if allow || !whole() => return None,
+            Unit::Opaque => parsed.source.clone(),
+        });
     }
     Some(
         subject
@@ -632,6 +683,74 @@ fn matches(rule: &Rule, facts: &Facts<'_>) -> Option<String> {
             .or_else(|| facts.paths.first().cloned())
             .unwrap_or_else(|| call.tool.to_string()),
     )
+}
+
+/// The rule an "always" answer to `verdict`'s ask adds to `approver`'s own policy: allow this
+/// exact command (or path, or host) of this tool on their machines. `None` when it is not
+/// offered: the call does not run on the approver's runner (their policy covers only their
+/// machines), or what matched is not one simple command, path or host, or holds `*` or `?`
+/// (a glob would allow more than was asked).
+pub fn always_rule(verdict: &Verdict, call: &Call<'_>, approver: &str) -> Option<RuleDocument> {
+    if verdict.decision != Decision::Ask || call.runner_owner != Some(approver) {
+        return None;
+    }
+    let subject = verdict.subject.as_str();
+    if subject.is_empty() || subject.contains(['*', '?']) {
+        return None;
+    }
+    let mut matches = MatchDocument {
+        tool: Some(call.tool.to_string()),
+        ..MatchDocument::default()
+    };
+    if let Some(command) = call.command {
+        // The command as an allow rule reads it: without its wrappers (`sudo`, `env A=1`).
+        let parsed = shell::parse(command);
+        let one = parsed.commands.iter().find(|c| c.text == subject)?;
+        let inner = one.allow_views.first()?;
+        if parsed.opaque || inner.contains(['*', '?']) {
+            return None;
+        }
+        matches.command = Some(inner.clone());
+    } else if call.host == Some(subject) {
+        matches.host = Some(subject.to_string());
+    } else if call.paths.iter().any(|p| normalize_path(p) == subject) {
+        matches.path = Some(subject.to_string());
+    } else {
+        return None;
+    }
+    Some(RuleDocument {
+        id: None,
+        matches,
+        decision: Decision::Allow,
+        reason: Some(format!("{approver} answered \"always\"")),
+    })
+}
+
+/// `text` (the document at `path`, `None`: none yet) with `rule` first, checked: the next call
+/// meets it before any other rule of the document. A rule already there is not added twice.
+///
+/// # Errors
+/// The document is invalid, or already holds [`MAX_RULES`].
+pub fn add_rule_first(
+    path: &str,
+    text: Option<&str>,
+    rule: RuleDocument,
+) -> Result<String, PolicyError> {
+    let fail = |message: String| PolicyError {
+        path: path.to_string(),
+        message,
+    };
+    let mut document: PolicyDocument = match text {
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| fail(format!("not a policy document: {e}")))?
+        }
+        None => PolicyDocument::default(),
+    };
+    if !document.rules.contains(&rule) {
+        document.rules.insert(0, rule);
+    }
+    Policy::compile(&document).map_err(fail)?;
+    serde_json::to_string_pretty(&document).map_err(|e| fail(e.to_string()))
 }
 
 /// How long a call that starts something is assumed to keep it when it says nothing: an

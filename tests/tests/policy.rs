@@ -213,6 +213,14 @@ fn a_tenant_deny_refuses_a_command_hidden_in_a_compound_line_and_names_its_rule(
         "{}",
         curl.content
     );
+    // Counted in the session's usage.
+    let usage = w.alice.get(&format!("/v1/sessions/{session}/usage"));
+    assert_eq!(usage.status, 200, "{usage}");
+    assert_eq!(
+        usage.json()["policy"],
+        json!({"allowed": 1, "asked": 0, "denied": 2}),
+        "{usage}"
+    );
 
     // The agent cannot write itself a friendlier policy, not even its owner's own.
     for path in ["users/alice/policy.json", "config/policy.json"] {
@@ -504,4 +512,69 @@ fn cost_rules_see_the_definitions_hourly_price() {
         "{ran:?}"
     );
     assert_eq!(ran.json()["decision"], "allow", "{ran:?}");
+}
+
+/// "always" answers a policy's ask about the approver's own machine: the call runs, and a rule
+/// first in their own policy allows that exact command there from now on; anything else still
+/// asks. It is not offered for a pattern, and nobody else may give it.
+#[test]
+fn always_adds_a_rule_to_the_approvers_own_policy() {
+    let w = World::new("policy-always");
+    let set = set_policy(
+        &w.root,
+        TENANT_POLICY,
+        json!([{"id": "push", "match": {"command": "touch *push*"}, "decision": "ask"}]),
+    );
+    assert!(set.status == 200 || set.status == 201, "{set}");
+    let session = w.alice_session();
+    let pushed = w.path("push");
+    let command = format!("touch '{}'", pushed.display());
+
+    let turn = ToolTurn::start(&w.alice, &session, &[bash(command.clone())]);
+    let request = wait_requests(&w.alice, &session, 1).remove(0);
+    assert_eq!(
+        request["always"]["match"],
+        json!({"tool": "bash", "command": format!("touch {}", pushed.display())}),
+        "{request}"
+    );
+    answer(&w.bob, &session, &request, "always").expect_error(403);
+    assert_eq!(answer(&w.alice, &session, &request, "always").status, 200);
+    let (results, _) = turn.finish(&w.alice, TURN);
+    assert!(!results[0].is_error, "{}", results[0].content);
+    assert!(pushed.exists());
+    let stored = w.alice.get_doc("users/alice/policy.json");
+    assert_eq!(stored.status, 200, "{stored}");
+    assert!(stored.text().contains("alice answered"), "{stored}");
+
+    // The same command runs at once, by her rule; another one asks again.
+    std::fs::remove_file(&pushed).unwrap();
+    let again = w
+        .alice
+        .run_tool(&session, "bash", json!({"command": command}), TURN);
+    assert!(!again.is_error, "{}", again.content);
+    assert!(pushed.exists());
+    let decided = decisions(&w.alice.transcript(&session));
+    assert_eq!(decided.last().unwrap()["decision"], "allow", "{decided:?}");
+    assert_eq!(
+        decided.last().unwrap()["rule"]["user"],
+        "alice",
+        "{decided:?}"
+    );
+    let other = w.path("push-other");
+    let turn = ToolTurn::start(
+        &w.alice,
+        &session,
+        &[bash(format!(
+            "touch '{}' '{}*'",
+            other.display(),
+            other.display()
+        ))],
+    );
+    let request = wait_requests(&w.alice, &session, 2).remove(1);
+    // What matched holds a `*`: "always" would allow more than was asked.
+    assert_eq!(request["always"], Value::Null, "{request}");
+    answer(&w.alice, &session, &request, "always").expect_error(400);
+    assert_eq!(answer(&w.alice, &session, &request, "deny").status, 200);
+    let (results, _) = turn.finish(&w.alice, TURN);
+    assert!(results[0].is_error, "{}", results[0].content);
 }

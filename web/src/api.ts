@@ -92,7 +92,7 @@ export const api = {
     request<{ id: string; cancelled: boolean }>("POST", `/v1/sessions/${enc(id)}/cancel`, { id: itemId }),
   stop: (id: string) =>
     request<{ status: string; stoppedToolCalls: number }>("POST", `/v1/sessions/${enc(id)}/stop`, {}),
-  answerApproval: (id: string, approvalId: string, decision: "approve" | "approve_session" | "deny") =>
+  answerApproval: (id: string, approvalId: string, decision: "approve" | "approve_session" | "always" | "deny") =>
     request<unknown>("POST", `/v1/sessions/${enc(id)}/approvals/${enc(approvalId)}`, { decision }),
   runners: () => request<{ runners: RunnerInfo[] }>("GET", "/v1/runners"),
   environments: () => request<{ environments: EnvironmentDefinition[] }>("GET", "/v1/environments"),

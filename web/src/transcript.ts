@@ -26,6 +26,8 @@ export interface ApprovalView {
   sessionApproval: boolean;
   /** What a policy's ask is about, shown as is: the command, the diff, the written content or the URL. */
   detail: string | null;
+  /** Whether "always" may answer it: a policy's ask about the approver's own machine. */
+  always: boolean;
 }
 
 /** The exact thing a policy rule asks about (`wuhu_approval_request_v1` of an ask). */
@@ -123,6 +125,7 @@ export function buildItems(entries: Entry[]): Item[] {
             decision: decided?.decision ?? null,
             decidedBy: decided?.by ?? null,
             detail: approvalDetail(data),
+            always: data.always !== undefined && data.always !== null,
           },
         });
       } else {

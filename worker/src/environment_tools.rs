@@ -156,6 +156,7 @@ async fn approve(
         target: Some(target),
         action,
         data,
+        always: None,
     };
     let outcome = ctx.approvals.request(part, ask).await;
     match approvals::outcome_error(&outcome, &action, &approver) {

@@ -171,12 +171,18 @@ async fn ask(
     if let Some(environment) = call.environment {
         data["environment"] = json!(environment);
     }
+    let always = match &approver {
+        Approver::RunnerOwner(sub) | Approver::SessionOwner(sub) => {
+            policy::always_rule(verdict, call, sub)
+        }
+    };
     let request = Ask {
         approver: approver.clone(),
         turn_authors: &ctx.acting_for,
         target,
         action,
         data,
+        always,
     };
     let outcome = ctx.approvals.request(part, request).await;
     match approvals::outcome_error(&outcome, &action, &approver) {

@@ -231,6 +231,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) action: Action<'a>,
     /// Fields of the request entry (environment, tool, runner, …); the gate adds the rest.
     pub(crate) data: Value,
+    /// The rule an `always` answer adds to the approver's policy (a policy's ask only).
+    pub(crate) always: Option<wuhu_core::policy::RuleDocument>,
 }
 
 /// Where a tool call waits for a person's decision (the session actor's approvals).

@@ -503,6 +503,23 @@ pub struct SessionUsage {
     pub total: UsageTotals,
     /// Per provider and model, in order of first use.
     pub by_model: Vec<ModelUsage>,
+    /// The decisions policy rules made on the session's tool calls
+    /// (`wuhu_policy_decision_v1` entries, `crate::policy`).
+    #[serde(default)]
+    pub policy: PolicyDecisions,
+}
+
+/// How many tool calls policy rules allowed, asked about and refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyDecisions {
+    /// Allowed by a rule.
+    pub allowed: u64,
+    /// Asked about (whatever the answer).
+    pub asked: u64,
+    /// Refused by a rule.
+    pub denied: u64,
 }
 
 /// [`UsageTotals`] of one provider and model.
@@ -520,11 +537,24 @@ pub struct ModelUsage {
 }
 
 impl SessionUsage {
-    /// Adds the assistant messages and compaction summaries among `entries` (other entries
-    /// are ignored). Requests without reported usage are not counted.
+    /// Adds the assistant messages and compaction summaries among `entries`, and counts their
+    /// policy decisions (other entries are ignored). Requests without reported usage are not
+    /// counted.
     pub fn add_entries(&mut self, entries: &[crate::wire::Entry]) {
         use crate::wire::{EntryPayload, Message};
         for entry in entries {
+            if let EntryPayload::Custom { custom_type, data } = &entry.payload
+                && custom_type == crate::wire::custom_types::POLICY_DECISION
+            {
+                let counter = match data["decision"].as_str() {
+                    Some("allow") => &mut self.policy.allowed,
+                    Some("ask") => &mut self.policy.asked,
+                    Some("deny") => &mut self.policy.denied,
+                    _ => continue,
+                };
+                *counter += 1;
+                continue;
+            }
             // Summaries of compactions are requests too: they count.
             let (provider, model, usage) = match &entry.payload {
                 EntryPayload::Message {
@@ -611,6 +641,15 @@ mod tests {
     #[test]
     fn session_usage_sums_per_model_and_skips_other_entries() {
         use crate::wire::{AssistantMessage, Entry, EntryPayload, Message};
+        let policy = |decision: &str| Entry {
+            cursor: 0,
+            id: String::new(),
+            created_at: 0,
+            payload: EntryPayload::Custom {
+                custom_type: crate::wire::custom_types::POLICY_DECISION.into(),
+                data: serde_json::json!({"decision": decision}),
+            },
+        };
         let assistant = |provider: &str, model: &str, usage: Option<Usage>| Entry {
             cursor: 0,
             id: String::new(),
@@ -660,9 +699,14 @@ mod tests {
             ),
             assistant("fake", "fake-echo", Some(usage(2, 1, None))),
             assistant("fake", "fake-echo", None),
+            policy("deny"),
+            policy("ask"),
+            policy("deny"),
+            policy("bogus"),
         ];
         let mut totals = SessionUsage::default();
-        // Page by page gives the same sums as all at once.
+        // Page by page gives the same sums as all at once; a decision it cannot read is not
+        // counted.
         totals.add_entries(&entries[..2]);
         totals.add_entries(&entries[2..]);
         let json = serde_json::to_value(&totals).unwrap();
@@ -671,6 +715,7 @@ mod tests {
             serde_json::json!({
                 "messages": 4, "inputTokens": 342, "outputTokens": 35, "cacheReadTokens": 171,
                 "cacheWriteTokens": 0, "reasoningTokens": 0, "costUsd": 1.75, "unpricedMessages": 1,
+                "policy": {"allowed": 0, "asked": 1, "denied": 2},
                 "byModel": [
                     {"provider": "anthropic", "model": "claude-sonnet-4-5", "messages": 2, "inputTokens": 300,
                      "outputTokens": 30, "cacheReadTokens": 150, "cacheWriteTokens": 0, "reasoningTokens": 0,

@@ -239,6 +239,49 @@ fn tenant_deny_beats_user_allow_and_user_rules_cover_their_own_runners() {
     assert_eq!(decide(&tenant, user, &write), "ask alice's rule 3");
 }
 
+/// A line is decided per simple command: the strictest wins, a command no rule decides leaves
+/// the line undecided, and a user's allow of one command covers it inside any line.
+#[test]
+fn a_line_is_decided_command_by_command() {
+    let tenant = policy(
+        TENANT_POLICY_PATH,
+        serde_json::json!([
+            {"id": "push", "match": {"command": "git push*"}, "decision": "ask"},
+            {"id": "ls", "match": {"command": "ls*"}, "decision": "allow"},
+            {"id": "make", "match": {"command": "make*"}, "decision": "allow"},
+        ]),
+    );
+    let alice = policy(
+        &user_policy_path("alice"),
+        serde_json::json!([{"match": {"command": "git push origin main"}, "decision": "allow"}]),
+    );
+    let user = Some(("alice", &alice));
+    let cases = [
+        ("ls && make", "allow tenant rule \"ls\""),
+        ("make && git push origin main", "allow tenant rule \"make\""),
+        ("make && git push origin dev", "ask tenant rule \"push\""),
+        ("echo x && git push origin main", "none"),
+        ("ls && $CMD", "none"),
+        ("", "none"),
+    ];
+    for (line, expected) in cases {
+        assert_eq!(decide(&tenant, user, &bash(line)), expected, "{line:?}");
+    }
+    let all = evaluate(&tenant, None, &bash("ls && make")).unwrap();
+    assert_eq!(all.subject, "ls && make");
+    let asked = evaluate(&tenant, user, &bash("make && git push origin dev")).unwrap();
+    assert_eq!(asked.subject, "git push origin dev");
+    // A rule about the call, not its command, names the whole line.
+    let whole = policy(
+        TENANT_POLICY_PATH,
+        serde_json::json!([{"match": {"tool": "bash"}, "decision": "ask"}]),
+    );
+    assert_eq!(
+        evaluate(&whole, None, &bash("a; b")).unwrap().subject,
+        "a; b"
+    );
+}
+
 #[test]
 fn every_field_of_a_match_must_hold() {
     let tenant = policy(
@@ -488,4 +531,65 @@ fn cost_estimates_scale_an_hourly_price_by_the_time_asked() {
     );
     assert_eq!(cost_estimate(Some(&per_hour), -5.0), Some(0.0));
     assert_eq!(cost_estimate(None, 10_800.0), None);
+}
+
+#[test]
+fn always_allows_exactly_what_was_asked_on_the_approvers_own_machine() {
+    let tenant = policy(
+        TENANT_POLICY_PATH,
+        serde_json::json!([
+            {"id": "push", "match": {"command": "git push*"}, "decision": "ask"},
+            {"id": "infra", "match": {"path": "infra/*"}, "decision": "ask"},
+        ]),
+    );
+    let asked = |call: &Call<'_>| evaluate(&tenant, None, call).unwrap();
+    let line = bash("make && sudo git push origin main");
+    let rule = always_rule(&asked(&line), &line, "alice").unwrap();
+    assert_eq!(
+        serde_json::to_value(&rule).unwrap(),
+        serde_json::json!({"match": {"tool": "bash", "command": "git push origin main"}, "decision": "allow", "reason": "alice answered \"always\""})
+    );
+    // Written first into alice's policy, it allows that command inside any line on her runner,
+    // and nothing else.
+    let text = add_rule_first(&user_policy_path("alice"), None, rule.clone()).unwrap();
+    let again = add_rule_first(&user_policy_path("alice"), Some(&text), rule).unwrap();
+    assert_eq!(text, again, "the same rule is not added twice");
+    let alice = Policy::parse(&user_policy_path("alice"), Some(&text)).unwrap();
+    let user = Some(("alice", &alice));
+    assert_eq!(
+        decide(&tenant, user, &bash("git push origin main")),
+        "allow alice's rule 1"
+    );
+    assert_eq!(
+        decide(&tenant, user, &bash("git push origin dev")),
+        "ask tenant rule \"push\""
+    );
+    let on_bobs = Call {
+        runner_owner: Some("bob"),
+        ..bash("git push origin main")
+    };
+    assert_eq!(decide(&tenant, user, &on_bobs), "ask tenant rule \"push\"");
+    // Not offered: another person's machine, a pattern, nothing exact to name.
+    assert!(always_rule(&asked(&line), &line, "bob").is_none());
+    let glob = bash("git push origin 'feat*'");
+    assert!(always_rule(&asked(&glob), &glob, "alice").is_none());
+    let write = Call {
+        tool: "write",
+        command: None,
+        paths: vec!["./infra/a.tf".into()],
+        ..bash("")
+    };
+    let rule = always_rule(&asked(&write), &write, "alice").unwrap();
+    assert_eq!(rule.matches.path.as_deref(), Some("infra/a.tf"));
+    // A full document refuses one more rule.
+    let full: Vec<_> = (0..MAX_RULES)
+        .map(|i| serde_json::json!({"match": {"host": format!("h{i}")}, "decision": "allow"}))
+        .collect();
+    let full = serde_json::json!({ "rules": full }).to_string();
+    let refused = add_rule_first(
+        "users/alice/policy.json",
+        Some(&full),
+        always_rule(&asked(&write), &write, "alice").unwrap(),
+    );
+    assert!(refused.unwrap_err().to_string().contains("at most 200"));
 }

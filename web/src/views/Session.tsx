@@ -411,7 +411,7 @@ function contextLabel(customType: string): string {
 function ApprovalCard({ approval, sessionId }: { approval: ApprovalView; sessionId: string }) {
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  const answer = async (decision: "approve" | "approve_session" | "deny") => {
+  const answer = async (decision: "approve" | "approve_session" | "always" | "deny") => {
     setBusy(true);
     setError(null);
     try {
@@ -450,6 +450,11 @@ function ApprovalCard({ approval, sessionId }: { approval: ApprovalView; session
           {approval.approver?.kind === "runnerOwner" && approval.sessionApproval && (
             <button type="button" class="secondary" disabled={busy} onClick={() => answer("approve_session")}>
               Approve for this session
+            </button>
+          )}
+          {approval.always && (
+            <button type="button" class="secondary" disabled={busy} onClick={() => answer("always")}>
+              Always allow this
             </button>
           )}
           <button type="button" class="danger" disabled={busy} onClick={() => answer("deny")}>

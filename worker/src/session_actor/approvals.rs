@@ -19,7 +19,8 @@ use serde::Deserialize;
 use serde_json::json;
 use worker::{Env, SqlStorage, SqlStorageValue};
 use wuhu_core::approvals::{
-    self, AnswerError, Approver, Grant, MAX_GRANTS_PER_SESSION, Outcome, REMEMBERED_ENDED, State,
+    self, Answer, AnswerError, Approver, Grant, MAX_GRANTS_PER_SESSION, Outcome, REMEMBERED_ENDED,
+    State,
 };
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{AnswerApprovalRequest, AnswerApprovalResponse};
@@ -50,6 +51,9 @@ pub(crate) struct StoredApproval {
     /// Whom the call acted for when it asked (the request's `requestedBy`): what
     /// `approve_session` may cover.
     pub(crate) requested_by: Vec<String>,
+    /// The rule an `always` answer adds to the approver's policy (JSON of
+    /// `wuhu_core::policy::RuleDocument`); `None`: `always` is not offered.
+    pub(crate) always_rule: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -64,6 +68,7 @@ struct Row {
     state: String,
     decided_by: Option<String>,
     requested_by: String,
+    always_rule: Option<String>,
 }
 
 impl Row {
@@ -79,6 +84,7 @@ impl Row {
             state: State::parse(&self.state)?,
             decided_by: self.decided_by,
             requested_by: serde_json::from_str(&self.requested_by).ok()?,
+            always_rule: self.always_rule,
         })
     }
 }
@@ -100,8 +106,7 @@ struct MinRow {
     m: Option<f64>,
 }
 
-const COLUMNS: &str =
-    "id, step, call_id, part, approver, expires_at, timeout_secs, state, decided_by, requested_by";
+const COLUMNS: &str = "id, step, call_id, part, approver, expires_at, timeout_secs, state, decided_by, requested_by, always_rule";
 
 /// The approval tables of one session actor. Synchronous, like `Store`: writes between two
 /// awaits commit together with the entries and the checkpoint.
@@ -134,6 +139,10 @@ impl ApprovalStore {
                 "ALTER TABLE approvals ADD COLUMN requested_by TEXT NOT NULL DEFAULT '[]'",
                 None,
             )?;
+        }
+        // Added with the policy engine (decision 0038): the rule an `always` answer adds.
+        if !columns.iter().any(|c| c == "always_rule") {
+            sql.exec("ALTER TABLE approvals ADD COLUMN always_rule TEXT", None)?;
         }
         sql.exec(
             "CREATE INDEX IF NOT EXISTS approvals_by_call ON approvals (step, call_id)",
@@ -176,7 +185,7 @@ impl ApprovalStore {
         let requested_by = serde_json::to_string(&approval.requested_by)
             .map_err(|e| worker::Error::RustError(e.to_string()))?;
         self.sql.exec(
-            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)"),
+            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)"),
             vec![
                 approval.id.as_str().into(),
                 (approval.step as i64).into(),
@@ -187,6 +196,10 @@ impl ApprovalStore {
                 (approval.timeout_secs as i64).into(),
                 approval.state.as_str().into(),
                 requested_by.into(),
+                approval
+                    .always_rule
+                    .as_deref()
+                    .map_or(SqlStorageValue::Null, SqlStorageValue::from),
                 SqlStorageValue::try_from_i64(created_at.0 as i64)?,
             ],
         )?;
@@ -399,6 +412,10 @@ impl ApprovalGate for ActorApprovals {
             state: State::Pending,
             decided_by: None,
             requested_by: ask.turn_authors.to_vec(),
+            always_rule: ask
+                .always
+                .as_ref()
+                .and_then(|rule| serde_json::to_string(rule).ok()),
         };
         let answer_path = format!(
             "/v1/sessions/{}/approvals/{}",
@@ -423,6 +440,8 @@ impl ApprovalGate for ActorApprovals {
         } else {
             serde_json::Value::Null
         };
+        // The rule "always" would add to the approver's policy (`null`: not offered).
+        data["always"] = json!(ask.always);
         data["expiresAt"] = json!(approval.expires_at.unix_seconds());
         data["text"] = json!(approvals::request_text(
             &ask.action,
@@ -517,15 +536,14 @@ pub(crate) async fn answer_route(
         let (status, code) = e.status_and_code();
         ApiError::new(status, code, e.to_string())
     };
-    let state = match approvals::answer(
-        &identity.principal(),
-        &approval.approver,
-        approval.state,
-        approval.expires_at,
-        &approval.requested_by,
-        t,
-        answer,
-    ) {
+    let asked = approvals::Asked {
+        approver: &approval.approver,
+        state: approval.state,
+        expires_at: approval.expires_at,
+        requested_by: &approval.requested_by,
+        always_offered: approval.always_rule.is_some(),
+    };
+    let state = match approvals::answer(&identity.principal(), &asked, t, answer) {
         Ok(state) => state,
         Err(AnswerError::Expired) if approval.state == State::Pending => {
             // Answered after the deadline, before the alarm: expire it now.
@@ -542,6 +560,11 @@ pub(crate) async fn answer_route(
         end(actor, &approval, State::Withdrawn, None, "withdrawn")?;
         actor.pump().wait().await?;
         return Err(refuse(AnswerError::Withdrawn));
+    }
+    if let (Answer::Always, Some(rule)) = (answer, &approval.always_rule) {
+        // The rule is stored before the approval ends: when storing fails, nothing changed and
+        // the person may answer again.
+        add_always_rule(actor, identity, &approval.approver, rule).await?;
     }
     let by = identity.sub.as_str();
     end(actor, &approval, state, Some(by), answer.as_str())?;
@@ -566,6 +589,33 @@ pub(crate) async fn answer_route(
         approval_id: approval.id.clone(),
         decision: answer,
     })
+}
+
+/// Adds `rule` (an `always` answer's) first to the approver's own policy, as `identity` (the
+/// approver or an admin, who may both write it). The write tells the sessions that keep a
+/// reading of the settings, this one included, so the next call meets the rule.
+async fn add_always_rule(
+    actor: &Rc<Actor>,
+    identity: &Identity,
+    approver: &Approver,
+    rule: &str,
+) -> ApiResult<()> {
+    let (Approver::RunnerOwner(sub) | Approver::SessionOwner(sub)) = approver;
+    let rule: wuhu_core::policy::RuleDocument = serde_json::from_str(rule)
+        .map_err(|e| ApiError::internal(format!("the stored rule is unreadable: {e}")))?;
+    let path = wuhu_core::policy::user_policy_path(sub);
+    let tenant = actor.tenant();
+    let current = crate::workspace_io::read(&actor.env, &tenant, &path).await?;
+    let text = wuhu_core::policy::add_rule_first(
+        &path,
+        current.as_ref().map(|d| d.content.as_str()),
+        rule,
+    )
+    .map_err(|e| ApiError::new(409, "invalid_policy", e.to_string()))?;
+    let principal = identity.principal();
+    let writer = wuhu_core::authority::WorkspaceWriter::Person(&principal);
+    crate::workspace_io::write(&actor.env, &tenant, &writer, &path, &text).await?;
+    Ok(())
 }
 
 /// Expires the pending approvals whose time has come (the alarm calls this).
