@@ -67,11 +67,45 @@ pub fn grant_secs(var: Option<&str>) -> Result<u64, String> {
     }
 }
 
-/// A runner owner's `approve_session`: their machine is reached without asking, in this
-/// session, for turns acting for `covers` (or fewer of them), until `expires_at`.
+/// What an `approve_session` stops asking about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GrantScope {
+    /// A runner owner's machine ([`required_approver`]).
+    #[default]
+    Machine,
+    /// The policy's asks addressed to the person who gave it (decision 0038): a tenant rule's
+    /// to the session's owner, a user's rule's to that user.
+    Policy,
+}
+
+impl GrantScope {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantScope::Machine => "machine",
+            GrantScope::Policy => "policy",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(text: &str) -> Option<GrantScope> {
+        match text {
+            "machine" => Some(GrantScope::Machine),
+            "policy" => Some(GrantScope::Policy),
+            _ => None,
+        }
+    }
+}
+
+/// An `approve_session`: in this session, for turns acting for `covers` (or fewer of them),
+/// until `expires_at`, a runner owner's machine is reached without asking
+/// ([`GrantScope::Machine`]), or the policy's asks to its giver are answered
+/// ([`GrantScope::Policy`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
-    /// The runner owner who gave it.
+    /// What it covers.
+    pub scope: GrantScope,
+    /// The person who gave it (the runner owner, for a machine).
     pub runner_owner: String,
     /// The people the approved request acted for (its `requestedBy`), sorted, without repeats.
     /// Empty: a request that acted for nobody (the system lane), which covers only such turns.
@@ -96,25 +130,54 @@ impl Grant {
     }
 }
 
-/// The grant an accepted `answer` to `approver` gives, for a request that acted for
-/// `requested_by`, answered at `now`; `None` unless it is `approve_session` to a runner owner.
-pub fn session_grant(
+/// The grants an accepted `answer` to `approver` gives, for a request (a policy's ask when
+/// `policy_ask`) that acted for `requested_by`, answered at `now`: none unless it is
+/// `approve_session`; a runner owner's machine for a runner owner; the policy's asks to the
+/// approver for a policy's ask (a runner owner answering one about their own machine gives
+/// both).
+pub fn session_grants(
     approver: &Approver,
     answer: Answer,
     requested_by: &[String],
+    policy_ask: bool,
     now: Millis,
     grant_secs: u64,
-) -> Option<Grant> {
-    let (Answer::ApproveSession, Approver::RunnerOwner(owner)) = (answer, approver) else {
-        return None;
-    };
+) -> Vec<Grant> {
+    if answer != Answer::ApproveSession {
+        return Vec::new();
+    }
     let mut covers = requested_by.to_vec();
     covers.sort();
     covers.dedup();
-    Some(Grant {
-        runner_owner: owner.clone(),
-        covers,
+    let grant = |scope: GrantScope, sub: &str| Grant {
+        scope,
+        runner_owner: sub.to_string(),
+        covers: covers.clone(),
         expires_at: expires_at(now, grant_secs),
+    };
+    let mut grants = Vec::new();
+    if let Approver::RunnerOwner(owner) = approver {
+        grants.push(grant(GrantScope::Machine, owner));
+    }
+    if policy_ask {
+        let (Approver::RunnerOwner(sub) | Approver::SessionOwner(sub)) = approver;
+        grants.push(grant(GrantScope::Policy, sub));
+    }
+    grants
+}
+
+/// Whether a policy's ask to `approver` is answered already for a turn acting for `turn`: by a
+/// policy grant of that person, or (a runner owner's ask) by their machine grant.
+pub fn policy_ask_covered(
+    approver: &Approver,
+    grants: &[Grant],
+    turn: &[String],
+    now: Millis,
+) -> bool {
+    grants.iter().any(|g| match (g.scope, approver) {
+        (GrantScope::Policy, Approver::RunnerOwner(sub) | Approver::SessionOwner(sub))
+        | (GrantScope::Machine, Approver::RunnerOwner(sub)) => g.covers(sub, turn, now),
+        (GrantScope::Machine, Approver::SessionOwner(_)) => false,
     })
 }
 
@@ -175,7 +238,7 @@ pub fn required_approver(target: &Target<'_>, facts: &Facts<'_>) -> Option<Appro
     let approved = facts
         .grants
         .iter()
-        .any(|g| g.covers(owner, facts.turn_authors, facts.now));
+        .any(|g| g.scope == GrantScope::Machine && g.covers(owner, facts.turn_authors, facts.now));
     let someone_else = facts.turn_authors.is_empty()
         || facts
             .turn_authors
@@ -327,8 +390,11 @@ pub enum AnswerError {
     /// The person is neither the approver nor an admin (`403 forbidden`).
     #[error("only {0} (or an admin) may answer this approval")]
     Forbidden(String),
-    /// `approve_session` on an approval that is not a runner owner's (`400`).
-    #[error("approve_session answers only a runner owner's approval; use approve or deny")]
+    /// `approve_session` on an approval that is neither a runner owner's nor a policy's ask
+    /// (`400`).
+    #[error(
+        "approve_session answers only a runner owner's approval or a policy's ask; use approve or deny"
+    )]
     SessionApprovalNotOffered,
     /// `approve_session` on a request that acts for a guest (`400`): a chat user no admin
     /// mapped, or more people than a set lists.
@@ -381,6 +447,8 @@ pub struct Asked<'a> {
     pub requested_by: &'a [String],
     /// Whether the request carries a rule for [`Answer::Always`].
     pub always_offered: bool,
+    /// Whether it is a policy's ask (`approve_session` is then offered whoever the approver).
+    pub policy_ask: bool,
 }
 
 /// The state after `who` answers `asked` with `answer` at `now`. Authority comes first:
@@ -401,6 +469,7 @@ pub fn answer(
         expires_at,
         requested_by,
         always_offered,
+        policy_ask,
     } = *asked;
     if !may_answer_approval(who, approver) {
         let (Approver::RunnerOwner(sub) | Approver::SessionOwner(sub)) = approver;
@@ -414,7 +483,7 @@ pub fn answer(
         State::Pending => {}
     }
     match (answer, approver) {
-        (Answer::ApproveSession, Approver::SessionOwner(_)) => {
+        (Answer::ApproveSession, Approver::SessionOwner(_)) if !policy_ask => {
             Err(AnswerError::SessionApprovalNotOffered)
         }
         (Answer::ApproveSession, _) if !session_approval_offered(requested_by) => {
@@ -432,15 +501,24 @@ pub fn session_approval_offered(requested_by: &[String]) -> bool {
     !requested_by.iter().any(|p| crate::authority::is_guest(p))
 }
 
-/// Whether a pending approval for `approver`, requested for `requested_by`, is approved by
-/// `grant` (just given) at `now`.
+/// Whether a pending approval for `approver` (a policy's ask when `policy_ask`), requested
+/// for `requested_by`, is approved by `grant` (just given) at `now`.
 pub fn covered_by(
     approver: &Approver,
     requested_by: &[String],
+    policy_ask: bool,
     grant: &Grant,
     now: Millis,
 ) -> bool {
-    matches!(approver, Approver::RunnerOwner(owner) if grant.covers(owner, requested_by, now))
+    match grant.scope {
+        GrantScope::Machine => {
+            matches!(approver, Approver::RunnerOwner(owner) if grant.covers(owner, requested_by, now))
+        }
+        GrantScope::Policy => {
+            policy_ask
+                && policy_ask_covered(approver, std::slice::from_ref(grant), requested_by, now)
+        }
+    }
 }
 
 /// Whether an approval in `state` expiring at `expires_at` must be expired at `now`.
@@ -570,6 +648,17 @@ pub fn request_text(
              Answer with POST {answer_path} {{\"decision\":\"approve\"|\"deny\"}} within {within} \
              (\"approve_session\" is not offered: the request acts for a guest)."
         ),
+        Approver::SessionOwner(owner)
+            if matches!(action, Action::Policy { .. })
+                && session_approval_offered(turn_authors) =>
+        {
+            format!(
+                "Approval needed from {owner} (the session's owner): {asker} asks to {what}{on_runner}. \
+                 Answer with POST {answer_path} {{\"decision\":\"approve\"|\"approve_session\"|\"deny\"}} within {within} \
+                 (\"approve_session\" stops this policy asking {owner} in this session for {for_whom}, for {}).",
+                duration_text(grant_secs)
+            )
+        }
         Approver::SessionOwner(owner) => format!(
             "Approval needed from {owner} (the session's owner): {asker} asks to {what}{on_runner}. \
              Answer with POST {answer_path} {{\"decision\":\"approve\"|\"deny\"}} within {within}."
@@ -630,6 +719,7 @@ mod tests {
             expires_at,
             requested_by,
             always_offered,
+            policy_ask: always_offered,
         }
     }
     use crate::authority::Role;
@@ -698,6 +788,7 @@ mod tests {
             let grants: Vec<Grant> = approved
                 .iter()
                 .map(|o| Grant {
+                    scope: GrantScope::Machine,
                     runner_owner: o.to_string(),
                     covers: authors.clone(),
                     expires_at: Millis(2),
@@ -946,21 +1037,106 @@ mod tests {
         );
     }
 
+    /// "For this session" on a policy's ask (decision 0038): whoever the approver, it stops that
+    /// policy asking them for the same people; it never opens a machine, except when the runner
+    /// owner answered about their own machine.
+    #[test]
+    fn approve_session_on_a_policys_ask_covers_that_persons_asks_only() {
+        let owner = Approver::SessionOwner("alice".into());
+        let mac = Approver::RunnerOwner("alice".into());
+        let bob = strings(&["bob"]);
+        let now = Millis(1_000);
+        let grants = session_grants(&owner, Answer::ApproveSession, &bob, true, now, 60);
+        assert_eq!(
+            grants.iter().map(|g| g.scope).collect::<Vec<_>>(),
+            [GrantScope::Policy]
+        );
+        let both = session_grants(&mac, Answer::ApproveSession, &bob, true, now, 60);
+        assert_eq!(
+            both.iter().map(|g| g.scope).collect::<Vec<_>>(),
+            [GrantScope::Machine, GrantScope::Policy]
+        );
+        let later = Millis(2_000);
+        // (approver of the next ask, its people, covered?)
+        let cases = [
+            (&owner, &["bob"][..], true),
+            (&mac, &["bob"], true),
+            (&owner, &["carol"], false),
+            (&owner, &["bob", "carol"], false),
+            (&Approver::SessionOwner("dave".into()), &["bob"], false),
+        ];
+        for (approver, turn, want) in cases {
+            assert_eq!(
+                policy_ask_covered(approver, &grants, &strings(turn), later),
+                want,
+                "{approver:?} {turn:?}"
+            );
+        }
+        assert!(!policy_ask_covered(&owner, &grants, &bob, Millis(61_000)));
+        // A policy grant opens no machine; a machine grant answers no tenant rule's ask.
+        let target = Target {
+            runner: "mac",
+            runner_owner: "alice",
+            runner_kind: RunnerKind::Local,
+            policy: ApprovalPolicy::Auto,
+        };
+        let facts = Facts {
+            turn_authors: &bob,
+            session_owner: "alice",
+            grants: &grants,
+            now: later,
+        };
+        assert_eq!(
+            required_approver(&target, &facts),
+            Some(Approver::RunnerOwner("alice".into()))
+        );
+        let machine = session_grants(&mac, Answer::ApproveSession, &bob, false, now, 60);
+        assert!(!policy_ask_covered(&owner, &machine, &bob, later));
+        // Pending approvals it answers at once: that person's policy asks only.
+        assert!(covered_by(&owner, &bob, true, &grants[0], later));
+        assert!(!covered_by(&owner, &bob, false, &grants[0], later));
+        assert!(!covered_by(&mac, &bob, false, &grants[0], later));
+        // approve_session is offered on a policy's ask to the session's owner too.
+        let pending = |policy_ask| Asked {
+            approver: &owner,
+            state: State::Pending,
+            expires_at: Millis(10_000),
+            requested_by: &bob,
+            always_offered: false,
+            policy_ask,
+        };
+        let alice = Principal {
+            sub: "alice".into(),
+            tenant: "t".into(),
+            role: crate::authority::Role::Member,
+        };
+        assert_eq!(
+            answer(&alice, &pending(true), now, Answer::ApproveSession),
+            Ok(State::Approved)
+        );
+        assert_eq!(
+            answer(&alice, &pending(false), now, Answer::ApproveSession),
+            Err(AnswerError::SessionApprovalNotOffered)
+        );
+    }
+
     #[test]
     fn approve_session_covers_the_people_it_was_given_for_until_it_expires() {
         let mac = Approver::RunnerOwner("alice".into());
         let ask = Approver::SessionOwner("alice".into());
-        let grant = session_grant(
+        let grant = session_grants(
             &mac,
             Answer::ApproveSession,
             &strings(&["carol", "bob", "bob"]),
+            false,
             Millis(1_000),
             60,
         )
-        .unwrap();
+        .remove(0);
         assert_eq!(
             grant,
             Grant {
+                scope: GrantScope::Machine,
                 runner_owner: "alice".into(),
                 covers: strings(&["bob", "carol"]),
                 expires_at: Millis(61_000),
@@ -969,11 +1145,16 @@ mod tests {
         for (approver, given) in [
             (&mac, Answer::Approve),
             (&mac, Answer::Deny),
+            (&mac, Answer::Always),
             (&ask, Answer::ApproveSession),
         ] {
-            assert_eq!(session_grant(approver, given, &[], Millis(0), 60), None);
+            assert_eq!(
+                session_grants(approver, given, &[], false, Millis(0), 60),
+                vec![]
+            );
         }
-        let nobody = session_grant(&mac, Answer::ApproveSession, &[], Millis(0), 60).unwrap();
+        let nobody =
+            session_grants(&mac, Answer::ApproveSession, &[], false, Millis(0), 60).remove(0);
         let before = Millis(60_999);
         let at_end = Millis(61_000);
         // (runner owner, the turn's people, when, covered?)
@@ -1012,10 +1193,16 @@ mod tests {
         assert!(nobody.covers("alice", &[], Millis(1)));
         assert!(!nobody.covers("alice", &strings(&["bob"]), Millis(1)));
         // Pending approvals are approved with it only when it covers them.
-        assert!(covered_by(&mac, &strings(&["bob"]), &grant, before));
-        assert!(!covered_by(&mac, &strings(&["dave"]), &grant, before));
-        assert!(!covered_by(&mac, &strings(&["bob"]), &grant, at_end));
-        assert!(!covered_by(&ask, &strings(&["bob"]), &grant, before));
+        assert!(covered_by(&mac, &strings(&["bob"]), false, &grant, before));
+        assert!(!covered_by(
+            &mac,
+            &strings(&["dave"]),
+            false,
+            &grant,
+            before
+        ));
+        assert!(!covered_by(&mac, &strings(&["bob"]), false, &grant, at_end));
+        assert!(!covered_by(&ask, &strings(&["bob"]), false, &grant, before));
         // The call that asked no longer asks while covered, and asks again once not.
         let target = Target {
             runner: "mac",

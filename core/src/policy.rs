@@ -5,8 +5,10 @@
 //! `users/<sub>/policy.json` (a user's, for work on **their own runners**, [`user_policy_path`]):
 //! `{"rules": [{"id"?, "match": {…}, "decision": "allow" | "ask" | "deny", "reason"?}]}`.
 //! A rule's `match` holds any of `tool`, `environment`, `runner`, `command`, `path`, `host`
-//! (globs: `*` any run of characters, `/` and spaces included; `?` one character) and
-//! `costUsdOver` (a number); a rule matches a call when every field it names matches. A call
+//! (globs: `*` any run of characters, `/` and spaces included; `?` one character; or, written
+//! `/…/`, a regular expression in `regex-lite`'s syntax, searched unanchored unless it anchors
+//! itself) and `costUsdOver` (a number); a rule matches a call when every field it names
+//! matches. A call
 //! without the fact a field asks about (`command` of a `read`) does not match it.
 //!
 //! **Which rule decides** ([`evaluate`]), for one call:
@@ -156,18 +158,55 @@ pub enum Source {
     User(String),
 }
 
+/// A compiled pattern of a rule's `match`.
+#[derive(Clone, Debug)]
+enum Pattern {
+    /// `*` and `?`.
+    Glob(WildMatch),
+    /// `/…/`.
+    Regex(regex_lite::Regex),
+}
+
+impl Pattern {
+    /// `/…/` is a regular expression; anything else a glob.
+    fn compile(text: &str) -> Result<Pattern, String> {
+        match text
+            .strip_prefix('/')
+            .and_then(|rest| rest.strip_suffix('/'))
+            .filter(|inner| !inner.is_empty())
+        {
+            Some(inner) => regex_lite::RegexBuilder::new(inner)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map(Pattern::Regex)
+                .map_err(|e| format!("not a regular expression: {e}")),
+            None => Ok(Pattern::Glob(WildMatch::new(text))),
+        }
+    }
+
+    fn matches(&self, text: &str) -> bool {
+        match self {
+            Pattern::Glob(glob) => glob.matches(text),
+            Pattern::Regex(regex) => regex.is_match(text),
+        }
+    }
+}
+
+/// Most bytes one compiled regular expression may take (`regex-lite`'s size limit).
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+
 /// A compiled rule.
 #[derive(Clone, Debug)]
 struct Rule {
     id: Option<String>,
     decision: Decision,
     reason: Option<String>,
-    tool: Option<WildMatch>,
-    environment: Option<WildMatch>,
-    runner: Option<WildMatch>,
-    command: Option<WildMatch>,
-    path: Option<WildMatch>,
-    host: Option<WildMatch>,
+    tool: Option<Pattern>,
+    environment: Option<Pattern>,
+    runner: Option<Pattern>,
+    command: Option<Pattern>,
+    path: Option<Pattern>,
+    host: Option<Pattern>,
     cost_usd_over: Option<f64>,
 }
 
@@ -240,13 +279,15 @@ impl Policy {
                 )));
             }
             let m = &rule.matches;
-            let pattern = |field: &str, p: &Option<String>| -> Result<Option<WildMatch>, String> {
+            let pattern = |field: &str, p: &Option<String>| -> Result<Option<Pattern>, String> {
                 match p {
                     None => Ok(None),
                     Some(p) if p.is_empty() || p.chars().count() > MAX_PATTERN_CHARS => Err(at(
                         format!("match.{field} must be 1 to {MAX_PATTERN_CHARS} characters"),
                     )),
-                    Some(p) => Ok(Some(WildMatch::new(p))),
+                    Some(p) => Pattern::compile(p)
+                        .map(Some)
+                        .map_err(|e| at(format!("match.{field}: {e}"))),
                 }
             };
             if let Some(cost) = m.cost_usd_over
@@ -623,7 +664,7 @@ fn first_match(
 /// What `rule` matched in `unit` of the call (`None`: it does not apply).
 fn matches(rule: &Rule, facts: &Facts<'_>, unit: &Unit<'_>) -> Option<String> {
     let call = facts.call;
-    let one = |pattern: &Option<WildMatch>, value: Option<&str>| match pattern {
+    let one = |pattern: &Option<Pattern>, value: Option<&str>| match pattern {
         None => true,
         Some(p) => value.is_some_and(|v| p.matches(v)),
     };
@@ -706,7 +747,11 @@ pub fn always_rule(verdict: &Verdict, call: &Call<'_>, approver: &str) -> Option
         // The command as an allow rule reads it: without its wrappers (`sudo`, `env A=1`).
         let parsed = shell::parse(command);
         let one = parsed.commands.iter().find(|c| c.text == subject)?;
-        let inner = one.allow_views.first()?;
+        // `/bin/ls /` would read as a regular expression: the base-name form then.
+        let inner = one
+            .allow_views
+            .iter()
+            .find(|v| !(v.len() > 1 && v.starts_with('/') && v.ends_with('/')))?;
         if parsed.opaque || inner.contains(['*', '?']) {
             return None;
         }

@@ -154,6 +154,31 @@ pub fn host_pid(pid_in_cell: i32, cwd_under: &std::path::Path) -> Option<i32> {
     None
 }
 
+/// Files under `dir` that contain any of `needles` (byte strings): what a test asserts no
+/// stored state holds (a credential, a secret's value).
+pub fn files_containing(dir: &std::path::Path, needles: &[&[u8]]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path)
+                && needles
+                    .iter()
+                    .any(|n| bytes.windows(n.len()).any(|w| w == *n))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -534,7 +534,10 @@ fn bindings_are_for_admins_and_never_show_credentials() {
     }
     assert_eq!(list.json()["channels"].as_array().unwrap().len(), 1);
     // Credentials on disk are sealed: neither secret appears in the state dir in clear.
-    let found = grep_dir(stack.persist_dir(), &[secret.as_bytes(), token.as_bytes()]);
+    let found = wuhu_e2e::util::files_containing(
+        stack.persist_dir(),
+        &[secret.as_bytes(), token.as_bytes()],
+    );
     assert!(found.is_empty(), "credentials stored in clear in {found:?}");
     // Bad input is a 400 that names the field.
     let bad = admin.post(
@@ -647,30 +650,6 @@ fn bindings_are_for_admins_and_never_show_credentials() {
         .send()
         .unwrap();
     assert_eq!(hook.status, 401, "{hook}");
-}
-
-/// Files under `dir` that contain any of `needles`.
-fn grep_dir(dir: &std::path::Path, needles: &[&[u8]]) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path)
-                && needles
-                    .iter()
-                    .any(|n| bytes.windows(n.len()).any(|w| w == *n))
-            {
-                found.push(path);
-            }
-        }
-    }
-    found
 }
 
 /// Two people in one thread: one session owned by the first, open to the tenant, the group

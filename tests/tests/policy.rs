@@ -321,11 +321,40 @@ fn an_ask_waits_for_the_sessions_owner_with_the_diff_and_a_child_meets_the_same_
         "{request}"
     );
     assert!(!pushed.exists(), "ran before anyone answered");
-    assert_eq!(answer(&w.alice, &session, &request, "approve").status, 200);
+    // "For this session": the rule stops asking alice about bob's calls in this session.
+    assert!(request["sessionApproval"].is_object(), "{request}");
+    assert_eq!(
+        answer(&w.alice, &session, &request, "approve_session").status,
+        200
+    );
     let (results, entries) = turn.finish(&w.bob, TURN);
     assert!(!results[0].is_error, "{}", results[0].content);
     assert!(pushed.exists());
     assert_eq!(requests(&entries).len(), 2, "{}", describe(&entries));
+    // bob's next push is not asked by the rule; it still reaches alice's machine on bob's
+    // prompt, which the rule's answer did not open: that alone asks her.
+    let again = w.path("push-again");
+    let turn = ToolTurn::start(
+        &w.bob,
+        &session,
+        &[bash(format!("touch '{}'", again.display()))],
+    );
+    let request = wait_requests(&w.alice, &session, 3).remove(2);
+    assert!(request.get("policy").is_none(), "{request}");
+    assert_eq!(
+        request["approver"],
+        json!({"kind": "runnerOwner", "sub": "alice"}),
+        "{request}"
+    );
+    assert_eq!(answer(&w.alice, &session, &request, "approve").status, 200);
+    let (results, entries) = turn.finish(&w.bob, TURN);
+    assert!(!results[0].is_error, "{}", results[0].content);
+    let decided = decisions(&entries);
+    assert_eq!(
+        decided.last().unwrap()["outcome"],
+        "approved for this session",
+        "{decided:?}"
+    );
 
     // A child session alice spawns on her environment meets the same rule.
     let child_pushed = w.path("child-push");

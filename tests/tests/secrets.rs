@@ -161,7 +161,9 @@ printf 'job %s\n' "$GITHUB_TOKEN" > leak.txt"#;
     alice.wait_idle(&id, TURN);
     let stored = serde_json::to_string(&alice.transcript(&id)).unwrap();
 
-    // Nothing stored or served holds it: the transcript, the session's page.
+    // Nothing stored or served holds it: the transcript, the session's page, and no file of
+    // the Worker's state at all (Durable Objects' SQLite, R2: archive segments, blobs, logs;
+    // the tenant's index holds it sealed only).
     for shown in encodings(&value) {
         assert!(!stored.contains(&shown), "{shown:?} is in the transcript");
         let page = alice.get(&format!("/v1/sessions/{id}?sinceCursor=0&limit=1000"));
@@ -170,6 +172,10 @@ printf 'job %s\n' "$GITHUB_TOKEN" > leak.txt"#;
             "{shown:?} is in the session page"
         );
     }
+    let needles = encodings(&value);
+    let needles: Vec<&[u8]> = needles.iter().map(|n| n.as_bytes()).collect();
+    let found = wuhu_e2e::util::files_containing(stack().persist_dir(), &needles);
+    assert!(found.is_empty(), "the value is stored in {found:?}");
 }
 
 #[test]

@@ -157,6 +157,7 @@ async fn approve(
         action,
         data,
         always: None,
+        policy: false,
     };
     let outcome = ctx.approvals.request(part, ask).await;
     match approvals::outcome_error(&outcome, &action, &approver) {

@@ -120,9 +120,9 @@ pub(crate) async fn check(
         }
         Decision::Ask => ask(ctx, part, call, target, details, &verdict)
             .await
-            .map(|(outcome, by)| Decided {
+            .map(|(outcome, approved_by)| Decided {
                 entries: vec![entry(Some(outcome))],
-                approved_by: Some(by),
+                approved_by,
             })
             .map_err(|error| {
                 let mut output = ToolOutput::text(Err(error));
@@ -141,21 +141,16 @@ async fn ask(
     target: Option<Target<'_>>,
     details: Value,
     verdict: &Verdict,
-) -> Result<(&'static str, String), String> {
+) -> Result<(&'static str, Option<String>), String> {
     let approver = verdict.approver(&ctx.session.owner);
     let person = match &approver {
         Approver::RunnerOwner(sub) | Approver::SessionOwner(sub) => sub.clone(),
     };
-    if let Approver::RunnerOwner(owner) = &approver {
-        let now = wuhu_core::session::Millis(worker::Date::now().as_millis());
-        if ctx
-            .approvals
-            .grants()
-            .iter()
-            .any(|g| g.covers(owner, &ctx.acting_for, now))
-        {
-            return Ok(("approved for this session", person));
-        }
+    let now = wuhu_core::session::Millis(worker::Date::now().as_millis());
+    let grants = ctx.approvals.grants();
+    if approvals::policy_ask_covered(&approver, &grants, &ctx.acting_for, now) {
+        // Nobody answered this call: the approvals that hold without policy still ask.
+        return Ok(("approved for this session", None));
     }
     let what = verdict.ask_text();
     let action = Action::Policy {
@@ -183,10 +178,11 @@ async fn ask(
         action,
         data,
         always,
+        policy: true,
     };
     let outcome = ctx.approvals.request(part, request).await;
     match approvals::outcome_error(&outcome, &action, &approver) {
-        None => Ok(("approved", person)),
+        None => Ok(("approved", Some(person))),
         Some(error) => Err(error),
     }
 }

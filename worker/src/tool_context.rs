@@ -233,6 +233,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) data: Value,
     /// The rule an `always` answer adds to the approver's policy (a policy's ask only).
     pub(crate) always: Option<wuhu_core::policy::RuleDocument>,
+    /// Whether a policy rule asks (its `approve_session` then stops that rule's person asking).
+    pub(crate) policy: bool,
 }
 
 /// Where a tool call waits for a person's decision (the session actor's approvals).

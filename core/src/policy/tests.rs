@@ -593,3 +593,60 @@ fn always_allows_exactly_what_was_asked_on_the_approvers_own_machine() {
     );
     assert!(refused.unwrap_err().to_string().contains("at most 200"));
 }
+
+#[test]
+fn a_pattern_between_slashes_is_a_regular_expression() {
+    let tenant = policy(
+        TENANT_POLICY_PATH,
+        serde_json::json!([
+            {"id": "vcs", "match": {"command": "/^git (push|commit)( |$)/"}, "decision": "ask"},
+            {"id": "hosts", "match": {"tool": "js_fetch", "host": "/^(10|192\\.168)\\./"}, "decision": "deny"},
+        ]),
+    );
+    let cases = [
+        ("git push origin main", "ask tenant rule \"vcs\""),
+        ("make && git commit -m x", "ask tenant rule \"vcs\""),
+        ("git pushx", "none"),
+        ("git status", "none"),
+    ];
+    for (line, expected) in cases {
+        assert_eq!(decide(&tenant, None, &bash(line)), expected, "{line:?}");
+    }
+    let fetch = |host: &'static str| Call {
+        tool: JS_FETCH,
+        host: Some(host),
+        ..Call::default()
+    };
+    assert_eq!(
+        decide(&tenant, None, &fetch("192.168.1.4")),
+        "deny tenant rule \"hosts\""
+    );
+    assert_eq!(decide(&tenant, None, &fetch("192x168.1.4")), "none");
+    // A wrong expression is refused with its rule; `/` alone is a glob.
+    let bad = Policy::parse(
+        TENANT_POLICY_PATH,
+        Some(r#"{"rules":[{"decision":"allow"},{"match":{"command":"/(/"},"decision":"deny"}]}"#),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        bad.starts_with("config/policy.json: rule 2: match.command: not a regular expression"),
+        "{bad}"
+    );
+    assert!(
+        Policy::parse(
+            TENANT_POLICY_PATH,
+            Some(r#"{"rules":[{"match":{"path":"/"},"decision":"deny"}]}"#)
+        )
+        .is_ok()
+    );
+    // "always" never writes a command that would read as an expression.
+    let asked = policy(
+        TENANT_POLICY_PATH,
+        serde_json::json!([{"match": {"command": "*"}, "decision": "ask"}]),
+    );
+    let line = bash("/bin/ls /");
+    let verdict = evaluate(&asked, None, &line).unwrap();
+    let rule = always_rule(&verdict, &line, "alice").unwrap();
+    assert_eq!(rule.matches.command.as_deref(), Some("ls /"));
+}

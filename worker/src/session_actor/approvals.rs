@@ -19,8 +19,8 @@ use serde::Deserialize;
 use serde_json::json;
 use worker::{Env, SqlStorage, SqlStorageValue};
 use wuhu_core::approvals::{
-    self, Answer, AnswerError, Approver, Grant, MAX_GRANTS_PER_SESSION, Outcome, REMEMBERED_ENDED,
-    State,
+    self, Answer, AnswerError, Approver, Grant, GrantScope, MAX_GRANTS_PER_SESSION, Outcome,
+    REMEMBERED_ENDED, State,
 };
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{AnswerApprovalRequest, AnswerApprovalResponse};
@@ -54,6 +54,8 @@ pub(crate) struct StoredApproval {
     /// The rule an `always` answer adds to the approver's policy (JSON of
     /// `wuhu_core::policy::RuleDocument`); `None`: `always` is not offered.
     pub(crate) always_rule: Option<String>,
+    /// Whether a policy rule asked (decision 0038).
+    pub(crate) policy: bool,
 }
 
 #[derive(Deserialize)]
@@ -69,6 +71,7 @@ struct Row {
     decided_by: Option<String>,
     requested_by: String,
     always_rule: Option<String>,
+    policy: f64,
 }
 
 impl Row {
@@ -85,6 +88,7 @@ impl Row {
             decided_by: self.decided_by,
             requested_by: serde_json::from_str(&self.requested_by).ok()?,
             always_rule: self.always_rule,
+            policy: self.policy != 0.0,
         })
     }
 }
@@ -94,6 +98,7 @@ struct GrantRow {
     runner_owner: String,
     covers: String,
     expires_at: f64,
+    scope: String,
 }
 
 #[derive(Deserialize)]
@@ -106,7 +111,7 @@ struct MinRow {
     m: Option<f64>,
 }
 
-const COLUMNS: &str = "id, step, call_id, part, approver, expires_at, timeout_secs, state, decided_by, requested_by, always_rule";
+const COLUMNS: &str = "id, step, call_id, part, approver, expires_at, timeout_secs, state, decided_by, requested_by, always_rule, policy";
 
 /// The approval tables of one session actor. Synchronous, like `Store`: writes between two
 /// awaits commit together with the entries and the checkpoint.
@@ -144,6 +149,12 @@ impl ApprovalStore {
         if !columns.iter().any(|c| c == "always_rule") {
             sql.exec("ALTER TABLE approvals ADD COLUMN always_rule TEXT", None)?;
         }
+        if !columns.iter().any(|c| c == "policy") {
+            sql.exec(
+                "ALTER TABLE approvals ADD COLUMN policy INTEGER NOT NULL DEFAULT 0",
+                None,
+            )?;
+        }
         sql.exec(
             "CREATE INDEX IF NOT EXISTS approvals_by_call ON approvals (step, call_id)",
             None,
@@ -151,6 +162,11 @@ impl ApprovalStore {
         migrate_unscoped_grants(&sql)?;
         sql.exec(
             "CREATE TABLE IF NOT EXISTS approved_runner_owners (runner_owner TEXT NOT NULL, covers TEXT NOT NULL, by TEXT NOT NULL, at INTEGER NOT NULL, expires_at INTEGER NOT NULL, PRIMARY KEY (runner_owner, covers))",
+            None,
+        )?;
+        // `approve_session` on a policy's ask (decision 0038): the same shape, another scope.
+        sql.exec(
+            "CREATE TABLE IF NOT EXISTS policy_grants (runner_owner TEXT NOT NULL, covers TEXT NOT NULL, by TEXT NOT NULL, at INTEGER NOT NULL, expires_at INTEGER NOT NULL, PRIMARY KEY (runner_owner, covers))",
             None,
         )?;
         Ok(ApprovalStore { sql })
@@ -185,7 +201,7 @@ impl ApprovalStore {
         let requested_by = serde_json::to_string(&approval.requested_by)
             .map_err(|e| worker::Error::RustError(e.to_string()))?;
         self.sql.exec(
-            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)"),
+            &format!("INSERT INTO approvals ({COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)"),
             vec![
                 approval.id.as_str().into(),
                 (approval.step as i64).into(),
@@ -200,6 +216,7 @@ impl ApprovalStore {
                     .always_rule
                     .as_deref()
                     .map_or(SqlStorageValue::Null, SqlStorageValue::from),
+                i64::from(approval.policy).into(),
                 SqlStorageValue::try_from_i64(created_at.0 as i64)?,
             ],
         )?;
@@ -241,14 +258,18 @@ impl ApprovalStore {
         let rows: Vec<GrantRow> = self
             .sql
             .exec(
-                "SELECT runner_owner, covers, expires_at FROM approved_runner_owners WHERE expires_at > ?",
-                vec![SqlStorageValue::try_from_i64(now.0 as i64)?],
+                "SELECT runner_owner, covers, expires_at, 'machine' AS scope FROM approved_runner_owners WHERE expires_at > ? UNION ALL SELECT runner_owner, covers, expires_at, 'policy' AS scope FROM policy_grants WHERE expires_at > ?",
+                vec![
+                    SqlStorageValue::try_from_i64(now.0 as i64)?,
+                    SqlStorageValue::try_from_i64(now.0 as i64)?,
+                ],
             )?
             .to_array()?;
         Ok(rows
             .into_iter()
             .filter_map(|r| {
                 Some(Grant {
+                    scope: GrantScope::parse(&r.scope)?,
                     runner_owner: r.runner_owner,
                     covers: serde_json::from_str(&r.covers).ok()?,
                     expires_at: Millis(r.expires_at as u64),
@@ -262,8 +283,12 @@ impl ApprovalStore {
     fn remember_grant(&self, grant: &Grant, by: &str, at: Millis) -> SqlResult<()> {
         let covers = serde_json::to_string(&grant.covers)
             .map_err(|e| worker::Error::RustError(e.to_string()))?;
+        let table = match grant.scope {
+            GrantScope::Machine => "approved_runner_owners",
+            GrantScope::Policy => "policy_grants",
+        };
         self.sql.exec(
-            "INSERT OR REPLACE INTO approved_runner_owners (runner_owner, covers, by, at, expires_at) VALUES (?, ?, ?, ?, ?)",
+            &format!("INSERT OR REPLACE INTO {table} (runner_owner, covers, by, at, expires_at) VALUES (?, ?, ?, ?, ?)"),
             vec![
                 grant.runner_owner.as_str().into(),
                 covers.into(),
@@ -273,11 +298,11 @@ impl ApprovalStore {
             ],
         )?;
         self.sql.exec(
-            "DELETE FROM approved_runner_owners WHERE expires_at <= ?",
+            &format!("DELETE FROM {table} WHERE expires_at <= ?"),
             vec![SqlStorageValue::try_from_i64(at.0 as i64)?],
         )?;
         self.sql.exec(
-            "DELETE FROM approved_runner_owners WHERE rowid NOT IN (SELECT rowid FROM approved_runner_owners ORDER BY expires_at DESC LIMIT ?)",
+            &format!("DELETE FROM {table} WHERE rowid NOT IN (SELECT rowid FROM {table} ORDER BY expires_at DESC LIMIT ?)"),
             vec![(MAX_GRANTS_PER_SESSION as i64).into()],
         )?;
         Ok(())
@@ -416,6 +441,7 @@ impl ApprovalGate for ActorApprovals {
                 .always
                 .as_ref()
                 .and_then(|rule| serde_json::to_string(rule).ok()),
+            policy: ask.policy,
         };
         let answer_path = format!(
             "/v1/sessions/{}/approvals/{}",
@@ -435,7 +461,8 @@ impl ApprovalGate for ActorApprovals {
         data["requestedBy"] = json!(turn_authors);
         // Whether "approve for this session" may answer it (not for a guest); it would last
         // this long and cover these people.
-        data["sessionApproval"] = if approvals::session_approval_offered(&turn_authors) {
+        let offered = matches!(ask.approver, Approver::RunnerOwner(_)) || ask.policy;
+        data["sessionApproval"] = if offered && approvals::session_approval_offered(&turn_authors) {
             json!({"covers": turn_authors, "seconds": grant_secs(&actor.env)})
         } else {
             serde_json::Value::Null
@@ -542,6 +569,7 @@ pub(crate) async fn answer_route(
         expires_at: approval.expires_at,
         requested_by: &approval.requested_by,
         always_offered: approval.always_rule.is_some(),
+        policy_ask: approval.policy,
     };
     let state = match approvals::answer(&identity.principal(), &asked, t, answer) {
         Ok(state) => state,
@@ -568,18 +596,25 @@ pub(crate) async fn answer_route(
     }
     let by = identity.sub.as_str();
     end(actor, &approval, state, Some(by), answer.as_str())?;
-    if let Some(grant) = approvals::session_grant(
+    for grant in approvals::session_grants(
         &approval.approver,
         answer,
         &approval.requested_by,
+        approval.policy,
         t,
         grant_secs(&actor.env),
     ) {
         store.remember_grant(&grant, by, t)?;
-        // The owner's other pending approvals in this session that it covers are approved
+        // The approver's other pending approvals in this session that it covers are approved
         // with it (those for other people still wait).
         for other in store.pending()? {
-            if approvals::covered_by(&other.approver, &other.requested_by, &grant, t) {
+            if approvals::covered_by(
+                &other.approver,
+                &other.requested_by,
+                other.policy,
+                &grant,
+                t,
+            ) {
                 end(actor, &other, State::Approved, Some(by), answer.as_str())?;
             }
         }
