@@ -166,6 +166,15 @@ pub fn session_grants(
     grants
 }
 
+/// Who must answer a policy rule's `ask` (`crate::policy::Verdict`): the session's owner for a
+/// tenant rule, the rule's user (as the runner's owner) for their own.
+pub fn policy_approver(rule: &crate::policy::RuleRef, session_owner: &str) -> Approver {
+    match &rule.source {
+        crate::policy::Source::Tenant => Approver::SessionOwner(session_owner.to_string()),
+        crate::policy::Source::User(sub) => Approver::RunnerOwner(sub.clone()),
+    }
+}
+
 /// Whether a policy's ask to `approver` is answered already for a turn acting for `turn`: by a
 /// policy grant of that person, or (a runner owner's ask) by their machine grant.
 pub fn policy_ask_covered(

@@ -410,15 +410,6 @@ impl Verdict {
             .unwrap_or_default();
         format!("{} ({}{why})", self.subject, self.rule.describe())
     }
-
-    /// Who must answer a rule's `ask`: the session's owner for a tenant rule, the rule's user
-    /// for their own.
-    pub fn approver(&self, session_owner: &str) -> crate::authority::Approver {
-        match &self.rule.source {
-            Source::Tenant => crate::authority::Approver::SessionOwner(session_owner.to_string()),
-            Source::User(sub) => crate::authority::Approver::RunnerOwner(sub.clone()),
-        }
-    }
 }
 
 /// The rule that decides `call` (see the module docs), or `None` when none matches. `user` is

@@ -27,6 +27,7 @@ mod model_choice;
 mod model_tool;
 mod observe;
 mod orchestration_tools;
+mod policy_book;
 mod policy_gate;
 mod rate_limit;
 mod runner_calls;

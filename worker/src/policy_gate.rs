@@ -3,14 +3,7 @@
 //! `deny`, the session's approval gate for `ask`, a `wuhu_policy_decision_v1` entry for every
 //! decision a rule made.
 //!
-//! The tenant's `config/policy.json` is read with the tenant's settings (a change is told to
-//! the sessions that keep a reading, decision 0021); a user's `users/<sub>/policy.json` is read
-//! the first time a call of this reading reaches one of their runners, and kept with it (a
-//! change is told the same way, `workspace_io::settings_stored`).
-
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
+//! The documents themselves are read by `crate::policy_book`.
 
 use serde_json::{Value, json};
 use wuhu_core::approvals::{self, Action, Approver, Target};
@@ -18,42 +11,6 @@ use wuhu_core::policy::{self, Call, Decision, Policy, Verdict};
 use wuhu_core::wire::{EntryPayload, custom_types};
 
 use crate::tool_context::{Ask, ToolContext, ToolOutput};
-
-/// The policies one reading of the settings holds.
-#[derive(Default)]
-pub(crate) struct PolicyBook {
-    tenant: Policy,
-    /// Each user's, read when first needed: an unreadable or invalid one is kept as its error.
-    users: RefCell<HashMap<String, Result<Rc<Policy>, String>>>,
-}
-
-impl PolicyBook {
-    pub(crate) fn new(tenant: Policy) -> PolicyBook {
-        PolicyBook {
-            tenant,
-            users: RefCell::default(),
-        }
-    }
-
-    /// `sub`'s own policy. A failed read is not kept (the next call reads again); an invalid
-    /// document is, until it changes.
-    async fn user(&self, ctx: &ToolContext, sub: &str) -> Result<Rc<Policy>, String> {
-        if let Some(kept) = self.users.borrow().get(sub) {
-            return kept.clone();
-        }
-        let path = policy::user_policy_path(sub);
-        let doc = crate::workspace_io::read(&ctx.env, &ctx.session.tenant, &path)
-            .await
-            .map_err(|e| format!("{path} could not be read: {}", e.message))?;
-        let parsed = Policy::parse(&path, doc.as_ref().map(|d| d.content.as_str()))
-            .map(Rc::new)
-            .map_err(|e| e.to_string());
-        self.users
-            .borrow_mut()
-            .insert(sub.to_string(), parsed.clone());
-        parsed
-    }
-}
 
 /// The approval part of a tool call's own policy ask (see `ApprovalGate::request`).
 pub(crate) const CALL_PART: &str = "policy";
@@ -84,7 +41,7 @@ pub(crate) async fn check(
     details: Value,
 ) -> Checked {
     let user = match call.runner_owner {
-        Some(sub) => match ctx.policy.user(ctx, sub).await {
+        Some(sub) => match ctx.policy.user(&ctx.env, &ctx.session.tenant, sub).await {
             Ok(policy) => Some((sub, policy)),
             Err(e) => {
                 return Err(ToolOutput::text(Err(format!(
@@ -95,7 +52,7 @@ pub(crate) async fn check(
         None => None,
     };
     let user = user.as_ref().map(|(sub, p)| (*sub, p.as_ref()));
-    let Some(verdict) = policy::evaluate(&ctx.policy.tenant, user, call) else {
+    let Some(verdict) = policy::evaluate(ctx.policy.tenant(), user, call) else {
         return Ok(Decided::default());
     };
     let entry = |outcome: Option<&str>| {
@@ -142,7 +99,7 @@ async fn ask(
     details: Value,
     verdict: &Verdict,
 ) -> Result<(&'static str, Option<String>), String> {
-    let approver = verdict.approver(&ctx.session.owner);
+    let approver = approvals::policy_approver(&verdict.rule, &ctx.session.owner);
     let person = match &approver {
         Approver::RunnerOwner(sub) | Approver::SessionOwner(sub) => sub.clone(),
     };

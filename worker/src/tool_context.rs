@@ -63,7 +63,7 @@ pub(crate) struct ToolContext {
     /// Their masker (and the detector): what a tool hands a script is masked with it.
     pub(crate) masker: std::rc::Rc<wuhu_core::masking::Masker>,
     /// The policies of the step's settings reading (`crate::policy_gate`).
-    pub(crate) policy: Rc<crate::policy_gate::PolicyBook>,
+    pub(crate) policy: Rc<crate::policy_book::PolicyBook>,
     /// The tool call this context serves (named by its policy decisions).
     pub(crate) call_id: String,
     /// Policy decisions made while the tool ran (a `js` script's fetches), shown before its

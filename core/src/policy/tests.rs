@@ -471,7 +471,7 @@ fn texts_name_the_rule_the_reason_and_what_matched() {
     expect_test::expect![[r#"{"decision":"deny","reason":"nothing is deleted outside the workspace","rule":{"id":"no-rm","index":1,"source":"tenant"},"subject":"rm -rf /","text":"Policy refused bash: \"rm -rf /\" (tenant rule \"no-rm\").","tool":"bash","toolCallId":"c1"}"#]]
     .assert_eq(&decision_entry(&v, "bash", "c1").to_string());
     assert_eq!(
-        v.approver("owner"),
+        crate::approvals::policy_approver(&v.rule, "owner"),
         crate::authority::Approver::SessionOwner("owner".into())
     );
 }

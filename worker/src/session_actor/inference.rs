@@ -270,7 +270,7 @@ pub(crate) struct Settings {
     /// Their masker, built at first use.
     masker: std::cell::OnceCell<Rc<Masker>>,
     /// `config/policy.json`, and each user's policy once a call needed it.
-    pub(crate) policy: Rc<crate::policy_gate::PolicyBook>,
+    pub(crate) policy: Rc<crate::policy_book::PolicyBook>,
 }
 
 impl Settings {
@@ -407,7 +407,7 @@ fn parse_settings(docs: &SettingsDocs) -> Result<Settings, LlmFailure> {
         tenant: config,
         secrets: Rc::new([]),
         masker: Default::default(),
-        policy: Rc::new(crate::policy_gate::PolicyBook::new(policy)),
+        policy: Rc::new(crate::policy_book::PolicyBook::new(policy)),
     })
 }
 
