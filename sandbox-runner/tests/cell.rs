@@ -309,13 +309,15 @@ fn limits_hold_processes_file_size_and_cpu() {
         },
         ..CellSettings::default()
     };
-    // A fork bomb: bounded, and the call ends (its PID 1 ends, the namespace with it).
-    let started = std::time::Instant::now();
+    // A fork bomb: bounded, and the call ends by itself (its PID 1 ends, the namespace with
+    // it): "survived" is printed only by a shell that ran to its end before the call's own
+    // 60 s deadline. How long that takes depends on the machine's load (bash retries a refused
+    // fork with a growing pause), so no wall-clock bound is asserted: one of 30 s failed a
+    // fresh-clone run on a busy 2-core machine.
     let out = world.bash_with(
         &small,
         "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",
     );
-    assert!(started.elapsed() < std::time::Duration::from_secs(30));
     assert!(out.content.contains("survived"), "{}", out.content);
     // Filling the disk past the file-size limit.
     let out = world.bash_with(
