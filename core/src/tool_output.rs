@@ -47,6 +47,10 @@ pub const MAX_LIVE_CALLS: usize = 64;
 /// [`MAX_PROGRESS_FRAME_TEXT_BYTES`]); a longer one keeps its end.
 pub const MAX_RELAYED_TEXT_BYTES: usize = 2 * MAX_PROGRESS_FRAME_TEXT_BYTES;
 
+/// Frames of one call the runner hub holds while it relays them to the session; past it the
+/// oldest is dropped (and counted in a [`skipped_marker`]).
+pub const MAX_RELAY_QUEUED_FRAMES: usize = 8;
+
 /// The last frame of a call that spent [`MAX_PROGRESS_BYTES_PER_CALL`] ends with this.
 pub const STOPPED_MARKER: &str =
     "\n[live output stopped after 4 MiB; the tool result has the end of the output]\n";
@@ -192,6 +196,45 @@ fn ceil_char_boundary(text: &str, mut at: usize) -> usize {
         at += 1;
     }
     at
+}
+
+/// One call's frames on their way from the runner hub to the session, in order: the first
+/// frame makes its handler the call's one forwarder, which sends until the queue is empty
+/// (frames that arrive meanwhile join the queue), so a slow session never reorders them and
+/// the hub holds at most [`MAX_RELAY_QUEUED_FRAMES`] per call.
+#[derive(Debug, Default)]
+pub struct RelayQueue {
+    frames: VecDeque<(OutputStream, String)>,
+    /// Bytes of text dropped since the last frame forwarded.
+    skipped: u64,
+    /// A forwarder runs.
+    busy: bool,
+}
+
+impl RelayQueue {
+    /// Queues a frame; `true` when the caller is to forward (no forwarder runs).
+    pub fn push(&mut self, stream: OutputStream, text: String) -> bool {
+        if self.frames.len() >= MAX_RELAY_QUEUED_FRAMES
+            && let Some((_, dropped)) = self.frames.pop_front()
+        {
+            self.skipped += dropped.len() as u64;
+        }
+        self.frames.push_back((stream, text));
+        !std::mem::replace(&mut self.busy, true)
+    }
+
+    /// The next frame to forward; `None`: the queue is empty and the forwarder stops.
+    pub fn pop(&mut self) -> Option<(OutputStream, String)> {
+        let Some((stream, text)) = self.frames.pop_front() else {
+            self.busy = false;
+            return None;
+        };
+        if self.skipped > 0 {
+            let marker = skipped_marker(std::mem::take(&mut self.skipped));
+            return Some((stream, marker + &text));
+        }
+        Some((stream, text))
+    }
 }
 
 /// One stream of a running call, as a session relays it.

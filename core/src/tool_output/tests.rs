@@ -331,3 +331,45 @@ fn a_session_follows_at_most_its_bound_of_calls() {
     assert!(live.is_running(&format!("c{MAX_LIVE_CALLS}")));
     assert_eq!(live.tail_bytes(), MAX_LIVE_CALLS);
 }
+
+#[test]
+fn the_hub_relays_a_calls_frames_in_order_through_one_forwarder() {
+    let mut queue = RelayQueue::default();
+    let c = OutputStream::Combined;
+    // The first frame's handler forwards; later ones only queue while it does.
+    assert!(queue.push(c, "1".into()));
+    assert!(!queue.push(c, "2".into()));
+    assert_eq!(queue.pop(), Some((c, "1".into())));
+    assert!(!queue.push(c, "3".into()));
+    assert_eq!(queue.pop(), Some((c, "2".into())));
+    assert_eq!(queue.pop(), Some((c, "3".into())));
+    assert_eq!(queue.pop(), None);
+    // Idle again: the next frame's handler forwards.
+    assert!(queue.push(c, "4".into()));
+    assert_eq!(queue.pop(), Some((c, "4".into())));
+    assert_eq!(queue.pop(), None);
+    // At the bound, and one past it: the oldest is dropped and counted.
+    for extra in [0usize, 1, 3] {
+        let mut queue = RelayQueue::default();
+        for i in 0..MAX_RELAY_QUEUED_FRAMES + extra {
+            queue.push(c, format!("f{i:02}"));
+        }
+        let mut got = Vec::new();
+        while let Some((_, text)) = queue.pop() {
+            got.push(text);
+        }
+        assert_eq!(got.len(), MAX_RELAY_QUEUED_FRAMES, "extra {extra}");
+        if extra > 0 {
+            assert_eq!(
+                got[0],
+                format!("{}f{extra:02}", skipped_marker(3 * extra as u64))
+            );
+        } else {
+            assert_eq!(got[0], "f00");
+        }
+        assert_eq!(
+            got.last().unwrap(),
+            &format!("f{:02}", MAX_RELAY_QUEUED_FRAMES + extra - 1)
+        );
+    }
+}

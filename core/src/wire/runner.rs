@@ -189,6 +189,21 @@ pub struct JobEvent {
     pub report: JobReport,
 }
 
+/// Between the runner hub and a session actor (`POST /tool_output`, never from outside): the
+/// output of a call the session waits for, as its runner sent it in `tool_progress` frames
+/// (`crate::tool_output`). The hub relays a call's frames in order, to the session that made
+/// the call, and only while it waits for the call.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolOutputRelay {
+    /// The `tool_call`'s id (the session's runner call, not the model's tool call id).
+    pub runner_call_id: String,
+    /// Which output.
+    pub stream: OutputStream,
+    /// The text.
+    pub text: String,
+}
+
 /// How a background job stands.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

@@ -1,0 +1,226 @@
+//! Live tool output (issue 36, `docs/api.md` "tool_output_delta"): a `bash` call's output
+//! reaches the session's followers while the command runs, in order, masked of the secrets it
+//! was given, bounded however much it prints; a follower that joins mid-command gets the
+//! running call's recent output first. Nothing of it is stored: the result is the source of
+//! truth.
+//!
+//! Real runner, real `wrangler dev`; the commands wait on files the test creates once it saw
+//! what it waits for (no sleeps for synchronisation).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wuhu_core::tool_output::{MAX_PROGRESS_BYTES_PER_CALL, MAX_PROGRESS_FRAME_TEXT_BYTES};
+use wuhu_e2e::entries::{assistant, fake_directive, tool_result};
+use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
+use wuhu_e2e::sse::summarize;
+use wuhu_e2e::util::{random_hex, unique_name};
+use wuhu_e2e::{Api, SseEvent, SseStream, Stack};
+
+const TURN: Duration = Duration::from_secs(120);
+
+fn stack() -> &'static Stack {
+    wuhu_e2e::shared_fake_stack()
+}
+
+/// A session of `api`'s with environment `ci` (on a runner of its own over `work`) attached;
+/// the definition gives its commands the secret `LIVE_TOKEN`.
+fn session_with_environment(api: &Api, tenant: &str, work: &std::path::Path) -> (String, Runner) {
+    let runner = Runner::start(RunnerConfig::new(stack(), "alice", tenant, "mac").env("work", work));
+    let defined = api.post(
+        "/v1/environments",
+        &json!({"name": "ci", "kind": "local", "runner": "mac", "path": work, "secrets": ["LIVE_TOKEN"]}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    let id = api.create_fake_session().id;
+    let attach = api.run_tool(&id, "request_environment", json!({"spec": "ci"}), TURN);
+    assert!(!attach.is_error, "{}", attach.content);
+    (id, runner)
+}
+
+/// Has the fake model call `bash` with `command` (answered by `marker` after the result).
+fn start_bash(api: &Api, id: &str, command: &str, marker: &str) {
+    let content = fake_directive(&json!({
+        "toolCalls": [{"name": "bash", "arguments": {"command": command}}],
+        "afterTools": marker,
+    }));
+    api.enqueue(id, "followUp", &content);
+}
+
+/// The `tool_output_delta` text of `event`, if it is one.
+fn output(event: &SseEvent) -> Option<&str> {
+    (event.event == "tool_output_delta").then(|| event.data["text"].as_str().unwrap_or_default())
+}
+
+fn is_result(event: &SseEvent) -> bool {
+    event.entry().is_some_and(|e| tool_result(&e).is_some())
+}
+
+/// Reads `stream` until the output shown so far contains `needle`; returns the output and the
+/// events read.
+#[track_caller]
+fn read_output_until(stream: &mut SseStream, needle: &str, shown: &mut String) -> Vec<SseEvent> {
+    stream.collect_until(TURN, |event| {
+        assert!(
+            !is_result(event),
+            "the call's result came before {needle:?} was shown live: {shown:?}"
+        );
+        if let Some(text) = output(event) {
+            shown.push_str(text);
+        }
+        shown.contains(needle)
+    })
+}
+
+#[test]
+fn output_reaches_followers_while_the_command_runs_in_order_masked_with_the_tail_for_late_joiners()
+{
+    let tenant = unique_name("live");
+    let alice = stack().client("alice", &tenant);
+    let value = format!("ghp_{}", random_hex(18));
+    let set = alice.send(
+        alice
+            .request("PUT", "/v1/secrets/LIVE_TOKEN")
+            .json(&json!({"value": value})),
+    );
+    assert_eq!(set.status, 200, "{set}");
+    let dir = TempDir::new("wuhu-e2e-live");
+    let work = dir.mkdir("work");
+    let (id, _runner) = session_with_environment(&alice, &tenant, &work);
+    let since = alice.session(&id).session.last_cursor;
+    let query = format!("sinceCursor={since}&timeoutSeconds=120");
+    let mut early = alice.follow(&id, &query);
+
+    // The command prints, waits for `go`, prints, waits for `end`.
+    let command = r#"echo "first line $LIVE_TOKEN"; printf 'second line\n'
+while [ ! -e go ]; do sleep 0.02; done
+echo "after go"
+while [ ! -e end ]; do sleep 0.02; done
+echo "last line""#;
+    let marker = format!("live done {}", random_hex(4));
+    start_bash(&alice, &id, command, &marker);
+
+    // Seen live, before the command could end (it waits for `go`), masked.
+    let mut early_shown = String::new();
+    let before = read_output_until(&mut early, "second line\n", &mut early_shown);
+    let call_id = before
+        .iter()
+        .rev()
+        .find_map(|e| e.entry().and_then(|e| assistant(&e).cloned()))
+        .and_then(|m| m.tool_calls().next().map(|c| c.id.clone()))
+        .expect("the bash call's entry came before its output");
+    assert!(
+        before
+            .iter()
+            .filter_map(|e| output(e).map(|_| &e.data["callId"]))
+            .all(|c| c == &Value::String(call_id.clone())),
+        "{}",
+        summarize(&before)
+    );
+    assert_eq!(
+        early_shown, "first line [secret:LIVE_TOKEN]\nsecond line\n",
+        "{}",
+        summarize(&before)
+    );
+
+    // A follower that joins now gets the tail first (after the backfill and the status).
+    let mut late = alice.follow(&id, &query);
+    let mut late_shown = String::new();
+    let joined = read_output_until(&mut late, "second line\n", &mut late_shown);
+    assert_eq!(late_shown, early_shown, "{}", summarize(&joined));
+    assert_eq!(
+        joined.iter().filter(|e| output(e).is_some()).count(),
+        1,
+        "the tail is one event: {}",
+        summarize(&joined)
+    );
+    let status_at = joined.iter().position(|e| e.event == "status");
+    let tail_at = joined.iter().position(|e| output(e).is_some());
+    assert!(status_at < tail_at, "{}", summarize(&joined));
+
+    // Both see what it prints next, live, in order.
+    std::fs::write(work.join("go"), "").unwrap();
+    read_output_until(&mut early, "after go\n", &mut early_shown);
+    read_output_until(&mut late, "after go\n", &mut late_shown);
+    assert!(early_shown.ends_with("second line\nafter go\n"), "{early_shown:?}");
+    assert!(late_shown.ends_with("second line\nafter go\n"), "{late_shown:?}");
+    std::fs::write(work.join("end"), "").unwrap();
+
+    // The result is the source of truth; nothing of the deltas was stored.
+    for stream in [&mut early, &mut late] {
+        let rest = stream.collect_until(TURN, is_result);
+        let shown: String = rest.iter().filter_map(output).collect();
+        assert!(
+            !shown.contains(&value),
+            "{}",
+            summarize(&rest)
+        );
+    }
+    let entries = alice.wait_transcript(&id, "the step after the result", TURN, |entries| {
+        entries
+            .iter()
+            .any(|e| assistant(e).is_some_and(|m| m.text() == marker))
+    });
+    let stored = serde_json::to_string(&entries).unwrap();
+    assert!(!stored.contains(&value));
+    assert!(!stored.contains("tool_output_delta"));
+    let result = entries.iter().find_map(tool_result).expect("a result");
+    let text = serde_json::to_string(result).unwrap();
+    assert!(text.contains("last line"), "{text}");
+    assert!(early_shown.len() <= text.len() + 64, "{early_shown:?}");
+}
+
+/// A command printing 50 MB: its followers get a bounded stream (counted), the runner's
+/// memory stays flat, and the result still comes.
+#[test]
+fn a_flood_of_output_keeps_the_stream_bounded() {
+    let tenant = unique_name("flood");
+    let alice = stack().client("alice", &tenant);
+    let dir = TempDir::new("wuhu-e2e-flood");
+    let work = dir.mkdir("work");
+    let (id, runner) = session_with_environment(&alice, &tenant, &work);
+    let since = alice.session(&id).session.last_cursor;
+    let mut follower = alice.follow(&id, &format!("sinceCursor={since}&timeoutSeconds=300"));
+    let marker = format!("flood done {}", random_hex(4));
+    let started = Instant::now();
+    start_bash(
+        &alice,
+        &id,
+        "head -c 50000000 /dev/zero | tr '\\0' 'x'; echo; echo flood over",
+        &marker,
+    );
+    let events = follower.collect_until(Duration::from_secs(300), is_result);
+    let frames: Vec<&str> = events.iter().filter_map(output).collect();
+    let bytes: usize = frames.iter().map(|f| f.len()).sum();
+    eprintln!(
+        "50 MB command: {} deltas, {bytes} bytes to the follower, result after {:?}",
+        frames.len(),
+        started.elapsed()
+    );
+    assert!(!frames.is_empty(), "{}", summarize(&events));
+    assert!(
+        bytes <= MAX_PROGRESS_BYTES_PER_CALL + 4096,
+        "{bytes} bytes of live output"
+    );
+    assert!(
+        frames
+            .iter()
+            .all(|f| f.len() <= 2 * MAX_PROGRESS_FRAME_TEXT_BYTES),
+        "a delta over the bound"
+    );
+    if let Some(pid) = runner.pid() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let peak_kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0);
+        eprintln!("runner peak RSS after the flood: {peak_kb} kB");
+        assert!(peak_kb < 64 * 1024, "the runner peaked at {peak_kb} kB");
+    }
+    alice.wait_transcript(&id, "the step after the result", TURN, |entries| {
+        entries
+            .iter()
+            .any(|e| assistant(e).is_some_and(|m| m.text() == marker))
+    });
+}
