@@ -24,12 +24,18 @@ fn stack() -> &'static Stack {
 }
 
 /// A session of `api`'s with environment `ci` (on a runner of its own over `work`) attached;
-/// the definition gives its commands the secret `LIVE_TOKEN`.
-fn session_with_environment(api: &Api, tenant: &str, work: &std::path::Path) -> (String, Runner) {
-    let runner = Runner::start(RunnerConfig::new(stack(), "alice", tenant, "mac").env("work", work));
+/// the definition gives its commands `secrets`.
+fn session_with_environment(
+    api: &Api,
+    tenant: &str,
+    work: &std::path::Path,
+    secrets: &[&str],
+) -> (String, Runner) {
+    let runner =
+        Runner::start(RunnerConfig::new(stack(), "alice", tenant, "mac").env("work", work));
     let defined = api.post(
         "/v1/environments",
-        &json!({"name": "ci", "kind": "local", "runner": "mac", "path": work, "secrets": ["LIVE_TOKEN"]}),
+        &json!({"name": "ci", "kind": "local", "runner": "mac", "path": work, "secrets": secrets}),
     );
     assert_eq!(defined.status, 201, "{defined}");
     let id = api.create_fake_session().id;
@@ -86,7 +92,7 @@ fn output_reaches_followers_while_the_command_runs_in_order_masked_with_the_tail
     assert_eq!(set.status, 200, "{set}");
     let dir = TempDir::new("wuhu-e2e-live");
     let work = dir.mkdir("work");
-    let (id, _runner) = session_with_environment(&alice, &tenant, &work);
+    let (id, _runner) = session_with_environment(&alice, &tenant, &work, &["LIVE_TOKEN"]);
     let since = alice.session(&id).session.last_cursor;
     let query = format!("sinceCursor={since}&timeoutSeconds=120");
     let mut early = alice.follow(&id, &query);
@@ -118,7 +124,8 @@ echo "last line""#;
         summarize(&before)
     );
     assert_eq!(
-        early_shown, "first line [secret:LIVE_TOKEN]\nsecond line\n",
+        early_shown,
+        "first line [secret:LIVE_TOKEN]\nsecond line\n",
         "{}",
         summarize(&before)
     );
@@ -142,19 +149,21 @@ echo "last line""#;
     std::fs::write(work.join("go"), "").unwrap();
     read_output_until(&mut early, "after go\n", &mut early_shown);
     read_output_until(&mut late, "after go\n", &mut late_shown);
-    assert!(early_shown.ends_with("second line\nafter go\n"), "{early_shown:?}");
-    assert!(late_shown.ends_with("second line\nafter go\n"), "{late_shown:?}");
+    assert!(
+        early_shown.ends_with("second line\nafter go\n"),
+        "{early_shown:?}"
+    );
+    assert!(
+        late_shown.ends_with("second line\nafter go\n"),
+        "{late_shown:?}"
+    );
     std::fs::write(work.join("end"), "").unwrap();
 
     // The result is the source of truth; nothing of the deltas was stored.
     for stream in [&mut early, &mut late] {
         let rest = stream.collect_until(TURN, is_result);
         let shown: String = rest.iter().filter_map(output).collect();
-        assert!(
-            !shown.contains(&value),
-            "{}",
-            summarize(&rest)
-        );
+        assert!(!shown.contains(&value), "{}", summarize(&rest));
     }
     let entries = alice.wait_transcript(&id, "the step after the result", TURN, |entries| {
         entries
@@ -164,10 +173,23 @@ echo "last line""#;
     let stored = serde_json::to_string(&entries).unwrap();
     assert!(!stored.contains(&value));
     assert!(!stored.contains("tool_output_delta"));
-    let result = entries.iter().find_map(tool_result).expect("a result");
+    let result = entries
+        .iter()
+        .filter_map(tool_result)
+        .next_back()
+        .expect("a result");
     let text = serde_json::to_string(result).unwrap();
     assert!(text.contains("last line"), "{text}");
     assert!(early_shown.len() <= text.len() + 64, "{early_shown:?}");
+}
+
+/// The peak resident memory of `runner`'s process (Linux), in kB.
+fn peak_kb(runner: &Runner) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", runner.pid()?)).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// A command printing 50 MB: its followers get a bounded stream (counted), the runner's
@@ -178,8 +200,9 @@ fn a_flood_of_output_keeps_the_stream_bounded() {
     let alice = stack().client("alice", &tenant);
     let dir = TempDir::new("wuhu-e2e-flood");
     let work = dir.mkdir("work");
-    let (id, runner) = session_with_environment(&alice, &tenant, &work);
+    let (id, runner) = session_with_environment(&alice, &tenant, &work, &[]);
     let since = alice.session(&id).session.last_cursor;
+    let peak_before = peak_kb(&runner);
     let mut follower = alice.follow(&id, &format!("sinceCursor={since}&timeoutSeconds=300"));
     let marker = format!("flood done {}", random_hex(4));
     let started = Instant::now();
@@ -190,6 +213,15 @@ fn a_flood_of_output_keeps_the_stream_bounded() {
         &marker,
     );
     let events = follower.collect_until(Duration::from_secs(300), is_result);
+    let result = events
+        .iter()
+        .find_map(|e| e.entry().and_then(|e| tool_result(&e).cloned()))
+        .expect("a result");
+    assert!(
+        !result.is_error,
+        "{}",
+        serde_json::to_string(&result).unwrap()
+    );
     let frames: Vec<&str> = events.iter().filter_map(output).collect();
     let bytes: usize = frames.iter().map(|f| f.len()).sum();
     eprintln!(
@@ -208,15 +240,14 @@ fn a_flood_of_output_keeps_the_stream_bounded() {
             .all(|f| f.len() <= 2 * MAX_PROGRESS_FRAME_TEXT_BYTES),
         "a delta over the bound"
     );
-    if let Some(pid) = runner.pid() {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let peak_kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0);
-        eprintln!("runner peak RSS after the flood: {peak_kb} kB");
-        assert!(peak_kb < 64 * 1024, "the runner peaked at {peak_kb} kB");
+    // The runner's peak memory grew by little more than its fixed buffers (the command's
+    // output kept for the result, the progress buffer), not by what the command printed.
+    if let (Some(before), Some(after)) = (peak_before, peak_kb(&runner)) {
+        eprintln!("runner peak RSS: {before} kB before the flood, {after} kB after");
+        assert!(
+            after < before + 16 * 1024,
+            "the runner's peak grew from {before} kB to {after} kB"
+        );
     }
     alice.wait_transcript(&id, "the step after the result", TURN, |entries| {
         entries
