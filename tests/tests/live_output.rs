@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use wuhu_core::tool_output::{MAX_PROGRESS_BYTES_PER_CALL, MAX_PROGRESS_FRAME_TEXT_BYTES};
 use wuhu_e2e::entries::{assistant, fake_directive, tool_result};
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
+use wuhu_e2e::socket::{SessionSocket, SocketAuth};
 use wuhu_e2e::sse::summarize;
 use wuhu_e2e::util::{random_hex, unique_name};
 use wuhu_e2e::{Api, SseEvent, SseStream, Stack};
@@ -145,10 +146,37 @@ echo "last line""#;
     let tail_at = joined.iter().position(|e| output(e).is_some());
     assert!(status_at < tail_at, "{}", summarize(&joined));
 
-    // Both see what it prints next, live, in order.
+    // So does a session socket, and it sees what comes next live too.
+    let auth = match alice.token() {
+        Some(token) => SocketAuth::Bearer(token.to_string()),
+        None => SocketAuth::None,
+    };
+    let mut socket =
+        SessionSocket::connect(&stack().base_url(), &id, &format!("?after={since}"), &auth)
+            .unwrap_or_else(|e| panic!("the socket upgrade was refused: {e:?}"));
+    let mut socket_shown = String::new();
+    let socket_output = |socket: &mut SessionSocket, shown: &mut String, needle: &str| {
+        while !shown.contains(needle) {
+            let frame = socket.next_frame(TURN);
+            if frame["type"] == "tool_output_delta" {
+                assert_eq!(frame["callId"], call_id.as_str(), "{frame}");
+                shown.push_str(frame["text"].as_str().unwrap_or_default());
+            }
+        }
+    };
+    socket_output(&mut socket, &mut socket_shown, "second line\n");
+    assert_eq!(socket_shown, early_shown);
+
+    // All see what it prints next, live, in order.
     std::fs::write(work.join("go"), "").unwrap();
     read_output_until(&mut early, "after go\n", &mut early_shown);
     read_output_until(&mut late, "after go\n", &mut late_shown);
+    socket_output(&mut socket, &mut socket_shown, "after go\n");
+    assert!(
+        socket_shown.ends_with("second line\nafter go\n"),
+        "{socket_shown:?}"
+    );
+    socket.close();
     assert!(
         early_shown.ends_with("second line\nafter go\n"),
         "{early_shown:?}"
