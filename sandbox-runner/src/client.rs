@@ -345,7 +345,7 @@ async fn serve_once(
                                 }
                                 break format!("refused: {message}");
                             }
-                            Ok(message) => dispatch(message, &config.server, host, jobs, &calls, &out_tx, progress.as_ref(), options),
+                            Ok(message) => dispatch(message, &config.server, host, jobs, (&calls, progress.as_ref()), &out_tx, options),
                             Err(e) => {
                                 let _ = out_tx.send(protocol_error_frame(&e));
                             }
@@ -397,9 +397,8 @@ fn dispatch(
     server: &str,
     host: &Arc<EnvironmentHost>,
     jobs: &Arc<Jobs>,
-    calls: &Calls,
+    (calls, progress): (&Calls, Option<&crate::progress::Queued>),
     out: &mpsc::UnboundedSender<RunnerMessage>,
-    progress: Option<&crate::progress::Queued>,
     options: &ClientOptions,
 ) {
     let verbose = |line: String| {

@@ -154,12 +154,11 @@ fn fifty_megabytes_keep_memory_and_frames_bounded() {
 
 #[test]
 fn characters_and_secrets_split_between_reads_survive() {
-    let mut progress = Progress::new(Some(masker()));
     let text = "é and s3cr3t-value-42 and 日本\n".as_bytes();
     // Every split point of the text across two reads.
     for at in 0..=text.len() {
         let mut shown = String::new();
-        progress = Progress::new(Some(masker()));
+        let mut progress = Progress::new(Some(masker()));
         progress.push(&text[..at]);
         shown.extend(progress.poll(0));
         progress.push(&text[at..]);
