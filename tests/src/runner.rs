@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tungstenite::protocol::WebSocket;
 use wuhu_core::wire::runner::{
-    HEARTBEAT_FRAME, RUNNER_CONNECT_PATH, RUNNER_PROTOCOL_VERSION, RunnerKind, RunnerMessage,
-    ServerMessage, decode_frame, encode_frame,
+    AttachOutcome, AttachedEnvironment, EnvironmentKind, HEARTBEAT_FRAME, RUNNER_CONNECT_PATH,
+    RUNNER_PROTOCOL_VERSION, RunnerKind, RunnerMessage, ServerMessage, Snapshot, decode_frame,
+    encode_frame, os_display_name,
 };
 use wuhu_core::wire::{Entry, ToolResult};
 
@@ -851,6 +852,49 @@ impl RawRunner {
             }
             calls
         })
+    }
+
+    /// The next request frame (heartbeat acks skipped).
+    #[track_caller]
+    pub fn next_request(&mut self, timeout: Duration) -> ServerMessage {
+        loop {
+            match self.next_message(timeout) {
+                ServerMessage::HeartbeatAck {} => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Reads the next request, an `attach`, and answers it: a local environment at `root`.
+    #[track_caller]
+    pub fn answer_attach(&mut self, root: &Path, timeout: Duration) {
+        let ServerMessage::Attach { id, spec, .. } = self.next_request(timeout) else {
+            panic!("expected attach");
+        };
+        let root = root.display().to_string();
+        let reply = RunnerMessage::AttachResult {
+            id,
+            outcome: AttachOutcome::Ok {
+                environment: AttachedEnvironment {
+                    name: spec.name,
+                    kind: EnvironmentKind::Local,
+                    root: root.clone(),
+                    os: os_display_name(std::env::consts::OS),
+                    repo_path: None,
+                    branch: None,
+                    snapshot: Snapshot {
+                        cwd: root,
+                        env: Default::default(),
+                        captured_at: crate::util::unix_now(),
+                    },
+                    agents_md: None,
+                    agents_md_truncated: false,
+                    agents_md_file: None,
+                    cell: Default::default(),
+                },
+            },
+        };
+        self.send_text(&encode_frame(&reply));
     }
 
     /// The next frame, decoded.

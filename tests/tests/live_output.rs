@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wuhu_core::tool_output::{MAX_PROGRESS_BYTES_PER_CALL, MAX_PROGRESS_FRAME_TEXT_BYTES};
+use wuhu_core::wire::runner::{
+    OutputStream, RunnerKind, RunnerMessage, ServerMessage, encode_frame,
+};
 use wuhu_e2e::entries::{assistant, fake_directive, tool_result};
-use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
+use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::socket::{SessionSocket, SocketAuth};
 use wuhu_e2e::sse::summarize;
 use wuhu_e2e::util::{random_hex, unique_name};
@@ -282,4 +285,81 @@ fn a_flood_of_output_keeps_the_stream_bounded() {
             .iter()
             .any(|e| assistant(e).is_some_and(|m| m.text() == marker))
     });
+}
+
+/// A raw runner of `sub`'s named `name` offering environment `env` at `root`, welcomed.
+#[track_caller]
+fn raw_runner(tenant: &str, sub: &str, name: &str, env: &str, root: &std::path::Path) -> RawRunner {
+    let token = stack().runner_token(sub, tenant);
+    let mut raw = RawRunner::connect(&stack().base_url(), &token)
+        .unwrap_or_else(|e| panic!("connect a raw runner: {e}"));
+    raw.send_text(&RawRunner::hello_offering(
+        name,
+        RunnerKind::Local,
+        &[(env, &root.display().to_string())],
+    ));
+    match raw.next_request(TURN) {
+        ServerMessage::Welcome { tool_progress, .. } => assert!(tool_progress),
+        other => panic!("expected welcome, got {other:?}"),
+    }
+    raw
+}
+
+fn progress(id: &str, text: &str) -> String {
+    encode_frame(&RunnerMessage::ToolProgress {
+        id: id.to_string(),
+        stream: OutputStream::Combined,
+        text: text.to_string(),
+    })
+}
+
+/// Only the runner a call went to feeds its live output, and only while the call waits: another
+/// member's runner that knows the call's id, and the right runner after its answer, are not
+/// relayed.
+#[test]
+fn only_the_runner_a_call_went_to_feeds_its_output_while_it_waits() {
+    let tenant = unique_name("live-auth");
+    let alice = stack().client("alice", &tenant);
+    let dir = TempDir::new("wuhu-e2e-live-auth");
+    let root = dir.mkdir("held");
+    let mut raw = raw_runner(&tenant, "alice", "raw", "held", &root);
+    let mut stranger = raw_runner(&tenant, "bob", "bobs", "other", &dir.mkdir("other"));
+    let session = alice.create_fake_session().id;
+    let attach = ToolTurn::start(
+        &alice,
+        &session,
+        &[("request_environment", json!({"spec": "held"}))],
+    );
+    raw.answer_attach(&root, TURN);
+    let (results, _) = attach.finish(&alice, TURN);
+    assert!(!results[0].is_error, "{}", results[0].content);
+    let since = alice.session(&session).session.last_cursor;
+    let mut follower = alice.follow(&session, &format!("sinceCursor={since}&timeoutSeconds=120"));
+
+    let turn = ToolTurn::start(&alice, &session, &[("bash", json!({"command": "make"}))]);
+    let ServerMessage::ToolCall { id, .. } = raw.next_request(TURN) else {
+        panic!("expected the tool call");
+    };
+    stranger.send_text(&progress(&id, "forged by another member's runner\n"));
+    raw.send_text(&progress(&id, "real output\n"));
+    let mut shown = String::new();
+    read_output_until(&mut follower, "real output\n", &mut shown);
+    raw.send_text(&encode_frame(&RunnerMessage::ToolResult {
+        id: id.clone(),
+        content: String::from("real output\n"),
+        is_error: false,
+        details: None,
+        blobs: Vec::new(),
+    }));
+    // After the answer nothing of the call is relayed.
+    raw.send_text(&progress(&id, "after the answer\n"));
+    stranger.send_text(&progress(&id, "forged again\n"));
+    let (results, _) = turn.finish(&alice, TURN);
+    assert!(!results[0].is_error, "{}", results[0].content);
+    let rest = follower.collect_until(TURN, |e| {
+        e.entry()
+            .is_some_and(|e| assistant(&e).is_some_and(|m| m.tool_calls().next().is_none()))
+    });
+    shown.extend(rest.iter().filter_map(output));
+    assert_eq!(shown, "real output\n", "{}", summarize(&rest));
 }
