@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wuhu_core::wire::runner::{RunnerKind, RunnerMessage, ServerMessage, encode_frame};
+use wuhu_core::wire::runner::{RunnerMessage, ServerMessage, encode_frame};
 use wuhu_core::wire::{ToolResult, runner::MAX_TOOL_RESULT_CONTENT_BYTES};
 use wuhu_e2e::entries::{describe, tool_result};
 use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig, TempDir, ToolTurn};
@@ -242,18 +242,7 @@ fn next_request(raw: &mut RawRunner) -> ServerMessage {
 /// A raw runner `name` offering environment `env` at `root`, welcomed.
 #[track_caller]
 fn raw_runner(stack: &Stack, tenant: &str, name: &str, env: &str, root: &Path) -> RawRunner {
-    let token = stack.runner_token("ana", tenant);
-    let mut raw = RawRunner::connect(&stack.base_url(), &token)
-        .unwrap_or_else(|e| panic!("connect a raw runner: {e}"));
-    raw.send_text(&RawRunner::hello_offering(
-        name,
-        RunnerKind::Local,
-        &[(env, &root.display().to_string())],
-    ));
-    match raw.next_message(FRAME_WAIT) {
-        ServerMessage::Welcome { .. } => raw,
-        other => panic!("expected welcome, got {other:?}"),
-    }
+    RawRunner::welcomed(stack, "ana", tenant, (name, env, root), FRAME_WAIT)
 }
 
 /// A session with environment `env` attached from the raw runner (answered by this thread).

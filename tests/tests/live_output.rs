@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use wuhu_core::tool_output::{MAX_PROGRESS_BYTES_PER_CALL, MAX_PROGRESS_FRAME_TEXT_BYTES};
-use wuhu_core::wire::runner::{
-    OutputStream, RunnerKind, RunnerMessage, ServerMessage, encode_frame,
-};
+use wuhu_core::wire::runner::{OutputStream, RunnerMessage, ServerMessage, encode_frame};
 use wuhu_e2e::entries::{assistant, fake_directive, tool_result};
 use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig, TempDir, ToolTurn};
 use wuhu_e2e::socket::{SessionSocket, SocketAuth};
@@ -287,22 +285,11 @@ fn a_flood_of_output_keeps_the_stream_bounded() {
     });
 }
 
-/// A raw runner of `sub`'s named `name` offering environment `env` at `root`, welcomed.
+/// A raw runner of `sub`'s named `name` offering environment `env` at `root`, welcomed by a
+/// hub that relays progress frames.
 #[track_caller]
 fn raw_runner(tenant: &str, sub: &str, name: &str, env: &str, root: &std::path::Path) -> RawRunner {
-    let token = stack().runner_token(sub, tenant);
-    let mut raw = RawRunner::connect(&stack().base_url(), &token)
-        .unwrap_or_else(|e| panic!("connect a raw runner: {e}"));
-    raw.send_text(&RawRunner::hello_offering(
-        name,
-        RunnerKind::Local,
-        &[(env, &root.display().to_string())],
-    ));
-    match raw.next_request(TURN) {
-        ServerMessage::Welcome { tool_progress, .. } => assert!(tool_progress),
-        other => panic!("expected welcome, got {other:?}"),
-    }
-    raw
+    RawRunner::welcomed(stack(), sub, tenant, (name, env, root), TURN)
 }
 
 fn progress(id: &str, text: &str) -> String {
