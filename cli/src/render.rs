@@ -88,6 +88,8 @@ pub struct Renderer {
     broken: Option<String>,
     /// Whether the cursor is at the start of a line.
     at_line_start: bool,
+    /// The last thing shown was a running command's output.
+    in_tool_output: bool,
     /// Queue items this process sent (their user entries are already on screen).
     pub own_items: Vec<String>,
 }
@@ -100,12 +102,25 @@ impl Renderer {
             streamed: String::new(),
             broken: None,
             at_line_start: true,
+            in_tool_output: false,
             own_items: Vec::new(),
         }
     }
 
     /// Renders one follow event to `out`.
     pub fn event(&mut self, out: &mut impl Write, event: &FollowEvent) -> std::io::Result<()> {
+        let shows_text = matches!(
+            event,
+            FollowEvent::Event(
+                StreamEvent::AssistantTextDelta { .. } | StreamEvent::EntryAppended { .. }
+            ) | FollowEvent::Disconnected { .. }
+                | FollowEvent::Resumed { .. }
+        );
+        if shows_text && self.in_tool_output {
+            // Whatever comes after a command's output starts on a line of its own.
+            self.in_tool_output = false;
+            self.line_break(out)?;
+        }
         match event {
             FollowEvent::Event(StreamEvent::AssistantTextDelta { .. }) if self.broken.is_some() => {
             }
@@ -125,6 +140,9 @@ impl Renderer {
                     ) => self.rest_of_broken(out, assistant, &shown)?,
                     _ => self.entry(out, entry)?,
                 }
+            }
+            FollowEvent::Event(StreamEvent::ToolOutputDelta { text, .. }) => {
+                self.tool_output(out, text)?;
             }
             FollowEvent::Event(StreamEvent::Lagged { .. } | StreamEvent::Error { .. }) => {}
             // A child's idle, failure or stop also arrives as a `wuhu_child_status_v1` entry.
@@ -152,6 +170,30 @@ impl Renderer {
             }
         }
         out.flush()
+    }
+
+    /// A running command's output (not stored: its result entry follows): each line dimmed
+    /// after `│ `, so it reads apart from the replies.
+    fn tool_output(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
+        if !self.in_tool_output {
+            self.line_break(out)?;
+            self.in_tool_output = true;
+        }
+        for line in text.split_inclusive('\n') {
+            if self.at_line_start {
+                write!(out, "{}", self.style.dim("│ "))?;
+            }
+            let (body, newline) = match line.strip_suffix('\n') {
+                Some(body) => (body, true),
+                None => (line, false),
+            };
+            write!(out, "{}", self.style.dim(body))?;
+            if newline {
+                writeln!(out)?;
+            }
+            self.at_line_start = newline;
+        }
+        Ok(())
     }
 
     /// The entry of a reply a drop interrupted: what was not shown yet, after `…` (or the whole
@@ -472,6 +514,28 @@ mod tests {
             renderer.event(&mut out, event).unwrap();
         }
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn running_output_is_shown_dimmed_between_entries() {
+        let output = |text: &str| {
+            FollowEvent::Event(StreamEvent::ToolOutputDelta {
+                call_id: "c1".into(),
+                stream: wuhu_core::wire::runner::OutputStream::Combined,
+                text: text.into(),
+            })
+        };
+        assert_eq!(
+            render(&[
+                delta("running it"),
+                output("Compil"),
+                output("ing a\nb"),
+                output("\n"),
+                output("partial"),
+                assistant(3, "done"),
+            ]),
+            "running it\n│ Compiling a\n│ b\n│ partial\ndone\n"
+        );
     }
 
     #[test]

@@ -271,6 +271,9 @@ pub struct Follow {
     status: Status,
     /// The status at registration, sent once the backfill is sent (see [`Follow::poll`]).
     registered_status: Option<Status>,
+    /// The output of calls running at registration (`tool_output_delta`s), sent after the
+    /// status and before live events (see [`Follow::with_running_output`]).
+    running_output: VecDeque<Frame>,
     /// Entries of the current backfill page not sent yet.
     page: VecDeque<Entry>,
     page_in_flight: bool,
@@ -307,6 +310,7 @@ impl Follow {
             next_heartbeat: Millis(now.0 + HEARTBEAT_MS),
             status: registration.status,
             registered_status: Some(registration.status),
+            running_output: VecDeque::new(),
             page: VecDeque::new(),
             page_in_flight: false,
             live: VecDeque::new(),
@@ -319,6 +323,20 @@ impl Follow {
             heartbeats: true,
             end_reason: None,
         }
+    }
+
+    /// The tails of the calls running at registration (`crate::tool_output::LiveOutput::tails`,
+    /// read in the same synchronous step): sent once the backfill and the status are, before
+    /// any live event, so a follower that joins mid-command sees the command's recent output,
+    /// then what it prints next, in order. Each is at most
+    /// [`crate::tool_output::LIVE_TAIL_BYTES`], and all at most
+    /// [`crate::tool_output::MAX_LIVE_TAIL_BYTES_PER_SESSION`].
+    pub fn with_running_output(mut self, tails: Vec<StreamEvent>) -> Follow {
+        self.running_output = tails
+            .iter()
+            .map(|event| Frame::Text(event.to_sse()))
+            .collect();
+        self
     }
 
     /// No heartbeat comments (a client WebSocket): [`Follow::poll_deadline`] then has no
@@ -443,6 +461,7 @@ impl Follow {
         self.live.clear();
         self.live_bytes = 0;
         self.page.clear();
+        self.running_output.clear();
     }
 
     /// The page asked for by [`Output::ReadPage`]: contiguous entries after the cursor asked
@@ -546,6 +565,10 @@ impl Follow {
         if let Some(status) = self.registered_status.take() {
             return Output::Frame(Frame::Text(StreamEvent::Status { status }.to_sse()));
         }
+        // 2b. The recent output of calls running at registration; their later output is live.
+        if let Some(frame) = self.running_output.pop_front() {
+            return Output::Frame(frame);
+        }
         // 3. Live events, in arrival order.
         while let Some(event) = self.live.pop_front() {
             self.live_bytes -= event.cost();
@@ -600,6 +623,7 @@ impl Follow {
         self.live.clear();
         self.live_bytes = 0;
         self.page.clear();
+        self.running_output.clear();
         self.closing.push_back(frame);
     }
 }

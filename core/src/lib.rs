@@ -79,6 +79,7 @@ pub mod tenant_config;
 pub mod tenant_usage;
 pub mod text;
 pub mod tokens;
+pub mod tool_output;
 pub mod tools;
 pub mod wire;
 pub mod workspace;

@@ -123,6 +123,40 @@ struct Known {
     longest: usize,
 }
 
+impl Known {
+    /// The first position at or after `from` where the rest of `text` is the start of a
+    /// pattern not complete yet (more text could make it a secret), or `text.len()` when there
+    /// is none. Each position is tried with an anchored walk of the automaton, which mostly
+    /// dies within a byte or two; past a work budget (a text built to keep walks alive) it
+    /// answers `from`, which holds everything that could be a secret's start.
+    fn incomplete_from(&self, text: &[u8], from: usize) -> usize {
+        let nfa = &*self.automaton;
+        let Ok(start) = nfa.start_state(aho_corasick::Anchored::Yes) else {
+            return from;
+        };
+        let mut budget = 64 * (text.len() - from.min(text.len())) + 4096;
+        for i in from..text.len() {
+            let mut sid = start;
+            let mut alive = true;
+            for &byte in &text[i..] {
+                if budget == 0 {
+                    return from;
+                }
+                budget -= 1;
+                sid = nfa.next_state(aho_corasick::Anchored::Yes, sid, byte);
+                if nfa.is_dead(sid) {
+                    alive = false;
+                    break;
+                }
+            }
+            if alive {
+                return i;
+            }
+        }
+        text.len()
+    }
+}
+
 impl fmt::Debug for Masker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Masker")
@@ -1260,11 +1294,15 @@ impl StreamMasker {
     fn cut(&self) -> (usize, Vec<Region>) {
         let text = self.pending.as_str();
         let len = text.len();
-        // Known secrets: none can start before `len - (longest - 1)` and still be incomplete.
+        // Known secrets: none can start before `len - (longest - 1)` and still be incomplete,
+        // and only where the rest of the text is the start of one of them.
         let mut cut = floor_char_boundary(
             text,
             len.saturating_sub(self.masker.longest().saturating_sub(1)),
         );
+        if let Some(known) = &self.masker.known {
+            cut = floor_char_boundary(text, known.incomplete_from(text.as_bytes(), cut));
+        }
         if !self.detector {
             return self.cut_outside_regions(cut);
         }

@@ -146,6 +146,17 @@ pub async fn upload_file(
     path: &str,
     media_type: &str,
 ) -> Result<BlobRef, String> {
+    // Over the limit is known from the file's size: never read it into memory then.
+    let size = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| format!("reading {path} failed: {e}"))?
+        .len();
+    if size > slot.max_bytes {
+        return Err(format!(
+            "{size} bytes is over the upload limit of {} bytes",
+            slot.max_bytes
+        ));
+    }
     let bytes = tokio::fs::read(path)
         .await
         .map_err(|e| format!("reading {path} failed: {e}"))?;

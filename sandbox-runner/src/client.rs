@@ -261,8 +261,9 @@ async fn serve_once(
                 heartbeat_seconds,
                 kind,
                 notice,
+                tool_progress,
                 ..
-            }) => break (heartbeat_seconds, kind, notice),
+            }) => break (heartbeat_seconds, kind, notice, tool_progress),
             Ok(ServerMessage::Refused { code, message }) => {
                 return if codes::refusal_is_permanent(&code) {
                     Ended::Fatal(Fatal::Refused { code, message })
@@ -287,7 +288,9 @@ async fn serve_once(
             }
         }
     };
-    let (heartbeat_seconds, registered_kind, notice) = welcome;
+    let (heartbeat_seconds, registered_kind, notice, tool_progress) = welcome;
+    // Progress frames queued on this connection (`None`: the server relays none).
+    let progress = tool_progress.then(crate::progress::Queued::default);
     let heartbeat = Duration::from_secs(u64::from(match heartbeat_seconds {
         0 => DEFAULT_HEARTBEAT_SECONDS,
         s => s.min(300),
@@ -342,7 +345,7 @@ async fn serve_once(
                                 }
                                 break format!("refused: {message}");
                             }
-                            Ok(message) => dispatch(message, &config.server, host, jobs, &calls, &out_tx, options),
+                            Ok(message) => dispatch(message, &config.server, host, jobs, (&calls, progress.as_ref()), &out_tx, options),
                             Err(e) => {
                                 let _ = out_tx.send(protocol_error_frame(&e));
                             }
@@ -360,7 +363,11 @@ async fn serve_once(
                 }
             }
             Some(message) = out_rx.recv() => {
-                if let Err(e) = ws.send(Message::text(encode_frame(&message))).await {
+                let sent = ws.send(Message::text(encode_frame(&message))).await;
+                if let Some(queued) = &progress {
+                    queued.written(&message);
+                }
+                if let Err(e) = sent {
                     break format!("send failed: {e}");
                 }
             }
@@ -390,7 +397,7 @@ fn dispatch(
     server: &str,
     host: &Arc<EnvironmentHost>,
     jobs: &Arc<Jobs>,
-    calls: &Calls,
+    (calls, progress): (&Calls, Option<&crate::progress::Queued>),
     out: &mpsc::UnboundedSender<RunnerMessage>,
     options: &ClientOptions,
 ) {
@@ -502,6 +509,17 @@ fn dispatch(
             let calls = calls.clone();
             let server = server.to_string();
             let masker = host.session_secrets.learn(&session_id, &secret_env);
+            // Live output of a `bash` call, masked with the session's secrets like its answer.
+            let progress = progress
+                .filter(|_| tool == capabilities::BASH)
+                .map(|queued| {
+                    crate::progress::ProgressSink::new(
+                        &id,
+                        masker.clone(),
+                        out.clone(),
+                        queued.clone(),
+                    )
+                });
             tokio::spawn(async move {
                 let mut output = execute(
                     &host.dirs,
@@ -515,6 +533,7 @@ fn dispatch(
                         jobs: Some(&jobs),
                         cells: (host.cells.mode() == SandboxMode::On).then_some(&host.cells),
                         secret_env: &secret_env,
+                        progress,
                     },
                     signal,
                 )

@@ -421,6 +421,7 @@ impl EnvironmentHost {
             job_logs: None,
             cancel: CancelSignal::never(),
             cell,
+            progress: None,
         };
         let command = format!("set -euo pipefail\n{script}");
         let run = crate::tools::bash::run_command(&ctx, &command, Some(self.startup_timeout)).await;

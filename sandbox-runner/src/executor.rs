@@ -95,6 +95,8 @@ pub struct ToolCall<'a> {
     pub cells: Option<&'a Arc<Cells>>,
     /// Secrets `bash` gets as environment variables for this call only (never stored).
     pub secret_env: &'a SecretEnv,
+    /// Where a `bash` call sends its output while it runs (`None`: the server takes none).
+    pub progress: Option<crate::progress::ProgressSink>,
 }
 
 /// The session's own home on the runner, `HOME` in its cells (below the runner's runtime
@@ -263,8 +265,10 @@ pub async fn execute(dirs: &RunnerDirs, call: ToolCall<'_>, cancel: CancelSignal
         job_logs: Some(session_logs.clone()),
         cancel: inner_signal,
         cell: None,
+        progress: None,
     };
     if call.tool == "bash" {
+        ctx.progress = call.progress.clone();
         // Over the snapshot's variables: a secret wins over a captured variable of its name.
         ctx.env.extend(
             call.secret_env
@@ -436,6 +440,7 @@ mod tests {
                 jobs: None,
                 cells: None,
                 secret_env: &SecretEnv::default(),
+                progress: None,
             },
             CancelSignal::never(),
         )
@@ -459,6 +464,7 @@ mod tests {
                 jobs: None,
                 cells: None,
                 secret_env: &SecretEnv::default(),
+                progress: None,
             },
             CancelSignal::never(),
         )
@@ -487,6 +493,7 @@ mod tests {
                 jobs: None,
                 cells: None,
                 secret_env: &SecretEnv::default(),
+                progress: None,
             },
             CancelSignal::never(),
         )
@@ -511,6 +518,7 @@ mod tests {
                 jobs: None,
                 cells: None,
                 secret_env: &SecretEnv::default(),
+                progress: None,
             },
             CancelSignal::never(),
         )

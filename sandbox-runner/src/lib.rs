@@ -45,6 +45,7 @@ pub mod executor;
 pub mod jobs;
 pub mod key;
 pub mod private_dir;
+pub mod progress;
 pub mod secrets;
 pub mod service;
 pub mod session_secrets;

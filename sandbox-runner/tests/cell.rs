@@ -142,6 +142,7 @@ fn run_call(
             jobs: None,
             cells: Some(cells),
             secret_env: &Default::default(),
+            progress: None,
         },
         CancelSignal::never(),
     ))

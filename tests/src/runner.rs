@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tungstenite::protocol::WebSocket;
 use wuhu_core::wire::runner::{
-    HEARTBEAT_FRAME, RUNNER_CONNECT_PATH, RUNNER_PROTOCOL_VERSION, RunnerKind, RunnerMessage,
-    ServerMessage, decode_frame, encode_frame,
+    AttachOutcome, AttachedEnvironment, EnvironmentKind, HEARTBEAT_FRAME, RUNNER_CONNECT_PATH,
+    RUNNER_PROTOCOL_VERSION, RunnerKind, RunnerMessage, ServerMessage, Snapshot, decode_frame,
+    encode_frame, os_display_name,
 };
 use wuhu_core::wire::{Entry, ToolResult};
 
@@ -586,6 +587,37 @@ fn spawn_watchdog(pid: u32) -> Option<Child> {
         .ok()
 }
 
+/// The `attach_result` of a local environment `name` at `root` (its snapshot's cwd), now.
+fn local_attach_result(
+    id: String,
+    name: String,
+    root: &str,
+    cell: Box<wuhu_core::cell::CellSettings>,
+) -> RunnerMessage {
+    RunnerMessage::AttachResult {
+        id,
+        outcome: AttachOutcome::Ok {
+            environment: AttachedEnvironment {
+                name,
+                kind: EnvironmentKind::Local,
+                root: root.to_string(),
+                os: os_display_name(std::env::consts::OS),
+                repo_path: None,
+                branch: None,
+                snapshot: Snapshot {
+                    cwd: root.to_string(),
+                    env: Default::default(),
+                    captured_at: crate::util::unix_now(),
+                },
+                agents_md: None,
+                agents_md_truncated: false,
+                agents_md_file: None,
+                cell,
+            },
+        },
+    }
+}
+
 /// A hand-driven runner connection (tungstenite over a plain TCP stream).
 pub struct RawRunner {
     ws: WebSocket<TcpStream>,
@@ -788,36 +820,15 @@ impl RawRunner {
     /// result, `validate` nothing stale, `detach` ok. For measuring the session and hub
     /// without process spawns. Ends when the connection does; returns the calls answered.
     pub fn serve_instantly(mut self, root: &str) -> std::thread::JoinHandle<usize> {
-        use wuhu_core::wire::runner::{
-            AttachOutcome, AttachedEnvironment, DetachOutcome, EnvironmentKind, Snapshot,
-        };
+        use wuhu_core::wire::runner::DetachOutcome;
         let root = root.to_string();
         std::thread::spawn(move || {
             let mut calls = 0;
             while let Some(text) = self.try_next_text(Duration::from_secs(3600)) {
                 let reply = match decode_frame::<ServerMessage>(&text) {
-                    Ok(ServerMessage::Attach { id, spec, .. }) => RunnerMessage::AttachResult {
-                        id,
-                        outcome: AttachOutcome::Ok {
-                            environment: AttachedEnvironment {
-                                name: spec.name,
-                                kind: EnvironmentKind::Local,
-                                root: root.clone(),
-                                os: wuhu_core::wire::runner::os_display_name(std::env::consts::OS),
-                                repo_path: None,
-                                branch: None,
-                                snapshot: Snapshot {
-                                    cwd: root.clone(),
-                                    env: Default::default(),
-                                    captured_at: crate::util::unix_now(),
-                                },
-                                agents_md: None,
-                                agents_md_truncated: false,
-                                agents_md_file: None,
-                                cell: Box::new(spec.cell),
-                            },
-                        },
-                    },
+                    Ok(ServerMessage::Attach { id, spec, .. }) => {
+                        local_attach_result(id, spec.name, &root, Box::new(spec.cell))
+                    }
                     Ok(ServerMessage::ToolCall { id, .. }) => {
                         calls += 1;
                         RunnerMessage::ToolResult {
@@ -851,6 +862,52 @@ impl RawRunner {
             }
             calls
         })
+    }
+
+    /// A raw runner of `sub`'s named `name` offering environment `env` at `root`, welcomed
+    /// within `timeout`.
+    #[track_caller]
+    pub fn welcomed(
+        stack: &Stack,
+        sub: &str,
+        tenant: &str,
+        (name, env, root): (&str, &str, &Path),
+        timeout: Duration,
+    ) -> RawRunner {
+        let token = stack.runner_token(sub, tenant);
+        let mut raw = RawRunner::connect(&stack.base_url(), &token)
+            .unwrap_or_else(|e| panic!("connect a raw runner: {e}"));
+        raw.send_text(&RawRunner::hello_offering(
+            name,
+            RunnerKind::Local,
+            &[(env, &root.display().to_string())],
+        ));
+        match raw.next_request(timeout) {
+            ServerMessage::Welcome { .. } => raw,
+            other => panic!("expected welcome, got {other:?}"),
+        }
+    }
+
+    /// The next request frame (heartbeat acks skipped).
+    #[track_caller]
+    pub fn next_request(&mut self, timeout: Duration) -> ServerMessage {
+        loop {
+            match self.next_message(timeout) {
+                ServerMessage::HeartbeatAck {} => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Reads the next request, an `attach`, and answers it: a local environment at `root`.
+    #[track_caller]
+    pub fn answer_attach(&mut self, root: &Path, timeout: Duration) {
+        let ServerMessage::Attach { id, spec, .. } = self.next_request(timeout) else {
+            panic!("expected attach");
+        };
+        let root = root.display().to_string();
+        let reply = local_attach_result(id, spec.name, &root, Default::default());
+        self.send_text(&encode_frame(&reply));
     }
 
     /// The next frame, decoded.

@@ -11,10 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wuhu_core::wire::runner::{
-    AttachOutcome, AttachedEnvironment, EnvironmentKind, RunnerKind, RunnerMessage, ServerMessage,
-    Snapshot, encode_frame, os_display_name,
-};
+use wuhu_core::wire::runner::{RunnerMessage, ServerMessage, encode_frame};
 use wuhu_core::wire::{ToolResult, runner::MAX_TOOL_RESULT_CONTENT_BYTES};
 use wuhu_e2e::entries::{describe, tool_result};
 use wuhu_e2e::runner::{RawRunner, Runner, RunnerConfig, TempDir, ToolTurn};
@@ -233,61 +230,19 @@ fn a_stopped_command_never_finishes_its_work() {
 /// Serves `attach` of environment `name` at `root` on a raw runner connection.
 #[track_caller]
 fn answer_attach(raw: &mut RawRunner, root: &Path) {
-    let ServerMessage::Attach { id, spec, .. } = next_request(raw) else {
-        panic!("expected attach");
-    };
-    let root = root.display().to_string();
-    let reply = RunnerMessage::AttachResult {
-        id,
-        outcome: AttachOutcome::Ok {
-            environment: AttachedEnvironment {
-                name: spec.name,
-                kind: EnvironmentKind::Local,
-                root: root.clone(),
-                os: os_display_name(std::env::consts::OS),
-                repo_path: None,
-                branch: None,
-                snapshot: Snapshot {
-                    cwd: root,
-                    env: Default::default(),
-                    captured_at: wuhu_e2e::util::unix_now(),
-                },
-                agents_md: None,
-                agents_md_truncated: false,
-                agents_md_file: None,
-                cell: Default::default(),
-            },
-        },
-    };
-    raw.send_text(&encode_frame(&reply));
+    raw.answer_attach(root, FRAME_WAIT);
 }
 
 /// The next request frame (heartbeat acks skipped).
 #[track_caller]
 fn next_request(raw: &mut RawRunner) -> ServerMessage {
-    loop {
-        match raw.next_message(FRAME_WAIT) {
-            ServerMessage::HeartbeatAck {} => continue,
-            other => return other,
-        }
-    }
+    raw.next_request(FRAME_WAIT)
 }
 
 /// A raw runner `name` offering environment `env` at `root`, welcomed.
 #[track_caller]
 fn raw_runner(stack: &Stack, tenant: &str, name: &str, env: &str, root: &Path) -> RawRunner {
-    let token = stack.runner_token("ana", tenant);
-    let mut raw = RawRunner::connect(&stack.base_url(), &token)
-        .unwrap_or_else(|e| panic!("connect a raw runner: {e}"));
-    raw.send_text(&RawRunner::hello_offering(
-        name,
-        RunnerKind::Local,
-        &[(env, &root.display().to_string())],
-    ));
-    match raw.next_message(FRAME_WAIT) {
-        ServerMessage::Welcome { .. } => raw,
-        other => panic!("expected welcome, got {other:?}"),
-    }
+    RawRunner::welcomed(stack, "ana", tenant, (name, env, root), FRAME_WAIT)
 }
 
 /// A session with environment `env` attached from the raw runner (answered by this thread).

@@ -53,10 +53,12 @@ async fn call_runner(
     timeout_ms: u64,
 ) -> Result<(u64, Option<RunnerMessage>), ApiError> {
     let tracked = match message {
-        ServerMessage::ToolCall { id, .. } => {
+        ServerMessage::ToolCall { id, tool, .. } => {
+            // A `bash` call's output is shown live as its tool call's.
+            let live = (tool == names::BASH).then_some((ctx.call_id.as_str(), &*ctx.masker));
             Some(
                 ctx.runner_calls
-                    .track(id, runner, runner_owner, &ctx.session.owner),
+                    .track(id, runner, runner_owner, &ctx.session.owner, live),
             )
         }
         _ => None,

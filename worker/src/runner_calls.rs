@@ -13,6 +13,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use worker::{Delay, Env, SqlStorage};
 use wuhu_core::hub::ORPHAN_CANCEL_RETRY_MS;
+use wuhu_core::masking::Masker;
+use wuhu_core::tool_output::LiveOutput;
+use wuhu_core::wire::StreamEvent;
+use wuhu_core::wire::runner::ToolOutputRelay;
 
 use crate::{internal, runner_client};
 
@@ -73,12 +77,18 @@ pub(crate) struct RunnerCall {
     owner: String,
     /// On whose behalf the hub is asked (the session's owner).
     sub: String,
+    /// The model's tool call it serves (in memory only: what its live output is shown as).
+    #[serde(skip)]
+    tool_call_id: String,
 }
 
 /// Runner calls in flight, in memory and in SQLite (`runner_calls`).
 pub(crate) struct RunnerCalls {
     sql: Option<SqlStorage>,
     live: RefCell<HashMap<String, RunnerCall>>,
+    /// The live output of the calls in `live` (`wuhu_core::tool_output::LiveOutput`), by
+    /// their tool call ids.
+    output: RefCell<LiveOutput>,
 }
 
 /// At most this many rows are kept; a step rarely has more than a few runner calls.
@@ -96,10 +106,12 @@ impl RunnerCalls {
         RunnerCalls {
             sql: created.ok().map(|_| sql),
             live: RefCell::new(HashMap::new()),
+            output: RefCell::new(LiveOutput::default()),
         }
     }
 
-    /// Records a call before it is sent; the guard forgets it when the call ends.
+    /// Records a call before it is sent; the guard forgets it when the call ends. Its live
+    /// output is relayed as `tool_call_id`'s, masked with `masker`, until then.
     pub(crate) fn track(
         self: &Rc<Self>,
         step: u64,
@@ -107,6 +119,7 @@ impl RunnerCalls {
         runner: &str,
         owner: &str,
         sub: &str,
+        live: Option<(&str, &Masker)>,
     ) -> TrackedCall {
         let call = RunnerCall {
             id: id.to_string(),
@@ -114,7 +127,11 @@ impl RunnerCalls {
             runner: runner.to_string(),
             owner: owner.to_string(),
             sub: sub.to_string(),
+            tool_call_id: live.map(|(call, _)| call.to_string()).unwrap_or_default(),
         };
+        if let Some((tool_call_id, masker)) = live {
+            self.output.borrow_mut().start(tool_call_id, masker.clone());
+        }
         if let Some(sql) = &self.sql
             && self.live.borrow().len() < MAX_ROWS
             && let Err(e) = sql.exec(
@@ -145,16 +162,43 @@ impl RunnerCalls {
             .filter(|c| c.step as u64 == step)
             .map(|c| c.id.clone())
             .collect();
-        ids.iter().filter_map(|id| live.remove(id)).collect()
+        let taken: Vec<RunnerCall> = ids.iter().filter_map(|id| live.remove(id)).collect();
+        self.end_output(&taken);
+        taken
     }
 
     /// Takes every live call out of memory; their rows stay until the cancel is sent.
     pub(crate) fn take_all(&self) -> Vec<RunnerCall> {
-        self.live
+        let taken: Vec<RunnerCall> = self
+            .live
             .borrow_mut()
             .drain()
             .map(|(_, call)| call)
-            .collect()
+            .collect();
+        self.end_output(&taken);
+        taken
+    }
+
+    fn end_output(&self, calls: &[RunnerCall]) {
+        let mut output = self.output.borrow_mut();
+        for call in calls {
+            output.end(&call.tool_call_id);
+        }
+    }
+
+    /// A frame of runner call `id`'s output: the event for followers, when the call is live
+    /// here and something can be shown.
+    pub(crate) fn output(&self, relay: &ToolOutputRelay) -> Option<StreamEvent> {
+        let live = self.live.borrow();
+        let call = live.get(&relay.runner_call_id)?;
+        self.output
+            .borrow_mut()
+            .push(&call.tool_call_id, relay.stream, &relay.text)
+    }
+
+    /// What a follower that joins now gets first: the recent output of the running calls.
+    pub(crate) fn output_tails(&self) -> Vec<StreamEvent> {
+        self.output.borrow().tails()
     }
 
     /// Rows without a live call in this isolate: left by tasks of a previous one.
@@ -182,7 +226,9 @@ impl RunnerCalls {
     }
 
     fn forget(&self, id: &str) {
-        self.live.borrow_mut().remove(id);
+        if let Some(call) = self.live.borrow_mut().remove(id) {
+            self.output.borrow_mut().end(&call.tool_call_id);
+        }
         if let Some(sql) = &self.sql
             && let Err(e) = sql.exec("DELETE FROM runner_calls WHERE id = ?", vec![id.into()])
         {
@@ -223,8 +269,16 @@ impl RunnerCallScope {
         RunnerCallScope { calls, step }
     }
 
-    /// Records `id` (a `tool_call` about to be sent to `owner`'s `runner` on behalf of `sub`).
-    pub(crate) fn track(&self, id: &str, runner: &str, owner: &str, sub: &str) -> TrackedCall {
-        self.calls.track(self.step, id, runner, owner, sub)
+    /// Records `id` (a `tool_call` about to be sent to `owner`'s `runner` on behalf of `sub`),
+    /// whose live output is tool call `live.0`'s, masked with `live.1`.
+    pub(crate) fn track(
+        &self,
+        id: &str,
+        runner: &str,
+        owner: &str,
+        sub: &str,
+        live: Option<(&str, &Masker)>,
+    ) -> TrackedCall {
+        self.calls.track(self.step, id, runner, owner, sub, live)
     }
 }

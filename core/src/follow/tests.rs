@@ -54,6 +54,7 @@ fn render(frame: &Frame) -> String {
     match event {
         StreamEvent::EntryAppended { entry } => format!("entry {}", entry.cursor),
         StreamEvent::AssistantTextDelta { delta } => format!("delta {delta}"),
+        StreamEvent::ToolOutputDelta { call_id, text, .. } => format!("output {call_id} {text}"),
         StreamEvent::Status { status } => format!("status {}", status.as_str()),
         StreamEvent::Idle => "idle".into(),
         StreamEvent::ChildStatus { child } => format!("child {}", child.id),
@@ -81,6 +82,16 @@ fn render_quick(frame: &Frame) -> String {
         }
         Some(name) => name.to_string(),
         None => "heartbeat".into(),
+    }
+}
+
+/// `CALL:TEXT` as a `tool_output_delta`.
+fn output_delta(spec: &str) -> StreamEvent {
+    let (call_id, text) = spec.split_once(':').expect("CALL:TEXT");
+    StreamEvent::ToolOutputDelta {
+        call_id: call_id.into(),
+        stream: crate::wire::runner::OutputStream::Combined,
+        text: text.into(),
     }
 }
 
@@ -135,6 +146,11 @@ fn run(script: &str, expect: Expect) {
             }
             "delta" => {
                 f!().handle_live(live(StreamEvent::AssistantTextDelta { delta: rest.into() }))
+            }
+            "out" => f!().handle_live(live(output_delta(rest))),
+            "tails" => {
+                let tails = rest.split(',').map(output_delta).collect();
+                follow = Some(follow.take().expect("new first").with_running_output(tails));
             }
             "status" => f!().handle_live(live(StreamEvent::Status {
                 status: if rest == "running" {
@@ -1160,4 +1176,102 @@ fn socket_followers_get_the_sse_data_without_heartbeats() {
     follow.handle_live(live(StreamEvent::Idle));
     while !matches!(follow.poll(Millis(0)), Output::End) {}
     assert_eq!(follow.end_reason(), Some(EndReason::Done));
+}
+
+#[test]
+fn a_late_joiner_gets_the_running_calls_tails_then_their_live_output() {
+    // Output printed while the backfill is read waits behind the tails.
+    run(
+        "
+        new sinceCursor=0 2 running
+        tails c1:old1,c2:old2
+        store 2
+        poll
+        out c1:new1
+        page
+        out c2:new2
+        poll
+        ",
+        expect![[r#"
+            read 0 2
+            entries 1..=2
+            status running
+            output c1 old1
+            output c2 old2
+            output c1 new1
+            output c2 new2
+            wait until Some(Millis(15000))
+        "#]],
+    );
+    // A follower that is lagged or ends never sends a tail.
+    run(
+        "
+        new sinceCursor=0 0 running
+        tails c1:old
+        deleted
+        poll
+        ",
+        expect![[r#"
+            error the session was deleted
+            end
+        "#]],
+    );
+}
+
+/// Every point at which live output can arrive relative to the backfill and the polls: the
+/// stream sends the tails, then the live output, each once and in order, after the status.
+#[test]
+fn running_output_in_order_exactly_once_under_every_interleaving() {
+    let live_outputs = ["c1:b", "c1:c", "c2:x"];
+    // Each live output arrives after step k of the host loop (0..steps).
+    let steps = 6;
+    for a in 0..steps {
+        for b in a..steps {
+            for c in b..steps {
+                let arrivals = [a, b, c];
+                let mut follow = Follow::new(
+                    Millis(0),
+                    &request("sinceCursor=0"),
+                    Registration {
+                        last_cursor: 3,
+                        status: Status::Running,
+                    },
+                )
+                .with_running_output(vec![output_delta("c1:a")]);
+                let mut sent = Vec::new();
+                let mut next = 0;
+                for step in 0..steps + 4 {
+                    while next < 3 && arrivals[next] <= step {
+                        follow.handle_live(live(output_delta(live_outputs[next])));
+                        next += 1;
+                    }
+                    match follow.poll(Millis(0)) {
+                        Output::Frame(frame) => sent.push(render(&frame)),
+                        Output::ReadPage { since, limit } => {
+                            let page = (since + 1..=3).take(limit.min(2)).map(entry).collect();
+                            follow.handle_page(Ok(page));
+                        }
+                        Output::Wait | Output::End | Output::CheckCredential => {}
+                    }
+                }
+                while let Output::Frame(frame) = follow.poll(Millis(0)) {
+                    sent.push(render(&frame));
+                }
+                assert_eq!(
+                    sent,
+                    [
+                        "entry 1",
+                        "entry 2",
+                        "entry 3",
+                        "status running",
+                        "output c1 a",
+                        "output c1 b",
+                        "output c1 c",
+                        "output c2 x"
+                    ],
+                    "arrivals {arrivals:?}"
+                );
+            }
+        }
+    }
 }

@@ -189,6 +189,21 @@ pub struct JobEvent {
     pub report: JobReport,
 }
 
+/// Between the runner hub and a session actor (`POST /tool_output`, never from outside): the
+/// output of a call the session waits for, as its runner sent it in `tool_progress` frames
+/// (`crate::tool_output`). The hub relays a call's frames in order, to the session that made
+/// the call, and only while it waits for the call.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolOutputRelay {
+    /// The `tool_call`'s id (the session's runner call, not the model's tool call id).
+    pub runner_call_id: String,
+    /// Which output.
+    pub stream: OutputStream,
+    /// The text.
+    pub text: String,
+}
+
 /// How a background job stands.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -801,6 +816,21 @@ pub enum RunnerMessage {
         #[serde(flatten)]
         outcome: DiscardOutcome,
     },
+    /// Output of a `tool_call` still running (`bash`): what it printed since the last frame,
+    /// masked of the session's secrets, coalesced and bounded by the runner
+    /// (`crate::tool_output`: at most one frame per [`crate::tool_output::PROGRESS_INTERVAL_MS`]
+    /// per call, text of at most [`crate::tool_output::MAX_PROGRESS_TEXT_BYTES`], at most
+    /// [`crate::tool_output::MAX_PROGRESS_BYTES_PER_CALL`] per call). Not an answer: the
+    /// call's `tool_result` still comes, and is the source of truth. The server relays it to
+    /// the session whose call it is, and drops one for a call nobody waits for.
+    ToolProgress {
+        /// The running `tool_call`'s id.
+        id: String,
+        /// Which output it is.
+        stream: OutputStream,
+        /// The text (whole UTF-8 characters; may begin with a marker of skipped bytes).
+        text: String,
+    },
     /// An asynchronous notification not tied to a request (reserved for async completions).
     Event {
         /// A versioned event name such as `log_v1`.
@@ -825,6 +855,20 @@ pub enum RunnerMessage {
         /// Human-readable.
         message: String,
     },
+}
+
+/// Which output of a running command a [`RunnerMessage::ToolProgress`] carries.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// Both, interleaved as the command wrote them (`bash` runs its command with stdout and
+    /// stderr on one pipe, so their order is kept, as in its result).
+    Combined,
 }
 
 /// Secret values a call's commands get as environment variables, by name. `Debug` shows the
@@ -873,6 +917,10 @@ pub enum ServerMessage {
         /// shows it too).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sandbox: Option<SandboxMode>,
+        /// The server relays [`RunnerMessage::ToolProgress`]: the runner sends it only when
+        /// this is set (an older server would answer each with an `unknown_type` error).
+        #[serde(default, skip_serializing_if = "is_false")]
+        tool_progress: bool,
     },
     /// The `hello` was refused; the server closes the connection after this frame.
     Refused {
@@ -977,6 +1025,7 @@ impl Frame for RunnerMessage {
         "detach_result",
         "validate_result",
         "tool_result",
+        "tool_progress",
         "discard_result",
         "event",
         "error",
@@ -1374,6 +1423,11 @@ mod tests {
                     local: 1,
                 },
             },
+            RunnerMessage::ToolProgress {
+                id: String::from("t3"),
+                stream: OutputStream::Combined,
+                text: String::from("Compiling wuhu v0.1.0\n"),
+            },
             RunnerMessage::DiscardResult {
                 id: String::from("x2"),
                 session_id: String::from("s1"),
@@ -1392,6 +1446,7 @@ mod tests {
                     "this runner said kind \"cloud\" but its token allows only \"local\"",
                 )),
                 sandbox: Some(SandboxMode::Off),
+                tool_progress: true,
             },
             ServerMessage::Refused {
                 code: String::from(codes::UNSUPPORTED_VERSION),
@@ -1567,6 +1622,31 @@ mod tests {
         );
         let tool = serde_json::to_value(&runner_messages()[7]).unwrap();
         assert_eq!(tool["isError"], false);
+        let progress = runner_messages()
+            .into_iter()
+            .find(|m| matches!(m, RunnerMessage::ToolProgress { .. }))
+            .map(|m| serde_json::to_value(m).unwrap());
+        assert_eq!(
+            progress,
+            Some(
+                json!({"type": "tool_progress", "id": "t3", "stream": "combined",
+                "text": "Compiling wuhu v0.1.0\n"})
+            )
+        );
+        // A welcome from a server older than progress frames asks for none.
+        let old_welcome: ServerMessage =
+            decode_frame(r#"{"type":"welcome","runnerId":"r1","heartbeatSeconds":15}"#).unwrap();
+        assert!(matches!(
+            old_welcome,
+            ServerMessage::Welcome {
+                tool_progress: false,
+                ..
+            }
+        ));
+        assert_eq!(
+            serde_json::to_value(&server_messages()[0]).unwrap()["toolProgress"],
+            true
+        );
         let discard = serde_json::to_value(ServerMessage::DiscardWorkspaces {
             id: String::from("x1"),
             session_id: String::from("s1"),

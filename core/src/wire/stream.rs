@@ -19,6 +19,19 @@ pub enum StreamEvent {
         /// New text.
         delta: String,
     },
+    /// Output of a tool call still running (`bash` on a runner), not persisted: the call's
+    /// result entry is the source of truth. Masked of the tenant's secrets; bounded as
+    /// `crate::tool_output` says. A follower that joins while the call runs gets the call's
+    /// last [`crate::tool_output::LIVE_TAIL_BYTES`] first, as one such event.
+    ToolOutputDelta {
+        /// The tool call's id (as in the assistant entry that made it).
+        #[serde(rename = "callId")]
+        call_id: String,
+        /// Which output.
+        stream: super::runner::OutputStream,
+        /// New text.
+        text: String,
+    },
     /// The session's status changed.
     Status {
         /// New status.
@@ -53,6 +66,7 @@ impl StreamEvent {
         match self {
             StreamEvent::EntryAppended { .. } => "entry_appended",
             StreamEvent::AssistantTextDelta { .. } => "assistant_text_delta",
+            StreamEvent::ToolOutputDelta { .. } => "tool_output_delta",
             StreamEvent::Status { .. } => "status",
             StreamEvent::Idle => "idle",
             StreamEvent::ChildStatus { .. } => "child_status",

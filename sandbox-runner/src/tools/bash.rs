@@ -292,7 +292,11 @@ pub async fn run_command(
 
     let mut collector = Collector::new(ctx);
     let mut buf = vec![0u8; 64 * 1024];
-    let far = Instant::now() + Duration::from_secs(86_400 * 365);
+    let started = Instant::now();
+    let far = started + Duration::from_secs(86_400 * 365);
+    // Live output (`tool_progress`): the rules are `wuhu_core::tool_output::Progress`'.
+    let mut progress = ctx.progress.as_ref().map(|sink| (sink, sink.progress()));
+    let ms_since_start = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut cancel = ctx.cancel.clone();
     let mut status = None;
@@ -306,10 +310,36 @@ pub async fn run_command(
             break;
         }
         let killed = timed_out || cancelled;
+        // When the next progress frame may go (a connection without room waits an interval).
+        let progress_due = progress.as_ref().and_then(|(sink, p)| {
+            let due = p.due_at()?;
+            let due = if sink.has_room() {
+                due
+            } else {
+                ms_since_start() + wuhu_core::tool_output::PROGRESS_INTERVAL_MS
+            };
+            Some(started + Duration::from_millis(due))
+        });
         tokio::select! {
             read = pipe.read(&mut buf), if !eof => match read {
                 Ok(0) | Err(_) => eof = true,
-                Ok(n) => collector.push(&buf[..n]),
+                Ok(n) => {
+                    collector.push(&buf[..n]);
+                    if let Some((sink, p)) = &mut progress {
+                        p.push(&buf[..n]);
+                        if sink.has_room() && let Some(text) = p.poll(ms_since_start()) {
+                            sink.send(text);
+                        }
+                    }
+                }
+            },
+            () = tokio::time::sleep_until(progress_due.unwrap_or(far)), if progress_due.is_some() && status.is_none() => {
+                if let Some((sink, p)) = &mut progress
+                    && sink.has_room()
+                    && let Some(text) = p.poll(ms_since_start())
+                {
+                    sink.send(text);
+                }
             },
             waited = child.wait(), if status.is_none() => {
                 status = Some(waited);

@@ -47,6 +47,8 @@ pub struct ToolContext {
     /// The call's cell (`None` with `--sandbox off`): `bash` runs in it, the file tools reach
     /// only what it may.
     pub cell: Option<std::sync::Arc<crate::cell::CallCell>>,
+    /// Where `bash` sends its output while it runs (`None`: nobody listens).
+    pub progress: Option<crate::progress::ProgressSink>,
 }
 
 impl ToolContext {
@@ -63,6 +65,7 @@ impl ToolContext {
             job_logs: None,
             cancel: CancelSignal::never(),
             cell: None,
+            progress: None,
         }
     }
 }
@@ -277,6 +280,7 @@ pub(crate) mod tests {
             job_logs: None,
             cancel: CancelSignal::never(),
             cell: None,
+            progress: None,
         };
         (dir, ctx)
     }

@@ -67,7 +67,11 @@ pub(super) async fn call(
         });
     }
     let timeout = hub::call_timeout_ms(timeout_ms);
-    let Some((rx, _guard)) = sockets.waiters.wait(epoch, &id) else {
+    let session = match &message {
+        ServerMessage::ToolCall { session_id, .. } => Some(session_id.as_str()),
+        _ => None,
+    };
+    let Some((rx, _guard)) = sockets.waiters.wait(epoch, &id, session) else {
         return Err(ApiError::new(
             409,
             "conflict",

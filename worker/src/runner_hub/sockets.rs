@@ -314,6 +314,9 @@ impl Sockets<'_> {
                     runner.name
                 );
             }
+            RunnerMessage::ToolProgress { id, stream, text } => {
+                self.relay_progress(&info, &id, stream, text).await;
+            }
             RunnerMessage::DiscardResult {
                 session_id,
                 outcome,
@@ -341,6 +344,50 @@ impl Sockets<'_> {
                         runner.name
                     );
                 }
+            }
+        }
+    }
+
+    /// Relays a `tool_progress` frame to the session whose call it is, while the call waits
+    /// (a frame for any other id is dropped: a runner reaches only the sessions that called
+    /// it). The first frame's handler forwards the call's frames in order until none is left
+    /// (`wuhu_core::tool_output::RelayQueue`); a session that cannot be reached loses them (the
+    /// call's result is the source of truth).
+    async fn relay_progress(
+        &self,
+        info: &SocketInfo,
+        id: &str,
+        stream: wuhu_core::wire::runner::OutputStream,
+        text: String,
+    ) {
+        let Some(session_id) = self.waiters.progress(info.epoch, id, stream, text) else {
+            return;
+        };
+        let stub = match crate::session_client::stub(self.env, &info.tenant, &session_id) {
+            Ok(stub) => stub,
+            Err(e) => {
+                worker::console_error!(
+                    "runner hub: no stub for session {session_id}: {}",
+                    e.message
+                );
+                while self.waiters.next_progress(info.epoch, id).is_some() {}
+                return;
+            }
+        };
+        let who = crate::identity::Identity::system(&info.tenant);
+        while let Some((stream, text)) = self.waiters.next_progress(info.epoch, id) {
+            let call =
+                wuhu_core::calls::session::ToolOutput(wuhu_core::wire::runner::ToolOutputRelay {
+                    runner_call_id: id.to_string(),
+                    stream,
+                    text,
+                });
+            if let Err(e) = crate::internal::call(&stub, &who, &call).await {
+                worker::console_log!(
+                    "runner hub: output of call {id} did not reach session {session_id} ({}): {}",
+                    e.code,
+                    e.message
+                );
             }
         }
     }

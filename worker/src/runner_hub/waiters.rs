@@ -6,7 +6,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use futures::channel::oneshot;
-use wuhu_core::wire::runner::RunnerMessage;
+use wuhu_core::tool_output::RelayQueue;
+use wuhu_core::wire::runner::{OutputStream, RunnerMessage};
 
 use crate::http::ApiError;
 use crate::internal::codes;
@@ -26,6 +27,10 @@ pub(super) struct Waiters {
 struct Waiter {
     token: u64,
     tx: oneshot::Sender<Outcome>,
+    /// The session whose `tool_call` this is: where its `tool_progress` frames go.
+    session: Option<String>,
+    /// Its frames on their way there.
+    progress: RelayQueue,
 }
 
 /// Removes its waiter when the `CallRunner` ends, however it ends (answer, timeout, or the caller
@@ -56,12 +61,14 @@ impl Waiters {
         }
     }
 
-    /// Registers a wait for the answer `id` on connection `epoch`; `None` when a call with that
-    /// id already waits there. Keep the guard for as long as the call waits.
+    /// Registers a wait for the answer `id` on connection `epoch` (a `tool_call` of `session`,
+    /// whose output frames go there); `None` when a call with that id already waits there.
+    /// Keep the guard for as long as the call waits.
     pub(super) fn wait(
         &self,
         epoch: u64,
         id: &str,
+        session: Option<&str>,
     ) -> Option<(oneshot::Receiver<Outcome>, WaiterGuard<'_>)> {
         let key = (epoch, id.to_string());
         let (tx, rx) = oneshot::channel::<Outcome>();
@@ -72,7 +79,15 @@ impl Waiters {
             if pending.contains_key(&key) {
                 return None;
             }
-            pending.insert(key.clone(), Waiter { token, tx });
+            pending.insert(
+                key.clone(),
+                Waiter {
+                    token,
+                    tx,
+                    session: session.map(str::to_string),
+                    progress: RelayQueue::default(),
+                },
+            );
         }
         Some((
             rx,
@@ -95,6 +110,32 @@ impl Waiters {
             }
             None => false,
         }
+    }
+
+    /// Queues a `tool_progress` frame of call `id` on `epoch`. The session to forward to, when
+    /// the caller is to forward the call's queue ([`Waiters::next_progress`] until `None`);
+    /// `None` when no call of a session waits for it (it ended, or another forwards).
+    pub(super) fn progress(
+        &self,
+        epoch: u64,
+        id: &str,
+        stream: OutputStream,
+        text: String,
+    ) -> Option<String> {
+        let mut pending = self.pending.borrow_mut();
+        let waiter = pending.get_mut(&(epoch, id.to_string()))?;
+        let session = waiter.session.clone()?;
+        waiter.progress.push(stream, text).then_some(session)
+    }
+
+    /// The next frame of call `id` on `epoch` to forward; `None` when there is none left or the
+    /// call no longer waits.
+    pub(super) fn next_progress(&self, epoch: u64, id: &str) -> Option<(OutputStream, String)> {
+        self.pending
+            .borrow_mut()
+            .get_mut(&(epoch, id.to_string()))?
+            .progress
+            .pop()
     }
 
     /// Fails every call waiting on connection `epoch` with `502 runner_disconnected`.

@@ -208,7 +208,8 @@ pub(crate) async fn handle(
     let registration = actor.follow_registration()?;
     // Set by the router from the verified credential: a revocable one is re-checked while the
     // stream is open, so a revoke or logout ends it (decision 0007).
-    let mut follow = Follow::new(now(), request, registration);
+    let mut follow = Follow::new(now(), request, registration)
+        .with_running_output(actor.in_flight.runner_calls.output_tails());
     let credential = match &call.jti {
         Some(jti) => {
             follow = follow.recheck_credential(now());

@@ -111,6 +111,16 @@ impl Actor {
                 let accepted = self.job_event(c.0.clone()).await?;
                 Ok(reply(&c, &Accepted { accepted }))
             }
+            // A running call's output, relayed by the runner hub: shown to followers, never
+            // stored (`wuhu_core::tool_output`).
+            SessionCall::ToolOutput(c) => {
+                let event = self.in_flight.runner_calls.output(&c.0);
+                let accepted = event.is_some();
+                if let Some(event) = event {
+                    self.broadcast(event);
+                }
+                Ok(reply(&c, &Accepted { accepted }))
+            }
             SessionCall::Start(c) => {
                 self.loaded_or_404()?;
                 self.start_pending().await?;

@@ -130,7 +130,9 @@ impl Actor {
         };
         // As for `/follow`: the snapshot and the registration happen in one synchronous step.
         let registration = self.follow_registration()?;
-        let mut follow = Follow::new(now(), &request, registration).without_heartbeats();
+        let mut follow = Follow::new(now(), &request, registration)
+            .with_running_output(self.in_flight.runner_calls.output_tails())
+            .without_heartbeats();
         let credential = match &attachment.jti {
             Some(jti) => {
                 follow = follow.recheck_credential(now());

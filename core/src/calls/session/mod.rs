@@ -16,7 +16,7 @@ use crate::authority::{Access, SessionAction, ToolReaders};
 use crate::environments::Attachment;
 use crate::follow::FollowRequest;
 use crate::orchestration::Lineage;
-use crate::wire::runner::JobEvent;
+use crate::wire::runner::{JobEvent, ToolOutputRelay};
 use crate::wire::{
     AnswerApprovalRequest, AnswerApprovalResponse, Budget, CancelRequest, CancelResponse,
     ChildLifecycle, ChildStatus, CompactRequest, CompactResponse, CreateSessionRequest,
@@ -334,6 +334,11 @@ call!(Prefix => Session, "prefix", PrefixPage);
 pub struct JobEnded(pub JobEvent);
 call!(JobEnded => Session, "job_event", Accepted);
 
+/// The runner hub relays the output of a call the session waits for (`crate::tool_output`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ToolOutput(pub ToolOutputRelay);
+call!(ToolOutput => Session, "tool_output", Accepted);
+
 /// The tenant's gate granted the child a slot: it runs the input it kept.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct Start;
@@ -528,6 +533,7 @@ call_enum! {
         GiveChildInput(GiveChildInput),
         Prefix(Prefix),
         JobEnded(JobEnded),
+        ToolOutput(ToolOutput),
         Start(Start),
         ForgetSettings(ForgetSettings),
         Notice(Notice),
@@ -599,6 +605,7 @@ impl SessionCall {
             | SessionCall::GiveChildInput(_)
             | SessionCall::Prefix(_)
             | SessionCall::JobEnded(_)
+            | SessionCall::ToolOutput(_)
             | SessionCall::Start(_)
             | SessionCall::ForgetSettings(_) => Needs::Internal,
         }

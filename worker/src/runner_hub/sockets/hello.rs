@@ -204,6 +204,7 @@ impl Sockets<'_> {
                 kind: Some(kind),
                 notice,
                 sandbox: capabilities::sandbox(&hello.capabilities),
+                tool_progress: true,
             },
         );
         self.arm_alarm(now + SILENCE_LIMIT_MS).await;
