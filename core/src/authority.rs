@@ -625,7 +625,9 @@ impl WorkspaceWriter<'_> {
         match self {
             WorkspaceWriter::Person(who) => may_write_workspace(who, path),
             WorkspaceWriter::SessionTool { .. }
-                if is_tenant_config(path) || crate::policy::is_policy_document(path) =>
+                if is_tenant_config(path)
+                    || crate::policy::is_policy_document(path)
+                    || crate::mcp_client::config::is_mcp_document(path) =>
             {
                 false
             }
@@ -660,6 +662,13 @@ impl WorkspaceWriter<'_> {
             WorkspaceWriter::SessionTool { .. } if crate::policy::is_policy_document(path) => {
                 format!(
                     "{path} is a policy: a session's tools never change the rules it runs under; its user or an admin edits it"
+                )
+            }
+            WorkspaceWriter::SessionTool { .. }
+                if crate::mcp_client::config::is_mcp_document(path) =>
+            {
+                format!(
+                    "{path} lists MCP servers: a session's tools never change where its calls (and their credentials) go; its user or an admin edits it"
                 )
             }
             WorkspaceWriter::SessionTool {
@@ -1186,6 +1195,10 @@ mod tests {
             (&alice, "users/alice/policy.json", true),
             (&alice, "users/bob/policy.json", false),
             (&admin, "users/bob/policy.json", true),
+            (&alice, "config/mcp.json", false),
+            (&admin, "config/mcp.json", true),
+            (&alice, "users/alice/mcp.json", true),
+            (&alice, "users/bob/mcp.json", false),
         ];
         for (who, path, ok) in cases {
             assert_eq!(may_write_workspace(who, path), ok, "{} {path}", who.sub);
@@ -1198,8 +1211,11 @@ mod tests {
         let both = ["alice".to_string(), "bob".to_string()];
         // A policy is never a tool's to write, not even its owner's own: an agent must not
         // relax the rules it runs under.
-        let cases: [(&[String], &str, bool); 11] = [
+        let cases: [(&[String], &str, bool); 13] = [
             (&alice, "users/alice/policy.json", false),
+            // Nor a list of MCP servers: where calls (and their credentials) go.
+            (&alice, "users/alice/mcp.json", false),
+            (&alice, "config/mcp.json", false),
             (&[], "users/alice/policy.json", false),
             (&alice, "config/policy.json", false),
             (&alice, "config/models.json", false),

@@ -61,6 +61,7 @@ pub mod jwt;
 pub mod llm;
 pub mod masking;
 pub mod mcp;
+pub mod mcp_client;
 #[cfg(test)]
 mod openapi;
 pub mod orchestration;

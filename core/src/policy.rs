@@ -4,7 +4,7 @@
 //! **Documents.** `config/policy.json` (the tenant's, [`TENANT_POLICY_PATH`], admins) and
 //! `users/<sub>/policy.json` (a user's, for work on **their own runners**, [`user_policy_path`]):
 //! `{"rules": [{"id"?, "match": {…}, "decision": "allow" | "ask" | "deny", "reason"?}]}`.
-//! A rule's `match` holds any of `tool`, `environment`, `runner`, `command`, `path`, `host`
+//! A rule's `match` holds any of `tool`, `environment`, `runner`, `command`, `path`, `host`, `mcp`
 //! (globs: `*` any run of characters, `/` and spaces included; `?` one character; or, written
 //! `/…/`, a regular expression in `regex-lite`'s syntax, searched unanchored unless it anchors
 //! itself) and `costUsdOver` (a number); a rule matches a call when every field it names
@@ -24,7 +24,8 @@
 //!
 //! **Commands** (`bash`) are matched per simple command ([`shell`]): a deny or ask rule when any
 //! of them matches, an allow rule only when all do. `path` is a file tool's `path` (and the files
-//! a `bash` command redirects output to), normalised; `host` is a `js` `fetch`'s host; the cost
+//! a `bash` command redirects output to), normalised; `host` is a `js` `fetch`'s host (or an MCP
+//! server's); `mcp` is an MCP tool as `<server>/<tool>` (`mcp_call`, tool `mcp_call`); the cost
 //! is the estimate a call carries (an environment's `costPerHourUsd` for an hour).
 //!
 //! Pure: the host reads the documents, supplies the call's facts and performs the decision.
@@ -139,9 +140,12 @@ pub struct MatchDocument {
     /// A file path (a file tool's `path`, a file a command writes to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// The host a `js` `fetch` goes to.
+    /// The host a `js` `fetch` (or an `mcp_call`) goes to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// An MCP tool, as `<server>/<tool>` (`mcp_call`, js `wuhu.mcp.call`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<String>,
     /// Matches calls whose cost estimate is above this many US dollars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd_over: Option<f64>,
@@ -207,6 +211,7 @@ struct Rule {
     command: Option<Pattern>,
     path: Option<Pattern>,
     host: Option<Pattern>,
+    mcp: Option<Pattern>,
     cost_usd_over: Option<f64>,
 }
 
@@ -307,6 +312,7 @@ impl Policy {
                 command: pattern("command", &m.command)?,
                 path: pattern("path", &m.path)?,
                 host: pattern("host", &m.host)?,
+                mcp: pattern("mcp", &m.mcp)?,
                 cost_usd_over: m.cost_usd_over,
             });
         }
@@ -334,8 +340,10 @@ pub struct Call<'a> {
     pub command: Option<&'a str>,
     /// The file paths it names (a file tool's `path`).
     pub paths: Vec<String>,
-    /// The host of a fetch.
+    /// The host of a fetch (or of an MCP server).
     pub host: Option<&'a str>,
+    /// The MCP tool called, as `<server>/<tool>`.
+    pub mcp: Option<&'a str>,
     /// Its cost estimate in US dollars.
     pub cost_usd: Option<f64>,
 }
@@ -498,7 +506,7 @@ pub fn simple_commands(command: &str) -> (Vec<String>, bool) {
 }
 
 /// `GET /v1/policy/check`'s query: the call to decide, as `tool`, `environment`, `runner`,
-/// `runnerOwner`, `command`, `path`, `host`, `costUsd`.
+/// `runnerOwner`, `command`, `path`, `host`, `mcp`, `costUsd`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CheckQuery {
     /// The tool (required).
@@ -515,6 +523,8 @@ pub struct CheckQuery {
     pub path: Option<String>,
     /// See [`Call::host`].
     pub host: Option<String>,
+    /// See [`Call::mcp`].
+    pub mcp: Option<String>,
     /// See [`Call::cost_usd`].
     pub cost_usd: Option<f64>,
 }
@@ -542,6 +552,7 @@ impl CheckQuery {
                 "command" => q.command = v,
                 "path" => q.path = v,
                 "host" => q.host = v,
+                "mcp" => q.mcp = v,
                 "costUsd" => {
                     let cost: f64 = value
                         .parse()
@@ -552,7 +563,7 @@ impl CheckQuery {
                 }
                 other => {
                     return Err(format!(
-                        "unknown parameter {other:?} (tool, environment, runner, runnerOwner, command, path, host, costUsd)"
+                        "unknown parameter {other:?} (tool, environment, runner, runnerOwner, command, path, host, mcp, costUsd)"
                     ));
                 }
             }
@@ -573,6 +584,7 @@ impl CheckQuery {
             command: self.command.as_deref(),
             paths: self.path.iter().cloned().collect(),
             host: self.host.as_deref(),
+            mcp: self.mcp.as_deref(),
             cost_usd: self.cost_usd,
         }
     }
@@ -663,6 +675,7 @@ fn matches(rule: &Rule, facts: &Facts<'_>, unit: &Unit<'_>) -> Option<String> {
         || !one(&rule.environment, call.environment)
         || !one(&rule.runner, call.runner)
         || !one(&rule.host, call.host)
+        || !one(&rule.mcp, call.mcp)
     {
         return None;
     }
@@ -710,6 +723,7 @@ fn matches(rule: &Rule, facts: &Facts<'_>, unit: &Unit<'_>) -> Option<String> {
     }
     Some(
         subject
+            .or_else(|| call.mcp.map(str::to_string))
             .or_else(|| call.host.map(str::to_string))
             .or_else(|| call.command.map(str::to_string))
             .or_else(|| facts.paths.first().cloned())
@@ -747,6 +761,8 @@ pub fn always_rule(verdict: &Verdict, call: &Call<'_>, approver: &str) -> Option
             return None;
         }
         matches.command = Some(inner.clone());
+    } else if call.mcp == Some(subject) {
+        matches.mcp = Some(subject.to_string());
     } else if call.host == Some(subject) {
         matches.host = Some(subject.to_string());
     } else if call.paths.iter().any(|p| normalize_path(p) == subject) {

@@ -4,7 +4,8 @@
 //! * `config/models.json`: rows over the built-in model table (`crate::llm::models::ModelTable`);
 //! * `config/tenant.json`: [`TenantConfig`] (request logs and their retention, the default
 //!   provider and model of new sessions);
-//! * `config/policy.json`: the tenant's policy (`crate::policy`).
+//! * `config/policy.json`: the tenant's policy (`crate::policy`);
+//! * `config/mcp.json`: the tenant's MCP servers (`crate::mcp_client::config`).
 //!
 //! Each is checked when written ([`check_document`]) and when read: an invalid document is an
 //! error the reader shows, never a silent fallback to the defaults.
@@ -12,6 +13,7 @@
 use serde::Deserialize;
 
 use crate::llm::models::{ModelTable, TENANT_TABLE_PATH};
+use crate::mcp_client::config::{McpServers, TENANT_MCP_PATH};
 use crate::policy::{Policy, TENANT_POLICY_PATH};
 
 /// Where [`TenantConfig`] lives in the workspace.
@@ -110,7 +112,7 @@ impl TenantConfig {
     }
 }
 
-/// Checks a document about to be written at `path` (normalised) under `config/`: the two
+/// Checks a document about to be written at `path` (normalised) under `config/`: the
 /// documents above must be valid, and nothing else lives there.
 ///
 /// # Errors
@@ -126,8 +128,11 @@ pub fn check_document(path: &str, text: &str) -> Result<(), String> {
         TENANT_POLICY_PATH => Policy::parse(path, Some(text))
             .map(drop)
             .map_err(|e| e.to_string()),
+        TENANT_MCP_PATH => McpServers::parse(path, Some(text))
+            .map(drop)
+            .map_err(|e| e.to_string()),
         _ => Err(format!(
-            "config/ holds only {TENANT_TABLE_PATH}, {TENANT_CONFIG_PATH} and {TENANT_POLICY_PATH}, not {path}"
+            "config/ holds only {TENANT_TABLE_PATH}, {TENANT_CONFIG_PATH}, {TENANT_POLICY_PATH} and {TENANT_MCP_PATH}, not {path}"
         )),
     }
 }
@@ -350,6 +355,12 @@ mod tests {
                 ),
             ),
             ("config/policy.json", r#"{"rules":[]}"#, Ok(())),
+            ("config/mcp.json", r#"{"servers":[]}"#, Ok(())),
+            (
+                "config/mcp.json",
+                r#"{"servers":[{"name":"x","url":"gopher://x"}]}"#,
+                Err(r#"config/mcp.json: server 1: url: scheme "gopher": http or https only"#),
+            ),
             (
                 "config/policy.json",
                 r#"{"rules":[{"decision":"never"}]}"#,
@@ -361,7 +372,7 @@ mod tests {
                 "config/notes.md",
                 "hello",
                 Err(
-                    "config/ holds only config/models.json, config/tenant.json and config/policy.json, not config/notes.md",
+                    "config/ holds only config/models.json, config/tenant.json, config/policy.json and config/mcp.json, not config/notes.md",
                 ),
             ),
         ];

@@ -123,6 +123,13 @@ pub enum WuhuUrl {
     Config(String),
     /// `wuhu://blob/<id>`: a blob of this session (`crate::blobs`), read-only.
     Blob(String),
+    /// `wuhu://mcp/<server>/<uri>`: a resource of an MCP server (`crate::mcp_client`), read-only.
+    Mcp {
+        /// The server's name.
+        server: String,
+        /// The resource's URI, as the server lists it.
+        uri: String,
+    },
     /// `wuhu://env/<name>/<path>`: a path inside an attached environment.
     Env {
         /// Environment name.
@@ -137,7 +144,7 @@ pub enum WuhuUrl {
 pub enum UrlError {
     /// Not `wuhu://workspace/`, `wuhu://config/` or `wuhu://env/<name>/`.
     #[error(
-        "unknown wuhu:// location {0:?}: use wuhu://workspace/…, wuhu://config/…, wuhu://env/<name>/… or wuhu://blob/<id>"
+        "unknown wuhu:// location {0:?}: use wuhu://workspace/…, wuhu://config/…, wuhu://env/<name>/…, wuhu://blob/<id> or wuhu://mcp/<server>/<uri>"
     )]
     UnknownLocation(String),
     /// The path part is refused.
@@ -159,6 +166,17 @@ pub fn parse_wuhu_url(text: &str) -> Option<Result<WuhuUrl, UrlError>> {
         "blob" => crate::blobs::parse_id(path)
             .map(|id| WuhuUrl::Blob(id.id.to_string()))
             .ok_or_else(|| UrlError::UnknownLocation(text.to_string())),
+        "mcp" => match path.split_once('/') {
+            Some((server, uri))
+                if crate::mcp_client::config::valid_server_name(server) && !uri.is_empty() =>
+            {
+                Ok(WuhuUrl::Mcp {
+                    server: server.to_string(),
+                    uri: uri.to_string(),
+                })
+            }
+            _ => Err(UrlError::UnknownLocation(text.to_string())),
+        },
         "env" => {
             let (name, path) = path.split_once('/').unwrap_or((path, ""));
             if name.is_empty() {
@@ -308,6 +326,25 @@ mod tests {
             }))
         );
         assert_eq!(parse_wuhu_url("src/main.rs"), None);
+        // An MCP resource keeps its URI whole (its own scheme, slashes and query included).
+        assert_eq!(
+            parse_wuhu_url("wuhu://mcp/every/test://static/resource/1?x=a/b"),
+            Some(Ok(WuhuUrl::Mcp {
+                server: "every".into(),
+                uri: "test://static/resource/1?x=a/b".into()
+            }))
+        );
+        for bad in [
+            "wuhu://mcp/every",
+            "wuhu://mcp/every/",
+            "wuhu://mcp/Bad/x",
+            "wuhu://mcp//x",
+        ] {
+            assert!(
+                matches!(parse_wuhu_url(bad), Some(Err(UrlError::UnknownLocation(_)))),
+                "{bad}"
+            );
+        }
         assert!(matches!(
             parse_wuhu_url("wuhu://workspace/../x"),
             Some(Err(UrlError::Path(PathError::ParentSegment)))

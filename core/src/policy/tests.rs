@@ -292,6 +292,7 @@ fn every_field_of_a_match_must_hold() {
             {"id": "c", "match": {"tool": "request_environment", "costUsdOver": 1}, "decision": "ask"},
             {"id": "d", "match": {"environment": "prod*", "runner": "ci-*"}, "decision": "deny"},
             {"id": "e", "match": {"path": "*.env"}, "decision": "deny"},
+            {"id": "f", "match": {"tool": "mcp_call", "mcp": "github/*_delete"}, "decision": "deny"},
         ]),
     );
     let call = |tool, f: &dyn Fn(&mut Call<'static>)| {
@@ -321,6 +322,15 @@ fn every_field_of_a_match_must_hold() {
             "deny tenant rule \"b\"",
         ),
         (call("js_fetch", &|c| c.host = Some("example.com")), "none"),
+        (
+            call("mcp_call", &|c| c.mcp = Some("github/repo_delete")),
+            "deny tenant rule \"f\"",
+        ),
+        (
+            call("mcp_call", &|c| c.mcp = Some("github/repo_create")),
+            "none",
+        ),
+        (call("mcp_call", &|_| {}), "none"),
         (
             call("request_environment", &|c| c.cost_usd = Some(1.5)),
             "ask tenant rule \"c\"",

@@ -591,7 +591,7 @@ fn unknown_tools_fail_without_reaching_the_host() {
             infer 1
             > calls 1 rm_rf:x
             #3 assistant calls x
-            #4 result x err=true Unknown tool "rm_rf". Available tools: list_sessions, read_session, request_environment, detach_environment, bash, job_status, job_kill, edit, ls, find, grep, js, set_model, spawn_session, send_to_session, wait_sessions, stop_session, read, write.
+            #4 result x err=true Unknown tool "rm_rf". Available tools: list_sessions, read_session, request_environment, detach_environment, bash, job_status, job_kill, edit, ls, find, grep, js, mcp_tools, mcp_call, set_model, spawn_session, send_to_session, wait_sessions, stop_session, read, write.
             infer 2"#]],
     );
 }

@@ -57,6 +57,10 @@ pub mod names {
     pub const JOB_STATUS: &str = "job_status";
     /// Kills a background job's process group.
     pub const JOB_KILL: &str = "job_kill";
+    /// The MCP servers a turn sees, and their tools (`crate::mcp_client`).
+    pub const MCP_TOOLS: &str = "mcp_tools";
+    /// Call a tool of an MCP server.
+    pub const MCP_CALL: &str = "mcp_call";
 }
 
 /// The tools that act on background jobs (`bash {background: true}`), on the job's runner.
@@ -84,10 +88,12 @@ pub const ENVIRONMENT_TOOLS: [&str; 5] = [
 /// The traits of a known tool, or `None` for a name the model made up.
 pub fn traits(name: &str) -> Option<ToolTraits> {
     match name {
-        names::LIST_SESSIONS | names::READ_SESSION | names::READ => Some(ToolTraits {
-            parallel_safe: true,
-            idempotent: true,
-        }),
+        names::LIST_SESSIONS | names::READ_SESSION | names::READ | names::MCP_TOOLS => {
+            Some(ToolTraits {
+                parallel_safe: true,
+                idempotent: true,
+            })
+        }
         // Writing the same content twice is harmless; writes to one place must not race.
         names::WRITE => Some(ToolTraits {
             parallel_safe: false,
@@ -126,7 +132,8 @@ pub fn traits(name: &str) -> Option<ToolTraits> {
             parallel_safe: false,
             idempotent: true,
         }),
-        names::JS => Some(ToolTraits {
+        // Another system's tool: nothing is known of its effects.
+        names::JS | names::MCP_CALL => Some(ToolTraits {
             parallel_safe: false,
             idempotent: false,
         }),
@@ -338,6 +345,37 @@ fn build_catalogue() -> Vec<ToolSchema> {
                     "code": {"type": "string", "description": "The script"}
                 },
                 "required": ["code"],
+                "additionalProperties": false
+            }"#,
+            ),
+        },
+        ToolSchema {
+            name: names::MCP_TOOLS,
+            description: "List the MCP (Model Context Protocol) servers this turn may use, or the tools of one: each with its description and its arguments' JSON Schema. `query` finds tools by a part of their name or description (across every server when no server is given). Results come 25 tools a page (`offset`).",
+            parameters: schema(
+                r#"{
+                "type": "object",
+                "properties": {
+                    "server": {"type": "string", "description": "A server's name (default: list the servers)"},
+                    "query": {"type": "string", "description": "Part of a tool's name or description"},
+                    "offset": {"type": "integer", "minimum": 0, "description": "Skip this many tools (default 0)"}
+                },
+                "additionalProperties": false
+            }"#,
+            ),
+        },
+        ToolSchema {
+            name: names::MCP_CALL,
+            description: "Call a tool of an MCP server (see mcp_tools for the servers, their tools and arguments). Text comes back as text; images are attached; long resources are stored as wuhu://blob/ documents you can read. An MCP server's resources are readable with read wuhu://mcp/<server>/<uri>.",
+            parameters: schema(
+                r#"{
+                "type": "object",
+                "properties": {
+                    "server": {"type": "string"},
+                    "tool": {"type": "string"},
+                    "arguments": {"type": "object", "description": "The tool's arguments (default {})"}
+                },
+                "required": ["server", "tool"],
                 "additionalProperties": false
             }"#,
             ),

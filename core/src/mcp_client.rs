@@ -1,0 +1,17 @@
+//! Wuhu as an MCP client (issue 33, decision 0039): sessions use the tenant's MCP servers and
+//! their users' own, through one stable pair of tools, `mcp_tools` and `mcp_call` (and js
+//! `wuhu.mcp.*`, and `read` of `wuhu://mcp/<server>/<uri>`). The rules, sans-IO; the Worker's
+//! `mcp_client.rs` performs them.
+//!
+//! * [`config`]: the server documents (`config/mcp.json`, `users/<sub>/mcp.json`), which servers
+//!   a turn sees ([`config::visible`], [`config::user_for_turn`]).
+//! * [`exchange`]: one request over the streamable HTTP transport, as a machine the host
+//!   drives (session opening, `Mcp-Session-Id`, expiry, event-stream answers, bounds).
+//! * [`present`]: what the model sees: tool listings, results with their blobs.
+
+pub mod config;
+pub mod exchange;
+pub mod present;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,334 @@
+//! The MCP server documents: `config/mcp.json` (the tenant's, admins) and `users/<sub>/mcp.json`
+//! (a user's own), checked when written and when read.
+
+use serde::{Deserialize, Serialize};
+use wildmatch::WildMatch;
+
+/// The tenant's MCP servers (admins write it; see `crate::authority::is_tenant_config`).
+pub const TENANT_MCP_PATH: &str = "config/mcp.json";
+/// Most servers in one document.
+pub const MAX_SERVERS: usize = 32;
+/// Most patterns in one `tools.allow` or `tools.deny`.
+pub const MAX_TOOL_PATTERNS: usize = 64;
+/// Longest tool pattern, in characters.
+pub const MAX_TOOL_PATTERN_CHARS: usize = 128;
+/// Longest server URL, in characters.
+pub const MAX_URL_CHARS: usize = 2048;
+/// Longest server name, in characters.
+pub const MAX_NAME_CHARS: usize = 32;
+/// How long one request to a server may take when its document says nothing (seconds).
+pub const DEFAULT_TIMEOUT_SECONDS: u32 = 60;
+/// The longest `timeoutSeconds` a document may set.
+pub const MAX_TIMEOUT_SECONDS: u32 = 600;
+
+/// Where `sub`'s own MCP servers are listed.
+pub fn user_mcp_path(sub: &str) -> String {
+    format!("users/{sub}/mcp.json")
+}
+
+/// Whether `path` (normalised) lists MCP servers: the tenant's document or a user's. A session's
+/// tools never write one (an agent must not point its own calls, and the credentials they
+/// carry, at another server), and a change is told to running sessions like the settings.
+pub fn is_mcp_document(path: &str) -> bool {
+    path == TENANT_MCP_PATH || mcp_user(path).is_some()
+}
+
+/// The user whose MCP document `path` is (`users/<sub>/mcp.json`).
+pub fn mcp_user(path: &str) -> Option<&str> {
+    let sub = path.strip_prefix("users/")?.strip_suffix("/mcp.json")?;
+    (!sub.is_empty() && !sub.contains('/')).then_some(sub)
+}
+
+/// How a server is reached.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// Streamable HTTP (revision 2025-06-18): one `POST` per message.
+    #[default]
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport (revision 2024-11-05): not spoken; refused when written.
+    Sse,
+}
+
+/// The credential a request carries.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Auth {
+    /// None.
+    #[default]
+    None,
+    /// `Authorization: Bearer <the secret's value>`: a secret of the vault (`crate::secrets`),
+    /// sent only to the hosts the secret names and in turns the secret may serve.
+    Bearer {
+        /// The secret's name.
+        secret: String,
+    },
+    /// OAuth 2.1 through the browser: not built; refused when written.
+    Oauth,
+}
+
+/// Whether each call to a server waits for a person.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Calls run (the policy engine may still ask or refuse).
+    #[default]
+    Auto,
+    /// Each call waits for the session's owner (a user's own server: for that user).
+    Ask,
+}
+
+/// Which of a server's tools a session sees and may call.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFilterDocument {
+    /// Globs (`*`, `?`); empty: every tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// Globs; a tool one matches is hidden, whatever `allow` says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+/// One server as written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerDocument {
+    /// The name sessions call it by: 1 to [`MAX_NAME_CHARS`] of `a-z`, `0-9`, `-`, `_`,
+    /// starting with a letter or digit.
+    pub name: String,
+    /// Its endpoint (`http` or `https`, no credentials in it).
+    pub url: String,
+    /// How it is reached.
+    #[serde(default)]
+    pub transport: Transport,
+    /// The credential requests carry.
+    #[serde(default)]
+    pub auth: Auth,
+    /// Which tools are offered.
+    #[serde(default)]
+    pub tools: ToolFilterDocument,
+    /// Whether calls wait for a person.
+    #[serde(default)]
+    pub approval: Approval,
+    /// Seconds one request may take (1 to [`MAX_TIMEOUT_SECONDS`], default
+    /// [`DEFAULT_TIMEOUT_SECONDS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    servers: Vec<ServerDocument>,
+}
+
+/// Whose document a server is listed in.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(tag = "source", content = "user", rename_all = "snake_case")]
+pub enum Source {
+    /// `config/mcp.json`.
+    Tenant,
+    /// `users/<sub>/mcp.json`.
+    User(String),
+}
+
+/// A server as a session uses it.
+#[derive(Clone, Debug)]
+pub struct Server {
+    /// As written.
+    pub doc: ServerDocument,
+    /// Whose it is.
+    pub source: Source,
+    allow: Vec<WildMatch>,
+    deny: Vec<WildMatch>,
+}
+
+impl Server {
+    /// Whether the session sees and may call `tool`: no `deny` pattern matches it, and `allow`
+    /// is empty or one of its patterns does.
+    pub fn offers(&self, tool: &str) -> bool {
+        !self.deny.iter().any(|p| p.matches(tool))
+            && (self.allow.is_empty() || self.allow.iter().any(|p| p.matches(tool)))
+    }
+
+    /// Seconds one request may take.
+    pub fn timeout_seconds(&self) -> u32 {
+        self.doc.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)
+    }
+
+    /// The host of its URL (what the policy's `host` and a bearer secret's `hosts` see).
+    pub fn host(&self) -> String {
+        url::Url::parse(&self.doc.url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+/// Why a document was refused: its path, the server's position and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct McpConfigError(pub String);
+
+/// The servers of one document.
+#[derive(Clone, Debug, Default)]
+pub struct McpServers {
+    /// In the document's order.
+    pub servers: Vec<Server>,
+}
+
+impl McpServers {
+    /// The servers `text` lists (`None`: no document, no servers), for the document at `path`
+    /// (which says whose they are).
+    ///
+    /// # Errors
+    /// [`McpConfigError`], naming the path, the server and the field.
+    pub fn parse(path: &str, text: Option<&str>) -> Result<McpServers, McpConfigError> {
+        let Some(text) = text else {
+            return Ok(McpServers::default());
+        };
+        let source = match mcp_user(path) {
+            Some(sub) => Source::User(sub.to_string()),
+            None => Source::Tenant,
+        };
+        let fail = |what: String| McpConfigError(format!("{path}: {what}"));
+        let doc: Document = serde_json::from_str(text).map_err(|e| fail(e.to_string()))?;
+        if doc.servers.len() > MAX_SERVERS {
+            return Err(fail(format!("at most {MAX_SERVERS} servers")));
+        }
+        let mut servers: Vec<Server> = Vec::with_capacity(doc.servers.len());
+        for (i, server) in doc.servers.into_iter().enumerate() {
+            let at = |what: String| fail(format!("server {}: {what}", i + 1));
+            if !valid_server_name(&server.name) {
+                return Err(at(format!(
+                    "name {:?} must be 1 to {MAX_NAME_CHARS} of a-z, 0-9, '-' and '_', starting with a letter or digit",
+                    server.name
+                )));
+            }
+            if servers.iter().any(|s| s.doc.name == server.name) {
+                return Err(at(format!(
+                    "name {:?} is used by an earlier server",
+                    server.name
+                )));
+            }
+            check_url(&server.url).map_err(|e| at(format!("url: {e}")))?;
+            if server.transport == Transport::Sse {
+                return Err(at(
+                    "transport \"sse\" (the legacy HTTP+SSE transport) is not spoken: use the server's streamable HTTP endpoint".into(),
+                ));
+            }
+            match &server.auth {
+                Auth::None => {}
+                Auth::Bearer { secret } => {
+                    crate::secrets::check_name(secret)
+                        .map_err(|e| at(format!("auth.secret: {e}")))?;
+                }
+                Auth::Oauth => {
+                    return Err(at(
+                        "auth \"oauth\" is not built yet: use {\"type\": \"bearer\", \"secret\": \"<a secret's name>\"}".into(),
+                    ));
+                }
+            }
+            if let Some(t) = server.timeout_seconds
+                && !(1..=MAX_TIMEOUT_SECONDS).contains(&t)
+            {
+                return Err(at(format!(
+                    "timeoutSeconds must be 1 to {MAX_TIMEOUT_SECONDS}"
+                )));
+            }
+            let patterns = |field: &str, list: &[String]| {
+                if list.len() > MAX_TOOL_PATTERNS {
+                    return Err(at(format!(
+                        "tools.{field} holds at most {MAX_TOOL_PATTERNS} patterns"
+                    )));
+                }
+                list.iter()
+                    .map(|p| {
+                        if p.is_empty() || p.chars().count() > MAX_TOOL_PATTERN_CHARS {
+                            Err(at(format!(
+                                "tools.{field}: a pattern must be 1 to {MAX_TOOL_PATTERN_CHARS} characters"
+                            )))
+                        } else {
+                            Ok(WildMatch::new(p))
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            };
+            let allow = patterns("allow", &server.tools.allow)?;
+            let deny = patterns("deny", &server.tools.deny)?;
+            servers.push(Server {
+                doc: server,
+                source: source.clone(),
+                allow,
+                deny,
+            });
+        }
+        Ok(McpServers { servers })
+    }
+
+    /// The server named `name`.
+    pub fn get(&self, name: &str) -> Option<&Server> {
+        self.servers.iter().find(|s| s.doc.name == name)
+    }
+}
+
+/// Whether `name` may name a server.
+pub fn valid_server_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name.len() <= MAX_NAME_CHARS
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+fn check_url(text: &str) -> Result<(), String> {
+    if text.chars().count() > MAX_URL_CHARS {
+        return Err(format!("at most {MAX_URL_CHARS} characters"));
+    }
+    let url = url::Url::parse(text).map_err(|e| format!("{e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("scheme {:?}: http or https only", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("no host".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(
+            "credentials do not belong in the URL: put them in a secret and name it in auth".into(),
+        );
+    }
+    if url.fragment().is_some() {
+        return Err("a fragment is not sent to a server: remove it".into());
+    }
+    Ok(())
+}
+
+/// The user whose own servers a turn acting for `acting_for` may use: only a turn that acts
+/// for one person alone, who is a member (a user's servers can hold what only they may see, and
+/// a turn for several people would hand it to the others).
+pub fn user_for_turn(acting_for: &[String]) -> Option<&str> {
+    match acting_for {
+        [one] if !crate::authority::is_guest(one) => Some(one.as_str()),
+        _ => None,
+    }
+}
+
+/// The servers a turn sees: the tenant's, then the user's own whose names the tenant's do not
+/// take (returned second: shadowed, for the listing to say so).
+pub fn visible<'a>(
+    tenant: &'a McpServers,
+    user: Option<&'a McpServers>,
+) -> (Vec<&'a Server>, Vec<&'a Server>) {
+    let mut seen: Vec<&Server> = tenant.servers.iter().collect();
+    let mut shadowed = Vec::new();
+    for server in user.map(|u| u.servers.iter()).into_iter().flatten() {
+        if tenant.get(&server.doc.name).is_some() {
+            shadowed.push(server);
+        } else {
+            seen.push(server);
+        }
+    }
+    (seen, shadowed)
+}
