@@ -440,9 +440,27 @@ pub enum PolicyCommand {
         /// The runner's owner, whose own policy is read too.
         #[arg(long)]
         runner_owner: Option<String>,
+        /// An MCP tool, as `<server>/<tool>` (with `--tool mcp_call`).
+        #[arg(long)]
+        mcp: Option<String>,
         /// The call's cost estimate in US dollars.
         #[arg(long)]
         cost_usd: Option<f64>,
+    },
+}
+
+/// `wuhu mcp …`.
+#[derive(Subcommand, Debug)]
+pub enum McpCommand {
+    /// The MCP servers your own turns would use, and documents that cannot be used. The lists
+    /// themselves are workspace documents: `wuhu docs put config/mcp.json` (admins) and
+    /// `users/<you>/mcp.json`.
+    List,
+    /// Asks a server for its tools now, as your own turn would.
+    Tools {
+        /// The server's name.
+        #[arg(value_name = "SERVER")]
+        name: String,
     },
 }
 
@@ -645,6 +663,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Docs(command) => docs(&global, command).await,
         Command::Secrets(command) => secrets(&global, command).await,
         Command::Policy(command) => policy(&global, command).await,
+        Command::Mcp(command) => mcp(&global, command).await,
     }
 }
 
@@ -1458,6 +1477,7 @@ async fn policy(global: &Global, command: PolicyCommand) -> Result<u8> {
         environment,
         runner,
         runner_owner,
+        mcp,
         cost_usd,
     } = command;
     let query = wuhu_core::policy::CheckQuery {
@@ -1468,6 +1488,7 @@ async fn policy(global: &Global, command: PolicyCommand) -> Result<u8> {
         command,
         path,
         host,
+        mcp,
         cost_usd,
     };
     let answer = client.check_policy(&query).await?;
@@ -1498,6 +1519,90 @@ async fn policy(global: &Global, command: PolicyCommand) -> Result<u8> {
         println!("opaque: part of the command cannot be read before it runs, so no rule allows it");
     }
     Ok(exit::OK)
+}
+
+async fn mcp(global: &Global, command: McpCommand) -> Result<u8> {
+    use wuhu_core::mcp_client::config::{ServerView, SourceKind};
+    let client = connect(global)?;
+    let whose = |s: &ServerView| match (&s.source, &s.user) {
+        (SourceKind::User, Some(sub)) => format!("{sub}'s own"),
+        _ => "tenant".to_string(),
+    };
+    match command {
+        McpCommand::List => {
+            let list = client.mcp_servers().await?;
+            if global.json {
+                print_json(&list);
+                return Ok(exit::OK);
+            }
+            if list.servers.is_empty() {
+                println!(
+                    "no MCP servers (admins list the tenant's in config/mcp.json; yours go in users/<you>/mcp.json)"
+                );
+            } else {
+                table(
+                    &["NAME", "WHOSE", "URL", "AUTH", "APPROVAL"],
+                    list.servers.iter().map(|s| {
+                        vec![
+                            s.name.clone(),
+                            whose(s),
+                            s.url.clone(),
+                            match &s.secret {
+                                Some(secret) => format!("bearer {secret}"),
+                                None => "none".into(),
+                            },
+                            serde_json::to_value(s.approval)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_default(),
+                        ]
+                    }),
+                );
+            }
+            for s in &list.not_offered {
+                println!(
+                    "not offered: {} ({}), whose name a tenant server takes",
+                    s.name,
+                    whose(s)
+                );
+            }
+            for e in &list.errors {
+                eprintln!("wuhu: {e}");
+            }
+            Ok(if list.errors.is_empty() {
+                exit::OK
+            } else {
+                exit::SERVER
+            })
+        }
+        McpCommand::Tools { name } => {
+            let list = client.mcp_tools(&name).await?;
+            if global.json {
+                print_json(&list);
+                return Ok(exit::OK);
+            }
+            table(
+                &["TOOL", "OFFERED", "DESCRIPTION"],
+                list.tools.iter().map(|t| {
+                    vec![
+                        t.name.clone(),
+                        if t.offered { "yes" } else { "no" }.into(),
+                        t.description
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                            .chars()
+                            .take(80)
+                            .collect(),
+                    ]
+                }),
+            );
+            if list.truncated {
+                println!("(the server lists more tools than were read)");
+            }
+            Ok(exit::OK)
+        }
+    }
 }
 
 /// Prints pretty JSON on stdout.

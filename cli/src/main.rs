@@ -119,6 +119,9 @@ pub enum Command {
     /// The policy engine: what the tenant's rules (and a runner owner's) would decide on a call.
     #[command(subcommand)]
     Policy(commands::PolicyCommand),
+    /// MCP servers sessions may use (`config/mcp.json`, `users/<you>/mcp.json`): list, tools.
+    #[command(subcommand)]
+    Mcp(commands::McpCommand),
 }
 
 fn main() -> ExitCode {

@@ -656,6 +656,7 @@ impl Client {
                 ("command", &query.command),
                 ("path", &query.path),
                 ("host", &query.host),
+                ("mcp", &query.mcp),
             ];
             for (name, value) in optional {
                 if let Some(value) = value {
@@ -667,6 +668,27 @@ impl Client {
             }
         }
         self.get(url).await
+    }
+
+    /// `GET /v1/mcp/servers`: the MCP servers your own turns would use.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn mcp_servers(&self) -> Result<wuhu_core::mcp_client::config::ServerList, Error> {
+        self.get(self.url(["v1", "mcp", "servers"])).await
+    }
+
+    /// `GET /v1/mcp/servers/:name/tools`: asks the server for its tools now.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `404` for a server your turns do not see, `502
+    /// mcp_server_failed` with the server's failure.
+    pub async fn mcp_tools(
+        &self,
+        name: &str,
+    ) -> Result<wuhu_core::mcp_client::config::ToolList, Error> {
+        self.get(self.url(["v1", "mcp", "servers", name, "tools"]))
+            .await
     }
 
     /// The follow stream of session `id` (see [`Follow`]).

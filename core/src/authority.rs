@@ -413,6 +413,20 @@ impl TurnRights {
         }
     }
 
+    /// Whether the turn may use MCP servers (`mcp_tools`, `mcp_call`, js `wuhu.mcp.*`,
+    /// `wuhu://mcp/`): the tenant's servers reach its systems with its credentials.
+    ///
+    /// # Errors
+    /// The tool error the agent sees.
+    pub fn may_use_mcp(&self) -> Result<(), String> {
+        match self {
+            TurnRights::People => Ok(()),
+            TurnRights::Guest { guest, .. } => Err(format!(
+                "Refused: this turn acts for the chat guest {guest}, and guests may not use the tenant's MCP servers; an admin can map the person to a Wuhu account to give them a member's rights."
+            )),
+        }
+    }
+
     /// Whether the turn may read the tenant's settings (`wuhu://config/`).
     pub fn may_read_config(&self) -> bool {
         !self.is_guest()

@@ -43,6 +43,7 @@ pub mod fake_responses;
 pub mod fake_server;
 pub mod http;
 pub mod jwt;
+pub mod mcp_servers;
 pub mod moto;
 pub mod net;
 pub mod png;

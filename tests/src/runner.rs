@@ -569,9 +569,9 @@ impl Drop for Runner {
 }
 
 /// A shell that waits for EOF on its stdin (our end closes when this process exits), then
-/// SIGKILLs the runner `pid`. Stopped before the runner is reaped, so it never signals a
-/// recycled PID.
-fn spawn_watchdog(pid: u32) -> Option<Child> {
+/// SIGKILLs `pid` (a runner; a local MCP server, `crate::mcp_servers`). Stopped before the
+/// process is reaped, so it never signals a recycled PID.
+pub(crate) fn spawn_watchdog(pid: u32) -> Option<Child> {
     Command::new("sh")
         .args([
             "-c",

@@ -145,10 +145,13 @@ let expectingRefusals = false;
 let expectingWrongToken = false;
 /** Set while the page is expected to get a 400 (a bad secret name, shown in its form). */
 let expectingBadRequest = false;
+// The MCP page asks a server that cannot be reached: the 502 it shows is expected.
+let expectingBadGateway = false;
 page.on("console", (msg) => {
   if (msg.type() === "error" && expectingRefusals && /CORS policy|net::ERR_FAILED|status of 403/.test(msg.text())) return;
   if (msg.type() === "error" && expectingWrongToken && /status of 401/.test(msg.text())) return;
   if (msg.type() === "error" && expectingBadRequest && /status of 400/.test(msg.text())) return;
+  if (msg.type() === "error" && expectingBadGateway && /status of 502/.test(msg.text())) return;
   if (msg.type() === "error" && dropping && /net::ERR_|Failed to fetch|WebSocket connection to/.test(msg.text())) return;
   if (msg.type() === "error") consoleErrors.push(`console.error: ${msg.text()} (${msg.location().url})`);
 });
@@ -700,6 +703,25 @@ try {
     await page.getByRole("group", { name: "Confirm deleting WEB_TOKEN" }).getByRole("button", { name: "Yes, delete" }).click();
     await row.waitFor({ state: "detached" });
     check(!(await call(ALICE, "GET", "/v1/secrets")).secrets.some((x) => x.name === "WEB_TOKEN"), "deleted");
+  }
+
+  // 10b2. MCP servers: alice's own list (written through the API) shows on the MCP page with its
+  // bearer secret's name; asking a server that cannot be reached shows why (the server's 502),
+  // with the keyboard.
+  log("MCP servers");
+  {
+    await call(ALICE, "PUT", "/v1/workspace/docs/users/alice/mcp.json", {
+      servers: [{ name: "tracker", url: "http://127.0.0.1:9/mcp", auth: { type: "bearer", secret: "TRACKER_TOKEN" }, approval: "ask" }],
+    });
+    await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "MCP" }).click();
+    const card = page.getByTestId("mcp-server-tracker");
+    await card.getByText("bearer TRACKER_TOKEN").waitFor();
+    await card.getByText("each call waits for approval").waitFor();
+    expectingBadGateway = true;
+    await card.getByRole("button", { name: "Show tools" }).focus();
+    await page.keyboard.press("Enter");
+    await card.getByRole("alert").filter({ hasText: "egress refused" }).waitFor();
+    expectingBadGateway = false;
   }
 
   // 10c. Other origins. A page on the listed origin may call the API with a bearer token; an

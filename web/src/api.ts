@@ -7,6 +7,9 @@ import type {
   DocSummary,
   EnvironmentDefinition,
   Lane,
+  McpServerInfo,
+  McpServerList,
+  McpToolInfo,
   MintedToken,
   RevokedAll,
   RunnerInfo,
@@ -123,6 +126,9 @@ export const api = {
   revokeToken: (jti: string) =>
     request<{ jti: string; revoked: boolean; alsoRevoked: number }>("DELETE", `/v1/tokens/${enc(jti)}`),
   listSecrets: () => request<{ secrets: SecretInfo[] }>("GET", "/v1/secrets"),
+  mcpServers: () => request<McpServerList>("GET", "/v1/mcp/servers"),
+  mcpTools: (name: string) =>
+    request<{ server: McpServerInfo; tools: McpToolInfo[]; truncated: boolean }>("GET", `/v1/mcp/servers/${enc(name)}/tools`),
   putSecret: (name: string, body: { value: string; scope: "user" | "tenant"; environments: string[]; hosts: string[] }) =>
     request<SecretInfo>("PUT", `/v1/secrets/${enc(name)}`, body),
   deleteSecret: (name: string, scope: "user" | "tenant") =>

@@ -1,5 +1,5 @@
 // The Wuhu web app: a single page served by the Worker as static assets. Routes live in the
-// URL hash (`#/sessions`, `#/s/<id>`, `#/runners`, `#/tokens`, `#/secrets`, `#/workspace`), so any page can be reloaded
+// URL hash (`#/sessions`, `#/s/<id>`, `#/runners`, `#/tokens`, `#/secrets`, `#/mcp`, `#/workspace`), so any page can be reloaded
 // and linked without the server knowing about them.
 
 import "./app.css";
@@ -13,6 +13,7 @@ import { SessionView } from "./views/Session";
 import { Runners } from "./views/Runners";
 import { Tokens } from "./views/Tokens";
 import { Secrets } from "./views/Secrets";
+import { Mcp } from "./views/Mcp";
 import { Workspace } from "./views/Workspace";
 
 type Route =
@@ -21,6 +22,7 @@ type Route =
   | { name: "runners" }
   | { name: "tokens" }
   | { name: "secrets" }
+  | { name: "mcp" }
   | { name: "workspace"; path: string | null };
 
 function parseRoute(hash: string): Route {
@@ -29,6 +31,7 @@ function parseRoute(hash: string): Route {
   if (parts[0] === "runners") return { name: "runners" };
   if (parts[0] === "tokens") return { name: "tokens" };
   if (parts[0] === "secrets") return { name: "secrets" };
+  if (parts[0] === "mcp") return { name: "mcp" };
   if (parts[0] === "workspace") {
     const path = parts.slice(1).map(decodeURIComponent).join("/");
     return { name: "workspace", path: path || null };
@@ -84,6 +87,7 @@ function App() {
           {nav("runners", "#/runners", "Runners")}
           {nav("tokens", "#/tokens", "Tokens")}
           {nav("secrets", "#/secrets", "Secrets")}
+          {nav("mcp", "#/mcp", "MCP")}
           {nav("workspace", "#/workspace", "Workspace")}
         </nav>
         <div class="whoami" data-testid="whoami" title={`tenant ${me.tenant}, signed in by ${me.via}`}>
@@ -103,6 +107,7 @@ function App() {
         {route.name === "runners" && <Runners me={me} />}
         {route.name === "tokens" && <Tokens me={me} />}
         {route.name === "secrets" && <Secrets me={me} />}
+        {route.name === "mcp" && <Mcp me={me} />}
         {route.name === "workspace" && <Workspace me={me} path={route.path} />}
       </main>
     </div>

@@ -188,3 +188,31 @@ export interface SecretInfo {
   setBy: string;
   setAt: number;
 }
+
+/** An MCP server sessions use (`GET /v1/mcp/servers`, docs/mcp.md). */
+export interface McpServerInfo {
+  name: string;
+  source: "tenant" | "user";
+  user?: string;
+  url: string;
+  transport: "streamable-http" | "sse";
+  auth: "none" | "bearer" | "oauth";
+  secret?: string;
+  approval: "auto" | "ask";
+  allow: string[];
+  deny: string[];
+  timeoutSeconds: number;
+}
+
+export interface McpServerList {
+  servers: McpServerInfo[];
+  notOffered: McpServerInfo[];
+  errors: string[];
+}
+
+export interface McpToolInfo {
+  name: string;
+  description: string;
+  inputSchema: unknown;
+  offered: boolean;
+}

@@ -431,3 +431,57 @@ pub(crate) fn forget_session_images(tenant: &str, session_id: &str) -> usize {
 pub(crate) fn cached_image_bytes() -> u64 {
     IMAGE_CACHE.with_borrow(|cache| cache.bytes())
 }
+
+/// Stores `bytes` the Worker itself produced (an MCP result's image or resource) as a new blob
+/// of session `session_id`: an image by what its bytes are (with its pixel size, so the model
+/// may be shown it), anything else as `media_type` normalised to the allow-list. `Ok((blob,
+/// shown))`: `shown` says the blob is an image a model may see.
+pub(crate) async fn put(
+    env: &Env,
+    tenant: &str,
+    session_id: &str,
+    bytes: Vec<u8>,
+    media_type: &str,
+) -> Result<(BlobRef, bool), String> {
+    let size = bytes.len() as u64;
+    if size > blobs::MAX_BLOB_BYTES {
+        return Err(format!(
+            "over the {} byte limit of a blob",
+            blobs::MAX_BLOB_BYTES
+        ));
+    }
+    let image = images::inspect(&bytes);
+    let media_type = match &image {
+        Some(info) => info.media_type,
+        None => blobs::normalize_media_type(media_type),
+    };
+    let shown = image
+        .as_ref()
+        .is_some_and(|info| images::refusal("", info, size).is_none());
+    let preview = (!blobs::is_image(media_type) && media_type != "application/octet-stream")
+        .then(|| blobs::preview(&String::from_utf8_lossy(&bytes)));
+    let blob_id = blobs::new_id(session_id, uuid::Uuid::new_v4().into_bytes());
+    let id = blobs::parse_id(&blob_id).ok_or("a blob id that does not parse")?;
+    let headers = worker::HttpMetadata {
+        content_type: Some(media_type.to_string()),
+        ..Default::default()
+    };
+    env.bucket(BUCKET)
+        .map_err(|e| e.to_string())?
+        .put(blobs::object_key(tenant, id), bytes)
+        .http_metadata(headers)
+        .execute()
+        .await
+        .map_err(|e| format!("storing it failed: {e}"))?;
+    Ok((
+        BlobRef {
+            uri: blobs::uri(&blob_id),
+            size,
+            media_type: media_type.to_string(),
+            preview,
+            width: image.and_then(|i| i.width),
+            height: image.and_then(|i| i.height),
+        },
+        shown,
+    ))
+}

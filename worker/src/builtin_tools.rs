@@ -189,6 +189,11 @@ async fn execute_text(
                         }
                     }
                 }
+                Some(Ok(WuhuUrl::Mcp { server, uri })) => {
+                    let text =
+                        crate::mcp_client::read_resource(context, &server, &uri, attached).await?;
+                    Ok(page_lines(&text, args.offset.unwrap_or(1), args.limit))
+                }
                 Some(Ok(WuhuUrl::Config(_))) if !context.rights.may_read_config() => Err(
                     "Refused: this turn acts for a chat guest, who may not read the tenant's settings."
                         .to_string(),
@@ -242,6 +247,10 @@ async fn execute_text(
                 Some(Err(e)) => Err(e.to_string()),
                 Some(Ok(WuhuUrl::Config(_))) => Err("wuhu://config/ is read-only.".to_string()),
                 Some(Ok(WuhuUrl::Blob(_))) => Err("wuhu://blob/ is read-only.".to_string()),
+                Some(Ok(WuhuUrl::Mcp { .. })) => Err(
+                    "wuhu://mcp/ is read-only: change things through the server's tools (mcp_call)."
+                        .to_string(),
+                ),
                 Some(Ok(WuhuUrl::Workspace(path))) => {
                     let summary = workspace_io::write(
                         &context.env,

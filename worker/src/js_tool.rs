@@ -40,6 +40,10 @@ globalThis.wuhu = Object.freeze({
     wait: (args) => __host.call("sessions.wait", args ?? {}),
     stop: (args) => __host.call("sessions.stop", args ?? {}),
   }),
+  mcp: Object.freeze({
+    list: (server) => __host.call("mcp.list", server === undefined ? {} : { server }),
+    call: (server, tool, args) => __host.call("mcp.call", { server, tool, arguments: args ?? {} }),
+  }),
   session: Object.freeze({
     setModel: (args) => __host.call("session.setModel", args ?? {}),
   }),
@@ -239,6 +243,18 @@ impl JsHost<'_> {
         };
         match name {
             "fetch" => self.fetch(arg.clone()).await,
+            "mcp.list" => crate::mcp_client::js_list(ctx, &arg).await,
+            "mcp.call" => {
+                // A server call counts with the script's fetches.
+                let n = self.requests.get() + 1;
+                if n > MAX_REQUESTS_PER_CALL {
+                    return Err(format!(
+                        "mcp.call: at most {MAX_REQUESTS_PER_CALL} requests (fetch and mcp.call) per js call"
+                    ));
+                }
+                self.requests.set(n);
+                crate::mcp_client::js_call(ctx, &arg, n).await
+            }
             "sessions.spawn" | "sessions.send" | "sessions.wait" | "sessions.stop" => {
                 crate::orchestration_tools::js_call(ctx, name, &arg).await
             }

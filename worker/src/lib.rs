@@ -23,6 +23,7 @@ mod internal;
 mod js_tool;
 mod llm_logs;
 mod mcp;
+mod mcp_client;
 mod model_choice;
 mod model_tool;
 mod observe;
@@ -195,6 +196,13 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             policy_gate::check_route(&req, &env, &identity).await
         }
         (["v1", "policy", "check"], _) => Err(method_not_allowed()),
+        (["v1", "mcp", "servers"], Method::Get) => mcp_client::servers_route(&env, &identity).await,
+        (["v1", "mcp", "servers", name, "tools"], Method::Get) => {
+            mcp_client::tools_route(&env, &identity, name).await
+        }
+        (["v1", "mcp", "servers"] | ["v1", "mcp", "servers", _, "tools"], _) => {
+            Err(method_not_allowed())
+        }
         (["v1", "llm-logs"], Method::Get) => llm_logs::list(&req, &env, &identity).await,
         (["v1", "llm-logs"], _) => Err(method_not_allowed()),
         (["v1", "llm-logs", session, record], Method::Get) => {

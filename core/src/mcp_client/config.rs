@@ -41,6 +41,7 @@ pub fn mcp_user(path: &str) -> Option<&str> {
 
 /// How a server is reached.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Transport {
     /// Streamable HTTP (revision 2025-06-18): one `POST` per message.
@@ -69,6 +70,7 @@ pub enum Auth {
 
 /// Whether each call to a server waits for a person.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Approval {
     /// Calls run (the policy engine may still ask or refuse).
@@ -331,4 +333,128 @@ pub fn visible<'a>(
         }
     }
     (seen, shadowed)
+}
+
+/// A server as `GET /v1/mcp/servers` shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ServerView {
+    /// Its name.
+    pub name: String,
+    /// Whose document lists it.
+    pub source: SourceKind,
+    /// Whose own it is (a user's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Its endpoint.
+    pub url: String,
+    /// How it is reached.
+    pub transport: Transport,
+    /// The credential requests carry.
+    pub auth: AuthKind,
+    /// The secret a bearer credential is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// Whether calls wait for a person.
+    pub approval: Approval,
+    /// The tool patterns offered (empty: all).
+    pub allow: Vec<String>,
+    /// The tool patterns hidden.
+    pub deny: Vec<String>,
+    /// Seconds one request may take.
+    pub timeout_seconds: u32,
+}
+
+/// Whose document lists a server.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// `config/mcp.json`.
+    Tenant,
+    /// `users/<sub>/mcp.json`.
+    User,
+}
+
+/// The kind of credential a server's requests carry.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AuthKind {
+    /// None.
+    None,
+    /// A vault secret as a bearer token.
+    Bearer,
+    /// OAuth (not built).
+    Oauth,
+}
+
+impl Server {
+    /// How the API shows it.
+    pub fn view(&self) -> ServerView {
+        let (source, user) = match &self.source {
+            Source::Tenant => (SourceKind::Tenant, None),
+            Source::User(sub) => (SourceKind::User, Some(sub.clone())),
+        };
+        let (auth, secret) = match &self.doc.auth {
+            Auth::None => (AuthKind::None, None),
+            Auth::Bearer { secret } => (AuthKind::Bearer, Some(secret.clone())),
+            Auth::Oauth => (AuthKind::Oauth, None),
+        };
+        ServerView {
+            name: self.doc.name.clone(),
+            source,
+            user,
+            url: self.doc.url.clone(),
+            transport: self.doc.transport,
+            auth,
+            secret,
+            approval: self.doc.approval,
+            allow: self.doc.tools.allow.clone(),
+            deny: self.doc.tools.deny.clone(),
+            timeout_seconds: self.timeout_seconds(),
+        }
+    }
+}
+
+/// `GET /v1/mcp/servers`: the servers the caller's own turns would see.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ServerList {
+    /// The tenant's, then the caller's own.
+    pub servers: Vec<ServerView>,
+    /// The caller's own that a tenant server's name hides.
+    pub not_offered: Vec<ServerView>,
+    /// Documents that cannot be used, and why (their servers are not offered).
+    pub errors: Vec<String>,
+}
+
+/// One tool as `GET /v1/mcp/servers/{name}/tools` shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ToolView {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its arguments' JSON Schema.
+    pub input_schema: serde_json::Value,
+    /// Whether sessions are offered it (the entry's `tools` filter).
+    pub offered: bool,
+}
+
+/// `GET /v1/mcp/servers/{name}/tools`: what the server lists, asked now.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ToolList {
+    /// The server.
+    pub server: ServerView,
+    /// Its tools (at most 1 000).
+    pub tools: Vec<ToolView>,
+    /// Whether it listed more than were read.
+    pub truncated: bool,
 }

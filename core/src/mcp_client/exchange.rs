@@ -85,7 +85,7 @@ impl HttpRequest {
 /// What came back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answer {
-    /// The HTTP status.
+    /// The HTTP status (0 when none came: the body says why).
     pub status: u16,
     /// Its `Mcp-Session-Id` header.
     pub session_id: Option<String>,
@@ -216,6 +216,11 @@ impl Exchange {
 
     /// The answer to the last request sent: the next step.
     pub fn answered(&mut self, answer: Answer) -> Step {
+        // No HTTP answer at all: the host says why.
+        if let Err(e @ (McpError::Transport(_) | McpError::Timeout(_))) = &answer.body {
+            let e = e.clone();
+            return self.fail(e);
+        }
         let ok = (200..300).contains(&answer.status);
         match self.phase {
             Phase::Done => Step::Done(Err(McpError::Malformed(

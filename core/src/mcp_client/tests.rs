@@ -399,6 +399,24 @@ fn an_exchange_fails_with_what_went_wrong() {
             "failed: HTTP 400: Bad Request: no session",
         ),
     ];
+    let no_answer = |e: McpError| Answer {
+        status: 0,
+        session_id: None,
+        body: Err(e),
+    };
+    let cases = cases.into_iter().chain([
+        (
+            vec![no_answer(McpError::Timeout(5))],
+            "failed: no answer within 5 s",
+        ),
+        (
+            vec![
+                init(1, None, "2025-06-18"),
+                no_answer(McpError::Transport("connection refused".into())),
+            ],
+            "failed: the request failed: connection refused",
+        ),
+    ]);
     for (answers, want) in cases {
         let (log, _) = drive(None, answers);
         assert_eq!(log.lines().last().unwrap(), want, "{log}");

@@ -337,7 +337,7 @@ fn build_catalogue() -> Vec<ToolSchema> {
         },
         ToolSchema {
             name: names::JS,
-            description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.sessions.spawn/send/wait/stop({...}) (the arguments of spawn_session, send_to_session, wait_sessions, stop_session), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path), wuhu.session.setModel({provider, model}) (as set_model). Limits: 5 s, 32 MiB.",
+            description: "Run JavaScript (QuickJS) inside the session, with no environment needed. The value of the last expression is returned as JSON (promises are awaited; top-level await works); console output is captured. Available: fetch(url, init) (http/https to public hosts; at most 20 requests and 5 MiB per call), wuhu.sessions.list({limit}), wuhu.sessions.get(id), wuhu.sessions.spawn/send/wait/stop({...}) (the arguments of spawn_session, send_to_session, wait_sessions, stop_session), wuhu.workspace.read(path), .write(path, text), .list(prefix), .remove(path), wuhu.session.setModel({provider, model}) (as set_model), wuhu.mcp.list(server?) and wuhu.mcp.call(server, tool, args) (MCP servers, as mcp_tools and mcp_call; the raw result). Limits: 5 s, 32 MiB.",
             parameters: schema(
                 r#"{
                 "type": "object",
@@ -457,7 +457,7 @@ fn build_catalogue() -> Vec<ToolSchema> {
         },
         ToolSchema {
             name: names::READ,
-            description: "Read a text file or document. `wuhu://workspace/<path>` is the workspace knowledge base (always available; a path ending in `/` lists documents), `wuhu://config/<path>` the server settings (read-only), `wuhu://env/<name>/<path>` or a plain path a file in an attached environment. Output is cut at 2000 lines or 50 KB; the result says which offset continues. An image file in an environment (PNG, JPEG, GIF, WebP, at most 5 MiB) is attached as an image you can see.",
+            description: "Read a text file or document. `wuhu://workspace/<path>` is the workspace knowledge base (always available; a path ending in `/` lists documents), `wuhu://config/<path>` the server settings (read-only), `wuhu://mcp/<server>/<uri>` a resource of an MCP server, `wuhu://env/<name>/<path>` or a plain path a file in an attached environment. Output is cut at 2000 lines or 50 KB; the result says which offset continues. An image file in an environment (PNG, JPEG, GIF, WebP, at most 5 MiB) is attached as an image you can see.",
             parameters: schema(
                 r#"{
                 "type": "object",

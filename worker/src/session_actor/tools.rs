@@ -14,7 +14,7 @@ use super::jobs::ActorJobs;
 use super::{Actor, now};
 use crate::runner_calls::RunnerCallScope;
 use crate::tool_context::{AttachmentChange, ParentFacts, SessionPlace, ToolContext, ToolOutput};
-use crate::{builtin_tools, environment_tools, orchestration_tools, policy_gate};
+use crate::{builtin_tools, environment_tools, mcp_client, orchestration_tools, policy_gate};
 
 /// One tool call of `step`, run as an actor task (see [`super::tasks`]): aborting the task
 /// drops this future wherever it waits.
@@ -34,8 +34,11 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     }
     let context = actor.tool_context(step, &call.id);
     // Every call passes the policy first (decision 0038). The tools that run on a runner, and
-    // `request_environment`, check it themselves: their runner and cost are known only there.
-    let checked = if environment_tools::checks_policy_itself(&call) {
+    // `request_environment`, check it themselves: their runner and cost are known only there;
+    // so does `mcp_call`, whose server's host is known only there.
+    let checked = if environment_tools::checks_policy_itself(&call)
+        || mcp_client::checks_policy_itself(&call)
+    {
         Ok(Default::default())
     } else {
         let facts = wuhu_core::policy::Call {
@@ -55,6 +58,8 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
                 )
             } else if environment_tools::handles(&call) {
                 environment_tools::execute(&context, &call).await
+            } else if mcp_client::handles(&call) {
+                mcp_client::execute(&context, &call).await
             } else if orchestration_tools::handles(&call) {
                 ToolOutput::text(orchestration_tools::execute(&context, &call).await)
             } else {

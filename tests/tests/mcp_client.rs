@@ -1,0 +1,485 @@
+//! Wuhu as an MCP client (issue 33, decision 0039) against the real Worker: the official
+//! reference server (`@modelcontextprotocol/server-everything`, streamable HTTP) through
+//! `mcp_tools`, `mcp_call`, js `wuhu.mcp.*` and `read wuhu://mcp/…` (text, an image, resources,
+//! a tool with progress); a server that hangs, one that answers 5 MiB and one that answers what
+//! is not JSON-RPC are tool errors and the session works on; authority travels: a user's own
+//! server, with her own secret as its bearer, serves only turns for her alone (not another
+//! member's turn in her shared session, not a child that turn spawns, a child of her own turn
+//! does), and the credential never reaches the transcript. One stack for the file; every test
+//! uses its own tenant.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wuhu_core::wire::{ChildStatus, Entry, ToolResult};
+use wuhu_e2e::entries::{fake_directive, tool_result};
+use wuhu_e2e::mcp_servers::{BrokenMcpServer, EverythingServer};
+use wuhu_e2e::util::{random_hex, unique_name};
+use wuhu_e2e::{Api, Stack, StackOptions};
+
+const TURN: Duration = Duration::from_secs(60);
+
+struct Fixture {
+    stack: Stack,
+    everything: EverythingServer,
+    broken: BrokenMcpServer,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let everything = EverythingServer::start();
+        let broken = BrokenMcpServer::start();
+        let stack = Stack::start_with(StackOptions {
+            vars: vec![(
+                "WUHU_SANDBOX_EGRESS_ALLOW".to_string(),
+                format!("{},{}", everything.host_port(), broken.host_port()),
+            )],
+            fake_delay_ms: Some(0),
+            ..StackOptions::default()
+        });
+        Fixture {
+            stack,
+            everything,
+            broken,
+        }
+    })
+}
+
+/// A tenant whose admins list the reference server as `every` and the broken one as `broken`
+/// (3 s per request); returns alice's client.
+fn tenant(prefix: &str) -> (String, Api) {
+    let f = fixture();
+    let tenant = unique_name(prefix);
+    let admin = f.stack.admin_client("root", &tenant);
+    let config = json!({"servers": [
+        {"name": "every", "url": f.everything.url(), "tools": {"deny": ["toggle-*"]}},
+        {"name": "broken", "url": f.broken.url(), "timeoutSeconds": 3},
+    ]});
+    admin
+        .put_doc("config/mcp.json", config.to_string())
+        .expect_status(200);
+    let alice = f.stack.client("alice", &tenant);
+    (tenant, alice)
+}
+
+#[track_caller]
+fn ok(result: &ToolResult) -> &str {
+    assert!(!result.is_error, "{}", result.content);
+    &result.content
+}
+
+#[track_caller]
+fn failed(result: &ToolResult) -> &str {
+    assert!(result.is_error, "{}", result.content);
+    &result.content
+}
+
+#[test]
+fn the_reference_server_through_the_tool_pair_js_and_read() {
+    let _guard = fixture().stack.guard();
+    let (_, alice) = tenant("mcp-every");
+    let id = alice.create_fake_session().id;
+
+    let servers = alice.run_tool(&id, "mcp_tools", json!({}), TURN);
+    assert!(
+        ok(&servers).contains("- every (the tenant's; 127.0.0.1)"),
+        "{}",
+        servers.content
+    );
+    let tools = alice.run_tool(&id, "mcp_tools", json!({"server": "every"}), TURN);
+    let listed = ok(&tools);
+    for name in ["## echo", "## get-sum", "## get-tiny-image"] {
+        assert!(listed.contains(name), "{name} missing:\n{listed}");
+    }
+    // The document's filter hides what it denies, from the listing and from calls.
+    assert!(!listed.contains("toggle-"), "{listed}");
+    let found = alice.run_tool(&id, "mcp_tools", json!({"query": "sum"}), TURN);
+    assert!(ok(&found).contains("## get-sum") && !found.content.contains("## echo"));
+
+    let results = alice.run_tool_calls(
+        &id,
+        &[
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "echo", "arguments": {"message": "hi there"}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "get-sum", "arguments": {"a": 2, "b": 40}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "get-tiny-image"}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "get-resource-reference", "arguments": {"resourceId": 3}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 2}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "toggle-simulated-logging"}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "get-sum", "arguments": {"a": "two"}}),
+            ),
+        ],
+        TURN,
+    );
+    assert_eq!(ok(&results[0]), "Echo: hi there");
+    assert!(ok(&results[1]).contains("The sum of 2 and 40 is 42."));
+    // The image is stored as a blob and attached for the model to see.
+    let image = ok(&results[2]);
+    assert!(image.contains("[image: image/png"), "{image}");
+    assert_eq!(results[2].blobs.len(), 1, "{image}");
+    assert_eq!(results[2].blobs[0].media_type, "image/png");
+    assert_eq!(results[2].blobs[0].width, Some(20));
+    // An embedded resource is shown with its URI.
+    assert!(
+        ok(&results[3]).contains("[resource demo://resource/dynamic/text/3]"),
+        "{}",
+        results[3].content
+    );
+    assert!(
+        ok(&results[4]).contains("Long running operation completed"),
+        "{}",
+        results[4].content
+    );
+    assert!(
+        failed(&results[5]).contains("does not offer the tool \"toggle-simulated-logging\""),
+        "{}",
+        results[5].content
+    );
+    // A tool's own failure names the server and says what the server said.
+    let bad = failed(&results[6]);
+    assert!(bad.starts_with("MCP server \"every\""), "{bad}");
+
+    // Resources by URL, through `read`.
+    let read = alice.run_tool(
+        &id,
+        "read",
+        json!({"path": "wuhu://mcp/every/demo://resource/static/document/architecture.md"}),
+        TURN,
+    );
+    assert!(ok(&read).contains("[resource demo://resource/static/document/architecture.md]"));
+    let missing = alice.run_tool(
+        &id,
+        "read",
+        json!({"path": "wuhu://mcp/every/demo://nothing/here"}),
+        TURN,
+    );
+    assert!(failed(&missing).starts_with("MCP server \"every\": resources/read"));
+
+    // A script fans out and reduces before anything reaches the context.
+    let js = alice.run_tool(
+        &id,
+        "js",
+        json!({"code": r#"
+            const tools = await wuhu.mcp.list("every");
+            const sums = await Promise.all([1, 2, 3].map((n) => wuhu.mcp.call("every", "get-sum", {a: n, b: n})));
+            ({tools: tools.length, hasEcho: tools.some((t) => t.name === "echo"),
+              sums: sums.map((r) => r.content[0].text), servers: (await wuhu.mcp.list()).map((s) => s.name)})
+        "#}),
+        TURN,
+    );
+    let value: Value = serde_json::from_str(ok(&js).split("\n\nconsole:").next().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", js.content));
+    assert_eq!(value["hasEcho"], true, "{value}");
+    assert_eq!(
+        value["sums"],
+        json!([
+            "The sum of 1 and 1 is 2.",
+            "The sum of 2 and 2 is 4.",
+            "The sum of 3 and 3 is 6."
+        ])
+    );
+    assert_eq!(value["servers"], json!(["every", "broken"]));
+}
+
+#[test]
+fn broken_servers_are_tool_errors_and_the_session_goes_on() {
+    let _guard = fixture().stack.guard();
+    let (_, alice) = tenant("mcp-broken");
+    let id = alice.create_fake_session().id;
+    let call = |tool: &str| ("mcp_call", json!({"server": "broken", "tool": tool}));
+    let results = alice.run_tool_calls(
+        &id,
+        &[
+            call("hang"),
+            call("big"),
+            call("malformed"),
+            ("mcp_call", json!({"server": "nowhere", "tool": "x"})),
+            (
+                "mcp_call",
+                json!({"server": "every", "tool": "echo", "arguments": "no"}),
+            ),
+        ],
+        TURN,
+    );
+    assert_eq!(
+        failed(&results[0]),
+        "MCP server \"broken\": tools/call hang: no answer within 3 s"
+    );
+    assert_eq!(
+        failed(&results[1]),
+        "MCP server \"broken\": tools/call big: the answer is larger than 4 MiB"
+    );
+    assert!(
+        failed(&results[2])
+            .starts_with("MCP server \"broken\": tools/call malformed: a malformed answer: a body that is not JSON"),
+        "{}",
+        results[2].content
+    );
+    assert_eq!(
+        failed(&results[3]),
+        "No MCP server \"nowhere\" for this turn. Servers: every, broken."
+    );
+    assert!(failed(&results[4]).contains("arguments must be an object"));
+    // The session works on: the next call, and the next turn.
+    let after = alice.run_tool(
+        &id,
+        "mcp_call",
+        json!({"server": "every", "tool": "echo", "arguments": {"message": "still here"}}),
+        TURN,
+    );
+    assert_eq!(ok(&after), "Echo: still here");
+    // A session's tools never change where its calls go.
+    let write = alice.run_tool(
+        &id,
+        "write",
+        json!({"path": "wuhu://workspace/users/alice/mcp.json", "content": "{\"servers\":[]}"}),
+        TURN,
+    );
+    assert!(
+        failed(&write).contains("lists MCP servers"),
+        "{}",
+        write.content
+    );
+    // A document that is not valid is refused when written, naming what is wrong.
+    let admin = fixture()
+        .stack
+        .admin_client("root", &unique_name("mcp-bad-doc"));
+    let bad = admin.put_doc(
+        "config/mcp.json",
+        r#"{"servers":[{"name":"x","url":"https://u:p@example.com/mcp"}]}"#,
+    );
+    assert_eq!(bad.status, 400, "{bad}");
+    assert!(
+        bad.text().contains("credentials do not belong in the URL"),
+        "{bad}"
+    );
+}
+
+fn results_of(entries: &[Entry], tool: &str) -> Vec<ToolResult> {
+    entries
+        .iter()
+        .filter_map(tool_result)
+        .filter(|r| r.tool_name == tool)
+        .cloned()
+        .collect()
+}
+
+fn children(api: &Api, parent: &str, count: usize) -> Vec<ChildStatus> {
+    wuhu_e2e::wait_for(&format!("{count} child(ren)"), TURN, || {
+        let children = api.session(parent).children;
+        (children.len() >= count).then_some(children)
+    })
+}
+
+/// The result of the one `mcp_call` a child makes (its task is the call).
+fn childs_call(api: &Api, child: &str) -> ToolResult {
+    let entries = api.wait_transcript(child, "the child's mcp_call", TURN, |e| {
+        results_of(e, "mcp_call").len() == 1
+    });
+    results_of(&entries, "mcp_call").remove(0)
+}
+
+#[test]
+fn a_users_own_server_serves_only_turns_for_her_alone() {
+    let f = fixture();
+    let _guard = f.stack.guard();
+    let (tenant, alice) = tenant("mcp-own");
+    let bob = f.stack.client("bob", &tenant);
+    let value = format!("mcp-{}", random_hex(12));
+    let put = alice.send(
+        alice
+            .request("PUT", "/v1/secrets/ALICE_MCP")
+            .json(&json!({"value": value, "hosts": ["127.0.0.1"]})),
+    );
+    assert_eq!(put.status, 200, "{put}");
+    let mine = json!({"servers": [{"name": "mine", "url": f.broken.url(),
+        "auth": {"type": "bearer", "secret": "ALICE_MCP"}}]});
+    alice
+        .put_doc("users/alice/mcp.json", mine.to_string())
+        .expect_status(200);
+    // Bob may not list servers in alice's name.
+    bob.put_doc("users/alice/mcp.json", mine.to_string())
+        .expect_error(403);
+
+    let id = alice.create_fake_session().id;
+    let shared = alice.patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}));
+    assert_eq!(shared.status, 200, "{shared}");
+    let whoami = json!({"server": "mine", "tool": "whoami"});
+
+    // Alice's own turn: her server, with her credential, which the transcript shows masked.
+    let listed = alice.run_tool(&id, "mcp_tools", json!({}), TURN);
+    assert!(
+        ok(&listed).contains("- mine (alice's own; 127.0.0.1)"),
+        "{}",
+        listed.content
+    );
+    let own = alice.run_tool(&id, "mcp_call", whoami.clone(), TURN);
+    assert_eq!(ok(&own), "you sent: Bearer [secret:ALICE_MCP]");
+    let sent = f.broken.requests();
+    assert!(
+        sent.iter().any(|r| r
+            .headers
+            .iter()
+            .any(|(k, v)| k == "authorization" && *v == format!("Bearer {value}"))),
+        "the server never got alice's credential"
+    );
+
+    // Bob's turn in the same session: no such server for him.
+    let theirs = bob.run_tool(&id, "mcp_call", whoami.clone(), TURN);
+    assert_eq!(
+        failed(&theirs),
+        "No MCP server \"mine\" for this turn. Servers: every, broken."
+    );
+    let listed = bob.run_tool(&id, "mcp_tools", json!({}), TURN);
+    assert!(!ok(&listed).contains("mine"), "{}", listed.content);
+
+    // A child that bob's turn spawns acts for bob: no alice server either.
+    let task = fake_directive(
+        &json!({"toolCalls": [{"name": "mcp_call", "arguments": whoami}],
+        "afterTools": "done"}),
+    );
+    let spawn = fake_directive(
+        &json!({"toolCalls": [{"name": "spawn_session", "arguments": {"task": task}}],
+        "afterTools": format!("spawned {}", random_hex(4))}),
+    );
+    bob.enqueue(&id, "followUp", &spawn);
+    let bobs_child = children(&alice, &id, 1).remove(0).id;
+    let result = childs_call(&alice, &bobs_child);
+    assert!(
+        failed(&result).starts_with("No MCP server \"mine\""),
+        "{}",
+        result.content
+    );
+
+    // A child of alice's own turn acts for her alone: her server serves it.
+    alice.enqueue(&id, "followUp", &spawn);
+    let alices_child = children(&alice, &id, 2).remove(1).id;
+    let result = childs_call(&alice, &alices_child);
+    assert_eq!(ok(&result), "you sent: Bearer [secret:ALICE_MCP]");
+
+    // The value is nowhere in what any of them stored.
+    for session in [&id, &bobs_child, &alices_child] {
+        let stored = serde_json::to_string(&alice.transcript(session)).unwrap();
+        assert!(!stored.contains(&value), "{session} holds the credential");
+    }
+}
+
+/// `GET /v1/mcp/servers` and `…/{name}/tools`, and `wuhu mcp list|tools`: what a person's own
+/// turns would see, asked now; bad input and a failing server are JSON errors.
+#[test]
+fn people_see_their_servers_and_tools_through_the_api_and_the_cli() {
+    let f = fixture();
+    let _guard = f.stack.guard();
+    let (tenant, alice) = tenant("mcp-api");
+    alice
+        .put_doc(
+            "users/alice/mcp.json",
+            json!({"servers": [{"name": "every", "url": f.broken.url()}, {"name": "mine", "url": f.everything.url(), "approval": "ask"}]})
+                .to_string(),
+        )
+        .expect_status(200);
+    let list = alice.get("/v1/mcp/servers");
+    assert_eq!(list.status, 200, "{list}");
+    let list = list.json();
+    let names: Vec<&str> = list["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["every", "broken", "mine"], "{list}");
+    assert_eq!(list["servers"][2]["source"], "user");
+    assert_eq!(list["servers"][2]["approval"], "ask");
+    // Her `every` is hidden by the tenant's.
+    assert_eq!(list["notOffered"][0]["name"], "every", "{list}");
+    assert_eq!(list["notOffered"][0]["url"], f.broken.url());
+
+    let tools = alice.get("/v1/mcp/servers/every/tools");
+    assert_eq!(tools.status, 200, "{tools}");
+    let tools = tools.json();
+    let echo = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .cloned()
+        .unwrap_or_else(|| panic!("{tools}"));
+    assert_eq!(echo["offered"], true);
+    assert_eq!(
+        echo["inputSchema"]["properties"]["message"]["type"],
+        "string"
+    );
+    let toggle = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"].as_str().unwrap_or("").starts_with("toggle-"))
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        toggle["offered"], false,
+        "the tenant's entry denies toggle-*"
+    );
+
+    // Bob sees the tenant's servers, never alice's own.
+    let bob = f.stack.client("bob", &tenant);
+    let theirs = bob.get("/v1/mcp/servers").json();
+    assert_eq!(theirs["servers"].as_array().unwrap().len(), 2, "{theirs}");
+    bob.get("/v1/mcp/servers/mine/tools").expect_error(404);
+
+    alice.get("/v1/mcp/servers/NOPE/tools").expect_error(400);
+    alice.get("/v1/mcp/servers/nope/tools").expect_error(404);
+    let method = alice.post("/v1/mcp/servers", &json!({}));
+    method.expect_error(405);
+    // A server that breaks on `tools/list`: 502 saying why.
+    alice
+        .put_doc(
+            "users/alice/mcp.json",
+            json!({"servers": [{"name": "gone", "url": "http://127.0.0.1:9/mcp"}]}).to_string(),
+        )
+        .expect_status(200);
+    let gone = alice.get("/v1/mcp/servers/gone/tools");
+    assert_eq!(gone.status, 502, "{gone}");
+    assert_eq!(gone.json()["error"]["code"], "mcp_server_failed", "{gone}");
+    // (Its port is not on the stack's egress allowlist.)
+    assert!(gone.text().contains("egress refused"), "{gone}");
+
+    let cli = wuhu_e2e::cli::Wuhu::new()
+        .env("WUHU_SERVER", &f.stack.base_url())
+        .env("WUHU_TOKEN", alice.token().expect("a token"));
+    let ran = cli.run(&["mcp", "list"]).ok();
+    assert!(
+        ran.stdout.contains("every") && ran.stdout.contains("gone"),
+        "{ran:?}"
+    );
+    let ran = cli.run(&["--json", "mcp", "tools", "every"]).ok();
+    assert!(
+        ran.json()["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "get-sum")),
+        "{ran:?}"
+    );
+    let ran = cli.run(&["mcp", "tools", "nope"]);
+    assert_eq!(ran.code(), 3, "{ran:?}");
+}

@@ -1,0 +1,790 @@
+//! Wuhu as an MCP client (issue 33, decision 0039): performs `wuhu_core::mcp_client` for the
+//! `mcp_tools` and `mcp_call` tools, js `wuhu.mcp.*` and `read` of `wuhu://mcp/<server>/<uri>`.
+//!
+//! Each use reads the server documents afresh (an MCP call is a network round trip anyway, and
+//! a change applies at the next call with nothing to tell). A call passes, in order: the turn's
+//! rights (no guest), the server's `tools` filter, the egress rules of js `fetch`, the policy
+//! (`tool: mcp_call`, `host`, `mcp: <server>/<tool>`), the server's `"approval": "ask"`; then the
+//! exchange runs with the credential the turn may send to that host.
+//!
+//! MCP sessions (`Mcp-Session-Id`) are kept in the isolate per session, server and acting-for
+//! set, at most [`MAX_KEPT_SESSIONS`], so a call after the first is one request.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use futures::future::{Either, select};
+use futures::{FutureExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use worker::{
+    AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, RequestRedirect,
+};
+use wuhu_core::approvals::{self, Action, Approver};
+use wuhu_core::authority::TurnRights;
+use wuhu_core::egress::EgressPolicy;
+use wuhu_core::mcp_client::config::{self, Approval, Auth, McpServers, Server, Source};
+use wuhu_core::mcp_client::exchange::{Answer, Exchange, HttpRequest, McpError, McpSession, Step};
+use wuhu_core::mcp_client::present::{self, Part, ResultPlan, Stored, ToolInfo};
+use wuhu_core::secrets::SealedSecret;
+use wuhu_core::tools::{names, truncate_head};
+use wuhu_core::wire::{BlobRef, ToolCall};
+
+use crate::tool_context::{Ask, ToolContext, ToolOutput};
+
+/// Most MCP sessions the isolate keeps (the oldest go first).
+pub(crate) const MAX_KEPT_SESSIONS: usize = 256;
+
+/// Kept MCP sessions by key (see [`target`]), each with when it was last used (a counter), and
+/// the counter.
+type KeptSessions = (HashMap<String, (McpSession, u64)>, u64);
+
+thread_local! {
+    static SESSIONS: RefCell<KeptSessions> = RefCell::new((HashMap::new(), 0));
+}
+
+fn kept(key: &str) -> Option<McpSession> {
+    SESSIONS.with(|s| s.borrow().0.get(key).map(|(session, _)| session.clone()))
+}
+
+fn keep(key: &str, session: Option<&McpSession>) {
+    SESSIONS.with(|s| {
+        let (map, clock) = &mut *s.borrow_mut();
+        match session {
+            None => {
+                map.remove(key);
+            }
+            Some(session) => {
+                *clock += 1;
+                map.insert(key.to_string(), (session.clone(), *clock));
+                if map.len() > MAX_KEPT_SESSIONS
+                    && let Some(oldest) = map
+                        .iter()
+                        .min_by_key(|(_, (_, used))| *used)
+                        .map(|(k, _)| k.clone())
+                {
+                    map.remove(&oldest);
+                }
+            }
+        }
+    });
+}
+
+/// Whether `mcp_call` decides its policy itself: its host and tool are known only here.
+pub(crate) fn checks_policy_itself(call: &ToolCall) -> bool {
+    call.name == names::MCP_CALL
+}
+
+/// Whether this module runs `call`.
+pub(crate) fn handles(call: &ToolCall) -> bool {
+    call.name == names::MCP_CALL || call.name == names::MCP_TOOLS
+}
+
+/// Who uses the servers, and with what: a session's tool call, or a person through the API
+/// (`GET /v1/mcp/servers/:name/tools`).
+pub(crate) struct Caller<'a> {
+    pub(crate) env: &'a worker::Env,
+    pub(crate) tenant: &'a str,
+    /// What kept MCP sessions are scoped to: the session's id, or `api:<sub>`.
+    pub(crate) scope: &'a str,
+    pub(crate) acting_for: &'a [String],
+    pub(crate) rights: &'a TurnRights,
+    /// The tenant's sealed secrets (a bearer credential is one of them).
+    pub(crate) secrets: &'a [SealedSecret],
+}
+
+impl<'a> Caller<'a> {
+    fn of(ctx: &'a ToolContext) -> Caller<'a> {
+        Caller {
+            env: &ctx.env,
+            tenant: &ctx.session.tenant,
+            scope: &ctx.session.session_id,
+            acting_for: &ctx.acting_for,
+            rights: &ctx.rights,
+            secrets: &ctx.secrets,
+        }
+    }
+}
+
+/// The server documents a turn reads.
+struct Turn {
+    tenant: McpServers,
+    user: Option<McpServers>,
+    /// Why the user's own servers are not offered, when they are not.
+    user_note: Option<String>,
+}
+
+impl Turn {
+    fn visible(&self) -> (Vec<&Server>, Vec<&Server>) {
+        config::visible(&self.tenant, self.user.as_ref())
+    }
+
+    fn server(&self, name: &str) -> Result<&Server, String> {
+        let (seen, _) = self.visible();
+        seen.into_iter()
+            .find(|s| s.doc.name == name)
+            .ok_or_else(|| {
+                let (seen, _) = self.visible();
+                let names: Vec<&str> = seen.iter().map(|s| s.doc.name.as_str()).collect();
+                format!(
+                    "No MCP server {name:?} for this turn. {}",
+                    if names.is_empty() {
+                        "None is configured (call mcp_tools to see why).".to_string()
+                    } else {
+                        format!("Servers: {}.", names.join(", "))
+                    }
+                )
+            })
+    }
+}
+
+async fn read_document(caller: &Caller<'_>, path: &str) -> Result<McpServers, String> {
+    let doc = crate::workspace_io::read(caller.env, caller.tenant, path)
+        .await
+        .map_err(|e| format!("{path} could not be read: {}", e.message))?;
+    McpServers::parse(path, doc.as_ref().map(|d| d.content.as_str())).map_err(|e| e.to_string())
+}
+
+/// The tenant's document, and the user's own when the turn may use it (read at once).
+async fn documents(
+    caller: &Caller<'_>,
+) -> (
+    Result<McpServers, String>,
+    Option<(String, Result<McpServers, String>)>,
+) {
+    let user_path = config::user_for_turn(caller.acting_for).map(config::user_mcp_path);
+    let user = async {
+        match &user_path {
+            Some(path) => Some(read_document(caller, path).await),
+            None => None,
+        }
+    };
+    let (tenant, user) = futures::join!(read_document(caller, config::TENANT_MCP_PATH), user);
+    (tenant, user_path.zip(user))
+}
+
+async fn turn(caller: &Caller<'_>) -> Result<Turn, String> {
+    caller.rights.may_use_mcp()?;
+    let (tenant, user) = documents(caller).await;
+    let tenant = tenant?;
+    let (user, user_note) = match user {
+        Some((_, Ok(servers))) => (Some(servers), None),
+        Some((path, Err(e))) => (None, Some(format!("({path} is not used: {e})"))),
+        None if caller.acting_for.is_empty() => (None, None),
+        None => (
+            None,
+            Some(
+                "(users' own servers are offered only in turns that act for that one person)"
+                    .to_string(),
+            ),
+        ),
+    };
+    Ok(Turn {
+        tenant,
+        user,
+        user_note,
+    })
+}
+
+fn egress(env: &worker::Env) -> EgressPolicy {
+    let allow = env
+        .var("WUHU_SANDBOX_EGRESS_ALLOW")
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    EgressPolicy::from_allowlist(&allow)
+}
+
+/// What one request to `server` needs: where, with which credential, in which kept session.
+struct Target<'a> {
+    server: &'a Server,
+    url: String,
+    authorization: Option<String>,
+    key: String,
+}
+
+fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, String> {
+    let name = &server.doc.name;
+    let url = egress(caller.env)
+        .check(&server.doc.url)
+        .map_err(|e| format!("MCP server {name:?}: {e}"))?;
+    let host = server.host();
+    let authorization = match &server.doc.auth {
+        Auth::None | Auth::Oauth => None,
+        Auth::Bearer { secret } => Some(
+            crate::secrets::substitute_header(
+                caller.env,
+                caller.tenant,
+                caller.secrets,
+                &format!("Bearer {{{{secret:{secret}}}}}"),
+                &host,
+                caller.acting_for,
+            )
+            .map_err(|e| format!("MCP server {name:?}: its credential cannot be sent: {e}"))?,
+        ),
+    };
+    let source = match &server.source {
+        Source::Tenant => String::new(),
+        Source::User(sub) => sub.clone(),
+    };
+    let auth = match &server.doc.auth {
+        Auth::Bearer { secret } => secret.as_str(),
+        _ => "",
+    };
+    let key = format!(
+        "{}\u{1f}{}\u{1f}{source}\u{1f}{name}\u{1f}{url}\u{1f}{auth}\u{1f}{}",
+        caller.tenant,
+        caller.scope,
+        caller.acting_for.join(",")
+    );
+    Ok(Target {
+        server,
+        url,
+        authorization,
+        key,
+    })
+}
+
+/// One HTTP request of an exchange, with its whole answer read within `timeout` seconds.
+async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answer {
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let perform = async {
+        let headers = Headers::new();
+        for (name, value) in &request.headers {
+            headers
+                .set(name, value)
+                .map_err(|e| McpError::Transport(e.to_string()))?;
+        }
+        if let Some(value) = &target.authorization {
+            headers
+                .set("authorization", value)
+                .map_err(|e| McpError::Transport(e.to_string()))?;
+        }
+        let mut init = RequestInit::new();
+        // A redirect is not followed: the egress rules and the credential's hosts were checked
+        // for this URL only.
+        init.with_method(Method::Post)
+            .with_headers(headers)
+            .with_redirect(RequestRedirect::Manual)
+            .with_body(Some(wasm_bindgen::JsValue::from_str(&request.body)));
+        let http = Request::new_with_init(&target.url, &init)
+            .map_err(|e| McpError::Transport(e.to_string()))?;
+        let mut response = Fetch::Request(http)
+            .send_with_signal(&signal)
+            .await
+            .map_err(|e| McpError::Transport(e.to_string()))?;
+        let header = |name: &str| response.headers().get(name).ok().flatten();
+        let status = response.status_code();
+        let session_id = header("mcp-session-id");
+        let mut reader = request.reader(header("content-type").as_deref());
+        if let Ok(mut stream) = response.stream() {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| McpError::Transport(e.to_string()))?;
+                match reader.push(&chunk) {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => {
+                        return Ok(Answer {
+                            status,
+                            session_id,
+                            body: Err(e),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Answer {
+            status,
+            session_id,
+            body: reader.finish(),
+        })
+    };
+    let timer = Delay::from(std::time::Duration::from_secs(u64::from(timeout)));
+    match select(Box::pin(perform), timer.boxed_local()).await {
+        Either::Left((Ok(answer), _)) => answer,
+        Either::Left((Err(error), _)) => Answer {
+            status: 0,
+            session_id: None,
+            body: Err(error),
+        },
+        Either::Right(_) => {
+            controller.abort();
+            Answer {
+                status: 0,
+                session_id: None,
+                body: Err(McpError::Timeout(timeout)),
+            }
+        }
+    }
+}
+
+/// Runs one request to the server (opening a session when none is kept).
+async fn request(target: &Target<'_>, method: &str, params: Value) -> Result<Value, McpError> {
+    let timeout = target.server.timeout_seconds();
+    let mut exchange = Exchange::new(kept(&target.key), method, params);
+    let mut step = exchange.start();
+    loop {
+        match step {
+            Step::Send(http) => {
+                let answer = send(target, &http, timeout).await;
+                step = exchange.answered(answer);
+            }
+            Step::Done(result) => {
+                // A failed exchange forgets its session: the next one opens a new one.
+                keep(&target.key, result.as_ref().ok().and(exchange.session()));
+                return result;
+            }
+        }
+    }
+}
+
+/// Every tool the server lists (at most [`present::MAX_TOOLS`]); `true` when it had more.
+async fn list_tools(target: &Target<'_>) -> Result<(Vec<ToolInfo>, bool), McpError> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..present::MAX_LIST_PAGES {
+        let result = request(
+            target,
+            "tools/list",
+            present::list_params(cursor.as_deref()),
+        )
+        .await?;
+        let (page, next) = present::tools_page(&result)?;
+        tools.extend(page);
+        if tools.len() >= present::MAX_TOOLS {
+            tools.truncate(present::MAX_TOOLS);
+            return Ok((tools, true));
+        }
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return Ok((tools, false)),
+        }
+    }
+    Ok((tools, cursor.is_some()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsArgs {
+    server: Option<String>,
+    query: Option<String>,
+    offset: Option<usize>,
+}
+
+/// `mcp_tools`.
+async fn tools(ctx: &ToolContext, arguments: &Value) -> Result<String, String> {
+    let args: ToolsArgs = serde_json::from_value(arguments.clone())
+        .map_err(|e| format!("Invalid arguments for mcp_tools: {e}"))?;
+    let caller = Caller::of(ctx);
+    let turn = turn(&caller).await?;
+    let query = args.query.as_deref();
+    let offset = args.offset.unwrap_or(0);
+    let servers: Vec<&Server> = match &args.server {
+        Some(name) => vec![turn.server(name)?],
+        None if query.is_none() => {
+            let (seen, shadowed) = turn.visible();
+            return Ok(present::render_servers(
+                &seen,
+                &shadowed,
+                turn.user_note.as_deref(),
+            ));
+        }
+        // A query without a server searches every server.
+        None => turn.visible().0,
+    };
+    let mut out = String::new();
+    for server in servers {
+        let listed = match target(&caller, server) {
+            Ok(target) => list_tools(&target)
+                .await
+                .map_err(|e| present::error_text(&server.doc.name, "tools/list", &e)),
+            Err(e) => Err(e),
+        };
+        match listed {
+            Ok((tools, more)) => {
+                out.push_str(&present::render_tools(server, &tools, query, offset, more));
+            }
+            Err(e) if args.server.is_some() => return Err(e),
+            Err(e) => out.push_str(&format!("{e}\n")),
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallArgs {
+    server: String,
+    tool: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// The checks before a call runs: the tool filter, the policy, the server's own `ask`. `part`
+/// tells this call's approvals apart from others of the same tool call (a script's).
+async fn admit(
+    ctx: &ToolContext,
+    target: &Target<'_>,
+    tool: &str,
+    arguments: &Value,
+    part: &str,
+) -> Result<(), String> {
+    let server = target.server;
+    let name = &server.doc.name;
+    if !server.offers(tool) {
+        return Err(format!(
+            "MCP server {name:?} does not offer the tool {tool:?} here (its entry's tools filter)."
+        ));
+    }
+    let host = server.host();
+    let subject = format!("{name}/{tool}");
+    let facts = wuhu_core::policy::Call {
+        tool: names::MCP_CALL,
+        host: Some(&host),
+        mcp: Some(&subject),
+        ..Default::default()
+    };
+    let details = json!({"server": name, "tool": tool, "arguments": shown_arguments(arguments)});
+    match crate::policy_gate::check(ctx, part, &facts, None, details.clone()).await {
+        Ok(decided) => ctx.decided.borrow_mut().extend(decided.entries),
+        Err(refused) => {
+            ctx.decided.borrow_mut().extend(refused.entries);
+            return Err(refused.content);
+        }
+    }
+    if server.doc.approval == Approval::Ask {
+        // The tenant's server asks the session's owner; a user's own server asks that user
+        // (the turn acts for them alone).
+        let approver = match &server.source {
+            Source::Tenant => Approver::SessionOwner(ctx.session.owner.clone()),
+            Source::User(sub) => Approver::RunnerOwner(sub.clone()),
+        };
+        let what = format!(
+            "call the tool {tool:?} of MCP server {name:?} (its entry asks before each call)"
+        );
+        let action = Action::Policy {
+            tool: names::MCP_CALL,
+            what: &what,
+        };
+        let mut data = details;
+        data["tool"] = json!(names::MCP_CALL);
+        let outcome = ctx
+            .approvals
+            .request(
+                &format!("{part}:mcp"),
+                Ask {
+                    approver: approver.clone(),
+                    turn_authors: &ctx.acting_for,
+                    target: None,
+                    action,
+                    data,
+                    always: None,
+                    policy: false,
+                },
+            )
+            .await;
+        if let Some(error) = approvals::outcome_error(&outcome, &action, &approver) {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// The arguments as an approval shows them (bounded).
+fn shown_arguments(arguments: &Value) -> String {
+    const MAX_SHOWN: usize = 4 * 1024;
+    let text = serde_json::to_string_pretty(arguments).unwrap_or_default();
+    if text.len() > MAX_SHOWN {
+        format!("{}…", &text[..text.floor_char_boundary(MAX_SHOWN)])
+    } else {
+        text
+    }
+}
+
+/// Stores a plan's parts that are blobs; the shown images are attached to the result.
+async fn store_parts(ctx: &ToolContext, plan: &ResultPlan) -> (Vec<Stored>, Vec<BlobRef>) {
+    let mut stored = Vec::new();
+    let mut attached = Vec::new();
+    for part in &plan.parts {
+        let Part::Store {
+            media_type, bytes, ..
+        } = part
+        else {
+            continue;
+        };
+        let put = crate::blob_store::put(
+            &ctx.env,
+            &ctx.session.tenant,
+            &ctx.session.session_id,
+            bytes.clone(),
+            media_type,
+        )
+        .await;
+        stored.push(match put {
+            Ok((blob, shown)) => {
+                let uri = blob.uri.clone();
+                if shown {
+                    attached.push(blob);
+                }
+                Ok((uri, shown))
+            }
+            Err(e) => Err(e),
+        });
+    }
+    (stored, attached)
+}
+
+/// A result's text within the output limits: a longer one is stored whole as a blob, its head
+/// shown.
+async fn bounded_text(ctx: &ToolContext, text: String) -> String {
+    let cut = truncate_head(&text);
+    if !cut.truncated {
+        return text;
+    }
+    let head = cut.text.clone();
+    match crate::blob_store::put(
+        &ctx.env,
+        &ctx.session.tenant,
+        &ctx.session.session_id,
+        text.into_bytes(),
+        "text/plain",
+    )
+    .await
+    {
+        Ok((blob, _)) => format!(
+            "{head}\n[the result is longer: the whole of it is {} ({} bytes); read it with read and offset]",
+            blob.uri, blob.size
+        ),
+        Err(e) => format!("{head}\n[the result is longer, and the rest was not kept: {e}]"),
+    }
+}
+
+/// `mcp_call`.
+async fn call_tool(ctx: &ToolContext, arguments: &Value) -> ToolOutput {
+    let mut attached = Vec::new();
+    let result = call_text(ctx, arguments, &mut attached).await;
+    let mut output = ToolOutput::text(result);
+    output.blobs = attached;
+    output
+}
+
+async fn call_text(
+    ctx: &ToolContext,
+    arguments: &Value,
+    attached: &mut Vec<BlobRef>,
+) -> Result<String, String> {
+    let args: CallArgs = serde_json::from_value(arguments.clone())
+        .map_err(|e| format!("Invalid arguments for mcp_call: {e}"))?;
+    let tool_arguments = match args.arguments {
+        None | Some(Value::Null) => json!({}),
+        Some(Value::Object(map)) => Value::Object(map),
+        Some(_) => {
+            return Err("Invalid arguments for mcp_call: arguments must be an object".into());
+        }
+    };
+    let caller = Caller::of(ctx);
+    let turn = turn(&caller).await?;
+    let server = turn.server(&args.server)?;
+    let target = target(&caller, server)?;
+    admit(
+        ctx,
+        &target,
+        &args.tool,
+        &tool_arguments,
+        crate::policy_gate::CALL_PART,
+    )
+    .await?;
+    let params = present::call_params(&args.tool, &tool_arguments, Some(&ctx.call_id));
+    let what = format!("tools/call {}", args.tool);
+    let result = request(&target, "tools/call", params)
+        .await
+        .map_err(|e| present::error_text(&server.doc.name, &what, &e))?;
+    let plan = present::plan_call_result(&result, &server.doc.name)
+        .map_err(|e| present::error_text(&server.doc.name, &what, &e))?;
+    let (stored, blobs) = store_parts(ctx, &plan).await;
+    attached.extend(blobs);
+    let text = bounded_text(ctx, present::render_result(&plan, &stored)).await;
+    if plan.is_error {
+        return Err(format!(
+            "MCP server {:?}: the tool {:?} failed:\n{text}",
+            server.doc.name, args.tool
+        ));
+    }
+    Ok(text)
+}
+
+/// `read` of `wuhu://mcp/<server>/<uri>`.
+pub(crate) async fn read_resource(
+    ctx: &ToolContext,
+    server: &str,
+    uri: &str,
+    attached: &mut Vec<BlobRef>,
+) -> Result<String, String> {
+    let caller = Caller::of(ctx);
+    let turn = turn(&caller).await?;
+    let server = turn.server(server)?;
+    let target = target(&caller, server)?;
+    let what = format!("resources/read {uri}");
+    let result = request(&target, "resources/read", json!({"uri": uri}))
+        .await
+        .map_err(|e| present::error_text(&server.doc.name, &what, &e))?;
+    let plan = present::plan_resource(&result, &server.doc.name)
+        .map_err(|e| present::error_text(&server.doc.name, &what, &e))?;
+    let (stored, blobs) = store_parts(ctx, &plan).await;
+    attached.extend(blobs);
+    Ok(present::render_result(&plan, &stored))
+}
+
+/// Runs `mcp_tools` or `mcp_call`.
+pub(crate) async fn execute(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
+    if call.name == names::MCP_CALL {
+        call_tool(ctx, &call.arguments).await
+    } else {
+        ToolOutput::text(tools(ctx, &call.arguments).await)
+    }
+}
+
+/// js `wuhu.mcp.list(server?)`: the servers (no server), or a server's tools, as JSON.
+pub(crate) async fn js_list(ctx: &ToolContext, arg: &Value) -> Result<Value, String> {
+    let caller = Caller::of(ctx);
+    let turn = turn(&caller).await?;
+    let Some(name) = arg.get("server").and_then(Value::as_str) else {
+        let (seen, _) = turn.visible();
+        return Ok(Value::Array(
+            seen.iter()
+                .map(|s| json!({"name": s.doc.name, "host": s.host(), "source": s.source}))
+                .collect(),
+        ));
+    };
+    let server = turn.server(name)?;
+    let target = target(&caller, server)?;
+    let (tools, _) = list_tools(&target)
+        .await
+        .map_err(|e| present::error_text(name, "tools/list", &e))?;
+    Ok(Value::Array(
+        tools
+            .iter()
+            .filter(|t| server.offers(&t.name))
+            .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
+            .collect(),
+    ))
+}
+
+/// js `wuhu.mcp.call(server, tool, args)`: the server's result as it sent it (the script
+/// reduces it before anything reaches the context). `n` numbers the script's calls (each its
+/// own approval).
+pub(crate) async fn js_call(ctx: &ToolContext, arg: &Value, n: u32) -> Result<Value, String> {
+    let server_name = arg
+        .get("server")
+        .and_then(Value::as_str)
+        .ok_or("mcp.call: server must be a string")?;
+    let tool = arg
+        .get("tool")
+        .and_then(Value::as_str)
+        .ok_or("mcp.call: tool must be a string")?;
+    let arguments = match arg.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(Value::Object(map)) => Value::Object(map.clone()),
+        Some(_) => return Err("mcp.call: arguments must be an object".into()),
+    };
+    let caller = Caller::of(ctx);
+    let turn = turn(&caller).await?;
+    let server = turn.server(server_name)?;
+    let target = target(&caller, server)?;
+    let part = format!("{}:mcp:{n}", crate::policy_gate::CALL_PART);
+    admit(ctx, &target, tool, &arguments, &part).await?;
+    let mut result = request(
+        &target,
+        "tools/call",
+        present::call_params(tool, &arguments, None),
+    )
+    .await
+    .map_err(|e| present::error_text(server_name, &format!("tools/call {tool}"), &e))?;
+    wuhu_core::secrets::mask_known_json(&ctx.masker, &mut result);
+    Ok(result)
+}
+
+/// `GET /v1/mcp/servers`: the servers the caller's own turns would see.
+pub(crate) async fn servers_route(
+    env: &worker::Env,
+    identity: &crate::auth::Identity,
+) -> crate::http::ApiResult<worker::Response> {
+    let acting_for = [identity.sub.clone()];
+    let caller = Caller {
+        env,
+        tenant: &identity.tenant,
+        scope: "",
+        acting_for: &acting_for,
+        rights: &TurnRights::People,
+        secrets: &[],
+    };
+    let (tenant, user) = documents(&caller).await;
+    let mut errors = Vec::new();
+    let tenant = tenant.unwrap_or_else(|e| {
+        errors.push(e);
+        McpServers::default()
+    });
+    let user = match user {
+        Some((_, Ok(servers))) => Some(servers),
+        Some((_, Err(e))) => {
+            errors.push(e);
+            None
+        }
+        None => None,
+    };
+    let (seen, shadowed) = config::visible(&tenant, user.as_ref());
+    let list = config::ServerList {
+        servers: seen.iter().map(|s| s.view()).collect(),
+        not_offered: shadowed.iter().map(|s| s.view()).collect(),
+        errors,
+    };
+    Ok(crate::http::json_response(200, &list))
+}
+
+/// `GET /v1/mcp/servers/:name/tools`: asks the server now, as the caller's own turn would.
+pub(crate) async fn tools_route(
+    env: &worker::Env,
+    identity: &crate::auth::Identity,
+    name: &str,
+) -> crate::http::ApiResult<worker::Response> {
+    use crate::http::ApiError;
+    if !config::valid_server_name(name) {
+        return Err(ApiError::bad_request(format!(
+            "{name:?} is not a server name"
+        )));
+    }
+    let secrets = crate::tenant_index::sealed_secrets(env, &identity.tenant).await?;
+    let acting_for = [identity.sub.clone()];
+    let scope = format!("api:{}", identity.sub);
+    let caller = Caller {
+        env,
+        tenant: &identity.tenant,
+        scope: &scope,
+        acting_for: &acting_for,
+        rights: &TurnRights::People,
+        secrets: &secrets,
+    };
+    let failed = |message: String| ApiError::new(502, "mcp_server_failed", message);
+    let turn = turn(&caller)
+        .await
+        .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
+    let server = turn.server(name).map_err(ApiError::not_found)?;
+    let target = target(&caller, server).map_err(failed)?;
+    let (tools, truncated) = list_tools(&target)
+        .await
+        .map_err(|e| failed(present::error_text(name, "tools/list", &e)))?;
+    let list = config::ToolList {
+        server: server.view(),
+        tools: tools
+            .into_iter()
+            .map(|t| config::ToolView {
+                offered: server.offers(&t.name),
+                name: t.name,
+                description: t.description,
+                input_schema: t.input_schema,
+            })
+            .collect(),
+        truncated,
+    };
+    Ok(crate::http::json_response(200, &list))
+}
