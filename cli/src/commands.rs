@@ -462,6 +462,19 @@ pub enum McpCommand {
         #[arg(value_name = "SERVER")]
         name: String,
     },
+    /// Starts your OAuth sign-in to a server whose entry says `"auth": {"type": "oauth"}`:
+    /// prints the address to open in your browser.
+    Connect {
+        /// The server's name.
+        #[arg(value_name = "SERVER")]
+        name: String,
+    },
+    /// Forgets your OAuth connection to a server.
+    Disconnect {
+        /// The server's name.
+        #[arg(value_name = "SERVER")]
+        name: String,
+    },
 }
 
 /// `wuhu token …`.
@@ -1599,6 +1612,27 @@ async fn mcp(global: &Global, command: McpCommand) -> Result<u8> {
             );
             if list.truncated {
                 println!("(the server lists more tools than were read)");
+            }
+            Ok(exit::OK)
+        }
+        McpCommand::Connect { name } => {
+            let started = client.mcp_connect(&name).await?;
+            if global.json {
+                print_json(&started);
+            } else {
+                println!("Open this address in your browser within 10 minutes to connect {name}:");
+                println!("{}", started.authorization_url);
+            }
+            Ok(exit::OK)
+        }
+        McpCommand::Disconnect { name } => {
+            let done = client.mcp_disconnect(&name).await?;
+            if global.json {
+                print_json(&done);
+            } else if done.disconnected {
+                println!("disconnected {name}");
+            } else {
+                println!("{name} was not connected");
             }
             Ok(exit::OK)
         }

@@ -691,6 +691,32 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/mcp/servers/:name/connect`: starts your OAuth sign-in to a server.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for a server that does not sign in with OAuth, `502
+    /// mcp_server_failed` when its discovery or registration fails.
+    pub async fn mcp_connect(
+        &self,
+        name: &str,
+    ) -> Result<wuhu_core::mcp_client::oauth::ConnectResponse, Error> {
+        let url = self.url(["v1", "mcp", "servers", name, "connect"]);
+        self.send_json(Method::POST, url, &serde_json::json!({}))
+            .await
+    }
+
+    /// `DELETE /v1/mcp/servers/:name/connection`: forgets your OAuth connection.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn mcp_disconnect(
+        &self,
+        name: &str,
+    ) -> Result<wuhu_core::mcp_client::oauth::DisconnectResponse, Error> {
+        let url = self.url(["v1", "mcp", "servers", name, "connection"]);
+        self.send(self.request(Method::DELETE, url)).await
+    }
+
     /// The follow stream of session `id` (see [`Follow`]).
     pub fn follow(&self, id: &str, options: FollowOptions) -> Follow {
         Follow::new(self.clone(), id.to_string(), options)

@@ -8,9 +8,11 @@
 //! * [`exchange`]: one request over the streamable HTTP transport, as a machine the host
 //!   drives (session opening, `Mcp-Session-Id`, expiry, event-stream answers, bounds).
 //! * [`present`]: what the model sees: tool listings, results with their blobs.
+//! * [`oauth`]: OAuth 2.1 for servers that need it (discovery, registration, PKCE, tokens).
 
 pub mod config;
 pub mod exchange;
+pub mod oauth;
 pub mod present;
 
 #[cfg(test)]

@@ -40,6 +40,8 @@ enum Auth {
     Platform,
     /// The URL's own signature: a blob upload URL issued with a runner's tool call.
     UploadSignature,
+    /// An OAuth sign-in's `state` (the MCP callback): single use, issued to a person.
+    OAuthState,
 }
 
 /// A request or answer body.
@@ -531,6 +533,61 @@ const ROUTES: &[Route] = &[
         request: None,
         ok: (200, Body::Json(of::<crate::mcp_client::config::ToolList>)),
         errors: &[400, 404, 409, 502, 503],
+    },
+    Route {
+        method: "post",
+        path: "/v1/mcp/servers/{name}/connect",
+        id: "connectMcpServer",
+        tag: "mcp",
+        summary: "Starts your OAuth sign-in to an MCP server (`auth: oauth`): discovery, client registration, PKCE; answers the address your browser goes to",
+        auth: Auth::User,
+        params: &[],
+        request: None,
+        ok: (
+            200,
+            Body::Json(of::<crate::mcp_client::oauth::ConnectResponse>),
+        ),
+        errors: &[400, 404, 409, 502, 503],
+    },
+    Route {
+        method: "delete",
+        path: "/v1/mcp/servers/{name}/connection",
+        id: "disconnectMcpServer",
+        tag: "mcp",
+        summary: "Forgets your OAuth connection to an MCP server",
+        auth: Auth::User,
+        params: &[],
+        request: None,
+        ok: (
+            200,
+            Body::Json(of::<crate::mcp_client::oauth::DisconnectResponse>),
+        ),
+        errors: &[400, 404, 409, 503],
+    },
+    Route {
+        method: "get",
+        path: "/v1/mcp/callback",
+        id: "mcpOAuthCallback",
+        tag: "mcp",
+        summary: "Where an MCP server's authorization server sends the browser back: stores the connection, then redirects to the web app",
+        auth: Auth::OAuthState,
+        params: &[
+            Param {
+                name: "state",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "The sign-in's state.",
+            },
+            Param {
+                name: "code",
+                location: "query",
+                schema: r#"{"type":"string"}"#,
+                description: "The authorization code.",
+            },
+        ],
+        request: None,
+        ok: (302, Body::Empty),
+        errors: &[400, 502],
     },
     Route {
         method: "get",
@@ -1128,7 +1185,7 @@ fn error_description(status: u16) -> &'static str {
 /// The statuses every route of `auth` may answer besides its own.
 fn common_errors(auth: Auth) -> &'static [u16] {
     match auth {
-        Auth::Public | Auth::Platform | Auth::UploadSignature => &[500],
+        Auth::Public | Auth::Platform | Auth::UploadSignature | Auth::OAuthState => &[500],
         Auth::User | Auth::Runner => &[401, 500, 503],
         Auth::Admin => &[401, 403, 500, 503],
     }
@@ -1186,7 +1243,7 @@ fn event_schema(generator: &mut SchemaGenerator) -> Value {
 
 fn security(auth: Auth) -> Value {
     match auth {
-        Auth::Public | Auth::Platform | Auth::UploadSignature => json!([]),
+        Auth::Public | Auth::Platform | Auth::UploadSignature | Auth::OAuthState => json!([]),
         Auth::User | Auth::Admin => json!([{"bearer": []}, {"cookie": []}, {"access": []}]),
         Auth::Runner => json!([{"bearer": []}]),
     }
@@ -1291,6 +1348,11 @@ fn operation(generator: &mut SchemaGenerator, route: &Route) -> Value {
     if route.auth == Auth::UploadSignature {
         op["description"] = json!(
             "Authenticated by the URL's signature (HMAC over tenant, blob id, size limit and expiry), no token: the session issues the URL to a runner with a tool call."
+        );
+    }
+    if route.auth == Auth::OAuthState {
+        op["description"] = json!(
+            "Authenticated by the sign-in's `state` alone (256 random bits, single use, 10 minutes), issued to a person by `POST /v1/mcp/servers/{name}/connect`; the browser comes back here from the authorization server."
         );
     }
     if route.auth == Auth::Platform {

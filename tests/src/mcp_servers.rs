@@ -1,6 +1,7 @@
 //! MCP servers for the client half of issue 33: the official reference server
-//! (`@modelcontextprotocol/server-everything` from `package.json`, over streamable HTTP) as a
-//! process of its own, and [`BrokenMcpServer`], a local server that speaks the protocol until a
+//! (`@modelcontextprotocol/server-everything` from `package.json`, over streamable HTTP) and the
+//! official SDK's example server behind its demo OAuth authorization server, each a process of
+//! its own ([`NodeMcpServer`]), and [`BrokenMcpServer`], a local server that speaks the protocol until a
 //! tool call and then breaks it the way the test asks (hangs, answers 5 MiB, answers what is not
 //! JSON-RPC), or echoes the credential it was sent.
 
@@ -14,78 +15,142 @@ use serde_json::{Value, json};
 use crate::fake_openai::RecordedRequest;
 use crate::fake_server::{self, End, FakeServer, Gate};
 
-/// The reference server, listening on an ephemeral port. Dropping it kills it (and a watchdog
-/// does if this process dies first).
-pub struct EverythingServer {
+/// An MCP server run by node from `node_modules`, listening on ephemeral ports. Dropping it
+/// kills it (and a watchdog does if this process dies first).
+pub struct NodeMcpServer {
     child: Child,
     watchdog: Option<Child>,
     port: u16,
+    auth_port: Option<u16>,
 }
 
-impl EverythingServer {
-    /// Starts `mcp-server-everything streamableHttp` and waits until it says it listens.
-    pub fn start() -> EverythingServer {
-        let root = crate::stack::repo_root();
-        let entry = root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+impl NodeMcpServer {
+    /// The reference server, `mcp-server-everything streamableHttp`.
+    pub fn everything() -> NodeMcpServer {
+        let port = crate::stack::free_port();
+        NodeMcpServer::start(
+            "@modelcontextprotocol/server-everything/dist/index.js",
+            &["streamableHttp"],
+            &[("PORT", port)],
+            &["listening on port"],
+            port,
+            None,
+        )
+    }
+
+    /// The official SDK's example server with OAuth (`simpleStreamableHttp.js --oauth
+    /// --oauth-strict`): its endpoint is `http://localhost:<port>/mcp`, protected by the SDK's
+    /// demo authorization server on `http://localhost:<auth port>` (dynamic registration, PKCE,
+    /// a sign-in that says yes at once, tokens only for this server's URL).
+    pub fn sdk_example_with_oauth() -> NodeMcpServer {
+        let port = crate::stack::free_port();
+        let auth_port = crate::stack::free_port();
+        NodeMcpServer::start(
+            "@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js",
+            &["--oauth", "--oauth-strict"],
+            &[("MCP_PORT", port), ("MCP_AUTH_PORT", auth_port)],
+            &[
+                "MCP Streamable HTTP Server listening on port",
+                "Authorization Server listening on port",
+            ],
+            port,
+            Some(auth_port),
+        )
+    }
+
+    fn start(
+        entry: &str,
+        args: &[&str],
+        ports: &[(&str, u16)],
+        ready: &[&str],
+        port: u16,
+        auth_port: Option<u16>,
+    ) -> NodeMcpServer {
+        let entry = crate::stack::repo_root().join("node_modules").join(entry);
         assert!(
             entry.exists(),
             "{} is missing: run `bash -c 'source scripts/lib/setup.sh && ensure_npm_packages'`",
             entry.display()
         );
-        let port = crate::stack::free_port();
-        let mut child = Command::new("node")
+        let mut command = Command::new("node");
+        command
             .arg(&entry)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
+            .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start node");
-        let watchdog = crate::runner::spawn_watchdog(child.id());
-        // It says so on stderr once it listens; everything it says after is drained.
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut said = Vec::new();
-            let mut ready = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(tx) = &ready {
-                    said.push(line.clone());
-                    if line.contains("listening on port") {
-                        let _ = tx.send(Ok(()));
-                        ready = None;
-                    }
-                }
-            }
-            if let Some(tx) = ready {
-                let _ = tx.send(Err(said.join("\n")));
-            }
-        });
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(())) => {}
-            Ok(Err(said)) => panic!("mcp-server-everything exited:\n{said}"),
-            Err(_) => panic!("mcp-server-everything did not listen within 60 s"),
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, port) in ports {
+            command.env(name, port.to_string());
         }
-        EverythingServer {
+        let mut child = command.spawn().expect("start node");
+        let watchdog = crate::runner::spawn_watchdog(child.id());
+        // It says on stdout or stderr when it listens; everything it says after is drained.
+        let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
+        let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().expect("stdout"));
+        let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().expect("stderr"));
+        for stream in [out, err] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send(Some(line));
+                }
+                let _ = tx.send(None);
+            });
+        }
+        let mut said = Vec::new();
+        let mut waiting: Vec<&str> = ready.to_vec();
+        let mut closed = 0;
+        while !waiting.is_empty() {
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(Some(line)) => {
+                    waiting.retain(|r| !line.contains(r));
+                    said.push(line);
+                }
+                Ok(None) => {
+                    closed += 1;
+                    assert!(
+                        closed < 2,
+                        "{} exited:\n{}",
+                        entry.display(),
+                        said.join("\n")
+                    );
+                }
+                Err(_) => panic!(
+                    "{} did not listen within 60 s:\n{}",
+                    entry.display(),
+                    said.join("\n")
+                ),
+            }
+        }
+        NodeMcpServer {
             child,
             watchdog,
             port,
+            auth_port,
         }
     }
 
     /// Its endpoint.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        let host = if self.auth_port.is_some() {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
+        format!("http://{host}:{}/mcp", self.port)
     }
 
-    /// `127.0.0.1:PORT`, for `WUHU_SANDBOX_EGRESS_ALLOW`.
-    pub fn host_port(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+    /// What `WUHU_SANDBOX_EGRESS_ALLOW` must list for the Worker to reach it (and its
+    /// authorization server).
+    pub fn egress_allow(&self) -> String {
+        match self.auth_port {
+            Some(auth) => format!("localhost:{},localhost:{auth}", self.port),
+            None => format!("127.0.0.1:{}", self.port),
+        }
     }
 }
 
-impl Drop for EverythingServer {
+impl Drop for NodeMcpServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

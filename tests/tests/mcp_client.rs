@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wuhu_core::wire::{ChildStatus, Entry, ToolResult};
 use wuhu_e2e::entries::{fake_directive, tool_result};
-use wuhu_e2e::mcp_servers::{BrokenMcpServer, EverythingServer};
+use wuhu_e2e::mcp_servers::{BrokenMcpServer, NodeMcpServer};
 use wuhu_e2e::util::{random_hex, unique_name};
 use wuhu_e2e::{Api, Stack, StackOptions};
 
@@ -22,19 +22,26 @@ const TURN: Duration = Duration::from_secs(60);
 
 struct Fixture {
     stack: Stack,
-    everything: EverythingServer,
+    everything: NodeMcpServer,
     broken: BrokenMcpServer,
+    oauth: NodeMcpServer,
 }
 
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let everything = EverythingServer::start();
+        let everything = NodeMcpServer::everything();
         let broken = BrokenMcpServer::start();
+        let oauth = NodeMcpServer::sdk_example_with_oauth();
         let stack = Stack::start_with(StackOptions {
             vars: vec![(
                 "WUHU_SANDBOX_EGRESS_ALLOW".to_string(),
-                format!("{},{}", everything.host_port(), broken.host_port()),
+                format!(
+                    "{},{},{}",
+                    everything.egress_allow(),
+                    broken.host_port(),
+                    oauth.egress_allow()
+                ),
             )],
             fake_delay_ms: Some(0),
             ..StackOptions::default()
@@ -43,6 +50,7 @@ fn fixture() -> &'static Fixture {
             stack,
             everything,
             broken,
+            oauth,
         }
     })
 }
@@ -482,4 +490,110 @@ fn people_see_their_servers_and_tools_through_the_api_and_the_cli() {
     );
     let ran = cli.run(&["mcp", "tools", "nope"]);
     assert_eq!(ran.code(), 3, "{ran:?}");
+}
+
+/// A server behind OAuth (the official SDK's example server with its demo authorization
+/// server, which signs anyone in at once and accepts only tokens for its own URL): alice
+/// connects her account through the browser's round trip (discovery, registration, PKCE, the
+/// callback), her turns then reach the server with her token; bob's turn in her shared session
+/// is not connected; the callback works once; disconnecting forgets the token.
+#[test]
+fn a_person_connects_an_oauth_server_and_only_their_turns_use_it() {
+    let f = fixture();
+    let _guard = f.stack.guard();
+    let tenant = unique_name("mcp-oauth");
+    let admin = f.stack.admin_client("root", &tenant);
+    admin
+        .put_doc(
+            "config/mcp.json",
+            json!({"servers": [{"name": "demo", "url": f.oauth.url(), "auth": {"type": "oauth"}}]})
+                .to_string(),
+        )
+        .expect_status(200);
+    let alice = f.stack.client("alice", &tenant);
+    let bob = f.stack.client("bob", &tenant);
+    let id = alice.create_fake_session().id;
+    let shared = alice.patch(&format!("/v1/sessions/{id}"), &json!({"access": "tenant"}));
+    assert_eq!(shared.status, 200, "{shared}");
+    let greet = json!({"server": "demo", "tool": "greet", "arguments": {"name": "Ana"}});
+
+    let listed = alice.get("/v1/mcp/servers").json();
+    assert_eq!(listed["servers"][0]["auth"], "oauth", "{listed}");
+    assert_eq!(listed["servers"][0]["connected"], false, "{listed}");
+    let before = alice.run_tool(&id, "mcp_call", greet.clone(), TURN);
+    assert!(
+        failed(&before).starts_with("MCP server \"demo\" is not connected for alice"),
+        "{}",
+        before.content
+    );
+
+    // The sign-in: the API answers where the browser goes; the authorization server sends the
+    // browser back to the callback with a code; the callback stores the connection.
+    let started = alice.post("/v1/mcp/servers/demo/connect", &json!({}));
+    assert_eq!(started.status, 200, "{started}");
+    let authorize = started.json()["authorizationUrl"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        authorize.contains("code_challenge_method=S256") && authorize.contains("resource="),
+        "{authorize}"
+    );
+    let signed_in = wuhu_e2e::Request::new("GET", authorize.clone())
+        .send()
+        .expect("the authorization server answers");
+    assert_eq!(signed_in.status, 302, "{signed_in}");
+    let back = signed_in
+        .header("location")
+        .expect("a redirect")
+        .to_string();
+    assert!(
+        back.starts_with(&format!("{}/v1/mcp/callback?", f.stack.base_url())),
+        "{back}"
+    );
+    let done = wuhu_e2e::Request::new("GET", back.clone())
+        .send()
+        .expect("callback");
+    assert_eq!(done.status, 302, "{done}");
+    assert_eq!(done.header("location"), Some("/#/mcp"));
+    // The same state again: refused, the connection stays.
+    let again = wuhu_e2e::Request::new("GET", back)
+        .send()
+        .expect("callback");
+    again.expect_error(400);
+    wuhu_e2e::Request::new("GET", f.stack.url("/v1/mcp/callback?state=nope&code=x"))
+        .send()
+        .expect("callback")
+        .expect_error(400);
+    assert_eq!(
+        alice.get("/v1/mcp/servers").json()["servers"][0]["connected"],
+        true
+    );
+
+    // Her turns carry her token; bob's turn in the same session has none of its own.
+    let hers = alice.run_tool(&id, "mcp_call", greet.clone(), TURN);
+    assert!(ok(&hers).contains("Hello, Ana!"), "{}", hers.content);
+    let tools = alice.get("/v1/mcp/servers/demo/tools");
+    assert_eq!(tools.status, 200, "{tools}");
+    let his = bob.run_tool(&id, "mcp_call", greet.clone(), TURN);
+    assert!(
+        failed(&his).starts_with("MCP server \"demo\" is not connected for bob"),
+        "{}",
+        his.content
+    );
+    bob.get("/v1/mcp/servers/demo/tools").expect_error(502);
+
+    // Disconnected: forgotten.
+    let gone = alice.send(alice.request("DELETE", "/v1/mcp/servers/demo/connection"));
+    assert_eq!(gone.json()["disconnected"], true, "{gone}");
+    let after = alice.run_tool(&id, "mcp_call", greet, TURN);
+    assert!(
+        failed(&after).contains("is not connected for alice"),
+        "{}",
+        after.content
+    );
+    // A server that does not sign in with OAuth has nothing to connect.
+    alice
+        .post("/v1/mcp/servers/nope/connect", &json!({}))
+        .expect_error(404);
 }

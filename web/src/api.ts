@@ -127,6 +127,10 @@ export const api = {
     request<{ jti: string; revoked: boolean; alsoRevoked: number }>("DELETE", `/v1/tokens/${enc(jti)}`),
   listSecrets: () => request<{ secrets: SecretInfo[] }>("GET", "/v1/secrets"),
   mcpServers: () => request<McpServerList>("GET", "/v1/mcp/servers"),
+  mcpConnect: (name: string) =>
+    request<{ authorizationUrl: string; expiresAt: number }>("POST", `/v1/mcp/servers/${enc(name)}/connect`, {}),
+  mcpDisconnect: (name: string) =>
+    request<{ disconnected: boolean }>("DELETE", `/v1/mcp/servers/${enc(name)}/connection`),
   mcpTools: (name: string) =>
     request<{ server: McpServerInfo; tools: McpToolInfo[]; truncated: boolean }>("GET", `/v1/mcp/servers/${enc(name)}/tools`),
   putSecret: (name: string, body: { value: string; scope: "user" | "tenant"; environments: string[]; hosts: string[] }) =>

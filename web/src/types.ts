@@ -202,6 +202,8 @@ export interface McpServerInfo {
   allow: string[];
   deny: string[];
   timeoutSeconds: number;
+  /** An OAuth server: whether you connected your account. */
+  connected?: boolean;
 }
 
 export interface McpServerList {

@@ -24,6 +24,7 @@ mod js_tool;
 mod llm_logs;
 mod mcp;
 mod mcp_client;
+mod mcp_oauth;
 mod model_choice;
 mod model_tool;
 mod observe;
@@ -147,6 +148,15 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
             _ => Err(method_not_allowed()),
         };
     }
+    // An MCP server's OAuth callback authenticates by its state alone (single use, 10 minutes,
+    // issued to a person by `POST /v1/mcp/servers/:name/connect`): the browser comes back from
+    // another site, without a token and without the SameSite cookie.
+    if segments.as_slice() == ["v1", "mcp", "callback"] {
+        return match method {
+            Method::Get => mcp_oauth::callback_route(&req, &env).await,
+            _ => Err(method_not_allowed()),
+        };
+    }
     // Every /v1 route authenticates before anything else is looked at. Runners connect with a
     // runner token; every other route takes a user token.
     if segments.as_slice() == ["v1", "runners", "connect"] {
@@ -200,9 +210,23 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
         (["v1", "mcp", "servers", name, "tools"], Method::Get) => {
             mcp_client::tools_route(&env, &identity, name).await
         }
-        (["v1", "mcp", "servers"] | ["v1", "mcp", "servers", _, "tools"], _) => {
-            Err(method_not_allowed())
+        (["v1", "mcp", "servers", name, "connect"], Method::Post) => {
+            mcp_oauth::connect_route(&req, &env, &identity, name).await
         }
+        (["v1", "mcp", "servers", name, "connection"], Method::Delete) => {
+            mcp_oauth::disconnect_route(&env, &identity, name).await
+        }
+        (
+            ["v1", "mcp", "servers"]
+            | [
+                "v1",
+                "mcp",
+                "servers",
+                _,
+                "tools" | "connect" | "connection",
+            ],
+            _,
+        ) => Err(method_not_allowed()),
         (["v1", "llm-logs"], Method::Get) => llm_logs::list(&req, &env, &identity).await,
         (["v1", "llm-logs"], _) => Err(method_not_allowed()),
         (["v1", "llm-logs", session, record], Method::Get) => {

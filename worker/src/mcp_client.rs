@@ -94,6 +94,24 @@ pub(crate) struct Caller<'a> {
 }
 
 impl<'a> Caller<'a> {
+    /// A person through the API, acting for `acting_for` (themselves).
+    pub(crate) fn person(
+        env: &'a worker::Env,
+        identity: &'a crate::auth::Identity,
+        acting_for: &'a [String],
+        scope: &'a str,
+        secrets: &'a [SealedSecret],
+    ) -> Caller<'a> {
+        Caller {
+            env,
+            tenant: &identity.tenant,
+            scope,
+            acting_for,
+            rights: &TurnRights::People,
+            secrets,
+        }
+    }
+
     fn of(ctx: &'a ToolContext) -> Caller<'a> {
         Caller {
             env: &ctx.env,
@@ -107,7 +125,7 @@ impl<'a> Caller<'a> {
 }
 
 /// The server documents a turn reads.
-struct Turn {
+pub(crate) struct Turn {
     tenant: McpServers,
     user: Option<McpServers>,
     /// Why the user's own servers are not offered, when they are not.
@@ -119,7 +137,7 @@ impl Turn {
         config::visible(&self.tenant, self.user.as_ref())
     }
 
-    fn server(&self, name: &str) -> Result<&Server, String> {
+    pub(crate) fn server(&self, name: &str) -> Result<&Server, String> {
         let (seen, _) = self.visible();
         seen.into_iter()
             .find(|s| s.doc.name == name)
@@ -163,7 +181,7 @@ async fn documents(
     (tenant, user_path.zip(user))
 }
 
-async fn turn(caller: &Caller<'_>) -> Result<Turn, String> {
+pub(crate) async fn turn(caller: &Caller<'_>) -> Result<Turn, String> {
     caller.rights.may_use_mcp()?;
     let (tenant, user) = documents(caller).await;
     let tenant = tenant?;
@@ -186,7 +204,8 @@ async fn turn(caller: &Caller<'_>) -> Result<Turn, String> {
     })
 }
 
-fn egress(env: &worker::Env) -> EgressPolicy {
+/// The egress rules of js `fetch`, which every MCP request follows.
+pub(crate) fn egress(env: &worker::Env) -> EgressPolicy {
     let allow = env
         .var("WUHU_SANDBOX_EGRESS_ALLOW")
         .map(|v| v.to_string())
@@ -198,18 +217,20 @@ fn egress(env: &worker::Env) -> EgressPolicy {
 struct Target<'a> {
     server: &'a Server,
     url: String,
-    authorization: Option<String>,
+    /// Replaced when an OAuth token is refreshed after the server refused it.
+    authorization: RefCell<Option<String>>,
     key: String,
 }
 
-fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, String> {
+async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, String> {
     let name = &server.doc.name;
     let url = egress(caller.env)
         .check(&server.doc.url)
         .map_err(|e| format!("MCP server {name:?}: {e}"))?;
     let host = server.host();
     let authorization = match &server.doc.auth {
-        Auth::None | Auth::Oauth => None,
+        Auth::None => None,
+        Auth::Oauth => Some(crate::mcp_oauth::authorization(caller, server, false).await?),
         Auth::Bearer { secret } => Some(
             crate::secrets::substitute_header(
                 caller.env,
@@ -239,7 +260,7 @@ fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, Str
     Ok(Target {
         server,
         url,
-        authorization,
+        authorization: RefCell::new(authorization),
         key,
     })
 }
@@ -255,7 +276,7 @@ async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answe
                 .set(name, value)
                 .map_err(|e| McpError::Transport(e.to_string()))?;
         }
-        if let Some(value) = &target.authorization {
+        if let Some(value) = target.authorization.borrow().as_deref() {
             headers
                 .set("authorization", value)
                 .map_err(|e| McpError::Transport(e.to_string()))?;
@@ -318,8 +339,27 @@ async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answe
     }
 }
 
-/// Runs one request to the server (opening a session when none is kept).
-async fn request(target: &Target<'_>, method: &str, params: Value) -> Result<Value, McpError> {
+/// Runs one request to the server (opening a session when none is kept). An OAuth server that
+/// refuses the token (`401`) gets the request once more with a refreshed one.
+async fn request(
+    caller: &Caller<'_>,
+    target: &Target<'_>,
+    method: &str,
+    params: Value,
+) -> Result<Value, McpError> {
+    match exchange(target, method, params.clone()).await {
+        Err(McpError::Http { status: 401, .. }) if target.server.doc.auth == Auth::Oauth => {
+            let refreshed = crate::mcp_oauth::authorization(caller, target.server, true)
+                .await
+                .map_err(McpError::Transport)?;
+            *target.authorization.borrow_mut() = Some(refreshed);
+            exchange(target, method, params).await
+        }
+        other => other,
+    }
+}
+
+async fn exchange(target: &Target<'_>, method: &str, params: Value) -> Result<Value, McpError> {
     let timeout = target.server.timeout_seconds();
     let mut exchange = Exchange::new(kept(&target.key), method, params);
     let mut step = exchange.start();
@@ -339,11 +379,15 @@ async fn request(target: &Target<'_>, method: &str, params: Value) -> Result<Val
 }
 
 /// Every tool the server lists (at most [`present::MAX_TOOLS`]); `true` when it had more.
-async fn list_tools(target: &Target<'_>) -> Result<(Vec<ToolInfo>, bool), McpError> {
+async fn list_tools(
+    caller: &Caller<'_>,
+    target: &Target<'_>,
+) -> Result<(Vec<ToolInfo>, bool), McpError> {
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..present::MAX_LIST_PAGES {
         let result = request(
+            caller,
             target,
             "tools/list",
             present::list_params(cursor.as_deref()),
@@ -394,8 +438,8 @@ async fn tools(ctx: &ToolContext, arguments: &Value) -> Result<String, String> {
     };
     let mut out = String::new();
     for server in servers {
-        let listed = match target(&caller, server) {
-            Ok(target) => list_tools(&target)
+        let listed = match target(&caller, server).await {
+            Ok(target) => list_tools(&caller, &target)
                 .await
                 .map_err(|e| present::error_text(&server.doc.name, "tools/list", &e)),
             Err(e) => Err(e),
@@ -585,7 +629,7 @@ async fn call_text(
     let caller = Caller::of(ctx);
     let turn = turn(&caller).await?;
     let server = turn.server(&args.server)?;
-    let target = target(&caller, server)?;
+    let target = target(&caller, server).await?;
     admit(
         ctx,
         &target,
@@ -596,7 +640,7 @@ async fn call_text(
     .await?;
     let params = present::call_params(&args.tool, &tool_arguments, Some(&ctx.call_id));
     let what = format!("tools/call {}", args.tool);
-    let result = request(&target, "tools/call", params)
+    let result = request(&caller, &target, "tools/call", params)
         .await
         .map_err(|e| present::error_text(&server.doc.name, &what, &e))?;
     let plan = present::plan_call_result(&result, &server.doc.name)
@@ -623,9 +667,9 @@ pub(crate) async fn read_resource(
     let caller = Caller::of(ctx);
     let turn = turn(&caller).await?;
     let server = turn.server(server)?;
-    let target = target(&caller, server)?;
+    let target = target(&caller, server).await?;
     let what = format!("resources/read {uri}");
-    let result = request(&target, "resources/read", json!({"uri": uri}))
+    let result = request(&caller, &target, "resources/read", json!({"uri": uri}))
         .await
         .map_err(|e| present::error_text(&server.doc.name, &what, &e))?;
     let plan = present::plan_resource(&result, &server.doc.name)
@@ -657,8 +701,8 @@ pub(crate) async fn js_list(ctx: &ToolContext, arg: &Value) -> Result<Value, Str
         ));
     };
     let server = turn.server(name)?;
-    let target = target(&caller, server)?;
-    let (tools, _) = list_tools(&target)
+    let target = target(&caller, server).await?;
+    let (tools, _) = list_tools(&caller, &target)
         .await
         .map_err(|e| present::error_text(name, "tools/list", &e))?;
     Ok(Value::Array(
@@ -690,10 +734,11 @@ pub(crate) async fn js_call(ctx: &ToolContext, arg: &Value, n: u32) -> Result<Va
     let caller = Caller::of(ctx);
     let turn = turn(&caller).await?;
     let server = turn.server(server_name)?;
-    let target = target(&caller, server)?;
+    let target = target(&caller, server).await?;
     let part = format!("{}:mcp:{n}", crate::policy_gate::CALL_PART);
     admit(ctx, &target, tool, &arguments, &part).await?;
     let mut result = request(
+        &caller,
         &target,
         "tools/call",
         present::call_params(tool, &arguments, None),
@@ -733,8 +778,18 @@ pub(crate) async fn servers_route(
         None => None,
     };
     let (seen, shadowed) = config::visible(&tenant, user.as_ref());
+    let mut servers = Vec::with_capacity(seen.len());
+    for server in &seen {
+        let mut view = server.view();
+        if server.doc.auth == Auth::Oauth {
+            view.connected = Some(
+                crate::mcp_oauth::connected(env, &identity.tenant, &identity.sub, server).await,
+            );
+        }
+        servers.push(view);
+    }
     let list = config::ServerList {
-        servers: seen.iter().map(|s| s.view()).collect(),
+        servers,
         not_offered: shadowed.iter().map(|s| s.view()).collect(),
         errors,
     };
@@ -769,8 +824,8 @@ pub(crate) async fn tools_route(
         .await
         .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
     let server = turn.server(name).map_err(ApiError::not_found)?;
-    let target = target(&caller, server).map_err(failed)?;
-    let (tools, truncated) = list_tools(&target)
+    let target = target(&caller, server).await.map_err(failed)?;
+    let (tools, truncated) = list_tools(&caller, &target)
         .await
         .map_err(|e| failed(present::error_text(name, "tools/list", &e)))?;
     let list = config::ToolList {

@@ -64,7 +64,9 @@ pub enum Auth {
         /// The secret's name.
         secret: String,
     },
-    /// OAuth 2.1 through the browser: not built; refused when written.
+    /// OAuth 2.1: each person connects their own account through the browser
+    /// (`POST /v1/mcp/servers/:name/connect`), and a turn that acts for that person alone
+    /// carries their token (`crate::mcp_client::oauth`).
     Oauth,
 }
 
@@ -226,11 +228,7 @@ impl McpServers {
                     crate::secrets::check_name(secret)
                         .map_err(|e| at(format!("auth.secret: {e}")))?;
                 }
-                Auth::Oauth => {
-                    return Err(at(
-                        "auth \"oauth\" is not built yet: use {\"type\": \"bearer\", \"secret\": \"<a secret's name>\"}".into(),
-                    ));
-                }
+                Auth::Oauth => {}
             }
             if let Some(t) = server.timeout_seconds
                 && !(1..=MAX_TIMEOUT_SECONDS).contains(&t)
@@ -364,6 +362,9 @@ pub struct ServerView {
     pub deny: Vec<String>,
     /// Seconds one request may take.
     pub timeout_seconds: u32,
+    /// An OAuth server: whether the caller has connected their account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected: Option<bool>,
 }
 
 /// Whose document lists a server.
@@ -386,7 +387,7 @@ pub enum AuthKind {
     None,
     /// A vault secret as a bearer token.
     Bearer,
-    /// OAuth (not built).
+    /// OAuth: each person connects their own account.
     Oauth,
 }
 
@@ -414,6 +415,7 @@ impl Server {
             allow: self.doc.tools.allow.clone(),
             deny: self.doc.tools.deny.clone(),
             timeout_seconds: self.timeout_seconds(),
+            connected: None,
         }
     }
 }

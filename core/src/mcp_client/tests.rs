@@ -61,7 +61,7 @@ fn documents_are_checked_when_written() {
         ),
         (
             r#"{"servers":[{"name":"a","url":"https://a.example","auth":{"type":"oauth"}}]}"#,
-            r#"config/mcp.json: server 1: auth "oauth" is not built yet: use {"type": "bearer", "secret": "<a secret's name>"}"#,
+            "ok",
         ),
         (
             r#"{"servers":[{"name":"a","url":"https://a.example","auth":{"type":"bearer","secret":"lower"}}]}"#,
@@ -723,4 +723,213 @@ fn call_results_become_text_and_blobs() {
         call_params("echo", &json!({"message": "hi"}), Some("call-1")),
         json!({"name": "echo", "arguments": {"message": "hi"}, "_meta": {"progressToken": "call-1"}})
     );
+}
+
+mod oauth_flow {
+    use serde_json::json;
+
+    use super::super::oauth::*;
+
+    #[test]
+    fn pkce_matches_rfc_7636() {
+        // RFC 7636, appendix B.
+        let random = [
+            116, 24, 223, 180, 151, 153, 224, 37, 79, 250, 96, 125, 216, 173, 187, 186, 22, 212,
+            37, 77, 105, 214, 191, 240, 91, 88, 5, 88, 83, 132, 141, 121,
+        ];
+        let (verifier, challenge) = pkce(random);
+        assert_eq!(verifier, "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk");
+        assert_eq!(challenge, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
+        assert!(valid_state(&verifier));
+        assert!(!valid_state("short"));
+        assert!(!valid_state(&format!("{}=", &verifier[..42])));
+        assert_eq!(state_key("x").len(), 64);
+    }
+
+    #[test]
+    fn discovery_urls_follow_the_rfcs() {
+        assert_eq!(
+            resource_metadata_urls("https://mcp.example.com/v1/mcp"),
+            [
+                "https://mcp.example.com/.well-known/oauth-protected-resource/v1/mcp",
+                "https://mcp.example.com/.well-known/oauth-protected-resource"
+            ]
+        );
+        assert_eq!(
+            resource_metadata_urls("http://localhost:3000/"),
+            ["http://localhost:3000/.well-known/oauth-protected-resource"]
+        );
+        assert_eq!(
+            authorization_metadata_urls("https://auth.example.com"),
+            [
+                "https://auth.example.com/.well-known/oauth-authorization-server",
+                "https://auth.example.com/.well-known/openid-configuration"
+            ]
+        );
+        assert_eq!(
+            authorization_metadata_urls("https://auth.example.com/tenant1/"),
+            [
+                "https://auth.example.com/.well-known/oauth-authorization-server/tenant1",
+                "https://auth.example.com/.well-known/openid-configuration/tenant1",
+                "https://auth.example.com/tenant1/.well-known/openid-configuration"
+            ]
+        );
+        let challenge = r#"Bearer error="invalid_token", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp""#;
+        assert_eq!(
+            resource_metadata_from_challenge(challenge).as_deref(),
+            Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp")
+        );
+        assert_eq!(
+            resource_metadata_from_challenge(
+                "Bearer resource_metadata=https://x.example/m, scope=a"
+            )
+            .as_deref(),
+            Some("https://x.example/m")
+        );
+        assert_eq!(resource_metadata_from_challenge("Bearer realm=\"x\""), None);
+        assert_eq!(
+            canonical_resource("HTTPS://MCP.Example.com/mcp#x"),
+            "https://mcp.example.com/mcp"
+        );
+    }
+
+    #[test]
+    fn metadata_is_checked() {
+        let resource = parse_resource_metadata(
+            &json!({"resource": "https://m.example/mcp", "authorization_servers": ["https://a.example"], "scopes_supported": ["mcp:tools"]}),
+            "https://m.example/mcp",
+        )
+        .unwrap();
+        assert_eq!(resource.authorization_server, "https://a.example");
+        assert_eq!(resource.scopes, ["mcp:tools"]);
+        assert!(parse_resource_metadata(&json!({"resource": "x"}), "https://m.example").is_err());
+        let full = json!({
+            "authorization_endpoint": "https://a.example/authorize",
+            "token_endpoint": "https://a.example/token",
+            "registration_endpoint": "https://a.example/register",
+            "code_challenge_methods_supported": ["S256"],
+        });
+        let server = parse_authorization_metadata(&full).unwrap();
+        assert_eq!(
+            server.registration_endpoint.as_deref(),
+            Some("https://a.example/register")
+        );
+        let mut plain = full.clone();
+        plain["code_challenge_methods_supported"] = json!(["plain"]);
+        assert!(
+            parse_authorization_metadata(&plain)
+                .unwrap_err()
+                .contains("S256")
+        );
+        let mut no_token = full.clone();
+        no_token.as_object_mut().unwrap().remove("token_endpoint");
+        assert!(
+            parse_authorization_metadata(&no_token)
+                .unwrap_err()
+                .contains("token_endpoint")
+        );
+        assert!(parse_registration(&json!({})).is_err());
+        assert_eq!(
+            parse_registration(&json!({"client_id": "c1", "client_secret": "s"})).unwrap(),
+            Client {
+                client_id: "c1".into(),
+                client_secret: Some("s".into())
+            }
+        );
+    }
+
+    fn pending() -> Pending {
+        Pending {
+            tenant: "t".into(),
+            sub: "alice".into(),
+            source: "tenant".into(),
+            server: "docs".into(),
+            url: "https://m.example/mcp".into(),
+            resource: "https://m.example/mcp".into(),
+            verifier: "v".repeat(43),
+            client: Client {
+                client_id: "c1".into(),
+                client_secret: None,
+            },
+            token_endpoint: "https://a.example/token".into(),
+            redirect_uri: "https://wuhu.example/v1/mcp/callback".into(),
+            expires_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn requests_carry_pkce_and_the_resource() {
+        let server = AuthorizationServer {
+            authorization_endpoint: "https://a.example/authorize?x=1".into(),
+            token_endpoint: "https://a.example/token".into(),
+            registration_endpoint: None,
+        };
+        expect_test::expect!["https://a.example/authorize?x=1&response_type=code&client_id=c1&redirect_uri=https%3A%2F%2Fwuhu.example%2Fv1%2Fmcp%2Fcallback&code_challenge=ch&code_challenge_method=S256&state=st&resource=https%3A%2F%2Fm.example%2Fmcp&scope=mcp%3Atools+read"]
+            .assert_eq(&authorization_url(&server, &pending(), "ch", "st", &["mcp:tools".into(), "read".into()]).unwrap());
+        expect_test::expect!["grant_type=authorization_code&code=the+code&redirect_uri=https%3A%2F%2Fwuhu.example%2Fv1%2Fmcp%2Fcallback&client_id=c1&code_verifier=vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv&resource=https%3A%2F%2Fm.example%2Fmcp"]
+            .assert_eq(&code_request(&pending(), "the code"));
+        assert_eq!(
+            registration_request("https://w/cb")["token_endpoint_auth_method"],
+            "none"
+        );
+    }
+
+    #[test]
+    fn tokens_expire_and_refresh() {
+        let (access, refresh, expires) = parse_tokens(
+            &json!({"access_token": "a", "token_type": "Bearer", "expires_in": 3600, "refresh_token": "r"}),
+            1_000,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (access.as_str(), refresh.as_deref(), expires),
+            ("a", Some("r"), Some(3_601_000))
+        );
+        // A refresh that sends no new refresh token keeps the old one.
+        let (_, kept, _) = parse_tokens(&json!({"access_token": "b"}), 0, Some("r")).unwrap();
+        assert_eq!(kept.as_deref(), Some("r"));
+        assert_eq!(
+            parse_tokens(
+                &json!({"error": "invalid_grant", "error_description": "expired"}),
+                0,
+                None
+            )
+            .unwrap_err(),
+            "the authorization server refused: invalid_grant: expired"
+        );
+        assert!(parse_tokens(&json!({"access_token": "a", "token_type": "mac"}), 0, None).is_err());
+        let connection = Connection {
+            url: "u".into(),
+            access_token: "a".into(),
+            refresh_token: Some("r".into()),
+            expires_at_ms: Some(100_000),
+            client: Client {
+                client_id: "c1".into(),
+                client_secret: Some("s".into()),
+            },
+            token_endpoint: "t".into(),
+            resource: "https://m.example/mcp".into(),
+            connected_at_ms: 0,
+        };
+        assert!(!connection.stale(100_000 - REFRESH_MARGIN_MS - 1));
+        assert!(connection.stale(100_000 - REFRESH_MARGIN_MS));
+        assert!(
+            !Connection {
+                expires_at_ms: None,
+                ..connection.clone()
+            }
+            .stale(u64::MAX)
+        );
+        expect_test::expect!["grant_type=refresh_token&refresh_token=r&client_id=c1&resource=https%3A%2F%2Fm.example%2Fmcp&client_secret=s"]
+            .assert_eq(&connection.refresh_request().unwrap());
+        assert_eq!(
+            Connection {
+                refresh_token: None,
+                ..connection
+            }
+            .refresh_request(),
+            None
+        );
+    }
 }

@@ -60,7 +60,14 @@ export function Mcp({ me }: { me: Identity }) {
       ) : (
         <ul class="mcp-servers" aria-label="MCP servers">
           {list.servers.map((s) => (
-            <Server key={`${s.source}/${s.name}`} server={s} tools={tools[s.name]} onAsk={() => ask(s.name)} />
+            <Server
+              key={`${s.source}/${s.name}`}
+              server={s}
+              tools={tools[s.name]}
+              onAsk={() => ask(s.name)}
+              onChanged={refresh}
+              onError={setError}
+            />
           ))}
         </ul>
       )}
@@ -73,7 +80,43 @@ export function Mcp({ me }: { me: Identity }) {
   );
 }
 
-function Server({ server, tools, onAsk }: { server: McpServerInfo; tools: Tools | undefined; onAsk: () => void }) {
+function Server({
+  server,
+  tools,
+  onAsk,
+  onChanged,
+  onError,
+}: {
+  server: McpServerInfo;
+  tools: Tools | undefined;
+  onAsk: () => void;
+  onChanged: () => void;
+  onError: (e: string | null) => void;
+}) {
+  const [busy, setBusy] = useState(false);
+  // OAuth: the browser goes to the server's sign-in and comes back to this page.
+  const connect = async () => {
+    setBusy(true);
+    try {
+      const started = await api.mcpConnect(server.name);
+      location.assign(started.authorizationUrl);
+    } catch (err) {
+      onError(errorText(err));
+      setBusy(false);
+    }
+  };
+  const disconnect = async () => {
+    setBusy(true);
+    try {
+      await api.mcpDisconnect(server.name);
+      onError(null);
+    } catch (err) {
+      onError(errorText(err));
+    } finally {
+      setBusy(false);
+      onChanged();
+    }
+  };
   return (
     <li class="card" data-testid={`mcp-server-${server.name}`}>
       <h2 class="mono">{server.name}</h2>
@@ -93,7 +136,22 @@ function Server({ server, tools, onAsk }: { server: McpServerInfo; tools: Tools 
           {server.deny.length > 0 && <>Hides {server.deny.join(", ")}.</>}
         </p>
       )}
+      {server.auth === "oauth" && (
+        <p>
+          {server.connected ? "Your account is connected." : "Signs in per person: your account is not connected."}
+        </p>
+      )}
       <div class="actions">
+        {server.auth === "oauth" &&
+          (server.connected ? (
+            <button type="button" class="secondary small" onClick={disconnect} disabled={busy}>
+              Disconnect
+            </button>
+          ) : (
+            <button type="button" class="small" onClick={connect} disabled={busy}>
+              Connect
+            </button>
+          ))}
         <button type="button" class="secondary small" onClick={onAsk} disabled={tools?.state === "loading"}>
           {tools ? "Ask again" : "Show tools"}
         </button>
