@@ -23,11 +23,13 @@ use worker::{
 use wuhu_core::approvals::{self, Action, Approver};
 use wuhu_core::authority::TurnRights;
 use wuhu_core::egress::EgressPolicy;
+use wuhu_core::environments::Attachment;
 use wuhu_core::mcp_client::config::{self, Approval, Auth, McpServers, Server, Source};
 use wuhu_core::mcp_client::exchange::{Answer, Exchange, HttpRequest, McpError, McpSession, Step};
 use wuhu_core::mcp_client::present::{self, Part, ResultPlan, Stored, ToolInfo};
 use wuhu_core::secrets::SealedSecret;
 use wuhu_core::tools::{names, truncate_head};
+use wuhu_core::wire::runner::mcp::McpRequest;
 use wuhu_core::wire::{BlobRef, ToolCall};
 
 use crate::tool_context::{Ask, ToolContext, ToolOutput};
@@ -91,6 +93,9 @@ pub(crate) struct Caller<'a> {
     pub(crate) rights: &'a TurnRights,
     /// The tenant's sealed secrets (a bearer credential is one of them).
     pub(crate) secrets: &'a [SealedSecret],
+    /// The session's tool call, when it is one: its attached environments' stdio servers are
+    /// reached through their runners.
+    pub(crate) ctx: Option<&'a ToolContext>,
 }
 
 impl<'a> Caller<'a> {
@@ -109,6 +114,7 @@ impl<'a> Caller<'a> {
             acting_for,
             rights: &TurnRights::People,
             secrets,
+            ctx: None,
         }
     }
 
@@ -120,6 +126,7 @@ impl<'a> Caller<'a> {
             acting_for: &ctx.acting_for,
             rights: &ctx.rights,
             secrets: &ctx.secrets,
+            ctx: Some(ctx),
         }
     }
 }
@@ -130,11 +137,18 @@ pub(crate) struct Turn {
     user: Option<McpServers>,
     /// Why the user's own servers are not offered, when they are not.
     user_note: Option<String>,
+    /// The stdio servers of the session's attached environments (`<environment>/<server>`),
+    /// listed after the configured ones; none in a turn that may not use runners.
+    environments: Vec<Server>,
 }
 
 impl Turn {
+    /// The servers the turn sees (the configured ones, then its environments'), and the user's
+    /// own that a tenant server's name hides.
     fn visible(&self) -> (Vec<&Server>, Vec<&Server>) {
-        config::visible(&self.tenant, self.user.as_ref())
+        let (mut seen, shadowed) = config::visible(&self.tenant, self.user.as_ref());
+        seen.extend(self.environments.iter());
+        (seen, shadowed)
     }
 
     pub(crate) fn server(&self, name: &str) -> Result<&Server, String> {
@@ -197,10 +211,17 @@ pub(crate) async fn turn(caller: &Caller<'_>) -> Result<Turn, String> {
             ),
         ),
     };
+    let environments = match caller.ctx {
+        Some(ctx) if ctx.rights.may_use_runners().is_ok() => {
+            config::environment_servers(&ctx.attachments)
+        }
+        _ => Vec::new(),
+    };
     Ok(Turn {
         tenant,
         user,
         user_note,
+        environments,
     })
 }
 
@@ -224,6 +245,15 @@ struct Target<'a> {
 
 async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, String> {
     let name = &server.doc.name;
+    if server.stdio.is_some() {
+        // Reached through its environment's runner: no URL, no credential, nothing kept here.
+        return Ok(Target {
+            server,
+            url: String::new(),
+            authorization: RefCell::new(None),
+            key: String::new(),
+        });
+    }
     let url = egress(caller.env)
         .check(&server.doc.url)
         .map_err(|e| format!("MCP server {name:?}: {e}"))?;
@@ -246,6 +276,7 @@ async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a
     let source = match &server.source {
         Source::Tenant => String::new(),
         Source::User(sub) => sub.clone(),
+        Source::Environment(environment) => format!("env:{environment}"),
     };
     let auth = match &server.doc.auth {
         Auth::Bearer { secret } => secret.as_str(),
@@ -347,6 +378,17 @@ async fn request(
     method: &str,
     params: Value,
 ) -> Result<Value, McpError> {
+    if let Some(stdio) = &target.server.stdio {
+        let (ctx, attachment) =
+            environment_of(caller, target.server).map_err(McpError::Transport)?;
+        let request = McpRequest {
+            server: stdio.clone(),
+            method: method.to_string(),
+            params,
+            timeout_seconds: None,
+        };
+        return crate::environment_tools::mcp_request(ctx, attachment, request).await;
+    }
     match exchange(target, method, params.clone()).await {
         Err(McpError::Http { status: 401, .. }) if target.server.doc.auth == Auth::Oauth => {
             let refreshed = crate::mcp_oauth::authorization(caller, target.server, true)
@@ -376,6 +418,36 @@ async fn exchange(target: &Target<'_>, method: &str, params: Value) -> Result<Va
             }
         }
     }
+}
+
+/// The session and the attachment a stdio server of an environment runs in.
+fn environment_of<'a>(
+    caller: &Caller<'a>,
+    server: &Server,
+) -> Result<(&'a ToolContext, &'a Attachment), String> {
+    let (Some(ctx), Source::Environment(environment)) = (caller.ctx, &server.source) else {
+        return Err(format!(
+            "MCP server {:?} runs in an environment, and only a session's turn reaches it",
+            server.doc.name
+        ));
+    };
+    let attachment = ctx
+        .attachments
+        .iter()
+        .find(|a| a.name() == environment)
+        .ok_or_else(|| format!("environment {environment:?} is not attached"))?;
+    Ok((ctx, attachment))
+}
+
+/// The gates a request to a stdio server passes before it reaches its runner (the runner
+/// owner's approval, as for `bash` there); nothing for a configured server. `part` tells this
+/// approval apart from the call's others; `tool` is what asks.
+async fn reach(caller: &Caller<'_>, server: &Server, part: &str, tool: &str) -> Result<(), String> {
+    if server.stdio.is_none() {
+        return Ok(());
+    }
+    let (ctx, attachment) = environment_of(caller, server)?;
+    crate::environment_tools::admit_mcp(ctx, part, attachment, tool, None).await
 }
 
 /// Every tool the server lists (at most [`present::MAX_TOOLS`]); `true` when it had more.
@@ -438,6 +510,14 @@ async fn tools(ctx: &ToolContext, arguments: &Value) -> Result<String, String> {
     };
     let mut out = String::new();
     for server in servers {
+        let part = format!("{}:{}", names::MCP_TOOLS, server.doc.name);
+        if let Err(e) = reach(&caller, server, &part, names::MCP_TOOLS).await {
+            if args.server.is_some() {
+                return Err(e);
+            }
+            out.push_str(&format!("{e}\n"));
+            continue;
+        }
         let listed = match target(&caller, server).await {
             Ok(target) => list_tools(&caller, &target)
                 .await
@@ -482,13 +562,34 @@ async fn admit(
     }
     let host = server.host();
     let subject = format!("{name}/{tool}");
+    let details = json!({"server": name, "tool": tool, "arguments": shown_arguments(arguments)});
+    if server.stdio.is_some() {
+        // A stdio server runs on its environment's runner: the policy sees that environment and
+        // runner, and the call passes the gates a `bash` call there passes.
+        let (ctx, attachment) = environment_of(&Caller::of(ctx), server)?;
+        let facts = wuhu_core::policy::Call {
+            tool: names::MCP_CALL,
+            mcp: Some(&subject),
+            environment: Some(attachment.name()),
+            runner: Some(&attachment.runner),
+            runner_owner: Some(&attachment.runner_owner),
+            ..Default::default()
+        };
+        return crate::environment_tools::admit_mcp(
+            ctx,
+            part,
+            attachment,
+            names::MCP_CALL,
+            Some((&facts, details)),
+        )
+        .await;
+    }
     let facts = wuhu_core::policy::Call {
         tool: names::MCP_CALL,
         host: Some(&host),
         mcp: Some(&subject),
         ..Default::default()
     };
-    let details = json!({"server": name, "tool": tool, "arguments": shown_arguments(arguments)});
     match crate::policy_gate::check(ctx, part, &facts, None, details.clone()).await {
         Ok(decided) => ctx.decided.borrow_mut().extend(decided.entries),
         Err(refused) => {
@@ -500,7 +601,9 @@ async fn admit(
         // The tenant's server asks the session's owner; a user's own server asks that user
         // (the turn acts for them alone).
         let approver = match &server.source {
-            Source::Tenant => Approver::SessionOwner(ctx.session.owner.clone()),
+            Source::Tenant | Source::Environment(_) => {
+                Approver::SessionOwner(ctx.session.owner.clone())
+            }
             Source::User(sub) => Approver::RunnerOwner(sub.clone()),
         };
         let what = format!(
@@ -667,6 +770,7 @@ pub(crate) async fn read_resource(
     let caller = Caller::of(ctx);
     let turn = turn(&caller).await?;
     let server = turn.server(server)?;
+    reach(&caller, server, crate::policy_gate::CALL_PART, names::READ).await?;
     let target = target(&caller, server).await?;
     let what = format!("resources/read {uri}");
     let result = request(&caller, &target, "resources/read", json!({"uri": uri}))
@@ -701,6 +805,8 @@ pub(crate) async fn js_list(ctx: &ToolContext, arg: &Value) -> Result<Value, Str
         ));
     };
     let server = turn.server(name)?;
+    let part = format!("{}:mcp:list:{name}", crate::policy_gate::CALL_PART);
+    reach(&caller, server, &part, names::JS).await?;
     let target = target(&caller, server).await?;
     let (tools, _) = list_tools(&caller, &target)
         .await
@@ -762,6 +868,7 @@ pub(crate) async fn servers_route(
         acting_for: &acting_for,
         rights: &TurnRights::People,
         secrets: &[],
+        ctx: None,
     };
     let (tenant, user) = documents(&caller).await;
     let mut errors = Vec::new();
@@ -818,6 +925,7 @@ pub(crate) async fn tools_route(
         acting_for: &acting_for,
         rights: &TurnRights::People,
         secrets: &secrets,
+        ctx: None,
     };
     let failed = |message: String| ApiError::new(502, "mcp_server_failed", message);
     let turn = turn(&caller)
