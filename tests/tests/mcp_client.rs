@@ -597,3 +597,204 @@ fn a_person_connects_an_oauth_server_and_only_their_turns_use_it() {
         .post("/v1/mcp/servers/nope/connect", &json!({}))
         .expect_error(404);
 }
+
+/// The approval requests in a transcript.
+fn approval_requests(entries: &[Entry]) -> Vec<Value> {
+    wuhu_e2e::entries::customs(entries, wuhu_core::wire::custom_types::APPROVAL_REQUESTED)
+        .into_iter()
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_its_owner() {
+    use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
+    let f = fixture();
+    let _guard = f.stack.guard();
+    let (tenant, alice) = tenant("mcp-stdio");
+    let bob = f.stack.client("bob", &tenant);
+    let dir = TempDir::new("wuhu-e2e-mcp-stdio");
+    let api = dir.mkdir("api");
+    let mut mac = Runner::start(
+        RunnerConfig::new(&f.stack, "alice", &tenant, "mac")
+            .env("api", &api)
+            .workspaces_root(dir.mkdir("workspaces")),
+    );
+    let node_modules = wuhu_e2e::stack::repo_root()
+        .join("node_modules")
+        .canonicalize()
+        .unwrap();
+    let entry = node_modules.join("@modelcontextprotocol/server-everything/dist/index.js");
+    // Finds the server's processes on this machine (their environment carries the mark).
+    let mark = random_hex(8);
+    let marked = || {
+        let wanted = format!("WUHU_E2E_MARK={mark}");
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("environ")).ok())
+            .filter(|environ| environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
+            .count()
+    };
+    // The definition lists the reference server in stdio mode; its cell may read the
+    // repository's node_modules.
+    let defined = alice.post(
+        "/v1/environments",
+        &json!({"name": "api", "kind": "local", "runner": "mac", "path": api,
+                "readOnlyPaths": [node_modules],
+                "mcpServers": [{"name": "every", "command": "node", "args": [entry, "stdio"],
+                                "env": {"WUHU_E2E_MARK": mark}}]}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    assert_eq!(defined.json()["mcpServers"][0]["name"], "every");
+    let broken = alice.post(
+        "/v1/environments",
+        &json!({"name": "bad", "kind": "local", "runner": "mac", "path": api,
+                "mcpServers": [{"name": "Every", "command": "node"}]}),
+    );
+    assert_eq!(broken.status, 400, "{broken}");
+
+    let session = alice.create_fake_session().id;
+    let shared = alice.patch(
+        &format!("/v1/sessions/{session}"),
+        &json!({"access": "tenant"}),
+    );
+    assert_eq!(shared.status, 200, "{shared}");
+    // Before the environment is attached, there is no such server.
+    let none = alice.run_tool(
+        &session,
+        "mcp_call",
+        json!({"server": "api/every", "tool": "echo"}),
+        TURN,
+    );
+    assert!(
+        failed(&none).contains("No MCP server \"api/every\""),
+        "{}",
+        none.content
+    );
+    let attached = alice.run_tool(
+        &session,
+        "request_environment",
+        json!({"spec": "api"}),
+        TURN,
+    );
+    ok(&attached);
+
+    let servers = alice.run_tool(&session, "mcp_tools", json!({}), TURN);
+    let listed = ok(&servers);
+    let every = listed.find("- every (the tenant's").expect(listed);
+    let stdio = listed
+        .find("- api/every (in environment \"api\"; stdio: node ")
+        .expect(listed);
+    assert!(
+        every < stdio,
+        "the configured servers come first:\n{listed}"
+    );
+    let tools = alice.run_tool(&session, "mcp_tools", json!({"server": "api/every"}), TURN);
+    for name in ["## echo", "## get-sum", "## get-tiny-image"] {
+        assert!(ok(&tools).contains(name), "{name}:\n{}", tools.content);
+    }
+    assert!(tools.content.contains("mcp_call {server: \"api/every\""));
+    let results = alice.run_tool_calls(
+        &session,
+        &[
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-sum", "arguments": {"a": 2, "b": 40}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-tiny-image"}),
+            ),
+            (
+                "read",
+                json!({"path": "wuhu://mcp/api/every/demo://resource/static/document/architecture.md"}),
+            ),
+            (
+                "js",
+                json!({"code": "(await wuhu.mcp.call('api/every', 'echo', {message: 'from js'})).content[0].text"}),
+            ),
+        ],
+        TURN,
+    );
+    // Results look as an HTTP server's do.
+    assert!(ok(&results[0]).contains("The sum of 2 and 40 is 42."));
+    assert!(
+        ok(&results[1]).contains("[image: image/png"),
+        "{}",
+        results[1].content
+    );
+    assert_eq!(results[1].blobs.len(), 1);
+    assert!(ok(&results[2]).contains("[resource demo://resource/static/document/architecture.md]"));
+    assert!(
+        ok(&results[3]).contains("Echo: from js"),
+        "{}",
+        results[3].content
+    );
+
+    // bob's call reaches alice's machine: it waits for her, like his bash would.
+    let turn = ToolTurn::start(
+        &bob,
+        &session,
+        &[(
+            "mcp_call",
+            json!({"server": "api/every", "tool": "echo", "arguments": {"message": "bob"}}),
+        )],
+    );
+    let entries = alice.wait_transcript(&session, "an approval request", TURN, |e| {
+        !approval_requests(e).is_empty()
+    });
+    let request = approval_requests(&entries).remove(0);
+    assert_eq!(
+        request["approver"],
+        json!({"kind": "runnerOwner", "sub": "alice"}),
+        "{request}"
+    );
+    assert_eq!(request["tool"], "mcp_call", "{request}");
+    assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
+    let id = request["approvalId"].as_str().unwrap();
+    let path = format!("/v1/sessions/{session}/approvals/{id}");
+    // bob cannot answer for alice.
+    assert_eq!(bob.post(&path, &json!({"decision": "approve"})).status, 403);
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    let (results, _) = turn.finish(&bob, TURN);
+    assert_eq!(ok(&results[0]), "Echo: bob");
+
+    // Detached, the server is gone from the listing and stopped on the runner.
+    assert!(marked() >= 1, "the server's process is not found");
+    let detached = alice.run_tool(&session, "detach_environment", json!({"name": "api"}), TURN);
+    ok(&detached);
+    let gone = alice.run_tool(&session, "mcp_tools", json!({"server": "api/every"}), TURN);
+    assert!(
+        failed(&gone).contains("No MCP server \"api/every\""),
+        "{}",
+        gone.content
+    );
+    // The runner reaps the server before it answers detach; what its cell forked is reaped
+    // by init soon after.
+    let stopped = wuhu_e2e::wait_until(Duration::from_secs(5), || (marked() == 0).then_some(()));
+    assert!(stopped.is_ok(), "the server outlived detach");
+
+    // Attached again, it starts again; the runner stopping stops it too.
+    ok(&alice.run_tool(
+        &session,
+        "request_environment",
+        json!({"spec": "api"}),
+        TURN,
+    ));
+    let echoed = alice.run_tool(
+        &session,
+        "mcp_call",
+        json!({"server": "api/every", "tool": "echo", "arguments": {"message": "again"}}),
+        TURN,
+    );
+    assert_eq!(ok(&echoed), "Echo: again");
+    assert!(marked() >= 1, "the server's process is not found");
+    let status = mac.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.code() == Some(143)), "{status:?}");
+    let stopped = wuhu_e2e::wait_until(Duration::from_secs(5), || (marked() == 0).then_some(()));
+    assert!(stopped.is_ok(), "the server outlived its runner");
+}

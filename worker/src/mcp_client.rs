@@ -800,7 +800,12 @@ pub(crate) async fn js_list(ctx: &ToolContext, arg: &Value) -> Result<Value, Str
         let (seen, _) = turn.visible();
         return Ok(Value::Array(
             seen.iter()
-                .map(|s| json!({"name": s.doc.name, "host": s.host(), "source": s.source}))
+                .map(|s| match &s.source {
+                    // `{"source": "environment", "environment": "api"}`, not the `user` key.
+                    Source::Environment(environment) => json!({"name": s.doc.name,
+                        "host": s.host(), "source": "environment", "environment": environment}),
+                    _ => json!({"name": s.doc.name, "host": s.host(), "source": s.source}),
+                })
                 .collect(),
         ));
     };
