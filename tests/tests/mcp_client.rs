@@ -763,6 +763,48 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
     let (results, _) = turn.finish(&bob, TURN);
     assert_eq!(ok(&results[0]), "Echo: bob");
 
+    // The policy sees `<environment>/<server>/<tool>` and the environment.
+    let admin = f.stack.admin_client("root", &tenant);
+    let rules = json!({"rules": [
+        {"match": {"mcp": "api/every/get-sum"}, "decision": "deny"},
+        {"match": {"tool": "mcp_call", "environment": "api", "mcp": "*/echo"}, "decision": "deny"},
+    ]});
+    admin
+        .put_doc("config/policy.json", rules.to_string())
+        .expect_status(200);
+    let results = alice.run_tool_calls(
+        &session,
+        &[
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-sum", "arguments": {"a": 1, "b": 1}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "echo", "arguments": {"message": "no"}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-tiny-image"}),
+            ),
+        ],
+        TURN,
+    );
+    assert!(
+        failed(&results[0]).contains("polic"),
+        "{}",
+        results[0].content
+    );
+    assert!(
+        failed(&results[1]).contains("polic"),
+        "{}",
+        results[1].content
+    );
+    ok(&results[2]);
+    admin
+        .put_doc("config/policy.json", json!({"rules": []}).to_string())
+        .expect_status(200);
+
     // Detached, the server is gone from the listing and stopped on the runner.
     assert!(marked() >= 1, "the server's process is not found");
     let detached = alice.run_tool(&session, "detach_environment", json!({"name": "api"}), TURN);
