@@ -763,6 +763,45 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
     let (results, _) = turn.finish(&bob, TURN);
     assert_eq!(ok(&results[0]), "Echo: bob");
 
+    // A child that bob's turn spawns with the environment acts for bob: sharing it and its
+    // call each wait for alice.
+    let task = fake_directive(&json!({"toolCalls": [{"name": "mcp_call", "arguments":
+        {"server": "api/every", "tool": "echo", "arguments": {"message": "child"}}}],
+        "afterTools": "done"}));
+    let spawn = fake_directive(&json!({"toolCalls": [{"name": "spawn_session",
+        "arguments": {"task": task, "environment": "inherit"}}],
+        "afterTools": format!("spawned {}", random_hex(4))}));
+    bob.enqueue(&session, "followUp", &spawn);
+    let entries = alice.wait_transcript(&session, "the share's approval request", TURN, |e| {
+        approval_requests(e).len() >= 2
+    });
+    let share = approval_requests(&entries).remove(1);
+    assert_eq!(share["requestedBy"], json!(["bob"]), "{share}");
+    let path = format!(
+        "/v1/sessions/{session}/approvals/{}",
+        share["approvalId"].as_str().unwrap()
+    );
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    let child = children(&alice, &session, 1).remove(0).id;
+    let entries = alice.wait_transcript(&child, "the child's approval request", TURN, |e| {
+        !approval_requests(e).is_empty()
+    });
+    let request = approval_requests(&entries).remove(0);
+    assert_eq!(request["tool"], "mcp_call", "{request}");
+    assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
+    let path = format!(
+        "/v1/sessions/{child}/approvals/{}",
+        request["approvalId"].as_str().unwrap()
+    );
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    assert_eq!(ok(&childs_call(&alice, &child)), "Echo: child");
+
     // The policy sees `<environment>/<server>/<tool>` and the environment.
     let admin = f.stack.admin_client("root", &tenant);
     let rules = json!({"rules": [
@@ -805,10 +844,20 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
         .put_doc("config/policy.json", json!({"rules": []}).to_string())
         .expect_status(200);
 
-    // Detached, the server is gone from the listing and stopped on the runner.
-    assert!(marked() >= 1, "the server's process is not found");
+    // Detached, the server is gone from the listing and stopped on the runner. The child has
+    // its own process (a server per session), which lives as long as its attachment.
+    let node_processes = marked();
+    assert!(
+        node_processes >= 2,
+        "{node_processes} processes of the servers"
+    );
     let detached = alice.run_tool(&session, "detach_environment", json!({"name": "api"}), TURN);
     ok(&detached);
+    let halved = wuhu_e2e::wait_until(Duration::from_secs(5), || {
+        (marked() == node_processes / 2).then_some(())
+    });
+    assert!(halved.is_ok(), "{} of {node_processes} left", marked());
+    ok(&alice.run_tool(&child, "detach_environment", json!({"name": "api"}), TURN));
     let gone = alice.run_tool(&session, "mcp_tools", json!({"server": "api/every"}), TURN);
     assert!(
         failed(&gone).contains("No MCP server \"api/every\""),
