@@ -405,3 +405,66 @@ async fn a_server_that_keeps_dying_is_started_at_most_max_restarts_times() {
         out.content
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_bounded_at_4_mib_read_and_1_mib_relayed() {
+    let world = World::new();
+    // A server that answers a request with a result of `params.size` bytes, and pings us first.
+    let script = r#"
+        const rl = require("readline").createInterface({input: process.stdin});
+        const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
+        rl.on("line", (l) => {
+            const m = JSON.parse(l);
+            if (m.id === undefined || m.method === undefined) return;
+            if (m.method === "initialize") {
+                send({jsonrpc: "2.0", id: "p1", method: "ping"});
+                return send({jsonrpc: "2.0", id: m.id, result: {protocolVersion: "2025-06-18", capabilities: {}, serverInfo: {name: "big", version: "1"}}});
+            }
+            send({jsonrpc: "2.0", id: m.id, result: {text: "x".repeat(m.params.size)}});
+        });
+    "#;
+    let big = StdioServer {
+        name: String::from("big"),
+        command: String::from("node"),
+        args: vec![String::from("-e"), script.to_string()],
+        env: BTreeMap::new(),
+    };
+    let sized = |size: usize| {
+        let world = &world;
+        let big = big.clone();
+        async move {
+            world
+                .request(
+                    &big,
+                    "x/size",
+                    json!({"size": size}),
+                    Some(20),
+                    CancelSignal::never(),
+                )
+                .await
+        }
+    };
+    let small = result(sized(10).await).unwrap();
+    assert_eq!(small["text"], "xxxxxxxxxx");
+    // Just within what a result may carry back; just past it.
+    let fits = mcp::MAX_RELAYED_RESULT_BYTES - r#"{"result":{"text":""}}"#.len();
+    let relayed = result(sized(fits).await).unwrap();
+    assert_eq!(relayed["text"].as_str().unwrap().len(), fits);
+    let too_big_to_relay = sized(fits + 1).await;
+    assert!(
+        too_big_to_relay.is_error && too_big_to_relay.content.contains("more than the"),
+        "{}",
+        too_big_to_relay.content
+    );
+    // A message past 4 MiB is not read whole: the request fails, the server serves on.
+    let too_big = sized(mcp::MAX_MESSAGE_BYTES).await;
+    assert!(
+        too_big.is_error && too_big.content == "the server sent a message larger than 4 MiB",
+        "{}",
+        too_big.content
+    );
+    let after = result(sized(3).await).unwrap();
+    assert_eq!(after["text"], "xxx");
+    assert_eq!(world.servers.pids(SESSION, "api").await.len(), 1);
+    world.servers.stop(SESSION, "api").await;
+}
