@@ -41,9 +41,19 @@ const REAP_WAIT: Duration = Duration::from_secs(5);
 type Key = (String, String, String);
 
 /// Every server this runner keeps, by session, environment and name.
-#[derive(Default)]
 pub struct McpServers {
-    slots: Mutex<HashMap<Key, Arc<Slot>>>,
+    slots: Arc<Mutex<HashMap<Key, Arc<Slot>>>>,
+    /// A server no request used for this long is stopped (the next request starts it again,
+    /// which counts as no restart): a session that never detaches (one deleted with a `local`
+    /// environment attached, one left idle) does not keep processes forever.
+    idle_stop: Duration,
+    sweeping: std::sync::atomic::AtomicBool,
+}
+
+impl Default for McpServers {
+    fn default() -> McpServers {
+        McpServers::with_idle_stop(mcp::IDLE_STOP)
+    }
 }
 
 impl std::fmt::Debug for McpServers {
@@ -53,9 +63,37 @@ impl std::fmt::Debug for McpServers {
 }
 
 /// One server of one attachment: its running process, if any, and how often it was started.
-#[derive(Default)]
 struct Slot {
     state: tokio::sync::Mutex<SlotState>,
+    /// When a request last used it, and how many run now (an idle stop waits for none).
+    used: Mutex<(std::time::Instant, usize)>,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot {
+            state: Default::default(),
+            used: Mutex::new((std::time::Instant::now(), 0)),
+        }
+    }
+}
+
+/// Marks a slot in use while a request runs.
+struct InUse<'a>(&'a Slot);
+
+impl<'a> InUse<'a> {
+    fn new(slot: &'a Slot) -> InUse<'a> {
+        let mut used = slot.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = (std::time::Instant::now(), used.1 + 1);
+        InUse(slot)
+    }
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        let mut used = self.0.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = (std::time::Instant::now(), used.1.saturating_sub(1));
+    }
 }
 
 #[derive(Default)]
@@ -111,6 +149,57 @@ impl Failed {
 }
 
 impl McpServers {
+    /// Servers stopped after `idle_stop` without a request (tests use a short one).
+    pub fn with_idle_stop(idle_stop: Duration) -> McpServers {
+        McpServers {
+            slots: Arc::default(),
+            idle_stop,
+            sweeping: Default::default(),
+        }
+    }
+
+    /// Starts, once, the task that stops idle servers (every quarter of the idle time); it ends
+    /// when these servers are dropped.
+    fn sweep_idle(&self) {
+        if self.sweeping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let slots = Arc::downgrade(&self.slots);
+        let idle_stop = self.idle_stop;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(idle_stop / 4).await;
+                let Some(slots) = slots.upgrade() else {
+                    return;
+                };
+                let all: Vec<(Key, Arc<Slot>)> = slots
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .map(|(k, s)| (k.clone(), s.clone()))
+                    .collect();
+                for (key, slot) in all {
+                    let idle = {
+                        let used = slot.used.lock().unwrap_or_else(|p| p.into_inner());
+                        used.1 == 0 && used.0.elapsed() >= idle_stop
+                    };
+                    // A slot busy starting is not idle. An idle one is forgotten whole: the
+                    // next request starts afresh.
+                    if idle && let Ok(mut state) = slot.state.try_lock() {
+                        if let Some(process) = state.process.take() {
+                            process.kill();
+                        }
+                        let mut all = slots.lock().unwrap_or_else(|p| p.into_inner());
+                        if all.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                            all.remove(&key);
+                        }
+                    }
+                }
+                drop(slots);
+            }
+        });
+    }
+
     /// The servers' processes (for tests: that they are gone).
     pub async fn pids(&self, session_id: &str, environment: &str) -> Vec<u32> {
         let slots: Vec<Arc<Slot>> = self
@@ -159,7 +248,9 @@ impl McpServers {
             environment.name.clone(),
             name.clone(),
         );
+        self.sweep_idle();
         let slot = self.lock().entry(key).or_default().clone();
+        let _in_use = InUse::new(&slot);
         let timeout = request
             .timeout_seconds
             .unwrap_or(mcp::DEFAULT_TIMEOUT_SECONDS)

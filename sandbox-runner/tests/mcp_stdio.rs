@@ -468,3 +468,49 @@ async fn answers_are_bounded_at_4_mib_read_and_1_mib_relayed() {
     assert_eq!(world.servers.pids(SESSION, "api").await.len(), 1);
     world.servers.stop(SESSION, "api").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_no_request_uses_is_stopped_and_the_next_request_starts_it_again() {
+    let mut world = World::new();
+    world.servers = Arc::new(McpServers::with_idle_stop(Duration::from_millis(800)));
+    let server = world.everything("");
+    let first = world.tool(&server, "echo", json!({"message": "one"})).await;
+    assert_eq!(text(&first.unwrap()), "Echo: one");
+    let pids = world.servers.pids(SESSION, "api").await;
+    assert_eq!(pids.len(), 1);
+    // A request that outlasts the idle time keeps it: it is in use.
+    let slow = world
+        .tool(
+            &server,
+            "trigger-long-running-operation",
+            json!({"duration": 2, "steps": 2}),
+        )
+        .await;
+    assert!(slow.is_ok(), "{slow:?}");
+    assert_eq!(world.servers.pids(SESSION, "api").await, pids);
+    assert!(
+        gone_within(&world, Duration::from_secs(10)).await,
+        "the idle server was kept"
+    );
+    assert!(
+        gone(pids[0]).await,
+        "the idle server's group was not stopped"
+    );
+    let again = world.tool(&server, "echo", json!({"message": "two"})).await;
+    assert_eq!(text(&again.unwrap()), "Echo: two");
+    let restarted = world.servers.pids(SESSION, "api").await;
+    assert!(restarted.len() == 1 && restarted != pids, "{restarted:?}");
+    world.servers.stop(SESSION, "api").await;
+}
+
+/// Whether the world's servers of `api` are all stopped within `timeout`.
+async fn gone_within(world: &World, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if world.servers.pids(SESSION, "api").await.is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

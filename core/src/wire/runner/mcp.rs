@@ -36,6 +36,9 @@ pub const MAX_RESTARTS: u32 = 3;
 pub const STDERR_TAIL_BYTES: usize = 4 * 1024;
 /// Seconds a request may take unless the call says otherwise.
 pub const DEFAULT_TIMEOUT_SECONDS: u32 = 60;
+/// A server no request used for this long is stopped by its runner (the next request starts it
+/// again, counted as no restart).
+pub const IDLE_STOP: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 /// Seconds `initialize` may take when a server starts.
 pub const START_TIMEOUT_SECONDS: u32 = 60;
 
