@@ -507,6 +507,33 @@ pub struct SessionUsage {
     /// (`wuhu_policy_decision_v1` entries, `crate::policy`).
     #[serde(default)]
     pub policy: PolicyDecisions,
+    /// The session's `mcp_call`s (`crate::mcp_client`).
+    #[serde(default)]
+    pub mcp: McpCalls,
+}
+
+/// How many MCP tool calls the model made, how many failed, and per server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct McpCalls {
+    /// `mcp_call`s the model made.
+    pub calls: u64,
+    /// Of them, those whose result was an error.
+    pub errors: u64,
+    /// Calls per server, in order of first use.
+    pub by_server: Vec<McpServerCalls>,
+}
+
+/// One server's share of [`McpCalls`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerCalls {
+    /// The server's name.
+    pub server: String,
+    /// Calls to it.
+    pub calls: u64,
 }
 
 /// How many tool calls policy rules allowed, asked about and refused.
@@ -554,6 +581,31 @@ impl SessionUsage {
                 };
                 *counter += 1;
                 continue;
+            }
+            if let EntryPayload::Message {
+                message: Message::ToolResult(result),
+            } = &entry.payload
+            {
+                if result.tool_name == crate::tools::names::MCP_CALL && result.is_error {
+                    self.mcp.errors += 1;
+                }
+                continue;
+            }
+            if let EntryPayload::Message {
+                message: Message::Assistant(message),
+            } = &entry.payload
+            {
+                for call in message
+                    .tool_calls()
+                    .filter(|c| c.name == crate::tools::names::MCP_CALL)
+                {
+                    let server = call.arguments["server"].as_str().unwrap_or("").to_string();
+                    self.mcp.calls += 1;
+                    match self.mcp.by_server.iter_mut().find(|s| s.server == server) {
+                        Some(row) => row.calls += 1,
+                        None => self.mcp.by_server.push(McpServerCalls { server, calls: 1 }),
+                    }
+                }
             }
             // Summaries of compactions are requests too: they count.
             let (provider, model, usage) = match &entry.payload {
@@ -663,6 +715,36 @@ mod tests {
                 }),
             },
         };
+        let message = |message: Message| Entry {
+            cursor: 0,
+            id: String::new(),
+            created_at: 0,
+            payload: EntryPayload::Message { message },
+        };
+        let mcp_calls = |calls: &[(&str, &str, &str)]| {
+            message(Message::Assistant(AssistantMessage {
+                content: calls
+                    .iter()
+                    .map(|(id, name, server)| {
+                        crate::wire::ContentBlock::ToolCall(crate::wire::ToolCall {
+                            id: id.to_string(),
+                            name: name.to_string(),
+                            arguments: serde_json::json!({"server": server, "tool": "t"}),
+                        })
+                    })
+                    .collect(),
+                ..AssistantMessage::default()
+            }))
+        };
+        let mcp_result = |id: &str, name: &str, is_error: bool| {
+            message(Message::ToolResult(crate::wire::ToolResult {
+                tool_call_id: id.into(),
+                tool_name: name.into(),
+                content: String::new(),
+                is_error,
+                blobs: Vec::new(),
+            }))
+        };
         let usage = |input: u64, output: u64, cost: Option<f64>| Usage {
             input_tokens: input,
             output_tokens: output,
@@ -703,6 +785,11 @@ mod tests {
             policy("ask"),
             policy("deny"),
             policy("bogus"),
+            mcp_calls(&[("c1", "mcp_call", "docs"), ("c2", "mcp_call", "tracker"), ("c3", "bash", "")]),
+            mcp_result("c1", "mcp_call", true),
+            mcp_result("c2", "mcp_call", false),
+            mcp_result("c3", "bash", true),
+            mcp_calls(&[("c4", "mcp_call", "docs")]),
         ];
         let mut totals = SessionUsage::default();
         // Page by page gives the same sums as all at once; a decision it cannot read is not
@@ -716,6 +803,7 @@ mod tests {
                 "messages": 4, "inputTokens": 342, "outputTokens": 35, "cacheReadTokens": 171,
                 "cacheWriteTokens": 0, "reasoningTokens": 0, "costUsd": 1.75, "unpricedMessages": 1,
                 "policy": {"allowed": 0, "asked": 1, "denied": 2},
+                "mcp": {"calls": 3, "errors": 1, "byServer": [{"server": "docs", "calls": 2}, {"server": "tracker", "calls": 1}]},
                 "byModel": [
                     {"provider": "anthropic", "model": "claude-sonnet-4-5", "messages": 2, "inputTokens": 300,
                      "outputTokens": 30, "cacheReadTokens": 150, "cacheWriteTokens": 0, "reasoningTokens": 0,
