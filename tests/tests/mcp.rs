@@ -1,10 +1,11 @@
 //! Wuhu as an MCP server (`POST /mcp`, issue 33, decision 0036) against the real Worker: the
 //! official TypeScript SDK client (`@modelcontextprotocol/sdk` from `package.json`, streamable
 //! HTTP; `tests/mcp/sdk_client.mjs`) creates a session, sends a message, waits for the reply,
-//! reads it, writes and reads a workspace document; another member cannot see or prompt the
-//! private session through MCP. Raw requests check the transport's edges: no credential, GET,
-//! a message that is not JSON-RPC, a batch, an unknown revision, a notification, an unknown
-//! method, a foreign `Origin`, a body over the bound.
+//! reads it, writes and reads a workspace document, and lists and reads them as resources;
+//! another member cannot see, prompt or read (as a resource) the private session through MCP.
+//! Raw requests check the transport's edges: no credential, GET, a message that is not JSON-RPC,
+//! a batch, an unknown revision, a notification, an unknown method, a foreign `Origin`, a body
+//! over the bound.
 
 use std::process::{Command, Stdio};
 
@@ -80,6 +81,27 @@ fn the_official_sdk_client_drives_a_session_and_another_member_cannot() {
         "{seen}"
     );
     assert_eq!(seen["bobSend"]["isError"], true, "{seen}");
+    // Resources: alice's session is one of hers, read whole; bob sees it nowhere.
+    let uri = format!("wuhu://session/{}", seen["id"].as_str().unwrap_or_default());
+    assert!(
+        seen["resources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|u| u == &json!(uri))),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["templates"],
+        json!(["wuhu://session/{id}", "wuhu://workspace/{path}"])
+    );
+    assert!(seen["sessionResource"].as_u64().unwrap_or(0) >= 3, "{seen}");
+    assert_eq!(seen["docResource"], "written over MCP\n", "{seen}");
+    assert!(
+        !seen["bobResources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|u| u == &json!(uri))),
+        "{seen}"
+    );
+    assert_eq!(seen["bobResource"], -32002, "{seen}");
     // What the API shows matches: the session has alice's message and the reply, nothing of bob.
     let api = stack.client("alice", &tenant);
     let id = seen["id"].as_str().expect("id");
@@ -149,7 +171,7 @@ fn the_transport_refuses_what_it_should() {
         ping.json(),
         json!({"jsonrpc": "2.0", "id": "p1", "result": {}})
     );
-    let unknown = post(r#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#)
+    let unknown = post(r#"{"jsonrpc":"2.0","id":2,"method":"prompts/list"}"#)
         .send()
         .expect("answer");
     assert_eq!(unknown.status, 200);

@@ -785,7 +785,11 @@ mod tests {
             policy("ask"),
             policy("deny"),
             policy("bogus"),
-            mcp_calls(&[("c1", "mcp_call", "docs"), ("c2", "mcp_call", "tracker"), ("c3", "bash", "")]),
+            mcp_calls(&[
+                ("c1", "mcp_call", "docs"),
+                ("c2", "mcp_call", "tracker"),
+                ("c3", "bash", ""),
+            ]),
             mcp_result("c1", "mcp_call", true),
             mcp_result("c2", "mcp_call", false),
             mcp_result("c3", "bash", true),
