@@ -168,6 +168,32 @@ fn the_reference_server_through_the_tool_pair_js_and_read() {
     let bad = failed(&results[6]);
     assert!(bad.starts_with("MCP server \"every\""), "{bad}");
 
+    // A long call's progress notifications reach a follower while it runs, as live output.
+    let mut follow = alice.follow(&id, "timeoutSeconds=60");
+    let marker = format!("progress done {}", random_hex(4));
+    alice.enqueue(
+        &id,
+        "followUp",
+        &fake_directive(&json!({"toolCalls": [{"name": "mcp_call", "arguments": {
+            "server": "every", "tool": "trigger-long-running-operation",
+            "arguments": {"duration": 2, "steps": 4}}}], "afterTools": marker})),
+    );
+    let events = follow.collect_until(TURN, |e| e.raw_data.contains(&marker));
+    let progress: Vec<String> = events
+        .iter()
+        .filter(|e| e.event == "tool_output_delta")
+        .map(|e| e.data["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        progress.iter().any(|t| t.contains("[progress 1/4]")),
+        "no progress shown: {progress:?}"
+    );
+    let stored = serde_json::to_string(&alice.transcript(&id)).unwrap();
+    assert!(
+        !stored.contains("[progress 1/4]"),
+        "live output is never stored"
+    );
+
     // Resources by URL, through `read`.
     let read = alice.run_tool(
         &id,

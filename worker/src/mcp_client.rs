@@ -12,6 +12,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use futures::future::{Either, select};
 use futures::{FutureExt, StreamExt};
@@ -220,6 +221,8 @@ struct Target<'a> {
     /// Replaced when an OAuth token is refreshed after the server refused it.
     authorization: RefCell<Option<String>>,
     key: String,
+    /// Where the server's progress notifications are shown (a tool call's live output).
+    progress: Option<Rc<dyn crate::tool_context::LiveOutput>>,
 }
 
 async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, String> {
@@ -262,6 +265,7 @@ async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a
         url,
         authorization: RefCell::new(authorization),
         key,
+        progress: None,
     })
 }
 
@@ -301,7 +305,13 @@ async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answe
         if let Ok(mut stream) = response.stream() {
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| McpError::Transport(e.to_string()))?;
-                match reader.push(&chunk) {
+                let pushed = reader.push(&chunk);
+                if let Some(live) = &target.progress {
+                    for note in reader.take_progress() {
+                        live.push(&note.line());
+                    }
+                }
+                match pushed {
                     Ok(true) => break,
                     Ok(false) => {}
                     Err(e) => {
@@ -629,7 +639,8 @@ async fn call_text(
     let caller = Caller::of(ctx);
     let turn = turn(&caller).await?;
     let server = turn.server(&args.server)?;
-    let target = target(&caller, server).await?;
+    let mut target = target(&caller, server).await?;
+    target.progress = Some(ctx.live.clone());
     admit(
         ctx,
         &target,

@@ -80,6 +80,38 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     }
 }
 
+/// The live output of a tool the Worker runs itself: relayed to followers like a runner call's
+/// (the same bounded tails, the same masking), ended when the call's context goes (finished,
+/// or dropped by a stop).
+struct ActorLive {
+    actor: Rc<Actor>,
+    call_id: String,
+    started: std::cell::Cell<bool>,
+}
+
+impl crate::tool_context::LiveOutput for ActorLive {
+    fn push(&self, text: &str) {
+        let calls = &self.actor.in_flight.runner_calls;
+        if !self.started.replace(true) {
+            calls.start_local_output(&self.call_id, &self.actor.masker());
+        }
+        if let Some(event) = calls.local_output(&self.call_id, text) {
+            self.actor.broadcast(event);
+        }
+    }
+}
+
+impl Drop for ActorLive {
+    fn drop(&mut self) {
+        if self.started.get() {
+            self.actor
+                .in_flight
+                .runner_calls
+                .end_local_output(&self.call_id);
+        }
+    }
+}
+
 impl Actor {
     /// The complete context a tool call gets.
     fn tool_context(self: &Rc<Self>, step: u64, call_id: &str) -> ToolContext {
@@ -146,6 +178,11 @@ impl Actor {
                 .unwrap_or_default(),
             call_id: call_id.to_string(),
             decided: Default::default(),
+            live: Rc::new(ActorLive {
+                actor: self.clone(),
+                call_id: call_id.to_string(),
+                started: std::cell::Cell::new(false),
+            }),
         }
     }
 
