@@ -12,6 +12,7 @@ pub mod inline_images;
 pub mod masked_reply;
 pub mod models;
 pub mod openai;
+pub mod reasoning;
 pub mod request_log;
 pub mod responses;
 pub mod retry;
