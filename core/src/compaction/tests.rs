@@ -615,6 +615,7 @@ fn finishing_bounds_the_summary_and_refuses_an_empty_one() {
             messages: vec![],
             tools: vec![],
             max_output_tokens: None,
+            reasoning: None,
             images: Default::default(),
         },
         first_kept_cursor: 7,

@@ -300,3 +300,92 @@ fn every_thinking_plan_keeps_anthropics_rules() {
         }
     }
 }
+
+/// The request body each provider gets for each plan: the documented parameter, nothing else
+/// changed, and never `temperature`, `top_k` or `tool_choice` beside Anthropic thinking.
+#[test]
+fn request_builders_write_the_plan_down() {
+    use crate::llm::{HttpProvider, LlmRequest, ToolSchema};
+    let request = |reasoning: Option<Plan>, max_output_tokens: Option<u32>| LlmRequest {
+        model: "m".into(),
+        system_prompt: "s".into(),
+        messages: vec![crate::wire::Message::User {
+            author: "a".into(),
+            content: "hi".into(),
+            queue_item_id: None,
+            lane: None,
+            acting_for: None,
+        }],
+        tools: vec![ToolSchema {
+            name: "bash",
+            description: "runs",
+            parameters: serde_json::json!({"type": "object"}).into(),
+        }],
+        max_output_tokens,
+        reasoning,
+        images: Default::default(),
+    };
+    let thinking = Plan::Thinking {
+        budget_tokens: 4096,
+        max_tokens: 12288,
+    };
+    // (provider, plan, max_output_tokens) → the body's reasoning-related fields.
+    let cases = [
+        ("anthropic", None, None, r#"{"max_tokens":8192}"#),
+        ("anthropic", None, Some(1000), r#"{"max_tokens":1000}"#),
+        (
+            "anthropic",
+            Some(thinking),
+            None,
+            r#"{"max_tokens":12288,"thinking":{"budget_tokens":4096,"type":"enabled"}}"#,
+        ),
+        // The plan's max_tokens wins over the request's: it is what keeps the budget below it.
+        (
+            "anthropic",
+            Some(thinking),
+            Some(1000),
+            r#"{"max_tokens":12288,"thinking":{"budget_tokens":4096,"type":"enabled"}}"#,
+        ),
+        ("openai", None, None, r#"{}"#),
+        (
+            "openai",
+            Some(Plan::Effort(Effort::High)),
+            None,
+            r#"{"reasoning":{"effort":"high","summary":"auto"}}"#,
+        ),
+        ("openai-compatible", None, None, r#"{}"#),
+        (
+            "openai-compatible",
+            Some(Plan::Effort(Effort::Low)),
+            None,
+            r#"{"reasoning_effort":"low"}"#,
+        ),
+    ];
+    let keys = [
+        "max_tokens",
+        "thinking",
+        "reasoning",
+        "reasoning_effort",
+        "temperature",
+        "top_k",
+        "top_p",
+        "tool_choice",
+    ];
+    for (provider, plan, max_output_tokens, want) in cases {
+        let http = HttpProvider::named(provider).unwrap().build_http_request(
+            "http://x",
+            None,
+            &request(plan, max_output_tokens),
+        );
+        let body: serde_json::Value = serde_json::from_str(&http.body).unwrap();
+        let picked: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .filter_map(|k| body.get(*k).map(|v| (k.to_string(), v.clone())))
+            .collect();
+        assert_eq!(
+            serde_json::Value::Object(picked).to_string(),
+            want,
+            "{provider} {plan:?}"
+        );
+    }
+}
