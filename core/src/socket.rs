@@ -448,11 +448,13 @@ pub fn parse_client_frame(
                 body: EnqueueRequest {
                     content,
                     key: body.key,
+                    reasoning: body.reasoning,
                 },
             }),
         },
         (Kind::Cancel, None, Some(body)) => match (body.content, body.id) {
             _ if body.key.is_some() => refuse("unknown field `key` in `body`"),
+            _ if body.reasoning.is_some() => refuse("unknown field `reasoning` in `body`"),
             (Some(_), _) => refuse("unknown field `content` in `body`"),
             (None, None) => refuse("missing field `id` in `body`"),
             (None, Some(item)) => Ok(ClientFrame::Cancel {
@@ -515,6 +517,8 @@ struct WireBody {
     key: Option<String>,
     #[serde(default)]
     id: Option<String>,
+    #[serde(default)]
+    reasoning: Option<crate::llm::reasoning::Reasoning>,
 }
 
 fn not_an_object() -> FrameError {
@@ -729,6 +733,7 @@ mod tests {
                 body: EnqueueRequest {
                     content: "hi".into(),
                     key: None,
+                    reasoning: None,
                 },
             },
             ClientFrame::Enqueue {
@@ -737,6 +742,7 @@ mod tests {
                 body: EnqueueRequest {
                     content: "once".into(),
                     key: Some("msg-1".into()),
+                    reasoning: None,
                 },
             },
             ClientFrame::Stop { id: "2".into() },

@@ -109,6 +109,7 @@ mod tests {
             system_prompt: "s".into(),
             provider: "fake".into(),
             model: model.into(),
+            reasoning: None,
         }
     }
 

@@ -191,6 +191,7 @@ fn what_each_call_needs() {
                 request: EnqueueRequest {
                     content: "x".into(),
                     key: None,
+                    reasoning: None,
                 },
                 item_key: None,
             }
@@ -255,6 +256,7 @@ fn calls_round_trip_through_decode() {
                 request: EnqueueRequest {
                     content: "hello".into(),
                     key: Some("k".into()),
+                    reasoning: None,
                 },
                 item_key: Some("slack:1".into()),
             })
