@@ -396,3 +396,107 @@ fn unsupported_settings_are_refused_before_any_request() {
         assert_eq!(stack().openai().requests_for(model).len(), 0, "{model}");
     }
 }
+
+/// An API client of `ada` in `tenant`.
+fn api_of(tenant: &str) -> Api {
+    stack().client("ada", tenant)
+}
+
+/// The CLI: `sessions create|new`, `sessions model` and `sessions send` carry the setting
+/// (`--json` prints the wire types, a refusal the server's code), and `sessions follow` prints
+/// the thinking.
+#[test]
+fn cli_sets_reasoning_and_follow_prints_thinking() {
+    use wuhu_e2e::cli::{Wuhu, wuhu_bin};
+    wuhu_bin();
+    let _guard = stack().guard();
+    let tenant = unique_name("cli-think");
+    let wuhu = Wuhu::new()
+        .env("WUHU_SERVER", &stack().base_url())
+        .env("WUHU_TOKEN", &stack().user_token("ada", &tenant));
+    let model = unique_name("claude-haiku-4-5");
+    let created = wuhu
+        .run(&[
+            "sessions",
+            "create",
+            "--provider",
+            "anthropic",
+            "--model",
+            &model,
+            "--reasoning-effort",
+            "low",
+            "--thinking-budget",
+            "2048",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        created["reasoning"],
+        json!({"effort": "low", "budgetTokens": 2048})
+    );
+    let id = created["id"].as_str().unwrap().to_string();
+    let switched = wuhu
+        .run(&[
+            "sessions",
+            "model",
+            &id,
+            "--reasoning-effort",
+            "high",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(switched["reasoning"], json!({"effort": "high"}));
+    let plain = wuhu.run(&["sessions", "model", &id, "--no-reasoning"]).ok();
+    assert_eq!(
+        plain.stdout.trim(),
+        format!("anthropic/{model} · default reasoning")
+    );
+    let refused = wuhu.run(&[
+        "sessions",
+        "model",
+        &id,
+        "--reasoning-effort",
+        "high",
+        "--thinking-budget",
+        "100",
+        "--json",
+    ]);
+    assert_eq!(refused.code(), 1, "{refused:?}");
+    assert_eq!(refused.error_json()["error"]["code"], "invalid_reasoning");
+
+    stack().openai().script(
+        &model,
+        [Reply::text("Sure.").with_thinking("a short think", "sig-cli")],
+    );
+    // A follower that is registered before the turn starts sees its thinking as it streams.
+    let follower = wuhu.spawn(&["sessions", "follow", &id, "--timeout", "60"]);
+    wuhu_e2e::util::wait_for("the follower", TURN, || {
+        let stats = api_of(&tenant)
+            .get(&format!("/v1/sessions/{id}/stats"))
+            .json();
+        (stats["followers"].as_u64() >= Some(1)).then_some(())
+    });
+    wuhu.run(&[
+        "sessions",
+        "send",
+        &id,
+        "think a bit",
+        "--reasoning-effort",
+        "medium",
+        "--json",
+    ])
+    .ok();
+    follower.wait_line("the reply", TURN, |l| l == "Sure.");
+    let lines = follower.lines();
+    let at = lines.iter().position(|l| l == "Sure.").unwrap();
+    assert_eq!(lines[at - 1], "a short think", "{lines:#?}");
+    drop(follower);
+    let requests = stack().openai().requests_for(&model);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        reasoning_fields(&requests[0].body),
+        json!({"max_tokens": 20480, "thinking": {"type": "enabled", "budget_tokens": 12288}})
+    );
+}
