@@ -645,6 +645,19 @@ mod tests {
                 r#"{"type":"cancel","id":"c","body":{"id":"i","key":"k"}}"#.into(),
                 Err((Some("c"), 400, "unknown field `key`")),
             ),
+            // A message's reasoning setting (checked against the model by the route).
+            (
+                r#"{"type":"enqueue","id":"r","body":{"content":"x","reasoning":{"effort":"high","budgetTokens":2048}}}"#.into(),
+                Ok("enqueue"),
+            ),
+            (
+                r#"{"type":"enqueue","id":"r","body":{"content":"x","reasoning":{"effort":"max"}}}"#.into(),
+                Err((Some("r"), 400, "unknown variant `max`")),
+            ),
+            (
+                r#"{"type":"cancel","id":"c","body":{"id":"i","reasoning":{"effort":"low"}}}"#.into(),
+                Err((Some("c"), 400, "unknown field `reasoning`")),
+            ),
             (
                 r#"{"type":"enqueue","id":"e","body":{"id":"i","content":"x"}}"#.into(),
                 Err((Some("e"), 400, "unknown field `id`")),
