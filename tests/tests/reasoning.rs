@@ -500,3 +500,45 @@ fn cli_sets_reasoning_and_follow_prints_thinking() {
         json!({"max_tokens": 20480, "thinking": {"type": "enabled", "budget_tokens": 12288}})
     );
 }
+
+/// Chat Completions: a model the table marks gets `reasoning_effort`, and its streamed
+/// `tool_calls` deltas reach an SSE follower as `tool_call_delta`s of the call the entry holds.
+#[test]
+fn chat_completions_effort_and_argument_deltas() {
+    let _guard = stack().guard();
+    let (api, id, model) =
+        stack().provider_session("ada", "openai-compatible", "gpt-5-nano", "be brief");
+    api.patch(
+        &format!("/v1/sessions/{id}"),
+        &json!({"reasoning": {"effort": "low"}}),
+    )
+    .expect_status(200);
+    let args = json!({"limit": 3, "note": "ä".repeat(50)});
+    stack().openai().script(
+        &model,
+        [
+            Reply::tool_calls([("list_sessions", args.clone())]),
+            Reply::text("Done."),
+        ],
+    );
+    let mut follow = api.follow(&id, "sinceCursor=0&timeoutSeconds=60");
+    api.enqueue(&id, "followUp", "list");
+    let events = follow.collect_until(TURN, |e| e.event == "idle");
+    let (_, calls) = live(&data(&events));
+    let transcript = api.transcript(&id);
+    let call = assistants(&transcript)[0]
+        .tool_calls()
+        .next()
+        .expect("a call")
+        .clone();
+    assert_eq!(
+        calls,
+        [(call.id.clone(), "list_sessions".into(), args.to_string())]
+    );
+    for request in stack().openai().requests_for(&model) {
+        assert_eq!(
+            reasoning_fields(&request.body),
+            json!({"reasoning_effort": "low"})
+        );
+    }
+}
