@@ -542,3 +542,49 @@ fn chat_completions_effort_and_argument_deltas() {
         );
     }
 }
+
+/// The session's own `set_model` switching to a model that takes no reasoning setting removes
+/// the setting, told in the transcript: the next request carries none.
+#[test]
+fn set_model_to_a_model_without_reasoning_removes_the_setting() {
+    let _guard = stack().guard();
+    let (api, id, model) =
+        stack().provider_session("ada", "anthropic", "claude-sonnet-4-5", "use tools");
+    api.patch(
+        &format!("/v1/sessions/{id}"),
+        &json!({"reasoning": {"effort": "low"}}),
+    )
+    .expect_status(200);
+    let plain = unique_name("gpt-4o");
+    stack().openai().script(
+        &model,
+        [Reply::tool_calls([(
+            "set_model",
+            json!({"provider": "openai-compatible", "model": plain}),
+        )])],
+    );
+    stack().openai().script(&plain, [Reply::text("Switched.")]);
+    let mut follow = api.follow(&id, "sinceCursor=0&timeoutSeconds=60");
+    api.enqueue(&id, "followUp", "switch to a plain model");
+    follow.collect_until(TURN, |e| e.event == "idle");
+    let transcript = api.transcript(&id);
+    let changes = customs(&transcript, custom_types::REASONING_CHANGED);
+    assert_eq!(changes.len(), 2, "{}", describe(&transcript));
+    assert_eq!(changes[1]["to"], Value::Null);
+    assert!(
+        changes[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("takes no such setting, so the switch removed it"),
+        "{}",
+        changes[1]
+    );
+    assert_eq!(api.session(&id).session.reasoning, None);
+    assert_eq!(
+        reasoning_fields(&stack().openai().requests_for(&model)[0].body),
+        json!({"max_tokens": 12288, "thinking": {"type": "enabled", "budget_tokens": 4096}})
+    );
+    let after = stack().openai().requests_for(&plain);
+    assert_eq!(after.len(), 1);
+    assert_eq!(reasoning_fields(&after[0].body), json!({}));
+}

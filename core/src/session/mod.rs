@@ -841,12 +841,16 @@ impl Session {
     /// `PATCH {reasoning}` changed the session's reasoning setting (the host saved it in the
     /// header): a `wuhu_reasoning_changed_v1` notice, so readers of the transcript see from
     /// where on the model reasoned how much.
+    ///
+    /// `why`: a sentence saying why, when it was not asked for (a model switch the setting does
+    /// not suit removed it).
     pub fn handle_reasoning_changed(
         &mut self,
         now: Millis,
         from: Option<Reasoning>,
         to: Option<Reasoning>,
         by: &str,
+        why: Option<&str>,
     ) {
         let describe = |r: Option<Reasoning>| match r {
             None => "the provider's default".to_string(),
@@ -859,11 +863,15 @@ impl Session {
                 budget_tokens: Some(budget),
             }) => format!("{} effort, {budget} thinking tokens", effort.as_str()),
         };
-        let text = format!(
+        let mut text = format!(
             "{by} changed the reasoning from {} to {}.",
             describe(from),
             describe(to)
         );
+        if let Some(why) = why {
+            text.push(' ');
+            text.push_str(why);
+        }
         self.append(
             now,
             EntryPayload::Custom {

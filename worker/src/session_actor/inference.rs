@@ -261,8 +261,9 @@ async fn infer(
 
 /// What a step's request asks of the model's reasoning: the turn's setting (a message's), else
 /// the session's, planned for its model. A setting the model no longer takes (the tenant's
-/// table changed, or `set_model` switched to a model that takes none) is not sent: the step
-/// runs with the provider's default, as it would without one, and the log says why.
+/// table changed since it was checked; a `set_model` switch removes a setting that does not
+/// suit its model) is not sent: the step runs with the provider's default, as it would without
+/// one, and the log says why.
 fn reasoning_plan(
     actor: &Actor,
     header: &Header,

@@ -287,7 +287,7 @@ impl Actor {
                     s.handle_model_changed(now(), &from, &to, &author);
                 }
                 if from.reasoning != to.reasoning {
-                    s.handle_reasoning_changed(now(), from.reasoning, to.reasoning, &author);
+                    s.handle_reasoning_changed(now(), from.reasoning, to.reasoning, &author, None);
                 }
             });
             self.pump().wait().await?;
