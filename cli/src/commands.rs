@@ -126,11 +126,12 @@ pub enum SessionsCommand {
         before: Option<String>,
     },
     /// Create a session.
+    #[command(visible_alias = "create")]
     New {
         /// Title.
         #[arg(long)]
         title: Option<String>,
-        /// Provider (`fake`, `openai-compatible`).
+        /// Provider (`anthropic`, `openai`, `openai-compatible`, `fake`).
         #[arg(long)]
         provider: Option<String>,
         /// Model.
@@ -139,6 +140,24 @@ pub enum SessionsCommand {
         /// System prompt.
         #[arg(long)]
         system_prompt: Option<String>,
+        #[command(flatten)]
+        reasoning: ReasoningArgs,
+    },
+    /// Switch the session's model or reasoning (`PATCH`): what is not named stays.
+    Model {
+        /// Session id.
+        id: String,
+        /// Switch to this provider (without --model: its default model).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Switch to this model.
+        #[arg(long)]
+        model: Option<String>,
+        #[command(flatten)]
+        reasoning: ReasoningArgs,
+        /// Remove the reasoning setting (the provider's default again).
+        #[arg(long, conflicts_with_all = ["reasoning_effort", "thinking_budget"])]
+        no_reasoning: bool,
     },
     /// The session, its transcript and its queue.
     Show {
@@ -174,6 +193,9 @@ pub enum SessionsCommand {
         /// Then follow the session until it is idle.
         #[arg(long)]
         wait: bool,
+        /// For this message's turn only (the session's setting otherwise).
+        #[command(flatten)]
+        reasoning: ReasoningArgs,
     },
     /// Stop the current turn.
     Stop {
@@ -199,6 +221,48 @@ pub enum SessionsCommand {
         /// Session id.
         id: String,
     },
+}
+
+/// A reasoning setting (`{"effort", "budgetTokens"?}`): how much the model thinks.
+#[derive(Args, Debug, Default)]
+pub struct ReasoningArgs {
+    /// How hard the model thinks: `low`, `medium` or `high` (reasoning models only).
+    #[arg(long, value_parser = ["low", "medium", "high"])]
+    pub reasoning_effort: Option<String>,
+    /// Anthropic models: the thinking budget in tokens (1024 up to the model's output limit
+    /// less 1024).
+    #[arg(long, requires = "reasoning_effort")]
+    pub thinking_budget: Option<u32>,
+}
+
+impl ReasoningArgs {
+    /// The setting, when one was given.
+    pub fn setting(&self) -> Option<wuhu_core::llm::reasoning::Reasoning> {
+        use wuhu_core::llm::reasoning::{Effort, Reasoning};
+        let effort = match self.reasoning_effort.as_deref()? {
+            "low" => Effort::Low,
+            "medium" => Effort::Medium,
+            _ => Effort::High,
+        };
+        Some(Reasoning {
+            effort,
+            budget_tokens: self.thinking_budget,
+        })
+    }
+}
+
+/// `high effort` / `high effort, 8192 thinking tokens` / `default`.
+fn describe_reasoning(reasoning: Option<&wuhu_core::llm::reasoning::Reasoning>) -> String {
+    match reasoning {
+        None => "default reasoning".into(),
+        Some(r) => match r.budget_tokens {
+            None => format!("{} reasoning effort", r.effort.as_str()),
+            Some(budget) => format!(
+                "{} reasoning effort, {budget} thinking tokens",
+                r.effort.as_str()
+            ),
+        },
+    }
 }
 
 /// Fields of an environment definition, for `add` and `edit`.
@@ -885,6 +949,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
             provider,
             model,
             system_prompt,
+            reasoning,
         } => {
             let session = client
                 .create_session(&CreateSessionRequest {
@@ -893,6 +958,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                     system_prompt,
                     title,
                     budget: None,
+                    reasoning: reasoning.setting(),
                 })
                 .await?;
             if global.json {
@@ -912,8 +978,12 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                     style.bold(s.title.as_deref().unwrap_or("(untitled)")),
                     style.dim(&s.id)
                 );
+                let reasoning = match &s.reasoning {
+                    Some(r) => format!(" ({})", describe_reasoning(Some(r))),
+                    None => String::new(),
+                };
                 println!(
-                    "{} · {}/{} · owner {} · {} · updated {}",
+                    "{} · {}/{}{reasoning} · owner {} · {} · updated {}",
                     s.status.as_str(),
                     s.provider,
                     s.model,
@@ -960,6 +1030,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
             message,
             lane,
             wait,
+            reasoning,
         } => {
             let content = if message == "-" {
                 let mut text = String::new();
@@ -985,7 +1056,9 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
             } else {
                 0
             };
-            let item = client.enqueue(&id, lane, &content).await?;
+            let item = client
+                .enqueue_reasoning(&id, lane, &content, reasoning.setting())
+                .await?;
             if global.json {
                 print_json(&item);
             } else {
@@ -1027,6 +1100,40 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                 println!("deleted {id}");
             } else {
                 println!("deleting {id} (it finishes in the background)");
+            }
+        }
+        SessionsCommand::Model {
+            id,
+            provider,
+            model,
+            reasoning,
+            no_reasoning,
+        } => {
+            let reasoning = match (reasoning.setting(), no_reasoning) {
+                (_, true) => Some(None),
+                (Some(setting), false) => Some(Some(setting)),
+                (None, false) => None,
+            };
+            let session = client
+                .patch_session(
+                    &id,
+                    &PatchSessionRequest {
+                        provider,
+                        model,
+                        reasoning,
+                        ..PatchSessionRequest::default()
+                    },
+                )
+                .await?;
+            if global.json {
+                print_json(&session);
+            } else {
+                println!(
+                    "{}/{} · {}",
+                    session.provider,
+                    session.model,
+                    describe_reasoning(session.reasoning.as_ref())
+                );
             }
         }
         SessionsCommand::Rename { id, title } => {

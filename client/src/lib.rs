@@ -329,10 +329,30 @@ impl Client {
         lane: Lane,
         content: &str,
     ) -> Result<EnqueueResponse, Error> {
+        self.enqueue_reasoning(id, lane, content, None).await
+    }
+
+    /// [`Client::enqueue`] with a reasoning setting for the message's turn (`None`: the
+    /// session's).
+    ///
+    /// # Errors
+    /// As [`Client::enqueue`]; `400 invalid_reasoning` for a setting the model cannot take.
+    pub async fn enqueue_reasoning(
+        &self,
+        id: &str,
+        lane: Lane,
+        content: &str,
+        reasoning: Option<wuhu_core::llm::reasoning::Reasoning>,
+    ) -> Result<EnqueueResponse, Error> {
         let key = format!("wuhu-client-{}", uuid::Uuid::new_v4());
         let mut attempt = 1;
         loop {
-            match self.enqueue_with_key(id, lane, content, &key).await {
+            let body = EnqueueRequest {
+                content: content.to_string(),
+                key: Some(key.clone()),
+                reasoning,
+            };
+            match self.enqueue_body(id, lane, &body).await {
                 Err(error) if attempt < ENQUEUE_ATTEMPTS && answer_may_be_lost(&error) => {
                     tokio::time::sleep(ENQUEUE_RETRY_DELAY * attempt).await;
                     attempt += 1;
@@ -355,6 +375,21 @@ impl Client {
         content: &str,
         key: &str,
     ) -> Result<EnqueueResponse, Error> {
+        let body = EnqueueRequest {
+            content: content.to_string(),
+            key: Some(key.to_string()),
+            reasoning: None,
+        };
+        self.enqueue_body(id, lane, &body).await
+    }
+
+    /// `POST /v1/sessions/:id/enqueue?lane=` with `body`, once.
+    async fn enqueue_body(
+        &self,
+        id: &str,
+        lane: Lane,
+        body: &EnqueueRequest,
+    ) -> Result<EnqueueResponse, Error> {
         let mut url = self.url(["v1", "sessions", id, "enqueue"]);
         let lane = match lane {
             Lane::Steer => "steer",
@@ -362,11 +397,7 @@ impl Client {
             Lane::System => "system",
         };
         url.query_pairs_mut().append_pair("lane", lane);
-        let body = EnqueueRequest {
-            content: content.to_string(),
-            key: Some(key.to_string()),
-        };
-        self.send_json(Method::POST, url, &body).await
+        self.send_json(Method::POST, url, body).await
     }
 
     /// `POST /v1/sessions/:id/cancel`: withdraws a queued item not yet delivered.

@@ -526,6 +526,7 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         )
         .await?,
         budget: request.budget,
+        reasoning: request.reasoning,
         channel: None,
     };
     let stub = session_client::stub(env, &identity.tenant, &id)?;

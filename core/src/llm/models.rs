@@ -34,7 +34,14 @@ pub struct ModelInfo {
     pub cache_read_per_mtok: f64,
     /// Dollars per million input tokens written to the prompt cache.
     pub cache_write_per_mtok: f64,
+    /// Whether it takes a reasoning setting (`crate::llm::reasoning`).
+    pub reasoning: bool,
 }
+
+/// Whether a built-in row reasons.
+const REASONS: bool = true;
+/// Whether a built-in row does not.
+const PLAIN: bool = false;
 
 const fn row(
     id: &'static str,
@@ -42,6 +49,7 @@ const fn row(
     context_window: u64,
     max_output_tokens: u32,
     prices: [f64; 4],
+    reasoning: bool,
 ) -> ModelInfo {
     ModelInfo {
         id,
@@ -52,6 +60,7 @@ const fn row(
         output_per_mtok: prices[1],
         cache_read_per_mtok: prices[2],
         cache_write_per_mtok: prices[3],
+        reasoning,
     }
 }
 
@@ -63,6 +72,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         32_000,
         [15.0, 75.0, 1.5, 18.75],
+        REASONS,
     ),
     row(
         "claude-sonnet-4-5",
@@ -70,6 +80,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         64_000,
         [3.0, 15.0, 0.3, 3.75],
+        REASONS,
     ),
     row(
         "claude-sonnet-4",
@@ -77,6 +88,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         64_000,
         [3.0, 15.0, 0.3, 3.75],
+        REASONS,
     ),
     row(
         "claude-haiku-4-5",
@@ -84,6 +96,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         64_000,
         [1.0, 5.0, 0.1, 1.25],
+        REASONS,
     ),
     row(
         "gpt-5",
@@ -91,6 +104,7 @@ pub const MODELS: &[ModelInfo] = &[
         400_000,
         128_000,
         [1.25, 10.0, 0.125, 0.0],
+        REASONS,
     ),
     row(
         "gpt-5-mini",
@@ -98,6 +112,7 @@ pub const MODELS: &[ModelInfo] = &[
         400_000,
         128_000,
         [0.25, 2.0, 0.025, 0.0],
+        REASONS,
     ),
     row(
         "gpt-5-nano",
@@ -105,15 +120,31 @@ pub const MODELS: &[ModelInfo] = &[
         400_000,
         128_000,
         [0.05, 0.4, 0.005, 0.0],
+        REASONS,
     ),
-    row("gpt-4.1", "openai", 1_047_576, 32_768, [2.0, 8.0, 0.5, 0.0]),
-    row("gpt-4o", "openai", 128_000, 16_384, [2.5, 10.0, 1.25, 0.0]),
+    row(
+        "gpt-4.1",
+        "openai",
+        1_047_576,
+        32_768,
+        [2.0, 8.0, 0.5, 0.0],
+        PLAIN,
+    ),
+    row(
+        "gpt-4o",
+        "openai",
+        128_000,
+        16_384,
+        [2.5, 10.0, 1.25, 0.0],
+        PLAIN,
+    ),
     row(
         "gpt-4o-mini",
         "openai",
         128_000,
         16_384,
         [0.15, 0.6, 0.075, 0.0],
+        PLAIN,
     ),
 ];
 
@@ -164,6 +195,11 @@ pub struct ModelRow {
     /// text-only model: a tool result's image is then a note, `llm::inline_images`).
     #[serde(rename = "images", skip_serializing_if = "is_true")]
     pub accepts_images: bool,
+    /// Whether the model takes a reasoning setting (`crate::llm::reasoning`): Anthropic's
+    /// extended thinking, OpenAI's reasoning effort. `"reasoning": true` in a tenant row marks
+    /// one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning: bool,
 }
 
 fn is_true(value: &bool) -> bool {
@@ -185,6 +221,7 @@ impl From<&ModelInfo> for ModelRow {
             }),
             tenant: false,
             accepts_images: true,
+            reasoning: info.reasoning,
         }
     }
 }
@@ -214,6 +251,8 @@ struct TenantRow {
     cache_write_per_mtok: Option<f64>,
     #[serde(default)]
     images: Option<bool>,
+    #[serde(default)]
+    reasoning: Option<bool>,
 }
 
 #[derive(serde::Deserialize)]
@@ -327,6 +366,7 @@ impl ModelTable {
                     prices: None,
                     tenant: true,
                     accepts_images: true,
+                    reasoning: false,
                 },
             };
             let prices = match (row.input_per_mtok, row.output_per_mtok, base.prices) {
@@ -372,6 +412,7 @@ impl ModelTable {
                 prices,
                 tenant: true,
                 accepts_images: row.images.unwrap_or(base.accepts_images),
+                reasoning: row.reasoning.unwrap_or(base.reasoning),
             };
             match builtin {
                 Some(i) => table.rows[i] = merged,
@@ -948,7 +989,7 @@ mod tests {
             ),
             (
                 Some(r#"{"models":[{"id":"x","provider":"fake","price":3}]}"#),
-                "error: wuhu://workspace/config/models.json is not a valid model table: unknown field `price`, expected one of `id`, `provider`, `contextWindow`, `maxOutputTokens`, `inputPerMtok`, `outputPerMtok`, `cacheReadPerMtok`, `cacheWritePerMtok`, `images` at line 1 column 46",
+                "error: wuhu://workspace/config/models.json is not a valid model table: unknown field `price`, expected one of `id`, `provider`, `contextWindow`, `maxOutputTokens`, `inputPerMtok`, `outputPerMtok`, `cacheReadPerMtok`, `cacheWritePerMtok`, `images`, `reasoning` at line 1 column 46",
             ),
             (
                 Some(r#"{"models":[{"id":"my-llama"}]}"#),

@@ -722,11 +722,13 @@ mod tests {
             system_prompt: "s".into(),
             provider: "anthropic".into(),
             model: "claude-sonnet-4-5".into(),
+            reasoning: None,
         };
         let header = |provider: &str, model: &str| crate::wire::Header {
             system_prompt: "s".into(),
             provider: provider.into(),
             model: model.into(),
+            reasoning: None,
         };
         // (arguments, outcome: Ok(None) no change, Err(part of the message))
         let cases: Vec<(serde_json::Value, Result<Option<crate::wire::Header>, &str>)> = vec![

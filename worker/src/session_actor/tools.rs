@@ -210,7 +210,22 @@ impl Actor {
                 .with_loaded(|l| l.session.turn_author().map(str::to_string))
                 .flatten()
                 .unwrap_or_default();
-            self.with_session(|s| s.handle_model_changed(now(), from, to, &by));
+            self.with_session(|s| {
+                s.handle_model_changed(now(), from, to, &by);
+                if from.reasoning != to.reasoning {
+                    let why = format!(
+                        "The model {} ({}) takes no such setting, so the switch removed it.",
+                        to.model, to.provider
+                    );
+                    s.handle_reasoning_changed(
+                        now(),
+                        from.reasoning,
+                        to.reasoning,
+                        &by,
+                        Some(&why),
+                    );
+                }
+            });
         }
         self.environments
             .validated
@@ -278,6 +293,33 @@ impl Actor {
         let mut meta = loaded.meta.clone();
         meta.header.provider = provider;
         meta.header.model = model;
+        // A reasoning setting the new model cannot take is removed with the switch (and told),
+        // as a `PATCH` would have to (`reasoning: null`): none is sent that the model refuses.
+        if let Some(reasoning) = &meta.header.reasoning {
+            let table = self
+                .tenant_settings
+                .last_settings
+                .borrow()
+                .as_ref()
+                .map(|s| s.models.clone());
+            let fits = match table {
+                Some(table) => wuhu_core::llm::reasoning::plan(
+                    &table,
+                    &meta.header.provider,
+                    &meta.header.model,
+                    reasoning,
+                ),
+                None => wuhu_core::llm::reasoning::plan(
+                    &wuhu_core::llm::models::ModelTable::builtin(),
+                    &meta.header.provider,
+                    &meta.header.model,
+                    reasoning,
+                ),
+            };
+            if fits.is_err() {
+                meta.header.reasoning = None;
+            }
+        }
         meta.updated_at = now().unix_seconds();
         let saved = match self.store() {
             Ok(store) => store.save_meta(&meta).map_err(|e| e.to_string()),
