@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wuhu_core::wire::{ChildStatus, Entry, ToolResult};
-use wuhu_e2e::entries::{fake_directive, tool_result};
+use wuhu_core::wire::ToolResult;
+use wuhu_e2e::entries::{fake_directive, results_of};
 use wuhu_e2e::mcp_servers::{BrokenMcpServer, NodeMcpServer};
 use wuhu_e2e::util::{random_hex, unique_name};
 use wuhu_e2e::{Api, Stack, StackOptions};
@@ -310,22 +310,6 @@ fn broken_servers_are_tool_errors_and_the_session_goes_on() {
     );
 }
 
-fn results_of(entries: &[Entry], tool: &str) -> Vec<ToolResult> {
-    entries
-        .iter()
-        .filter_map(tool_result)
-        .filter(|r| r.tool_name == tool)
-        .cloned()
-        .collect()
-}
-
-fn children(api: &Api, parent: &str, count: usize) -> Vec<ChildStatus> {
-    wuhu_e2e::wait_for(&format!("{count} child(ren)"), TURN, || {
-        let children = api.session(parent).children;
-        (children.len() >= count).then_some(children)
-    })
-}
-
 /// The result of the one `mcp_call` a child makes (its task is the call).
 fn childs_call(api: &Api, child: &str) -> ToolResult {
     let entries = api.wait_transcript(child, "the child's mcp_call", TURN, |e| {
@@ -398,7 +382,7 @@ fn a_users_own_server_serves_only_turns_for_her_alone() {
         "afterTools": format!("spawned {}", random_hex(4))}),
     );
     bob.enqueue(&id, "followUp", &spawn);
-    let bobs_child = children(&alice, &id, 1).remove(0).id;
+    let bobs_child = alice.wait_children(&id, 1, TURN).remove(0).id;
     let result = childs_call(&alice, &bobs_child);
     assert!(
         failed(&result).starts_with("No MCP server \"mine\""),
@@ -408,7 +392,7 @@ fn a_users_own_server_serves_only_turns_for_her_alone() {
 
     // A child of alice's own turn acts for her alone: her server serves it.
     alice.enqueue(&id, "followUp", &spawn);
-    let alices_child = children(&alice, &id, 2).remove(1).id;
+    let alices_child = alice.wait_children(&id, 2, TURN).remove(1).id;
     let result = childs_call(&alice, &alices_child);
     assert_eq!(ok(&result), "you sent: Bearer [secret:ALICE_MCP]");
 

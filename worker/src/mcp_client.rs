@@ -617,9 +617,7 @@ async fn bounded_text(ctx: &ToolContext, text: String) -> String {
 async fn call_tool(ctx: &ToolContext, arguments: &Value) -> ToolOutput {
     let mut attached = Vec::new();
     let result = call_text(ctx, arguments, &mut attached).await;
-    let mut output = ToolOutput::text(result);
-    output.blobs = attached;
-    output
+    ToolOutput::with_blobs(result, attached)
 }
 
 async fn call_text(

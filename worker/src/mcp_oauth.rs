@@ -208,30 +208,13 @@ async fn discover(
     Ok((resource, oauth::parse_authorization_metadata(&body)?))
 }
 
-/// The person's server named `name`, as their own turn sees it.
-async fn persons_server<'a>(
-    caller: &Caller<'_>,
-    turn: &'a crate::mcp_client::Turn,
-    name: &str,
-) -> ApiResult<&'a Server> {
-    let _ = caller;
-    let server = turn.server(name).map_err(ApiError::not_found)?;
-    if server.doc.auth != Auth::Oauth {
-        return Err(ApiError::bad_request(format!(
-            "MCP server {name:?} does not sign in with OAuth (its entry's auth is not {{\"type\": \"oauth\"}})"
-        )));
-    }
-    Ok(server)
-}
-
-/// `POST /v1/mcp/servers/:name/connect`: starts the caller's sign-in; answers the address their
-/// browser goes to.
-pub(crate) async fn connect_route(
-    req: &Request,
+/// The servers a person's own turn sees, when `name` is one of them and signs in with OAuth
+/// (`turn.server(name)` is then that server).
+async fn persons_oauth_turn(
     env: &Env,
     identity: &Identity,
     name: &str,
-) -> ApiResult<Response> {
+) -> ApiResult<crate::mcp_client::Turn> {
     if !config::valid_server_name(name) {
         return Err(ApiError::bad_request(format!(
             "{name:?} is not a server name"
@@ -242,7 +225,25 @@ pub(crate) async fn connect_route(
     let turn = crate::mcp_client::turn(&caller)
         .await
         .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
-    let server = persons_server(&caller, &turn, name).await?;
+    let server = turn.server(name).map_err(ApiError::not_found)?;
+    if server.doc.auth != Auth::Oauth {
+        return Err(ApiError::bad_request(format!(
+            "MCP server {name:?} does not sign in with OAuth (its entry's auth is not {{\"type\": \"oauth\"}})"
+        )));
+    }
+    Ok(turn)
+}
+
+/// `POST /v1/mcp/servers/:name/connect`: starts the caller's sign-in; answers the address their
+/// browser goes to.
+pub(crate) async fn connect_route(
+    req: &Request,
+    env: &Env,
+    identity: &Identity,
+    name: &str,
+) -> ApiResult<Response> {
+    let turn = persons_oauth_turn(env, identity, name).await?;
+    let server = turn.server(name).map_err(ApiError::not_found)?;
     let failed = |e: String| {
         ApiError::new(
             502,
@@ -405,17 +406,8 @@ pub(crate) async fn disconnect_route(
     identity: &Identity,
     name: &str,
 ) -> ApiResult<Response> {
-    if !config::valid_server_name(name) {
-        return Err(ApiError::bad_request(format!(
-            "{name:?} is not a server name"
-        )));
-    }
-    let acting_for = [identity.sub.clone()];
-    let caller = Caller::person(env, identity, &acting_for, "", &[]);
-    let turn = crate::mcp_client::turn(&caller)
-        .await
-        .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
-    let server = persons_server(&caller, &turn, name).await?;
+    let turn = persons_oauth_turn(env, identity, name).await?;
+    let server = turn.server(name).map_err(ApiError::not_found)?;
     let key = connection_key(
         &identity.tenant,
         &identity.sub,

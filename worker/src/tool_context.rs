@@ -221,6 +221,17 @@ impl ToolOutput {
         }
     }
 
+    /// The text of a tool that may attach blobs (an image it read or got), with them.
+    pub(crate) fn with_blobs(
+        result: Result<String, String>,
+        blobs: Vec<wuhu_core::wire::BlobRef>,
+    ) -> ToolOutput {
+        ToolOutput {
+            blobs,
+            ..ToolOutput::text(result)
+        }
+    }
+
     /// This output, ended by `error` (entries gathered so far are kept).
     pub(crate) fn refused(mut self, error: String) -> ToolOutput {
         self.content = error;
