@@ -168,7 +168,7 @@ pub fn parse_wuhu_url(text: &str) -> Option<Result<WuhuUrl, UrlError>> {
             .ok_or_else(|| UrlError::UnknownLocation(text.to_string())),
         "mcp" => match path.split_once('/') {
             Some((server, uri))
-                if crate::mcp_client::config::valid_server_name(server) && !uri.is_empty() =>
+                if crate::mcp_client::documents::valid_server_name(server) && !uri.is_empty() =>
             {
                 Ok(WuhuUrl::Mcp {
                     server: server.to_string(),

@@ -25,6 +25,7 @@ mod llm_logs;
 mod mcp;
 mod mcp_client;
 mod mcp_oauth;
+mod mcp_turn;
 mod model_choice;
 mod model_tool;
 mod observe;

@@ -19,7 +19,7 @@ use wuhu_core::mcp_client::oauth::{self, Connection, Pending};
 
 use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult};
-use crate::mcp_client::Caller;
+use crate::mcp_turn::Caller;
 
 const BUCKET: &str = "ARCHIVE";
 /// How long one request of a sign-in may take.
@@ -112,7 +112,7 @@ async fn send(
     url: &str,
     body: Option<(&str, String)>,
 ) -> Result<(u16, Value, Option<String>), String> {
-    let url = crate::mcp_client::egress(env)
+    let url = crate::mcp_turn::egress(env)
         .check(url)
         .map_err(|e| e.to_string())?;
     let perform = async {
@@ -214,7 +214,7 @@ async fn persons_oauth_turn(
     env: &Env,
     identity: &Identity,
     name: &str,
-) -> ApiResult<crate::mcp_client::Turn> {
+) -> ApiResult<crate::mcp_turn::Turn> {
     if !config::valid_server_name(name) {
         return Err(ApiError::bad_request(format!(
             "{name:?} is not a server name"
@@ -222,7 +222,7 @@ async fn persons_oauth_turn(
     }
     let acting_for = [identity.sub.clone()];
     let caller = Caller::person(env, identity, &acting_for, "", &[]);
-    let turn = crate::mcp_client::turn(&caller)
+    let turn = crate::mcp_turn::turn(&caller)
         .await
         .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
     let server = turn.server(name).map_err(ApiError::not_found)?;
@@ -445,7 +445,7 @@ pub(crate) async fn authorization(
     force: bool,
 ) -> Result<String, String> {
     let name = &server.doc.name;
-    let Some(sub) = config::user_for_turn(caller.acting_for) else {
+    let Some(sub) = wuhu_core::authority::sole_member(caller.acting_for) else {
         return Err(format!(
             "MCP server {name:?} signs in per person (OAuth): it is used only in turns that act for one person"
         ));

@@ -29,7 +29,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::inline_images::{self, InlineImages};
-use super::reasoning::Plan;
+use super::reasoning::plan::Plan;
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{ContentBlock, Message, StopReason, Usage, custom_types};

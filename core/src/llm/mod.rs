@@ -41,7 +41,7 @@ pub struct LlmRequest {
     pub max_output_tokens: Option<u32>,
     /// What the request asks of the model's reasoning (checked against the model table by
     /// [`reasoning::plan`]); `None`: the provider's default.
-    pub reasoning: Option<reasoning::Plan>,
+    pub reasoning: Option<reasoning::plan::Plan>,
     /// The bytes of the image blobs the request shows the model, by URI: loaded by the host
     /// ([`inline_images::to_load`]); a tool result's image missing here is a text note.
     pub images: inline_images::InlineImages,

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::inline_images;
-use super::reasoning::Plan;
+use super::reasoning::plan::Plan;
 use super::stream::{Dialect, SseStream, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{Message, StopReason, Usage};

@@ -30,29 +30,9 @@ use serde::{Deserialize, Serialize};
 
 use super::models::ModelTable;
 
-/// How hard the model should think.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(test, derive(schemars::JsonSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum Effort {
-    /// A little.
-    Low,
-    /// Some.
-    Medium,
-    /// A lot.
-    High,
-}
+pub mod plan;
 
-impl Effort {
-    /// The name the APIs use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Effort::Low => "low",
-            Effort::Medium => "medium",
-            Effort::High => "high",
-        }
-    }
-}
+pub use plan::{Effort, Plan};
 
 /// A reasoning setting: an effort, and for Anthropic models an explicit thinking budget.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,20 +71,6 @@ pub fn effort_budget(effort: Effort) -> u32 {
         .iter()
         .find(|(e, _)| *e == effort)
         .map_or(MIN_BUDGET_TOKENS, |(_, budget)| *budget)
-}
-
-/// What a provider request carries for a reasoning setting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Plan {
-    /// Anthropic: `thinking: {"type": "enabled", "budget_tokens"}` and this `max_tokens`.
-    Thinking {
-        /// The thinking budget.
-        budget_tokens: u32,
-        /// The request's `max_tokens` (above the budget).
-        max_tokens: u32,
-    },
-    /// OpenAI: `reasoning.effort` (Responses) or `reasoning_effort` (Chat Completions).
-    Effort(Effort),
 }
 
 /// Why a reasoning setting was refused (`400 invalid_reasoning`).

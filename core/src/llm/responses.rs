@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::inline_images::{self, InlineImages};
-use super::reasoning::Plan;
+use super::reasoning::plan::Plan;
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{ContentBlock, Message, StopReason, Usage};
