@@ -178,7 +178,10 @@ fn the_reference_server_through_the_tool_pair_js_and_read() {
             "server": "every", "tool": "trigger-long-running-operation",
             "arguments": {"duration": 2, "steps": 4}}}], "afterTools": marker})),
     );
-    let events = follow.collect_until(TURN, |e| e.raw_data.contains(&marker));
+    // (The marker is in the prompt too: the turn ends with the assistant's message saying it.)
+    let events = follow.collect_until(TURN, |e| {
+        e.data["entry"]["message"]["role"] == "assistant" && e.raw_data.contains(&marker)
+    });
     let progress: Vec<String> = events
         .iter()
         .filter(|e| e.event == "tool_output_delta")
