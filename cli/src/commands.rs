@@ -221,6 +221,58 @@ pub enum SessionsCommand {
         /// Session id.
         id: String,
     },
+    /// A new session whose history is this one's first N entries (`POST …/fork`).
+    Fork {
+        /// Session id.
+        id: String,
+        /// Keep the entries up to and including this cursor (default: all of them).
+        #[arg(long)]
+        at: Option<u64>,
+        /// The fork's title (default: the session's).
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Compact the context now: one summary request replaces the older part (`POST …/compact`).
+    Compact {
+        /// Session id.
+        id: String,
+        /// What the summary should focus on.
+        #[arg(long)]
+        instructions: Option<String>,
+    },
+    /// Tokens and cost per model, policy decisions, MCP calls and the session's budget.
+    Usage {
+        /// Session id.
+        id: String,
+    },
+}
+
+/// `wuhu usage`: what the tenant's sessions used (a member's own sessions).
+#[derive(Args, Debug)]
+pub struct UsageArgs {
+    /// Group by `session`, `user` or `model`.
+    #[arg(long, value_parser = ["session", "user", "model"], default_value = "model")]
+    pub by: String,
+    /// From this Unix time (seconds; default: the beginning).
+    #[arg(long)]
+    pub from: Option<u64>,
+    /// Up to this Unix time (seconds; default: the current hour).
+    #[arg(long)]
+    pub to: Option<u64>,
+}
+
+/// `wuhu budget`: the tenant's budget; with a limit (admins), sets it.
+#[derive(Args, Debug)]
+pub struct BudgetArgs {
+    /// Most input plus output tokens.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// Most US dollars.
+    #[arg(long)]
+    pub max_usd: Option<f64>,
+    /// Remove the budget.
+    #[arg(long, conflicts_with_all = ["max_tokens", "max_usd"])]
+    pub clear: bool,
 }
 
 /// A reasoning setting (`{"effort", "budgetTokens"?}`): how much the model thinks.
@@ -740,6 +792,8 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Docs(command) => docs(&global, command).await,
         Command::Secrets(command) => secrets(&global, command).await,
         Command::Policy(command) => policy(&global, command).await,
+        Command::Usage(args) => tenant_usage(&global, args).await,
+        Command::Budget(args) => budget(&global, args).await,
         Command::Mcp(command) => mcp(&global, command).await,
     }
 }
@@ -1090,6 +1144,46 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                 print_json(&cancelled);
             } else {
                 println!("cancelled {}", cancelled.id);
+            }
+        }
+        SessionsCommand::Fork { id, at, title } => {
+            let at_cursor = match at {
+                Some(at) => at,
+                None => {
+                    let query = wuhu_client::TranscriptQuery {
+                        limit: Some(1),
+                        ..Default::default()
+                    };
+                    client.session(&id, query).await?.session.last_cursor
+                }
+            };
+            let request = wuhu_core::wire::ForkRequest { at_cursor, title };
+            let fork = client.fork_session(&id, &request).await?;
+            if global.json {
+                print_json(&fork);
+            } else {
+                println!("{}", fork.id);
+                eprintln!("forked {id} at cursor {at_cursor}");
+            }
+        }
+        SessionsCommand::Compact { id, instructions } => {
+            let request = wuhu_core::wire::CompactRequest { instructions };
+            let done = client.compact(&id, &request).await?;
+            if global.json {
+                print_json(&done);
+            } else {
+                println!(
+                    "compacted at cursor {}: ~{} tokens before; kept from cursor {}",
+                    done.cursor, done.compaction.tokens_before, done.compaction.first_kept_cursor
+                );
+            }
+        }
+        SessionsCommand::Usage { id } => {
+            let usage = client.session_usage(&id).await?;
+            if global.json {
+                print_json(&usage);
+            } else {
+                print_session_usage(&usage);
             }
         }
         SessionsCommand::Rm { id } => {
@@ -1744,6 +1838,137 @@ async fn mcp(global: &Global, command: McpCommand) -> Result<u8> {
             Ok(exit::OK)
         }
     }
+}
+
+fn usd(value: f64) -> String {
+    format!("${value:.4}")
+}
+
+fn print_session_usage(usage: &wuhu_core::wire::UsageResponse) {
+    let u = &usage.usage;
+    table(
+        &[
+            "PROVIDER",
+            "MODEL",
+            "MESSAGES",
+            "INPUT",
+            "OUTPUT",
+            "CACHE READ",
+            "COST",
+        ],
+        u.by_model.iter().map(|m| {
+            vec![
+                m.provider.clone(),
+                m.model.clone(),
+                m.totals.messages.to_string(),
+                m.totals.input_tokens.to_string(),
+                m.totals.output_tokens.to_string(),
+                m.totals.cache_read_tokens.to_string(),
+                usd(m.totals.cost_usd),
+            ]
+        }),
+    );
+    println!(
+        "total: {} messages, {} input and {} output tokens, {}{}",
+        u.total.messages,
+        u.total.input_tokens,
+        u.total.output_tokens,
+        usd(u.total.cost_usd),
+        if u.total.unpriced_messages > 0 {
+            format!(" ({} unpriced)", u.total.unpriced_messages)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "policy: {} allowed, {} asked, {} denied; MCP: {} calls, {} failed",
+        u.policy.allowed, u.policy.asked, u.policy.denied, u.mcp.calls, u.mcp.errors
+    );
+    if let Some(budget) = &usage.budget {
+        println!(
+            "budget: {} tokens, {}; spent {} tokens, {}",
+            budget
+                .max_tokens
+                .map_or("no limit on".into(), |t| t.to_string()),
+            budget.max_usd.map_or("no dollar limit".into(), usd),
+            usage.spent.tokens,
+            usd(usage.spent.usd)
+        );
+    }
+}
+
+/// `wuhu usage`.
+pub async fn tenant_usage(global: &Global, args: UsageArgs) -> Result<u8> {
+    let client = connect(global)?;
+    let usage = client
+        .tenant_usage(Some(&args.by), args.from, args.to)
+        .await?;
+    if global.json {
+        print_json(&usage);
+        return Ok(exit::OK);
+    }
+    table(
+        &["KEY", "MESSAGES", "INPUT", "OUTPUT", "COST"],
+        usage.groups.iter().map(|g| {
+            let key = match &g.provider {
+                Some(provider) => format!("{provider}/{}", g.key),
+                None => g.key.clone(),
+            };
+            vec![
+                key,
+                g.totals.messages.to_string(),
+                g.totals.input_tokens.to_string(),
+                g.totals.output_tokens.to_string(),
+                usd(g.totals.cost_usd),
+            ]
+        }),
+    );
+    println!(
+        "total: {} messages, {} input and {} output tokens, {}{}",
+        usage.total.messages,
+        usage.total.input_tokens,
+        usage.total.output_tokens,
+        usd(usage.total.cost_usd),
+        if usage.truncated {
+            " (more groups than shown)"
+        } else {
+            ""
+        }
+    );
+    Ok(exit::OK)
+}
+
+/// `wuhu budget`.
+pub async fn budget(global: &Global, args: BudgetArgs) -> Result<u8> {
+    let client = connect(global)?;
+    let answer = if args.clear || args.max_tokens.is_some() || args.max_usd.is_some() {
+        let budget = wuhu_core::wire::Budget {
+            max_tokens: args.max_tokens,
+            max_usd: args.max_usd,
+        };
+        client.set_budget(&budget).await?
+    } else {
+        client.budget().await?
+    };
+    if global.json {
+        print_json(&answer);
+        return Ok(exit::OK);
+    }
+    match &answer.budget {
+        None => println!("no budget"),
+        Some(b) => println!(
+            "budget: {}, {}",
+            b.max_tokens
+                .map_or("no token limit".into(), |t| format!("{t} tokens")),
+            b.max_usd.map_or("no dollar limit".into(), usd)
+        ),
+    }
+    println!(
+        "spent: {} tokens, {}",
+        answer.spent.tokens,
+        usd(answer.spent.usd)
+    );
+    Ok(exit::OK)
 }
 
 /// Prints pretty JSON on stdout.
