@@ -206,3 +206,86 @@ fn the_transport_refuses_what_it_should() {
         "{bad}"
     );
 }
+
+/// The official MCP Inspector's CLI (`@modelcontextprotocol/inspector-cli`, pinned in
+/// `package.json`) drives a session end to end against the real Worker: create, send, wait for
+/// the reply, read it as a resource; another member's token reads nothing of it.
+#[test]
+fn the_mcp_inspector_cli_creates_sends_waits_and_reads() {
+    let stack = stack();
+    let tenant = unique_name("mcp-inspector");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The CLI reads its own package.json relative to the working directory.
+    let dir = root.join("node_modules/@modelcontextprotocol/inspector-cli/build");
+    let url = format!("{}/mcp", stack.base_url());
+    let inspect = |token: &str, args: &[&str]| -> Value {
+        let output = Command::new("node")
+            .current_dir(&dir)
+            .arg("index.js")
+            .arg(&url)
+            .args(args)
+            .arg("--header")
+            .arg(format!("Authorization: Bearer {token}"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "the inspector failed on {args:?}: {}\n{stdout}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let alice = stack.user_token("alice", &tenant);
+    let bob = stack.user_token("bob", &tenant);
+    let tools = inspect(&alice, &["--method", "tools/list"]);
+    assert!(
+        tools["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "session_wait")),
+        "{tools}"
+    );
+    let call = |token: &str, tool: &str, args: &[&str]| {
+        let mut all = vec!["--method", "tools/call", "--tool-name", tool];
+        if !args.is_empty() {
+            all.push("--tool-arg");
+            all.extend_from_slice(args);
+        }
+        inspect(token, &all)
+    };
+    let created = call(
+        &alice,
+        "session_create",
+        &["title=inspected", "provider=fake"],
+    );
+    let id = created["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_string();
+    let sent = call(
+        &alice,
+        "session_send",
+        &[&format!("id={id}"), "content=hello inspector"],
+    );
+    assert_eq!(sent["isError"], false, "{sent}");
+    let waited = call(
+        &alice,
+        "session_wait",
+        &[&format!("id={id}"), "timeoutSeconds=40"],
+    );
+    assert_eq!(
+        waited["structuredContent"]["finalText"], "echo: hello inspector",
+        "{waited}"
+    );
+    let uri = format!("wuhu://session/{id}");
+    let read = inspect(&alice, &["--method", "resources/read", "--uri", &uri]);
+    assert!(
+        read["contents"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello inspector")),
+        "{read}"
+    );
+    let theirs = call(&bob, "session_read", &[&format!("id={id}")]);
+    assert_eq!(theirs["isError"], true, "{theirs}");
+}
