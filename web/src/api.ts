@@ -140,6 +140,7 @@ export const api = {
   mcpServers: () => request<McpServerList>("GET", "/v1/mcp/servers"),
   mcpConnect: (name: string) =>
     request<{ authorizationUrl: string; expiresAt: number }>("POST", `/v1/mcp/servers/${enc(name)}/connect`, {}),
+  mcpFinish: (state: string) => request<{ server: string }>("POST", "/v1/mcp/finish", { state }),
   mcpDisconnect: (name: string) =>
     request<{ disconnected: boolean }>("DELETE", `/v1/mcp/servers/${enc(name)}/connection`),
   mcpTools: (name: string) =>

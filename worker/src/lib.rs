@@ -211,6 +211,10 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
         (["v1", "mcp", "servers", name, "tools"], Method::Get) => {
             mcp_client::tools_route(&env, &identity, name).await
         }
+        (["v1", "mcp", "finish"], Method::Post) => {
+            mcp_oauth::finish_route(&mut req, &env, &identity).await
+        }
+        (["v1", "mcp", "finish"], _) => Err(method_not_allowed()),
         (["v1", "mcp", "servers", name, "connect"], Method::Post) => {
             mcp_oauth::connect_route(&req, &env, &identity, name).await
         }
