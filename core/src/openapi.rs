@@ -597,8 +597,14 @@ const ROUTES: &[Route] = &[
         summary: "Finishes your OAuth sign-in to an MCP server (the page the callback sent your browser to): the code becomes your connection; only who began it may",
         auth: Auth::User,
         params: &[],
-        request: Some((Body::Json(of::<crate::mcp_client::oauth::FinishRequest>), true)),
-        ok: (200, Body::Json(of::<crate::mcp_client::oauth::FinishResponse>)),
+        request: Some((
+            Body::Json(of::<crate::mcp_client::oauth::FinishRequest>),
+            true,
+        )),
+        ok: (
+            200,
+            Body::Json(of::<crate::mcp_client::oauth::FinishResponse>),
+        ),
         errors: &[400, 403, 409, 413, 502],
     },
     Route {

@@ -568,8 +568,12 @@ fn a_person_connects_an_oauth_server_and_only_their_turns_use_it() {
         .send()
         .expect("callback");
     assert_eq!(done.status, 302, "{done}");
-    assert_eq!(done.header("location"), Some("/#/mcp"));
-    // The same state again: refused, the connection stays.
+    let finish_page = done.header("location").unwrap_or_default().to_string();
+    let state = finish_page
+        .strip_prefix("/#/mcp/finish/")
+        .unwrap_or_else(|| panic!("{finish_page}"))
+        .to_string();
+    // The callback is answered once; the code waits for alice to finish it.
     let again = wuhu_e2e::Request::new("GET", back)
         .send()
         .expect("callback");
@@ -578,10 +582,45 @@ fn a_person_connects_an_oauth_server_and_only_their_turns_use_it() {
         .send()
         .expect("callback")
         .expect_error(400);
-    assert_eq!(
-        alice.get("/v1/mcp/servers").json()["servers"][0]["connected"],
-        true
-    );
+    let connected = || alice.get("/v1/mcp/servers").json()["servers"][0]["connected"].clone();
+    assert_eq!(connected(), false, "not connected before it is finished");
+    // The login CSRF of OAuth: had bob's browser come back with a sign-in alice began (his
+    // account at the server), finishing it as bob is refused, and drops it.
+    let hijack = alice.post("/v1/mcp/servers/demo/connect", &json!({}));
+    assert_eq!(hijack.status, 200, "{hijack}");
+    let url = hijack.json()["authorizationUrl"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let to_callback = wuhu_e2e::Request::new("GET", url)
+        .send()
+        .expect("authorize");
+    let callback = to_callback
+        .header("location")
+        .unwrap_or_default()
+        .to_string();
+    let answered = wuhu_e2e::Request::new("GET", callback)
+        .send()
+        .expect("callback");
+    let hijack_state = answered
+        .header("location")
+        .unwrap_or_default()
+        .trim_start_matches("/#/mcp/finish/")
+        .to_string();
+    bob.post("/v1/mcp/finish", &json!({"state": hijack_state}))
+        .expect_error(403);
+    alice
+        .post("/v1/mcp/finish", &json!({"state": hijack_state}))
+        .expect_error(400);
+    assert_eq!(connected(), false);
+    // Alice finishes her own, once.
+    let finished = alice.post("/v1/mcp/finish", &json!({"state": state}));
+    assert_eq!(finished.status, 200, "{finished}");
+    assert_eq!(finished.json()["server"], "demo");
+    alice
+        .post("/v1/mcp/finish", &json!({"state": state}))
+        .expect_error(400);
+    assert_eq!(connected(), true);
 
     // Her turns carry her token; bob's turn in the same session has none of its own.
     let hers = alice.run_tool(&id, "mcp_call", greet.clone(), TURN);

@@ -357,7 +357,9 @@ pub(crate) async fn callback_route(req: &Request, env: &Env) -> ApiResult<Respon
         .headers_mut()
         .set("location", &oauth::finish_location(state))?;
     response.headers_mut().set("cache-control", "no-store")?;
-    response.headers_mut().set("referrer-policy", "no-referrer")?;
+    response
+        .headers_mut()
+        .set("referrer-policy", "no-referrer")?;
     Ok(response)
 }
 

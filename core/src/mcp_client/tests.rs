@@ -862,7 +862,11 @@ mod oauth_flow {
     fn only_who_began_a_sign_in_finishes_it() {
         let p = pending();
         assert_eq!(may_finish(&p, "t", "alice"), Ok(()));
-        assert!(may_finish(&p, "t", "bob").unwrap_err().contains("begun by another person"));
+        assert!(
+            may_finish(&p, "t", "bob")
+                .unwrap_err()
+                .contains("begun by another person")
+        );
         assert!(may_finish(&p, "other", "alice").is_err());
         assert_eq!(finish_location("abc"), "/#/mcp/finish/abc");
     }
