@@ -866,6 +866,7 @@ mod tests {
                 (None, TurnRights::People) => {
                     assert!(rights.may_use_runners().is_ok(), "{what}");
                     assert!(rights.may_fetch().is_ok(), "{what}");
+                    assert!(rights.may_use_mcp().is_ok(), "{what}");
                     assert!(rights.may_read_config(), "{what}");
                     assert!(rights.may_read_workspace("users/alice/context.md").is_ok());
                 }
@@ -877,6 +878,11 @@ mod tests {
                         "{what}"
                     );
                     assert!(rights.may_fetch().unwrap_err().contains("egress refused"));
+                    // A chat stranger's turn uses none of the tenant's MCP servers.
+                    assert!(
+                        rights.may_use_mcp().unwrap_err().contains("MCP servers"),
+                        "{what}"
+                    );
                     assert!(!rights.may_read_config(), "{what}");
                 }
                 _ => panic!("{what}: {rights:?}"),
