@@ -126,11 +126,12 @@ pub enum SessionsCommand {
         before: Option<String>,
     },
     /// Create a session.
+    #[command(visible_alias = "create")]
     New {
         /// Title.
         #[arg(long)]
         title: Option<String>,
-        /// Provider (`fake`, `openai-compatible`).
+        /// Provider (`anthropic`, `openai`, `openai-compatible`, `fake`).
         #[arg(long)]
         provider: Option<String>,
         /// Model.
@@ -139,6 +140,24 @@ pub enum SessionsCommand {
         /// System prompt.
         #[arg(long)]
         system_prompt: Option<String>,
+        #[command(flatten)]
+        reasoning: ReasoningArgs,
+    },
+    /// Switch the session's model or reasoning (`PATCH`): what is not named stays.
+    Model {
+        /// Session id.
+        id: String,
+        /// Switch to this provider (without --model: its default model).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Switch to this model.
+        #[arg(long)]
+        model: Option<String>,
+        #[command(flatten)]
+        reasoning: ReasoningArgs,
+        /// Remove the reasoning setting (the provider's default again).
+        #[arg(long, conflicts_with_all = ["reasoning_effort", "thinking_budget"])]
+        no_reasoning: bool,
     },
     /// The session, its transcript and its queue.
     Show {
@@ -174,6 +193,9 @@ pub enum SessionsCommand {
         /// Then follow the session until it is idle.
         #[arg(long)]
         wait: bool,
+        /// For this message's turn only (the session's setting otherwise).
+        #[command(flatten)]
+        reasoning: ReasoningArgs,
     },
     /// Stop the current turn.
     Stop {
@@ -199,6 +221,100 @@ pub enum SessionsCommand {
         /// Session id.
         id: String,
     },
+    /// A new session whose history is this one's first N entries (`POST …/fork`).
+    Fork {
+        /// Session id.
+        id: String,
+        /// Keep the entries up to and including this cursor (default: all of them).
+        #[arg(long)]
+        at: Option<u64>,
+        /// The fork's title (default: the session's).
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Compact the context now: one summary request replaces the older part (`POST …/compact`).
+    Compact {
+        /// Session id.
+        id: String,
+        /// What the summary should focus on.
+        #[arg(long)]
+        instructions: Option<String>,
+    },
+    /// Tokens and cost per model, policy decisions, MCP calls and the session's budget.
+    Usage {
+        /// Session id.
+        id: String,
+    },
+}
+
+/// `wuhu usage`: what the tenant's sessions used (a member's own sessions).
+#[derive(Args, Debug)]
+pub struct UsageArgs {
+    /// Group by `session`, `user` or `model`.
+    #[arg(long, value_parser = ["session", "user", "model"], default_value = "model")]
+    pub by: String,
+    /// From this Unix time (seconds; default: the beginning).
+    #[arg(long)]
+    pub from: Option<u64>,
+    /// Up to this Unix time (seconds; default: the current hour).
+    #[arg(long)]
+    pub to: Option<u64>,
+}
+
+/// `wuhu budget`: the tenant's budget; with a limit (admins), sets it.
+#[derive(Args, Debug)]
+pub struct BudgetArgs {
+    /// Most input plus output tokens.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// Most US dollars.
+    #[arg(long)]
+    pub max_usd: Option<f64>,
+    /// Remove the budget.
+    #[arg(long, conflicts_with_all = ["max_tokens", "max_usd"])]
+    pub clear: bool,
+}
+
+/// A reasoning setting (`{"effort", "budgetTokens"?}`): how much the model thinks.
+#[derive(Args, Debug, Default)]
+pub struct ReasoningArgs {
+    /// How hard the model thinks: `low`, `medium` or `high` (reasoning models only).
+    #[arg(long, value_parser = ["low", "medium", "high"])]
+    pub reasoning_effort: Option<String>,
+    /// Anthropic models: the thinking budget in tokens (1024 up to the model's output limit
+    /// less 1024).
+    #[arg(long, requires = "reasoning_effort")]
+    pub thinking_budget: Option<u32>,
+}
+
+impl ReasoningArgs {
+    /// The setting, when one was given.
+    pub fn setting(&self) -> Option<wuhu_core::llm::reasoning::Reasoning> {
+        use wuhu_core::llm::reasoning::{Effort, Reasoning};
+        let effort = match self.reasoning_effort.as_deref()? {
+            "low" => Effort::Low,
+            "medium" => Effort::Medium,
+            _ => Effort::High,
+        };
+        Some(Reasoning {
+            effort,
+            budget_tokens: self.thinking_budget,
+        })
+    }
+}
+
+/// `high effort` / `high effort, 8192 thinking tokens` / `default`.
+fn describe_reasoning(reasoning: Option<&wuhu_core::llm::reasoning::Reasoning>) -> String {
+    match reasoning {
+        None => "default reasoning".into(),
+        Some(r) => match r.budget_tokens {
+            None => format!("{} reasoning effort", r.effort.as_str()),
+            Some(budget) => format!(
+                "{} reasoning effort, {budget} thinking tokens",
+                r.effort.as_str()
+            ),
+        },
+    }
 }
 
 /// Fields of an environment definition, for `add` and `edit`.
@@ -694,6 +810,8 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Docs(command) => docs(&global, command).await,
         Command::Secrets(command) => secrets(&global, command).await,
         Command::Policy(command) => policy(&global, command).await,
+        Command::Usage(args) => tenant_usage(&global, args).await,
+        Command::Budget(args) => budget(&global, args).await,
         Command::Mcp(command) => mcp(&global, command).await,
     }
 }
@@ -903,6 +1021,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
             provider,
             model,
             system_prompt,
+            reasoning,
         } => {
             let session = client
                 .create_session(&CreateSessionRequest {
@@ -911,6 +1030,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                     system_prompt,
                     title,
                     budget: None,
+                    reasoning: reasoning.setting(),
                 })
                 .await?;
             if global.json {
@@ -930,8 +1050,12 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                     style.bold(s.title.as_deref().unwrap_or("(untitled)")),
                     style.dim(&s.id)
                 );
+                let reasoning = match &s.reasoning {
+                    Some(r) => format!(" ({})", describe_reasoning(Some(r))),
+                    None => String::new(),
+                };
                 println!(
-                    "{} · {}/{} · owner {} · {} · updated {}",
+                    "{} · {}/{}{reasoning} · owner {} · {} · updated {}",
                     s.status.as_str(),
                     s.provider,
                     s.model,
@@ -978,6 +1102,7 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
             message,
             lane,
             wait,
+            reasoning,
         } => {
             let content = if message == "-" {
                 let mut text = String::new();
@@ -1003,7 +1128,9 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
             } else {
                 0
             };
-            let item = client.enqueue(&id, lane, &content).await?;
+            let item = client
+                .enqueue_reasoning(&id, lane, &content, reasoning.setting())
+                .await?;
             if global.json {
                 print_json(&item);
             } else {
@@ -1037,6 +1164,46 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                 println!("cancelled {}", cancelled.id);
             }
         }
+        SessionsCommand::Fork { id, at, title } => {
+            let at_cursor = match at {
+                Some(at) => at,
+                None => {
+                    let query = wuhu_client::TranscriptQuery {
+                        limit: Some(1),
+                        ..Default::default()
+                    };
+                    client.session(&id, query).await?.session.last_cursor
+                }
+            };
+            let request = wuhu_core::wire::ForkRequest { at_cursor, title };
+            let fork = client.fork_session(&id, &request).await?;
+            if global.json {
+                print_json(&fork);
+            } else {
+                println!("{}", fork.id);
+                eprintln!("forked {id} at cursor {at_cursor}");
+            }
+        }
+        SessionsCommand::Compact { id, instructions } => {
+            let request = wuhu_core::wire::CompactRequest { instructions };
+            let done = client.compact(&id, &request).await?;
+            if global.json {
+                print_json(&done);
+            } else {
+                println!(
+                    "compacted at cursor {}: ~{} tokens before; kept from cursor {}",
+                    done.cursor, done.compaction.tokens_before, done.compaction.first_kept_cursor
+                );
+            }
+        }
+        SessionsCommand::Usage { id } => {
+            let usage = client.session_usage(&id).await?;
+            if global.json {
+                print_json(&usage);
+            } else {
+                print_session_usage(&usage);
+            }
+        }
         SessionsCommand::Rm { id } => {
             let finished = client.delete_session(&id).await?;
             if global.json {
@@ -1045,6 +1212,40 @@ async fn sessions(global: &Global, command: SessionsCommand) -> Result<u8> {
                 println!("deleted {id}");
             } else {
                 println!("deleting {id} (it finishes in the background)");
+            }
+        }
+        SessionsCommand::Model {
+            id,
+            provider,
+            model,
+            reasoning,
+            no_reasoning,
+        } => {
+            let reasoning = match (reasoning.setting(), no_reasoning) {
+                (_, true) => Some(None),
+                (Some(setting), false) => Some(Some(setting)),
+                (None, false) => None,
+            };
+            let session = client
+                .patch_session(
+                    &id,
+                    &PatchSessionRequest {
+                        provider,
+                        model,
+                        reasoning,
+                        ..PatchSessionRequest::default()
+                    },
+                )
+                .await?;
+            if global.json {
+                print_json(&session);
+            } else {
+                println!(
+                    "{}/{} · {}",
+                    session.provider,
+                    session.model,
+                    describe_reasoning(session.reasoning.as_ref())
+                );
             }
         }
         SessionsCommand::Rename { id, title } => {
@@ -1666,6 +1867,137 @@ async fn mcp(global: &Global, command: McpCommand) -> Result<u8> {
             Ok(exit::OK)
         }
     }
+}
+
+fn usd(value: f64) -> String {
+    format!("${value:.4}")
+}
+
+fn print_session_usage(usage: &wuhu_core::wire::UsageResponse) {
+    let u = &usage.usage;
+    table(
+        &[
+            "PROVIDER",
+            "MODEL",
+            "MESSAGES",
+            "INPUT",
+            "OUTPUT",
+            "CACHE READ",
+            "COST",
+        ],
+        u.by_model.iter().map(|m| {
+            vec![
+                m.provider.clone(),
+                m.model.clone(),
+                m.totals.messages.to_string(),
+                m.totals.input_tokens.to_string(),
+                m.totals.output_tokens.to_string(),
+                m.totals.cache_read_tokens.to_string(),
+                usd(m.totals.cost_usd),
+            ]
+        }),
+    );
+    println!(
+        "total: {} messages, {} input and {} output tokens, {}{}",
+        u.total.messages,
+        u.total.input_tokens,
+        u.total.output_tokens,
+        usd(u.total.cost_usd),
+        if u.total.unpriced_messages > 0 {
+            format!(" ({} unpriced)", u.total.unpriced_messages)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "policy: {} allowed, {} asked, {} denied; MCP: {} calls, {} failed",
+        u.policy.allowed, u.policy.asked, u.policy.denied, u.mcp.calls, u.mcp.errors
+    );
+    if let Some(budget) = &usage.budget {
+        println!(
+            "budget: {} tokens, {}; spent {} tokens, {}",
+            budget
+                .max_tokens
+                .map_or("no limit on".into(), |t| t.to_string()),
+            budget.max_usd.map_or("no dollar limit".into(), usd),
+            usage.spent.tokens,
+            usd(usage.spent.usd)
+        );
+    }
+}
+
+/// `wuhu usage`.
+pub async fn tenant_usage(global: &Global, args: UsageArgs) -> Result<u8> {
+    let client = connect(global)?;
+    let usage = client
+        .tenant_usage(Some(&args.by), args.from, args.to)
+        .await?;
+    if global.json {
+        print_json(&usage);
+        return Ok(exit::OK);
+    }
+    table(
+        &["KEY", "MESSAGES", "INPUT", "OUTPUT", "COST"],
+        usage.groups.iter().map(|g| {
+            let key = match &g.provider {
+                Some(provider) => format!("{provider}/{}", g.key),
+                None => g.key.clone(),
+            };
+            vec![
+                key,
+                g.totals.messages.to_string(),
+                g.totals.input_tokens.to_string(),
+                g.totals.output_tokens.to_string(),
+                usd(g.totals.cost_usd),
+            ]
+        }),
+    );
+    println!(
+        "total: {} messages, {} input and {} output tokens, {}{}",
+        usage.total.messages,
+        usage.total.input_tokens,
+        usage.total.output_tokens,
+        usd(usage.total.cost_usd),
+        if usage.truncated {
+            " (more groups than shown)"
+        } else {
+            ""
+        }
+    );
+    Ok(exit::OK)
+}
+
+/// `wuhu budget`.
+pub async fn budget(global: &Global, args: BudgetArgs) -> Result<u8> {
+    let client = connect(global)?;
+    let answer = if args.clear || args.max_tokens.is_some() || args.max_usd.is_some() {
+        let budget = wuhu_core::wire::Budget {
+            max_tokens: args.max_tokens,
+            max_usd: args.max_usd,
+        };
+        client.set_budget(&budget).await?
+    } else {
+        client.budget().await?
+    };
+    if global.json {
+        print_json(&answer);
+        return Ok(exit::OK);
+    }
+    match &answer.budget {
+        None => println!("no budget"),
+        Some(b) => println!(
+            "budget: {}, {}",
+            b.max_tokens
+                .map_or("no token limit".into(), |t| format!("{t} tokens")),
+            b.max_usd.map_or("no dollar limit".into(), usd)
+        ),
+    }
+    println!(
+        "spent: {} tokens, {}",
+        answer.spent.tokens,
+        usd(answer.spent.usd)
+    );
+    Ok(exit::OK)
 }
 
 /// Prints pretty JSON on stdout.

@@ -119,6 +119,11 @@ pub enum Command {
     /// The policy engine: what the tenant's rules (and a runner owner's) would decide on a call.
     #[command(subcommand)]
     Policy(commands::PolicyCommand),
+    /// What the tenant's sessions used, grouped by model, session or user (a member's own).
+    Usage(commands::UsageArgs),
+    /// The tenant's budget and what it spent; `--max-tokens`/`--max-usd`/`--clear` set it
+    /// (admins).
+    Budget(commands::BudgetArgs),
     /// MCP servers sessions may use (`config/mcp.json`, `users/<you>/mcp.json`): list, tools.
     #[command(subcommand)]
     Mcp(commands::McpCommand),

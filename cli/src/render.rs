@@ -90,6 +90,8 @@ pub struct Renderer {
     at_line_start: bool,
     /// The last thing shown was a running command's output.
     in_tool_output: bool,
+    /// The last thing shown was the model's thinking.
+    in_thinking: bool,
     /// Queue items this process sent (their user entries are already on screen).
     pub own_items: Vec<String>,
 }
@@ -103,6 +105,7 @@ impl Renderer {
             broken: None,
             at_line_start: true,
             in_tool_output: false,
+            in_thinking: false,
             own_items: Vec::new(),
         }
     }
@@ -116,9 +119,14 @@ impl Renderer {
             ) | FollowEvent::Disconnected { .. }
                 | FollowEvent::Resumed { .. }
         );
-        if shows_text && self.in_tool_output {
-            // Whatever comes after a command's output starts on a line of its own.
+        let thinks = matches!(event, FollowEvent::Event(StreamEvent::ThinkingDelta { .. }));
+        if (shows_text && (self.in_tool_output || self.in_thinking))
+            || (thinks && self.in_tool_output)
+        {
+            // Whatever comes after a command's output or the model's thinking starts on a line
+            // of its own.
             self.in_tool_output = false;
+            self.in_thinking = false;
             self.line_break(out)?;
         }
         match event {
@@ -142,8 +150,24 @@ impl Renderer {
                 }
             }
             FollowEvent::Event(StreamEvent::ToolOutputDelta { text, .. }) => {
+                self.in_thinking = false;
                 self.tool_output(out, text)?;
             }
+            // Thinking is shown dimmed as it streams (not after a drop: the entry follows).
+            FollowEvent::Event(StreamEvent::ThinkingDelta { .. }) if self.broken.is_some() => {}
+            FollowEvent::Event(StreamEvent::ThinkingDelta { delta }) => {
+                if !self.in_thinking {
+                    self.line_break(out)?;
+                    self.in_thinking = true;
+                    // Thinking cut the streamed text: its entry is shown whole, on its own line.
+                    self.streamed.clear();
+                }
+                write!(out, "{}", self.style.dim(delta))?;
+                self.at_line_start = delta.ends_with('\n');
+            }
+            // The call is printed with its entry; its arguments as they stream are for clients
+            // that draw them (the web app).
+            FollowEvent::Event(StreamEvent::ToolCallDelta { .. }) => {}
             FollowEvent::Event(StreamEvent::Lagged { .. } | StreamEvent::Error { .. }) => {}
             // A child's idle, failure or stop also arrives as a `wuhu_child_status_v1` entry.
             FollowEvent::Event(
@@ -536,6 +560,34 @@ mod tests {
             ]),
             "running it\n│ Compiling a\n│ b\n│ partial\ndone\n"
         );
+    }
+
+    #[test]
+    fn thinking_is_shown_dimmed_on_lines_of_its_own() {
+        let thinking =
+            |text: &str| FollowEvent::Event(StreamEvent::ThinkingDelta { delta: text.into() });
+        let call = FollowEvent::Event(StreamEvent::ToolCallDelta {
+            call_id: "c1".into(),
+            name: "write".into(),
+            arguments_delta: "{\"path\"".into(),
+        });
+        assert_eq!(
+            render(&[
+                thinking("the user"),
+                thinking(" wants ls"),
+                delta("Listing"),
+                call,
+                assistant(3, "Listing"),
+                delta("again"),
+                thinking("hm"),
+                assistant(4, "again"),
+            ]),
+            "the user wants ls\nListing\nagain\nhm\nagain\n"
+        );
+        let mut renderer = Renderer::new(Style { color: true });
+        let mut out = Vec::new();
+        renderer.event(&mut out, &thinking("deep")).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "\u{1b}[2mdeep\u{1b}[0m");
     }
 
     #[test]

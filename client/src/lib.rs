@@ -329,10 +329,30 @@ impl Client {
         lane: Lane,
         content: &str,
     ) -> Result<EnqueueResponse, Error> {
+        self.enqueue_reasoning(id, lane, content, None).await
+    }
+
+    /// [`Client::enqueue`] with a reasoning setting for the message's turn (`None`: the
+    /// session's).
+    ///
+    /// # Errors
+    /// As [`Client::enqueue`]; `400 invalid_reasoning` for a setting the model cannot take.
+    pub async fn enqueue_reasoning(
+        &self,
+        id: &str,
+        lane: Lane,
+        content: &str,
+        reasoning: Option<wuhu_core::llm::reasoning::Reasoning>,
+    ) -> Result<EnqueueResponse, Error> {
         let key = format!("wuhu-client-{}", uuid::Uuid::new_v4());
         let mut attempt = 1;
         loop {
-            match self.enqueue_with_key(id, lane, content, &key).await {
+            let body = EnqueueRequest {
+                content: content.to_string(),
+                key: Some(key.clone()),
+                reasoning,
+            };
+            match self.enqueue_body(id, lane, &body).await {
                 Err(error) if attempt < ENQUEUE_ATTEMPTS && answer_may_be_lost(&error) => {
                     tokio::time::sleep(ENQUEUE_RETRY_DELAY * attempt).await;
                     attempt += 1;
@@ -355,6 +375,21 @@ impl Client {
         content: &str,
         key: &str,
     ) -> Result<EnqueueResponse, Error> {
+        let body = EnqueueRequest {
+            content: content.to_string(),
+            key: Some(key.to_string()),
+            reasoning: None,
+        };
+        self.enqueue_body(id, lane, &body).await
+    }
+
+    /// `POST /v1/sessions/:id/enqueue?lane=` with `body`, once.
+    async fn enqueue_body(
+        &self,
+        id: &str,
+        lane: Lane,
+        body: &EnqueueRequest,
+    ) -> Result<EnqueueResponse, Error> {
         let mut url = self.url(["v1", "sessions", id, "enqueue"]);
         let lane = match lane {
             Lane::Steer => "steer",
@@ -362,11 +397,7 @@ impl Client {
             Lane::System => "system",
         };
         url.query_pairs_mut().append_pair("lane", lane);
-        let body = EnqueueRequest {
-            content: content.to_string(),
-            key: Some(key.to_string()),
-        };
-        self.send_json(Method::POST, url, &body).await
+        self.send_json(Method::POST, url, body).await
     }
 
     /// `POST /v1/sessions/:id/cancel`: withdraws a queued item not yet delivered.
@@ -429,6 +460,87 @@ impl Client {
     /// As [`Client::healthz`].
     pub async fn stats(&self, id: &str) -> Result<serde_json::Value, Error> {
         self.get(self.url(["v1", "sessions", id, "stats"])).await
+    }
+
+    /// `POST /v1/sessions/:id/fork`: a new session whose history is this one's first
+    /// `at_cursor` entries.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for a cursor past the session's last, `404`.
+    pub async fn fork_session(
+        &self,
+        id: &str,
+        request: &wuhu_core::wire::ForkRequest,
+    ) -> Result<wuhu_core::wire::SessionInfo, Error> {
+        let url = self.url(["v1", "sessions", id, "fork"]);
+        self.send_json(Method::POST, url, request).await
+    }
+
+    /// `POST /v1/sessions/:id/compact`: compacts the context now.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `409 nothing_to_compact`, `502 llm_error`.
+    pub async fn compact(
+        &self,
+        id: &str,
+        request: &wuhu_core::wire::CompactRequest,
+    ) -> Result<wuhu_core::wire::CompactResponse, Error> {
+        let url = self.url(["v1", "sessions", id, "compact"]);
+        self.send_json(Method::POST, url, request).await
+    }
+
+    /// `GET /v1/sessions/:id/usage`: tokens, cost, policy decisions and MCP calls.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn session_usage(&self, id: &str) -> Result<wuhu_core::wire::UsageResponse, Error> {
+        self.get(self.url(["v1", "sessions", id, "usage"])).await
+    }
+
+    /// `GET /v1/usage?by=&from=&to=`: the tenant's usage (a member's own sessions).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for a bad range or grouping.
+    pub async fn tenant_usage(
+        &self,
+        by: Option<&str>,
+        from: Option<u64>,
+        to: Option<u64>,
+    ) -> Result<wuhu_core::tenant_usage::TenantUsage, Error> {
+        let mut url = self.url(["v1", "usage"]);
+        {
+            let mut pairs = url.query_pairs_mut();
+            if let Some(by) = by {
+                pairs.append_pair("by", by);
+            }
+            if let Some(from) = from {
+                pairs.append_pair("from", &from.to_string());
+            }
+            if let Some(to) = to {
+                pairs.append_pair("to", &to.to_string());
+            }
+        }
+        self.get(url).await
+    }
+
+    /// `GET /v1/budget`: the tenant's budget and what it spent.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn budget(&self) -> Result<wuhu_core::tenant_usage::TenantBudget, Error> {
+        self.get(self.url(["v1", "budget"])).await
+    }
+
+    /// `PUT /v1/budget` (admins): sets the tenant's budget (`Budget::default()` removes it).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `403` for a member, `400` for a negative limit.
+    pub async fn set_budget(
+        &self,
+        budget: &wuhu_core::wire::Budget,
+    ) -> Result<wuhu_core::tenant_usage::TenantBudget, Error> {
+        self.send_json(Method::PUT, self.url(["v1", "budget"]), budget)
+            .await
     }
 
     /// `POST /v1/sessions/:id/approvals/:approvalId` with `approve`, `approve_session` or

@@ -1406,6 +1406,7 @@ mod tests {
             system_prompt: "s".into(),
             provider: "fake".into(),
             model: "m".into(),
+            reasoning: None,
         };
         let mut session = Session::create(Millis(1), 1, header, vec![]);
         while session.poll_effect().is_some() {}

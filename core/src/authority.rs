@@ -321,6 +321,16 @@ pub fn is_guest(sub: &str) -> bool {
     sub.contains(':') || sub == crate::session::MORE_PRINCIPALS
 }
 
+/// The one member a turn acting for `acting_for` acts for alone, if it does: whose own MCP
+/// servers and OAuth connections the turn may use (`crate::mcp_client`; they can hold what only
+/// that person may see, and a turn for several people would hand it to the others).
+pub fn sole_member(acting_for: &[String]) -> Option<&str> {
+    match acting_for {
+        [one] if !is_guest(one) => Some(one.as_str()),
+        _ => None,
+    }
+}
+
 /// The workspace folder of a chat binding's guests: `channels/<binding id>/`.
 pub fn guest_folder(binding: &str) -> String {
     format!("channels/{binding}/")
@@ -641,7 +651,7 @@ impl WorkspaceWriter<'_> {
             WorkspaceWriter::SessionTool { .. }
                 if is_tenant_config(path)
                     || crate::policy::is_policy_document(path)
-                    || crate::mcp_client::config::is_mcp_document(path) =>
+                    || crate::mcp_client::documents::is_mcp_document(path) =>
             {
                 false
             }
@@ -679,7 +689,7 @@ impl WorkspaceWriter<'_> {
                 )
             }
             WorkspaceWriter::SessionTool { .. }
-                if crate::mcp_client::config::is_mcp_document(path) =>
+                if crate::mcp_client::documents::is_mcp_document(path) =>
             {
                 format!(
                     "{path} lists MCP servers: a session's tools never change where its calls (and their credentials) go; its user or an admin edits it"
@@ -856,6 +866,7 @@ mod tests {
                 (None, TurnRights::People) => {
                     assert!(rights.may_use_runners().is_ok(), "{what}");
                     assert!(rights.may_fetch().is_ok(), "{what}");
+                    assert!(rights.may_use_mcp().is_ok(), "{what}");
                     assert!(rights.may_read_config(), "{what}");
                     assert!(rights.may_read_workspace("users/alice/context.md").is_ok());
                 }
@@ -867,6 +878,11 @@ mod tests {
                         "{what}"
                     );
                     assert!(rights.may_fetch().unwrap_err().contains("egress refused"));
+                    // A chat stranger's turn uses none of the tenant's MCP servers.
+                    assert!(
+                        rights.may_use_mcp().unwrap_err().contains("MCP servers"),
+                        "{what}"
+                    );
                     assert!(!rights.may_read_config(), "{what}");
                 }
                 _ => panic!("{what}: {rights:?}"),

@@ -300,6 +300,7 @@ impl Parts {
             messages,
             tools,
             max_output_tokens: None,
+            reasoning: None,
             images: Default::default(),
         }
     }
@@ -640,6 +641,7 @@ fn summary_request(
         tools: Vec::new(),
         images: Default::default(),
         max_output_tokens: Some(SUMMARY_MAX_OUTPUT_TOKENS),
+        reasoning: None,
     }
 }
 

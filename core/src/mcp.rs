@@ -36,6 +36,10 @@ pub mod codes {
     pub const METHOD_NOT_FOUND: i64 = -32601;
     /// Bad parameters, an unknown tool.
     pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error (a route failed otherwise than by not finding the resource).
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// No such resource (or not one the caller may read), as the spec names it.
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
 }
 
 /// A JSON-RPC error.
@@ -140,7 +144,10 @@ pub fn initialize_result(params: &Value, server_version: &str) -> Value {
         .unwrap_or(PROTOCOL_VERSIONS[0]);
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {
+            "tools": {"listChanged": false},
+            "resources": {"listChanged": false, "subscribe": false},
+        },
         "serverInfo": {"name": "wuhu", "title": "Wuhu", "version": server_version},
         "instructions": "Wuhu runs LLM agent sessions. Create one (session_create), send it a message (session_send), wait for its reply (session_wait), read its transcript (session_read). Every tool acts as the API does for your credentials.",
     })
@@ -401,6 +408,154 @@ pub fn plan(params: &Value) -> Result<Plan, RpcError> {
         }
     };
     Ok(plan)
+}
+
+/// Sessions `resources/list` shows a page.
+pub const RESOURCES_PER_PAGE: u64 = 50;
+
+/// A session as a resource.
+pub fn session_uri(id: &str) -> String {
+    format!("wuhu://session/{id}")
+}
+
+/// `resources/list`: the sessions the caller sees, newest first, a page per cursor (the
+/// workspace's documents are the template `wuhu://workspace/{path}`).
+///
+/// # Errors
+/// [`codes::INVALID_PARAMS`] for a cursor this server did not give.
+pub fn resources_list_call(params: &Value) -> Result<HttpCall, RpcError> {
+    let mut path = format!("/v1/sessions?limit={RESOURCES_PER_PAGE}");
+    match params.get("cursor") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(cursor)) if crate::deletion::is_session_id(cursor) => {
+            path.push_str(&format!("&before={cursor}"));
+        }
+        Some(_) => {
+            return Err(RpcError::new(
+                codes::INVALID_PARAMS,
+                "cursor is one a previous resources/list answered",
+            ));
+        }
+    }
+    Ok(HttpCall {
+        method: "GET",
+        path,
+        body: None,
+    })
+}
+
+/// The `resources/list` result of a `GET /v1/sessions` page.
+pub fn resources_list_result(page: &Value) -> Value {
+    let resources: Vec<Value> = page["sessions"]
+        .as_array()
+        .map(|sessions| {
+            sessions
+                .iter()
+                .filter_map(|s| {
+                    let id = s["id"].as_str()?;
+                    let title = s["title"].as_str().unwrap_or("(untitled)");
+                    Some(json!({
+                        "uri": session_uri(id),
+                        "name": title,
+                        "description": format!(
+                            "A Wuhu session ({}, {}), owned by {}",
+                            s["status"].as_str().unwrap_or("unknown"),
+                            s["model"].as_str().unwrap_or(""),
+                            s["owner"].as_str().unwrap_or("")
+                        ),
+                        "mimeType": "application/json",
+                    }))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut result = json!({"resources": resources});
+    if let Some(next) = page["nextBefore"].as_str() {
+        result["nextCursor"] = json!(next);
+    }
+    result
+}
+
+/// `resources/templates/list`.
+pub fn resource_templates() -> Value {
+    json!({"resourceTemplates": [
+        {"uriTemplate": "wuhu://session/{id}", "name": "session",
+         "description": "A session and the last 200 entries of its transcript", "mimeType": "application/json"},
+        {"uriTemplate": "wuhu://workspace/{path}", "name": "workspace document",
+         "description": "A document of the tenant's workspace (such as notes/plan.md)", "mimeType": "text/markdown"},
+    ]})
+}
+
+/// `resources/read`: the API request for the resource `params.uri`.
+///
+/// # Errors
+/// [`codes::INVALID_PARAMS`]: no URI, or not one of this server's.
+pub fn resource_read_call(params: &Value) -> Result<HttpCall, RpcError> {
+    let uri = params
+        .get("uri")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::new(codes::INVALID_PARAMS, "uri (a string) is required"))?;
+    let bad = || {
+        RpcError::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "{uri:?} is not a resource of this server (wuhu://session/<id>, wuhu://workspace/<path>)"
+            ),
+        )
+    };
+    let path = if let Some(id) = uri.strip_prefix("wuhu://session/") {
+        if !crate::deletion::is_session_id(id) {
+            return Err(bad());
+        }
+        format!("/v1/sessions/{id}?limit={MAX_READ_ENTRIES}")
+    } else if let Some(doc) = uri.strip_prefix("wuhu://workspace/") {
+        let args = Map::from_iter([("path".to_string(), json!(doc))]);
+        let a = Args {
+            tool: "resources/read",
+            args: &args,
+        };
+        format!("/v1/workspace/docs/{}", a.doc_path().map_err(|_| bad())?)
+    } else {
+        return Err(bad());
+    };
+    Ok(HttpCall {
+        method: "GET",
+        path,
+        body: None,
+    })
+}
+
+/// The `resources/read` result of the API's answer.
+///
+/// # Errors
+/// [`codes::RESOURCE_NOT_FOUND`] for a `404` (what the caller may not read is not found
+/// either), [`codes::INTERNAL_ERROR`] for another failure.
+pub fn resource_read_result(uri: &str, status: u16, body: &Value) -> Result<Value, RpcError> {
+    if status == 404 {
+        return Err(RpcError::new(
+            codes::RESOURCE_NOT_FOUND,
+            format!("Resource not found: {uri}"),
+        ));
+    }
+    if !(200..300).contains(&status) {
+        return Err(RpcError::new(
+            codes::INTERNAL_ERROR,
+            format!(
+                "{status} {}",
+                body.pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the request failed")
+            ),
+        ));
+    }
+    let (mime, text) = match body.get("content").and_then(Value::as_str) {
+        Some(doc) if uri.starts_with("wuhu://workspace/") => ("text/markdown", doc.to_string()),
+        _ => (
+            "application/json",
+            serde_json::to_string_pretty(body).unwrap_or_default(),
+        ),
+    };
+    Ok(json!({"contents": [{"uri": uri, "mimeType": mime, "text": text}]}))
 }
 
 fn get(path: String) -> Plan {

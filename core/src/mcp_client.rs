@@ -4,13 +4,15 @@
 //! `mcp_client.rs` performs them.
 //!
 //! * [`config`]: the server documents (`config/mcp.json`, `users/<sub>/mcp.json`), which servers
-//!   a turn sees ([`config::visible`], [`config::user_for_turn`]).
+//!   a turn sees ([`config::visible`], with `crate::authority::sole_member`); [`documents`]:
+//!   where they live (a leaf).
 //! * [`exchange`]: one request over the streamable HTTP transport, as a machine the host
 //!   drives (session opening, `Mcp-Session-Id`, expiry, event-stream answers, bounds).
 //! * [`present`]: what the model sees: tool listings, results with their blobs.
 //! * [`oauth`]: OAuth 2.1 for servers that need it (discovery, registration, PKCE, tokens).
 
 pub mod config;
+pub mod documents;
 pub mod exchange;
 pub mod oauth;
 pub mod present;

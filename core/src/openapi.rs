@@ -569,7 +569,7 @@ const ROUTES: &[Route] = &[
         path: "/v1/mcp/callback",
         id: "mcpOAuthCallback",
         tag: "mcp",
-        summary: "Where an MCP server's authorization server sends the browser back: stores the connection, then redirects to the web app",
+        summary: "Where an MCP server's authorization server sends the browser back: keeps the code, then redirects to the web app's page that finishes the sign-in",
         auth: Auth::OAuthState,
         params: &[
             Param {
@@ -587,7 +587,25 @@ const ROUTES: &[Route] = &[
         ],
         request: None,
         ok: (302, Body::Empty),
-        errors: &[400, 502],
+        errors: &[400],
+    },
+    Route {
+        method: "post",
+        path: "/v1/mcp/finish",
+        id: "finishMcpConnection",
+        tag: "mcp",
+        summary: "Finishes your OAuth sign-in to an MCP server (the page the callback sent your browser to): the code becomes your connection; only who began it may",
+        auth: Auth::User,
+        params: &[],
+        request: Some((
+            Body::Json(of::<crate::mcp_client::oauth::FinishRequest>),
+            true,
+        )),
+        ok: (
+            200,
+            Body::Json(of::<crate::mcp_client::oauth::FinishResponse>),
+        ),
+        errors: &[400, 403, 409, 413, 502],
     },
     Route {
         method: "get",

@@ -21,6 +21,7 @@
 //!
 //! A user's own secret comes first when both exist under one name.
 
+pub mod name;
 use serde::{Deserialize, Serialize};
 
 use crate::authority::Principal;
@@ -32,8 +33,7 @@ pub const KEY_VAR: &str = "WUHU_SECRETS_KEY";
 pub const MAX_SECRETS_PER_TENANT: usize = 200;
 /// Longest value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 16 * 1024;
-/// Longest name, in bytes.
-pub const MAX_NAME_BYTES: usize = 64;
+pub use name::{MAX_NAME_BYTES, check_name};
 /// Most entries in `hosts`, and in `environments`.
 pub const MAX_TARGETS: usize = 32;
 
@@ -207,31 +207,6 @@ impl SecretKeys {
             "a secret does not open with {KEY_VAR} (or {PREVIOUS_KEY_VAR}): was the key rotated without keeping the previous one?"
         ))
     }
-}
-
-/// Whether `name` can name a secret: an environment variable name of 1 to 64 characters
-/// (`[A-Z_][A-Z0-9_]*`), not starting `WUHU_` (the runner's own variables).
-///
-/// # Errors
-/// What is wrong, for a 400.
-pub fn check_name(name: &str) -> Result<(), String> {
-    let shape = !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        && !name.as_bytes()[0].is_ascii_digit();
-    if !shape {
-        return Err(format!(
-            "a secret's name is an environment variable name: 1 to {MAX_NAME_BYTES} of A-Z, 0-9 and _, not starting with a digit (got {name:?})"
-        ));
-    }
-    if name.starts_with("WUHU_") {
-        return Err(format!(
-            "{name:?}: names starting WUHU_ are the runner's own"
-        ));
-    }
-    Ok(())
 }
 
 /// Whether `host` is a host name or `*.` and one (lowercase letters, digits, `-`, `.`).

@@ -448,11 +448,13 @@ pub fn parse_client_frame(
                 body: EnqueueRequest {
                     content,
                     key: body.key,
+                    reasoning: body.reasoning,
                 },
             }),
         },
         (Kind::Cancel, None, Some(body)) => match (body.content, body.id) {
             _ if body.key.is_some() => refuse("unknown field `key` in `body`"),
+            _ if body.reasoning.is_some() => refuse("unknown field `reasoning` in `body`"),
             (Some(_), _) => refuse("unknown field `content` in `body`"),
             (None, None) => refuse("missing field `id` in `body`"),
             (None, Some(item)) => Ok(ClientFrame::Cancel {
@@ -515,6 +517,8 @@ struct WireBody {
     key: Option<String>,
     #[serde(default)]
     id: Option<String>,
+    #[serde(default)]
+    reasoning: Option<crate::llm::reasoning::Reasoning>,
 }
 
 fn not_an_object() -> FrameError {
@@ -641,6 +645,19 @@ mod tests {
                 r#"{"type":"cancel","id":"c","body":{"id":"i","key":"k"}}"#.into(),
                 Err((Some("c"), 400, "unknown field `key`")),
             ),
+            // A message's reasoning setting (checked against the model by the route).
+            (
+                r#"{"type":"enqueue","id":"r","body":{"content":"x","reasoning":{"effort":"high","budgetTokens":2048}}}"#.into(),
+                Ok("enqueue"),
+            ),
+            (
+                r#"{"type":"enqueue","id":"r","body":{"content":"x","reasoning":{"effort":"max"}}}"#.into(),
+                Err((Some("r"), 400, "unknown variant `max`")),
+            ),
+            (
+                r#"{"type":"cancel","id":"c","body":{"id":"i","reasoning":{"effort":"low"}}}"#.into(),
+                Err((Some("c"), 400, "unknown field `reasoning`")),
+            ),
             (
                 r#"{"type":"enqueue","id":"e","body":{"id":"i","content":"x"}}"#.into(),
                 Err((Some("e"), 400, "unknown field `id`")),
@@ -729,6 +746,7 @@ mod tests {
                 body: EnqueueRequest {
                     content: "hi".into(),
                     key: None,
+                    reasoning: None,
                 },
             },
             ClientFrame::Enqueue {
@@ -737,6 +755,7 @@ mod tests {
                 body: EnqueueRequest {
                     content: "once".into(),
                     key: Some("msg-1".into()),
+                    reasoning: None,
                 },
             },
             ClientFrame::Stop { id: "2".into() },

@@ -13,7 +13,8 @@
 use serde::Deserialize;
 
 use crate::llm::models::{ModelTable, TENANT_TABLE_PATH};
-use crate::mcp_client::config::{McpServers, TENANT_MCP_PATH};
+use crate::mcp_client::config::McpServers;
+use crate::mcp_client::documents::TENANT_MCP_PATH;
 use crate::policy::{Policy, TENANT_POLICY_PATH};
 
 /// Where [`TenantConfig`] lives in the workspace.

@@ -158,7 +158,7 @@ pub enum UrlError {
 /// (RFC 3986: `demo://…`, `file:///…`), so a second segment without `:` that names a server is
 /// an environment's server.
 fn parse_mcp(path: &str) -> Option<WuhuUrl> {
-    use crate::mcp_client::config::valid_server_name;
+    use crate::mcp_client::documents::valid_server_name;
     let (first, rest) = path.split_once('/')?;
     if let Some((second, uri)) = rest.split_once('/')
         && valid_server_name(second)

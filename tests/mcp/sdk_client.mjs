@@ -46,6 +46,14 @@ await alice.callTool({ name: "workspace_write", arguments: { path: doc, content:
 const docRead = await alice.callTool({ name: "workspace_read", arguments: { path: doc } });
 out.docContent = docRead.structuredContent.content;
 
+// Resources: her sessions are listed; a session and a document are read by URI.
+out.resources = (await alice.listResources()).resources.map((r) => r.uri);
+out.templates = (await alice.listResourceTemplates()).resourceTemplates.map((t) => t.uriTemplate);
+const sessionResource = await alice.readResource({ uri: `wuhu://session/${id}` });
+out.sessionResource = JSON.parse(sessionResource.contents[0].text).transcript.length;
+const docResource = await alice.readResource({ uri: `wuhu://workspace/${doc}` });
+out.docResource = docResource.contents[0].text;
+
 try {
   await alice.callTool({ name: "rm_rf", arguments: {} });
   out.unknownTool = "answered";
@@ -60,6 +68,13 @@ const bobRead = await bob.callTool({ name: "session_read", arguments: { id } });
 out.bobRead = { isError: bobRead.isError, text: bobRead.content[0].text };
 const bobSend = await bob.callTool({ name: "session_send", arguments: { id, content: "let me in" } });
 out.bobSend = { isError: bobSend.isError, text: bobSend.content[0].text };
+out.bobResources = (await bob.listResources()).resources.map((r) => r.uri);
+try {
+  await bob.readResource({ uri: `wuhu://session/${id}` });
+  out.bobResource = "answered";
+} catch (e) {
+  out.bobResource = e.code;
+}
 
 await alice.close();
 await bob.close();

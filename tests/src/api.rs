@@ -285,6 +285,20 @@ impl Api {
             .expect("one result")
     }
 
+    /// Waits until session `parent` has at least `count` children; returns them in spawn order.
+    #[track_caller]
+    pub fn wait_children(
+        &self,
+        parent: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Vec<wuhu_core::wire::ChildStatus> {
+        crate::util::wait_for(&format!("{count} child(ren)"), timeout, || {
+            let children = self.session(parent).children;
+            (children.len() >= count).then_some(children)
+        })
+    }
+
     /// `GET /v1/workspace/docs/{path}`, whatever its answer. `path` goes into the URL as given
     /// (percent-encode odd paths yourself).
     #[track_caller]

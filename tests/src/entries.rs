@@ -179,3 +179,13 @@ fn clip(text: &str) -> String {
         format!("{short:?}")
     }
 }
+
+/// The results of every call of `tool` among `entries`, in order.
+pub fn results_of(entries: &[Entry], tool: &str) -> Vec<ToolResult> {
+    entries
+        .iter()
+        .filter_map(tool_result)
+        .filter(|r| r.tool_name == tool)
+        .cloned()
+        .collect()
+}

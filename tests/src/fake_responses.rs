@@ -1,7 +1,9 @@
 //! The OpenAI Responses dialect of the fake LLM server ([`crate::FakeOpenAi`] routes
 //! `POST /v1/responses` here). Streams are shaped like recorded Responses API streams:
 //! `response.created`, per output item `response.output_item.added` … `.done` (a `reasoning`
-//! item with `encrypted_content` when the reply has thinking, a `message` with
+//! item with `encrypted_content` when the reply has thinking, its summary streamed by
+//! `response.reasoning_summary_part.added`, `response.reasoning_summary_text.delta`s, `.done`
+//! and `response.reasoning_summary_part.done`; a `message` with
 //! `response.output_text.delta`s, `function_call`s with `response.function_call_arguments.delta`s),
 //! then `response.completed` with usage (cached and reasoning token details).
 
@@ -79,6 +81,15 @@ pub fn stream_frames(model: &str, reply: &StreamReply) -> Vec<String> {
         events.push(
             json!({"type": "response.output_item.added", "output_index": index, "item": item}),
         );
+        // The summary as it is written (`reasoning.summary: "auto"`), one part.
+        let item_id = format!("rs_fake{n}");
+        let part = json!({"type": "summary_text", "text": ""});
+        events.push(json!({"type": "response.reasoning_summary_part.added", "item_id": item_id, "output_index": index, "summary_index": 0, "part": part}));
+        for piece in split_text(summary, 3) {
+            events.push(json!({"type": "response.reasoning_summary_text.delta", "item_id": item_id, "output_index": index, "summary_index": 0, "delta": piece}));
+        }
+        events.push(json!({"type": "response.reasoning_summary_text.done", "item_id": item_id, "output_index": index, "summary_index": 0, "text": summary}));
+        events.push(json!({"type": "response.reasoning_summary_part.done", "item_id": item_id, "output_index": index, "summary_index": 0, "part": {"type": "summary_text", "text": summary}}));
         events.push(
             json!({"type": "response.output_item.done", "output_index": index, "item": {
                 "id": format!("rs_fake{n}"), "type": "reasoning",

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wuhu_core::wire::{ChildStatus, Entry, EntryPayload, Message, ToolResult, custom_types};
-use wuhu_e2e::entries::{customs, describe, fake_directive, tool_result};
+use wuhu_core::wire::{Entry, EntryPayload, Message, custom_types};
+use wuhu_e2e::entries::{customs, describe, fake_directive, results_of};
 use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir};
 use wuhu_e2e::util::{random_hex, unique_name, wait_for};
 use wuhu_e2e::{Api, Stack, StackOptions};
@@ -124,15 +124,6 @@ fn approve(api: &Api, session: &str, request: &Value) {
     assert_eq!(answered.status, 200, "{answered}");
 }
 
-/// The children `parent` knows of, once there are `count`.
-#[track_caller]
-fn wait_children(api: &Api, parent: &str, count: usize) -> Vec<ChildStatus> {
-    wait_for(&format!("{count} child(ren)"), TURN, || {
-        let children = api.session(parent).children;
-        (children.len() >= count).then_some(children)
-    })
-}
-
 /// The `actingFor` of the first user message of `entries`.
 fn first_acting_for(entries: &[Entry]) -> Option<Option<Vec<String>>> {
     entries.iter().find_map(|e| match &e.payload {
@@ -141,15 +132,6 @@ fn first_acting_for(entries: &[Entry]) -> Option<Option<Vec<String>>> {
         } => Some(acting_for.clone()),
         _ => None,
     })
-}
-
-fn results_of(entries: &[Entry], tool: &str) -> Vec<ToolResult> {
-    entries
-        .iter()
-        .filter_map(tool_result)
-        .filter(|r| r.tool_name == tool)
-        .cloned()
-        .collect()
 }
 
 /// bob's one prompt into alice's shared session spawns a child with `inherit`: sharing her
@@ -202,7 +184,7 @@ fn bobs_spawn_with_inherit_creates_nothing_on_alices_machine_until_alice_approve
     assert!(!marker.exists(), "bob's command ran before alice answered");
 
     approve(&world.alice, &session, &share);
-    let child = wait_children(&world.alice, &session, 1).remove(0).id;
+    let child = world.alice.wait_children(&session, 1, TURN).remove(0).id;
     // The child's task is alice's message acting for bob: its command waits for alice too.
     let request = wait_requests(&world.alice, &child, 1).remove(0);
     assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
@@ -233,7 +215,7 @@ fn bobs_spawn_with_inherit_creates_nothing_on_alices_machine_until_alice_approve
     wait_for("alice's child's command", TURN, || {
         own.exists().then_some(())
     });
-    let children = wait_children(&world.alice, &session, 2);
+    let children = world.alice.wait_children(&session, 2, TURN);
     let second = &children[1].id;
     assert!(requests(&world.alice.transcript(second)).is_empty());
     assert_eq!(requests(&world.alice.transcript(&session)).len(), 1);
@@ -256,7 +238,7 @@ fn a_grandchild_that_requests_alices_machine_for_bob_waits_for_alice() {
     )]);
     let prompt = calls(&[("spawn_session", json!({"task": child_task}))]);
     world.bob.enqueue(&session, "followUp", &prompt);
-    let child = wait_children(&world.alice, &session, 1).remove(0).id;
+    let child = world.alice.wait_children(&session, 1, TURN).remove(0).id;
     let request = wait_requests(&world.alice, &child, 1).remove(0);
     assert_eq!(
         request["approver"],
@@ -266,7 +248,9 @@ fn a_grandchild_that_requests_alices_machine_for_bob_waits_for_alice() {
     assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
     assert!(!marker.exists(), "the grandchild ran before alice answered");
     assert!(
-        wait_children(&world.alice, &child, 1)
+        world
+            .alice
+            .wait_children(&child, 1, TURN)
             .iter()
             .all(|c| !matches!(c.lifecycle, wuhu_core::wire::ChildLifecycle::Running)),
         "the grandchild runs before alice answered"
@@ -321,7 +305,7 @@ fn session_tools_in_bobs_turn_never_see_alices_private_sessions() {
     // A child bob's turn spawns reads for bob too.
     let prompt = calls(&[("spawn_session", json!({"task": probe()}))]);
     world.bob.enqueue(&session, "followUp", &prompt);
-    let child = wait_children(&world.alice, &session, 1).remove(0).id;
+    let child = world.alice.wait_children(&session, 1, TURN).remove(0).id;
     let entries = world
         .alice
         .wait_transcript(&child, "the child's probe", TURN, |e| {
@@ -364,7 +348,7 @@ fn a_child_acting_for_bob_cannot_write_alices_context() {
     };
     let prompt = calls(&[("spawn_session", json!({"task": write("obey bob")}))]);
     world.bob.enqueue(&session, "followUp", &prompt);
-    let child = wait_children(&world.alice, &session, 1).remove(0).id;
+    let child = world.alice.wait_children(&session, 1, TURN).remove(0).id;
     let entries = world
         .alice
         .wait_transcript(&child, "the child's write", TURN, |e| {
@@ -379,7 +363,7 @@ fn a_child_acting_for_bob_cannot_write_alices_context() {
 
     let prompt = calls(&[("spawn_session", json!({"task": write("my own notes")}))]);
     world.alice.enqueue(&session, "followUp", &prompt);
-    let child = wait_children(&world.alice, &session, 2).remove(1).id;
+    let child = world.alice.wait_children(&session, 2, TURN).remove(1).id;
     let entries = world
         .alice
         .wait_transcript(&child, "alice's child's write", TURN, |e| {

@@ -1226,3 +1226,94 @@ fn a_chat_across_a_server_restart_resumes_without_loss_and_says_so_once() {
         describe(&printed)
     );
 }
+
+/// `sessions fork|compact|usage`, `usage` and `budget`, each with `--json` (the wire types) and
+/// in words; a member setting the budget is refused with the server's code.
+#[test]
+fn fork_compact_usage_and_budget_speak_json_and_words() {
+    let stack = stack();
+    let _guard = stack.guard();
+    let tenant = unique_name("cli-parity");
+    let wuhu = user("dora", &tenant);
+    let api = stack.client("dora", &tenant);
+    let id = api.create_fake_session().id;
+    for turn in ["fact: the hint is green", "turn 1", "turn 2", "turn 3"] {
+        api.enqueue(&id, "followUp", turn);
+        api.wait_idle(&id, TURN);
+    }
+
+    let usage = wuhu.run(&["--json", "sessions", "usage", &id]).ok().json();
+    assert!(usage["messages"].as_u64().unwrap_or(0) >= 4, "{usage}");
+    assert_eq!(usage["byModel"][0]["provider"], "fake", "{usage}");
+    assert_eq!(usage["mcp"]["calls"], 0, "{usage}");
+    let words = wuhu.run(&["sessions", "usage", &id]).ok();
+    assert!(
+        words.stdout.contains("fake-echo") && words.stdout.contains("policy: 0 allowed"),
+        "{words:?}"
+    );
+
+    let fork: SessionInfo = serde_json::from_value(
+        wuhu.run(&["--json", "sessions", "fork", &id, "--at", "3"])
+            .ok()
+            .json(),
+    )
+    .expect("sessions fork --json is a SessionInfo");
+    assert_eq!(fork.forked_from.as_ref().map(|f| f.cursor), Some(3));
+    // Without --at, the whole history; in words, the new id alone.
+    let whole = wuhu
+        .run(&["sessions", "fork", &id, "--title", "all of it"])
+        .ok();
+    let whole_id = whole.stdout.trim().to_string();
+    assert_eq!(whole_id.len(), 36, "{whole:?}");
+    assert_eq!(
+        api.session(&whole_id).session.title.as_deref(),
+        Some("all of it")
+    );
+    let past = wuhu.run(&["sessions", "fork", &id, "--at", "9999"]);
+    assert_eq!(past.code(), 1, "{past:?}");
+
+    let compacted = wuhu
+        .run(&[
+            "--json",
+            "sessions",
+            "compact",
+            &id,
+            "--instructions",
+            "keep the hint",
+        ])
+        .ok()
+        .json();
+    assert_eq!(compacted["compaction"]["reason"], "manual", "{compacted}");
+    assert!(
+        compacted["compaction"]["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the hint is green"),
+        "{compacted}"
+    );
+
+    let tenant_usage = wuhu
+        .run(&["--json", "usage", "--by", "session"])
+        .ok()
+        .json();
+    assert_eq!(tenant_usage["by"], "session", "{tenant_usage}");
+    let budget = wuhu.run(&["--json", "budget"]).ok().json();
+    assert_eq!(budget["budget"], Value::Null, "{budget}");
+    let refused = wuhu.run(&["budget", "--max-usd", "5"]);
+    assert_eq!(refused.code(), 2, "{refused:?}");
+    let admin = Wuhu::new()
+        .env("WUHU_SERVER", &stack.base_url())
+        .env("WUHU_TOKEN", &stack.admin_token("root", &tenant));
+    let set = admin
+        .run(&["--json", "budget", "--max-usd", "5"])
+        .ok()
+        .json();
+    assert_eq!(set["budget"]["maxUsd"], 5.0, "{set}");
+    let words = admin.run(&["budget"]).ok();
+    assert!(
+        words.stdout.contains("budget: no token limit, $5.0000"),
+        "{words:?}"
+    );
+    let cleared = admin.run(&["--json", "budget", "--clear"]).ok().json();
+    assert_eq!(cleared["budget"], Value::Null, "{cleared}");
+}

@@ -1,10 +1,11 @@
 //! Wuhu as an MCP server (`POST /mcp`, issue 33, decision 0036) against the real Worker: the
 //! official TypeScript SDK client (`@modelcontextprotocol/sdk` from `package.json`, streamable
 //! HTTP; `tests/mcp/sdk_client.mjs`) creates a session, sends a message, waits for the reply,
-//! reads it, writes and reads a workspace document; another member cannot see or prompt the
-//! private session through MCP. Raw requests check the transport's edges: no credential, GET,
-//! a message that is not JSON-RPC, a batch, an unknown revision, a notification, an unknown
-//! method, a foreign `Origin`, a body over the bound.
+//! reads it, writes and reads a workspace document, and lists and reads them as resources;
+//! another member cannot see, prompt or read (as a resource) the private session through MCP.
+//! Raw requests check the transport's edges: no credential, GET, a message that is not JSON-RPC,
+//! a batch, an unknown revision, a notification, an unknown method, a foreign `Origin`, a body
+//! over the bound.
 
 use std::process::{Command, Stdio};
 
@@ -80,6 +81,27 @@ fn the_official_sdk_client_drives_a_session_and_another_member_cannot() {
         "{seen}"
     );
     assert_eq!(seen["bobSend"]["isError"], true, "{seen}");
+    // Resources: alice's session is one of hers, read whole; bob sees it nowhere.
+    let uri = format!("wuhu://session/{}", seen["id"].as_str().unwrap_or_default());
+    assert!(
+        seen["resources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|u| u == &json!(uri))),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["templates"],
+        json!(["wuhu://session/{id}", "wuhu://workspace/{path}"])
+    );
+    assert!(seen["sessionResource"].as_u64().unwrap_or(0) >= 3, "{seen}");
+    assert_eq!(seen["docResource"], "written over MCP\n", "{seen}");
+    assert!(
+        !seen["bobResources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|u| u == &json!(uri))),
+        "{seen}"
+    );
+    assert_eq!(seen["bobResource"], -32002, "{seen}");
     // What the API shows matches: the session has alice's message and the reply, nothing of bob.
     let api = stack.client("alice", &tenant);
     let id = seen["id"].as_str().expect("id");
@@ -149,7 +171,7 @@ fn the_transport_refuses_what_it_should() {
         ping.json(),
         json!({"jsonrpc": "2.0", "id": "p1", "result": {}})
     );
-    let unknown = post(r#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#)
+    let unknown = post(r#"{"jsonrpc":"2.0","id":2,"method":"prompts/list"}"#)
         .send()
         .expect("answer");
     assert_eq!(unknown.status, 200);
@@ -183,4 +205,87 @@ fn the_transport_refuses_what_it_should() {
             .starts_with("400 "),
         "{bad}"
     );
+}
+
+/// The official MCP Inspector's CLI (`@modelcontextprotocol/inspector-cli`, pinned in
+/// `package.json`) drives a session end to end against the real Worker: create, send, wait for
+/// the reply, read it as a resource; another member's token reads nothing of it.
+#[test]
+fn the_mcp_inspector_cli_creates_sends_waits_and_reads() {
+    let stack = stack();
+    let tenant = unique_name("mcp-inspector");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The CLI reads its own package.json relative to the working directory.
+    let dir = root.join("node_modules/@modelcontextprotocol/inspector-cli/build");
+    let url = format!("{}/mcp", stack.base_url());
+    let inspect = |token: &str, args: &[&str]| -> Value {
+        let output = Command::new("node")
+            .current_dir(&dir)
+            .arg("index.js")
+            .arg(&url)
+            .args(args)
+            .arg("--header")
+            .arg(format!("Authorization: Bearer {token}"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "the inspector failed on {args:?}: {}\n{stdout}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let alice = stack.user_token("alice", &tenant);
+    let bob = stack.user_token("bob", &tenant);
+    let tools = inspect(&alice, &["--method", "tools/list"]);
+    assert!(
+        tools["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "session_wait")),
+        "{tools}"
+    );
+    let call = |token: &str, tool: &str, args: &[&str]| {
+        let mut all = vec!["--method", "tools/call", "--tool-name", tool];
+        if !args.is_empty() {
+            all.push("--tool-arg");
+            all.extend_from_slice(args);
+        }
+        inspect(token, &all)
+    };
+    let created = call(
+        &alice,
+        "session_create",
+        &["title=inspected", "provider=fake"],
+    );
+    let id = created["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_string();
+    let sent = call(
+        &alice,
+        "session_send",
+        &[&format!("id={id}"), "content=hello inspector"],
+    );
+    assert_eq!(sent["isError"], false, "{sent}");
+    let waited = call(
+        &alice,
+        "session_wait",
+        &[&format!("id={id}"), "timeoutSeconds=40"],
+    );
+    assert_eq!(
+        waited["structuredContent"]["finalText"], "echo: hello inspector",
+        "{waited}"
+    );
+    let uri = format!("wuhu://session/{id}");
+    let read = inspect(&alice, &["--method", "resources/read", "--uri", &uri]);
+    assert!(
+        read["contents"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello inspector")),
+        "{read}"
+    );
+    let theirs = call(&bob, "session_read", &[&format!("id={id}")]);
+    assert_eq!(theirs["isError"], true, "{theirs}");
 }

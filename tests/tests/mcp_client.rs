@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wuhu_core::wire::{ChildStatus, Entry, ToolResult};
-use wuhu_e2e::entries::{fake_directive, tool_result};
+use wuhu_core::wire::{Entry, ToolResult};
+use wuhu_e2e::entries::{fake_directive, results_of};
 use wuhu_e2e::mcp_servers::{BrokenMcpServer, NodeMcpServer};
 use wuhu_e2e::util::{random_hex, unique_name};
 use wuhu_e2e::{Api, Stack, StackOptions};
@@ -168,6 +168,35 @@ fn the_reference_server_through_the_tool_pair_js_and_read() {
     let bad = failed(&results[6]);
     assert!(bad.starts_with("MCP server \"every\""), "{bad}");
 
+    // A long call's progress notifications reach a follower while it runs, as live output.
+    let mut follow = alice.follow(&id, "timeoutSeconds=60");
+    let marker = format!("progress done {}", random_hex(4));
+    alice.enqueue(
+        &id,
+        "followUp",
+        &fake_directive(&json!({"toolCalls": [{"name": "mcp_call", "arguments": {
+            "server": "every", "tool": "trigger-long-running-operation",
+            "arguments": {"duration": 2, "steps": 4}}}], "afterTools": marker})),
+    );
+    // (The marker is in the prompt too: the turn ends with the assistant's message saying it.)
+    let events = follow.collect_until(TURN, |e| {
+        e.data["entry"]["message"]["role"] == "assistant" && e.raw_data.contains(&marker)
+    });
+    let progress: Vec<String> = events
+        .iter()
+        .filter(|e| e.event == "tool_output_delta")
+        .map(|e| e.data["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        progress.iter().any(|t| t.contains("[progress 1/4]")),
+        "no progress shown: {progress:?}"
+    );
+    let stored = serde_json::to_string(&alice.transcript(&id)).unwrap();
+    assert!(
+        !stored.contains("[progress 1/4]"),
+        "live output is never stored"
+    );
+
     // Resources by URL, through `read`.
     let read = alice.run_tool(
         &id,
@@ -284,22 +313,6 @@ fn broken_servers_are_tool_errors_and_the_session_goes_on() {
     );
 }
 
-fn results_of(entries: &[Entry], tool: &str) -> Vec<ToolResult> {
-    entries
-        .iter()
-        .filter_map(tool_result)
-        .filter(|r| r.tool_name == tool)
-        .cloned()
-        .collect()
-}
-
-fn children(api: &Api, parent: &str, count: usize) -> Vec<ChildStatus> {
-    wuhu_e2e::wait_for(&format!("{count} child(ren)"), TURN, || {
-        let children = api.session(parent).children;
-        (children.len() >= count).then_some(children)
-    })
-}
-
 /// The result of the one `mcp_call` a child makes (its task is the call).
 fn childs_call(api: &Api, child: &str) -> ToolResult {
     let entries = api.wait_transcript(child, "the child's mcp_call", TURN, |e| {
@@ -372,7 +385,7 @@ fn a_users_own_server_serves_only_turns_for_her_alone() {
         "afterTools": format!("spawned {}", random_hex(4))}),
     );
     bob.enqueue(&id, "followUp", &spawn);
-    let bobs_child = children(&alice, &id, 1).remove(0).id;
+    let bobs_child = alice.wait_children(&id, 1, TURN).remove(0).id;
     let result = childs_call(&alice, &bobs_child);
     assert!(
         failed(&result).starts_with("No MCP server \"mine\""),
@@ -382,7 +395,7 @@ fn a_users_own_server_serves_only_turns_for_her_alone() {
 
     // A child of alice's own turn acts for her alone: her server serves it.
     alice.enqueue(&id, "followUp", &spawn);
-    let alices_child = children(&alice, &id, 2).remove(1).id;
+    let alices_child = alice.wait_children(&id, 2, TURN).remove(1).id;
     let result = childs_call(&alice, &alices_child);
     assert_eq!(ok(&result), "you sent: Bearer [secret:ALICE_MCP]");
 
@@ -555,8 +568,12 @@ fn a_person_connects_an_oauth_server_and_only_their_turns_use_it() {
         .send()
         .expect("callback");
     assert_eq!(done.status, 302, "{done}");
-    assert_eq!(done.header("location"), Some("/#/mcp"));
-    // The same state again: refused, the connection stays.
+    let finish_page = done.header("location").unwrap_or_default().to_string();
+    let state = finish_page
+        .strip_prefix("/#/mcp/finish/")
+        .unwrap_or_else(|| panic!("{finish_page}"))
+        .to_string();
+    // The callback is answered once; the code waits for alice to finish it.
     let again = wuhu_e2e::Request::new("GET", back)
         .send()
         .expect("callback");
@@ -565,10 +582,45 @@ fn a_person_connects_an_oauth_server_and_only_their_turns_use_it() {
         .send()
         .expect("callback")
         .expect_error(400);
-    assert_eq!(
-        alice.get("/v1/mcp/servers").json()["servers"][0]["connected"],
-        true
-    );
+    let connected = || alice.get("/v1/mcp/servers").json()["servers"][0]["connected"].clone();
+    assert_eq!(connected(), false, "not connected before it is finished");
+    // The login CSRF of OAuth: had bob's browser come back with a sign-in alice began (his
+    // account at the server), finishing it as bob is refused, and drops it.
+    let hijack = alice.post("/v1/mcp/servers/demo/connect", &json!({}));
+    assert_eq!(hijack.status, 200, "{hijack}");
+    let url = hijack.json()["authorizationUrl"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let to_callback = wuhu_e2e::Request::new("GET", url)
+        .send()
+        .expect("authorize");
+    let callback = to_callback
+        .header("location")
+        .unwrap_or_default()
+        .to_string();
+    let answered = wuhu_e2e::Request::new("GET", callback)
+        .send()
+        .expect("callback");
+    let hijack_state = answered
+        .header("location")
+        .unwrap_or_default()
+        .trim_start_matches("/#/mcp/finish/")
+        .to_string();
+    bob.post("/v1/mcp/finish", &json!({"state": hijack_state}))
+        .expect_error(403);
+    alice
+        .post("/v1/mcp/finish", &json!({"state": hijack_state}))
+        .expect_error(400);
+    assert_eq!(connected(), false);
+    // Alice finishes her own, once.
+    let finished = alice.post("/v1/mcp/finish", &json!({"state": state}));
+    assert_eq!(finished.status, 200, "{finished}");
+    assert_eq!(finished.json()["server"], "demo");
+    alice
+        .post("/v1/mcp/finish", &json!({"state": state}))
+        .expect_error(400);
+    assert_eq!(connected(), true);
 
     // Her turns carry her token; bob's turn in the same session has none of its own.
     let hers = alice.run_tool(&id, "mcp_call", greet.clone(), TURN);
@@ -785,7 +837,7 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
         alice.post(&path, &json!({"decision": "approve"})).status,
         200
     );
-    let child = children(&alice, &session, 1).remove(0).id;
+    let child = alice.wait_children(&session, 1, TURN).remove(0).id;
     let entries = alice.wait_transcript(&child, "the child's approval request", TURN, |e| {
         !approval_requests(e).is_empty()
     });

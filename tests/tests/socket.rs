@@ -43,6 +43,7 @@ fn enqueue_frame(id: &str, lane: Option<&str>, content: &str) -> ClientFrame {
         body: EnqueueRequest {
             content: content.to_string(),
             key: None,
+            reasoning: None,
         },
     }
 }
@@ -955,6 +956,7 @@ fn a_message_sent_again_with_its_key_is_queued_once() {
                     let body = EnqueueRequest {
                         content: "keyed once".into(),
                         key: Some("msg-1".into()),
+                        reasoning: None,
                     };
                     if n % 2 == 0 {
                         let answer = enqueue(alice, serde_json::to_value(&body).expect("json"));

@@ -449,6 +449,46 @@ try {
   await page.getByLabel("Search sessions by title").fill("");
   await shot("sessions");
 
+  // 7b. A session's own tools: usage and cost, compact, fork (the page goes to the fork), and
+  // delete after a confirm (the page goes back to the list; the API then answers 404).
+  log("usage, compact, fork and delete");
+  {
+    const session = await call(ALICE, "POST", "/v1/sessions", { title: "Tools of a session" });
+    for (const text of ["fact: the hint is green", "one", "two", "three"]) {
+      await call(ALICE, "POST", `/v1/sessions/${session.id}/enqueue?lane=followUp`, { content: text });
+      await poll("the reply", async () => {
+        const s = await call(ALICE, "GET", `/v1/sessions/${session.id}?limit=1`);
+        return s.session.status === "idle" && s.queue.length === 0 && assistantTexts(await transcript(ALICE, session.id)).some((t) => t.endsWith(text));
+      });
+    }
+    await page.goto(`${BASE}/#/s/${session.id}`);
+    await page.getByTestId("session-title").filter({ hasText: "Tools of a session" }).waitFor();
+    await page.getByRole("button", { name: "Usage", exact: true }).click();
+    await page.getByTestId("session-usage").getByText(/4 replies/).waitFor();
+    await page.getByTestId("session-usage").getByText("MCP: 0 calls, 0 failed").waitFor();
+    await page.getByRole("button", { name: "Compact", exact: true }).click();
+    await page.getByRole("status").filter({ hasText: "Compacted" }).waitFor();
+    check(
+      (await transcript(ALICE, session.id)).some((e) => e.type === "compaction"),
+      "the compaction is in the transcript",
+    );
+    await page.getByRole("button", { name: "Fork", exact: true }).click();
+    await poll("the fork's page", async () => !page.url().includes(session.id) && page.url().includes("#/s/"));
+    const forkId = decodeURIComponent(page.url().split("#/s/")[1]);
+    const fork = await call(ALICE, "GET", `/v1/sessions/${forkId}?limit=1`);
+    check(fork.session.forkedFrom?.sessionId === session.id, `the fork names its origin (${JSON.stringify(fork.session.forkedFrom)})`);
+    await page.goto(`${BASE}/#/s/${session.id}`);
+    await page.getByTestId("session-title").filter({ hasText: "Tools of a session" }).waitFor();
+    await page.getByRole("button", { name: "Delete", exact: true }).click();
+    await page
+      .getByRole("group", { name: "Confirm deleting this session" })
+      .getByRole("button", { name: "Yes, delete it and its children" })
+      .click();
+    await poll("the sessions list", async () => page.url().endsWith("#/sessions"));
+    const gone = await fetch(`${BASE}/v1/sessions/${session.id}`, { headers: { authorization: `Bearer ${ALICE}` } });
+    check(gone.status === 404, `the deleted session is gone (${gone.status})`);
+  }
+
   // 8. An approval for alice's machine, asked by bob's prompt, answered in the page.
   log("approval for a runner-backed environment");
   const shared = await call(ALICE, "POST", "/v1/sessions", { title: "Shared with bob" });

@@ -16,6 +16,7 @@ import type {
   SecretInfo,
   SessionInfo,
   SessionPage,
+  SessionUsage,
   TokenInfo,
 } from "./types";
 
@@ -93,6 +94,16 @@ export const api = {
     request<{ id: string }>("POST", `/v1/sessions/${enc(id)}/enqueue?lane=${lane}`, key ? { content, key } : { content }),
   cancel: (id: string, itemId: string) =>
     request<{ id: string; cancelled: boolean }>("POST", `/v1/sessions/${enc(id)}/cancel`, { id: itemId }),
+  forkSession: (id: string, atCursor: number) =>
+    request<SessionInfo>("POST", `/v1/sessions/${enc(id)}/fork`, { atCursor }),
+  compact: (id: string) =>
+    request<{ cursor: number; compaction: { tokensBefore: number; firstKeptCursor: number } }>(
+      "POST",
+      `/v1/sessions/${enc(id)}/compact`,
+      {},
+    ),
+  deleteSession: (id: string) => request<unknown>("DELETE", `/v1/sessions/${enc(id)}`),
+  sessionUsage: (id: string) => request<SessionUsage>("GET", `/v1/sessions/${enc(id)}/usage`),
   stop: (id: string) =>
     request<{ status: string; stoppedToolCalls: number }>("POST", `/v1/sessions/${enc(id)}/stop`, {}),
   answerApproval: (id: string, approvalId: string, decision: "approve" | "approve_session" | "always" | "deny") =>
@@ -129,6 +140,7 @@ export const api = {
   mcpServers: () => request<McpServerList>("GET", "/v1/mcp/servers"),
   mcpConnect: (name: string) =>
     request<{ authorizationUrl: string; expiresAt: number }>("POST", `/v1/mcp/servers/${enc(name)}/connect`, {}),
+  mcpFinish: (state: string) => request<{ server: string }>("POST", "/v1/mcp/finish", { state }),
   mcpDisconnect: (name: string) =>
     request<{ disconnected: boolean }>("DELETE", `/v1/mcp/servers/${enc(name)}/connection`),
   mcpTools: (name: string) =>

@@ -22,7 +22,7 @@ type Route =
   | { name: "runners" }
   | { name: "tokens" }
   | { name: "secrets" }
-  | { name: "mcp" }
+  | { name: "mcp"; finish: string | null }
   | { name: "workspace"; path: string | null };
 
 function parseRoute(hash: string): Route {
@@ -31,7 +31,7 @@ function parseRoute(hash: string): Route {
   if (parts[0] === "runners") return { name: "runners" };
   if (parts[0] === "tokens") return { name: "tokens" };
   if (parts[0] === "secrets") return { name: "secrets" };
-  if (parts[0] === "mcp") return { name: "mcp" };
+  if (parts[0] === "mcp") return { name: "mcp", finish: parts[1] === "finish" && parts[2] ? parts[2] : null };
   if (parts[0] === "workspace") {
     const path = parts.slice(1).map(decodeURIComponent).join("/");
     return { name: "workspace", path: path || null };
@@ -107,7 +107,7 @@ function App() {
         {route.name === "runners" && <Runners me={me} />}
         {route.name === "tokens" && <Tokens me={me} />}
         {route.name === "secrets" && <Secrets me={me} />}
-        {route.name === "mcp" && <Mcp me={me} />}
+        {route.name === "mcp" && <Mcp me={me} finish={route.finish} />}
         {route.name === "workspace" && <Workspace me={me} path={route.path} />}
       </main>
     </div>

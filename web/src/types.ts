@@ -218,3 +218,15 @@ export interface McpToolInfo {
   inputSchema: unknown;
   offered: boolean;
 }
+
+/** `GET /v1/sessions/:id/usage` (the fields the page shows). */
+export interface SessionUsage {
+  messages: number;
+  inputTokens: number;
+  outputTokens: number;
+  costUsd: number;
+  unpricedMessages: number;
+  byModel: { provider: string; model: string; messages: number; inputTokens: number; outputTokens: number; costUsd: number }[];
+  policy: { allowed: number; asked: number; denied: number };
+  mcp: { calls: number; errors: number };
+}

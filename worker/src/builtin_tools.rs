@@ -54,9 +54,8 @@ struct ReadArgs {
 /// Runs one tool call; an error result is a tool error the model sees.
 pub(crate) async fn execute(context: &ToolContext, call: &ToolCall) -> ToolOutput {
     let mut attached = Vec::new();
-    let mut output = ToolOutput::text(execute_text(context, call, &mut attached).await);
-    output.blobs = attached;
-    output
+    let result = execute_text(context, call, &mut attached).await;
+    ToolOutput::with_blobs(result, attached)
 }
 
 /// Runs one tool call; blobs the result refers to (an image `read` of a blob) go to `attached`.

@@ -25,6 +25,7 @@ mod llm_logs;
 mod mcp;
 mod mcp_client;
 mod mcp_oauth;
+mod mcp_turn;
 mod model_choice;
 mod model_tool;
 mod observe;
@@ -210,6 +211,10 @@ async fn route(mut req: Request, env: Env, caller: &mut Option<Identity>) -> Api
         (["v1", "mcp", "servers", name, "tools"], Method::Get) => {
             mcp_client::tools_route(&env, &identity, name).await
         }
+        (["v1", "mcp", "finish"], Method::Post) => {
+            mcp_oauth::finish_route(&mut req, &env, &identity).await
+        }
+        (["v1", "mcp", "finish"], _) => Err(method_not_allowed()),
         (["v1", "mcp", "servers", name, "connect"], Method::Post) => {
             mcp_oauth::connect_route(&req, &env, &identity, name).await
         }
@@ -526,6 +531,7 @@ async fn create_session(req: &mut Request, env: &Env, identity: &Identity) -> Ap
         )
         .await?,
         budget: request.budget,
+        reasoning: request.reasoning,
         channel: None,
     };
     let stub = session_client::stub(env, &identity.tenant, &id)?;

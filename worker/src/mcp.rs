@@ -60,9 +60,36 @@ pub(crate) async fn route(mut req: Request, env: &Env, router: Router) -> ApiRes
             Ok(plan) => Ok(perform(&req, env, router, plan).await),
             Err(e) => Err(e),
         },
+        "resources/list" => match mcp::resources_list_call(&params) {
+            Ok(call) => match api(&req, env, router, &call).await {
+                Ok((status, body)) if (200..300).contains(&status) => {
+                    Ok(mcp::resources_list_result(&body))
+                }
+                Ok((status, body)) => Err(RpcError {
+                    code: mcp::codes::INTERNAL_ERROR,
+                    message: format!("{status}: {body}"),
+                }),
+                Err(e) => Err(RpcError {
+                    code: mcp::codes::INTERNAL_ERROR,
+                    message: e.message,
+                }),
+            },
+            Err(e) => Err(e),
+        },
+        "resources/templates/list" => Ok(mcp::resource_templates()),
+        "resources/read" => match mcp::resource_read_call(&params) {
+            Ok(call) => {
+                let uri = params["uri"].as_str().unwrap_or_default();
+                match api(&req, env, router, &call).await {
+                    Ok((status, body)) => mcp::resource_read_result(uri, status, &body),
+                    Err(e) => mcp::resource_read_result(uri, e.status, &json!({})),
+                }
+            }
+            Err(e) => Err(e),
+        },
         other => Err(RpcError {
             code: mcp::codes::METHOD_NOT_FOUND,
-            message: format!("no method {other:?} (this server has tools only)"),
+            message: format!("no method {other:?} (this server has tools and resources)"),
         }),
     };
     let message = match answer {

@@ -12,6 +12,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use futures::future::{Either, select};
 use futures::{FutureExt, StreamExt};
@@ -22,16 +23,15 @@ use worker::{
 };
 use wuhu_core::approvals::{self, Action, Approver};
 use wuhu_core::authority::TurnRights;
-use wuhu_core::egress::EgressPolicy;
 use wuhu_core::environments::Attachment;
 use wuhu_core::mcp_client::config::{self, Approval, Auth, McpServers, Server, Source};
 use wuhu_core::mcp_client::exchange::{Answer, Exchange, HttpRequest, McpError, McpSession, Step};
 use wuhu_core::mcp_client::present::{self, Part, ResultPlan, Stored, ToolInfo};
-use wuhu_core::secrets::SealedSecret;
 use wuhu_core::tools::{names, truncate_head};
 use wuhu_core::wire::runner::mcp::McpRequest;
 use wuhu_core::wire::{BlobRef, ToolCall};
 
+use crate::mcp_turn::{Caller, documents, egress, turn};
 use crate::tool_context::{Ask, ToolContext, ToolOutput};
 
 /// Most MCP sessions the isolate keeps (the oldest go first).
@@ -82,158 +82,6 @@ pub(crate) fn handles(call: &ToolCall) -> bool {
     call.name == names::MCP_CALL || call.name == names::MCP_TOOLS
 }
 
-/// Who uses the servers, and with what: a session's tool call, or a person through the API
-/// (`GET /v1/mcp/servers/:name/tools`).
-pub(crate) struct Caller<'a> {
-    pub(crate) env: &'a worker::Env,
-    pub(crate) tenant: &'a str,
-    /// What kept MCP sessions are scoped to: the session's id, or `api:<sub>`.
-    pub(crate) scope: &'a str,
-    pub(crate) acting_for: &'a [String],
-    pub(crate) rights: &'a TurnRights,
-    /// The tenant's sealed secrets (a bearer credential is one of them).
-    pub(crate) secrets: &'a [SealedSecret],
-    /// The session's tool call, when it is one: its attached environments' stdio servers are
-    /// reached through their runners.
-    pub(crate) ctx: Option<&'a ToolContext>,
-}
-
-impl<'a> Caller<'a> {
-    /// A person through the API, acting for `acting_for` (themselves).
-    pub(crate) fn person(
-        env: &'a worker::Env,
-        identity: &'a crate::auth::Identity,
-        acting_for: &'a [String],
-        scope: &'a str,
-        secrets: &'a [SealedSecret],
-    ) -> Caller<'a> {
-        Caller {
-            env,
-            tenant: &identity.tenant,
-            scope,
-            acting_for,
-            rights: &TurnRights::People,
-            secrets,
-            ctx: None,
-        }
-    }
-
-    fn of(ctx: &'a ToolContext) -> Caller<'a> {
-        Caller {
-            env: &ctx.env,
-            tenant: &ctx.session.tenant,
-            scope: &ctx.session.session_id,
-            acting_for: &ctx.acting_for,
-            rights: &ctx.rights,
-            secrets: &ctx.secrets,
-            ctx: Some(ctx),
-        }
-    }
-}
-
-/// The server documents a turn reads.
-pub(crate) struct Turn {
-    tenant: McpServers,
-    user: Option<McpServers>,
-    /// Why the user's own servers are not offered, when they are not.
-    user_note: Option<String>,
-    /// The stdio servers of the session's attached environments (`<environment>/<server>`),
-    /// listed after the configured ones; none in a turn that may not use runners.
-    environments: Vec<Server>,
-}
-
-impl Turn {
-    /// The servers the turn sees (the configured ones, then its environments'), and the user's
-    /// own that a tenant server's name hides.
-    fn visible(&self) -> (Vec<&Server>, Vec<&Server>) {
-        let (mut seen, shadowed) = config::visible(&self.tenant, self.user.as_ref());
-        seen.extend(self.environments.iter());
-        (seen, shadowed)
-    }
-
-    pub(crate) fn server(&self, name: &str) -> Result<&Server, String> {
-        let (seen, _) = self.visible();
-        seen.into_iter()
-            .find(|s| s.doc.name == name)
-            .ok_or_else(|| {
-                let (seen, _) = self.visible();
-                let names: Vec<&str> = seen.iter().map(|s| s.doc.name.as_str()).collect();
-                format!(
-                    "No MCP server {name:?} for this turn. {}",
-                    if names.is_empty() {
-                        "None is configured (call mcp_tools to see why).".to_string()
-                    } else {
-                        format!("Servers: {}.", names.join(", "))
-                    }
-                )
-            })
-    }
-}
-
-async fn read_document(caller: &Caller<'_>, path: &str) -> Result<McpServers, String> {
-    let doc = crate::workspace_io::read(caller.env, caller.tenant, path)
-        .await
-        .map_err(|e| format!("{path} could not be read: {}", e.message))?;
-    McpServers::parse(path, doc.as_ref().map(|d| d.content.as_str())).map_err(|e| e.to_string())
-}
-
-/// The tenant's document, and the user's own when the turn may use it (read at once).
-async fn documents(
-    caller: &Caller<'_>,
-) -> (
-    Result<McpServers, String>,
-    Option<(String, Result<McpServers, String>)>,
-) {
-    let user_path = config::user_for_turn(caller.acting_for).map(config::user_mcp_path);
-    let user = async {
-        match &user_path {
-            Some(path) => Some(read_document(caller, path).await),
-            None => None,
-        }
-    };
-    let (tenant, user) = futures::join!(read_document(caller, config::TENANT_MCP_PATH), user);
-    (tenant, user_path.zip(user))
-}
-
-pub(crate) async fn turn(caller: &Caller<'_>) -> Result<Turn, String> {
-    caller.rights.may_use_mcp()?;
-    let (tenant, user) = documents(caller).await;
-    let tenant = tenant?;
-    let (user, user_note) = match user {
-        Some((_, Ok(servers))) => (Some(servers), None),
-        Some((path, Err(e))) => (None, Some(format!("({path} is not used: {e})"))),
-        None if caller.acting_for.is_empty() => (None, None),
-        None => (
-            None,
-            Some(
-                "(users' own servers are offered only in turns that act for that one person)"
-                    .to_string(),
-            ),
-        ),
-    };
-    let environments = match caller.ctx {
-        Some(ctx) if ctx.rights.may_use_runners().is_ok() => {
-            config::environment_servers(&ctx.attachments)
-        }
-        _ => Vec::new(),
-    };
-    Ok(Turn {
-        tenant,
-        user,
-        user_note,
-        environments,
-    })
-}
-
-/// The egress rules of js `fetch`, which every MCP request follows.
-pub(crate) fn egress(env: &worker::Env) -> EgressPolicy {
-    let allow = env
-        .var("WUHU_SANDBOX_EGRESS_ALLOW")
-        .map(|v| v.to_string())
-        .unwrap_or_default();
-    EgressPolicy::from_allowlist(&allow)
-}
-
 /// What one request to `server` needs: where, with which credential, in which kept session.
 struct Target<'a> {
     server: &'a Server,
@@ -241,6 +89,8 @@ struct Target<'a> {
     /// Replaced when an OAuth token is refreshed after the server refused it.
     authorization: RefCell<Option<String>>,
     key: String,
+    /// Where the server's progress notifications are shown (a tool call's live output).
+    progress: Option<Rc<dyn crate::tool_context::LiveOutput>>,
 }
 
 async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, String> {
@@ -252,6 +102,7 @@ async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a
             url: String::new(),
             authorization: RefCell::new(None),
             key: String::new(),
+            progress: None,
         });
     }
     let url = egress(caller.env)
@@ -293,6 +144,7 @@ async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a
         url,
         authorization: RefCell::new(authorization),
         key,
+        progress: None,
     })
 }
 
@@ -332,7 +184,13 @@ async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answe
         if let Ok(mut stream) = response.stream() {
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| McpError::Transport(e.to_string()))?;
-                match reader.push(&chunk) {
+                let pushed = reader.push(&chunk);
+                if let Some(live) = &target.progress {
+                    for note in reader.take_progress() {
+                        live.push(&note.line());
+                    }
+                }
+                match pushed {
                     Ok(true) => break,
                     Ok(false) => {}
                     Err(e) => {
@@ -710,9 +568,7 @@ async fn bounded_text(ctx: &ToolContext, text: String) -> String {
 async fn call_tool(ctx: &ToolContext, arguments: &Value) -> ToolOutput {
     let mut attached = Vec::new();
     let result = call_text(ctx, arguments, &mut attached).await;
-    let mut output = ToolOutput::text(result);
-    output.blobs = attached;
-    output
+    ToolOutput::with_blobs(result, attached)
 }
 
 async fn call_text(
@@ -732,7 +588,8 @@ async fn call_text(
     let caller = Caller::of(ctx);
     let turn = turn(&caller).await?;
     let server = turn.server(&args.server)?;
-    let target = target(&caller, server).await?;
+    let mut target = target(&caller, server).await?;
+    target.progress = Some(ctx.live.clone());
     admit(
         ctx,
         &target,

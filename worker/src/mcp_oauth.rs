@@ -1,12 +1,13 @@
 //! OAuth 2.1 for MCP servers whose entry says `"auth": {"type": "oauth"}` (decision 0039): a
 //! person connects their own account (`POST /v1/mcp/servers/:name/connect`, then the browser
 //! signs in at the server's authorization server, which sends it back to
-//! `GET /v1/mcp/callback`), and turns that act for that person alone carry their token. Performs
-//! `wuhu_core::mcp_client::oauth`.
+//! `GET /v1/mcp/callback`, which sends it on to the web app, where the person who began it
+//! finishes it: `POST /v1/mcp/finish`), and turns that act for that person alone carry their
+//! token. Performs `wuhu_core::mcp_client::oauth`.
 //!
 //! Storage, in the `ARCHIVE` bucket, sealed with the secrets key (like the vault):
-//! - a sign-in on its way under `mcp-oauth-pending/<sha-256 of its state>` (the state, which the
-//!   callback alone carries, is its only credential: 256 random bits, single use, 10 minutes);
+//! - a sign-in on its way under `mcp-oauth-pending/<sha-256 of its state>` (256 random bits,
+//!   10 minutes: the callback's only credential; finished once, by the person who began it);
 //! - a connection under `<tenant>/mcp-oauth/<sub>/<tenant|user>/<server>` (outside the
 //!   workspace, so no document route lists or reads it).
 
@@ -19,7 +20,7 @@ use wuhu_core::mcp_client::oauth::{self, Connection, Pending};
 
 use crate::auth::Identity;
 use crate::http::{ApiError, ApiResult};
-use crate::mcp_client::Caller;
+use crate::mcp_turn::Caller;
 
 const BUCKET: &str = "ARCHIVE";
 /// How long one request of a sign-in may take.
@@ -113,7 +114,7 @@ async fn send(
     url: &str,
     body: Option<(&str, String)>,
 ) -> Result<(u16, Value, Option<String>), String> {
-    let url = crate::mcp_client::egress(env)
+    let url = crate::mcp_turn::egress(env)
         .check(url)
         .map_err(|e| e.to_string())?;
     let perform = async {
@@ -209,20 +210,30 @@ async fn discover(
     Ok((resource, oauth::parse_authorization_metadata(&body)?))
 }
 
-/// The person's server named `name`, as their own turn sees it.
-async fn persons_server<'a>(
-    caller: &Caller<'_>,
-    turn: &'a crate::mcp_client::Turn,
+/// The servers a person's own turn sees, when `name` is one of them and signs in with OAuth
+/// (`turn.server(name)` is then that server).
+async fn persons_oauth_turn(
+    env: &Env,
+    identity: &Identity,
     name: &str,
-) -> ApiResult<&'a Server> {
-    let _ = caller;
+) -> ApiResult<crate::mcp_turn::Turn> {
+    if !config::valid_server_name(name) {
+        return Err(ApiError::bad_request(format!(
+            "{name:?} is not a server name"
+        )));
+    }
+    let acting_for = [identity.sub.clone()];
+    let caller = Caller::person(env, identity, &acting_for, "", &[]);
+    let turn = crate::mcp_turn::turn(&caller)
+        .await
+        .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
     let server = turn.server(name).map_err(ApiError::not_found)?;
     if server.doc.auth != Auth::Oauth {
         return Err(ApiError::bad_request(format!(
             "MCP server {name:?} does not sign in with OAuth (its entry's auth is not {{\"type\": \"oauth\"}})"
         )));
     }
-    Ok(server)
+    Ok(turn)
 }
 
 /// `POST /v1/mcp/servers/:name/connect`: starts the caller's sign-in; answers the address their
@@ -233,17 +244,8 @@ pub(crate) async fn connect_route(
     identity: &Identity,
     name: &str,
 ) -> ApiResult<Response> {
-    if !config::valid_server_name(name) {
-        return Err(ApiError::bad_request(format!(
-            "{name:?} is not a server name"
-        )));
-    }
-    let acting_for = [identity.sub.clone()];
-    let caller = Caller::person(env, identity, &acting_for, "", &[]);
-    let turn = crate::mcp_client::turn(&caller)
-        .await
-        .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
-    let server = persons_server(&caller, &turn, name).await?;
+    let turn = persons_oauth_turn(env, identity, name).await?;
+    let server = turn.server(name).map_err(ApiError::not_found)?;
     let failed = |e: String| {
         ApiError::new(
             502,
@@ -292,6 +294,7 @@ pub(crate) async fn connect_route(
         token_endpoint: authorization.token_endpoint.clone(),
         redirect_uri,
         expires_at_ms,
+        code: None,
     };
     let url = oauth::authorization_url(
         &authorization,
@@ -315,7 +318,9 @@ pub(crate) async fn connect_route(
 
 /// `GET /v1/mcp/callback?state=&code=`: where the authorization server sends the browser back.
 /// The state is the request's credential (this route takes no other): unknown, used or expired
-/// is `400`. Success stores the connection and sends the browser to the web app's MCP page.
+/// is `400`. It keeps the code with the sign-in and sends the browser to the web app's page that
+/// finishes it as the person signed in there ([`finish_route`]): the browser that comes back
+/// may not be the one of the person who began it.
 pub(crate) async fn callback_route(req: &Request, env: &Env) -> ApiResult<Response> {
     let query = crate::http::query_pairs(req);
     let param = |name: &str| {
@@ -325,6 +330,42 @@ pub(crate) async fn callback_route(req: &Request, env: &Env) -> ApiResult<Respon
             .map(|(_, v)| v.as_str())
     };
     let state = param("state").unwrap_or("");
+    let (key, mut pending) = live_pending(env, state).await?;
+    if pending.code.is_some() {
+        return Err(ApiError::bad_request(
+            "this sign-in was answered already: finish it in the web app, or connect again",
+        ));
+    }
+    if let Some(error) = param("error") {
+        delete(env, &key).await.map_err(ApiError::internal)?;
+        let detail = param("error_description")
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
+        return Err(ApiError::bad_request(format!(
+            "the authorization server did not sign you in to {:?}: {error}{detail}",
+            pending.server
+        )));
+    }
+    let code = param("code")
+        .filter(|c| !c.is_empty() && c.len() <= 4096)
+        .ok_or_else(|| ApiError::bad_request("the authorization server sent no code"))?;
+    pending.code = Some(code.to_string());
+    put_sealed(env, &key, &pending)
+        .await
+        .map_err(ApiError::internal)?;
+    let mut response = Response::empty()?.with_status(302);
+    response
+        .headers_mut()
+        .set("location", &oauth::finish_location(state))?;
+    response.headers_mut().set("cache-control", "no-store")?;
+    response
+        .headers_mut()
+        .set("referrer-policy", "no-referrer")?;
+    Ok(response)
+}
+
+/// The sign-in `state` names, while it may still be finished (an expired one is deleted).
+async fn live_pending(env: &Env, state: &str) -> ApiResult<(String, Pending)> {
     if !oauth::valid_state(state) {
         return Err(ApiError::bad_request("this sign-in has no valid state"));
     }
@@ -335,25 +376,38 @@ pub(crate) async fn callback_route(req: &Request, env: &Env) -> ApiResult<Respon
             "this sign-in is unknown or was finished already: connect again",
         ));
     };
-    // Single use, whatever happens next.
-    delete(env, &key).await.map_err(ApiError::internal)?;
     if now_ms() > pending.expires_at_ms {
+        delete(env, &key).await.map_err(ApiError::internal)?;
         return Err(ApiError::bad_request(
             "this sign-in took longer than 10 minutes: connect again",
         ));
     }
-    if let Some(error) = param("error") {
-        let detail = param("error_description")
-            .map(|d| format!(": {d}"))
-            .unwrap_or_default();
-        return Err(ApiError::bad_request(format!(
-            "the authorization server did not sign you in to {:?}: {error}{detail}",
-            pending.server
-        )));
-    }
-    let code = param("code")
-        .filter(|c| !c.is_empty())
-        .ok_or_else(|| ApiError::bad_request("the authorization server sent no code"))?;
+    Ok((key, pending))
+}
+
+/// `POST /v1/mcp/finish {state}`: the person who began a sign-in finishes it (the web app's page
+/// the callback sent the browser to): the code becomes tokens, kept as their connection. Anyone
+/// else is refused (`403`) and the sign-in is dropped; either way it is used once.
+pub(crate) async fn finish_route(
+    req: &mut Request,
+    env: &Env,
+    identity: &Identity,
+) -> ApiResult<Response> {
+    let body = crate::http::read_body_bounded(req, 8 * 1024).await?;
+    let request: oauth::FinishRequest =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (key, pending) = live_pending(env, &request.state).await?;
+    // Used once, whoever finishes it.
+    delete(env, &key).await.map_err(ApiError::internal)?;
+    oauth::may_finish(&pending, &identity.tenant, &identity.sub)
+        .map_err(|e| ApiError::new(403, "forbidden", e))?;
+    let code = pending.code.as_deref().ok_or_else(|| {
+        ApiError::new(
+            409,
+            "conflict",
+            "the authorization server has not sent the browser back for this sign-in",
+        )
+    })?;
     let failed = |e: String| {
         ApiError::new(
             502,
@@ -394,10 +448,12 @@ pub(crate) async fn callback_route(req: &Request, env: &Env) -> ApiResult<Respon
     put_sealed(env, &key, &connection)
         .await
         .map_err(ApiError::internal)?;
-    let mut response = Response::empty()?.with_status(302);
-    response.headers_mut().set("location", "/#/mcp")?;
-    response.headers_mut().set("cache-control", "no-store")?;
-    Ok(response)
+    Ok(crate::http::json_response(
+        200,
+        &oauth::FinishResponse {
+            server: pending.server.clone(),
+        },
+    ))
 }
 
 /// `DELETE /v1/mcp/servers/:name/connection`: forgets the caller's connection.
@@ -406,17 +462,8 @@ pub(crate) async fn disconnect_route(
     identity: &Identity,
     name: &str,
 ) -> ApiResult<Response> {
-    if !config::valid_server_name(name) {
-        return Err(ApiError::bad_request(format!(
-            "{name:?} is not a server name"
-        )));
-    }
-    let acting_for = [identity.sub.clone()];
-    let caller = Caller::person(env, identity, &acting_for, "", &[]);
-    let turn = crate::mcp_client::turn(&caller)
-        .await
-        .map_err(|e| ApiError::new(409, "invalid_mcp_config", e))?;
-    let server = persons_server(&caller, &turn, name).await?;
+    let turn = persons_oauth_turn(env, identity, name).await?;
+    let server = turn.server(name).map_err(ApiError::not_found)?;
     let key = connection_key(
         &identity.tenant,
         &identity.sub,
@@ -454,7 +501,7 @@ pub(crate) async fn authorization(
     force: bool,
 ) -> Result<String, String> {
     let name = &server.doc.name;
-    let Some(sub) = config::user_for_turn(caller.acting_for) else {
+    let Some(sub) = wuhu_core::authority::sole_member(caller.acting_for) else {
         return Err(format!(
             "MCP server {name:?} signs in per person (OAuth): it is used only in turns that act for one person"
         ));

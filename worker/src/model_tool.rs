@@ -49,6 +49,7 @@ pub(crate) fn set_model(
         system_prompt: String::new(),
         provider,
         model,
+        reasoning: None,
     };
     Ok(match wuhu_core::tools::model_switch(arguments, &current)? {
         None => ModelSet {

@@ -293,6 +293,7 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         title,
         global_context,
         budget: None,
+        reasoning: None,
         // The child of a chat session is one too: its guests keep their folder, and its
         // turns for nobody a guest's rights.
         channel: ctx.session.channel.clone(),

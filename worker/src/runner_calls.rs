@@ -196,6 +196,26 @@ impl RunnerCalls {
             .push(&call.tool_call_id, relay.stream, &relay.text)
     }
 
+    /// Starts the live output of tool call `tool_call_id` that the Worker itself produces (an
+    /// MCP server's progress): shown like a runner call's, masked with `masker`.
+    pub(crate) fn start_local_output(&self, tool_call_id: &str, masker: &Masker) {
+        self.output.borrow_mut().start(tool_call_id, masker.clone());
+    }
+
+    /// More of that output: the event for followers, when something can be shown.
+    pub(crate) fn local_output(&self, tool_call_id: &str, text: &str) -> Option<StreamEvent> {
+        self.output.borrow_mut().push(
+            tool_call_id,
+            wuhu_core::wire::runner::OutputStream::Combined,
+            text,
+        )
+    }
+
+    /// Ends that output.
+    pub(crate) fn end_local_output(&self, tool_call_id: &str) {
+        self.output.borrow_mut().end(tool_call_id);
+    }
+
     /// What a follower that joins now gets first: the recent output of the running calls.
     pub(crate) fn output_tails(&self) -> Vec<StreamEvent> {
         self.output.borrow().tails()

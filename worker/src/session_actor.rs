@@ -318,6 +318,7 @@ impl Actor {
             parent_id: l.meta.lineage.parent_id.clone(),
             depth: l.meta.lineage.depth,
             forked_from: l.meta.forked_from.clone(),
+            reasoning: l.meta.header.reasoning,
         })
         .ok_or_else(|| ApiError::not_found("session not found"))
     }

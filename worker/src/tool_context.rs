@@ -69,6 +69,16 @@ pub(crate) struct ToolContext {
     /// Policy decisions made while the tool ran (a `js` script's fetches), shown before its
     /// result.
     pub(crate) decided: RefCell<Vec<EntryPayload>>,
+    /// Where a tool the Worker runs itself shows output while it runs (an MCP server's
+    /// progress), as a runner call's live output is shown.
+    pub(crate) live: Rc<dyn LiveOutput>,
+}
+
+/// The live output of the call a context serves (`session_actor::tools`): shown to followers,
+/// never stored, masked (`wuhu_core::tool_output`).
+pub(crate) trait LiveOutput {
+    /// More text.
+    fn push(&self, text: &str);
 }
 
 /// The session a tool call is made in: its tenant and id, whose it is, the chat thread it
@@ -208,6 +218,17 @@ impl ToolOutput {
             change: None,
             validated: HashMap::new(),
             blobs: Vec::new(),
+        }
+    }
+
+    /// The text of a tool that may attach blobs (an image it read or got), with them.
+    pub(crate) fn with_blobs(
+        result: Result<String, String>,
+        blobs: Vec<wuhu_core::wire::BlobRef>,
+    ) -> ToolOutput {
+        ToolOutput {
+            blobs,
+            ..ToolOutput::text(result)
         }
     }
 

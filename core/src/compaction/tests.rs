@@ -11,6 +11,7 @@ fn header(window: u64) -> Header {
         system_prompt: "s".into(),
         provider: PROVIDER.into(),
         model: format!("{}{window}", models::FAKE_WINDOW_PREFIX),
+        reasoning: None,
     }
 }
 
@@ -528,6 +529,7 @@ fn the_tenant_table_sets_the_window_compaction_counts_against() {
             system_prompt: "s".into(),
             provider: "openai-compatible".into(),
             model: "my-llama-3".into(),
+            reasoning: None,
         };
         match plan_step(&header, models, &window, None, vec![], true) {
             StepPlan::Send { .. } => "send",
@@ -615,6 +617,7 @@ fn finishing_bounds_the_summary_and_refuses_an_empty_one() {
             messages: vec![],
             tools: vec![],
             max_output_tokens: None,
+            reasoning: None,
             images: Default::default(),
         },
         first_kept_cursor: 7,

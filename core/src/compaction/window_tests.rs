@@ -54,6 +54,7 @@ fn window_starts_at_a_user_message_and_repairs_calls() {
         system_prompt: "s".into(),
         provider: "fake".into(),
         model: "m".into(),
+        reasoning: None,
     };
     let cases: Vec<(Vec<Message>, &str)> = vec![
         (
@@ -89,6 +90,7 @@ fn group_chat_prefixes_only_after_the_reminder() {
         system_prompt: "s".into(),
         provider: "fake".into(),
         model: "m".into(),
+        reasoning: None,
     };
     let by = |author: &str, text: &str| Message::User {
         author: author.into(),

@@ -54,6 +54,12 @@ fn render(frame: &Frame) -> String {
     match event {
         StreamEvent::EntryAppended { entry } => format!("entry {}", entry.cursor),
         StreamEvent::AssistantTextDelta { delta } => format!("delta {delta}"),
+        StreamEvent::ThinkingDelta { delta } => format!("thinking {delta}"),
+        StreamEvent::ToolCallDelta {
+            call_id,
+            arguments_delta,
+            ..
+        } => format!("call {call_id} {arguments_delta}"),
         StreamEvent::ToolOutputDelta { call_id, text, .. } => format!("output {call_id} {text}"),
         StreamEvent::Status { status } => format!("status {}", status.as_str()),
         StreamEvent::Idle => "idle".into(),

@@ -13,6 +13,8 @@
 //!   (base64 source) inside its `tool_result` content, after its text;
 //! * assistant `thinking` / `redacted_thinking` blocks produced by this provider go back
 //!   unchanged (their signature must match); reasoning of other providers is dropped;
+//! * a reasoning plan (`super::reasoning`) is `thinking: {"type": "enabled", "budget_tokens"}`
+//!   with the plan's `max_tokens`;
 //! * prompt caching: `cache_control: {"type": "ephemeral"}` breakpoints on the stable prefix —
 //!   the last tool, the system prompt, the user's global context message — and on the last
 //!   block of the conversation, so each step reads the previous step's prefix from the cache
@@ -27,6 +29,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::inline_images::{self, InlineImages};
+use super::reasoning::plan::Plan;
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{ContentBlock, Message, StopReason, Usage, custom_types};
@@ -67,9 +70,29 @@ pub fn build_http_request(
     }
 
     let last_tool = request.tools.len().saturating_sub(1);
+    // Extended thinking (`super::reasoning` checked the budget against the model's limit):
+    // `max_tokens` above the budget; no `temperature`, `top_k` or forced `tool_choice`, which
+    // thinking does not allow (this body never sets them).
+    let (thinking, max_tokens) = match request.reasoning {
+        Some(Plan::Thinking {
+            budget_tokens,
+            max_tokens,
+        }) => (
+            Some(Thinking {
+                kind: "enabled",
+                budget_tokens,
+            }),
+            max_tokens,
+        ),
+        _ => (
+            None,
+            request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        ),
+    };
     let body = MessagesBody {
         model: &request.model,
-        max_tokens: request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        max_tokens,
+        thinking,
         stream: true,
         system: (!request.system_prompt.is_empty()).then(|| {
             json!([{"type": "text", "text": request.system_prompt, "cache_control": ephemeral()}])
@@ -100,12 +123,22 @@ pub fn build_http_request(
 struct MessagesBody<'a> {
     model: &'a str,
     max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<MessagesTool<'a>>,
     messages: Vec<Value>,
+}
+
+/// `thinking: {"type": "enabled", "budget_tokens": n}`.
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
 }
 
 #[derive(Serialize)]

@@ -479,6 +479,7 @@ mod tests {
             messages,
             tools: vec![],
             max_output_tokens: None,
+            reasoning: None,
             images: Default::default(),
         }
     }

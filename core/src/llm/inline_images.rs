@@ -319,6 +319,7 @@ mod tests {
             ],
             tools: Vec::new(),
             max_output_tokens: None,
+            reasoning: None,
             images,
         }
     }

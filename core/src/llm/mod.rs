@@ -12,6 +12,7 @@ pub mod inline_images;
 pub mod masked_reply;
 pub mod models;
 pub mod openai;
+pub mod reasoning;
 pub mod request_log;
 pub mod responses;
 pub mod retry;
@@ -35,8 +36,12 @@ pub struct LlmRequest {
     pub messages: Vec<Message>,
     /// Tools the model may call.
     pub tools: Vec<ToolSchema>,
-    /// The most output tokens to ask for; `None`: the provider codec's default.
+    /// The most output tokens to ask for; `None`: the provider codec's default (a thinking
+    /// plan sets its own `max_tokens`).
     pub max_output_tokens: Option<u32>,
+    /// What the request asks of the model's reasoning (checked against the model table by
+    /// [`reasoning::plan`]); `None`: the provider's default.
+    pub reasoning: Option<reasoning::plan::Plan>,
     /// The bytes of the image blobs the request shows the model, by URI: loaded by the host
     /// ([`inline_images::to_load`]); a tool result's image missing here is a text note.
     pub images: inline_images::InlineImages,
@@ -129,6 +134,10 @@ pub enum LlmEvent {
     ThinkingSignature(String),
     /// A whole redacted thinking block (its opaque data).
     RedactedThinking(String),
+    /// More of a reasoning item's readable summary as it streams (OpenAI Responses): shown to
+    /// followers as thinking; the item itself ([`LlmEvent::Reasoning`]) carries the whole
+    /// summary, so this adds nothing to the message.
+    ReasoningSummaryDelta(String),
     /// A whole reasoning item (OpenAI Responses).
     Reasoning {
         /// Item id.
@@ -296,6 +305,7 @@ impl AssistantBuilder {
             }),
             LlmEvent::Usage(usage) => self.usage = Some(usage),
             LlmEvent::Finish(reason) => self.stop_reason = Some(reason),
+            LlmEvent::ReasoningSummaryDelta(_) => {}
         }
     }
 

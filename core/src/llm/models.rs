@@ -34,7 +34,14 @@ pub struct ModelInfo {
     pub cache_read_per_mtok: f64,
     /// Dollars per million input tokens written to the prompt cache.
     pub cache_write_per_mtok: f64,
+    /// Whether it takes a reasoning setting (`crate::llm::reasoning`).
+    pub reasoning: bool,
 }
+
+/// Whether a built-in row reasons.
+const REASONS: bool = true;
+/// Whether a built-in row does not.
+const PLAIN: bool = false;
 
 const fn row(
     id: &'static str,
@@ -42,6 +49,7 @@ const fn row(
     context_window: u64,
     max_output_tokens: u32,
     prices: [f64; 4],
+    reasoning: bool,
 ) -> ModelInfo {
     ModelInfo {
         id,
@@ -52,6 +60,7 @@ const fn row(
         output_per_mtok: prices[1],
         cache_read_per_mtok: prices[2],
         cache_write_per_mtok: prices[3],
+        reasoning,
     }
 }
 
@@ -63,6 +72,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         32_000,
         [15.0, 75.0, 1.5, 18.75],
+        REASONS,
     ),
     row(
         "claude-sonnet-4-5",
@@ -70,6 +80,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         64_000,
         [3.0, 15.0, 0.3, 3.75],
+        REASONS,
     ),
     row(
         "claude-sonnet-4",
@@ -77,6 +88,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         64_000,
         [3.0, 15.0, 0.3, 3.75],
+        REASONS,
     ),
     row(
         "claude-haiku-4-5",
@@ -84,6 +96,7 @@ pub const MODELS: &[ModelInfo] = &[
         200_000,
         64_000,
         [1.0, 5.0, 0.1, 1.25],
+        REASONS,
     ),
     row(
         "gpt-5",
@@ -91,6 +104,7 @@ pub const MODELS: &[ModelInfo] = &[
         400_000,
         128_000,
         [1.25, 10.0, 0.125, 0.0],
+        REASONS,
     ),
     row(
         "gpt-5-mini",
@@ -98,6 +112,7 @@ pub const MODELS: &[ModelInfo] = &[
         400_000,
         128_000,
         [0.25, 2.0, 0.025, 0.0],
+        REASONS,
     ),
     row(
         "gpt-5-nano",
@@ -105,15 +120,31 @@ pub const MODELS: &[ModelInfo] = &[
         400_000,
         128_000,
         [0.05, 0.4, 0.005, 0.0],
+        REASONS,
     ),
-    row("gpt-4.1", "openai", 1_047_576, 32_768, [2.0, 8.0, 0.5, 0.0]),
-    row("gpt-4o", "openai", 128_000, 16_384, [2.5, 10.0, 1.25, 0.0]),
+    row(
+        "gpt-4.1",
+        "openai",
+        1_047_576,
+        32_768,
+        [2.0, 8.0, 0.5, 0.0],
+        PLAIN,
+    ),
+    row(
+        "gpt-4o",
+        "openai",
+        128_000,
+        16_384,
+        [2.5, 10.0, 1.25, 0.0],
+        PLAIN,
+    ),
     row(
         "gpt-4o-mini",
         "openai",
         128_000,
         16_384,
         [0.15, 0.6, 0.075, 0.0],
+        PLAIN,
     ),
 ];
 
@@ -164,6 +195,11 @@ pub struct ModelRow {
     /// text-only model: a tool result's image is then a note, `llm::inline_images`).
     #[serde(rename = "images", skip_serializing_if = "is_true")]
     pub accepts_images: bool,
+    /// Whether the model takes a reasoning setting (`crate::llm::reasoning`): Anthropic's
+    /// extended thinking, OpenAI's reasoning effort. `"reasoning": true` in a tenant row marks
+    /// one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning: bool,
 }
 
 fn is_true(value: &bool) -> bool {
@@ -185,6 +221,7 @@ impl From<&ModelInfo> for ModelRow {
             }),
             tenant: false,
             accepts_images: true,
+            reasoning: info.reasoning,
         }
     }
 }
@@ -214,6 +251,8 @@ struct TenantRow {
     cache_write_per_mtok: Option<f64>,
     #[serde(default)]
     images: Option<bool>,
+    #[serde(default)]
+    reasoning: Option<bool>,
 }
 
 #[derive(serde::Deserialize)]
@@ -327,6 +366,7 @@ impl ModelTable {
                     prices: None,
                     tenant: true,
                     accepts_images: true,
+                    reasoning: false,
                 },
             };
             let prices = match (row.input_per_mtok, row.output_per_mtok, base.prices) {
@@ -372,6 +412,7 @@ impl ModelTable {
                 prices,
                 tenant: true,
                 accepts_images: row.images.unwrap_or(base.accepts_images),
+                reasoning: row.reasoning.unwrap_or(base.reasoning),
             };
             match builtin {
                 Some(i) => table.rows[i] = merged,
@@ -507,6 +548,33 @@ pub struct SessionUsage {
     /// (`wuhu_policy_decision_v1` entries, `crate::policy`).
     #[serde(default)]
     pub policy: PolicyDecisions,
+    /// The session's `mcp_call`s (`crate::mcp_client`).
+    #[serde(default)]
+    pub mcp: McpCalls,
+}
+
+/// How many MCP tool calls the model made, how many failed, and per server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct McpCalls {
+    /// `mcp_call`s the model made.
+    pub calls: u64,
+    /// Of them, those whose result was an error.
+    pub errors: u64,
+    /// Calls per server, in order of first use.
+    pub by_server: Vec<McpServerCalls>,
+}
+
+/// One server's share of [`McpCalls`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerCalls {
+    /// The server's name.
+    pub server: String,
+    /// Calls to it.
+    pub calls: u64,
 }
 
 /// How many tool calls policy rules allowed, asked about and refused.
@@ -554,6 +622,31 @@ impl SessionUsage {
                 };
                 *counter += 1;
                 continue;
+            }
+            if let EntryPayload::Message {
+                message: Message::ToolResult(result),
+            } = &entry.payload
+            {
+                if result.tool_name == crate::tools::names::MCP_CALL && result.is_error {
+                    self.mcp.errors += 1;
+                }
+                continue;
+            }
+            if let EntryPayload::Message {
+                message: Message::Assistant(message),
+            } = &entry.payload
+            {
+                for call in message
+                    .tool_calls()
+                    .filter(|c| c.name == crate::tools::names::MCP_CALL)
+                {
+                    let server = call.arguments["server"].as_str().unwrap_or("").to_string();
+                    self.mcp.calls += 1;
+                    match self.mcp.by_server.iter_mut().find(|s| s.server == server) {
+                        Some(row) => row.calls += 1,
+                        None => self.mcp.by_server.push(McpServerCalls { server, calls: 1 }),
+                    }
+                }
             }
             // Summaries of compactions are requests too: they count.
             let (provider, model, usage) = match &entry.payload {
@@ -663,6 +756,36 @@ mod tests {
                 }),
             },
         };
+        let message = |message: Message| Entry {
+            cursor: 0,
+            id: String::new(),
+            created_at: 0,
+            payload: EntryPayload::Message { message },
+        };
+        let mcp_calls = |calls: &[(&str, &str, &str)]| {
+            message(Message::Assistant(AssistantMessage {
+                content: calls
+                    .iter()
+                    .map(|(id, name, server)| {
+                        crate::wire::ContentBlock::ToolCall(crate::wire::ToolCall {
+                            id: id.to_string(),
+                            name: name.to_string(),
+                            arguments: serde_json::json!({"server": server, "tool": "t"}),
+                        })
+                    })
+                    .collect(),
+                ..AssistantMessage::default()
+            }))
+        };
+        let mcp_result = |id: &str, name: &str, is_error: bool| {
+            message(Message::ToolResult(crate::wire::ToolResult {
+                tool_call_id: id.into(),
+                tool_name: name.into(),
+                content: String::new(),
+                is_error,
+                blobs: Vec::new(),
+            }))
+        };
         let usage = |input: u64, output: u64, cost: Option<f64>| Usage {
             input_tokens: input,
             output_tokens: output,
@@ -703,6 +826,15 @@ mod tests {
             policy("ask"),
             policy("deny"),
             policy("bogus"),
+            mcp_calls(&[
+                ("c1", "mcp_call", "docs"),
+                ("c2", "mcp_call", "tracker"),
+                ("c3", "bash", ""),
+            ]),
+            mcp_result("c1", "mcp_call", true),
+            mcp_result("c2", "mcp_call", false),
+            mcp_result("c3", "bash", true),
+            mcp_calls(&[("c4", "mcp_call", "docs")]),
         ];
         let mut totals = SessionUsage::default();
         // Page by page gives the same sums as all at once; a decision it cannot read is not
@@ -716,6 +848,7 @@ mod tests {
                 "messages": 4, "inputTokens": 342, "outputTokens": 35, "cacheReadTokens": 171,
                 "cacheWriteTokens": 0, "reasoningTokens": 0, "costUsd": 1.75, "unpricedMessages": 1,
                 "policy": {"allowed": 0, "asked": 1, "denied": 2},
+                "mcp": {"calls": 3, "errors": 1, "byServer": [{"server": "docs", "calls": 2}, {"server": "tracker", "calls": 1}]},
                 "byModel": [
                     {"provider": "anthropic", "model": "claude-sonnet-4-5", "messages": 2, "inputTokens": 300,
                      "outputTokens": 30, "cacheReadTokens": 150, "cacheWriteTokens": 0, "reasoningTokens": 0,
@@ -856,7 +989,7 @@ mod tests {
             ),
             (
                 Some(r#"{"models":[{"id":"x","provider":"fake","price":3}]}"#),
-                "error: wuhu://workspace/config/models.json is not a valid model table: unknown field `price`, expected one of `id`, `provider`, `contextWindow`, `maxOutputTokens`, `inputPerMtok`, `outputPerMtok`, `cacheReadPerMtok`, `cacheWritePerMtok`, `images` at line 1 column 46",
+                "error: wuhu://workspace/config/models.json is not a valid model table: unknown field `price`, expected one of `id`, `provider`, `contextWindow`, `maxOutputTokens`, `inputPerMtok`, `outputPerMtok`, `cacheReadPerMtok`, `cacheWritePerMtok`, `images`, `reasoning` at line 1 column 46",
             ),
             (
                 Some(r#"{"models":[{"id":"my-llama"}]}"#),

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::inline_images;
+use super::reasoning::plan::Plan;
 use super::stream::{Dialect, SseStream, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{Message, StopReason, Usage};
@@ -87,6 +88,10 @@ pub fn build_http_request(
             include_usage: true,
         },
         messages,
+        reasoning_effort: match request.reasoning {
+            Some(Plan::Effort(effort)) => Some(effort.as_str()),
+            _ => None,
+        },
         tools: request
             .tools
             .iter()
@@ -119,6 +124,9 @@ struct ChatBody<'a> {
     stream: bool,
     stream_options: StreamOptions,
     messages: Vec<ChatMessage<'a>>,
+    /// Only for models the table marks as reasoning (`super::reasoning`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<ChatTool<'a>>,
 }
@@ -489,6 +497,7 @@ mod tests {
             messages,
             tools,
             max_output_tokens: None,
+            reasoning: None,
             images: Default::default(),
         }
     }

@@ -13,14 +13,18 @@
 //! Anthropic thinking blocks are dropped.
 //!
 //! Stream events used: `response.output_item.added` / `.done`, `response.output_text.delta`,
-//! `response.function_call_arguments.delta` / `.done`, `response.completed`,
-//! `response.incomplete`, `response.failed`, `error`. Others (`response.created`, reasoning
-//! summary deltas, …) carry nothing we need.
+//! `response.reasoning_summary_text.delta` (shown as thinking while it streams; the reasoning
+//! item at `.done` carries the whole summary), `response.function_call_arguments.delta` /
+//! `.done`, `response.completed`, `response.incomplete`, `response.failed`, `error`. Others
+//! (`response.created`, …) carry nothing we need.
+//!
+//! A reasoning setting (`super::reasoning`) is `reasoning: {"effort", "summary": "auto"}`.
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::inline_images::{self, InlineImages};
+use super::reasoning::plan::Plan;
 use super::stream::{Dialect, SseStream, event_kind, parse_json};
 use super::{HttpRequest, LlmEvent, LlmFailure, LlmRequest, ToolParameters};
 use crate::wire::{ContentBlock, Message, StopReason, Usage};
@@ -55,6 +59,14 @@ pub fn build_http_request(
         store: false,
         include: &["reasoning.encrypted_content"],
         max_output_tokens: request.max_output_tokens,
+        // The summary streams as thinking (`response.reasoning_summary_text.delta`).
+        reasoning: match request.reasoning {
+            Some(Plan::Effort(effort)) => Some(ReasoningParam {
+                effort: effort.as_str(),
+                summary: "auto",
+            }),
+            _ => None,
+        },
         tools: request
             .tools
             .iter()
@@ -87,8 +99,17 @@ struct ResponsesBody<'a> {
     include: &'static [&'static str],
     #[serde(skip_serializing_if = "Option::is_none")]
     max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<ReasoningParam>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<ResponsesTool<'a>>,
+}
+
+/// `reasoning: {"effort", "summary": "auto"}`.
+#[derive(Serialize)]
+struct ReasoningParam {
+    effort: &'static str,
+    summary: &'static str,
 }
 
 #[derive(Serialize)]
@@ -202,6 +223,7 @@ impl StreamDecoder {
     pub fn new() -> Self {
         StreamDecoder(SseStream::new(ResponsesStream {
             calls: Vec::new(),
+            summary_part: None,
             done: false,
         }))
     }
@@ -222,6 +244,8 @@ impl StreamDecoder {
 #[derive(Debug)]
 struct ResponsesStream {
     calls: Vec<Call>,
+    /// The reasoning summary part streaming: (output index, summary index).
+    summary_part: Option<(Option<usize>, Option<u64>)>,
     /// A terminal event (`response.completed` / `.incomplete`) was seen.
     done: bool,
 }
@@ -278,6 +302,22 @@ impl ResponsesStream {
                 let delta = text(event, "delta");
                 if !delta.is_empty() {
                     events.push(LlmEvent::TextDelta(delta));
+                }
+            }
+            // A reasoning summary as it is written (`summary: "auto"`): parts after the first
+            // of an item start on a paragraph of their own.
+            "response.reasoning_summary_text.delta" => {
+                let delta = text(event, "delta");
+                let part = (index, event.get("summary_index").and_then(Value::as_u64));
+                if !delta.is_empty() {
+                    let new_part = self.summary_part != Some(part);
+                    let same_item = self.summary_part.is_some_and(|(item, _)| item == index);
+                    self.summary_part = Some(part);
+                    events.push(LlmEvent::ReasoningSummaryDelta(if new_part && same_item {
+                        format!("\n\n{delta}")
+                    } else {
+                        delta
+                    }));
                 }
             }
             "response.function_call_arguments.delta" => {

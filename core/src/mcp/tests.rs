@@ -76,7 +76,7 @@ fn versions() {
     assert_eq!(result["serverInfo"]["version"], "1.2.3");
     assert_eq!(
         result["capabilities"],
-        json!({"tools": {"listChanged": false}})
+        json!({"tools": {"listChanged": false}, "resources": {"listChanged": false, "subscribe": false}})
     );
 }
 
@@ -356,5 +356,65 @@ fn waiting() {
             .as_str()
             .unwrap()
             .contains("again")
+    );
+}
+
+#[test]
+fn resources_are_sessions_and_workspace_documents() {
+    let read = |uri: Value| resource_read_call(&json!({"uri": uri})).map(|c| c.path);
+    assert_eq!(
+        read(json!(format!("wuhu://session/{SID}"))),
+        Ok(format!("/v1/sessions/{SID}?limit=200"))
+    );
+    assert_eq!(
+        read(json!("wuhu://workspace/notes/a b.md")),
+        Ok("/v1/workspace/docs/notes/a%20b.md".to_string())
+    );
+    for bad in [
+        json!("wuhu://session/../x"),
+        json!("wuhu://workspace/../etc/passwd"),
+        json!("wuhu://session/not-a-uuid"),
+        json!("https://example.com/"),
+        json!(7),
+    ] {
+        assert_eq!(
+            read(bad.clone()).map_err(|e| e.code),
+            Err(codes::INVALID_PARAMS),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        resources_list_call(&json!({})).unwrap().path,
+        "/v1/sessions?limit=50"
+    );
+    assert_eq!(
+        resources_list_call(&json!({"cursor": SID})).unwrap().path,
+        format!("/v1/sessions?limit=50&before={SID}")
+    );
+    assert!(resources_list_call(&json!({"cursor": "x&limit=1000"})).is_err());
+    let page = json!({"sessions": [{"id": SID, "title": null, "status": "idle", "model": "fake-echo", "owner": "alice"}], "nextBefore": SID});
+    expect_test::expect![[r#"{"nextCursor":"0f3c2a1b-5d1e-4c0a-9f7e-2b8f1d3c4a5e","resources":[{"description":"A Wuhu session (idle, fake-echo), owned by alice","mimeType":"application/json","name":"(untitled)","uri":"wuhu://session/0f3c2a1b-5d1e-4c0a-9f7e-2b8f1d3c4a5e"}]}"#]]
+        .assert_eq(&resources_list_result(&page).to_string());
+    assert!(
+        resources_list_result(&json!({"sessions": []}))
+            .get("nextCursor")
+            .is_none()
+    );
+    let uri = "wuhu://workspace/notes/a.md";
+    assert_eq!(
+        resource_read_result(uri, 200, &json!({"content": "# A\n", "path": "notes/a.md"})),
+        Ok(json!({"contents": [{"uri": uri, "mimeType": "text/markdown", "text": "# A\n"}]}))
+    );
+    assert_eq!(
+        resource_read_result(uri, 404, &json!({})).map_err(|e| e.code),
+        Err(codes::RESOURCE_NOT_FOUND)
+    );
+    assert_eq!(
+        resource_read_result(uri, 503, &json!({})).map_err(|e| e.code),
+        Err(codes::INTERNAL_ERROR)
+    );
+    assert_eq!(
+        initialize_result(&json!({}), "1")["capabilities"]["resources"]["subscribe"],
+        false
     );
 }

@@ -7,8 +7,10 @@ use wildmatch::WildMatch;
 use crate::environments::Attachment;
 use crate::wire::runner::mcp::StdioServer;
 
-/// The tenant's MCP servers (admins write it; see `crate::authority::is_tenant_config`).
-pub const TENANT_MCP_PATH: &str = "config/mcp.json";
+pub use super::documents::{
+    MAX_NAME_CHARS, TENANT_MCP_PATH, is_mcp_document, mcp_user, user_mcp_path, valid_server_name,
+};
+
 /// Most servers in one document.
 pub const MAX_SERVERS: usize = 32;
 /// Most patterns in one `tools.allow` or `tools.deny`.
@@ -17,30 +19,10 @@ pub const MAX_TOOL_PATTERNS: usize = 64;
 pub const MAX_TOOL_PATTERN_CHARS: usize = 128;
 /// Longest server URL, in characters.
 pub const MAX_URL_CHARS: usize = 2048;
-/// Longest server name, in characters.
-pub const MAX_NAME_CHARS: usize = 32;
 /// How long one request to a server may take when its document says nothing (seconds).
 pub const DEFAULT_TIMEOUT_SECONDS: u32 = 60;
 /// The longest `timeoutSeconds` a document may set.
 pub const MAX_TIMEOUT_SECONDS: u32 = 600;
-
-/// Where `sub`'s own MCP servers are listed.
-pub fn user_mcp_path(sub: &str) -> String {
-    format!("users/{sub}/mcp.json")
-}
-
-/// Whether `path` (normalised) lists MCP servers: the tenant's document or a user's. A session's
-/// tools never write one (an agent must not point its own calls, and the credentials they
-/// carry, at another server), and a change is told to running sessions like the settings.
-pub fn is_mcp_document(path: &str) -> bool {
-    path == TENANT_MCP_PATH || mcp_user(path).is_some()
-}
-
-/// The user whose MCP document `path` is (`users/<sub>/mcp.json`).
-pub fn mcp_user(path: &str) -> Option<&str> {
-    let sub = path.strip_prefix("users/")?.strip_suffix("/mcp.json")?;
-    (!sub.is_empty() && !sub.contains('/')).then_some(sub)
-}
 
 /// How a server is reached.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -270,7 +252,7 @@ impl McpServers {
             match &server.auth {
                 Auth::None => {}
                 Auth::Bearer { secret } => {
-                    crate::secrets::check_name(secret)
+                    crate::secrets::name::check_name(secret)
                         .map_err(|e| at(format!("auth.secret: {e}")))?;
                 }
                 Auth::Oauth => {}
@@ -319,16 +301,6 @@ impl McpServers {
     }
 }
 
-/// Whether `name` may name a server.
-pub fn valid_server_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name.len() <= MAX_NAME_CHARS
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-}
-
 fn check_url(text: &str) -> Result<(), String> {
     if text.chars().count() > MAX_URL_CHARS {
         return Err(format!("at most {MAX_URL_CHARS} characters"));
@@ -349,16 +321,6 @@ fn check_url(text: &str) -> Result<(), String> {
         return Err("a fragment is not sent to a server: remove it".into());
     }
     Ok(())
-}
-
-/// The user whose own servers a turn acting for `acting_for` may use: only a turn that acts
-/// for one person alone, who is a member (a user's servers can hold what only they may see, and
-/// a turn for several people would hand it to the others).
-pub fn user_for_turn(acting_for: &[String]) -> Option<&str> {
-    match acting_for {
-        [one] if !crate::authority::is_guest(one) => Some(one.as_str()),
-        _ => None,
-    }
 }
 
 /// The servers a turn sees: the tenant's, then the user's own whose names the tenant's do not

@@ -232,6 +232,33 @@ pub struct Pending {
     pub redirect_uri: String,
     /// When it ends (milliseconds).
     pub expires_at_ms: u64,
+    /// The code the authorization server sent back (the callback keeps it; the person who
+    /// began the sign-in finishes it, `POST /v1/mcp/finish`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+/// Who may finish a sign-in: only the person who began it, in their tenant. The callback is
+/// reached by whatever browser the authorization server sends back, so a sign-in someone began
+/// and another completed in their own browser (their account at the server) must not become
+/// the first one's connection (the login CSRF of OAuth): the second person's finish is refused.
+///
+/// # Errors
+/// The refusal, for a 403.
+pub fn may_finish(pending: &Pending, tenant: &str, sub: &str) -> Result<(), String> {
+    if pending.tenant == tenant && pending.sub == sub {
+        Ok(())
+    } else {
+        Err(format!(
+            "this sign-in to {:?} was begun by another person; only they finish it",
+            pending.server
+        ))
+    }
+}
+
+/// The web app's page that finishes a sign-in: the callback sends the browser there.
+pub fn finish_location(state: &str) -> String {
+    format!("/#/mcp/finish/{state}")
 }
 
 /// The address the person's browser goes to.
@@ -383,6 +410,24 @@ pub struct ConnectResponse {
     pub authorization_url: String,
     /// When the sign-in must be finished (Unix seconds).
     pub expires_at: u64,
+}
+
+/// `POST /v1/mcp/finish`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FinishRequest {
+    /// The sign-in's state (from the page the callback sent the browser to).
+    pub state: String,
+}
+
+/// The answer of `POST /v1/mcp/finish`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct FinishResponse {
+    /// The server now connected.
+    pub server: String,
 }
 
 /// `DELETE /v1/mcp/servers/{name}/connection`.

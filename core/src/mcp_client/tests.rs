@@ -170,12 +170,12 @@ fn the_tool_filter_denies_first() {
 #[test]
 fn a_users_servers_serve_only_turns_for_that_user_alone() {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    assert_eq!(user_for_turn(&s(&["alice"])), Some("alice"));
-    assert_eq!(user_for_turn(&s(&["alice", "bob"])), None);
-    assert_eq!(user_for_turn(&s(&[])), None);
+    assert_eq!(crate::authority::sole_member(&s(&["alice"])), Some("alice"));
+    assert_eq!(crate::authority::sole_member(&s(&["alice", "bob"])), None);
+    assert_eq!(crate::authority::sole_member(&s(&[])), None);
     let guest = "guest:slack:T1:U1";
     assert!(crate::authority::is_guest(guest));
-    assert_eq!(user_for_turn(&s(&[guest])), None);
+    assert_eq!(crate::authority::sole_member(&s(&[guest])), None);
 
     let tenant = McpServers::parse(
         TENANT_MCP_PATH,
@@ -854,7 +854,21 @@ mod oauth_flow {
             token_endpoint: "https://a.example/token".into(),
             redirect_uri: "https://wuhu.example/v1/mcp/callback".into(),
             expires_at_ms: 1,
+            code: None,
         }
+    }
+
+    #[test]
+    fn only_who_began_a_sign_in_finishes_it() {
+        let p = pending();
+        assert_eq!(may_finish(&p, "t", "alice"), Ok(()));
+        assert!(
+            may_finish(&p, "t", "bob")
+                .unwrap_err()
+                .contains("begun by another person")
+        );
+        assert!(may_finish(&p, "other", "alice").is_err());
+        assert_eq!(finish_location("abc"), "/#/mcp/finish/abc");
     }
 
     #[test]

@@ -8,6 +8,7 @@ fn header() -> Header {
         system_prompt: "s".into(),
         provider: "fake".into(),
         model: "m".into(),
+        reasoning: None,
     }
 }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Millis;
 use crate::compaction::Anchors;
+use crate::llm::reasoning::Reasoning;
 use crate::wire::{Budget, Spent};
 use crate::wire::{Lane, Status, ToolCall};
 
@@ -40,6 +41,11 @@ pub struct Checkpoint {
     /// rest, so a set never loses anyone. Tools act on their behalf.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turn_authors: Vec<String>,
+    /// The reasoning setting of the current turn: the latest one a user message delivered in
+    /// it carried (`POST …/enqueue {reasoning}`); it wins over the session's until the turn
+    /// ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_reasoning: Option<Reasoning>,
     /// Running tool calls that wait for a person's approval. They have not started their
     /// work, so after a restart they run again (and wait for the same approval) instead of
     /// losing their result.
@@ -82,6 +88,7 @@ impl Default for Checkpoint {
             step: 0,
             delivered: VecDeque::new(),
             turn_authors: Vec::new(),
+            turn_reasoning: None,
             awaiting_approval: Vec::new(),
             owner: None,
             group_chat_since: None,
@@ -154,6 +161,9 @@ pub struct QueueItem {
     pub acting_for: Option<Vec<String>>,
     /// Text.
     pub content: String,
+    /// The reasoning setting of the turn it starts or joins, when its sender gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
     /// Unix seconds.
     pub enqueued_at: i64,
     /// For a `system` item from the server (a child's lifecycle, a finished job): the

@@ -38,6 +38,17 @@ impl ForkPrefix {
                     header.model = model.to_string();
                 }
             }
+            // The reasoning setting as the history left it (`null`: none).
+            EntryPayload::Custom { custom_type, data }
+                if custom_type == custom_types::REASONING_CHANGED =>
+            {
+                if let (Some(header), Ok(to)) = (
+                    self.header.as_mut(),
+                    serde_json::from_value(data["to"].clone()),
+                ) {
+                    header.reasoning = to;
+                }
+            }
             EntryPayload::Message {
                 message: Message::CustomMessage { custom_type, .. },
             } if custom_type == custom_types::GROUP_CHAT_REMINDER => {
@@ -52,8 +63,8 @@ impl ForkPrefix {
         self.last_cursor
     }
 
-    /// The system prompt, provider and model in effect at the end of the history (its header
-    /// and the model switches after it); `None` when it has no header.
+    /// The system prompt, provider, model and reasoning setting in effect at the end of the
+    /// history (its header and the switches after it); `None` when it has no header.
     pub fn header(&self) -> Option<&Header> {
         self.header.as_ref()
     }
@@ -109,6 +120,7 @@ mod tests {
             system_prompt: "s".into(),
             provider: "fake".into(),
             model: model.into(),
+            reasoning: None,
         }
     }
 
@@ -135,8 +147,12 @@ mod tests {
     }
 
     fn history() -> Vec<Entry> {
+        let low = serde_json::from_value(json!({"effort": "low"})).unwrap();
         let payloads = vec![
-            EntryPayload::Header(header("m1")),                      // 1
+            EntryPayload::Header(Header {
+                reasoning: Some(low),
+                ..header("m1")
+            }), // 1
             custom_message(custom_types::GLOBAL_CONTEXT, json!({})), // 2
             user("a"),                                               // 3
             custom_message(custom_types::AGENTS_MD, json!({"environment": "api"})), // 4
@@ -157,7 +173,10 @@ mod tests {
                 model: "m".into(),
                 usage: None,
             }), // 8
-            custom_message(custom_types::GROUP_CHAT_REMINDER, json!({})), // 9
+            EntryPayload::Custom {
+                custom_type: custom_types::REASONING_CHANGED.into(),
+                data: json!({"from": {"effort": "low"}, "to": {"effort": "high"}}),
+            }, // 9
             user("c"),                                               // 10
         ];
         payloads
@@ -225,5 +244,18 @@ mod tests {
             assert_eq!(data["atCursor"], at);
             assert_eq!(data["from"], "parent");
         }
+        // The reasoning setting: the header's until the history changed it.
+        let reasoning_at = |at: usize| {
+            let mut prefix = ForkPrefix::default();
+            history[..at].iter().for_each(|e| prefix.observe(e));
+            prefix
+                .header()
+                .and_then(|h| h.reasoning)
+                .map(|r| r.effort.as_str())
+        };
+        assert_eq!(
+            (reasoning_at(8), reasoning_at(10)),
+            (Some("low"), Some("high"))
+        );
     }
 }

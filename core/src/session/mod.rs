@@ -47,6 +47,7 @@ pub use checkpoint::{Checkpoint, Phase, QueueItem, SystemInput};
 pub use fork::ForkPrefix;
 
 use crate::llm::LlmFailure;
+use crate::llm::reasoning::Reasoning;
 use crate::llm::retry::RetryPolicy;
 use crate::rng::SplitMix64;
 use crate::tools;
@@ -381,6 +382,12 @@ impl Session {
         self.effects.pop_front()
     }
 
+    /// The reasoning setting of the current turn, when a message delivered in it carried one
+    /// (it wins over the session's).
+    pub fn turn_reasoning(&self) -> Option<Reasoning> {
+        self.state.turn_reasoning
+    }
+
     /// When [`Session::handle_timeout`] must be called, if ever.
     #[must_use]
     pub fn poll_deadline(&self) -> Option<Millis> {
@@ -421,6 +428,46 @@ impl Session {
         acting_for: Option<Vec<String>>,
         content: String,
     ) -> Result<(), EnqueueError> {
+        self.enqueue(now, item_id, lane, author, acting_for, content, None)
+    }
+
+    /// A person's message with a reasoning setting for its turn (`POST …/enqueue
+    /// {reasoning}`, checked by the host against the model): queued as
+    /// [`Session::handle_enqueue`] does, or, when `once`, as [`Session::handle_enqueue_once`]
+    /// does (`Ok(false)`: already known, not queued again). When delivered, its setting is the
+    /// turn's ([`Session::turn_reasoning`]) until the turn ends.
+    ///
+    /// # Errors
+    /// As [`Session::handle_enqueue`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_enqueue_with_reasoning(
+        &mut self,
+        now: Millis,
+        item_id: String,
+        lane: Lane,
+        author: String,
+        content: String,
+        reasoning: Option<Reasoning>,
+        once: bool,
+    ) -> Result<bool, EnqueueError> {
+        if once && self.knows_item(&item_id) {
+            return Ok(false);
+        }
+        self.enqueue(now, item_id, lane, author, None, content, reasoning)
+            .map(|()| true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &mut self,
+        now: Millis,
+        item_id: String,
+        lane: Lane,
+        author: String,
+        acting_for: Option<Vec<String>>,
+        content: String,
+        reasoning: Option<Reasoning>,
+    ) -> Result<(), EnqueueError> {
         if acting_for
             .as_ref()
             .is_some_and(|set| set.len() > MAX_TURN_AUTHORS + 1)
@@ -445,6 +492,7 @@ impl Session {
             author,
             acting_for,
             content,
+            reasoning,
             enqueued_at: now.unix_seconds(),
             system: None,
         };
@@ -523,6 +571,7 @@ impl Session {
             author: "wuhu".into(),
             acting_for: None,
             content,
+            reasoning: None,
             enqueued_at: now.unix_seconds(),
             system: Some(input),
         };
@@ -789,6 +838,49 @@ impl Session {
         );
     }
 
+    /// `PATCH {reasoning}` changed the session's reasoning setting (the host saved it in the
+    /// header): a `wuhu_reasoning_changed_v1` notice, so readers of the transcript see from
+    /// where on the model reasoned how much.
+    ///
+    /// `why`: a sentence saying why, when it was not asked for (a model switch the setting does
+    /// not suit removed it).
+    pub fn handle_reasoning_changed(
+        &mut self,
+        now: Millis,
+        from: Option<Reasoning>,
+        to: Option<Reasoning>,
+        by: &str,
+        why: Option<&str>,
+    ) {
+        let describe = |r: Option<Reasoning>| match r {
+            None => "the provider's default".to_string(),
+            Some(Reasoning {
+                effort,
+                budget_tokens: None,
+            }) => format!("{} effort", effort.as_str()),
+            Some(Reasoning {
+                effort,
+                budget_tokens: Some(budget),
+            }) => format!("{} effort, {budget} thinking tokens", effort.as_str()),
+        };
+        let mut text = format!(
+            "{by} changed the reasoning from {} to {}.",
+            describe(from),
+            describe(to)
+        );
+        if let Some(why) = why {
+            text.push(' ');
+            text.push_str(why);
+        }
+        self.append(
+            now,
+            EntryPayload::Custom {
+                custom_type: custom_types::REASONING_CHANGED.into(),
+                data: serde_json::json!({"text": text, "from": from, "to": to, "by": by}),
+            },
+        );
+    }
+
     /// A chat channel gave up posting a message of this session to its thread: a
     /// `wuhu_channel_undelivered_v1` notice, so people reading the session see what the thread
     /// did not get. Changes nothing else (no turn starts).
@@ -1023,6 +1115,7 @@ impl Session {
         if !after_tools {
             // The agent would stop here: whatever is delivered now starts a new turn.
             self.state.turn_authors.clear();
+            self.state.turn_reasoning = None;
         }
         let mut delivered = self.deliver(now, |lane| matches!(lane, Lane::Steer | Lane::System));
         if !after_tools && delivered == 0 {
@@ -1151,6 +1244,9 @@ impl Session {
                         }
                     }
                     self.note_prompter(now, &item.author);
+                    if item.reasoning.is_some() {
+                        self.state.turn_reasoning = item.reasoning;
+                    }
                     Message::User {
                         author: item.author,
                         content: item.content,
@@ -1197,6 +1293,7 @@ impl Session {
     }
 
     fn go_idle(&mut self) {
+        self.state.turn_reasoning = None;
         if self.state.status == Status::Running {
             self.set_status(Status::Idle);
         }

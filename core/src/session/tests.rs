@@ -30,6 +30,7 @@ impl Harness {
             system_prompt: "sys".into(),
             provider: "fake".into(),
             model: "m".into(),
+            reasoning: None,
         };
         let mut h = Harness {
             session: Session::create(Millis(1_000), 7, header, vec![]),
@@ -70,7 +71,10 @@ impl Harness {
                     format!("queue- {id}")
                 }
                 Effect::StatusChanged(s) => format!("status {}", s.as_str()),
-                Effect::Infer { step } => format!("infer {step}"),
+                Effect::Infer { step } => match self.session.turn_reasoning() {
+                    None => format!("infer {step}"),
+                    Some(r) => format!("infer {step} (reasoning {})", r.effort.as_str()),
+                },
                 Effect::CancelInference { step } => format!("cancel-infer {step}"),
                 Effect::RunTools { step, calls } => {
                     format!(
@@ -156,6 +160,27 @@ impl Harness {
                     self.session
                         .handle_enqueue(now, id, lane, author.into(), rest.into())
                         .unwrap();
+                }
+                "rsteer" | "rfollow" => {
+                    // `rfollow EFFORT TEXT`: a message carrying a reasoning setting.
+                    let lane = if cmd == "rsteer" {
+                        Lane::Steer
+                    } else {
+                        Lane::FollowUp
+                    };
+                    let (effort, text) = rest.split_once(' ').unwrap();
+                    let reasoning =
+                        serde_json::from_value(serde_json::json!({"effort": effort})).unwrap();
+                    let r = self.session.handle_enqueue_with_reasoning(
+                        now,
+                        format!("q-{text}"),
+                        lane,
+                        "ana".into(),
+                        text.into(),
+                        Some(reasoning),
+                        true,
+                    );
+                    self.log.push(format!("enqueue -> {r:?}"));
                 }
                 "notify" => {
                     // `notify ID TEXT`: a server message (a child's report) on the system lane.
@@ -299,6 +324,68 @@ fn simple_turn_goes_idle() {
             infer 1
             > reply 1 hello
             #3 assistant hello
+            status idle
+            idle"#]],
+    );
+}
+
+/// A message's reasoning setting holds for its turn only: every step of it (after tool calls,
+/// after a restart), a later message's setting in the same turn replaces it, and the next turn
+/// without one has none. A message sent again by its key is not queued twice.
+#[test]
+fn a_messages_reasoning_holds_for_its_turn_only() {
+    check(
+        "rfollow high go
+         rfollow high go
+         calls 1 list_sessions:a
+         resume
+         done 1 a
+         rsteer low now
+         calls 2 list_sessions:b
+         done 2 b
+         reply 3 ok
+         follow plain
+         reply 4 fine",
+        expect![[r#"
+            > rfollow high go
+            enqueue -> Ok(true)
+            queue+ q-go
+            queue- q-go
+            #2 user(Some(FollowUp)) go
+            status running
+            infer 1 (reasoning high)
+            > rfollow high go
+            enqueue -> Ok(false)
+            > calls 1 list_sessions:a
+            #3 assistant calls a
+            run 1 a
+            > resume
+            run 1 a
+            > done 1 a
+            #4 result a err=false out-a
+            infer 2 (reasoning high)
+            > rsteer low now
+            enqueue -> Ok(true)
+            queue+ q-now
+            > calls 2 list_sessions:b
+            #5 assistant calls b
+            #6 result b err=true Tool call skipped: a new message arrived before it ran.
+            queue- q-now
+            #7 user(Some(Steer)) now
+            infer 3 (reasoning low)
+            > done 2 b
+            > reply 3 ok
+            #8 assistant ok
+            status idle
+            idle
+            > follow plain
+            queue+ q-plain
+            queue- q-plain
+            #9 user(Some(FollowUp)) plain
+            status running
+            infer 4
+            > reply 4 fine
+            #10 assistant fine
             status idle
             idle"#]],
     );

@@ -25,6 +25,11 @@ pub struct CreateSessionRequest {
     /// The session's budget from its start (as `PATCH {budget}` sets it later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// How much the model reasons (`crate::llm::reasoning`): checked against the model (a
+    /// model that takes none, or a bad budget, is a `400 invalid_reasoning`). Absent: the
+    /// provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<crate::llm::reasoning::Reasoning>,
 }
 
 /// A session as the API shows it.
@@ -66,6 +71,9 @@ pub struct SessionInfo {
     /// `cursor` entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkedFrom>,
+    /// The session's reasoning setting, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<crate::llm::reasoning::Reasoning>,
 }
 
 /// Where a fork's history comes from.
@@ -172,6 +180,10 @@ pub struct EnqueueRequest {
     /// lost reply) may send it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// How much the model reasons for the turn this message starts or joins (it wins over the
+    /// session's setting until the turn ends); checked like the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<crate::llm::reasoning::Reasoning>,
 }
 
 /// Reply to an enqueue.
@@ -214,6 +226,26 @@ pub struct PatchSessionRequest {
     /// A new budget (`{}` removes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// A new reasoning setting (`null` removes it), checked against the model as this patch
+    /// leaves it: a switch to a model that cannot take the session's setting needs a setting
+    /// it takes, or `null`, in the same patch.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(test, schemars(with = "Option<crate::llm::reasoning::Reasoning>"))]
+    pub reasoning: Option<Option<crate::llm::reasoning::Reasoning>>,
+}
+
+/// A field that is present (`null` included) is `Some`; an absent one stays `None` (its
+/// `default`).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 /// A session's budget: requests start only while what the session spent is under every limit
@@ -350,8 +382,9 @@ impl PatchSessionRequest {
             && self.provider.is_none()
             && self.model.is_none()
             && self.budget.is_none()
+            && self.reasoning.is_none()
         {
-            return Err("patch needs title, access, provider, model or budget".into());
+            return Err("patch needs title, access, provider, model, budget or reasoning".into());
         }
         if let Some(budget) = &self.budget {
             budget.validate()?;
@@ -375,11 +408,15 @@ impl PatchSessionRequest {
         Ok(())
     }
 
-    /// The session's provider and model after this patch, from `current`; `None` when the
-    /// patch does not change them.
+    /// The session's provider, model and reasoning after this patch, from `current`; `None`
+    /// when the patch does not change them.
     pub fn switched(&self, current: &super::Header) -> Option<super::Header> {
+        let reasoning = self.reasoning.unwrap_or(current.reasoning);
         if self.provider.is_none() && self.model.is_none() {
-            return None;
+            return (reasoning != current.reasoning).then(|| super::Header {
+                reasoning,
+                ..current.clone()
+            });
         }
         let provider = self
             .provider
@@ -390,11 +427,13 @@ impl PatchSessionRequest {
             (None, Some(_)) if provider == current.provider => current.model.clone(),
             (None, _) => crate::llm::default_model(&provider).to_string(),
         };
-        (provider != current.provider || model != current.model).then(|| super::Header {
-            system_prompt: current.system_prompt.clone(),
-            provider,
-            model,
-        })
+        (provider != current.provider || model != current.model || reasoning != current.reasoning)
+            .then(|| super::Header {
+                system_prompt: current.system_prompt.clone(),
+                provider,
+                model,
+                reasoning,
+            })
     }
 }
 
@@ -536,6 +575,7 @@ pub struct Claims {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_model_patch_switches_only_what_it_names() {
@@ -543,6 +583,7 @@ mod tests {
             system_prompt: "s".into(),
             provider: "anthropic".into(),
             model: "claude-sonnet-4-5".into(),
+            reasoning: None,
         };
         let patch = |body: serde_json::Value| -> Result<Option<(String, String)>, String> {
             let request: PatchSessionRequest =
@@ -582,5 +623,80 @@ mod tests {
             assert!(patch(bad.clone()).is_err(), "{bad} accepted");
         }
         assert!(patch(serde_json::json!({"model": "m".repeat(MAX_MODEL_CHARS)})).is_ok());
+    }
+
+    /// `reasoning` in a patch: a setting sets, `null` clears, absent keeps; a change of
+    /// reasoning alone is a change of the header too.
+    #[test]
+    fn a_reasoning_patch_sets_clears_or_keeps() {
+        use crate::llm::reasoning::{Effort, Reasoning};
+        let high = Reasoning {
+            effort: Effort::High,
+            budget_tokens: None,
+        };
+        let current = |reasoning: Option<Reasoning>| super::super::Header {
+            system_prompt: "s".into(),
+            provider: "anthropic".into(),
+            model: "claude-sonnet-4-5".into(),
+            reasoning,
+        };
+        let patch = |body: serde_json::Value, on: Option<Reasoning>| {
+            let request: PatchSessionRequest = serde_json::from_value(body).unwrap();
+            request.validate().unwrap();
+            request
+                .switched(&current(on))
+                .map(|h| (h.model, h.reasoning))
+        };
+        let cases = [
+            (
+                json!({"reasoning": {"effort": "high"}}),
+                None,
+                Some(("claude-sonnet-4-5", Some(high))),
+            ),
+            (json!({"reasoning": {"effort": "high"}}), Some(high), None),
+            (
+                json!({"reasoning": null}),
+                Some(high),
+                Some(("claude-sonnet-4-5", None)),
+            ),
+            (json!({"reasoning": null}), None, None),
+            // A switch keeps the setting unless the patch names one.
+            (
+                json!({"model": "claude-haiku-4-5"}),
+                Some(high),
+                Some(("claude-haiku-4-5", Some(high))),
+            ),
+            (
+                json!({"model": "claude-haiku-4-5", "reasoning": null}),
+                Some(high),
+                Some(("claude-haiku-4-5", None)),
+            ),
+            (json!({"title": "t"}), Some(high), None),
+        ];
+        for (body, on, want) in cases {
+            let want = want.map(|(m, r)| (m.to_string(), r));
+            assert_eq!(patch(body.clone(), on), want, "{body} on {on:?}");
+        }
+        // Serialised back: `null` stays, absent stays absent.
+        let cleared: PatchSessionRequest =
+            serde_json::from_value(json!({"reasoning": null})).unwrap();
+        assert_eq!(
+            serde_json::to_value(&cleared).unwrap(),
+            json!({"reasoning": null})
+        );
+        assert_eq!(
+            serde_json::to_value(PatchSessionRequest::default()).unwrap(),
+            json!({})
+        );
+        for bad in [
+            json!({"reasoning": {"effort": "max"}}),
+            json!({"reasoning": {"effort": "low", "extra": 1}}),
+            json!({"reasoning": "high"}),
+        ] {
+            assert!(
+                serde_json::from_value::<PatchSessionRequest>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

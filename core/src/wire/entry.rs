@@ -111,6 +111,10 @@ pub struct Header {
     pub provider: String,
     /// Model name passed to the provider.
     pub model: String,
+    /// How much the model reasons (`crate::llm::reasoning`); `None`: the provider's default.
+    /// Changed with the model by `PATCH` (the header entry keeps the creation's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<crate::llm::reasoning::Reasoning>,
 }
 
 /// A message in the LLM context.
@@ -382,6 +386,9 @@ pub mod custom_types {
     /// The session's provider or model changed (`custom`; `data.text`, `data.from` and
     /// `data.to` as `{provider, model}`, `data.by`).
     pub const MODEL_CHANGED: &str = "wuhu_model_changed_v1";
+    /// The session's reasoning setting changed (`custom`; `data.text`, `data.from` and
+    /// `data.to` as `{effort, budgetTokens?}` or `null`, `data.by`).
+    pub const REASONING_CHANGED: &str = "wuhu_reasoning_changed_v1";
     /// The first entry of a fork: `from` (session id), `atCursor`, `by`, `text`.
     pub const FORKED: &str = "wuhu_forked_v1";
     /// The session's budget was reached: the turn ended (`custom`; `data.text`, `data.limit`

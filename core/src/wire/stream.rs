@@ -19,6 +19,27 @@ pub enum StreamEvent {
         /// New text.
         delta: String,
     },
+    /// Streaming thinking not yet persisted: an Anthropic thinking block, or an OpenAI
+    /// reasoning summary, as the model writes it (masked as assistant text is). The assistant
+    /// entry keeps the thinking (Anthropic) or the reasoning item with its summary (OpenAI).
+    ThinkingDelta {
+        /// New text.
+        delta: String,
+    },
+    /// The arguments of a tool call as the model writes them, not persisted: the assistant
+    /// entry holds the call. Masked of the tenant's secrets as text deltas are; at most
+    /// `crate::llm::masked_reply::MAX_STREAMED_ARGUMENT_BYTES` per call are sent (the entry
+    /// has the rest).
+    ToolCallDelta {
+        /// The call's id (as in the assistant entry that will hold it).
+        #[serde(rename = "callId")]
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// More of the arguments' JSON text.
+        #[serde(rename = "argumentsDelta")]
+        arguments_delta: String,
+    },
     /// Output of a tool call still running (`bash` on a runner), not persisted: the call's
     /// result entry is the source of truth. Masked of the tenant's secrets; bounded as
     /// `crate::tool_output` says. A follower that joins while the call runs gets the call's
@@ -66,6 +87,8 @@ impl StreamEvent {
         match self {
             StreamEvent::EntryAppended { .. } => "entry_appended",
             StreamEvent::AssistantTextDelta { .. } => "assistant_text_delta",
+            StreamEvent::ThinkingDelta { .. } => "thinking_delta",
+            StreamEvent::ToolCallDelta { .. } => "tool_call_delta",
             StreamEvent::ToolOutputDelta { .. } => "tool_output_delta",
             StreamEvent::Status { .. } => "status",
             StreamEvent::Idle => "idle",

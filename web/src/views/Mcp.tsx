@@ -11,9 +11,10 @@ import { ErrorLine, errorText } from "../util";
 
 type Tools = { state: "loading" } | { state: "ok"; tools: McpToolInfo[]; truncated: boolean } | { state: "failed"; error: string };
 
-export function Mcp({ me }: { me: Identity }) {
+export function Mcp({ me, finish }: { me: Identity; finish: string | null }) {
   const [list, setList] = useState<McpServerList | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [finished, setFinished] = useState<string | null>(null);
   const [tools, setTools] = useState<Record<string, Tools>>({});
   const refresh = useCallback(async () => {
     try {
@@ -24,6 +25,20 @@ export function Mcp({ me }: { me: Identity }) {
     }
   }, []);
   useEffect(() => void refresh(), [refresh]);
+  // Back from a server's sign-in (`#/mcp/finish/<state>`): the person signed in here finishes
+  // it; the address then forgets the state.
+  useEffect(() => {
+    if (!finish) return;
+    history.replaceState(null, "", "#/mcp");
+    api
+      .mcpFinish(finish)
+      .then((done) => {
+        setFinished(`Connected ${done.server}.`);
+        setError(null);
+        return refresh();
+      })
+      .catch((err) => setError(errorText(err)));
+  }, [finish, refresh]);
   const ask = async (name: string) => {
     setTools((t) => ({ ...t, [name]: { state: "loading" } }));
     try {
@@ -48,6 +63,7 @@ export function Mcp({ me }: { me: Identity }) {
         <a href={`#/workspace/${own}`}>your own list</a>.
       </p>
       <ErrorLine error={error} />
+      {finished && <p role="status">{finished}</p>}
       {list?.errors.map((e) => (
         <p class="error" role="alert" key={e}>
           {e}

@@ -5,7 +5,7 @@ import type { Connection } from "../follow";
 import { linkSession, type SessionLink, type Transport } from "../link";
 import { renderMarkdown } from "../markdown";
 import { buildItems, formatArguments, mergeEntries, sortedEntries, type ApprovalView, type Item } from "../transcript";
-import type { Attachment, BlobRef, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo } from "../types";
+import type { Attachment, BlobRef, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo, SessionUsage } from "../types";
 import { ErrorLine, StatusBadge, errorText, timeAgo } from "../util";
 
 export function SessionView({ id, me }: { id: string; me: Identity }) {
@@ -290,6 +290,115 @@ function SessionHead({
           </button>
         )}
       </div>
+      <SessionTools session={session} onError={onError} />
+    </div>
+  );
+}
+
+/** Usage and cost, compact, fork and delete (docs/api.md): the API's session routes. */
+function SessionTools({ session, onError }: { session: SessionInfo; onError: (e: string | null) => void }) {
+  const [usage, setUsage] = useState<SessionUsage | null>(null);
+  const [confirming, setConfirming] = useState(false);
+  const [note, setNote] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const run = async (what: () => Promise<void>) => {
+    setBusy(true);
+    try {
+      await what();
+      onError(null);
+    } catch (err) {
+      onError(errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div class="session-tools">
+      <button
+        type="button"
+        class="link small"
+        aria-expanded={usage !== null}
+        disabled={busy}
+        onClick={() => (usage ? setUsage(null) : run(async () => setUsage(await api.sessionUsage(session.id))))}
+      >
+        Usage
+      </button>
+      <button
+        type="button"
+        class="link small"
+        disabled={busy}
+        onClick={() =>
+          run(async () => {
+            const done = await api.compact(session.id);
+            setNote(`Compacted: about ${done.compaction.tokensBefore} tokens summarised; kept from entry ${done.compaction.firstKeptCursor}.`);
+          })
+        }
+      >
+        Compact
+      </button>
+      <button
+        type="button"
+        class="link small"
+        disabled={busy || session.lastCursor < 1}
+        onClick={() =>
+          run(async () => {
+            const fork = await api.forkSession(session.id, session.lastCursor);
+            location.hash = `#/s/${encodeURIComponent(fork.id)}`;
+          })
+        }
+      >
+        Fork
+      </button>
+      {confirming ? (
+        <span class="confirm" role="group" aria-label="Confirm deleting this session">
+          <button
+            type="button"
+            class="danger small"
+            disabled={busy}
+            onClick={() =>
+              run(async () => {
+                await api.deleteSession(session.id);
+                location.hash = "#/sessions";
+              })
+            }
+          >
+            Yes, delete it and its children
+          </button>
+          <button type="button" class="secondary small" onClick={() => setConfirming(false)}>
+            Cancel
+          </button>
+        </span>
+      ) : (
+        <button type="button" class="link small danger-text" disabled={busy} onClick={() => setConfirming(true)}>
+          Delete
+        </button>
+      )}
+      {note && (
+        <p class="muted small" role="status">
+          {note}
+        </p>
+      )}
+      {usage && (
+        <div class="usage" data-testid="session-usage">
+          <p>
+            {usage.messages} replies · {usage.inputTokens} input and {usage.outputTokens} output tokens · ${usage.costUsd.toFixed(4)}
+            {usage.unpricedMessages > 0 ? ` (${usage.unpricedMessages} unpriced)` : ""}
+          </p>
+          <p class="muted small">
+            Policy: {usage.policy.allowed} allowed, {usage.policy.asked} asked, {usage.policy.denied} denied · MCP: {usage.mcp.calls} calls,{" "}
+            {usage.mcp.errors} failed
+          </p>
+          {usage.byModel.length > 1 && (
+            <ul>
+              {usage.byModel.map((m) => (
+                <li key={`${m.provider}/${m.model}`}>
+                  {m.provider}/{m.model}: {m.messages} replies, ${m.costUsd.toFixed(4)}
+                </li>
+              ))}
+            </ul>
+          )}
+        </div>
+      )}
     </div>
   );
 }

@@ -7,6 +7,7 @@ use worker::Env;
 use wuhu_core::llm::LlmFailure;
 use wuhu_core::llm::choice::{self, UnpricedModel, UsdLimits};
 use wuhu_core::llm::models::ModelTable;
+use wuhu_core::llm::reasoning::{self, Reasoning, ReasoningRefused};
 
 use super::{Actor, inference};
 use crate::http::{ApiError, ApiResult};
@@ -47,6 +48,22 @@ pub(crate) async fn check_model(
         .await
         .map_err(settings_error)?;
     choice::check_priced(&settings.models, provider, model, limits).map_err(unpriced)
+}
+
+/// Checks a reasoning setting for `model` on `provider` against `table` (the tenant's model
+/// table as the caller read it: a creation's, a `PATCH`'s, an enqueue's).
+///
+/// # Errors
+/// `400 invalid_reasoning`, naming what is wrong (`wuhu_core::llm::reasoning`).
+pub(crate) fn check_reasoning(
+    table: &ModelTable,
+    provider: &str,
+    model: &str,
+    reasoning: &Reasoning,
+) -> ApiResult<()> {
+    reasoning::plan(table, provider, model, reasoning)
+        .map(|_| ())
+        .map_err(|refused| ApiError::new(400, ReasoningRefused::CODE, refused.to_string()))
 }
 
 /// The settings could not be read (`503`, retried by the caller) or are invalid (`400`: an

@@ -220,7 +220,10 @@ async fn infer(
                     Err(failure) => return Some(Err(failure)),
                 }
             }
-            StepPlan::Send { request, .. } => request,
+            StepPlan::Send { mut request, .. } => {
+                request.reasoning = reasoning_plan(actor, &header, &settings.models);
+                request
+            }
         };
         match call(actor, Purpose::Step(step), &header, settings, &request).await {
             Ok(Some(message)) => return Some(Ok(message)),
@@ -252,6 +255,27 @@ async fn infer(
                 }
             }
             Err(failure) => return Some(Err(failure)),
+        }
+    }
+}
+
+/// What a step's request asks of the model's reasoning: the turn's setting (a message's), else
+/// the session's, planned for its model. A setting the model no longer takes (the tenant's
+/// table changed since it was checked; a `set_model` switch removes a setting that does not
+/// suit its model) is not sent: the step runs with the provider's default, as it would without
+/// one, and the log says why.
+fn reasoning_plan(
+    actor: &Actor,
+    header: &Header,
+    models: &ModelTable,
+) -> Option<wuhu_core::llm::reasoning::Plan> {
+    let turn = actor.with_loaded(|l| l.session.turn_reasoning()).flatten();
+    let setting = turn.or(header.reasoning)?;
+    match wuhu_core::llm::reasoning::plan(models, &header.provider, &header.model, &setting) {
+        Ok(plan) => Some(plan),
+        Err(refused) => {
+            worker::console_error!("the reasoning setting is not sent: {refused}");
+            None
         }
     }
 }
@@ -579,11 +603,13 @@ fn apply(actor: &Actor, purpose: Purpose, reply: &mut MaskedReply, event: LlmEve
     true
 }
 
-/// Sends followers a step's assistant text, masked (none for a summary, or when nothing is
-/// safe to show yet).
-fn show(actor: &Actor, purpose: Purpose, delta: String) {
-    if matches!(purpose, Purpose::Step(_)) && !delta.is_empty() {
-        actor.broadcast(StreamEvent::AssistantTextDelta { delta });
+/// Sends followers what a step's reply shows of itself, masked: its text, thinking and tool
+/// calls' arguments as they stream (none for a summary, or when nothing is safe to show yet).
+fn show(actor: &Actor, purpose: Purpose, shown: Vec<StreamEvent>) {
+    if matches!(purpose, Purpose::Step(_)) {
+        for event in shown {
+            actor.broadcast(event);
+        }
     }
 }
 

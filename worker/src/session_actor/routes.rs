@@ -253,6 +253,13 @@ impl Actor {
                 ancestor_usd,
             )
             .await?;
+            // The reasoning setting as the patch leaves it must suit the model it leaves.
+            if let Some(reasoning) = &to.reasoning {
+                let settings = super::inference::settings(self)
+                    .await
+                    .map_err(choice::settings_error)?;
+                choice::check_reasoning(&settings.models, &to.provider, &to.model, reasoning)?;
+            }
         }
         let mut switched = None;
         {
@@ -275,7 +282,14 @@ impl Actor {
             }
         }
         if let Some((from, to)) = switched {
-            self.with_session(|s| s.handle_model_changed(now(), &from, &to, &author));
+            self.with_session(|s| {
+                if from.provider != to.provider || from.model != to.model {
+                    s.handle_model_changed(now(), &from, &to, &author);
+                }
+                if from.reasoning != to.reasoning {
+                    s.handle_reasoning_changed(now(), from.reasoning, to.reasoning, &author, None);
+                }
+            });
             self.pump().wait().await?;
         }
         if let Some(budget) = request.budget {
@@ -361,7 +375,19 @@ impl Actor {
         }
         // A pasted credential is masked before it is queued: the transcript, the provider and
         // every follower see the placeholder (docs/security.md, "Secrets").
-        let masker = match super::inference::settings(self).await {
+        let settings = super::inference::settings(self).await;
+        // A reasoning setting for the turn must suit the session's model: refused before
+        // anything is queued.
+        if let Some(reasoning) = &request.reasoning {
+            let settings = settings
+                .as_ref()
+                .map_err(|e| choice::settings_error(e.clone()))?;
+            let (provider, model) = self
+                .with_loaded(|l| (l.meta.header.provider.clone(), l.meta.header.model.clone()))
+                .ok_or_else(|| ApiError::internal("session not loaded"))?;
+            choice::check_reasoning(&settings.models, &provider, &model, reasoning)?;
+        }
+        let masker = match &settings {
             Ok(settings) => settings.masker(&self.env, &self.tenant()),
             Err(_) => self.masker(),
         };
@@ -389,12 +415,18 @@ impl Actor {
         let id = keyed
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let reasoning = request.reasoning;
         let queued = self
-            .with_session(|s| match keyed {
-                Some(_) => s.handle_enqueue_once(now(), id.clone(), lane, author, request.content),
-                None => s
-                    .handle_enqueue(now(), id.clone(), lane, author, request.content)
-                    .map(|()| true),
+            .with_session(|s| {
+                s.handle_enqueue_with_reasoning(
+                    now(),
+                    id.clone(),
+                    lane,
+                    author,
+                    request.content,
+                    reasoning,
+                    keyed.is_some(),
+                )
             })
             .ok_or_else(|| ApiError::internal("session not loaded"))?
             .map_err(|e| match e {
@@ -562,14 +594,19 @@ impl Actor {
         // The provider and model (`wuhu_core::llm::choice`): the one named, else the tenant's
         // default (read only then), else `fake` where the server allows it; then a price while
         // a USD limit applies. Checked before anything is stored.
-        let tenant_config = match init.provider {
-            Some(_) => TenantConfig::default(),
-            None => {
+        // The tenant's settings are read when the tenant's default provider or its model table
+        // (for a reasoning setting) is needed.
+        let settings = match (&init.provider, &init.reasoning) {
+            (Some(_), None) => None,
+            _ => Some(
                 inference::settings_of(&self.env, &init.tenant)
                     .await
-                    .map_err(choice::settings_error)?
-                    .tenant
-            }
+                    .map_err(choice::settings_error)?,
+            ),
+        };
+        let tenant_config = match (&init.provider, &settings) {
+            (None, Some(settings)) => settings.tenant.clone(),
+            _ => TenantConfig::default(),
         };
         let (provider, model) = wuhu_core::llm::choice::choose(
             init.provider.as_deref(),
@@ -587,6 +624,9 @@ impl Actor {
             child.as_ref().is_some_and(|c| c.lineage.usd_budget_above),
         )
         .await?;
+        if let (Some(reasoning), Some(settings)) = (&init.reasoning, &settings) {
+            choice::check_reasoning(&settings.models, &provider, &model, reasoning)?;
+        }
         // A session deleted in this isolate is created again (an id derived from a chat thread).
         self.recreate_tables()?;
         self.deletion.deleting.set(false);
@@ -596,6 +636,7 @@ impl Actor {
                 .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
             provider,
             model,
+            reasoning: init.reasoning,
         };
         let context: Vec<EntryPayload> = init
             .global_context

@@ -126,6 +126,9 @@ struct QueueRow {
     /// `QueueItem::acting_for` as JSON.
     #[serde(default)]
     acting_for: Option<String>,
+    /// `QueueItem::reasoning` as JSON.
+    #[serde(default)]
+    reasoning: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +191,13 @@ const MIGRATIONS: &[Migration] = &[
         column: "acting_for",
         definition: "TEXT",
     },
+    // 7. Reasoning settings (issue 36): the setting of the turn a message starts or joins, as
+    // JSON; NULL: none.
+    Migration::AddColumn {
+        table: "queue",
+        column: "reasoning",
+        definition: "TEXT",
+    },
 ];
 
 impl Store {
@@ -218,7 +228,7 @@ impl Store {
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
             self.sql.exec(
-                "INSERT INTO queue (id, lane, author, content, enqueued_at, system, acting_for) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO queue (id, lane, author, content, enqueued_at, system, acting_for, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 vec![
                     item.id.as_str().into(),
                     lane.into(),
@@ -233,6 +243,12 @@ impl Store {
                     },
                     match &item.acting_for {
                         Some(set) => serde_json::to_string(set)
+                            .map_err(|e| worker::Error::RustError(e.to_string()))?
+                            .into(),
+                        None => SqlStorageValue::Null,
+                    },
+                    match &item.reasoning {
+                        Some(reasoning) => serde_json::to_string(reasoning)
                             .map_err(|e| worker::Error::RustError(e.to_string()))?
                             .into(),
                         None => SqlStorageValue::Null,
@@ -348,7 +364,7 @@ impl Store {
         let rows: Vec<QueueRow> = self
             .sql
             .exec(
-                "SELECT id, lane, author, content, enqueued_at, system, acting_for FROM queue ORDER BY seq",
+                "SELECT id, lane, author, content, enqueued_at, system, acting_for, reasoning FROM queue ORDER BY seq",
                 None,
             )?
             .to_array()?;
@@ -371,12 +387,19 @@ impl Store {
                     })?),
                     None => None,
                 };
+                let reasoning = match row.reasoning {
+                    Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
+                        worker::Error::RustError(format!("corrupt queue row {}: {e}", row.id))
+                    })?),
+                    None => None,
+                };
                 Ok(QueueItem {
                     id: row.id,
                     lane,
                     author: row.author,
                     acting_for,
                     content: row.content,
+                    reasoning,
                     enqueued_at: row.enqueued_at as i64,
                     system,
                 })

@@ -80,6 +80,38 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
     }
 }
 
+/// The live output of a tool the Worker runs itself: relayed to followers like a runner call's
+/// (the same bounded tails, the same masking), ended when the call's context goes (finished,
+/// or dropped by a stop).
+struct ActorLive {
+    actor: Rc<Actor>,
+    call_id: String,
+    started: std::cell::Cell<bool>,
+}
+
+impl crate::tool_context::LiveOutput for ActorLive {
+    fn push(&self, text: &str) {
+        let calls = &self.actor.in_flight.runner_calls;
+        if !self.started.replace(true) {
+            calls.start_local_output(&self.call_id, &self.actor.masker());
+        }
+        if let Some(event) = calls.local_output(&self.call_id, text) {
+            self.actor.broadcast(event);
+        }
+    }
+}
+
+impl Drop for ActorLive {
+    fn drop(&mut self) {
+        if self.started.get() {
+            self.actor
+                .in_flight
+                .runner_calls
+                .end_local_output(&self.call_id);
+        }
+    }
+}
+
 impl Actor {
     /// The complete context a tool call gets.
     fn tool_context(self: &Rc<Self>, step: u64, call_id: &str) -> ToolContext {
@@ -146,6 +178,11 @@ impl Actor {
                 .unwrap_or_default(),
             call_id: call_id.to_string(),
             decided: Default::default(),
+            live: Rc::new(ActorLive {
+                actor: self.clone(),
+                call_id: call_id.to_string(),
+                started: std::cell::Cell::new(false),
+            }),
         }
     }
 
@@ -173,7 +210,22 @@ impl Actor {
                 .with_loaded(|l| l.session.turn_author().map(str::to_string))
                 .flatten()
                 .unwrap_or_default();
-            self.with_session(|s| s.handle_model_changed(now(), from, to, &by));
+            self.with_session(|s| {
+                s.handle_model_changed(now(), from, to, &by);
+                if from.reasoning != to.reasoning {
+                    let why = format!(
+                        "The model {} ({}) takes no such setting, so the switch removed it.",
+                        to.model, to.provider
+                    );
+                    s.handle_reasoning_changed(
+                        now(),
+                        from.reasoning,
+                        to.reasoning,
+                        &by,
+                        Some(&why),
+                    );
+                }
+            });
         }
         self.environments
             .validated
@@ -241,6 +293,33 @@ impl Actor {
         let mut meta = loaded.meta.clone();
         meta.header.provider = provider;
         meta.header.model = model;
+        // A reasoning setting the new model cannot take is removed with the switch (and told),
+        // as a `PATCH` would have to (`reasoning: null`): none is sent that the model refuses.
+        if let Some(reasoning) = &meta.header.reasoning {
+            let table = self
+                .tenant_settings
+                .last_settings
+                .borrow()
+                .as_ref()
+                .map(|s| s.models.clone());
+            let fits = match table {
+                Some(table) => wuhu_core::llm::reasoning::plan(
+                    &table,
+                    &meta.header.provider,
+                    &meta.header.model,
+                    reasoning,
+                ),
+                None => wuhu_core::llm::reasoning::plan(
+                    &wuhu_core::llm::models::ModelTable::builtin(),
+                    &meta.header.provider,
+                    &meta.header.model,
+                    reasoning,
+                ),
+            };
+            if fits.is_err() {
+                meta.header.reasoning = None;
+            }
+        }
         meta.updated_at = now().unix_seconds();
         let saved = match self.store() {
             Ok(store) => store.save_meta(&meta).map_err(|e| e.to_string()),

@@ -394,6 +394,10 @@ pub struct SessionInit {
     /// The budget it starts with (`POST /v1/sessions {budget}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// Its reasoning setting (`POST /v1/sessions {reasoning}`), checked against its model
+    /// when it is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<crate::llm::reasoning::Reasoning>,
     /// The chat binding whose thread it is (a child: its parent's): its guests' workspace
     /// folder is `channels/<binding>/`, and a turn in it that acts for nobody has a guest's
     /// rights (`authority::TurnRights`).
@@ -590,8 +594,9 @@ impl SessionCall {
                 if patch.budget.is_some() {
                     more.push(A::Rename);
                 }
-                // Whoever may prompt may choose the model the prompts go to.
-                if patch.provider.is_some() || patch.model.is_some() {
+                // Whoever may prompt may choose the model the prompts go to, and how much it
+                // reasons (as each message may, for its turn).
+                if patch.provider.is_some() || patch.model.is_some() || patch.reasoning.is_some() {
                     more.push(A::Prompt);
                 }
                 person(&more)

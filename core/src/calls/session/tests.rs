@@ -133,14 +133,14 @@ fn public_routes_decode_into_their_calls() {
             Post "enqueue" -> enqueue {"lane":"followUp","request":{"content":"hi"}}
             Post "enqueue" -> enqueue {"lane":"steer","request":{"content":"hi","key":"k1"}}
             Post "enqueue" -> 400 bad_request: unknown lane "system": use steer or followUp
-            Post "enqueue" -> 400 bad_request: invalid json body: unknown field `itemKey`, expected `content` or `key` at line 1 column 25
+            Post "enqueue" -> 400 bad_request: invalid json body: unknown field `itemKey`, expected one of `content`, `key`, `reasoning` at line 1 column 25
             Post "enqueue" -> 400 bad_request: invalid json body: expected ident at line 1 column 2
             Post "cancel" -> cancel {"id":"q1"}
             Post "stop" -> stop null
             Post "stop" -> stop null
             Post "stop" -> 400 bad_request: invalid json body: EOF while parsing an object at line 1 column 1
             Patch "" -> patch {"title":" New "}
-            Patch "" -> 400 bad_request: patch needs title, access, provider, model or budget
+            Patch "" -> 400 bad_request: patch needs title, access, provider, model, budget or reasoning
             Patch "" -> 400 bad_request: unknown provider "nope": use one of "fake", "openai-compatible", "openai", "anthropic"
             Post "compact" -> compact {}
             Post "compact" -> compact {"instructions":"keep the plan"}
@@ -191,6 +191,7 @@ fn what_each_call_needs() {
                 request: EnqueueRequest {
                     content: "x".into(),
                     key: None,
+                    reasoning: None,
                 },
                 item_key: None,
             }
@@ -212,6 +213,8 @@ fn what_each_call_needs() {
         (patch(r#"{"title":"t"}"#), "Read Rename"),
         (patch(r#"{"access":"tenant"}"#), "Read ChangeAccess"),
         (patch(r#"{"budget":{}}"#), "Read Rename"),
+        (patch(r#"{"reasoning":{"effort":"low"}}"#), "Read Prompt"),
+        (patch(r#"{"reasoning":null}"#), "Read Prompt"),
         (patch(r#"{"model":"m"}"#), "Read Prompt"),
         (patch(r#"{"provider":"fake"}"#), "Read Prompt"),
         (
@@ -255,6 +258,7 @@ fn calls_round_trip_through_decode() {
                 request: EnqueueRequest {
                     content: "hello".into(),
                     key: Some("k".into()),
+                    reasoning: None,
                 },
                 item_key: Some("slack:1".into()),
             })

@@ -22,6 +22,7 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSchema>) -> LlmRequest {
         messages,
         tools,
         max_output_tokens: None,
+        reasoning: None,
         images: Default::default(),
     }
 }

@@ -12,6 +12,17 @@ const NAME: &str = "DEPLOY_KEY";
 const VALUE: &str = "dk/Live+Key?Odd&Chars=9";
 const PLACEHOLDER: &str = "[secret:DEPLOY_KEY]";
 
+/// The assistant text among `events`.
+fn text_of(events: Vec<StreamEvent>) -> String {
+    events
+        .into_iter()
+        .filter_map(|e| match e {
+            StreamEvent::AssistantTextDelta { delta } => Some(delta),
+            _ => None,
+        })
+        .collect()
+}
+
 fn masker() -> Masker {
     Masker::new([(NAME, VALUE), ("UNICODE", "pässwörd-ünïcode-42")])
 }
@@ -29,13 +40,13 @@ fn stream_text(masker: &Masker, text: &str, cuts: &[usize], secret: &str) -> Str
     let mut shown = String::new();
     let mut at = 0;
     for &cut in cuts.iter().chain(std::iter::once(&text.len())) {
-        let piece = reply.push(LlmEvent::TextDelta(text[at..cut].to_string()));
+        let piece = text_of(reply.push(LlmEvent::TextDelta(text[at..cut].to_string())));
         assert!(!piece.contains(secret), "{cuts:?}: {piece}");
         shown.push_str(&piece);
         at = cut;
     }
     reply.push(LlmEvent::Finish(StopReason::Stop));
-    shown.push_str(&reply.finish());
+    shown.push_str(&text_of(reply.finish()));
     let stored = reply.build("p", "m");
     let stored_text = match stored.content.as_slice() {
         [ContentBlock::Text { text }] => text.clone(),
@@ -96,9 +107,12 @@ fn a_reply_without_secrets_is_shown_as_it_streams() {
         "é",
         "!",
     ] {
-        assert_eq!(reply.push(LlmEvent::TextDelta(delta.into())), delta);
+        assert_eq!(
+            text_of(reply.push(LlmEvent::TextDelta(delta.into()))),
+            delta
+        );
     }
-    assert_eq!(reply.finish(), "");
+    assert_eq!(reply.finish(), vec![]);
     // Secrets known, none in the text: at most the longest pattern less one byte is held.
     let masker = masker();
     let bound = masker.longest() - 1;
@@ -107,14 +121,14 @@ fn a_reply_without_secrets_is_shown_as_it_streams() {
     let mut reply = MaskedReply::new(masker.clone());
     let (mut sent, mut shown) = (0, String::new());
     for piece in text.as_bytes().chunks(7) {
-        shown.push_str(&reply.push(LlmEvent::TextDelta(
+        shown.push_str(&text_of(reply.push(LlmEvent::TextDelta(
             String::from_utf8(piece.to_vec()).unwrap(),
-        )));
+        ))));
         sent += piece.len();
         assert!(text[..sent].starts_with(&shown));
         assert!(sent - shown.len() <= bound, "{} held", sent - shown.len());
     }
-    shown.push_str(&reply.finish());
+    shown.push_str(&text_of(reply.finish()));
     assert_eq!(shown, text);
 }
 
@@ -188,9 +202,9 @@ fn blocks_of_every_kind_keep_their_order_and_store_what_was_shown() {
         let mut reply = MaskedReply::new(masker.clone());
         let mut shown = String::new();
         for event in events.iter().cloned() {
-            shown.push_str(&reply.push(event));
+            shown.push_str(&text_of(reply.push(event)));
         }
-        shown.push_str(&reply.finish());
+        shown.push_str(&text_of(reply.finish()));
         let stored = reply.build("p", "m");
         assert_eq!(stored, masked_after(&masker, &events), "cut {cut}");
         let stored_text: String = stored
@@ -241,4 +255,159 @@ fn blocks_of_every_kind_keep_their_order_and_store_what_was_shown() {
             }),
         ]
     );
+}
+
+/// The events followers get, as lines: `text …`, `thinking …`, `call ID NAME …`, each kind's
+/// consecutive deltas joined.
+fn shown_lines(events: &[StreamEvent]) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for event in events {
+        let (head, text) = match event {
+            StreamEvent::AssistantTextDelta { delta } => ("text".to_string(), delta),
+            StreamEvent::ThinkingDelta { delta } => ("thinking".to_string(), delta),
+            StreamEvent::ToolCallDelta {
+                call_id,
+                name,
+                arguments_delta,
+            } => (format!("call {call_id} {name}"), arguments_delta),
+            other => panic!("{other:?}"),
+        };
+        match lines.last_mut() {
+            Some(last) if last.starts_with(&format!("{head}: ")) => last.push_str(text),
+            _ => lines.push(format!("{head}: {text}")),
+        }
+    }
+    lines
+}
+
+/// Thinking, a reasoning summary and tool-call arguments reach followers as they stream,
+/// masked at every split, each call apart; the summary is stored once (by its item), not from
+/// its deltas.
+#[test]
+fn thinking_summaries_and_arguments_are_shown_masked_at_every_split() {
+    let masker = masker();
+    let thinking = format!("think {VALUE} over");
+    let summary = format!("**Plan** use {VALUE}");
+    let args_a = json!({"path": "src/main.rs", "content": format!("key={VALUE}")}).to_string();
+    let args_b = json!({"command": "ls"}).to_string();
+    for cut in 0..args_a.len() {
+        let mut events = vec![LlmEvent::ThinkingStart];
+        events.extend(split(&thinking, cut, LlmEvent::ThinkingDelta));
+        events.extend(split(&summary, cut, LlmEvent::ReasoningSummaryDelta));
+        events.push(LlmEvent::Reasoning {
+            id: "rs_1".into(),
+            summary: vec![summary.clone()],
+            encrypted_content: Some("enc".into()),
+        });
+        events.push(LlmEvent::ToolCallStart {
+            index: 1,
+            id: "call_a".into(),
+            name: "write".into(),
+        });
+        events.push(LlmEvent::ToolCallStart {
+            index: 2,
+            id: "call_b".into(),
+            name: "bash".into(),
+        });
+        // Chat Completions may interleave the calls' deltas.
+        let a = split(&args_a, cut, |delta| LlmEvent::ToolCallArgumentsDelta {
+            index: 1,
+            delta,
+        });
+        let b = split(&args_b, cut, |delta| LlmEvent::ToolCallArgumentsDelta {
+            index: 2,
+            delta,
+        });
+        events.extend([a[0].clone(), b[0].clone(), a[1].clone(), b[1].clone()]);
+        events.push(LlmEvent::Finish(StopReason::ToolUse));
+
+        let mut reply = MaskedReply::new(masker.clone());
+        let mut shown = Vec::new();
+        for event in events.iter().cloned() {
+            shown.extend(reply.push(event));
+        }
+        shown.extend(reply.finish());
+        assert!(
+            !serde_json::to_string(&shown).unwrap().contains("Live+Key"),
+            "cut {cut}"
+        );
+        let mut lines = shown_lines(&shown);
+        // The calls' deltas may interleave: compare each call's text.
+        let calls: Vec<String> = lines.split_off(1);
+        assert_eq!(
+            lines,
+            [format!(
+                "thinking: think {PLACEHOLDER} over**Plan** use {PLACEHOLDER}"
+            )],
+            "cut {cut}"
+        );
+        let call_text = |id: &str| -> String {
+            shown
+                .iter()
+                .filter_map(|e| match e {
+                    StreamEvent::ToolCallDelta {
+                        call_id,
+                        arguments_delta,
+                        ..
+                    } if call_id == id => Some(arguments_delta.as_str()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(call_text("call_a"), masker.mask_known(&args_a), "cut {cut}");
+        assert_eq!(call_text("call_b"), args_b, "cut {cut}");
+        assert!(calls.iter().all(|l| l.starts_with("call ")), "{calls:?}");
+        let stored = reply.build("p", "m");
+        assert_eq!(stored, masked_after(&masker, &events), "cut {cut}");
+        // The summary is stored once: in its reasoning item.
+        let json = serde_json::to_string(&stored).unwrap();
+        assert_eq!(json.matches("**Plan**").count(), 1, "{json}");
+    }
+}
+
+/// A call's arguments stream up to the bound, cut at a character boundary; the stored call
+/// has them all.
+#[test]
+fn argument_deltas_are_bounded_per_call() {
+    for masker in [Masker::default(), masker()] {
+        let content = "é".repeat(MAX_STREAMED_ARGUMENT_BYTES);
+        let args = json!({ "content": content }).to_string();
+        let mut reply = MaskedReply::new(masker);
+        let mut shown = Vec::new();
+        shown.extend(reply.push(LlmEvent::ToolCallStart {
+            index: 0,
+            id: "c".into(),
+            name: "write".into(),
+        }));
+        let mut at = 0;
+        while at < args.len() {
+            let mut end = (at + 999).min(args.len());
+            while !args.is_char_boundary(end) {
+                end += 1;
+            }
+            shown.extend(reply.push(LlmEvent::ToolCallArgumentsDelta {
+                index: 0,
+                delta: args[at..end].to_string(),
+            }));
+            at = end;
+        }
+        shown.extend(reply.finish());
+        let streamed: String = shown
+            .iter()
+            .map(|e| match e {
+                StreamEvent::ToolCallDelta {
+                    arguments_delta, ..
+                } => arguments_delta.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(streamed.len() <= MAX_STREAMED_ARGUMENT_BYTES);
+        assert!(streamed.len() > MAX_STREAMED_ARGUMENT_BYTES - 4);
+        assert!(args.starts_with(&streamed));
+        let stored = reply.build("p", "m");
+        let ContentBlock::ToolCall(call) = &stored.content[0] else {
+            panic!("{stored:?}");
+        };
+        assert_eq!(call.arguments["content"], content);
+    }
 }

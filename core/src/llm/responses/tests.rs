@@ -202,6 +202,7 @@ fn request_carries_reasoning_items_between_steps() {
             parameters: json!({"type": "object"}).into(),
         }],
         max_output_tokens: Some(4096),
+        reasoning: None,
         images: Default::default(),
     };
     let http = build_http_request("https://api.example.test/v1/", Some("sk-1"), &request);
@@ -239,6 +240,7 @@ fn request_carries_reasoning_items_between_steps() {
             system_prompt: String::new(),
             tools: vec![],
             max_output_tokens: None,
+            reasoning: None,
             images: Default::default(),
             ..request
         },
@@ -286,6 +288,26 @@ fn event_cases() {
                 LlmEvent::ToolCallStart { index: 1, id: "c".to_string(), name: "ls".to_string() },
                 LlmEvent::ToolCallArgumentsDelta { index: 1, delta: "{\"a\":1}".to_string() },
                 LlmEvent::Finish(StopReason::ToolUse),
+            ],
+        ),
+        (
+            "reasoning summary deltas: a new part of an item starts a paragraph, a new item does not",
+            concat!(
+                "data: {\"type\":\"response.reasoning_summary_part.added\",\"item_id\":\"rs_1\",\"output_index\":0,\"summary_index\":0,\"part\":{\"type\":\"summary_text\",\"text\":\"\"}}\n\n",
+                "data: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_1\",\"output_index\":0,\"summary_index\":0,\"delta\":\"**Plan**\"}\n\n",
+                "data: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_1\",\"output_index\":0,\"summary_index\":0,\"delta\":\" list files\"}\n\n",
+                "data: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_1\",\"output_index\":0,\"summary_index\":1,\"delta\":\"then\"}\n\n",
+                "data: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_2\",\"output_index\":2,\"summary_index\":0,\"delta\":\"again\"}\n\n",
+                "data: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_2\",\"output_index\":2,\"summary_index\":0,\"delta\":\"\"}\n\n",
+                "data: {\"type\":\"response.completed\",\"response\":{}}\n\n",
+            )
+            .to_string(),
+            vec![
+                LlmEvent::ReasoningSummaryDelta("**Plan**".to_string()),
+                LlmEvent::ReasoningSummaryDelta(" list files".to_string()),
+                LlmEvent::ReasoningSummaryDelta("\n\nthen".to_string()),
+                LlmEvent::ReasoningSummaryDelta("again".to_string()),
+                LlmEvent::Finish(StopReason::Stop),
             ],
         ),
         (

@@ -109,11 +109,11 @@ pub fn check_servers(servers: &[StdioServer]) -> Result<(), String> {
     }
     for (i, server) in servers.iter().enumerate() {
         let at = format!("mcpServers[{i}]");
-        if !crate::mcp_client::config::valid_server_name(&server.name) {
+        if !crate::mcp_client::documents::valid_server_name(&server.name) {
             return Err(format!(
                 "{at}.name {:?} must be 1 to {} of a-z, 0-9, '-', '_', starting with a letter or digit",
                 server.name,
-                crate::mcp_client::config::MAX_NAME_CHARS
+                crate::mcp_client::documents::MAX_NAME_CHARS
             ));
         }
         if servers[..i].iter().any(|s| s.name == server.name) {

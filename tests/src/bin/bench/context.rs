@@ -43,6 +43,7 @@ fn session(compacted: bool) -> (Header, Vec<Entry>) {
         system_prompt: "You are Wuhu, a helpful agent. ".repeat(20),
         provider: "anthropic".into(),
         model: "claude-sonnet-4-5".into(),
+        reasoning: None,
     };
     let mut entries = vec![
         entry(1, EntryPayload::Header(header.clone())),

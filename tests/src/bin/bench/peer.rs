@@ -251,6 +251,7 @@ fn wuhu_socket_run(stack: &Stack, model: &str, config: &Config) -> TurnSeries {
             body: EnqueueRequest {
                 content: format!("bench turn {turn}"),
                 key: None,
+                reasoning: None,
             },
         });
         let (mut responded, mut first, mut idle) = (None, None, None);

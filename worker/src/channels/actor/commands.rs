@@ -20,6 +20,7 @@ impl Actor {
             request: EnqueueRequest {
                 content: content.to_string(),
                 key: None,
+                reasoning: None,
             },
             item_key: message_key.map(str::to_string),
         };
@@ -254,6 +255,7 @@ impl Actor {
             title,
             global_context,
             budget: None,
+            reasoning: None,
             // Its guests' workspace folder is `channels/<binding id>/` (decision 0035).
             channel: Some(binding.id.clone()),
         };
