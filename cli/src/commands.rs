@@ -1873,6 +1873,22 @@ fn usd(value: f64) -> String {
     format!("${value:.4}")
 }
 
+/// `total: N messages, … tokens, $X`, with the unpriced count and `more`.
+fn print_total(total: &wuhu_core::llm::models::UsageTotals, more: &str) {
+    let unpriced = if total.unpriced_messages > 0 {
+        format!(" ({} unpriced)", total.unpriced_messages)
+    } else {
+        String::new()
+    };
+    println!(
+        "total: {} messages, {} input and {} output tokens, {}{unpriced}{more}",
+        total.messages,
+        total.input_tokens,
+        total.output_tokens,
+        usd(total.cost_usd)
+    );
+}
+
 fn print_session_usage(usage: &wuhu_core::wire::UsageResponse) {
     let u = &usage.usage;
     table(
@@ -1897,18 +1913,7 @@ fn print_session_usage(usage: &wuhu_core::wire::UsageResponse) {
             ]
         }),
     );
-    println!(
-        "total: {} messages, {} input and {} output tokens, {}{}",
-        u.total.messages,
-        u.total.input_tokens,
-        u.total.output_tokens,
-        usd(u.total.cost_usd),
-        if u.total.unpriced_messages > 0 {
-            format!(" ({} unpriced)", u.total.unpriced_messages)
-        } else {
-            String::new()
-        }
-    );
+    print_total(&u.total, "");
     println!(
         "policy: {} allowed, {} asked, {} denied; MCP: {} calls, {} failed",
         u.policy.allowed, u.policy.asked, u.policy.denied, u.mcp.calls, u.mcp.errors
@@ -1952,17 +1957,13 @@ pub async fn tenant_usage(global: &Global, args: UsageArgs) -> Result<u8> {
             ]
         }),
     );
-    println!(
-        "total: {} messages, {} input and {} output tokens, {}{}",
-        usage.total.messages,
-        usage.total.input_tokens,
-        usage.total.output_tokens,
-        usd(usage.total.cost_usd),
+    print_total(
+        &usage.total,
         if usage.truncated {
             " (more groups than shown)"
         } else {
             ""
-        }
+        },
     );
     Ok(exit::OK)
 }

@@ -18,29 +18,36 @@ fn stack() -> &'static Stack {
     wuhu_e2e::shared_fake_stack()
 }
 
+/// Runs `command` (node and its arguments), which must succeed; its standard output, parsed as
+/// one JSON value.
+#[track_caller]
+fn node_json(command: &mut Command, what: &str) -> Value {
+    let output = command.stdin(Stdio::null()).output().expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{what}: {e}: {stdout}"))
+}
+
 #[test]
 fn the_official_sdk_client_drives_a_session_and_another_member_cannot() {
     let stack = stack();
     let tenant = unique_name("mcp");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let doc = format!("notes/mcp-{}.md", wuhu_e2e::util::random_hex(4));
-    let output = Command::new("node")
-        .current_dir(&root)
-        .arg("tests/mcp/sdk_client.mjs")
-        .env("WUHU_MCP_URL", format!("{}/mcp", stack.base_url()))
-        .env("WUHU_ALICE_TOKEN", stack.user_token("alice", &tenant))
-        .env("WUHU_BOB_TOKEN", stack.user_token("bob", &tenant))
-        .env("WUHU_DOC", &doc)
-        .stdin(Stdio::null())
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the SDK client failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
+    let seen = node_json(
+        Command::new("node")
+            .current_dir(&root)
+            .arg("tests/mcp/sdk_client.mjs")
+            .env("WUHU_MCP_URL", format!("{}/mcp", stack.base_url()))
+            .env("WUHU_ALICE_TOKEN", stack.user_token("alice", &tenant))
+            .env("WUHU_BOB_TOKEN", stack.user_token("bob", &tenant))
+            .env("WUHU_DOC", &doc),
+        "the SDK client",
     );
-    let seen: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert_eq!(seen["server"]["name"], "wuhu", "{seen}");
     assert_eq!(
         seen["tools"],
@@ -219,23 +226,16 @@ fn the_mcp_inspector_cli_creates_sends_waits_and_reads() {
     let dir = root.join("node_modules/@modelcontextprotocol/inspector-cli/build");
     let url = format!("{}/mcp", stack.base_url());
     let inspect = |token: &str, args: &[&str]| -> Value {
-        let output = Command::new("node")
-            .current_dir(&dir)
-            .arg("index.js")
-            .arg(&url)
-            .args(args)
-            .arg("--header")
-            .arg(format!("Authorization: Bearer {token}"))
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "the inspector failed on {args:?}: {}\n{stdout}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+        node_json(
+            Command::new("node")
+                .current_dir(&dir)
+                .arg("index.js")
+                .arg(&url)
+                .args(args)
+                .arg("--header")
+                .arg(format!("Authorization: Bearer {token}")),
+            &format!("the inspector on {args:?}"),
+        )
     };
     let alice = stack.user_token("alice", &tenant);
     let bob = stack.user_token("bob", &tenant);
