@@ -526,16 +526,13 @@ fn dispatch(
             tokio::spawn(async move {
                 let cells = (host.cells.mode() == SandboxMode::On).then_some(&host.cells);
                 let mut output = if tool == mcp::TOOL {
-                    host.mcp
-                        .call(
-                            &host.dirs,
-                            cells,
-                            &session_id,
-                            &environment,
-                            arguments,
-                            signal,
-                        )
-                        .await
+                    let place = crate::mcp_servers::Place {
+                        dirs: &host.dirs,
+                        cells,
+                        session_id: &session_id,
+                        environment: &environment,
+                    };
+                    host.mcp.call(&place, arguments, &secret_env, signal).await
                 } else {
                     execute(
                         &host.dirs,

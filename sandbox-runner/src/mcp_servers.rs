@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::ChildStdin;
 use tokio::sync::{oneshot, watch};
-use wuhu_core::wire::runner::EnvironmentContext;
 use wuhu_core::wire::runner::mcp::{self, McpRequest, McpResponse, RpcError, StdioServer};
+use wuhu_core::wire::runner::{EnvironmentContext, SecretEnv};
 
 use crate::cell::{CallCell, Cells};
 use crate::executor::{RunnerDirs, call_cell, session_home};
@@ -226,13 +226,12 @@ impl McpServers {
     /// outputs that say what happened.
     pub async fn call(
         &self,
-        dirs: &RunnerDirs,
-        cells: Option<&Arc<Cells>>,
-        session_id: &str,
-        environment: &EnvironmentContext,
+        place: &Place<'_>,
         arguments: Value,
+        secret_env: &SecretEnv,
         cancel: CancelSignal,
     ) -> ToolOutput {
+        let (session_id, environment) = (place.session_id, place.environment);
         let request: McpRequest = match serde_json::from_value(arguments) {
             Ok(request) => request,
             Err(e) => {
@@ -258,13 +257,10 @@ impl McpServers {
         // A request the server never got (it had ended, unnoticed yet) is sent once more, to a
         // new process: nothing of it ran.
         for attempt in 0..2 {
-            let process =
-                match process_for(&slot, dirs, cells, session_id, environment, &request.server)
-                    .await
-                {
-                    Ok(process) => process,
-                    Err(refused) => return ToolOutput::error(refused),
-                };
+            let process = match process_for(&slot, place, &request.server, secret_env).await {
+                Ok(process) => process,
+                Err(refused) => return ToolOutput::error(refused),
+            };
             let answer = process
                 .request(
                     &request.method,
@@ -342,17 +338,30 @@ impl McpServers {
     }
 }
 
+/// Where a server runs: the runner's directories and cells (`None`: no sandbox), for one
+/// session's environment.
+#[derive(Clone, Copy)]
+pub struct Place<'a> {
+    /// The runner's directories.
+    pub dirs: &'a RunnerDirs,
+    /// Its cells, when it makes them.
+    pub cells: Option<&'a Arc<Cells>>,
+    /// The session.
+    pub session_id: &'a str,
+    /// The environment, as the call's context gives it.
+    pub environment: &'a EnvironmentContext,
+}
+
 /// The slot's running process, started now when there is none (within the restarts allowed).
 async fn process_for(
     slot: &Slot,
-    dirs: &RunnerDirs,
-    cells: Option<&Arc<Cells>>,
-    session_id: &str,
-    environment: &EnvironmentContext,
+    place: &Place<'_>,
     server: &StdioServer,
+    secret_env: &SecretEnv,
 ) -> Result<Arc<Process>, String> {
     let mut state = slot.state.lock().await;
-    if let Some(process) = running(&mut state, server, environment) {
+    let fingerprint = fingerprint(server, place.environment, secret_env);
+    if let Some(process) = running(&mut state, &fingerprint) {
         return Ok(process);
     }
     if state.process.take().is_some() || state.last_failure.is_some() {
@@ -365,11 +374,11 @@ async fn process_for(
             state.last_failure.as_deref().unwrap_or("no reason known")
         ));
     }
-    match start(dirs, cells, session_id, environment, server).await {
+    match start(place, server, secret_env).await {
         Ok(process) => {
             let process = Arc::new(process);
             state.process = Some(process.clone());
-            state.fingerprint = fingerprint(server, environment);
+            state.fingerprint = fingerprint;
             state.last_failure = None;
             Ok(process)
         }
@@ -382,13 +391,9 @@ async fn process_for(
 
 /// The slot's process when it runs and was started from this very entry; a process of another
 /// entry is stopped.
-fn running(
-    state: &mut SlotState,
-    server: &StdioServer,
-    environment: &EnvironmentContext,
-) -> Option<Arc<Process>> {
+fn running(state: &mut SlotState, fingerprint: &str) -> Option<Arc<Process>> {
     let process = state.process.as_ref()?;
-    if state.fingerprint != fingerprint(server, environment) {
+    if state.fingerprint != fingerprint {
         // The definition changed: the old process goes, the new one counts as a first start.
         if let Some(old) = state.process.take() {
             old.kill();
@@ -404,8 +409,28 @@ fn running(
     Some(process.clone())
 }
 
-fn fingerprint(server: &StdioServer, environment: &EnvironmentContext) -> String {
-    json!([server, environment.root, environment.snapshot.cwd]).to_string()
+/// What a running process was started from: its entry, its place, and a digest of its secrets'
+/// values (a secret that changed in the vault starts a new process; the values themselves are
+/// kept only in the process's environment).
+fn fingerprint(
+    server: &StdioServer,
+    environment: &EnvironmentContext,
+    secret_env: &SecretEnv,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let mut secrets = Sha256::new();
+    for (name, value) in &secret_env.0 {
+        secrets.update((name.len() as u64).to_le_bytes());
+        secrets.update(name.as_bytes());
+        secrets.update((value.len() as u64).to_le_bytes());
+        secrets.update(value.as_bytes());
+    }
+    let digest: String = secrets
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    json!([server, environment.root, environment.snapshot.cwd, digest]).to_string()
 }
 
 /// The `tool_result` of an answer: `details` is the [`McpResponse`]; a result too large to
@@ -557,12 +582,16 @@ fn tail_text(tail: &Mutex<VecDeque<u8>>) -> String {
 
 /// Starts `server` for `session_id` in `environment` and completes its `initialize`.
 async fn start(
-    dirs: &RunnerDirs,
-    cells: Option<&Arc<Cells>>,
-    session_id: &str,
-    environment: &EnvironmentContext,
+    place: &Place<'_>,
     server: &StdioServer,
+    secret_env: &SecretEnv,
 ) -> Result<Process, String> {
+    let Place {
+        dirs,
+        cells,
+        session_id,
+        environment,
+    } = *place;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let root = Path::new(&environment.root)
         .canonicalize()
@@ -612,6 +641,13 @@ async fn start(
     .map_err(cleanup)?;
     let mut vars = environment.snapshot.env.clone();
     vars.extend(server.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // A secret wins over a captured variable of its name, as in `bash`.
+    vars.extend(
+        secret_env
+            .0
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone())),
+    );
     let mut cmd = shell_command(cell.as_deref(), &vars);
     // `exec`: the server is the shell's process (its group's leader), found in the PATH.
     cmd.arg("-c")

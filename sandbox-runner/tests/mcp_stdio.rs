@@ -13,10 +13,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wuhu_core::cell::CellSettings;
 use wuhu_core::wire::runner::mcp::{self, McpRequest, McpResponse, StdioServer};
-use wuhu_core::wire::runner::{EnvironmentContext, EnvironmentKind, SandboxMode, Snapshot};
+use wuhu_core::wire::runner::{
+    EnvironmentContext, EnvironmentKind, SandboxMode, SecretEnv, Snapshot,
+};
 use wuhu_runner::cell::Cells;
 use wuhu_runner::executor::RunnerDirs;
-use wuhu_runner::mcp_servers::McpServers;
+use wuhu_runner::mcp_servers::{McpServers, Place};
 use wuhu_runner::tools::{CancelSignal, ToolOutput};
 
 const SESSION: &str = "11111111-1111-4111-8111-111111111111";
@@ -118,6 +120,7 @@ impl World {
                 format!("{before} exec node {} stdio", entry.display()),
             ],
             env: BTreeMap::from([(String::from("GREETING"), String::from("hola"))]),
+            secrets: Vec::new(),
         }
     }
 
@@ -129,19 +132,44 @@ impl World {
         timeout: Option<u32>,
         cancel: CancelSignal,
     ) -> ToolOutput {
+        self.request_with_secrets(
+            server,
+            method,
+            params,
+            timeout,
+            cancel,
+            &SecretEnv::default(),
+        )
+        .await
+    }
+
+    async fn request_with_secrets(
+        &self,
+        server: &StdioServer,
+        method: &str,
+        params: Value,
+        timeout: Option<u32>,
+        cancel: CancelSignal,
+        secret_env: &SecretEnv,
+    ) -> ToolOutput {
         let request = McpRequest {
             server: server.clone(),
             method: method.into(),
             params,
             timeout_seconds: timeout,
         };
+        let context = self.context();
+        let place = Place {
+            dirs: &self.dirs,
+            cells: Some(&self.cells),
+            session_id: SESSION,
+            environment: &context,
+        };
         self.servers
             .call(
-                &self.dirs,
-                Some(&self.cells),
-                SESSION,
-                &self.context(),
+                &place,
                 serde_json::to_value(request).unwrap(),
+                secret_env,
                 cancel,
             )
             .await
@@ -368,6 +396,7 @@ async fn a_server_that_keeps_dying_is_started_at_most_max_restarts_times() {
             ),
         ],
         env: BTreeMap::new(),
+        secrets: Vec::new(),
     };
     for attempt in 0..=mcp::MAX_RESTARTS {
         let out = world
@@ -428,6 +457,7 @@ async fn answers_are_bounded_at_4_mib_read_and_1_mib_relayed() {
         command: String::from("node"),
         args: vec![String::from("-e"), script.to_string()],
         env: BTreeMap::new(),
+        secrets: Vec::new(),
     };
     let sized = |size: usize| {
         let world = &world;
@@ -513,4 +543,96 @@ async fn gone_within(world: &World, timeout: Duration) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_secrets_are_in_its_environment_and_a_changed_value_starts_it_again() {
+    let world = World::new();
+    let mut server = world.everything("");
+    server.secrets = vec![String::from("API_TOKEN")];
+    let secrets =
+        |value: &str| SecretEnv(BTreeMap::from([(String::from("API_TOKEN"), value.into())]));
+    let env_of = |out: ToolOutput| text(&result(out).unwrap());
+    let get_env = json!({"name": "get-env", "arguments": {}});
+
+    let first = world
+        .request_with_secrets(
+            &server,
+            "tools/call",
+            get_env.clone(),
+            None,
+            CancelSignal::never(),
+            &secrets("v-one"),
+        )
+        .await;
+    let env = env_of(first);
+    assert!(env.contains("\"API_TOKEN\": \"v-one\""), "{env}");
+    assert!(env.contains("\"GREETING\": \"hola\""), "{env}");
+    let pids = world.servers.pids(SESSION, "api").await;
+    assert_eq!(pids.len(), 1);
+
+    // The same values: the same process.
+    let again = world
+        .request_with_secrets(
+            &server,
+            "tools/call",
+            get_env.clone(),
+            None,
+            CancelSignal::never(),
+            &secrets("v-one"),
+        )
+        .await;
+    assert!(env_of(again).contains("v-one"));
+    assert_eq!(world.servers.pids(SESSION, "api").await, pids);
+
+    // A value changed in the vault: a new process with the new value (the old one is gone).
+    let rotated = world
+        .request_with_secrets(
+            &server,
+            "tools/call",
+            get_env.clone(),
+            None,
+            CancelSignal::never(),
+            &secrets("v-two"),
+        )
+        .await;
+    let env = env_of(rotated);
+    assert!(env.contains("v-two") && !env.contains("v-one"), "{env}");
+    let restarted = world.servers.pids(SESSION, "api").await;
+    assert_eq!(restarted.len(), 1);
+    assert_ne!(restarted, pids);
+    assert!(gone(pids[0]).await);
+
+    // Nothing of a value is kept in what the runner wrote for the server.
+    for entry in walk(&world.dirs.temp_root).chain(walk(&world.home)) {
+        if let Ok(bytes) = std::fs::read(&entry) {
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(
+                !text.contains("v-two"),
+                "{} holds a secret",
+                entry.display()
+            );
+        }
+    }
+    world.servers.stop(SESSION, "api").await;
+}
+
+/// Every file below `dir`.
+fn walk(dir: &Path) -> impl Iterator<Item = PathBuf> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => todo.push(path),
+                Ok(t) if t.is_file() => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files.into_iter()
 }

@@ -690,12 +690,22 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
     };
     // The definition lists the reference server in stdio mode; its cell may read the
     // repository's node_modules.
+    // A second server gets alice's own secret (as `bash` would: on her runner, in her turns).
+    let token = format!("stdio-{}", random_hex(12));
+    let put = alice.send(
+        alice
+            .request("PUT", "/v1/secrets/MCP_STDIO_TOKEN")
+            .json(&json!({"value": token})),
+    );
+    assert_eq!(put.status, 200, "{put}");
     let defined = alice.post(
         "/v1/environments",
         &json!({"name": "api", "kind": "local", "runner": "mac", "path": api,
                 "readOnlyPaths": [node_modules],
                 "mcpServers": [{"name": "every", "command": "node", "args": [entry, "stdio"],
-                                "env": {"WUHU_E2E_MARK": mark}}]}),
+                                "env": {"WUHU_E2E_MARK": mark}},
+                               {"name": "tokened", "command": "node", "args": [entry, "stdio"],
+                                "secrets": ["MCP_STDIO_TOKEN"]}]}),
     );
     assert_eq!(defined.status, 201, "{defined}");
     assert_eq!(defined.json()["mcpServers"][0]["name"], "every");
@@ -766,6 +776,7 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
                 "js",
                 json!({"code": "(await wuhu.mcp.call('api/every', 'echo', {message: 'from js'})).content[0].text"}),
             ),
+            ("mcp_call", json!({"server": "api/tokened", "tool": "get-env"})),
         ],
         TURN,
     );
@@ -783,6 +794,13 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
         "{}",
         results[3].content
     );
+    // The server has the secret; what it answers is masked.
+    let env = ok(&results[4]);
+    assert!(
+        env.contains("\"MCP_STDIO_TOKEN\": \"[secret:MCP_STDIO_TOKEN]\""),
+        "{env}"
+    );
+    assert!(!env.contains(&token), "{env}");
 
     // bob's call reaches alice's machine: it waits for her, like his bash would.
     let turn = ToolTurn::start(
@@ -815,6 +833,33 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
     let (results, _) = turn.finish(&bob, TURN);
     assert_eq!(ok(&results[0]), "Echo: bob");
 
+    // Alice's own secret is not for bob's turn: approved or not, the server it would start
+    // with it is refused, naming the secret.
+    let turn = ToolTurn::start(
+        &bob,
+        &session,
+        &[(
+            "mcp_call",
+            json!({"server": "api/tokened", "tool": "get-env"}),
+        )],
+    );
+    let entries = alice.wait_transcript(&session, "the second approval request", TURN, |e| {
+        approval_requests(e).len() >= 2
+    });
+    let request = approval_requests(&entries).remove(1);
+    let path = format!(
+        "/v1/sessions/{session}/approvals/{}",
+        request["approvalId"].as_str().unwrap()
+    );
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    let (results, _) = turn.finish(&bob, TURN);
+    let refused = failed(&results[0]);
+    assert!(refused.contains("MCP_STDIO_TOKEN"), "{refused}");
+    assert!(!refused.contains(&token), "{refused}");
+
     // A child that bob's turn spawns with the environment acts for bob: sharing it and its
     // call each wait for alice.
     let task = fake_directive(&json!({"toolCalls": [{"name": "mcp_call", "arguments":
@@ -825,9 +870,9 @@ fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_it
         "afterTools": format!("spawned {}", random_hex(4))}));
     bob.enqueue(&session, "followUp", &spawn);
     let entries = alice.wait_transcript(&session, "the share's approval request", TURN, |e| {
-        approval_requests(e).len() >= 2
+        approval_requests(e).len() >= 3
     });
-    let share = approval_requests(&entries).remove(1);
+    let share = approval_requests(&entries).remove(2);
     assert_eq!(share["requestedBy"], json!(["bob"]), "{share}");
     let path = format!(
         "/v1/sessions/{session}/approvals/{}",

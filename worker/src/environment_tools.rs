@@ -931,6 +931,16 @@ pub(crate) async fn mcp_request(
     );
     // The server's start (its `initialize`) may come first.
     let timeout_ms = (timeout_s + u64::from(mcp::START_TIMEOUT_SECONDS)) * 1000 + 5_000;
+    // The server's secrets pass the rules a `bash` call's do; they travel with every request
+    // (the runner uses them when the request starts the server, and masks answers with them).
+    let wanted = wuhu_core::secrets::Wanted {
+        names: &request.server.secrets,
+        definition: attachment.definition_name.as_deref(),
+        runner_owner: &attachment.runner_owner,
+        acting_for: &ctx.acting_for,
+    };
+    let secret_env = crate::secrets::for_call(&ctx.env, &ctx.session.tenant, &ctx.secrets, wanted)
+        .map_err(McpError::Transport)?;
     let arguments =
         serde_json::to_value(&request).map_err(|e| McpError::Transport(e.to_string()))?;
     let message = ServerMessage::ToolCall {
@@ -941,7 +951,7 @@ pub(crate) async fn mcp_request(
         arguments,
         timeout_ms: Some(timeout_ms),
         upload: None,
-        secret_env: Default::default(),
+        secret_env,
     };
     let reply = call_runner(
         ctx,

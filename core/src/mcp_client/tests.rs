@@ -982,6 +982,7 @@ fn an_environments_stdio_servers_are_listed_after_the_configured_ones() {
         command: "node".into(),
         args: args.iter().map(|a| a.to_string()).collect(),
         env: Default::default(),
+        secrets: Vec::new(),
     };
     let attachments = [
         attachment(

@@ -21,6 +21,8 @@ pub const MAX_SERVERS: usize = 8;
 pub const MAX_ARGS: usize = 64;
 /// Variables one server's entry may set.
 pub const MAX_ENV: usize = 64;
+/// Most vault secrets one server may name.
+pub const MAX_SECRETS: usize = 16;
 /// Longest command, argument or variable value, in bytes.
 pub const MAX_TEXT_BYTES: usize = 4096;
 /// Longest JSON-RPC message read from a server (one line of its stdout); a longer one fails
@@ -58,6 +60,12 @@ pub struct StdioServer {
     /// Variables it gets besides the environment's snapshot (plain values: not for secrets).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Vault secrets it gets as variables of their names, chosen by the rules a `bash` call's
+    /// secrets pass (the definition, the runner's owner, the turn's acting-for set) on the
+    /// request that starts it; the runner keeps their values only in the process's environment
+    /// and masks them in everything the server answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// The `arguments` of a [`TOOL`] call: one request to one server of the environment.
@@ -146,6 +154,22 @@ pub fn check_servers(servers: &[StdioServer]) -> Result<(), String> {
                 ));
             }
             check_text(&format!("{at}.env.{name}"), value)?;
+        }
+        if server.secrets.len() > MAX_SECRETS {
+            return Err(format!(
+                "{at}.secrets may name at most {MAX_SECRETS} secrets"
+            ));
+        }
+        for (j, name) in server.secrets.iter().enumerate() {
+            crate::secrets::name::check_name(name).map_err(|e| format!("{at}.secrets: {e}"))?;
+            if server.secrets[..j].contains(name) {
+                return Err(format!("{at}.secrets names {name:?} twice"));
+            }
+            if server.env.contains_key(name) {
+                return Err(format!(
+                    "{at}: {name:?} is both a plain variable (env) and a secret"
+                ));
+            }
         }
     }
     Ok(())
@@ -274,6 +298,36 @@ mod tests {
                 json!([{"name": "a", "command": "x", "cwd": "/"}]),
                 Some("unknown field `cwd`"),
             ),
+            (
+                json!([{"name": "a", "command": "x", "secrets": ["GITHUB_TOKEN"]}]),
+                None,
+            ),
+            (
+                json!([{"name": "a", "command": "x", "secrets": ["github_token"]}]),
+                Some(
+                    "mcpServers[0] (\"a\").secrets: a secret's name is an environment variable name",
+                ),
+            ),
+            (
+                json!([{"name": "a", "command": "x", "secrets": ["WUHU_TOKEN"]}]),
+                Some("are the runner's own"),
+            ),
+            (
+                json!([{"name": "a", "command": "x", "secrets": ["T", "T"]}]),
+                Some("names \"T\" twice"),
+            ),
+            (
+                json!([{"name": "a", "command": "x", "env": {"T": "plain"}, "secrets": ["T"]}]),
+                Some("\"T\" is both a plain variable (env) and a secret"),
+            ),
+            (
+                json!([{"name": "a", "command": "x", "secrets": (0..17).map(|i| format!("S{i}")).collect::<Vec<_>>()}]),
+                Some("at most 16 secrets"),
+            ),
+            (
+                json!([{"name": "a", "command": "x", "secrets": (0..16).map(|i| format!("S{i}")).collect::<Vec<_>>()}]),
+                None,
+            ),
         ];
         for (value, expected) in cases {
             let got = servers(value.clone());
@@ -305,6 +359,7 @@ mod tests {
                 command: "node".into(),
                 args: vec!["i.js".into()],
                 env: BTreeMap::new(),
+                secrets: Vec::new(),
             },
             method: "tools/call".into(),
             params: json!({"name": "echo", "arguments": {"message": "hi"}}),
