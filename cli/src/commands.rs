@@ -360,6 +360,10 @@ pub struct EnvFields {
     /// A secret its commands get as an environment variable (repeatable; `wuhu secrets`).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
+    /// A stdio MCP server its runner starts when a session first uses it, as JSON
+    /// (`{"name":"every","command":"npx","args":["-y","pkg"]}`; repeatable; docs/mcp.md).
+    #[arg(long = "mcp-server", value_name = "JSON")]
+    pub mcp_servers: Vec<String>,
     /// What an hour of it costs in US dollars (a policy's `costUsdOver` sees the estimate).
     #[arg(long = "cost-per-hour-usd", value_name = "USD")]
     pub cost_per_hour_usd: Option<f64>,
@@ -372,6 +376,20 @@ fn cost_number(cost: Option<f64>) -> Result<Option<serde_json::Number>> {
             .ok_or_else(|| usage("--cost-per-hour-usd must be a number of dollars"))
     })
     .transpose()
+}
+
+/// `--mcp-server JSON`, each a stdio server (`None` when none is given: the list is kept).
+fn mcp_servers(texts: &[String]) -> Result<Option<Vec<wuhu_core::wire::runner::mcp::StdioServer>>> {
+    if texts.is_empty() {
+        return Ok(None);
+    }
+    texts
+        .iter()
+        .map(|text| {
+            serde_json::from_str(text).map_err(|e| usage(format!("--mcp-server {text:?}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// `--network`: `none`, `open` or `allow:HOST,…`.
@@ -1342,6 +1360,7 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 limits: None,
                 secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
                 cost_per_hour_usd: cost_number(fields.cost_per_hour_usd)?,
+                mcp_servers: mcp_servers(&fields.mcp_servers)?,
             };
             let definition = client.create_environment(&request).await?;
             if global.json {
@@ -1380,6 +1399,7 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 limits: None,
                 secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
                 cost_per_hour_usd: cost_number(fields.cost_per_hour_usd)?.map(Some),
+                mcp_servers: mcp_servers(&fields.mcp_servers)?,
             };
             for field in &unset {
                 let slot = match field.as_str() {
@@ -1396,6 +1416,15 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                     }
                     "cost-per-hour-usd" => {
                         request.cost_per_hour_usd = Some(None);
+                        continue;
+                    }
+                    "mcp-servers" => {
+                        if request.mcp_servers.is_some() {
+                            return Err(usage(
+                                "--unset mcp-servers and --mcp-server together: --mcp-server alone replaces the list",
+                            ));
+                        }
+                        request.mcp_servers = Some(Vec::new());
                         continue;
                     }
                     "secrets" | "read-only-paths" | "extra-env-vars" => {

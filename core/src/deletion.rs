@@ -475,6 +475,7 @@ mod tests {
             definition_name: None,
             secrets: Vec::new(),
             cost_per_hour_usd: None,
+            mcp_servers: Vec::new(),
             attached_at: 0,
         }
     }

@@ -30,6 +30,10 @@ pub struct Attachment {
     /// The definition's `costPerHourUsd` (a job's cost estimate, `crate::policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_per_hour_usd: Option<serde_json::Number>,
+    /// The definition's stdio MCP servers (`mcp_tools` lists them as `<environment>/<name>`;
+    /// the runner starts each when first used).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::wire::runner::mcp::StdioServer>,
     /// Unix seconds.
     pub attached_at: i64,
 }
@@ -159,6 +163,7 @@ mod tests {
             definition_name: None,
             secrets: Vec::new(),
             cost_per_hour_usd: None,
+            mcp_servers: Vec::new(),
             attached_at: 0,
         }
     }

@@ -234,6 +234,7 @@ pub fn resolve(
         answer.definition_name = Some(definition.name.clone());
         answer.secrets = definition.secrets.clone();
         answer.cost_per_hour_usd = definition.cost_per_hour_usd.clone();
+        answer.mcp_servers = definition.mcp_servers.clone();
         return Ok(answer);
     }
 
@@ -411,6 +412,7 @@ fn answer(
         definition_name: None,
         secrets: Vec::new(),
         cost_per_hour_usd: None,
+        mcp_servers: Vec::new(),
     }
 }
 

@@ -123,7 +123,9 @@ pub enum WuhuUrl {
     Config(String),
     /// `wuhu://blob/<id>`: a blob of this session (`crate::blobs`), read-only.
     Blob(String),
-    /// `wuhu://mcp/<server>/<uri>`: a resource of an MCP server (`crate::mcp_client`), read-only.
+    /// `wuhu://mcp/<server>/<uri>`: a resource of an MCP server (`crate::mcp_client`), read-only;
+    /// `<server>` is a configured server's name or an environment's stdio server
+    /// (`<environment>/<server>`).
     Mcp {
         /// The server's name.
         server: String,
@@ -152,6 +154,28 @@ pub enum UrlError {
     Path(#[from] PathError),
 }
 
+/// `<server>/<uri>` or `<environment>/<server>/<uri>`. A resource's URI begins with its scheme
+/// (RFC 3986: `demo://…`, `file:///…`), so a second segment without `:` that names a server is
+/// an environment's server.
+fn parse_mcp(path: &str) -> Option<WuhuUrl> {
+    use crate::mcp_client::documents::valid_server_name;
+    let (first, rest) = path.split_once('/')?;
+    if let Some((second, uri)) = rest.split_once('/')
+        && valid_server_name(second)
+        && crate::wire::check_name("environment", first).is_ok()
+        && !uri.is_empty()
+    {
+        return Some(WuhuUrl::Mcp {
+            server: crate::wire::runner::mcp::qualified_name(first, second),
+            uri: uri.to_string(),
+        });
+    }
+    (valid_server_name(first) && !rest.is_empty()).then(|| WuhuUrl::Mcp {
+        server: first.to_string(),
+        uri: rest.to_string(),
+    })
+}
+
 /// Parses a `wuhu://` URL; `None` when `text` is not one (a plain path).
 pub fn parse_wuhu_url(text: &str) -> Option<Result<WuhuUrl, UrlError>> {
     let rest = text.strip_prefix("wuhu://")?;
@@ -166,17 +190,7 @@ pub fn parse_wuhu_url(text: &str) -> Option<Result<WuhuUrl, UrlError>> {
         "blob" => crate::blobs::parse_id(path)
             .map(|id| WuhuUrl::Blob(id.id.to_string()))
             .ok_or_else(|| UrlError::UnknownLocation(text.to_string())),
-        "mcp" => match path.split_once('/') {
-            Some((server, uri))
-                if crate::mcp_client::documents::valid_server_name(server) && !uri.is_empty() =>
-            {
-                Ok(WuhuUrl::Mcp {
-                    server: server.to_string(),
-                    uri: uri.to_string(),
-                })
-            }
-            _ => Err(UrlError::UnknownLocation(text.to_string())),
-        },
+        "mcp" => parse_mcp(path).ok_or_else(|| UrlError::UnknownLocation(text.to_string())),
         "env" => {
             let (name, path) = path.split_once('/').unwrap_or((path, ""));
             if name.is_empty() {
@@ -332,6 +346,21 @@ mod tests {
             Some(Ok(WuhuUrl::Mcp {
                 server: "every".into(),
                 uri: "test://static/resource/1?x=a/b".into()
+            }))
+        );
+        // An environment's stdio server: `<environment>/<server>`, then the URI.
+        assert_eq!(
+            parse_wuhu_url("wuhu://mcp/api.v2/every/demo://resource/static/document/a.md"),
+            Some(Ok(WuhuUrl::Mcp {
+                server: "api.v2/every".into(),
+                uri: "demo://resource/static/document/a.md".into()
+            }))
+        );
+        assert_eq!(
+            parse_wuhu_url("wuhu://mcp/every/file:///guide.md"),
+            Some(Ok(WuhuUrl::Mcp {
+                server: "every".into(),
+                uri: "file:///guide.md".into()
             }))
         );
         for bad in [

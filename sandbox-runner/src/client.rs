@@ -18,7 +18,7 @@ use wuhu_core::wire::runner::{
     AttachOutcome, DEFAULT_HEARTBEAT_SECONDS, DetachOutcome, DiscardOutcome, HELLO_NONCE_HEADER,
     HelloKey, MAX_FRAME_BYTES, MAX_FRAME_BYTES_BEFORE_WELCOME, RUNNER_PROTOCOL_VERSION, RunnerKind,
     RunnerMessage, SandboxMode, ServerMessage, capabilities, codes, decode_frame, encode_frame,
-    jobs, os_display_name,
+    jobs, mcp, os_display_name,
 };
 
 use crate::backoff::Backoff;
@@ -138,6 +138,7 @@ pub fn hello(config: &RunnerConfig, key: Option<HelloKey>) -> RunnerMessage {
             capabilities::ENV_FOLDER_TEMPLATE,
             capabilities::ENV_WORKTREE,
             capabilities::BACKGROUND_JOBS,
+            capabilities::MCP_STDIO,
             match config.sandbox {
                 SandboxMode::On => capabilities::SANDBOX_ON,
                 SandboxMode::Off => capabilities::SANDBOX_OFF,
@@ -447,6 +448,8 @@ fn dispatch(
             let host = host.clone();
             let out = out.clone();
             tokio::spawn(async move {
+                // Its MCP servers go first: they may hold files of the directory.
+                host.mcp.stop(&session_id, &environment.name).await;
                 let outcome = match host.detach(&environment).await {
                     Ok(done) => DetachOutcome::Ok {
                         removed: done.removed,
@@ -521,23 +524,34 @@ fn dispatch(
                     )
                 });
             tokio::spawn(async move {
-                let mut output = execute(
-                    &host.dirs,
-                    ToolCall {
-                        id: &id,
-                        environment: &environment,
-                        tool: &tool,
-                        arguments,
-                        deadline: timeout_ms.map(Duration::from_millis),
+                let cells = (host.cells.mode() == SandboxMode::On).then_some(&host.cells);
+                let mut output = if tool == mcp::TOOL {
+                    let place = crate::mcp_servers::Place {
+                        dirs: &host.dirs,
+                        cells,
                         session_id: &session_id,
-                        jobs: Some(&jobs),
-                        cells: (host.cells.mode() == SandboxMode::On).then_some(&host.cells),
-                        secret_env: &secret_env,
-                        progress,
-                    },
-                    signal,
-                )
-                .await;
+                        environment: &environment,
+                    };
+                    host.mcp.call(&place, arguments, &secret_env, signal).await
+                } else {
+                    execute(
+                        &host.dirs,
+                        ToolCall {
+                            id: &id,
+                            environment: &environment,
+                            tool: &tool,
+                            arguments,
+                            deadline: timeout_ms.map(Duration::from_millis),
+                            session_id: &session_id,
+                            jobs: Some(&jobs),
+                            cells: (host.cells.mode() == SandboxMode::On).then_some(&host.cells),
+                            secret_env: &secret_env,
+                            progress,
+                        },
+                        signal,
+                    )
+                    .await
+                };
                 drop(secret_env);
                 // Before anything leaves: the answer, and what is uploaded straight to storage.
                 if let Some(masker) = &masker {
@@ -569,6 +583,7 @@ fn dispatch(
             let status = options.status.clone();
             tokio::spawn(async move {
                 host.session_secrets.forget(&session_id);
+                host.mcp.stop_session(&session_id).await;
                 let outcome = match host.discard(&session_id).await {
                     Ok((objects, local)) => {
                         status(&format!(

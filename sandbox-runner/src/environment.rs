@@ -39,6 +39,8 @@ pub struct EnvironmentHost {
     pub cells: Arc<Cells>,
     /// The secrets each session's calls were given (memory only), to mask its answers.
     pub session_secrets: Arc<crate::session_secrets::SessionSecrets>,
+    /// The stdio MCP servers of attached environments ([`crate::mcp_servers`]).
+    pub mcp: Arc<crate::mcp_servers::McpServers>,
 }
 
 /// Default limit for a startup script.
@@ -71,6 +73,7 @@ impl EnvironmentHost {
             store: None,
             cells: Cells::off(),
             session_secrets: Default::default(),
+            mcp: Default::default(),
         }
     }
 
@@ -727,6 +730,7 @@ mod tests {
             store: None,
             cells: Cells::off(),
             session_secrets: Default::default(),
+            mcp: Default::default(),
         }
     }
 

@@ -44,6 +44,7 @@ pub mod environment;
 pub mod executor;
 pub mod jobs;
 pub mod key;
+pub mod mcp_servers;
 pub mod private_dir;
 pub mod progress;
 pub mod secrets;

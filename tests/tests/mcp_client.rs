@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wuhu_core::wire::ToolResult;
+use wuhu_core::wire::{Entry, ToolResult};
 use wuhu_e2e::entries::{fake_directive, results_of};
 use wuhu_e2e::mcp_servers::{BrokenMcpServer, NodeMcpServer};
 use wuhu_e2e::util::{random_hex, unique_name};
@@ -648,4 +648,341 @@ fn a_person_connects_an_oauth_server_and_only_their_turns_use_it() {
     alice
         .post("/v1/mcp/servers/nope/connect", &json!({}))
         .expect_error(404);
+}
+
+/// The approval requests in a transcript.
+fn approval_requests(entries: &[Entry]) -> Vec<Value> {
+    wuhu_e2e::entries::customs(entries, wuhu_core::wire::custom_types::APPROVAL_REQUESTED)
+        .into_iter()
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn an_environments_stdio_server_runs_on_its_runner_and_other_members_wait_for_its_owner() {
+    use wuhu_e2e::runner::{Runner, RunnerConfig, TempDir, ToolTurn};
+    let f = fixture();
+    let _guard = f.stack.guard();
+    let (tenant, alice) = tenant("mcp-stdio");
+    let bob = f.stack.client("bob", &tenant);
+    let dir = TempDir::new("wuhu-e2e-mcp-stdio");
+    let api = dir.mkdir("api");
+    let mut mac = Runner::start(
+        RunnerConfig::new(&f.stack, "alice", &tenant, "mac")
+            .env("api", &api)
+            .workspaces_root(dir.mkdir("workspaces")),
+    );
+    let node_modules = wuhu_e2e::stack::repo_root()
+        .join("node_modules")
+        .canonicalize()
+        .unwrap();
+    let entry = node_modules.join("@modelcontextprotocol/server-everything/dist/index.js");
+    // Finds the server's processes on this machine (their environment carries the mark).
+    let mark = random_hex(8);
+    let marked = || {
+        let wanted = format!("WUHU_E2E_MARK={mark}");
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| std::fs::read(e.path().join("environ")).ok())
+            .filter(|environ| environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
+            .count()
+    };
+    // The definition lists the reference server in stdio mode; its cell may read the
+    // repository's node_modules.
+    // A second server gets alice's own secret (as `bash` would: on her runner, in her turns).
+    let token = format!("stdio-{}", random_hex(12));
+    let put = alice.send(
+        alice
+            .request("PUT", "/v1/secrets/MCP_STDIO_TOKEN")
+            .json(&json!({"value": token})),
+    );
+    assert_eq!(put.status, 200, "{put}");
+    let defined = alice.post(
+        "/v1/environments",
+        &json!({"name": "api", "kind": "local", "runner": "mac", "path": api,
+                "readOnlyPaths": [node_modules],
+                "mcpServers": [{"name": "every", "command": "node", "args": [entry, "stdio"],
+                                "env": {"WUHU_E2E_MARK": mark}},
+                               {"name": "tokened", "command": "node", "args": [entry, "stdio"],
+                                "secrets": ["MCP_STDIO_TOKEN"]}]}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    assert_eq!(defined.json()["mcpServers"][0]["name"], "every");
+    let broken = alice.post(
+        "/v1/environments",
+        &json!({"name": "bad", "kind": "local", "runner": "mac", "path": api,
+                "mcpServers": [{"name": "Every", "command": "node"}]}),
+    );
+    assert_eq!(broken.status, 400, "{broken}");
+
+    let session = alice.create_fake_session().id;
+    let shared = alice.patch(
+        &format!("/v1/sessions/{session}"),
+        &json!({"access": "tenant"}),
+    );
+    assert_eq!(shared.status, 200, "{shared}");
+    // Before the environment is attached, there is no such server.
+    let none = alice.run_tool(
+        &session,
+        "mcp_call",
+        json!({"server": "api/every", "tool": "echo"}),
+        TURN,
+    );
+    assert!(
+        failed(&none).contains("No MCP server \"api/every\""),
+        "{}",
+        none.content
+    );
+    let attached = alice.run_tool(
+        &session,
+        "request_environment",
+        json!({"spec": "api"}),
+        TURN,
+    );
+    ok(&attached);
+
+    let servers = alice.run_tool(&session, "mcp_tools", json!({}), TURN);
+    let listed = ok(&servers);
+    let every = listed.find("- every (the tenant's").expect(listed);
+    let stdio = listed
+        .find("- api/every (in environment \"api\"; stdio: node ")
+        .expect(listed);
+    assert!(
+        every < stdio,
+        "the configured servers come first:\n{listed}"
+    );
+    let tools = alice.run_tool(&session, "mcp_tools", json!({"server": "api/every"}), TURN);
+    for name in ["## echo", "## get-sum", "## get-tiny-image"] {
+        assert!(ok(&tools).contains(name), "{name}:\n{}", tools.content);
+    }
+    assert!(tools.content.contains("mcp_call {server: \"api/every\""));
+    let results = alice.run_tool_calls(
+        &session,
+        &[
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-sum", "arguments": {"a": 2, "b": 40}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-tiny-image"}),
+            ),
+            (
+                "read",
+                json!({"path": "wuhu://mcp/api/every/demo://resource/static/document/architecture.md"}),
+            ),
+            (
+                "js",
+                json!({"code": "(await wuhu.mcp.call('api/every', 'echo', {message: 'from js'})).content[0].text"}),
+            ),
+            ("mcp_call", json!({"server": "api/tokened", "tool": "get-env"})),
+        ],
+        TURN,
+    );
+    // Results look as an HTTP server's do.
+    assert!(ok(&results[0]).contains("The sum of 2 and 40 is 42."));
+    assert!(
+        ok(&results[1]).contains("[image: image/png"),
+        "{}",
+        results[1].content
+    );
+    assert_eq!(results[1].blobs.len(), 1);
+    assert!(ok(&results[2]).contains("[resource demo://resource/static/document/architecture.md]"));
+    assert!(
+        ok(&results[3]).contains("Echo: from js"),
+        "{}",
+        results[3].content
+    );
+    // The server has the secret; what it answers is masked.
+    let env = ok(&results[4]);
+    assert!(
+        env.contains("\"MCP_STDIO_TOKEN\": \"[secret:MCP_STDIO_TOKEN]\""),
+        "{env}"
+    );
+    assert!(!env.contains(&token), "{env}");
+
+    // bob's call reaches alice's machine: it waits for her, like his bash would.
+    let turn = ToolTurn::start(
+        &bob,
+        &session,
+        &[(
+            "mcp_call",
+            json!({"server": "api/every", "tool": "echo", "arguments": {"message": "bob"}}),
+        )],
+    );
+    let entries = alice.wait_transcript(&session, "an approval request", TURN, |e| {
+        !approval_requests(e).is_empty()
+    });
+    let request = approval_requests(&entries).remove(0);
+    assert_eq!(
+        request["approver"],
+        json!({"kind": "runnerOwner", "sub": "alice"}),
+        "{request}"
+    );
+    assert_eq!(request["tool"], "mcp_call", "{request}");
+    assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
+    let id = request["approvalId"].as_str().unwrap();
+    let path = format!("/v1/sessions/{session}/approvals/{id}");
+    // bob cannot answer for alice.
+    assert_eq!(bob.post(&path, &json!({"decision": "approve"})).status, 403);
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    let (results, _) = turn.finish(&bob, TURN);
+    assert_eq!(ok(&results[0]), "Echo: bob");
+
+    // Alice's own secret is not for bob's turn: approved or not, the server it would start
+    // with it is refused, naming the secret.
+    let turn = ToolTurn::start(
+        &bob,
+        &session,
+        &[(
+            "mcp_call",
+            json!({"server": "api/tokened", "tool": "get-env"}),
+        )],
+    );
+    let entries = alice.wait_transcript(&session, "the second approval request", TURN, |e| {
+        approval_requests(e).len() >= 2
+    });
+    let request = approval_requests(&entries).remove(1);
+    let path = format!(
+        "/v1/sessions/{session}/approvals/{}",
+        request["approvalId"].as_str().unwrap()
+    );
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    let (results, _) = turn.finish(&bob, TURN);
+    let refused = failed(&results[0]);
+    assert!(refused.contains("MCP_STDIO_TOKEN"), "{refused}");
+    assert!(!refused.contains(&token), "{refused}");
+
+    // A child that bob's turn spawns with the environment acts for bob: sharing it and its
+    // call each wait for alice.
+    let task = fake_directive(&json!({"toolCalls": [{"name": "mcp_call", "arguments":
+        {"server": "api/every", "tool": "echo", "arguments": {"message": "child"}}}],
+        "afterTools": "done"}));
+    let spawn = fake_directive(&json!({"toolCalls": [{"name": "spawn_session",
+        "arguments": {"task": task, "environment": "inherit"}}],
+        "afterTools": format!("spawned {}", random_hex(4))}));
+    bob.enqueue(&session, "followUp", &spawn);
+    let entries = alice.wait_transcript(&session, "the share's approval request", TURN, |e| {
+        approval_requests(e).len() >= 3
+    });
+    let share = approval_requests(&entries).remove(2);
+    assert_eq!(share["requestedBy"], json!(["bob"]), "{share}");
+    let path = format!(
+        "/v1/sessions/{session}/approvals/{}",
+        share["approvalId"].as_str().unwrap()
+    );
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    let child = alice.wait_children(&session, 1, TURN).remove(0).id;
+    let entries = alice.wait_transcript(&child, "the child's approval request", TURN, |e| {
+        !approval_requests(e).is_empty()
+    });
+    let request = approval_requests(&entries).remove(0);
+    assert_eq!(request["tool"], "mcp_call", "{request}");
+    assert_eq!(request["requestedBy"], json!(["bob"]), "{request}");
+    let path = format!(
+        "/v1/sessions/{child}/approvals/{}",
+        request["approvalId"].as_str().unwrap()
+    );
+    assert_eq!(
+        alice.post(&path, &json!({"decision": "approve"})).status,
+        200
+    );
+    assert_eq!(ok(&childs_call(&alice, &child)), "Echo: child");
+
+    // The policy sees `<environment>/<server>/<tool>` and the environment.
+    let admin = f.stack.admin_client("root", &tenant);
+    let rules = json!({"rules": [
+        {"match": {"mcp": "api/every/get-sum"}, "decision": "deny"},
+        {"match": {"tool": "mcp_call", "environment": "api", "mcp": "*/echo"}, "decision": "deny"},
+    ]});
+    admin
+        .put_doc("config/policy.json", rules.to_string())
+        .expect_status(200);
+    let results = alice.run_tool_calls(
+        &session,
+        &[
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-sum", "arguments": {"a": 1, "b": 1}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "echo", "arguments": {"message": "no"}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "api/every", "tool": "get-tiny-image"}),
+            ),
+        ],
+        TURN,
+    );
+    assert!(
+        failed(&results[0]).contains("polic"),
+        "{}",
+        results[0].content
+    );
+    assert!(
+        failed(&results[1]).contains("polic"),
+        "{}",
+        results[1].content
+    );
+    ok(&results[2]);
+    admin
+        .put_doc("config/policy.json", json!({"rules": []}).to_string())
+        .expect_status(200);
+
+    // Detached, the server is gone from the listing and stopped on the runner. The child has
+    // its own process (a server per session), which lives as long as its attachment.
+    let node_processes = marked();
+    assert!(
+        node_processes >= 2,
+        "{node_processes} processes of the servers"
+    );
+    let detached = alice.run_tool(&session, "detach_environment", json!({"name": "api"}), TURN);
+    ok(&detached);
+    let halved = wuhu_e2e::wait_until(Duration::from_secs(5), || {
+        (marked() == node_processes / 2).then_some(())
+    });
+    assert!(halved.is_ok(), "{} of {node_processes} left", marked());
+    ok(&alice.run_tool(&child, "detach_environment", json!({"name": "api"}), TURN));
+    let gone = alice.run_tool(&session, "mcp_tools", json!({"server": "api/every"}), TURN);
+    assert!(
+        failed(&gone).contains("No MCP server \"api/every\""),
+        "{}",
+        gone.content
+    );
+    // The runner reaps the server before it answers detach; what its cell forked is reaped
+    // by init soon after.
+    let stopped = wuhu_e2e::wait_until(Duration::from_secs(5), || (marked() == 0).then_some(()));
+    assert!(stopped.is_ok(), "the server outlived detach");
+
+    // Attached again, it starts again; the runner stopping stops it too.
+    ok(&alice.run_tool(
+        &session,
+        "request_environment",
+        json!({"spec": "api"}),
+        TURN,
+    ));
+    let echoed = alice.run_tool(
+        &session,
+        "mcp_call",
+        json!({"server": "api/every", "tool": "echo", "arguments": {"message": "again"}}),
+        TURN,
+    );
+    assert_eq!(ok(&echoed), "Echo: again");
+    assert!(marked() >= 1, "the server's process is not found");
+    let status = mac.stop(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.code() == Some(143)), "{status:?}");
+    let stopped = wuhu_e2e::wait_until(Duration::from_secs(5), || (marked() == 0).then_some(()));
+    assert!(stopped.is_ok(), "the server outlived its runner");
 }

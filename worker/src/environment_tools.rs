@@ -25,6 +25,7 @@ use wuhu_core::environments::{self, Attachment};
 use wuhu_core::jobs::JobRecord;
 use wuhu_core::tools::names;
 use wuhu_core::wire::runner::JobState;
+use wuhu_core::wire::runner::mcp;
 use wuhu_core::wire::runner::{
     AttachOutcome, DetachOutcome, EnvironmentContext, RunnerMessage, ServerMessage,
 };
@@ -464,6 +465,7 @@ pub(crate) async fn attach(
         definition_name: resolved.definition_name.clone(),
         secrets: resolved.secrets.clone(),
         cost_per_hour_usd: resolved.cost_per_hour_usd.clone(),
+        mcp_servers: resolved.mcp_servers.clone(),
         attached_at: (js_sys::Date::now() / 1000.0) as i64,
     };
     let text = environments::attached_text(&attachment);
@@ -869,4 +871,128 @@ async fn validate(
             details: Some(json!({"environment": name, "stale": stale})),
         },
     });
+}
+
+/// The gates an MCP request to a stdio server of `attachment` passes before it reaches the
+/// runner, the same as a `bash` call there: the turn's rights, the policy (when `policy` is
+/// given: `mcp_call` with its `mcp` subject, the environment and the runner), and the runner
+/// owner's approval when the turn acts for anyone else on their machine. `part` tells this
+/// approval apart from the call's others; `tool` names what asks (`mcp_call`, `mcp_tools`, ...).
+pub(crate) async fn admit_mcp(
+    ctx: &ToolContext,
+    part: &str,
+    attachment: &Attachment,
+    tool: &str,
+    policy: Option<(&wuhu_core::policy::Call<'_>, Value)>,
+) -> Result<(), String> {
+    ctx.rights.may_use_runners()?;
+    let target = attachment_target(attachment);
+    let mut approved_by = None;
+    if let Some((facts, details)) = policy {
+        match policy_gate::check(ctx, part, facts, Some(target), details).await {
+            Ok(decided) => {
+                ctx.decided.borrow_mut().extend(decided.entries);
+                approved_by = decided.approved_by;
+            }
+            Err(refused) => {
+                ctx.decided.borrow_mut().extend(refused.entries);
+                return Err(refused.content);
+            }
+        }
+    }
+    let action = Action::Run {
+        tool,
+        environment: attachment.name(),
+    };
+    let data = json!({"tool": tool, "environment": attachment.name()});
+    approve(
+        ctx,
+        &format!("{part}:runner"),
+        target,
+        action,
+        data,
+        approved_by.as_deref(),
+    )
+    .await
+}
+
+/// Sends one MCP request to a stdio server of `attachment` (a `tool_call` of
+/// [`mcp::TOOL`]) and answers the server's result. Call [`admit_mcp`] first.
+pub(crate) async fn mcp_request(
+    ctx: &ToolContext,
+    attachment: &Attachment,
+    request: mcp::McpRequest,
+) -> Result<Value, wuhu_core::mcp_client::exchange::McpError> {
+    use wuhu_core::mcp_client::exchange::McpError;
+    let timeout_s = u64::from(
+        request
+            .timeout_seconds
+            .unwrap_or(mcp::DEFAULT_TIMEOUT_SECONDS),
+    );
+    // The server's start (its `initialize`) may come first.
+    let timeout_ms = (timeout_s + u64::from(mcp::START_TIMEOUT_SECONDS)) * 1000 + 5_000;
+    // The server's secrets pass the rules a `bash` call's do; they travel with every request
+    // (the runner uses them when the request starts the server, and masks answers with them).
+    let wanted = wuhu_core::secrets::Wanted {
+        names: &request.server.secrets,
+        definition: attachment.definition_name.as_deref(),
+        runner_owner: &attachment.runner_owner,
+        acting_for: &ctx.acting_for,
+    };
+    let secret_env = crate::secrets::for_call(&ctx.env, &ctx.session.tenant, &ctx.secrets, wanted)
+        .map_err(McpError::Transport)?;
+    let arguments =
+        serde_json::to_value(&request).map_err(|e| McpError::Transport(e.to_string()))?;
+    let message = ServerMessage::ToolCall {
+        id: uuid::Uuid::new_v4().to_string(),
+        session_id: ctx.session.session_id.clone(),
+        environment: attachment.environment.context(),
+        tool: mcp::TOOL.to_string(),
+        arguments,
+        timeout_ms: Some(timeout_ms),
+        upload: None,
+        secret_env,
+    };
+    let reply = call_runner(
+        ctx,
+        &attachment.runner,
+        &attachment.runner_owner,
+        &message,
+        timeout_ms + 5_000,
+    )
+    .await;
+    match reply {
+        Ok((
+            _,
+            Some(RunnerMessage::ToolResult {
+                content,
+                is_error: true,
+                ..
+            }),
+        )) => Err(McpError::Transport(content)),
+        Ok((_, Some(RunnerMessage::ToolResult { details, .. }))) => {
+            let response: mcp::McpResponse = serde_json::from_value(details.unwrap_or_default())
+                .map_err(|e| {
+                    McpError::Malformed(format!("the runner's answer does not fit: {e}"))
+                })?;
+            match response.error {
+                Some(e) => Err(McpError::Rpc {
+                    code: e.code,
+                    message: e.message,
+                }),
+                None => Ok(response.result),
+            }
+        }
+        Ok((_, Some(RunnerMessage::Error { code, message, .. }))) => {
+            Err(McpError::Transport(format!(
+                "runner {:?} refused the call ({code}): {message}",
+                attachment.runner
+            )))
+        }
+        Ok((_, other)) => Err(McpError::Transport(format!(
+            "runner {:?} answered unexpectedly: {other:?}",
+            attachment.runner
+        ))),
+        Err(e) => Err(McpError::Transport(runner_error(&attachment.runner, &e))),
+    }
 }

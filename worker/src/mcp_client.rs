@@ -23,10 +23,12 @@ use worker::{
 };
 use wuhu_core::approvals::{self, Action, Approver};
 use wuhu_core::authority::TurnRights;
+use wuhu_core::environments::Attachment;
 use wuhu_core::mcp_client::config::{self, Approval, Auth, McpServers, Server, Source};
 use wuhu_core::mcp_client::exchange::{Answer, Exchange, HttpRequest, McpError, McpSession, Step};
 use wuhu_core::mcp_client::present::{self, Part, ResultPlan, Stored, ToolInfo};
 use wuhu_core::tools::{names, truncate_head};
+use wuhu_core::wire::runner::mcp::McpRequest;
 use wuhu_core::wire::{BlobRef, ToolCall};
 
 use crate::mcp_turn::{Caller, documents, egress, turn};
@@ -93,6 +95,16 @@ struct Target<'a> {
 
 async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a>, String> {
     let name = &server.doc.name;
+    if server.stdio.is_some() {
+        // Reached through its environment's runner: no URL, no credential, nothing kept here.
+        return Ok(Target {
+            server,
+            url: String::new(),
+            authorization: RefCell::new(None),
+            key: String::new(),
+            progress: None,
+        });
+    }
     let url = egress(caller.env)
         .check(&server.doc.url)
         .map_err(|e| format!("MCP server {name:?}: {e}"))?;
@@ -115,6 +127,7 @@ async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a
     let source = match &server.source {
         Source::Tenant => String::new(),
         Source::User(sub) => sub.clone(),
+        Source::Environment(environment) => format!("env:{environment}"),
     };
     let auth = match &server.doc.auth {
         Auth::Bearer { secret } => secret.as_str(),
@@ -223,6 +236,17 @@ async fn request(
     method: &str,
     params: Value,
 ) -> Result<Value, McpError> {
+    if let Some(stdio) = &target.server.stdio {
+        let (ctx, attachment) =
+            environment_of(caller, target.server).map_err(McpError::Transport)?;
+        let request = McpRequest {
+            server: stdio.clone(),
+            method: method.to_string(),
+            params,
+            timeout_seconds: None,
+        };
+        return crate::environment_tools::mcp_request(ctx, attachment, request).await;
+    }
     match exchange(target, method, params.clone()).await {
         Err(McpError::Http { status: 401, .. }) if target.server.doc.auth == Auth::Oauth => {
             let refreshed = crate::mcp_oauth::authorization(caller, target.server, true)
@@ -252,6 +276,36 @@ async fn exchange(target: &Target<'_>, method: &str, params: Value) -> Result<Va
             }
         }
     }
+}
+
+/// The session and the attachment a stdio server of an environment runs in.
+fn environment_of<'a>(
+    caller: &Caller<'a>,
+    server: &Server,
+) -> Result<(&'a ToolContext, &'a Attachment), String> {
+    let (Some(ctx), Source::Environment(environment)) = (caller.ctx, &server.source) else {
+        return Err(format!(
+            "MCP server {:?} runs in an environment, and only a session's turn reaches it",
+            server.doc.name
+        ));
+    };
+    let attachment = ctx
+        .attachments
+        .iter()
+        .find(|a| a.name() == environment)
+        .ok_or_else(|| format!("environment {environment:?} is not attached"))?;
+    Ok((ctx, attachment))
+}
+
+/// The gates a request to a stdio server passes before it reaches its runner (the runner
+/// owner's approval, as for `bash` there); nothing for a configured server. `part` tells this
+/// approval apart from the call's others; `tool` is what asks.
+async fn reach(caller: &Caller<'_>, server: &Server, part: &str, tool: &str) -> Result<(), String> {
+    if server.stdio.is_none() {
+        return Ok(());
+    }
+    let (ctx, attachment) = environment_of(caller, server)?;
+    crate::environment_tools::admit_mcp(ctx, part, attachment, tool, None).await
 }
 
 /// Every tool the server lists (at most [`present::MAX_TOOLS`]); `true` when it had more.
@@ -314,6 +368,14 @@ async fn tools(ctx: &ToolContext, arguments: &Value) -> Result<String, String> {
     };
     let mut out = String::new();
     for server in servers {
+        let part = format!("{}:{}", names::MCP_TOOLS, server.doc.name);
+        if let Err(e) = reach(&caller, server, &part, names::MCP_TOOLS).await {
+            if args.server.is_some() {
+                return Err(e);
+            }
+            out.push_str(&format!("{e}\n"));
+            continue;
+        }
         let listed = match target(&caller, server).await {
             Ok(target) => list_tools(&caller, &target)
                 .await
@@ -358,13 +420,34 @@ async fn admit(
     }
     let host = server.host();
     let subject = format!("{name}/{tool}");
+    let details = json!({"server": name, "tool": tool, "arguments": shown_arguments(arguments)});
+    if server.stdio.is_some() {
+        // A stdio server runs on its environment's runner: the policy sees that environment and
+        // runner, and the call passes the gates a `bash` call there passes.
+        let (ctx, attachment) = environment_of(&Caller::of(ctx), server)?;
+        let facts = wuhu_core::policy::Call {
+            tool: names::MCP_CALL,
+            mcp: Some(&subject),
+            environment: Some(attachment.name()),
+            runner: Some(&attachment.runner),
+            runner_owner: Some(&attachment.runner_owner),
+            ..Default::default()
+        };
+        return crate::environment_tools::admit_mcp(
+            ctx,
+            part,
+            attachment,
+            names::MCP_CALL,
+            Some((&facts, details)),
+        )
+        .await;
+    }
     let facts = wuhu_core::policy::Call {
         tool: names::MCP_CALL,
         host: Some(&host),
         mcp: Some(&subject),
         ..Default::default()
     };
-    let details = json!({"server": name, "tool": tool, "arguments": shown_arguments(arguments)});
     match crate::policy_gate::check(ctx, part, &facts, None, details.clone()).await {
         Ok(decided) => ctx.decided.borrow_mut().extend(decided.entries),
         Err(refused) => {
@@ -376,7 +459,9 @@ async fn admit(
         // The tenant's server asks the session's owner; a user's own server asks that user
         // (the turn acts for them alone).
         let approver = match &server.source {
-            Source::Tenant => Approver::SessionOwner(ctx.session.owner.clone()),
+            Source::Tenant | Source::Environment(_) => {
+                Approver::SessionOwner(ctx.session.owner.clone())
+            }
             Source::User(sub) => Approver::RunnerOwner(sub.clone()),
         };
         let what = format!(
@@ -542,6 +627,7 @@ pub(crate) async fn read_resource(
     let caller = Caller::of(ctx);
     let turn = turn(&caller).await?;
     let server = turn.server(server)?;
+    reach(&caller, server, crate::policy_gate::CALL_PART, names::READ).await?;
     let target = target(&caller, server).await?;
     let what = format!("resources/read {uri}");
     let result = request(&caller, &target, "resources/read", json!({"uri": uri}))
@@ -571,11 +657,18 @@ pub(crate) async fn js_list(ctx: &ToolContext, arg: &Value) -> Result<Value, Str
         let (seen, _) = turn.visible();
         return Ok(Value::Array(
             seen.iter()
-                .map(|s| json!({"name": s.doc.name, "host": s.host(), "source": s.source}))
+                .map(|s| match &s.source {
+                    // `{"source": "environment", "environment": "api"}`, not the `user` key.
+                    Source::Environment(environment) => json!({"name": s.doc.name,
+                        "host": s.host(), "source": "environment", "environment": environment}),
+                    _ => json!({"name": s.doc.name, "host": s.host(), "source": s.source}),
+                })
                 .collect(),
         ));
     };
     let server = turn.server(name)?;
+    let part = format!("{}:mcp:list:{name}", crate::policy_gate::CALL_PART);
+    reach(&caller, server, &part, names::JS).await?;
     let target = target(&caller, server).await?;
     let (tools, _) = list_tools(&caller, &target)
         .await
@@ -637,6 +730,7 @@ pub(crate) async fn servers_route(
         acting_for: &acting_for,
         rights: &TurnRights::People,
         secrets: &[],
+        ctx: None,
     };
     let (tenant, user) = documents(&caller).await;
     let mut errors = Vec::new();
@@ -693,6 +787,7 @@ pub(crate) async fn tools_route(
         acting_for: &acting_for,
         rights: &TurnRights::People,
         secrets: &secrets,
+        ctx: None,
     };
     let failed = |message: String| ApiError::new(502, "mcp_server_failed", message);
     let turn = turn(&caller)

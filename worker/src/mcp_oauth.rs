@@ -34,6 +34,7 @@ fn source_name(source: &Source) -> &'static str {
     match source {
         Source::Tenant => "tenant",
         Source::User(_) => "user",
+        Source::Environment(_) => "environment",
     }
 }
 

@@ -1,6 +1,7 @@
-//! Which MCP servers a caller sees (decision 0039): the server documents, read afresh at each
-//! use, for a session's turn or a person through the API. Shared by the calls
-//! (`crate::mcp_client`) and the OAuth connections (`crate::mcp_oauth`).
+//! Which MCP servers a caller sees (decisions 0039, 0040): the server documents, read afresh at
+//! each use, and a session's attached environments' stdio servers, for a session's turn or a
+//! person through the API. Shared by the calls (`crate::mcp_client`) and the OAuth connections
+//! (`crate::mcp_oauth`).
 
 use wuhu_core::authority::TurnRights;
 use wuhu_core::egress::EgressPolicy;
@@ -20,6 +21,9 @@ pub(crate) struct Caller<'a> {
     pub(crate) rights: &'a TurnRights,
     /// The tenant's sealed secrets (a bearer credential is one of them).
     pub(crate) secrets: &'a [SealedSecret],
+    /// The session's tool call, when it is one: its attached environments' stdio servers are
+    /// reached through their runners.
+    pub(crate) ctx: Option<&'a ToolContext>,
 }
 
 impl<'a> Caller<'a> {
@@ -38,6 +42,7 @@ impl<'a> Caller<'a> {
             acting_for,
             rights: &TurnRights::People,
             secrets,
+            ctx: None,
         }
     }
 
@@ -49,6 +54,7 @@ impl<'a> Caller<'a> {
             acting_for: &ctx.acting_for,
             rights: &ctx.rights,
             secrets: &ctx.secrets,
+            ctx: Some(ctx),
         }
     }
 }
@@ -59,11 +65,18 @@ pub(crate) struct Turn {
     pub(crate) user: Option<McpServers>,
     /// Why the user's own servers are not offered, when they are not.
     pub(crate) user_note: Option<String>,
+    /// The stdio servers of the session's attached environments (`<environment>/<server>`),
+    /// listed after the configured ones; none in a turn that may not use runners.
+    pub(crate) environments: Vec<Server>,
 }
 
 impl Turn {
+    /// The servers the turn sees (the configured ones, then its environments'), and the user's
+    /// own that a tenant server's name hides.
     pub(crate) fn visible(&self) -> (Vec<&Server>, Vec<&Server>) {
-        config::visible(&self.tenant, self.user.as_ref())
+        let (mut seen, shadowed) = config::visible(&self.tenant, self.user.as_ref());
+        seen.extend(self.environments.iter());
+        (seen, shadowed)
     }
 
     pub(crate) fn server(&self, name: &str) -> Result<&Server, String> {
@@ -126,10 +139,17 @@ pub(crate) async fn turn(caller: &Caller<'_>) -> Result<Turn, String> {
             ),
         ),
     };
+    let environments = match caller.ctx {
+        Some(ctx) if ctx.rights.may_use_runners().is_ok() => {
+            config::environment_servers(&ctx.attachments)
+        }
+        _ => Vec::new(),
+    };
     Ok(Turn {
         tenant,
         user,
         user_note,
+        environments,
     })
 }
 

@@ -4,6 +4,9 @@
 use serde::{Deserialize, Serialize};
 use wildmatch::WildMatch;
 
+use crate::environments::Attachment;
+use crate::wire::runner::mcp::StdioServer;
+
 pub use super::documents::{
     MAX_NAME_CHARS, TENANT_MCP_PATH, is_mcp_document, mcp_user, user_mcp_path, valid_server_name,
 };
@@ -117,6 +120,9 @@ pub enum Source {
     Tenant,
     /// `users/<sub>/mcp.json`.
     User(String),
+    /// The definition of the attached environment of this name (a stdio server its runner
+    /// starts, named `<environment>/<server>`).
+    Environment(String),
 }
 
 /// A server as a session uses it.
@@ -126,6 +132,8 @@ pub struct Server {
     pub doc: ServerDocument,
     /// Whose it is.
     pub source: Source,
+    /// A stdio server of an environment: what its runner starts.
+    pub stdio: Option<StdioServer>,
     allow: Vec<WildMatch>,
     deny: Vec<WildMatch>,
 }
@@ -141,6 +149,43 @@ impl Server {
     /// Seconds one request may take.
     pub fn timeout_seconds(&self) -> u32 {
         self.doc.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)
+    }
+
+    /// A stdio server of the attached environment `environment`, as sessions use it: named
+    /// `<environment>/<server>`, every tool offered, no approval of its own (its calls pass the
+    /// gates of the environment's runner, as `bash` there does), the default timeout.
+    pub fn in_environment(environment: &str, server: &StdioServer) -> Server {
+        Server {
+            doc: ServerDocument {
+                name: crate::wire::runner::mcp::qualified_name(environment, &server.name),
+                url: String::new(),
+                transport: Transport::default(),
+                auth: Auth::None,
+                tools: ToolFilterDocument::default(),
+                approval: Approval::Auto,
+                timeout_seconds: None,
+            },
+            source: Source::Environment(environment.to_string()),
+            stdio: Some(server.clone()),
+            allow: Vec::new(),
+            deny: Vec::new(),
+        }
+    }
+
+    /// Where it is: its URL's host, or a stdio server's command line (cut to 80 characters).
+    pub fn location(&self) -> String {
+        match &self.stdio {
+            None => self.host(),
+            Some(stdio) => {
+                let line = std::iter::once(stdio.command.as_str())
+                    .chain(stdio.args.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let cut: String = line.chars().take(80).collect();
+                let more = if cut.len() < line.len() { "…" } else { "" };
+                format!("stdio: {cut}{more}")
+            }
+        }
     }
 
     /// The host of its URL (what the policy's `host` and a bearer secret's `hosts` see).
@@ -242,6 +287,7 @@ impl McpServers {
             servers.push(Server {
                 doc: server,
                 source: source.clone(),
+                stdio: None,
                 allow,
                 deny,
             });
@@ -295,6 +341,20 @@ pub fn visible<'a>(
     (seen, shadowed)
 }
 
+/// The stdio servers of the session's attached environments, in their order (each
+/// environment's in its definition's order), after the configured servers in listings. A turn
+/// that may not use runners sees none.
+pub fn environment_servers(attachments: &[Attachment]) -> Vec<Server> {
+    attachments
+        .iter()
+        .flat_map(|a| {
+            a.mcp_servers
+                .iter()
+                .map(|s| Server::in_environment(a.name(), s))
+        })
+        .collect()
+}
+
 /// A server as `GET /v1/mcp/servers` shows it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -338,6 +398,8 @@ pub enum SourceKind {
     Tenant,
     /// `users/<sub>/mcp.json`.
     User,
+    /// An attached environment's definition (a stdio server).
+    Environment,
 }
 
 /// The kind of credential a server's requests carry.
@@ -359,6 +421,7 @@ impl Server {
         let (source, user) = match &self.source {
             Source::Tenant => (SourceKind::Tenant, None),
             Source::User(sub) => (SourceKind::User, Some(sub.clone())),
+            Source::Environment(_) => (SourceKind::Environment, None),
         };
         let (auth, secret) = match &self.doc.auth {
             Auth::None => (AuthKind::None, None),

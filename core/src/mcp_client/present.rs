@@ -81,6 +81,7 @@ fn whose(source: &Source) -> String {
     match source {
         Source::Tenant => "the tenant's".into(),
         Source::User(sub) => format!("{sub}'s own"),
+        Source::Environment(environment) => format!("in environment {environment:?}"),
     }
 }
 
@@ -96,7 +97,7 @@ pub fn render_servers(seen: &[&Server], shadowed: &[&Server], user_note: Option<
                 "- {} ({}; {}{})\n",
                 server.doc.name,
                 whose(&server.source),
-                server.host(),
+                server.location(),
                 if server.doc.approval == super::config::Approval::Ask {
                     "; each call waits for approval"
                 } else {

@@ -947,3 +947,78 @@ mod oauth_flow {
         );
     }
 }
+
+#[test]
+fn an_environments_stdio_servers_are_listed_after_the_configured_ones() {
+    use crate::environments::Attachment;
+    use crate::wire::runner::mcp::StdioServer;
+    use crate::wire::runner::{AttachedEnvironment, EnvironmentKind, RunnerKind, Snapshot};
+    let attachment = |name: &str, servers: Vec<StdioServer>| Attachment {
+        environment: AttachedEnvironment {
+            name: name.into(),
+            kind: EnvironmentKind::Local,
+            root: "/src".into(),
+            os: "Linux".into(),
+            repo_path: None,
+            branch: None,
+            snapshot: Snapshot::default(),
+            agents_md: None,
+            agents_md_truncated: false,
+            agents_md_file: None,
+            cell: Default::default(),
+        },
+        runner: "box".into(),
+        runner_owner: "ana".into(),
+        runner_kind: RunnerKind::Local,
+        definition_id: None,
+        definition_name: None,
+        secrets: Vec::new(),
+        cost_per_hour_usd: None,
+        mcp_servers: servers,
+        attached_at: 0,
+    };
+    let stdio = |name: &str, args: &[&str]| StdioServer {
+        name: name.into(),
+        command: "node".into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: Default::default(),
+        secrets: Vec::new(),
+    };
+    let attachments = [
+        attachment(
+            "api",
+            vec![
+                stdio("every", &["dist/index.js", "stdio"]),
+                stdio("long", &[&"x".repeat(100)]),
+            ],
+        ),
+        attachment("bare", Vec::new()),
+        attachment("web", vec![stdio("every", &[])]),
+    ];
+    let in_envs = environment_servers(&attachments);
+    let names: Vec<&str> = in_envs.iter().map(|s| s.doc.name.as_str()).collect();
+    assert_eq!(names, ["api/every", "api/long", "web/every"]);
+    // Every tool is offered; the policy sees `<environment>/<server>/<tool>` as its `mcp`.
+    assert!(in_envs[0].offers("anything"));
+    assert_eq!(in_envs[0].host(), "");
+    let tenant = McpServers::parse(
+        TENANT_MCP_PATH,
+        Some(r#"{"servers":[{"name":"docs","url":"https://t.example"}]}"#),
+    )
+    .unwrap();
+    let (mut seen, shadowed) = visible(&tenant, None);
+    seen.extend(in_envs.iter());
+    expect_test::expect![[r#"
+        MCP servers (call mcp_tools with server=<name> to see a server's tools):
+        - docs (the tenant's; t.example)
+        - api/every (in environment "api"; stdio: node dist/index.js stdio)
+        - api/long (in environment "api"; stdio: node xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…)
+        - web/every (in environment "web"; stdio: node)
+    "#]]
+    .assert_eq(&render_servers(&seen, &shadowed, None));
+    let (tools, _) = tools_page(&json!({"tools": [tool("echo", "Echoes back")]})).unwrap();
+    assert!(
+        render_tools(&in_envs[0], &tools, None, 0, false)
+            .ends_with("Call one with mcp_call {server: \"api/every\", tool, arguments}.\n")
+    );
+}

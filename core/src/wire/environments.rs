@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::runner::mcp::StdioServer;
 use super::runner::{
     EnvironmentKind, EnvironmentSource, EnvironmentSpec, RunnerKind, RunnerMessage, SandboxMode,
     ServerMessage,
@@ -148,6 +149,11 @@ pub struct EnvironmentDefinition {
     /// `null`: unknown, and no cost rule applies. 0 to [`MAX_COST_PER_HOUR_USD`].
     #[serde(default)]
     pub cost_per_hour_usd: Option<serde_json::Number>,
+    /// Stdio MCP servers the runner starts in the environment's cell when a session first uses
+    /// one; sessions reach each as `<environment>/<name>` through `mcp_tools` / `mcp_call`
+    /// ([`super::runner::mcp`], docs/mcp.md).
+    #[serde(default)]
+    pub mcp_servers: Vec<StdioServer>,
     /// Unix seconds.
     pub created_at: i64,
     /// Unix seconds of the last change.
@@ -206,6 +212,9 @@ pub struct CreateEnvironmentRequest {
     /// See [`EnvironmentDefinition::cost_per_hour_usd`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_per_hour_usd: Option<serde_json::Number>,
+    /// See [`EnvironmentDefinition::mcp_servers`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<StdioServer>>,
 }
 
 /// `PATCH /v1/environments/:idOrName`: absent fields are kept; `null` clears an optional field.
@@ -298,6 +307,9 @@ pub struct UpdateEnvironmentRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_per_hour_usd: Option<Option<serde_json::Number>>,
+    /// New stdio MCP servers (replaces the old list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<StdioServer>>,
 }
 
 /// `Some(None)` for an explicit `null`, `Some(Some(v))` for a value (absent is `None` via
@@ -346,6 +358,7 @@ impl CreateEnvironmentRequest {
             limits: self.limits.unwrap_or_default(),
             secrets: self.secrets.unwrap_or_default(),
             cost_per_hour_usd: self.cost_per_hour_usd,
+            mcp_servers: self.mcp_servers.unwrap_or_default(),
             created_at: now,
             updated_at: now,
         };
@@ -406,6 +419,9 @@ impl EnvironmentDefinition {
         }
         if let Some(cost) = update.cost_per_hour_usd {
             next.cost_per_hour_usd = cost;
+        }
+        if let Some(servers) = update.mcp_servers {
+            next.mcp_servers = servers;
         }
         next.validate()?;
         next.updated_at = now;
@@ -526,6 +542,7 @@ impl EnvironmentDefinition {
                 ));
             }
         }
+        super::runner::mcp::check_servers(&self.mcp_servers)?;
         self.cell().validate()
     }
 
@@ -765,6 +782,9 @@ pub struct ResolveEnvironmentResponse {
     /// The definition's `costPerHourUsd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_per_hour_usd: Option<serde_json::Number>,
+    /// The definition's `mcpServers`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<StdioServer>,
 }
 
 /// Runner hub `POST /call`: send a request frame to a runner and wait for its answer.
@@ -905,6 +925,10 @@ mod tests {
             (
                 json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "secrets": (0..33).map(|i| format!("S{i}")).collect::<Vec<_>>()}),
                 "secrets may list at most 32 names",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "mcpServers": [{"name": "Bad", "command": "x"}]}),
+                "mcpServers[0].name \"Bad\" must be 1 to 32",
             ),
             (
                 json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "costPerHourUsd": -0.01}),

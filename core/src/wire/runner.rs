@@ -129,6 +129,9 @@ pub mod capabilities {
     pub const SANDBOX_ON: &str = "sandbox:on";
     /// Started with `--sandbox off`: calls run with the runner's own view of the machine.
     pub const SANDBOX_OFF: &str = "sandbox:off";
+    /// Starts the stdio MCP servers an environment's definition lists and answers
+    /// [`super::mcp::TOOL`] calls (see [`super::mcp`]).
+    pub const MCP_STDIO: &str = "mcp:stdio";
 
     /// What a runner's capabilities say of its sandbox (`None` for runners older than cells).
     pub fn sandbox(capabilities: &[String]) -> Option<super::SandboxMode> {
@@ -141,6 +144,8 @@ pub mod capabilities {
         }
     }
 }
+
+pub mod mcp;
 
 /// Background jobs: `bash {command, background: true}` answers at once with a job id; the
 /// runner keeps the process (it outlives the connection, not the runner process) and sends an
