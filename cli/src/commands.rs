@@ -1965,6 +1965,20 @@ pub async fn tenant_usage(global: &Global, args: UsageArgs) -> Result<u8> {
             ""
         },
     );
+    if usage.mcp.calls > 0 || usage.mcp.errors > 0 {
+        let servers: Vec<String> = usage
+            .mcp
+            .by_server
+            .iter()
+            .map(|s| format!("{} {}", s.server, s.calls))
+            .collect();
+        println!(
+            "MCP: {} calls, {} failed ({})",
+            usage.mcp.calls,
+            usage.mcp.errors,
+            servers.join(", ")
+        );
+    }
     Ok(exit::OK)
 }
 

@@ -736,5 +736,7 @@ pub fn pending_approvals(entries: &[Entry]) -> Value {
     })
 }
 
+pub mod progress;
+
 #[cfg(test)]
 mod tests;

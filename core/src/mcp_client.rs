@@ -8,12 +8,14 @@
 //!   where they live (a leaf).
 //! * [`exchange`]: one request over the streamable HTTP transport, as a machine the host
 //!   drives (session opening, `Mcp-Session-Id`, expiry, event-stream answers, bounds).
+//! * [`legacy`]: one request over the legacy HTTP+SSE transport (`"transport": "sse"`).
 //! * [`present`]: what the model sees: tool listings, results with their blobs.
 //! * [`oauth`]: OAuth 2.1 for servers that need it (discovery, registration, PKCE, tokens).
 
 pub mod config;
 pub mod documents;
 pub mod exchange;
+pub mod legacy;
 pub mod oauth;
 pub mod present;
 

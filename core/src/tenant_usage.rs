@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::llm::models::UsageTotals;
+use crate::llm::models::{McpCalls, McpServerCalls, UsageTotals};
 use crate::wire::{Budget, Entry, EntryPayload, Message, Spent, Usage};
 
 /// Seconds in one bucket of the index.
@@ -89,6 +89,161 @@ pub struct UsageReport {
     pub through: u64,
     /// The requests among the entries after the previously reported cursor, oldest first.
     pub records: Vec<UsageRecord>,
+    /// The MCP calls and failed MCP results among the same entries ([`mcp_records`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<McpRecord>,
+}
+
+/// Most MCP records one report carries (a report of [`MAX_REPORT_RECORDS`] entries whose
+/// assistant messages each make many `mcp_call`s is cut here; the index refuses more).
+pub const MAX_REPORT_MCP_RECORDS: usize = 4096;
+
+/// One MCP use a session reports: an `mcp_call` the model made, or the error result of one.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct McpRecord {
+    /// The entry that recorded it.
+    pub cursor: u64,
+    /// Unix seconds of the entry.
+    pub at: i64,
+    /// The server the call named (empty for an error result: a result does not name it).
+    pub server: String,
+    /// An error result, not a call.
+    pub error: bool,
+}
+
+/// The MCP records among `entries`: each `mcp_call` of an assistant message (by the server
+/// its arguments name) and each `mcp_call` result that is an error, as the session's own usage
+/// counts them (`crate::llm::models::SessionUsage`). At most [`MAX_REPORT_MCP_RECORDS`].
+pub fn mcp_records(entries: &[Entry]) -> Vec<McpRecord> {
+    let mut out = Vec::new();
+    for entry in entries {
+        match &entry.payload {
+            EntryPayload::Message {
+                message: Message::Assistant(m),
+            } => {
+                for call in m
+                    .tool_calls()
+                    .filter(|c| c.name == crate::tools::names::MCP_CALL)
+                {
+                    out.push(McpRecord {
+                        cursor: entry.cursor,
+                        at: entry.created_at,
+                        server: call.arguments["server"]
+                            .as_str()
+                            .unwrap_or("")
+                            .chars()
+                            .take(200)
+                            .collect(),
+                        error: false,
+                    });
+                }
+            }
+            EntryPayload::Message {
+                message: Message::ToolResult(r),
+            } if r.tool_name == crate::tools::names::MCP_CALL && r.is_error => {
+                out.push(McpRecord {
+                    cursor: entry.cursor,
+                    at: entry.created_at,
+                    server: String::new(),
+                    error: true,
+                });
+            }
+            _ => {}
+        }
+    }
+    out.truncate(MAX_REPORT_MCP_RECORDS);
+    out
+}
+
+/// One MCP row of the index: an hour of one session's calls to one server (`server` empty:
+/// error results, which do not name theirs).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct McpHourKey {
+    /// Unix seconds of the hour's start.
+    pub hour: i64,
+    /// The session.
+    pub session: String,
+    /// The server.
+    pub server: String,
+}
+
+/// Calls and errors of one [`McpHourKey`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct McpCounts {
+    /// `mcp_call`s made.
+    pub calls: u64,
+    /// Error results.
+    pub errors: u64,
+}
+
+/// The MCP rows `report` adds, given the cursor the index holds for the session (`stored`):
+/// records at or before it were counted already, as in [`apply_report`].
+pub fn apply_mcp(stored: u64, report: &UsageReport) -> Vec<(McpHourKey, McpCounts)> {
+    let mut rows: Vec<(McpHourKey, McpCounts)> = Vec::new();
+    for record in report.mcp.iter().filter(|r| r.cursor > stored) {
+        let key = McpHourKey {
+            hour: record.at.div_euclid(HOUR_SECONDS) * HOUR_SECONDS,
+            session: report.session.clone(),
+            server: record.server.clone(),
+        };
+        let counts = match rows.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, counts)) => counts,
+            None => {
+                rows.push((key, McpCounts::default()));
+                &mut rows.last_mut().expect("just pushed").1
+            }
+        };
+        if record.error {
+            counts.errors += 1;
+        } else {
+            counts.calls += 1;
+        }
+    }
+    rows
+}
+
+/// One MCP hour row as the index stores it, with the session's owner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpHourRow {
+    /// Which hour, session and server.
+    pub key: McpHourKey,
+    /// The session's owner.
+    pub user: String,
+    /// Its counts.
+    pub counts: McpCounts,
+}
+
+/// The MCP calls of `rows` in `query`'s hours (a member's view: `only_user`), the servers with
+/// the most calls first, at most [`MAX_GROUPS`].
+pub fn group_mcp(
+    rows: impl IntoIterator<Item = McpHourRow>,
+    query: &UsageQuery,
+    only_user: Option<&str>,
+) -> McpCalls {
+    let mut total = McpCalls::default();
+    let mut by_server: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for row in rows {
+        if row.key.hour < query.from
+            || row.key.hour >= query.to
+            || only_user.is_some_and(|u| u != row.user)
+        {
+            continue;
+        }
+        total.calls = total.calls.saturating_add(row.counts.calls);
+        total.errors = total.errors.saturating_add(row.counts.errors);
+        if row.counts.calls > 0 {
+            *by_server.entry(row.key.server).or_default() += row.counts.calls;
+        }
+    }
+    let mut servers: Vec<McpServerCalls> = by_server
+        .into_iter()
+        .map(|(server, calls)| McpServerCalls { server, calls })
+        .collect();
+    servers.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.server.cmp(&b.server)));
+    servers.truncate(MAX_GROUPS);
+    total.by_server = servers;
+    total
 }
 
 /// How long a session relies on its index's last answer about the budget (unix ms).
@@ -337,6 +492,9 @@ pub struct TenantUsage {
     pub groups: Vec<UsageGroup>,
     /// Whether groups were left out.
     pub truncated: bool,
+    /// The MCP calls of the same sessions and hours (`byServer`: the most called first).
+    #[serde(default)]
+    pub mcp: McpCalls,
 }
 
 fn add_totals(into: &mut UsageTotals, other: &UsageTotals) {
@@ -405,6 +563,7 @@ pub fn group(
         total,
         groups,
         truncated,
+        mcp: McpCalls::default(),
     }
 }
 
@@ -482,6 +641,141 @@ mod tests {
     }
 
     #[test]
+    fn mcp_records_are_the_calls_and_the_error_results() {
+        use crate::wire::{ContentBlock, ToolCall, ToolResult};
+        let entry = |cursor: u64, payload: EntryPayload| Entry {
+            cursor,
+            id: format!("e{cursor}"),
+            created_at: cursor as i64 * 10,
+            payload,
+        };
+        let call = |name: &str, server: serde_json::Value| {
+            ContentBlock::ToolCall(ToolCall {
+                id: format!("c-{name}"),
+                name: name.into(),
+                arguments: serde_json::json!({"server": server, "tool": "t"}),
+            })
+        };
+        let result = |name: &str, is_error: bool| EntryPayload::Message {
+            message: Message::ToolResult(ToolResult {
+                tool_call_id: "c".into(),
+                tool_name: name.into(),
+                content: "x".into(),
+                is_error,
+                blobs: vec![],
+            }),
+        };
+        let entries = vec![
+            entry(
+                1,
+                EntryPayload::Message {
+                    message: Message::Assistant(AssistantMessage {
+                        content: vec![
+                            call("mcp_call", "github".into()),
+                            call("bash", "github".into()),
+                            call("mcp_call", "api/every".into()),
+                            call("mcp_call", serde_json::Value::Null),
+                        ],
+                        ..Default::default()
+                    }),
+                },
+            ),
+            entry(2, result("mcp_call", false)),
+            entry(3, result("mcp_call", true)),
+            entry(4, result("bash", true)),
+        ];
+        let got: Vec<(u64, String, bool)> = mcp_records(&entries)
+            .into_iter()
+            .map(|r| (r.cursor, r.server, r.error))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, "github".into(), false),
+                (1, "api/every".into(), false),
+                (1, String::new(), false),
+                (3, String::new(), true),
+            ]
+        );
+    }
+
+    #[test]
+    fn mcp_rows_count_once_and_group_by_server_for_the_viewer() {
+        let mcp = |cursor: u64, at: i64, server: &str, error: bool| McpRecord {
+            cursor,
+            at,
+            server: server.into(),
+            error,
+        };
+        let report = UsageReport {
+            session: "s".into(),
+            user: "ana".into(),
+            through: 9,
+            records: vec![],
+            mcp: vec![
+                mcp(2, 10, "github", false),
+                mcp(2, 10, "github", false),
+                mcp(4, 20, "", true),
+                mcp(6, 3700, "docs", false),
+            ],
+        };
+        let counts = |rows: &[(McpHourKey, McpCounts)]| -> Vec<(i64, String, u64, u64)> {
+            rows.iter()
+                .map(|(k, c)| (k.hour, k.server.clone(), c.calls, c.errors))
+                .collect()
+        };
+        assert_eq!(
+            counts(&apply_mcp(0, &report)),
+            [
+                (0, "github".into(), 2, 0),
+                (0, String::new(), 0, 1),
+                (3600, "docs".into(), 1, 0)
+            ]
+        );
+        // What was counted is not counted again.
+        assert_eq!(
+            counts(&apply_mcp(4, &report)),
+            [(3600, "docs".into(), 1, 0)]
+        );
+        assert!(apply_mcp(9, &report).is_empty());
+
+        let row = |hour: i64, user: &str, server: &str, calls: u64, errors: u64| McpHourRow {
+            key: McpHourKey {
+                hour,
+                session: format!("s-{user}"),
+                server: server.into(),
+            },
+            user: user.into(),
+            counts: McpCounts { calls, errors },
+        };
+        let rows = vec![
+            row(0, "ana", "github", 2, 0),
+            row(0, "ana", "", 0, 1),
+            row(0, "bo", "docs", 5, 0),
+            row(7200, "ana", "github", 1, 0),
+        ];
+        let query = UsageQuery::parse(Some("0"), Some("3600"), None, 0).unwrap();
+        let admin = group_mcp(rows.clone(), &query, None);
+        assert_eq!((admin.calls, admin.errors), (7, 1));
+        assert_eq!(
+            admin.by_server,
+            [
+                McpServerCalls {
+                    server: "docs".into(),
+                    calls: 5
+                },
+                McpServerCalls {
+                    server: "github".into(),
+                    calls: 2
+                }
+            ]
+        );
+        let ana = group_mcp(rows, &query, Some("ana"));
+        assert_eq!((ana.calls, ana.errors), (2, 1));
+        assert_eq!(ana.by_server.len(), 1);
+    }
+
+    #[test]
     fn a_report_counts_once_per_hour_session_and_model() {
         let report = UsageReport {
             session: "s".into(),
@@ -493,6 +787,7 @@ mod tests {
                 record(5, 3700, "a", 30),
                 record(7, 3700, "b", 40),
             ],
+            mcp: vec![],
         };
         // (stored cursor, new cursor, rows as (hour, model, messages, input))
         type Row<'a> = (i64, &'a str, u64, u64);
@@ -708,6 +1003,7 @@ mod tests {
             user: "ana".into(),
             through: 3,
             records: vec![record(1, 0, "a", 10), record(3, 7200, "b", 20)],
+            mcp: vec![],
         };
         // (budget, exceeded after the report)
         let cases = [

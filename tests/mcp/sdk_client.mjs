@@ -36,6 +36,18 @@ const sent = await alice.callTool({
 out.sentError = sent.isError;
 const waited = await alice.callTool({ name: "session_wait", arguments: { id, timeoutSeconds: 40 } });
 out.waited = waited.structuredContent;
+// A wait that asks for progress: what the agent writes arrives as notifications/progress
+// before the result (the fake model streams a reply in 6 pieces, 300 ms apart).
+const slow = { reply: "one two three four five six seven eight nine ten eleven twelve", chunks: 6, delayMs: 300 };
+await alice.callTool({ name: "session_send", arguments: { id, content: `@fake ${JSON.stringify(slow)}` } });
+const notes = [];
+const streamed = await alice.callTool(
+  { name: "session_wait", arguments: { id, timeoutSeconds: 40 } },
+  undefined,
+  { onprogress: (p) => notes.push({ progress: p.progress, message: p.message }) },
+);
+out.progressNotes = notes;
+out.progressWaited = streamed.structuredContent;
 const read = await alice.callTool({ name: "session_read", arguments: { id } });
 out.readEntries = read.structuredContent.transcript.length;
 const approvals = await alice.callTool({ name: "approvals_list", arguments: { id } });

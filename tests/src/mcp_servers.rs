@@ -22,6 +22,8 @@ pub struct NodeMcpServer {
     watchdog: Option<Child>,
     port: u16,
     auth_port: Option<u16>,
+    /// Its endpoint's path.
+    path: &'static str,
 }
 
 impl NodeMcpServer {
@@ -36,6 +38,22 @@ impl NodeMcpServer {
             port,
             None,
         )
+    }
+
+    /// The reference server over the legacy HTTP+SSE transport, `mcp-server-everything sse`:
+    /// its event stream is `/sse`, which names `/message?sessionId=…` for the messages.
+    pub fn everything_sse() -> NodeMcpServer {
+        let port = crate::stack::free_port();
+        let mut server = NodeMcpServer::start(
+            "@modelcontextprotocol/server-everything/dist/index.js",
+            &["sse"],
+            &[("PORT", port)],
+            &["Server is running on port"],
+            port,
+            None,
+        );
+        server.path = "/sse";
+        server
     }
 
     /// The official SDK's example server with OAuth (`simpleStreamableHttp.js --oauth
@@ -127,6 +145,7 @@ impl NodeMcpServer {
             watchdog,
             port,
             auth_port,
+            path: "/mcp",
         }
     }
 
@@ -137,7 +156,7 @@ impl NodeMcpServer {
         } else {
             "127.0.0.1"
         };
-        format!("http://{host}:{}/mcp", self.port)
+        format!("http://{host}:{}{}", self.port, self.path)
     }
 
     /// What `WUHU_SANDBOX_EGRESS_ALLOW` must list for the Worker to reach it (and its

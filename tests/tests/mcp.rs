@@ -72,7 +72,26 @@ fn the_official_sdk_client_drives_a_session_and_another_member_cannot() {
         seen["waited"]["finalText"], "echo: hello over mcp",
         "{seen}"
     );
-    assert!(seen["readEntries"].as_u64().unwrap_or(0) >= 3, "{seen}");
+    // The wait that asked for progress: notifications while the reply streamed, their progress
+    // growing, their text the reply's (joined, the tail of it: the wait may start after the
+    // first piece), then the result.
+    let notes = seen["progressNotes"].as_array().expect("progressNotes");
+    assert!(notes.len() >= 2, "{seen}");
+    let progress: Vec<u64> = notes
+        .iter()
+        .filter_map(|n| n["progress"].as_u64())
+        .collect();
+    assert_eq!(progress.len(), notes.len(), "{seen}");
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
+    let streamed: String = notes.iter().filter_map(|n| n["message"].as_str()).collect();
+    let reply = "one two three four five six seven eight nine ten eleven twelve";
+    assert!(
+        !streamed.is_empty() && reply.ends_with(&streamed),
+        "{streamed:?}"
+    );
+    assert_eq!(seen["progressWaited"]["settled"], true, "{seen}");
+    assert_eq!(seen["progressWaited"]["finalText"], reply, "{seen}");
+    assert!(seen["readEntries"].as_u64().unwrap_or(0) >= 5, "{seen}");
     assert_eq!(seen["approvals"], json!([]), "{seen}");
     assert_eq!(seen["docContent"], "written over MCP\n", "{seen}");
     // An unknown tool is a protocol error (invalid params), not a tool result.

@@ -25,6 +25,8 @@ struct Fixture {
     everything: NodeMcpServer,
     broken: BrokenMcpServer,
     oauth: NodeMcpServer,
+    /// The reference server over the legacy HTTP+SSE transport.
+    legacy: NodeMcpServer,
 }
 
 fn fixture() -> &'static Fixture {
@@ -33,14 +35,16 @@ fn fixture() -> &'static Fixture {
         let everything = NodeMcpServer::everything();
         let broken = BrokenMcpServer::start();
         let oauth = NodeMcpServer::sdk_example_with_oauth();
+        let legacy = NodeMcpServer::everything_sse();
         let stack = Stack::start_with(StackOptions {
             vars: vec![(
                 "WUHU_SANDBOX_EGRESS_ALLOW".to_string(),
                 format!(
-                    "{},{},{}",
+                    "{},{},{},{}",
                     everything.egress_allow(),
                     broken.host_port(),
-                    oauth.egress_allow()
+                    oauth.egress_allow(),
+                    legacy.egress_allow()
                 ),
             )],
             fake_delay_ms: Some(0),
@@ -51,6 +55,7 @@ fn fixture() -> &'static Fixture {
             everything,
             broken,
             oauth,
+            legacy,
         }
     })
 }
@@ -237,6 +242,101 @@ fn the_reference_server_through_the_tool_pair_js_and_read() {
         ])
     );
     assert_eq!(value["servers"], json!(["every", "broken"]));
+}
+
+#[test]
+fn a_server_on_the_legacy_sse_transport_serves_the_same_tool_pair_js_and_read() {
+    let f = fixture();
+    let _guard = f.stack.guard();
+    let tenant = unique_name("mcp-legacy");
+    let admin = f.stack.admin_client("root", &tenant);
+    let config = json!({"servers": [
+        {"name": "old", "url": f.legacy.url(), "transport": "sse", "timeoutSeconds": 20},
+        // A streamable HTTP server said to be legacy: its answer is not an event stream.
+        {"name": "mislabelled", "url": f.everything.url(), "transport": "sse", "timeoutSeconds": 5},
+    ]});
+    admin
+        .put_doc("config/mcp.json", config.to_string())
+        .expect_status(200);
+    let alice = f.stack.client("alice", &tenant);
+    let id = alice.create_fake_session().id;
+
+    let tools = alice.run_tool(&id, "mcp_tools", json!({"server": "old"}), TURN);
+    for name in ["## echo", "## get-sum", "## get-tiny-image"] {
+        assert!(ok(&tools).contains(name), "{name}:\n{}", tools.content);
+    }
+    let results = alice.run_tool_calls(
+        &id,
+        &[
+            (
+                "mcp_call",
+                json!({"server": "old", "tool": "echo", "arguments": {"message": "over sse"}}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "old", "tool": "get-tiny-image"}),
+            ),
+            (
+                "mcp_call",
+                json!({"server": "old", "tool": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 2}}),
+            ),
+            (
+                "read",
+                json!({"path": "wuhu://mcp/old/demo://resource/static/document/architecture.md"}),
+            ),
+            (
+                "js",
+                json!({"code": "const r = await Promise.all([1, 2, 3].map(n => wuhu.mcp.call('old', 'get-sum', {a: n, b: n}))); r.map(x => x.content[0].text).join(' | ')"}),
+            ),
+            ("mcp_call", json!({"server": "mislabelled", "tool": "echo"})),
+        ],
+        TURN,
+    );
+    assert_eq!(ok(&results[0]), "Echo: over sse");
+    assert!(
+        ok(&results[1]).contains("[image: image/png"),
+        "{}",
+        results[1].content
+    );
+    assert_eq!(results[1].blobs.len(), 1);
+    assert!(
+        ok(&results[2]).contains("Long running operation completed"),
+        "{}",
+        results[2].content
+    );
+    assert!(ok(&results[3]).contains("[resource demo://resource/static/document/architecture.md]"));
+    assert_eq!(
+        ok(&results[4]),
+        // The script's value, as JSON.
+        "\"The sum of 1 and 1 is 2. | The sum of 2 and 2 is 4. | The sum of 3 and 3 is 6.\""
+    );
+    let mislabelled = failed(&results[5]);
+    assert!(
+        mislabelled.contains("mislabelled")
+            && mislabelled.contains("HTTP 400: its event stream did not open"),
+        "{mislabelled}"
+    );
+
+    // The tenant's usage counts the model's MCP calls by server, and the failed one; another
+    // member sees none of alice's (members see the sessions they own), an admin all of them.
+    let counted = wuhu_e2e::wait_until(Duration::from_secs(20), || {
+        let usage = alice.get("/v1/usage").json();
+        (usage["mcp"]["calls"] == 4 && usage["mcp"]["errors"] == 1).then_some(usage)
+    })
+    .unwrap_or_else(|_| panic!("{}", alice.get("/v1/usage").json()));
+    assert_eq!(
+        counted["mcp"]["byServer"],
+        json!([{"server": "old", "calls": 3}, {"server": "mislabelled", "calls": 1}]),
+        "{counted}"
+    );
+    let bob = f.stack.client("bob", &tenant).get("/v1/usage").json();
+    assert_eq!(
+        bob["mcp"],
+        json!({"calls": 0, "errors": 0, "byServer": []}),
+        "{bob}"
+    );
+    let all = admin.get("/v1/usage").json();
+    assert_eq!(all["mcp"]["calls"], 4, "{all}");
 }
 
 #[test]

@@ -5,11 +5,16 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use serde_json::{Value, json};
 use wasm_bindgen::JsValue;
 use worker::{Delay, Env, Headers, Method, Request, RequestInit, Response};
+use wuhu_core::mcp::progress::{self, WaitProgress};
 use wuhu_core::mcp::{self, CallBody, HttpCall, Incoming, Plan, RpcError};
+use wuhu_core::sse::{SseDecoder, SseItem};
 use wuhu_core::wire::Entry;
+use wuhu_core::wire::StreamEvent;
 
 use crate::http::{ApiError, ApiResult, read_body_bounded};
 
@@ -57,6 +62,39 @@ pub(crate) async fn route(mut req: Request, env: &Env, router: Router) -> ApiRes
         "ping" => Ok(json!({})),
         "tools/list" => Ok(mcp::tools()),
         "tools/call" => match mcp::plan(&params) {
+            Ok(Plan::Wait {
+                id: session,
+                timeout_secs,
+            }) => {
+                let accept = req.headers().get("accept").ok().flatten();
+                match WaitProgress::of(&params)
+                    .filter(|_| progress::accepts_stream(accept.as_deref()))
+                {
+                    // The client asked for progress: the answer is an event stream.
+                    Some(progress) => {
+                        return streamed_wait(
+                            req,
+                            env,
+                            router,
+                            id,
+                            session,
+                            timeout_secs,
+                            progress,
+                        )
+                        .await;
+                    }
+                    None => Ok(perform(
+                        &req,
+                        env,
+                        router,
+                        Plan::Wait {
+                            id: session,
+                            timeout_secs,
+                        },
+                    )
+                    .await),
+                }
+            }
             Ok(plan) => Ok(perform(&req, env, router, plan).await),
             Err(e) => Err(e),
         },
@@ -193,6 +231,166 @@ async fn wait(
     Ok(mcp::wait_result(&session, &tail, settled))
 }
 
+/// The most bytes of one follow-stream frame a streamed wait reads.
+const MAX_FOLLOW_FRAME_BYTES: usize = 1024 * 1024;
+
+/// A `session_wait` whose client asked for progress: an event stream of
+/// `notifications/progress` (what the agent writes, `wuhu_core::mcp::progress`) while the
+/// session runs, then the result. A session already at rest is answered as JSON at once; a
+/// follow stream that cannot be opened leaves the wait to polling, without progress.
+async fn streamed_wait(
+    req: Request,
+    env: &Env,
+    router: Router,
+    rpc_id: Value,
+    session: String,
+    timeout_secs: u64,
+    progress: WaitProgress,
+) -> ApiResult<Response> {
+    let deadline = worker::Date::now().as_millis() + timeout_secs * 1000;
+    let head = match get_json(&req, env, router, format!("/v1/sessions/{session}?limit=1")).await {
+        Ok(head) => head,
+        Err(e) => {
+            let message = mcp::result_message(&rpc_id, failure(&e));
+            return Ok(crate::http::json_response(200, &message));
+        }
+    };
+    if mcp::at_rest(&head) {
+        let result = perform(
+            &req,
+            env,
+            router,
+            Plan::Wait {
+                id: session,
+                timeout_secs: 0,
+            },
+        )
+        .await;
+        return Ok(crate::http::json_response(
+            200,
+            &mcp::result_message(&rpc_id, result),
+        ));
+    }
+    let since = head
+        .pointer("/session/lastCursor")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let follow = open_follow(&req, env, router, &session, since, timeout_secs).await;
+    let state = Streamed {
+        req,
+        env: env.clone(),
+        router,
+        rpc_id,
+        session,
+        deadline,
+        progress,
+        follow,
+        decoder: SseDecoder::new(MAX_FOLLOW_FRAME_BYTES),
+        finished: false,
+    };
+    let stream = futures::stream::unfold(state, |mut state| async move {
+        let chunk = state.next().await?;
+        Some((Ok::<Vec<u8>, worker::Error>(chunk), state))
+    });
+    let headers = Headers::new();
+    headers.set("content-type", "text/event-stream")?;
+    headers.set("cache-control", "no-cache")?;
+    Ok(Response::from_stream(stream)?.with_headers(headers))
+}
+
+/// The session's follow stream from `since`, through the router as the caller (`None` when it
+/// does not open).
+async fn open_follow(
+    req: &Request,
+    env: &Env,
+    router: Router,
+    session: &str,
+    since: u64,
+    timeout_secs: u64,
+) -> Option<worker::ByteStream> {
+    let call = HttpCall {
+        method: "GET",
+        path: format!(
+            "/v1/sessions/{session}/follow?sinceCursor={since}&timeoutSeconds={timeout_secs}"
+        ),
+        body: None,
+    };
+    let mut response = api_response(req, env, router, &call).await.ok()?;
+    if response.status_code() != 200 {
+        return None;
+    }
+    response.stream().ok()
+}
+
+/// A streamed wait between two pulls of its answer.
+struct Streamed {
+    req: Request,
+    env: Env,
+    router: Router,
+    rpc_id: Value,
+    session: String,
+    deadline: u64,
+    progress: WaitProgress,
+    follow: Option<worker::ByteStream>,
+    decoder: SseDecoder,
+    finished: bool,
+}
+
+impl Streamed {
+    /// The next frame of the answer: a progress notification while the session runs, then
+    /// the result (`None` after it).
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        if self.finished {
+            return None;
+        }
+        while let Some(follow) = &mut self.follow {
+            let left = self
+                .deadline
+                .saturating_sub(worker::Date::now().as_millis());
+            let timer = Delay::from(Duration::from_millis(left));
+            let chunk = match futures::future::select(follow.next(), timer).await {
+                futures::future::Either::Left((Some(Ok(chunk)), _)) => chunk,
+                // Ended, failed, or the time is up: the result says where the session is.
+                _ => {
+                    self.follow = None;
+                    break;
+                }
+            };
+            let mut items = Vec::new();
+            if self.decoder.push(&chunk, &mut items).is_err() {
+                self.follow = None;
+                break;
+            }
+            let events: Vec<StreamEvent> = items
+                .into_iter()
+                .filter_map(|item| match item {
+                    SseItem::Frame(frame) => serde_json::from_str(&frame.data).ok(),
+                    SseItem::Comment(_) => None,
+                })
+                .collect();
+            let batch = self.progress.take(&events);
+            if batch.stop {
+                self.follow = None;
+            }
+            if let Some(notification) = batch.notification {
+                return Some(progress::sse_frame(&notification).into_bytes());
+            }
+        }
+        // Idle (or out of time): the wait's result, as a JSON answer would carry it (the wait
+        // polls for whatever of the time is left, for a message still queued).
+        let left = self
+            .deadline
+            .saturating_sub(worker::Date::now().as_millis());
+        let plan = Plan::Wait {
+            id: self.session.clone(),
+            timeout_secs: left.div_ceil(1000),
+        };
+        let result = perform(&self.req, &self.env, self.router, plan).await;
+        self.finished = true;
+        Some(progress::sse_frame(&mcp::result_message(&self.rpc_id, result)).into_bytes())
+    }
+}
+
 /// `approvals_list`: the pending requests among the session's last 200 entries.
 async fn approvals(req: &Request, env: &Env, router: Router, id: &str) -> ApiResult<Value> {
     let head = get_json(req, env, router, format!("/v1/sessions/{id}?limit=1")).await?;
@@ -228,6 +426,31 @@ async fn page_from(
 
 /// One API request as the caller: this Worker's router, with the caller's credentials.
 async fn api(req: &Request, env: &Env, router: Router, call: &HttpCall) -> ApiResult<(u16, Value)> {
+    match api_response(req, env, router, call).await {
+        Ok(mut response) => {
+            let status = response.status_code();
+            let text = response.text().await.unwrap_or_default();
+            let body = if text.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str(&text).unwrap_or(Value::String(text))
+            };
+            Ok((status, body))
+        }
+        Err(e) => Ok((
+            e.status,
+            json!({"error": {"code": e.code, "message": e.message}}),
+        )),
+    }
+}
+
+/// The router's answer to one API request as the caller.
+async fn api_response(
+    req: &Request,
+    env: &Env,
+    router: Router,
+    call: &HttpCall,
+) -> ApiResult<Response> {
     let url = req
         .url()?
         .join(&call.path)
@@ -257,20 +480,5 @@ async fn api(req: &Request, env: &Env, router: Router, call: &HttpCall) -> ApiRe
     }
     init.with_headers(headers);
     let sub = Request::new_with_init(url.as_str(), &init)?;
-    match router(sub, env.clone()).await {
-        Ok(mut response) => {
-            let status = response.status_code();
-            let text = response.text().await.unwrap_or_default();
-            let body = if text.is_empty() {
-                Value::Null
-            } else {
-                serde_json::from_str(&text).unwrap_or(Value::String(text))
-            };
-            Ok((status, body))
-        }
-        Err(e) => Ok((
-            e.status,
-            json!({"error": {"code": e.code, "message": e.message}}),
-        )),
-    }
+    router(sub, env.clone()).await
 }

@@ -26,6 +26,7 @@ use wuhu_core::authority::TurnRights;
 use wuhu_core::environments::Attachment;
 use wuhu_core::mcp_client::config::{self, Approval, Auth, McpServers, Server, Source};
 use wuhu_core::mcp_client::exchange::{Answer, Exchange, HttpRequest, McpError, McpSession, Step};
+use wuhu_core::mcp_client::legacy::{LegacyExchange, LegacyStep};
 use wuhu_core::mcp_client::present::{self, Part, ResultPlan, Stored, ToolInfo};
 use wuhu_core::tools::{names, truncate_head};
 use wuhu_core::wire::runner::mcp::McpRequest;
@@ -149,34 +150,62 @@ async fn target<'a>(caller: &Caller<'_>, server: &'a Server) -> Result<Target<'a
 }
 
 /// One HTTP request of an exchange, with its whole answer read within `timeout` seconds.
+/// Sends one HTTP request to the server (`url`: its URL, or an endpoint on its origin) with its
+/// credential.
+async fn fetch(
+    target: &Target<'_>,
+    method: Method,
+    url: &str,
+    headers: &[(&'static str, String)],
+    body: Option<&str>,
+    signal: &worker::AbortSignal,
+) -> Result<worker::Response, McpError> {
+    let transport = |e: worker::Error| McpError::Transport(e.to_string());
+    let http_headers = Headers::new();
+    for (name, value) in headers {
+        http_headers.set(name, value).map_err(transport)?;
+    }
+    if let Some(value) = target.authorization.borrow().as_deref() {
+        http_headers
+            .set("authorization", value)
+            .map_err(transport)?;
+    }
+    let mut init = RequestInit::new();
+    // A redirect is not followed: the egress rules and the credential's hosts were checked
+    // for this URL's origin only.
+    init.with_method(method)
+        .with_headers(http_headers)
+        .with_redirect(RequestRedirect::Manual)
+        .with_body(body.map(wasm_bindgen::JsValue::from_str));
+    let http = Request::new_with_init(url, &init).map_err(transport)?;
+    Fetch::Request(http)
+        .send_with_signal(signal)
+        .await
+        .map_err(transport)
+}
+
+/// Shows a server's progress notes as the call's live output.
+fn relay_progress(target: &Target<'_>, notes: Vec<wuhu_core::mcp_client::exchange::ProgressNote>) {
+    if let Some(live) = &target.progress {
+        for note in notes {
+            live.push(&note.line());
+        }
+    }
+}
+
 async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answer {
     let controller = AbortController::default();
     let signal = controller.signal();
     let perform = async {
-        let headers = Headers::new();
-        for (name, value) in &request.headers {
-            headers
-                .set(name, value)
-                .map_err(|e| McpError::Transport(e.to_string()))?;
-        }
-        if let Some(value) = target.authorization.borrow().as_deref() {
-            headers
-                .set("authorization", value)
-                .map_err(|e| McpError::Transport(e.to_string()))?;
-        }
-        let mut init = RequestInit::new();
-        // A redirect is not followed: the egress rules and the credential's hosts were checked
-        // for this URL only.
-        init.with_method(Method::Post)
-            .with_headers(headers)
-            .with_redirect(RequestRedirect::Manual)
-            .with_body(Some(wasm_bindgen::JsValue::from_str(&request.body)));
-        let http = Request::new_with_init(&target.url, &init)
-            .map_err(|e| McpError::Transport(e.to_string()))?;
-        let mut response = Fetch::Request(http)
-            .send_with_signal(&signal)
-            .await
-            .map_err(|e| McpError::Transport(e.to_string()))?;
+        let mut response = fetch(
+            target,
+            Method::Post,
+            &target.url,
+            &request.headers,
+            Some(&request.body),
+            &signal,
+        )
+        .await?;
         let header = |name: &str| response.headers().get(name).ok().flatten();
         let status = response.status_code();
         let session_id = header("mcp-session-id");
@@ -185,11 +214,7 @@ async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answe
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| McpError::Transport(e.to_string()))?;
                 let pushed = reader.push(&chunk);
-                if let Some(live) = &target.progress {
-                    for note in reader.take_progress() {
-                        live.push(&note.line());
-                    }
-                }
+                relay_progress(target, reader.take_progress());
                 match pushed {
                     Ok(true) => break,
                     Ok(false) => {}
@@ -261,6 +286,9 @@ async fn request(
 
 async fn exchange(target: &Target<'_>, method: &str, params: Value) -> Result<Value, McpError> {
     let timeout = target.server.timeout_seconds();
+    if target.server.doc.transport == config::Transport::Sse {
+        return legacy_exchange(target, method, params, timeout).await;
+    }
     let mut exchange = Exchange::new(kept(&target.key), method, params);
     let mut step = exchange.start();
     loop {
@@ -306,6 +334,73 @@ async fn reach(caller: &Caller<'_>, server: &Server, part: &str, tool: &str) -> 
     }
     let (ctx, attachment) = environment_of(caller, server)?;
     crate::environment_tools::admit_mcp(ctx, part, attachment, tool, None).await
+}
+
+/// One request over the legacy HTTP+SSE transport (`wuhu_core::mcp_client::legacy`): the
+/// server's event stream is opened, read while the machine says so, and closed when it is done
+/// or the server's timeout has passed (for the whole exchange). Nothing is kept between calls.
+async fn legacy_exchange(
+    target: &Target<'_>,
+    method: &str,
+    params: Value,
+    timeout: u32,
+) -> Result<Value, McpError> {
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let perform = async {
+        let mut exchange = LegacyExchange::new(&target.url, method, params)?;
+        let mut response = fetch(
+            target,
+            Method::Get,
+            &target.url,
+            &LegacyExchange::open_headers(),
+            None,
+            &signal,
+        )
+        .await?;
+        let content_type = response.headers().get("content-type").ok().flatten();
+        let mut step = exchange.opened(response.status_code(), content_type.as_deref());
+        let mut stream = match step {
+            LegacyStep::Done(result) => return result,
+            _ => response
+                .stream()
+                .map_err(|e| McpError::Transport(e.to_string()))?,
+        };
+        loop {
+            step = match step {
+                LegacyStep::Read => match stream.next().await {
+                    Some(Ok(chunk)) => {
+                        let next = exchange.read(&chunk);
+                        relay_progress(target, exchange.take_progress());
+                        next
+                    }
+                    Some(Err(e)) => return Err(McpError::Transport(e.to_string())),
+                    None => exchange.ended(),
+                },
+                LegacyStep::Post { url, request } => {
+                    let answer = fetch(
+                        target,
+                        Method::Post,
+                        &url,
+                        &request.headers,
+                        Some(&request.body),
+                        &signal,
+                    )
+                    .await?;
+                    exchange.posted(answer.status_code())
+                }
+                LegacyStep::Done(result) => return result,
+            };
+        }
+    };
+    let timer = Delay::from(std::time::Duration::from_secs(u64::from(timeout)));
+    let result = match select(Box::pin(perform), timer.boxed_local()).await {
+        Either::Left((result, _)) => result,
+        Either::Right(_) => Err(McpError::Timeout(timeout)),
+    };
+    // The stream (and a POST still under way) ends with the exchange.
+    controller.abort();
+    result
 }
 
 /// Every tool the server lists (at most [`present::MAX_TOOLS`]); `true` when it had more.

@@ -32,7 +32,8 @@ pub enum Transport {
     /// Streamable HTTP (revision 2025-06-18): one `POST` per message.
     #[default]
     StreamableHttp,
-    /// The legacy HTTP+SSE transport (revision 2024-11-05): not spoken; refused when written.
+    /// The legacy HTTP+SSE transport (revision 2024-11-05): the URL is the server's event
+    /// stream, which names the endpoint messages are posted to (`super::legacy`).
     Sse,
 }
 
@@ -244,11 +245,6 @@ impl McpServers {
                 )));
             }
             check_url(&server.url).map_err(|e| at(format!("url: {e}")))?;
-            if server.transport == Transport::Sse {
-                return Err(at(
-                    "transport \"sse\" (the legacy HTTP+SSE transport) is not spoken: use the server's streamable HTTP endpoint".into(),
-                ));
-            }
             match &server.auth {
                 Auth::None => {}
                 Auth::Bearer { secret } => {

@@ -310,7 +310,7 @@ fn http_error(answer: &Answer) -> McpError {
 }
 
 /// The `result` of a response, or its error.
-fn response_result(body: Result<Option<Value>, McpError>) -> Result<Value, McpError> {
+pub(super) fn response_result(body: Result<Option<Value>, McpError>) -> Result<Value, McpError> {
     let Some(message) = body? else {
         return Err(McpError::Malformed("no response in the answer".into()));
     };
@@ -344,6 +344,23 @@ pub struct ProgressNote {
 }
 
 impl ProgressNote {
+    /// The note a message is, when it is a `notifications/progress` (its message cut to 500
+    /// characters).
+    pub fn of(message: &Value) -> Option<ProgressNote> {
+        if message.get("method").and_then(Value::as_str) != Some("notifications/progress") {
+            return None;
+        }
+        let params = message.get("params")?;
+        Some(ProgressNote {
+            progress: params.get("progress").and_then(Value::as_f64)?,
+            total: params.get("total").and_then(Value::as_f64),
+            message: params
+                .get("message")
+                .and_then(Value::as_str)
+                .map(|m| m.chars().take(500).collect()),
+        })
+    }
+
     /// One line for a follower: `[progress 3/10] message`.
     pub fn line(&self) -> String {
         let amount = match self.total {
@@ -462,21 +479,11 @@ impl AnswerReader {
             // A response to another request (none is outstanding): ignored.
             return Ok(());
         }
-        if message.get("method").and_then(Value::as_str) == Some("notifications/progress") {
-            let params = message.get("params").cloned().unwrap_or_default();
-            if let Some(progress) = params.get("progress").and_then(Value::as_f64) {
-                if self.progress.len() == MAX_PROGRESS_NOTES {
-                    self.progress.remove(0);
-                }
-                self.progress.push(ProgressNote {
-                    progress,
-                    total: params.get("total").and_then(Value::as_f64),
-                    message: params
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .map(|m| m.chars().take(500).collect()),
-                });
+        if let Some(note) = ProgressNote::of(&message) {
+            if self.progress.len() == MAX_PROGRESS_NOTES {
+                self.progress.remove(0);
             }
+            self.progress.push(note);
         }
         // Other notifications, and requests from the server (sampling, elicitation, roots:
         // capabilities this client does not declare), are not answered.

@@ -57,7 +57,7 @@ fn documents_are_checked_when_written() {
         ),
         (
             r#"{"servers":[{"name":"a","url":"https://a.example","transport":"sse"}]}"#,
-            r#"config/mcp.json: server 1: transport "sse" (the legacy HTTP+SSE transport) is not spoken: use the server's streamable HTTP endpoint"#,
+            "ok",
         ),
         (
             r#"{"servers":[{"name":"a","url":"https://a.example","auth":{"type":"oauth"}}]}"#,

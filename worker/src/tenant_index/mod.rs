@@ -87,6 +87,11 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(
         "CREATE TABLE IF NOT EXISTS secrets (scope TEXT NOT NULL, owner TEXT NOT NULL, name TEXT NOT NULL, info TEXT NOT NULL, sealed TEXT NOT NULL, PRIMARY KEY (scope, owner, name))",
     ),
+    // 10. MCP calls by hour, session and server (`server` '' holds error results, which do
+    // not name theirs), with the session's owner, counted once by the `usage_cursor`.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS mcp_hours (hour INTEGER NOT NULL, session TEXT NOT NULL, server TEXT NOT NULL, user TEXT NOT NULL, calls INTEGER NOT NULL, errors INTEGER NOT NULL, PRIMARY KEY (hour, session, server))",
+    ),
 ];
 
 #[derive(Deserialize)]

@@ -6,7 +6,8 @@ use wuhu_core::authority::Principal;
 use wuhu_core::calls::index::GetUsage;
 use wuhu_core::llm::models::UsageTotals;
 use wuhu_core::tenant_usage::{
-    self, HourKey, HourRow, TenantBudget, TenantUsage, UsageQuery, UsageReport,
+    self, HourKey, HourRow, McpCounts, McpHourKey, McpHourRow, TenantBudget, TenantUsage,
+    UsageQuery, UsageReport,
 };
 use wuhu_core::wire::Budget;
 
@@ -28,7 +29,9 @@ impl TenantIndex {
         &self,
         report: &UsageReport,
     ) -> ApiResult<tenant_usage::ReportAnswer> {
-        if report.records.len() > tenant_usage::MAX_REPORT_RECORDS {
+        if report.records.len() > tenant_usage::MAX_REPORT_RECORDS
+            || report.mcp.len() > tenant_usage::MAX_REPORT_MCP_RECORDS
+        {
             return Err(ApiError::bad_request("too many records in one report"));
         }
         // No await from here on: the writes commit together.
@@ -41,6 +44,21 @@ impl TenantIndex {
             .to_array()?;
         let stored = rows.into_iter().next().map_or(0, |r| r.through as u64);
         let (through, rows) = tenant_usage::apply_report(stored, report);
+        for (key, counts) in tenant_usage::apply_mcp(stored, report) {
+            self.sql.exec(
+                "INSERT INTO mcp_hours (hour, session, server, user, calls, errors) VALUES (?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT(hour, session, server) DO UPDATE SET user = excluded.user, \
+                 calls = calls + excluded.calls, errors = errors + excluded.errors",
+                vec![
+                    key.hour.into(),
+                    key.session.into(),
+                    key.server.into(),
+                    report.user.clone().into(),
+                    (counts.calls as i64).into(),
+                    (counts.errors as i64).into(),
+                ],
+            )?;
+        }
         for (key, t) in rows.iter().cloned() {
             self.sql.exec(
                     "INSERT INTO usage_hours (hour, session, provider, model, user, messages, input, output, cache_read, cache_write, reasoning, cost, unpriced) \
@@ -138,11 +156,56 @@ impl TenantIndex {
             )?,
         }
         .to_array()?;
-        Ok(tenant_usage::group(
-            rows.into_iter().map(HourRow::from),
+        let mcp_rows: Vec<McpSqlRow> = match only_user {
+            None => self.sql.exec(
+                "SELECT * FROM mcp_hours WHERE hour >= ? AND hour < ?",
+                vec![usage_query.from.into(), usage_query.to.into()],
+            )?,
+            Some(user) => self.sql.exec(
+                "SELECT * FROM mcp_hours WHERE hour >= ? AND hour < ? AND user = ?",
+                vec![
+                    usage_query.from.into(),
+                    usage_query.to.into(),
+                    user.to_string().into(),
+                ],
+            )?,
+        }
+        .to_array()?;
+        let mut usage =
+            tenant_usage::group(rows.into_iter().map(HourRow::from), &usage_query, only_user);
+        usage.mcp = tenant_usage::group_mcp(
+            mcp_rows.into_iter().map(McpHourRow::from),
             &usage_query,
             only_user,
-        ))
+        );
+        Ok(usage)
+    }
+}
+
+#[derive(Deserialize)]
+struct McpSqlRow {
+    hour: f64,
+    session: String,
+    server: String,
+    user: String,
+    calls: f64,
+    errors: f64,
+}
+
+impl From<McpSqlRow> for McpHourRow {
+    fn from(r: McpSqlRow) -> McpHourRow {
+        McpHourRow {
+            key: McpHourKey {
+                hour: r.hour as i64,
+                session: r.session,
+                server: r.server,
+            },
+            user: r.user,
+            counts: McpCounts {
+                calls: r.calls as u64,
+                errors: r.errors as u64,
+            },
+        }
     }
 }
 
