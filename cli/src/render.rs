@@ -169,6 +169,31 @@ impl Renderer {
             // that draw them (the web app).
             FollowEvent::Event(StreamEvent::ToolCallDelta { .. }) => {}
             FollowEvent::Event(StreamEvent::Lagged { .. } | StreamEvent::Error { .. }) => {}
+            // Someone else's message waits in the queue: shown dimmed until its entry comes
+            // (this process's own are on screen already).
+            FollowEvent::Event(StreamEvent::QueueItemAdded {
+                id,
+                lane,
+                author,
+                preview,
+            }) => {
+                if !self.own_items.contains(id) {
+                    self.line_break(out)?;
+                    let lane = match lane {
+                        wuhu_core::wire::Lane::Steer => " (steer)",
+                        _ => "",
+                    };
+                    let text = format!("⋯ {author}{lane} queued: {preview}");
+                    writeln!(out, "{}", self.style.dim(&text))?;
+                }
+            }
+            FollowEvent::Event(StreamEvent::QueueItemRemoved { id, reason }) => {
+                if *reason == wuhu_core::wire::QueueRemoval::Cancelled {
+                    self.line_break(out)?;
+                    let text = format!("✗ queued message {id} was cancelled");
+                    writeln!(out, "{}", self.style.dim(&text))?;
+                }
+            }
             // A child's idle, failure or stop also arrives as a `wuhu_child_status_v1` entry.
             FollowEvent::Event(
                 StreamEvent::Status { .. }
@@ -538,6 +563,42 @@ mod tests {
             renderer.event(&mut out, event).unwrap();
         }
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn others_queued_messages_are_shown_until_delivered_and_cancels_said() {
+        let added = |id: &str, author: &str, lane| {
+            FollowEvent::Event(StreamEvent::QueueItemAdded {
+                id: id.into(),
+                lane,
+                author: author.into(),
+                preview: format!("from {author}"),
+            })
+        };
+        let removed = |id: &str, reason| {
+            FollowEvent::Event(StreamEvent::QueueItemRemoved {
+                id: id.into(),
+                reason,
+            })
+        };
+        use wuhu_core::wire::{Lane, QueueRemoval};
+        let mut renderer = Renderer::new(Style { color: false });
+        renderer.own_items.push("mine".into());
+        let mut out = Vec::new();
+        for event in [
+            delta("working"),
+            added("q1", "bob", Lane::FollowUp),
+            added("mine", "ana", Lane::FollowUp),
+            added("q2", "cy", Lane::Steer),
+            removed("q1", QueueRemoval::Delivered),
+            removed("q2", QueueRemoval::Cancelled),
+        ] {
+            renderer.event(&mut out, &event).unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "working\n⋯ bob queued: from bob\n⋯ cy (steer) queued: from cy\n✗ queued message q2 was cancelled\n"
+        );
     }
 
     #[test]

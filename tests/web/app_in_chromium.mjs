@@ -517,6 +517,15 @@ try {
       await bobPage.goto(`${BASE}/#/s/${shared.id}`);
       await bobPage.locator("[data-transport=socket]").waitFor();
       await bobPage.getByTestId("approval").waitFor();
+      // Two viewers see each other's queue live (queue_item_added / queue_item_removed): a
+      // follow-up bob queues from his page shows in alice's queue without a reload, and goes
+      // from it when bob takes it back.
+      const bobsNote = `bob's follow-up ${Date.now()}`;
+      await bobPage.getByRole("textbox", { name: "Message" }).fill(bobsNote);
+      await bobPage.getByRole("textbox", { name: "Message" }).press("Enter");
+      await page.getByTestId("queue").getByText(bobsNote).waitFor();
+      await bobPage.getByTestId("queue").getByRole("button", { name: /Cancel "bob's follow-up/ }).click();
+      await page.getByTestId("queue").getByText("Nothing waiting.").waitFor();
       await bobPage.getByRole("button", { name: "Stop" }).click();
       await bobPage.getByRole("alert").filter({ hasText: "(403 forbidden)" }).waitFor();
       check(loggedRequests(shared.id, "stop").length === 0, "bob's stop went over his socket");

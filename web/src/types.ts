@@ -141,6 +141,8 @@ export type FollowEvent =
   | { type: "entry_appended"; entry: Entry }
   | { type: "assistant_text_delta"; delta: string }
   | { type: "status"; status: Status }
+  | { type: "queue_item_added"; id: string; lane: Lane; author: string; preview: string }
+  | { type: "queue_item_removed"; id: string; reason: "delivered" | "cancelled" }
   | { type: "idle" }
   | { type: "done" }
   | { type: "lagged"; cursor: number }

@@ -61,6 +61,8 @@ fn render(frame: &Frame) -> String {
             ..
         } => format!("call {call_id} {arguments_delta}"),
         StreamEvent::ToolOutputDelta { call_id, text, .. } => format!("output {call_id} {text}"),
+        StreamEvent::QueueItemAdded { id, .. } => format!("queued {id}"),
+        StreamEvent::QueueItemRemoved { id, reason } => format!("unqueued {id} {reason:?}"),
         StreamEvent::Status { status } => format!("status {}", status.as_str()),
         StreamEvent::Idle => "idle".into(),
         StreamEvent::ChildStatus { child } => format!("child {}", child.id),

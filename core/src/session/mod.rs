@@ -138,6 +138,8 @@ pub enum Effect {
     QueueDelete {
         /// Item id.
         id: String,
+        /// Why it left the queue.
+        reason: crate::wire::QueueRemoval,
     },
     /// Tell followers the status changed.
     StatusChanged(Status),
@@ -594,7 +596,10 @@ impl Session {
         if let Some(pos) = self.queue.iter().position(|item| item.id == item_id) {
             let item = self.queue.remove(pos);
             self.queue_bytes -= item.bytes();
-            self.effects.push_back(Effect::QueueDelete { id: item.id });
+            self.effects.push_back(Effect::QueueDelete {
+                id: item.id,
+                reason: crate::wire::QueueRemoval::Cancelled,
+            });
             return Ok(());
         }
         if self.state.delivered.iter().any(|id| id == item_id) {
@@ -1221,6 +1226,7 @@ impl Session {
             // delivery.
             self.effects.push_back(Effect::QueueDelete {
                 id: item.id.clone(),
+                reason: crate::wire::QueueRemoval::Delivered,
             });
             let message = match item.lane {
                 Lane::System => {

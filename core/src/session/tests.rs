@@ -64,11 +64,14 @@ impl Harness {
                     rows.push(item);
                     line
                 }
-                Effect::QueueDelete { id } => {
+                Effect::QueueDelete { id, reason } => {
                     let before = rows.len();
                     rows.retain(|r| r.id != id);
                     assert_eq!(rows.len() + 1, before, "queue- {id} without a row");
-                    format!("queue- {id}")
+                    match reason {
+                        crate::wire::QueueRemoval::Delivered => format!("queue- {id}"),
+                        crate::wire::QueueRemoval::Cancelled => format!("queue- {id} cancelled"),
+                    }
                 }
                 Effect::StatusChanged(s) => format!("status {}", s.as_str()),
                 Effect::Infer { step } => match self.session.turn_reasoning() {
@@ -536,7 +539,7 @@ fn cancel_until_delivered() {
             queue+ q-three
             > cancel two
             cancel -> Ok(())
-            queue- q-two
+            queue- q-two cancelled
             > cancel two
             cancel -> Err(NotFound)
             > cancel one
@@ -918,7 +921,7 @@ fn delivery_deletes_the_row_in_the_same_drain_as_the_entry() {
             queue+ q-three
             > cancel two
             cancel -> Ok(())
-            queue- q-two
+            queue- q-two cancelled
             > reply 1 a
             #3 assistant a
             queue- q-three
@@ -1051,7 +1054,9 @@ fn items_of_an_old_checkpoint_move_into_rows() {
     let saved = serde_json::to_string(session.checkpoint()).unwrap();
     assert!(!saved.contains("left over"), "{saved}");
     session.handle_resume(Millis(10_000));
-    assert!(matches!(session.poll_effect(), Some(Effect::QueueDelete { id }) if id == "q1"));
+    assert!(
+        matches!(session.poll_effect(), Some(Effect::QueueDelete { id, reason: crate::wire::QueueRemoval::Delivered }) if id == "q1")
+    );
 }
 
 #[test]

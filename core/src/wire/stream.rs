@@ -53,6 +53,27 @@ pub enum StreamEvent {
         /// New text.
         text: String,
     },
+    /// A message was queued for the session (its `steer` or `followUp` lane; the internal
+    /// `system` lane is not shown): every viewer sees it before it is delivered. Not persisted:
+    /// `GET /v1/sessions/:id` lists the queue.
+    QueueItemAdded {
+        /// The item's id (as `DELETE …/queue/:id` takes it).
+        id: String,
+        /// Its lane.
+        lane: super::Lane,
+        /// Who queued it.
+        author: String,
+        /// Its first [`QUEUE_PREVIEW_CHARS`] characters.
+        preview: String,
+    },
+    /// A queued message left the queue: delivered (its entry follows in the same drain) or
+    /// cancelled.
+    QueueItemRemoved {
+        /// The item's id.
+        id: String,
+        /// Why.
+        reason: QueueRemoval,
+    },
     /// The session's status changed.
     Status {
         /// New status.
@@ -90,6 +111,8 @@ impl StreamEvent {
             StreamEvent::ThinkingDelta { .. } => "thinking_delta",
             StreamEvent::ToolCallDelta { .. } => "tool_call_delta",
             StreamEvent::ToolOutputDelta { .. } => "tool_output_delta",
+            StreamEvent::QueueItemAdded { .. } => "queue_item_added",
+            StreamEvent::QueueItemRemoved { .. } => "queue_item_removed",
             StreamEvent::Status { .. } => "status",
             StreamEvent::Idle => "idle",
             StreamEvent::ChildStatus { .. } => "child_status",
@@ -114,6 +137,20 @@ impl StreamEvent {
             _ => format!("event: {}\ndata: {}\n\n", self.name(), data),
         }
     }
+}
+
+/// The most characters of a queued message a [`StreamEvent::QueueItemAdded`] shows.
+pub const QUEUE_PREVIEW_CHARS: usize = 200;
+
+/// Why a queued message left the queue.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum QueueRemoval {
+    /// It became the transcript's message.
+    Delivered,
+    /// Someone cancelled it.
+    Cancelled,
 }
 
 /// An SSE comment line that keeps proxies from closing an idle stream.

@@ -74,6 +74,21 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
         case "assistant_text_delta":
           setStreaming((s) => s + event.delta);
           break;
+        // Everyone viewing the session sees what others queue, live (the preview is the
+        // message's first 200 characters; a reload shows it whole).
+        case "queue_item_added":
+          if (!delivered.current.has(event.id)) {
+            setQueue((q) =>
+              q.some((item) => item.id === event.id)
+                ? q
+                : [...q, { id: event.id, lane: event.lane, author: event.author, content: event.preview, enqueuedAt: Date.now() / 1000 }],
+            );
+          }
+          break;
+        case "queue_item_removed":
+          if (event.reason === "delivered") delivered.current.add(event.id);
+          setQueue((q) => q.filter((item) => item.id !== event.id));
+          break;
         case "status":
           setSession((s) => (s ? { ...s, status: event.status } : s));
           if (event.status !== "running") setStreaming("");

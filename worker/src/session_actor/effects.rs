@@ -70,7 +70,25 @@ impl Actor {
                 Effect::CancelInference { step } => tasks::cancel_inference(self, step),
                 Effect::CancelTools { step } => tasks::cancel_tools(self, step),
                 // Written with the batch.
-                Effect::QueueInsert(_) | Effect::QueueDelete { .. } => {}
+                // Every viewer sees the queue change (the rows were written in the drain's
+                // commit); the internal system lane is not shown.
+                Effect::QueueInsert(item) => {
+                    if item.lane != wuhu_core::wire::Lane::System {
+                        self.broadcast(StreamEvent::QueueItemAdded {
+                            preview: item
+                                .content
+                                .chars()
+                                .take(wuhu_core::wire::QUEUE_PREVIEW_CHARS)
+                                .collect(),
+                            id: item.id,
+                            lane: item.lane,
+                            author: item.author,
+                        });
+                    }
+                }
+                Effect::QueueDelete { id, reason } => {
+                    self.broadcast(StreamEvent::QueueItemRemoved { id, reason });
+                }
                 Effect::Idle => {
                     flush = true;
                     self.bookkeeping.idle_since.set(Some(now().0));
@@ -329,12 +347,14 @@ impl Actor {
                 break;
             };
             let records = tenant_usage::records(&entries);
-            if !records.is_empty() {
+            let mcp = tenant_usage::mcp_records(&entries);
+            if !records.is_empty() || !mcp.is_empty() {
                 let report = UsageReport {
                     session: session.clone(),
                     user: self.owner(),
                     through: last,
                     records,
+                    mcp,
                 };
                 // Taken as the report leaves: a forget that overtakes the answer makes it
                 // count as asked before the change.

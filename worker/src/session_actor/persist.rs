@@ -190,7 +190,7 @@ impl Actor {
                     blobs.extend(stored.blob);
                 }
                 Effect::QueueInsert(item) => writes.queue_inserts.push(item.clone()),
-                Effect::QueueDelete { id } => {
+                Effect::QueueDelete { id, .. } => {
                     // An item delivered in the drain that queued it never needs a row.
                     if let Some(pos) = writes.queue_inserts.iter().position(|i| &i.id == id) {
                         writes.queue_inserts.remove(pos);
