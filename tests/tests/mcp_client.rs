@@ -427,6 +427,11 @@ fn a_users_own_server_serves_only_turns_for_her_alone() {
     let _guard = f.stack.guard();
     let (tenant, alice) = tenant("mcp-own");
     let bob = f.stack.client("bob", &tenant);
+    // The tenant keeps request logs: MCP requests are in them too.
+    let admin = f.stack.admin_client("root", &tenant);
+    admin
+        .put_doc("config/tenant.json", r#"{"llmRequestLogs":true}"#)
+        .expect_status(200);
     let value = format!("mcp-{}", random_hex(12));
     let put = alice.send(
         alice
@@ -464,6 +469,42 @@ fn a_users_own_server_serves_only_turns_for_her_alone() {
             .iter()
             .any(|(k, v)| k == "authorization" && *v == format!("Bearer {value}"))),
         "the server never got alice's credential"
+    );
+    // In the tenant's request logs (admins read them): the JSON-RPC request and the server's
+    // answer, her credential (which the server echoed) redacted.
+    let (text, record) = wuhu_e2e::wait_until(Duration::from_secs(10), || {
+        let listed = admin.get(&format!("/v1/llm-logs?session={id}")).json();
+        listed["records"].as_array()?.iter().find_map(|r| {
+            let logged = admin.get(&format!("/v1/llm-logs/{}", r["name"].as_str()?));
+            let text = logged.text();
+            let record: Value = serde_json::from_str(&text).ok()?;
+            (record["request"]["body"]["params"]["name"] == "whoami").then_some((text, record))
+        })
+    })
+    .expect("a request log of the MCP call");
+    assert!(
+        !text.contains(&value),
+        "the credential is in the log: {text}"
+    );
+    assert_eq!(record["provider"], "mcp", "{record}");
+    assert_eq!(record["model"], "mine", "{record}");
+    assert_eq!(record["purpose"], "mcp", "{record}");
+    assert_eq!(
+        record["request"]["body"]["method"], "tools/call",
+        "{record}"
+    );
+    assert_eq!(
+        record["request"]["body"]["params"]["name"], "whoami",
+        "{record}"
+    );
+    assert_eq!(record["response"]["status"], 200, "{record}");
+    let answered = record["response"]["body"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(answered.starts_with("you sent: "), "{record}");
+    assert!(
+        answered.contains("[redacted]") || answered.contains("[secret:"),
+        "{record}"
     );
 
     // Bob's turn in the same session: no such server for him.

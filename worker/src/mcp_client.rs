@@ -253,9 +253,59 @@ async fn send(target: &Target<'_>, request: &HttpRequest, timeout: u32) -> Answe
     }
 }
 
+/// Runs one request to the server (see [`send_request`]) and, when the session's tenant keeps
+/// request logs, records it there: the method and params sent, the result or error received
+/// (redacted as provider requests are).
+async fn request(
+    caller: &Caller<'_>,
+    target: &Target<'_>,
+    method: &str,
+    params: Value,
+) -> Result<Value, McpError> {
+    let Some(log) = caller.ctx.and_then(|ctx| ctx.request_log.clone()) else {
+        return send_request(caller, target, method, params).await;
+    };
+    let started_at_ms = worker::Date::now().as_millis();
+    let request_body = json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string();
+    let result = send_request(caller, target, method, params).await;
+    let (status, response_body, error) = match &result {
+        Ok(value) => (Some(200), json!({"result": value}).to_string(), None),
+        Err(e) => (
+            None,
+            json!({"error": e.to_string()}).to_string(),
+            Some(e.to_string()),
+        ),
+    };
+    let url = match (&target.server.stdio, &target.server.source) {
+        (Some(stdio), Source::Environment(environment)) => {
+            format!("stdio:{environment}/{} ({})", stdio.name, stdio.command)
+        }
+        _ => target.url.clone(),
+    };
+    let response_total = response_body.len();
+    log.record(wuhu_core::llm::request_log::Exchange {
+        provider: "mcp".into(),
+        model: target.server.doc.name.clone(),
+        purpose: wuhu_core::llm::request_log::RequestPurpose::Mcp,
+        url,
+        request_headers: Vec::new(),
+        request_body,
+        status,
+        response_headers: Vec::new(),
+        response_body: response_body.into_bytes(),
+        response_body_total: response_total,
+        error,
+        started_at_ms,
+        duration_ms: worker::Date::now()
+            .as_millis()
+            .saturating_sub(started_at_ms),
+    });
+    result
+}
+
 /// Runs one request to the server (opening a session when none is kept). An OAuth server that
 /// refuses the token (`401`) gets the request once more with a refreshed one.
-async fn request(
+async fn send_request(
     caller: &Caller<'_>,
     target: &Target<'_>,
     method: &str,

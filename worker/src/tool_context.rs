@@ -72,6 +72,8 @@ pub(crate) struct ToolContext {
     /// Where a tool the Worker runs itself shows output while it runs (an MCP server's
     /// progress), as a runner call's live output is shown.
     pub(crate) live: Rc<dyn LiveOutput>,
+    /// The tenant's request logs, when it keeps them.
+    pub(crate) request_log: Option<Rc<dyn RequestLog>>,
 }
 
 /// The live output of the call a context serves (`session_actor::tools`): shown to followers,
@@ -79,6 +81,14 @@ pub(crate) struct ToolContext {
 pub(crate) trait LiveOutput {
     /// More text.
     fn push(&self, text: &str);
+}
+
+/// The tenant's request logs (`crate::llm_logs`), for a call whose tenant keeps them: what a
+/// tool sends to another service (an MCP server) is recorded there like a provider request,
+/// redacted the same way. Writing never fails the call.
+pub(crate) trait RequestLog {
+    /// Records one exchange (in the background).
+    fn record(&self, exchange: wuhu_core::llm::request_log::Exchange);
 }
 
 /// The session a tool call is made in: its tenant and id, whose it is, the chat thread it

@@ -65,6 +65,10 @@ pub enum RequestPurpose {
     Step,
     /// A compaction's summary.
     Summary,
+    /// A request a tool call made to an MCP server (`provider` is `mcp`, `model` the server's
+    /// name; the request body is the JSON-RPC method and params, the response body its result
+    /// or error).
+    Mcp,
 }
 
 /// What the host sent to and received from a provider for one request.

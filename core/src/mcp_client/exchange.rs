@@ -332,6 +332,17 @@ pub(super) fn response_result(body: Result<Option<Value>, McpError>) -> Result<V
         .ok_or_else(|| McpError::Malformed("a response with neither result nor error".into()))
 }
 
+/// The media type of a `Content-Type` (lower case, without parameters; empty when none).
+pub(super) fn media_type(content_type: Option<&str>) -> String {
+    content_type
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// A progress notification a server sent while a request ran (`notifications/progress`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProgressNote {
@@ -399,13 +410,7 @@ pub struct AnswerReader {
 impl AnswerReader {
     /// A reader for a body of `content_type`, answering the request `expects`.
     pub fn new(content_type: Option<&str>, expects: Option<u64>) -> AnswerReader {
-        let media = content_type
-            .unwrap_or("")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let media = media_type(content_type);
         let reading = match media.as_str() {
             "application/json" => Reading::Json(Vec::new()),
             "text/event-stream" => Reading::Events(SseDecoder::new(MAX_ANSWER_BYTES)),

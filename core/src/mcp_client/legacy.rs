@@ -19,7 +19,8 @@ use std::collections::VecDeque;
 use serde_json::{Value, json};
 
 use super::exchange::{
-    HttpRequest, MAX_ANSWER_BYTES, MAX_PROGRESS_NOTES, McpError, ProgressNote, response_result,
+    HttpRequest, MAX_ANSWER_BYTES, MAX_PROGRESS_NOTES, McpError, ProgressNote, media_type,
+    response_result,
 };
 use crate::sse::{SseDecoder, SseFrame, SseItem};
 
@@ -127,13 +128,7 @@ impl LegacyExchange {
                 detail: detail.to_string(),
             });
         }
-        let media = content_type
-            .unwrap_or("")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let media = media_type(content_type);
         if media != "text/event-stream" {
             return self.fail(McpError::Malformed(format!(
                 "the server's stream has content type {:?}, not text/event-stream (is it a streamable HTTP server? then leave \"transport\" out)",

@@ -452,7 +452,7 @@ fn provider_keys(env: &worker::Env) -> Vec<String> {
 
 /// Writes a request log, then (at most hourly per actor) deletes this session's expired ones.
 /// A failure is logged and never fails the step.
-async fn log_request(
+pub(crate) async fn log_request(
     actor: &Rc<Actor>,
     step: u64,
     exchange: &Exchange,

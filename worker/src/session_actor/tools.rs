@@ -83,6 +83,23 @@ pub(super) async fn run(actor: Rc<Actor>, step: u64, call: ToolCall) {
 /// The live output of a tool the Worker runs itself: relayed to followers like a runner call's
 /// (the same bounded tails, the same masking), ended when the call's context goes (finished,
 /// or dropped by a stop).
+/// A tool call's request log: written by the actor like its step's provider requests.
+struct ActorRequestLog {
+    actor: Rc<Actor>,
+    step: u64,
+    days: u32,
+}
+
+impl crate::tool_context::RequestLog for ActorRequestLog {
+    fn record(&self, exchange: wuhu_core::llm::request_log::Exchange) {
+        let (actor, step, days) = (self.actor.clone(), self.step, self.days);
+        wasm_bindgen_futures::spawn_local(async move {
+            let masker = actor.masker();
+            super::inference::log_request(&actor, step, &exchange, days, &masker).await;
+        });
+    }
+}
+
 struct ActorLive {
     actor: Rc<Actor>,
     call_id: String,
@@ -183,6 +200,19 @@ impl Actor {
                 call_id: call_id.to_string(),
                 started: std::cell::Cell::new(false),
             }),
+            request_log: self
+                .tenant_settings
+                .last_settings
+                .borrow()
+                .as_ref()
+                .and_then(|s| s.log_days)
+                .map(|days| {
+                    Rc::new(ActorRequestLog {
+                        actor: self.clone(),
+                        step,
+                        days,
+                    }) as Rc<dyn crate::tool_context::RequestLog>
+                }),
         }
     }
 

@@ -129,6 +129,23 @@ impl TenantIndex {
         Ok(state)
     }
 
+    /// The rows of `table` (`usage_hours`, `mcp_hours`) in the query's hours; only those of
+    /// `only_user`'s sessions when given.
+    fn hour_rows<T: serde::de::DeserializeOwned>(
+        &self,
+        table: &'static str,
+        query: &UsageQuery,
+        only_user: Option<&str>,
+    ) -> ApiResult<Vec<T>> {
+        let mut sql = format!("SELECT * FROM {table} WHERE hour >= ? AND hour < ?");
+        let mut bindings = vec![query.from.into(), query.to.into()];
+        if let Some(user) = only_user {
+            sql.push_str(" AND user = ?");
+            bindings.push(user.to_string().into());
+        }
+        Ok(self.sql.exec(&sql, bindings)?.to_array()?)
+    }
+
     /// `GET /v1/usage`: members see the sessions they own; admins the whole tenant.
     pub(super) fn usage(&self, viewer: &Principal, asked: &GetUsage) -> ApiResult<TenantUsage> {
         let now = (worker::Date::now().as_millis() / 1000) as i64;
@@ -141,36 +158,8 @@ impl TenantIndex {
         .map_err(ApiError::bad_request)?;
         // Members see the sessions they own; admins the whole tenant.
         let only_user = (!viewer.is_admin()).then_some(viewer.sub.as_str());
-        let rows: Vec<HourSqlRow> = match only_user {
-            None => self.sql.exec(
-                "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ?",
-                vec![usage_query.from.into(), usage_query.to.into()],
-            )?,
-            Some(user) => self.sql.exec(
-                "SELECT * FROM usage_hours WHERE hour >= ? AND hour < ? AND user = ?",
-                vec![
-                    usage_query.from.into(),
-                    usage_query.to.into(),
-                    user.to_string().into(),
-                ],
-            )?,
-        }
-        .to_array()?;
-        let mcp_rows: Vec<McpSqlRow> = match only_user {
-            None => self.sql.exec(
-                "SELECT * FROM mcp_hours WHERE hour >= ? AND hour < ?",
-                vec![usage_query.from.into(), usage_query.to.into()],
-            )?,
-            Some(user) => self.sql.exec(
-                "SELECT * FROM mcp_hours WHERE hour >= ? AND hour < ? AND user = ?",
-                vec![
-                    usage_query.from.into(),
-                    usage_query.to.into(),
-                    user.to_string().into(),
-                ],
-            )?,
-        }
-        .to_array()?;
+        let rows: Vec<HourSqlRow> = self.hour_rows("usage_hours", &usage_query, only_user)?;
+        let mcp_rows: Vec<McpSqlRow> = self.hour_rows("mcp_hours", &usage_query, only_user)?;
         let mut usage =
             tenant_usage::group(rows.into_iter().map(HourRow::from), &usage_query, only_user);
         usage.mcp = tenant_usage::group_mcp(
