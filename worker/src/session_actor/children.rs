@@ -295,8 +295,9 @@ impl Actor {
                 }
             };
             let Some(row) = outbox.due(now().0).cloned() else {
+                // Empty, or the head waits for its retry: the alarm fires by then.
+                self.lifecycle.outbox_next_at.set(outbox.next_at());
                 if let Some(at) = outbox.next_at() {
-                    self.lifecycle.outbox_next_at.set(Some(at));
                     self.arm_alarm_by(Millis(at));
                 }
                 return;
