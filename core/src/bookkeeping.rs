@@ -47,6 +47,68 @@ pub fn idle_flush_wait(idle_since: Option<u64>, now_ms: u64) -> IdleFlush {
     }
 }
 
+/// The tenant index's one alarm serves two timers: the sweep of expired request logs and the
+/// reconciliation of the concurrency gate (`crate::orchestration::Gate::reconcile`). Each keeps
+/// its own due time here (saved by the index); the alarm is set for the earlier, and a run does
+/// what is due.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexAlarms {
+    /// When the sweep runs next (unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_at: Option<u64>,
+    /// When the gate is reconciled next (unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile_at: Option<u64>,
+}
+
+/// What an alarm run of the tenant index does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexAlarmRun {
+    /// Sweep expired request logs.
+    pub sweep: bool,
+    /// Reconcile the gate.
+    pub reconcile: bool,
+}
+
+impl IndexAlarms {
+    /// When the alarm should fire: the earlier due time.
+    pub fn next(&self) -> Option<u64> {
+        match (self.sweep_at, self.reconcile_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The alarm fired at `now`: what is due, taken out (each timer sets its next time again).
+    /// An alarm of an index saved before the timers were kept sweeps, as it did.
+    pub fn take_due(&mut self, now: u64) -> IndexAlarmRun {
+        let legacy = self.next().is_none();
+        let sweep = legacy || self.sweep_at.is_some_and(|at| at <= now);
+        let reconcile = legacy || self.reconcile_at.is_some_and(|at| at <= now);
+        if sweep {
+            self.sweep_at = None;
+        }
+        if reconcile {
+            self.reconcile_at = None;
+        }
+        IndexAlarmRun { sweep, reconcile }
+    }
+
+    /// Sets the sweep's next time to `at` unless an earlier one is set (`keep_earlier`).
+    pub fn sweep_by(&mut self, at: u64, keep_earlier: bool) {
+        self.sweep_at = Some(match self.sweep_at {
+            Some(current) if keep_earlier => current.min(at),
+            _ => at,
+        });
+    }
+
+    /// Sets the reconciliation's next time to `at` unless an earlier one is set.
+    pub fn reconcile_by(&mut self, at: u64) {
+        self.reconcile_at = Some(self.reconcile_at.map_or(at, |current| current.min(at)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +140,44 @@ mod tests {
         for now in [0, 1, IDLE_FLUSH_DELAY_MS, u64::MAX] {
             assert_eq!(idle_flush_wait(None, now), IdleFlush::Stop);
         }
+    }
+
+    #[test]
+    fn the_index_alarm_serves_the_sweep_and_the_reconciliation() {
+        let mut alarms = IndexAlarms::default();
+        alarms.sweep_by(60_000, true);
+        alarms.reconcile_by(20_000);
+        alarms.reconcile_by(40_000);
+        assert_eq!(alarms.next(), Some(20_000));
+        // At 20 s only the reconciliation is due.
+        assert_eq!(
+            alarms.take_due(20_000),
+            IndexAlarmRun {
+                sweep: false,
+                reconcile: true
+            }
+        );
+        assert_eq!(alarms.next(), Some(60_000));
+        alarms.reconcile_by(80_000);
+        assert_eq!(
+            alarms.take_due(60_000),
+            IndexAlarmRun {
+                sweep: true,
+                reconcile: false
+            }
+        );
+        assert_eq!(alarms.next(), Some(80_000));
+        // A later sweep replaces an earlier one when it is the sweep's own next run.
+        alarms.sweep_by(10_000, true);
+        alarms.sweep_by(90_000, false);
+        assert_eq!(alarms.sweep_at, Some(90_000));
+        // An alarm with nothing recorded (saved before the timers were kept) does both.
+        assert_eq!(
+            IndexAlarms::default().take_due(0),
+            IndexAlarmRun {
+                sweep: true,
+                reconcile: true
+            }
+        );
     }
 }

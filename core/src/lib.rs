@@ -28,6 +28,7 @@
 //! * [`jwt`]: compact JWTs: HS256 signing and checks, RS256 parsing (the host verifies).
 //! * [`browser`]: cross-site checks for cookie credentials, CORS.
 //! * [`orchestration`]: child sessions: lineage, recursion guard, lifecycle, concurrency gate.
+//! * [`lifecycle`]: a child's lifecycle outbox: durable, ordered, acknowledged delivery to its parent.
 //! * [`jobs`]: background jobs: how a session concludes a job ended (or failed when its runner went away).
 //! * [`images`]: image blobs: media type by magic bytes, pixel size, bounds.
 //! * [`out_of_line`]: entries too large for a row, stored as objects behind a placeholder.
@@ -58,6 +59,7 @@ pub mod hub;
 pub mod images;
 pub mod jobs;
 pub mod jwt;
+pub mod lifecycle;
 pub mod llm;
 pub mod masking;
 pub mod mcp;

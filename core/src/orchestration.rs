@@ -13,9 +13,11 @@
 //!   `custom_message` entries on its `system` lane ([`parent_message`]).
 //! * **Concurrency gate.** At most [`Limits::max_children`] running children per parent and
 //!   [`Limits::max_running`] running spawned sessions per tenant; spawns beyond wait in order
-//!   ([`Gate`]).
+//!   ([`Gate`]). Its host reconciles it on a timer ([`Gate::reconcile`]): a slot whose child
+//!   settled or is gone is free again within [`LOST_RELEASE_BOUND_MS`] even when its release was
+//!   lost.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +38,15 @@ pub const MAX_WAITING: usize = 1000;
 pub const MAX_CHILDREN_PER_SESSION: usize = 256;
 /// How much of a child's final text its parent's `system` message quotes.
 pub const MAX_FINAL_TEXT_BYTES: usize = 16 * 1024;
+/// How often the tenant index reconciles its gate while any slot is held or waited for.
+pub const RECONCILE_EVERY_MS: u64 = 20_000;
+/// A slot granted (or granted again) more recently than this is not reconciled: its child may
+/// not have started its turn yet.
+pub const RECONCILE_GRACE_MS: u64 = 20_000;
+/// The bound on a lost release: a slot whose child settled is free again this long after it
+/// settled, at the latest (the grace, then at most one period of reconciliation, plus the time
+/// the pass takes to ask its holders).
+pub const LOST_RELEASE_BOUND_MS: u64 = 60_000;
 
 /// The configured limits of a deployment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -406,22 +417,55 @@ pub struct GateFull;
 pub struct Gate {
     running: Vec<Slot>,
     waiting: VecDeque<Slot>,
+    /// When each running child was last granted its slot (unix ms; absent in gates saved before
+    /// it was kept, which read as granted long ago).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    granted_at: BTreeMap<String, u64>,
+}
+
+/// What the tenant index learnt of a slot's child when it reconciled the gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// It runs a turn, or keeps input for one: it needs its slot.
+    Running,
+    /// It is idle, failed or stopped: it no longer needs its slot.
+    Settled,
+    /// It was deleted (or never existed).
+    Gone,
+    /// It could not be asked: nothing is decided.
+    Unknown,
+}
+
+/// What a reconciliation changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Children whose slot (or place in line) was freed.
+    pub freed: Vec<String>,
+    /// Spawns granted in their stead (their hosts start them).
+    pub granted: Vec<Slot>,
 }
 
 impl Gate {
-    /// Asks for a slot for `slot.child`. Asking again is harmless: a running child is granted
-    /// again, a waiting one is told its place.
+    /// Asks for a slot for `slot.child` at `now`. Asking again is harmless: a running child is
+    /// granted again (which renews its grant), a waiting one is told its place.
     ///
     /// # Errors
     /// [`GateFull`] when [`MAX_WAITING`] spawns wait already.
-    pub fn request(&mut self, slot: Slot, limits: &Limits) -> Result<Admission, GateFull> {
+    pub fn request(
+        &mut self,
+        slot: Slot,
+        limits: &Limits,
+        now: u64,
+    ) -> Result<Admission, GateFull> {
         if self.running.iter().any(|s| s.child == slot.child) {
+            self.granted_at.insert(slot.child, now);
             return Ok(Admission::Granted);
         }
         if let Some(i) = self.waiting.iter().position(|s| s.child == slot.child) {
             return Ok(self.queued(i, limits));
         }
         if self.blocked(&slot.parent, limits).is_none() {
+            self.granted_at.insert(slot.child.clone(), now);
             self.running.push(slot);
             return Ok(Admission::Granted);
         }
@@ -434,19 +478,33 @@ impl Gate {
 
     /// Frees the slot of `child` (or takes it out of the waiting line) and grants waiting
     /// spawns that now fit, in order. Returns the newly granted ones: their hosts start them.
-    pub fn release(&mut self, child: &str, limits: &Limits) -> Vec<Slot> {
-        self.running.retain(|s| s.child != child);
+    ///
+    /// With `granted_before`, a slot granted (or granted again) at or after that time is kept:
+    /// the release is late, and the child was given its slot again for new input.
+    pub fn release(
+        &mut self,
+        child: &str,
+        granted_before: Option<u64>,
+        limits: &Limits,
+        now: u64,
+    ) -> Vec<Slot> {
+        let granted = self.granted_at.get(child).copied().unwrap_or(0);
+        if granted_before.is_none_or(|before| granted < before) {
+            self.running.retain(|s| s.child != child);
+            self.granted_at.remove(child);
+        }
         self.waiting.retain(|s| s.child != child);
-        self.admit(limits)
+        self.admit(limits, now)
     }
 
     /// Grants waiting spawns that fit, in order (after a release, or when limits grew).
-    pub fn admit(&mut self, limits: &Limits) -> Vec<Slot> {
+    pub fn admit(&mut self, limits: &Limits, now: u64) -> Vec<Slot> {
         let mut granted = Vec::new();
         let mut i = 0;
         while i < self.waiting.len() {
             if self.blocked(&self.waiting[i].parent, limits).is_none() {
                 let slot = self.waiting.remove(i).expect("index checked");
+                self.granted_at.insert(slot.child.clone(), now);
                 self.running.push(slot.clone());
                 granted.push(slot);
             } else {
@@ -454,6 +512,67 @@ impl Gate {
             }
         }
         granted
+    }
+
+    /// Whether nothing holds or waits for a slot (no reconciliation is needed).
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// The children a reconciliation at `now` asks about: each running one granted at least
+    /// [`RECONCILE_GRACE_MS`] ago. (A waiting child is not asked: one that lives asks the gate
+    /// again by itself; its host tells [`Gate::reconcile`] of those deleted.)
+    pub fn to_reconcile(&self, now: u64) -> Vec<String> {
+        self.running
+            .iter()
+            .filter(|s| self.granted_long_ago(&s.child, now))
+            .map(|s| s.child.clone())
+            .collect()
+    }
+
+    /// Applies what a reconciliation learnt at `now` (`holders`: each child asked about, with
+    /// what was found), against the gate as it is now: a running slot whose child is settled or
+    /// gone, and was granted at least the grace ago (a grant renewed while the pass asked is
+    /// kept), is freed; a waiting child that is gone leaves the line; then the waiting spawns
+    /// that fit are granted. `Running` and `Unknown` keep everything.
+    pub fn reconcile(
+        &mut self,
+        holders: &[(String, Holder)],
+        limits: &Limits,
+        now: u64,
+    ) -> Reconciled {
+        let mut freed = Vec::new();
+        for (child, holder) in holders {
+            let free = match holder {
+                Holder::Running | Holder::Unknown => false,
+                Holder::Settled => self.granted_long_ago(child, now),
+                Holder::Gone => {
+                    self.granted_long_ago(child, now)
+                        || self.waiting.iter().any(|s| &s.child == child)
+                }
+            };
+            let present = self
+                .running
+                .iter()
+                .chain(self.waiting.iter())
+                .any(|s| &s.child == child);
+            if free && present {
+                self.running.retain(|s| &s.child != child);
+                self.waiting.retain(|s| &s.child != child);
+                self.granted_at.remove(child);
+                freed.push(child.clone());
+            }
+        }
+        let granted = self.admit(limits, now);
+        Reconciled { freed, granted }
+    }
+
+    fn granted_long_ago(&self, child: &str, now: u64) -> bool {
+        self.running.iter().any(|s| s.child == child)
+            && self
+                .granted_at
+                .get(child)
+                .is_none_or(|&at| now.saturating_sub(at) >= RECONCILE_GRACE_MS)
     }
 
     /// Spawns holding a slot.

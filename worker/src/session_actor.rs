@@ -91,6 +91,7 @@ pub(crate) struct Actor {
     deletion: parts::DeletionState,
     clients: parts::Clients,
     in_flight: parts::InFlight,
+    lifecycle: parts::Lifecycle,
 }
 
 pub(crate) struct Loaded {
@@ -157,6 +158,7 @@ impl DurableObject for SessionActor {
                 tasks: tasks::Tasks::default(),
                 runner_calls,
             },
+            lifecycle: parts::Lifecycle::default(),
         };
         SessionActor {
             actor: Rc::new(actor),
@@ -164,6 +166,9 @@ impl DurableObject for SessionActor {
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
+        if self.actor.lifecycle.frozen.get() {
+            return Ok(children::frozen_response());
+        }
         // A request may start a turn: sockets from before a hibernation follow it.
         self.actor.revive_sockets();
         Ok(match self.actor.clone().route(req).await {
@@ -198,6 +203,9 @@ impl DurableObject for SessionActor {
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
+        if self.actor.lifecycle.frozen.get() {
+            return Ok(children::frozen_response());
+        }
         let actor = self.actor.clone();
         actor.revive_sockets();
         actor.bookkeeping.alarm_armed_for.set(None);
@@ -258,6 +266,9 @@ impl DurableObject for SessionActor {
             } else {
                 actor.schedule_job_poll();
             }
+            // A child's lifecycle events not yet acknowledged are attempted again.
+            actor.outbox_next_at_clear();
+            actor.deliver_outbox().await;
         }
         Response::ok("ok")
     }

@@ -7,7 +7,7 @@ use wuhu_core::authority::ToolReaders;
 use wuhu_core::calls::session::{
     ChildAdmission, ChildCreated, ChildEvent, ChildInit, ChildInput, CreateChild, CreateFork,
     Deleted, Dispose, ForgetSettings, ForkInit, GiveChildInput, Info, Prefix, PrefixPage,
-    PrefixRequest, ReadFor, SessionInit, Start, Stop, Transcript,
+    PrefixRequest, ReadFor, SessionInit, SlotHeld, Start, Stop, Transcript,
 };
 use wuhu_core::wire::{ChildStatus, GetSessionResponse, SessionInfo, StopResponse};
 
@@ -155,6 +155,14 @@ pub(crate) async fn start(env: &Env, tenant: &str, id: &str) -> ApiResult<()> {
     internal::call(&stub(env, tenant, id)?, &who, &Start)
         .await
         .map(|_| ())
+}
+
+/// Asks child `id` whether it still needs the gate slot it holds (the gate's reconciliation).
+pub(crate) async fn slot_held(env: &Env, tenant: &str, id: &str) -> ApiResult<bool> {
+    let who = Identity::system(tenant);
+    internal::call(&stub(env, tenant, id)?, &who, &SlotHeld)
+        .await
+        .map(|holder| holder.running)
 }
 
 /// Tells session `id` that its tenant's settings changed: it forgets the reading it keeps

@@ -73,9 +73,15 @@ call!(GateRequest => Index, "gate_request", GateAnswer);
 
 /// Frees a child's slot (or its place in line); answers the spawns granted in its stead.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct GateRelease {
     /// The child.
     pub child: String,
+    /// Frees the slot only when it was granted before this time (unix ms): a child's outbox
+    /// releases the slot it held when it settled, never one granted to it again since
+    /// (`wuhu_core::lifecycle`). `None`: whenever it was granted (a deletion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_before: Option<u64>,
 }
 call!(GateRelease => Index, "gate_release", Vec<Slot>);
 

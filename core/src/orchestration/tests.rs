@@ -503,27 +503,59 @@ fn slot(child: &str, parent: &str) -> Slot {
     }
 }
 
-/// Runs a gate script: `+child/parent` requests a slot, `-child` releases one. Renders each
-/// answer and the slots granted by releases.
+/// Runs a gate script: `+child/parent` requests a slot, `-child` releases one, `-child<S`
+/// releases it if it was granted before second `S`, `@S` sets the clock to second `S`, and
+/// `~child=holder,…` reconciles with what was found of each child (`running`, `settled`,
+/// `gone`, `unknown`). Renders each answer and the slots granted by releases.
 fn run_gate(limits: Limits, script: &str) -> String {
     let mut gate = Gate::default();
     let mut out = Vec::new();
+    let mut now = 0u64;
     for step in script.split_whitespace() {
-        if let Some(spec) = step.strip_prefix('+') {
+        if let Some(at) = step.strip_prefix('@') {
+            now = at.parse::<u64>().unwrap() * 1000;
+        } else if let Some(spec) = step.strip_prefix('+') {
             let (child, parent) = spec.split_once('/').unwrap();
-            let answer = match gate.request(slot(child, parent), &limits) {
+            let answer = match gate.request(slot(child, parent), &limits, now) {
                 Ok(Admission::Granted) => "granted".to_string(),
                 Ok(Admission::Queued { position, .. }) => format!("queued {position}"),
                 Err(GateFull) => "full".to_string(),
             };
             out.push(format!("{step}: {answer}"));
-        } else if let Some(child) = step.strip_prefix('-') {
+        } else if let Some(spec) = step.strip_prefix('-') {
+            let (child, before) = match spec.split_once('<') {
+                Some((child, s)) => (child, Some(s.parse::<u64>().unwrap() * 1000)),
+                None => (spec, None),
+            };
             let granted: Vec<String> = gate
-                .release(child, &limits)
+                .release(child, before, &limits, now)
                 .into_iter()
                 .map(|s| s.child)
                 .collect();
             out.push(format!("{step}: starts [{}]", granted.join(",")));
+        } else if let Some(spec) = step.strip_prefix('~') {
+            let asked = gate.to_reconcile(now);
+            let holders: Vec<(String, Holder)> = spec
+                .split(',')
+                .map(|pair| {
+                    let (child, holder) = pair.split_once('=').unwrap();
+                    let holder = match holder {
+                        "running" => Holder::Running,
+                        "settled" => Holder::Settled,
+                        "gone" => Holder::Gone,
+                        _ => Holder::Unknown,
+                    };
+                    (child.to_string(), holder)
+                })
+                .collect();
+            let done = gate.reconcile(&holders, &limits, now);
+            let granted: Vec<String> = done.granted.into_iter().map(|s| s.child).collect();
+            out.push(format!(
+                "{step}: asks [{}] frees [{}] starts [{}]",
+                asked.join(","),
+                done.freed.join(","),
+                granted.join(",")
+            ));
         }
         // The invariant: nobody waits who could run, and no limit is exceeded.
         let running = gate.running();
@@ -534,7 +566,7 @@ fn run_gate(limits: Limits, script: &str) -> String {
         }
         let mut probe = gate.clone();
         assert!(
-            probe.admit(&limits).is_empty(),
+            probe.admit(&limits, now).is_empty(),
             "{step}: a waiting spawn fits"
         );
         // What a restart reloads is what was saved.
@@ -592,18 +624,21 @@ fn the_gate_queues_beyond_the_limits_and_grants_in_order() {
 fn the_waiting_line_is_bounded() {
     let l = limits(2, 1, 32);
     let mut gate = Gate::default();
-    assert_eq!(gate.request(slot("run", "p"), &l), Ok(Admission::Granted));
+    assert_eq!(
+        gate.request(slot("run", "p"), &l, 0),
+        Ok(Admission::Granted)
+    );
     for i in 0..MAX_WAITING {
-        let answer = gate.request(slot(&format!("w{i}"), "p"), &l).unwrap();
+        let answer = gate.request(slot(&format!("w{i}"), "p"), &l, 0).unwrap();
         assert!(matches!(answer, Admission::Queued { position, .. } if position as usize == i + 1));
     }
-    assert_eq!(gate.request(slot("one-more", "p"), &l), Err(GateFull));
+    assert_eq!(gate.request(slot("one-more", "p"), &l, 0), Err(GateFull));
     // A waiting spawn asking again is told its place, even with the line full.
     assert!(matches!(
-        gate.request(slot("w5", "p"), &l),
+        gate.request(slot("w5", "p"), &l, 0),
         Ok(Admission::Queued { position: 6, .. })
     ));
-    let queued = gate.request(slot("w0", "p"), &l).unwrap();
+    let queued = gate.request(slot("w0", "p"), &l, 0).unwrap();
     assert_eq!(
         queued,
         Admission::Queued {
@@ -611,4 +646,68 @@ fn the_waiting_line_is_bounded() {
             reason: "1 children of this session run (limit 1, WUHU_MAX_CHILDREN)".into()
         }
     );
+}
+
+#[test]
+fn a_late_release_never_frees_a_slot_granted_again() {
+    // `a` settles at 10 s; its release (granted before 10 s) is delayed. Given input again at
+    // 15 s it asks the gate and is granted again: the late release keeps its slot, so `b`
+    // still waits. Its next settling's release (at 30 s) frees it.
+    expect_test::expect![[r#"
+        +a/p: granted
+        +b/p: queued 1
+        +a/p: granted
+        -a<10: starts []
+        -a<30: starts [b]"#]]
+    .assert_eq(&run_gate(
+        limits(2, 4, 1),
+        "@0 +a/p +b/p @15 +a/p @40 -a<10 -a<30",
+    ));
+}
+
+#[test]
+fn reconciliation_frees_what_a_lost_release_kept_and_nothing_else() {
+    // Limit 2. `a` and `b` run; `c` waits. At 10 s nobody is asked about (the grace). At 30 s
+    // `a` is settled (its release was lost), `b` runs, `c` waits: `a`'s slot goes to `c`.
+    expect_test::expect![[r#"
+        +a/p: granted
+        +b/p: granted
+        +c/p: queued 1
+        ~a=settled,b=settled: asks [] frees [] starts []
+        ~a=settled,b=running,c=running: asks [a,b] frees [a] starts [c]"#]]
+    .assert_eq(&run_gate(
+        limits(2, 4, 2),
+        "@0 +a/p +b/p +c/p @10 ~a=settled,b=settled @30 ~a=settled,b=running,c=running",
+    ));
+    // A child that could not be asked keeps its slot; a deleted one loses it; a waiting spawn
+    // that is gone leaves the line (one that lives is left to ask again).
+    expect_test::expect![[r#"
+        +a/p: granted
+        +b/p: granted
+        +c/p: queued 1
+        +d/p: queued 2
+        ~a=unknown,b=gone,c=gone,d=running: asks [a,b] frees [b,c] starts [d]"#]]
+    .assert_eq(&run_gate(
+        limits(2, 4, 2),
+        "@0 +a/p +b/p +c/p +d/p @25 ~a=unknown,b=gone,c=gone,d=running",
+    ));
+    // A grant renewed while the pass asked (new input at 29 s) is kept, though the child was
+    // found settled before it: it is about to run.
+    expect_test::expect![[r#"
+        +a/p: granted
+        +a/p: granted
+        ~a=settled: asks [] frees [] starts []
+        ~a=settled: asks [a] frees [a] starts []"#]]
+    .assert_eq(&run_gate(
+        limits(2, 4, 2),
+        "@0 +a/p @29 +a/p @30 ~a=settled @49 ~a=settled",
+    ));
+}
+
+#[test]
+fn gates_saved_before_grant_times_were_kept_still_load() {
+    let old = r#"{"running":[{"child":"a","parent":"p"}],"waiting":[]}"#;
+    let gate: Gate = serde_json::from_str(old).unwrap();
+    // A grant of unknown age is old enough to reconcile.
+    assert_eq!(gate.to_reconcile(0), vec!["a".to_string()]);
 }

@@ -4,10 +4,12 @@
 //! - as a **parent**: the `children` table (one row per spawned child, its newest status),
 //!   `POST /child_event` (a child reports: recorded, shown to followers as `child_status`, and
 //!   the reports that matter queued on the `system` lane), and the stop cascade;
-//! - as a **child**: reporting each committed drain's lifecycle to the parent, taking input
-//!   through the tenant's concurrency gate (`/child_input`, the task at `/init`), keeping input
-//!   that waits for a slot in its meta (`pending`) until `/start` or its alarm finds a slot, and
-//!   freeing the slot when it settles.
+//! - as a **child**: delivering its lifecycle outbox (`wuhu_core::lifecycle`: each committed
+//!   change of state, written by `persist` with the change) to the parent, and releasing its
+//!   gate slot after telling it of a settling, head first, retried by the alarm until
+//!   acknowledged; taking input through the tenant's concurrency gate (`/child_input`, the task
+//!   at `/init`), keeping input that waits for a slot in its meta (`pending`) until `/start` or
+//!   its alarm finds a slot; answering the gate's reconciliation (`/slot_held`).
 
 use std::rc::Rc;
 
@@ -15,7 +17,7 @@ use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
 use worker::SqlStorage;
 use wuhu_core::orchestration::{self, Lineage, Slot, accept_report, parent_message};
-use wuhu_core::session::{Effect, Millis};
+use wuhu_core::session::Millis;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus, Lane, Status, StreamEvent};
 
 use super::store::PendingInput;
@@ -26,15 +28,61 @@ use crate::session_client;
 use crate::tenant_index;
 use crate::tool_context::Children;
 use wuhu_core::calls::index::GateAnswer;
-use wuhu_core::calls::session::{ChildAdmission, ChildInput};
+use wuhu_core::calls::session::{ChildAdmission, ChildInput, SlotHolder};
+use wuhu_core::lifecycle::{AfterAttempt, Attempt, Event};
 
 /// How many inputs a child keeps while it waits for a slot (a parent's follow-ups pile up
 /// only this far).
 pub(crate) const MAX_PENDING_INPUTS: usize = 16;
 /// How often a child that waits for a slot asks the gate again (in case a `/start` was lost).
 const GATE_POLL_MS: u64 = 30_000;
-/// Attempts at delivering one report to the parent.
-const REPORT_ATTEMPTS: u32 = 4;
+/// Test-only (never set in a deployment's configuration): names a point of a child's end at
+/// which its actor behaves as if its isolate were lost (`Fault`). Read by the fault tests of
+/// `tests/tests/lifecycle_faults.rs`.
+pub(crate) const FAULT_VAR: &str = "WUHU_FAULT_LIFECYCLE";
+
+/// The points of a child's end a fault test may stop at (`FAULT_VAR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// A settling is about to be committed.
+    BeforeCommit,
+    /// A change and its outbox rows are committed; nothing is delivered yet.
+    AfterCommit,
+    /// The parent committed a report; the child did not take the acknowledgement.
+    AfterDelivery,
+    /// The parent was told; the gate slot is about to be released.
+    BeforeRelease,
+    /// Not a crash: every release is dropped as if it had been sent (the gate's reconciliation
+    /// must free the slot).
+    LoseRelease,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::BeforeCommit => "before_commit",
+            Fault::AfterCommit => "after_commit",
+            Fault::AfterDelivery => "after_delivery",
+            Fault::BeforeRelease => "before_release",
+            Fault::LoseRelease => "lose_release",
+        }
+    }
+}
+
+fn fault_is(env: &worker::Env, point: Fault) -> bool {
+    env.var(FAULT_VAR)
+        .is_ok_and(|v| v.to_string() == point.name())
+}
+
+/// What a frozen actor (`Actor::fault_point`) answers.
+pub(super) fn frozen_response() -> worker::Response {
+    crate::http::ApiError::new(
+        503,
+        "unavailable",
+        "this actor stopped at a test fault point",
+    )
+    .into_response()
+}
 
 /// The `children` table of a parent: a child's newest status by id, in spawn order. At most
 /// `orchestration::MAX_CHILDREN_PER_SESSION` rows.
@@ -136,15 +184,23 @@ impl Actor {
         Ok(true)
     }
 
-    /// `POST /child_event`: a child reports. Only a recorded child is heard; a report that
-    /// matters to this session is queued on its `system` lane, which wakes it when idle.
+    /// `POST /child_event`: a child reports (from its outbox, `wuhu_core::lifecycle`). Only a
+    /// recorded child is heard. A report newer than the record is recorded, and one that matters
+    /// to this session queues a message on its `system` lane (which wakes it when idle), both in
+    /// one commit; the answer (the child's acknowledgement) comes after it. A report delivered
+    /// again finds its record and changes nothing (`accepted: false`).
     pub(super) async fn child_event(self: &Rc<Self>, status: ChildStatus) -> ApiResult<bool> {
-        let known = self
+        // The record is judged against storage, so nothing may wait for a commit meanwhile
+        // (a record waiting in a batch would let a repeat through). What follows the check up
+        // to the pump does not await.
+        while self.writes.writing.get() {
+            self.settled().await?;
+        }
+        let store = self
             .child_store
             .as_ref()
-            .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))?
-            .get(&status.id)?;
-        let Some(known) = known else {
+            .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))?;
+        let Some(known) = store.get(&status.id)? else {
             return Err(ApiError::not_found("no child with this id"));
         };
         // The child's own flags are the parent's record: a report cannot change them.
@@ -153,12 +209,9 @@ impl Actor {
             detached: known.detached,
             ..status
         };
-        if !self.record_child(status.clone())? {
+        if !accept_report(Some(&known), &status) {
             return Ok(false);
         }
-        // What the children spent counts against this session's budget too.
-        let spent = orchestration::children_spent(&self.children_list());
-        self.with_session(|s| s.handle_children_spent(spent));
         if let Some(message) = parent_message(&status) {
             self.with_session(|s| {
                 s.handle_system_message(now(), message.id, message.input, message.content)
@@ -166,73 +219,198 @@ impl Actor {
             .ok_or_else(|| ApiError::internal("session not loaded"))?
             .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
         }
-        // Also saves the children's spending with the checkpoint.
+        // What the children spent counts against this session's budget too.
+        let mut children = self.children_list();
+        children.retain(|c| c.id != status.id);
+        children.push(status.clone());
+        let spent = orchestration::children_spent(&children);
+        self.with_session(|s| s.handle_children_spent(spent));
+        self.lifecycle.pending_children.borrow_mut().push(status);
+        // Commits the record with the message (and the children's spending with the checkpoint).
         self.pump().wait().await?;
         Ok(true)
     }
 
-    /// After a committed drain of a child: tells the parent what it means (running, idle with
-    /// the final text, failed, stopped) and, once settled, frees the child's slot at the gate
-    /// and starts the spawns that were waiting for it.
-    pub(super) fn report_drain(self: &Rc<Self>, effects: &[Effect]) {
-        let Some(lifecycle) = orchestration::turn_outcome(effects) else {
+    /// Starts delivering the child's outbox unless a delivery runs.
+    pub(super) fn kick_outbox(self: &Rc<Self>) {
+        if self.lifecycle.outbox_sending.get() {
             return;
-        };
-        let Some((parent, status)) = self
+        }
+        let actor = self.clone();
+        spawn_local(async move { actor.deliver_outbox().await });
+    }
+
+    /// The alarm fired: the time it was armed for the outbox is past.
+    pub(super) fn outbox_next_at_clear(&self) {
+        self.lifecycle.outbox_next_at.set(None);
+    }
+
+    /// Delivers the outbox's due rows, head first, until it is empty or the head must wait;
+    /// then arms the alarm for the head's next attempt. One delivery at a time.
+    pub(super) async fn deliver_outbox(self: &Rc<Self>) {
+        if self.lifecycle.outbox_sending.replace(true) {
+            return;
+        }
+        self.deliver_due().await;
+        self.lifecycle.outbox_sending.set(false);
+    }
+
+    async fn deliver_due(self: &Rc<Self>) {
+        let Some((tenant, child, parent)) = self
             .with_loaded(|l| {
-                let parent = l.meta.lineage.parent_id.clone()?;
                 Some((
-                    parent,
-                    ChildStatus {
-                        id: l.meta.id.clone(),
-                        title: l.meta.title.clone(),
-                        detached: l.meta.lineage.detached,
-                        lifecycle,
-                        cursor: l.session.last_cursor(),
-                        spent: Some(l.session.total_spent()),
-                    },
+                    l.meta.tenant.clone(),
+                    l.meta.id.clone(),
+                    l.meta.lineage.parent_id.clone()?,
                 ))
             })
             .flatten()
         else {
             return;
         };
-        let actor = self.clone();
-        spawn_local(async move {
-            let tenant = actor.tenant();
-            let settled = status.lifecycle.is_settled();
-            let mut delay_ms = 500;
-            for attempt in 1..=REPORT_ATTEMPTS {
-                match session_client::child_event(&actor.env, &tenant, &parent, &status).await {
-                    Ok(_) => break,
-                    // The parent does not know this child (never recorded): nobody to tell.
-                    Err(e) if e.status == 404 => break,
-                    Err(e) => {
-                        worker::console_error!(
-                            "reporting to the parent failed (attempt {attempt}): {}",
-                            e.message
-                        );
-                        worker::Delay::from(std::time::Duration::from_millis(delay_ms)).await;
-                        delay_ms *= 4;
+        let Ok(store) = self.store() else {
+            return;
+        };
+        // Test-only: the isolate is lost after a settling's commit, before anything of it is
+        // delivered.
+        let settling_waits = |outbox: &wuhu_core::lifecycle::Outbox| {
+            outbox.rows().iter().any(|r| {
+                matches!(&r.event, Event::Report { status } if status.lifecycle.is_settled())
+                    && r.attempts == 0
+            })
+        };
+        if store.outbox().is_ok_and(|o| settling_waits(&o)) && self.fault_point(Fault::AfterCommit)
+        {
+            return;
+        }
+        loop {
+            if self.lifecycle.frozen.get() || self.deletion.deleting.get() {
+                return;
+            }
+            let mut outbox = match store.outbox() {
+                Ok(outbox) => outbox,
+                Err(e) => {
+                    worker::console_error!("reading the lifecycle outbox failed: {e}");
+                    return;
+                }
+            };
+            let Some(row) = outbox.due(now().0).cloned() else {
+                // Empty, or the head waits for its retry: the alarm fires by then.
+                self.lifecycle.outbox_next_at.set(outbox.next_at());
+                if let Some(at) = outbox.next_at() {
+                    self.arm_alarm_by(Millis(at));
+                }
+                return;
+            };
+            let attempt = match &row.event {
+                Event::Report { status } => {
+                    match session_client::child_event(&self.env, &tenant, &parent, status).await {
+                        Ok(_) => Attempt::Done,
+                        // The parent does not know this child, or is gone: nobody to tell.
+                        Err(e) if e.status == 404 => Attempt::Gone,
+                        Err(e) => {
+                            worker::console_error!(
+                                "reporting {} to the parent failed (attempt {}): {}",
+                                row.id,
+                                row.attempts + 1,
+                                e.message
+                            );
+                            Attempt::Failed
+                        }
                     }
                 }
+                Event::ReleaseSlot { settled_at } => {
+                    if self.fault_point(Fault::BeforeRelease) {
+                        return;
+                    }
+                    if fault_is(&self.env, Fault::LoseRelease) {
+                        // Test-only: the release is lost for good (reconciliation frees it).
+                        Attempt::Done
+                    } else {
+                        match tenant_index::gate_release(
+                            &self.env,
+                            &tenant,
+                            &child,
+                            Some(*settled_at),
+                        )
+                        .await
+                        {
+                            Ok(granted) => {
+                                session_client::start_granted(&self.env, &tenant, granted).await;
+                                Attempt::Done
+                            }
+                            Err(e) => {
+                                worker::console_error!(
+                                    "freeing the gate slot failed (attempt {}): {}",
+                                    row.attempts + 1,
+                                    e.message
+                                );
+                                Attempt::Failed
+                            }
+                        }
+                    }
+                }
+            };
+            // Test-only: the isolate is lost after the parent committed, before the ack.
+            if matches!(&row.event, Event::Report { status } if status.lifecycle.is_settled())
+                && attempt == Attempt::Done
+                && self.fault_point(Fault::AfterDelivery)
+            {
+                return;
             }
-            // After the report: the parent hears that this child settled before it hears that
-            // the spawn waiting for this slot runs.
-            if settled {
-                actor.release_slot().await;
+            let written = match outbox.attempted(&row.id, attempt, now().0) {
+                None => Ok(()),
+                Some(AfterAttempt::Delete) => store.outbox_delete(&row.id),
+                Some(AfterAttempt::GiveUp) => {
+                    worker::console_error!(
+                        "gave up delivering {} after {} ms (wuhu_core::lifecycle::GIVE_UP_AFTER_MS)",
+                        row.id,
+                        wuhu_core::lifecycle::GIVE_UP_AFTER_MS
+                    );
+                    store.outbox_delete(&row.id)
+                }
+                Some(AfterAttempt::Retry { .. }) => {
+                    match outbox.rows().iter().find(|r| r.id == row.id) {
+                        Some(row) => store.outbox_update(row),
+                        None => Ok(()),
+                    }
+                }
+            };
+            if let Err(e) = written {
+                worker::console_error!("updating the lifecycle outbox failed: {e}");
+                return;
             }
-        });
+        }
     }
 
-    /// Frees this child's slot (or its place in line) and starts the spawns now granted.
-    async fn release_slot(self: &Rc<Self>) {
-        let tenant = self.tenant();
-        let child = self.session_id();
-        match tenant_index::gate_release(&self.env, &tenant, &child).await {
-            Ok(granted) => session_client::start_granted(&self.env, &tenant, granted).await,
-            Err(e) => worker::console_error!("freeing the gate slot failed: {}", e.message),
+    /// `POST /slot_held`: the tenant index reconciles its gate. A child needs its slot while a
+    /// turn runs or input waits for one. Its outbox is attempted too: the question may be the
+    /// first thing that woke it after a restart.
+    pub(super) fn slot_held(self: &Rc<Self>) -> SlotHolder {
+        self.kick_outbox();
+        let running = self
+            .with_loaded(|l| l.session.status() == Status::Running || !l.meta.pending.is_empty())
+            .unwrap_or(false);
+        SlotHolder { running }
+    }
+
+    /// Test-only: whether `point` is the fault `WUHU_FAULT_LIFECYCLE` names, for a child
+    /// session. If so, the actor freezes as if its isolate were lost there: it logs a
+    /// `fault_point` line (the test kills the server when it sees it), drops its tasks and its
+    /// loaded session, and answers nothing more in this isolate.
+    pub(super) fn fault_point(self: &Rc<Self>, point: Fault) -> bool {
+        if !fault_is(&self.env, point) || self.lineage().parent_id.is_none() {
+            return false;
         }
+        let session = self.session_id();
+        worker::console_log!(
+            "{}",
+            serde_json::json!({"event": "fault_point", "point": point.name(), "session": session})
+        );
+        self.lifecycle.frozen.set(true);
+        super::tasks::abandon_all(self);
+        *self.loaded.borrow_mut() = None;
+        true
     }
 
     /// Gives this child input through the gate: a running child (it holds a slot) gets it at

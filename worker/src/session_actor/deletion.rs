@@ -371,7 +371,7 @@ impl Actor {
                     Err(e) if e.status != 404 => return Err(e),
                     _ => {}
                 }
-                let granted = tenant_index::gate_release(env, tenant, id).await?;
+                let granted = tenant_index::gate_release(env, tenant, id, None).await?;
                 session_client::start_granted(env, tenant, granted).await;
                 Ok(())
             }

@@ -22,6 +22,8 @@ impl Actor {
             sizes,
             deadline,
             status,
+            outbox_written,
+            children,
             ..
         } = batch;
         {
@@ -41,8 +43,16 @@ impl Actor {
                 }
             }
         }
-        // A child tells its parent what the drain means (running, idle, failed, stopped).
-        self.report_drain(&effects);
+        // A child tells its parent what the drain means (running, idle, failed, stopped): the
+        // events are in its outbox, committed; the alarm is the safety net of their delivery.
+        if outbox_written {
+            self.arm_alarm_by(Millis(now().0 + wuhu_core::lifecycle::FIRST_RETRY_MS));
+            self.kick_outbox();
+        }
+        // A parent's records of its children, committed: shown to followers.
+        for child in children {
+            self.broadcast(StreamEvent::ChildStatus { child });
+        }
         let mut flush = false;
         let mut index = false;
         let mut usage = false;
@@ -209,6 +219,11 @@ impl Actor {
         // One alarm serves the loop and approval expiry: never later than the next expiry.
         let at = match self.approval_store().map(|s| s.next_expiry()) {
             Ok(Ok(Some(expiry))) if expiry < at => expiry,
+            _ => at,
+        };
+        // ... nor than the next attempt at a child's lifecycle events,
+        let at = match self.lifecycle.outbox_next_at.get() {
+            Some(next) if next < at.0 => Millis(next.max(now().0 + 1)),
             _ => at,
         };
         // ... and never later than the next poll of running background jobs (an overdue poll

@@ -168,8 +168,11 @@ impl Actor {
         self.arm_alarm_by(Millis(at));
     }
 
-    /// Applies what was learnt of a job: stores it, and queues its ending on the `system`
-    /// lane (once: the message id is the job's).
+    /// Applies what was learnt of a job: queues its ending on the `system` lane (once: the
+    /// message id is the job's) and, once that is committed, stores the record. So an ending is
+    /// never recorded without its message: a crash or a failed commit between the two leaves the
+    /// job `running`, the next poll learns of its end again, and the session takes the same
+    /// message id once (`Session::handle_system_message`).
     async fn apply_job_change(self: &Rc<Self>, mut change: Change) -> ApiResult<()> {
         let store = self
             .jobs
@@ -181,7 +184,6 @@ impl Actor {
         if let Some(report) = &mut change.record.report {
             report.output_tail = masker.mask(&report.output_tail).into_owned();
         }
-        store.put(&change.record)?;
         if let Some(mut message) = change.message {
             message.content = masker.mask(&message.content).into_owned();
             if let Some(details) = &mut message.input.details {
@@ -194,6 +196,7 @@ impl Actor {
             .map_err(|e| ApiError::new(429, "queue_full", e.to_string()))?;
             self.pump().wait().await?;
         }
+        store.put(&change.record)?;
         Ok(())
     }
 

@@ -156,3 +156,19 @@ pub(super) struct InFlight {
     /// `tool_call`s sent to runners and not answered yet (also in SQLite, for restarts).
     pub(super) runner_calls: Rc<RunnerCalls>,
 }
+
+/// A child's lifecycle outbox in this isolate (the rows are in SQLite: `children`), and a
+/// parent's records of its children waiting for the next commit.
+#[derive(Default)]
+pub(super) struct Lifecycle {
+    /// Records of children that reports changed, written with the next drain's commit (with the
+    /// message a report queues).
+    pub(super) pending_children: RefCell<Vec<wuhu_core::wire::ChildStatus>>,
+    /// The delivery task runs.
+    pub(super) outbox_sending: Cell<bool>,
+    /// When the outbox's head is next due (ms), while rows wait: the alarm fires by then.
+    pub(super) outbox_next_at: Cell<Option<u64>>,
+    /// A test-only fault point was reached (`children::FAULT_VAR`): this actor does nothing
+    /// more in this isolate, as if it were lost there.
+    pub(super) frozen: Cell<bool>,
+}

@@ -32,6 +32,12 @@ pub(super) struct Batch {
     pub(super) sizes: Vec<(usize, usize)>,
     /// The newest cursor the batch appends.
     pub(super) writes_cursor: Option<u64>,
+    /// The batch writes lifecycle events into the child's outbox.
+    pub(super) outbox_written: bool,
+    /// The batch settles the child (idle, failed, stopped): a fault point.
+    pub(super) settles: bool,
+    /// A parent's records of its children the batch writes (shown to followers once committed).
+    pub(super) children: Vec<wuhu_core::wire::ChildStatus>,
     pub(super) deadline: Option<Millis>,
     pub(super) status: Status,
     /// Told the outcome when the batch is committed or failed.
@@ -124,6 +130,8 @@ impl Actor {
         if let Committed(CommittedState::Done(Err(e))) = self.pump() {
             return Err(e);
         }
+        // A child's lifecycle events that a lost isolate left undelivered go now.
+        self.kick_outbox();
         Ok(true)
     }
 
@@ -170,10 +178,39 @@ impl Actor {
         while let Some(effect) = loaded.session.poll_effect() {
             effects.push(effect);
         }
-        if effects.is_empty() {
+        // A parent's records of its children changed by reports commit with this drain (and
+        // the messages those reports queued), even when it has no effects of its own.
+        let children = self.lifecycle.pending_children.take();
+        if effects.is_empty() && children.is_empty() {
             return Ok(None);
         }
         let mut writes = Writes::default();
+        for child in &children {
+            writes.children.push((
+                child.id.clone(),
+                serde_json::to_string(child)
+                    .map_err(|e| ApiError::internal(format!("child serialisation failed: {e}")))?,
+            ));
+        }
+        // A child's change of state goes into its outbox in the same commit
+        // (`wuhu_core::lifecycle`).
+        let mut settles = false;
+        if let Some(lifecycle) = wuhu_core::orchestration::turn_outcome(&effects)
+            && loaded.meta.lineage.parent_id.is_some()
+        {
+            settles = lifecycle.is_settled();
+            let status = wuhu_core::wire::ChildStatus {
+                id: loaded.meta.id.clone(),
+                title: loaded.meta.title.clone(),
+                detached: loaded.meta.lineage.detached,
+                lifecycle,
+                cursor: loaded.session.last_cursor(),
+                spent: Some(loaded.session.total_spent()),
+            };
+            let pushed = self.store()?.outbox()?.push(&status, now().0);
+            writes.outbox_inserts = pushed.insert;
+            writes.outbox_deletes = pushed.delete;
+        }
         let mut blobs = Vec::new();
         let mut sizes = Vec::new();
         let (tenant, session_id) = (loaded.meta.tenant.clone(), loaded.meta.id.clone());
@@ -213,6 +250,9 @@ impl Actor {
             .map_err(|e| ApiError::internal(format!("checkpoint serialisation failed: {e}")))?;
         Ok(Some(Batch {
             writes_cursor: writes.entries.last().map(|e| e.cursor),
+            outbox_written: !writes.outbox_inserts.is_empty(),
+            settles,
+            children,
             effects,
             writes,
             blobs,
@@ -233,6 +273,14 @@ impl Actor {
                 let _ = done.send(Err(gone.clone()));
             }
             return Err(gone);
+        }
+        // Test-only: the isolate is lost before a child's settling is committed.
+        if batch.settles && self.fault_point(super::children::Fault::BeforeCommit) {
+            let lost = storage_error("lost before the commit (test fault)");
+            if let Some(done) = done {
+                let _ = done.send(Err(lost.clone()));
+            }
+            return Err(lost);
         }
         let result = self
             .store()

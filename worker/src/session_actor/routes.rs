@@ -126,6 +126,10 @@ impl Actor {
                 self.start_pending().await?;
                 Ok(reply(&c, &Empty))
             }
+            SessionCall::SlotHeld(c) => {
+                self.loaded_or_404()?;
+                Ok(reply(&c, &self.slot_held()))
+            }
             SessionCall::Info(c) => Ok(reply(&c, &self.info()?)),
             // A session's tools read this one for the people their turn acts for: what every
             // one of them may read, or (a turn for nobody) only their own children.

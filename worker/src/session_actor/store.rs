@@ -4,7 +4,10 @@
 //!
 //! Tables: `meta` (key/value: `session`, `checkpoint`, `environments`, `archived_through`),
 //! `entries` (one row per entry, or its out-of-line placeholder), `queue` (one row per
-//! undelivered item, in insertion order), `segments` (archived ranges).
+//! undelivered item, in insertion order), `segments` (archived ranges), `lifecycle_outbox` (a
+//! child's lifecycle events not yet acknowledged, in order: `wuhu_core::lifecycle`). A drain
+//! also writes the parent's `children` rows its reports changed (`children::ChildStore`'s
+//! table), so a report's record and the message it queues commit together.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -112,6 +115,12 @@ pub(crate) struct Writes {
     /// Usage reported to the tenant index through this cursor, when a report moved it since
     /// the last commit (written with the next commit rather than in a commit of its own).
     pub(crate) usage_reported_through: Option<u64>,
+    /// A child's lifecycle events, written with the change they tell of.
+    pub(crate) outbox_inserts: Vec<wuhu_core::lifecycle::Row>,
+    /// Outbox rows superseded by them.
+    pub(crate) outbox_deletes: Vec<String>,
+    /// A parent's records of its children that reports changed: `(child id, status JSON)`.
+    pub(crate) children: Vec<(String, String)>,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +148,11 @@ struct ValueRow {
 #[derive(Deserialize)]
 struct BodyRow {
     body: String,
+}
+
+#[derive(Deserialize)]
+struct OutboxRow {
+    row: String,
 }
 
 #[derive(Deserialize)]
@@ -198,6 +212,11 @@ const MIGRATIONS: &[Migration] = &[
         column: "reasoning",
         definition: "TEXT",
     },
+    // 8. A child's lifecycle outbox (issue 35): `seq` is the order of delivery, `row` a
+    // `wuhu_core::lifecycle::Row` as JSON (at most `MAX_OUTBOX_ROWS` rows).
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS lifecycle_outbox (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, row TEXT NOT NULL)",
+    ),
 ];
 
 impl Store {
@@ -269,7 +288,55 @@ impl Store {
         if let Some(through) = writes.usage_reported_through {
             self.save_usage_reported_through(through)?;
         }
+        for id in &writes.outbox_deletes {
+            self.outbox_delete(id)?;
+        }
+        for row in &writes.outbox_inserts {
+            let json =
+                serde_json::to_string(row).map_err(|e| worker::Error::RustError(e.to_string()))?;
+            self.sql.exec(
+                "INSERT INTO lifecycle_outbox (id, row) VALUES (?, ?) ON CONFLICT(id) DO NOTHING",
+                vec![row.id.as_str().into(), json.into()],
+            )?;
+        }
+        for (id, status) in &writes.children {
+            self.sql.exec(
+                "INSERT INTO children (id, status) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status",
+                vec![id.as_str().into(), status.as_str().into()],
+            )?;
+        }
         self.put_meta("checkpoint", &writes.checkpoint)
+    }
+
+    /// The child's lifecycle outbox, in order.
+    pub(crate) fn outbox(&self) -> SqlResult<wuhu_core::lifecycle::Outbox> {
+        let rows: Vec<OutboxRow> = self
+            .sql
+            .exec("SELECT row FROM lifecycle_outbox ORDER BY seq", None)?
+            .to_array()?;
+        Ok(wuhu_core::lifecycle::Outbox::new(
+            rows.into_iter()
+                .filter_map(|r| serde_json::from_str(&r.row).ok())
+                .collect(),
+        ))
+    }
+
+    /// Saves an outbox row after a failed attempt (its count and next time).
+    pub(crate) fn outbox_update(&self, row: &wuhu_core::lifecycle::Row) -> SqlResult<()> {
+        let json =
+            serde_json::to_string(row).map_err(|e| worker::Error::RustError(e.to_string()))?;
+        self.sql.exec(
+            "UPDATE lifecycle_outbox SET row = ? WHERE id = ?",
+            vec![json.into(), row.id.as_str().into()],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes an outbox row (acknowledged, superseded, or given up).
+    pub(crate) fn outbox_delete(&self, id: &str) -> SqlResult<()> {
+        self.sql
+            .exec("DELETE FROM lifecycle_outbox WHERE id = ?", vec![id.into()])?;
+        Ok(())
     }
 
     /// Inserts an entry row. Writing the same row again is a no-op; a different row under a

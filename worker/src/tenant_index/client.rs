@@ -97,10 +97,17 @@ pub(crate) async fn gate_request(env: &Env, tenant: &str, slot: &Slot) -> ApiRes
     system_call(env, tenant, &GateRequest(slot.clone())).await
 }
 
-/// Frees `child`'s slot (or its place in line); returns the spawns granted in its stead.
-pub(crate) async fn gate_release(env: &Env, tenant: &str, child: &str) -> ApiResult<Vec<Slot>> {
+/// Frees `child`'s slot (or its place in line), when it was granted before `granted_before`
+/// if that is given; returns the spawns granted in its stead.
+pub(crate) async fn gate_release(
+    env: &Env,
+    tenant: &str,
+    child: &str,
+    granted_before: Option<u64>,
+) -> ApiResult<Vec<Slot>> {
     let call = GateRelease {
         child: child.to_string(),
+        granted_before,
     };
     system_call(env, tenant, &call).await
 }

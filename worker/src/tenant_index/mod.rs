@@ -2,7 +2,8 @@
 //! - `sessions`: the tenant's session list, newest first (with tombstones of deleted sessions),
 //!   and the children and forks the forks rule of a deletion reads;
 //! - `gate`: the concurrency gate of spawned sessions (`wuhu_core::orchestration::Gate`, saved
-//!   whole after every change, so it survives restarts);
+//!   whole after every change, so it survives restarts), reconciled by the alarm while it holds
+//!   anything;
 //! - `usage`: hourly usage totals per session, provider and model, the cursor each session
 //!   reported through, and the tenant's budget (`wuhu_core::tenant_usage`);
 //! - `settings`: the sessions that keep a reading of the tenant's settings, each told before a
@@ -10,7 +11,8 @@
 //!   0021; a first budget is told the same way, decision 0022);
 //! - `secrets`: the tenant's and its users' secrets, sealed (`wuhu_core::secrets`); a change
 //!   is told to the settings holders, so sessions use it from their next step;
-//! - `sweep`: the alarm that deletes the tenant's expired request logs;
+//! - `sweep`: the deletion of the tenant's expired request logs (the alarm runs it and the
+//!   gate's reconciliation, each when due: `wuhu_core::bookkeeping::IndexAlarms`);
 //! - `client`: the calls the tenant's other actors and the router send it.
 //!
 //! Its calls are `wuhu_core::calls::index::IndexCall`; its schema is `MIGRATIONS`.
@@ -87,7 +89,12 @@ const MIGRATIONS: &[Migration] = &[
     Migration::Sql(
         "CREATE TABLE IF NOT EXISTS secrets (scope TEXT NOT NULL, owner TEXT NOT NULL, name TEXT NOT NULL, info TEXT NOT NULL, sealed TEXT NOT NULL, PRIMARY KEY (scope, owner, name))",
     ),
-    // 10. MCP calls by hour, session and server (`server` '' holds error results, which do
+    // 10. The alarm's timers (`gate::AlarmState`): the request-log sweep and the gate's
+    // reconciliation share the one alarm.
+    Migration::Sql(
+        "CREATE TABLE IF NOT EXISTS alarms (k INTEGER PRIMARY KEY CHECK (k = 0), state TEXT NOT NULL)",
+    ),
+    // 11. MCP calls by hour, session and server (`server` '' holds error results, which do
     // not name theirs), with the session's owner, counted once by the `usage_cursor`.
     Migration::Sql(
         "CREATE TABLE IF NOT EXISTS mcp_hours (hour INTEGER NOT NULL, session TEXT NOT NULL, server TEXT NOT NULL, user TEXT NOT NULL, calls INTEGER NOT NULL, errors INTEGER NOT NULL, PRIMARY KEY (hour, session, server))",
@@ -136,10 +143,11 @@ impl DurableObject for TenantIndex {
         })
     }
 
-    /// The sweep of the tenant's expired request logs (the only use of this alarm).
+    /// The alarm serves two timers (`wuhu_core::bookkeeping::IndexAlarms`): the gate's
+    /// reconciliation and the sweep of the tenant's expired request logs.
     async fn alarm(&self) -> worker::Result<Response> {
-        if let Err(e) = self.sweep_llm_logs().await {
-            worker::console_error!("sweeping expired request logs failed: {}", e.message);
+        if let Err(e) = self.run_alarm().await {
+            worker::console_error!("the tenant index's alarm failed: {}", e.message);
             let _ = self
                 .state
                 .storage()
@@ -151,6 +159,47 @@ impl DurableObject for TenantIndex {
 }
 
 impl TenantIndex {
+    /// Does what is due of the alarm's timers and sets it for the next.
+    async fn run_alarm(&self) -> ApiResult<()> {
+        let now = worker::Date::now().as_millis();
+        let mut state = self.load_alarms()?;
+        let run = state.alarms.take_due(now);
+        // Saved at once: a gate change while this runs sets its own time.
+        self.save_state("alarms", &state)?;
+        let mut next = wuhu_core::bookkeeping::IndexAlarms::default();
+        if run.reconcile && !state.tenant.is_empty() {
+            let again = self
+                .reconcile_gate(&state.tenant)
+                .await
+                .unwrap_or_else(|e| {
+                    worker::console_error!("reconciling the gate failed: {}", e.message);
+                    true
+                });
+            if again {
+                next.reconcile_by(now + wuhu_core::orchestration::RECONCILE_EVERY_MS);
+            }
+        }
+        if run.sweep {
+            match self.sweep_llm_logs().await {
+                Ok(Some(at)) => next.sweep_by(at, false),
+                Ok(None) => {}
+                Err(e) => {
+                    worker::console_error!("sweeping expired request logs failed: {}", e.message);
+                    next.sweep_by(now + request_log::SWEEP_CONTINUE_MS, false);
+                }
+            }
+        }
+        // With the times set while this ran: the earlier of each wins.
+        let mut current = self.load_alarms()?;
+        if let Some(at) = next.reconcile_at {
+            current.alarms.reconcile_by(at);
+        }
+        if let Some(at) = next.sweep_at {
+            current.alarms.sweep_by(at, true);
+        }
+        self.save_alarms(&current).await
+    }
+
     async fn route(&self, mut req: Request) -> ApiResult<Response> {
         if let Err(e) = &self.schema {
             return Err(ApiError::new(500, "storage_failed", e.clone()));
@@ -159,8 +208,13 @@ impl TenantIndex {
         let call = IndexCall::decode(&name, &body).map_err(internal::call_error)?;
         let who = Identity::from_headers(&req)?;
         match call {
-            IndexCall::GateRequest(c) => Ok(reply(&c, &self.gate_request(&who, c.0.clone())?)),
-            IndexCall::GateRelease(c) => Ok(reply(&c, &self.gate_release(&c.child)?)),
+            IndexCall::GateRequest(c) => {
+                Ok(reply(&c, &self.gate_request(&who, c.0.clone()).await?))
+            }
+            IndexCall::GateRelease(c) => Ok(reply(
+                &c,
+                &self.gate_release(&who, &c.child, c.granted_before).await?,
+            )),
             IndexCall::Upsert(c) => {
                 self.upsert(&c.info, c.created)?;
                 Ok(reply(&c, &Empty))

@@ -15,22 +15,27 @@ impl TenantIndex {
             sweep.tenant = tenant.to_string();
             self.save_state("llm_log_sweep", &sweep)?;
         }
-        let storage = self.state.storage();
-        if storage.get_alarm().await?.is_none() {
-            storage
-                .set_alarm(request_log::SWEEP_CONTINUE_MS as i64)
-                .await?;
+        let mut alarms = self.load_alarms()?;
+        if alarms.alarms.sweep_at.is_none() {
+            if alarms.tenant.is_empty() {
+                alarms.tenant = tenant.to_string();
+            }
+            let now = worker::Date::now().as_millis();
+            alarms
+                .alarms
+                .sweep_by(now + request_log::SWEEP_CONTINUE_MS, true);
+            self.save_alarms(&alarms).await?;
         }
         Ok(())
     }
 
     /// One run of the sweep: at most [`request_log::SWEEP_PAGES_PER_RUN`] listing pages of
-    /// `{tenant}/llm-logs/`, their expired records deleted; the alarm is set for the rest, or
-    /// for when the next record expires (`wuhu_core::llm::request_log::Sweep`).
-    pub(super) async fn sweep_llm_logs(&self) -> ApiResult<()> {
+    /// `{tenant}/llm-logs/`, their expired records deleted; returns when to run again: for the
+    /// rest, or when the next record expires (`wuhu_core::llm::request_log::Sweep`).
+    pub(super) async fn sweep_llm_logs(&self) -> ApiResult<Option<u64>> {
         let mut sweep: request_log::Sweep = self.load_state("llm_log_sweep")?;
         if sweep.tenant.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let config = crate::workspace_io::tenant_config(&self.env, &sweep.tenant)
             .await?
@@ -67,12 +72,6 @@ impl TenantIndex {
         let now = worker::Date::now().as_millis();
         let next = sweep.next_run_ms(now);
         self.save_state("llm_log_sweep", &sweep)?;
-        if let Some(at) = next {
-            self.state
-                .storage()
-                .set_alarm(at.saturating_sub(now) as i64)
-                .await?;
-        }
-        Ok(())
+        Ok(next)
     }
 }

@@ -344,6 +344,19 @@ call!(ToolOutput => Session, "tool_output", Accepted);
 pub struct Start;
 call!(Start => Session, "start", Empty);
 
+/// The tenant index reconciles its gate (`wuhu_core::orchestration::Gate::reconcile`): does
+/// this child still need the slot it holds?
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct SlotHeld;
+call!(SlotHeld => Session, "slot_held", SlotHolder);
+
+/// The answer to [`SlotHeld`].
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotHolder {
+    /// It runs a turn or keeps input for one (`false`: idle, failed or stopped).
+    pub running: bool,
+}
+
 /// The tenant's settings changed: the actor forgets the reading it keeps. Answered by any
 /// actor, a deleted one too (decision 0021).
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
@@ -539,6 +552,7 @@ call_enum! {
         JobEnded(JobEnded),
         ToolOutput(ToolOutput),
         Start(Start),
+        SlotHeld(SlotHeld),
         ForgetSettings(ForgetSettings),
         Notice(Notice),
     }
@@ -612,6 +626,7 @@ impl SessionCall {
             | SessionCall::JobEnded(_)
             | SessionCall::ToolOutput(_)
             | SessionCall::Start(_)
+            | SessionCall::SlotHeld(_)
             | SessionCall::ForgetSettings(_) => Needs::Internal,
         }
     }

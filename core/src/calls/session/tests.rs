@@ -222,6 +222,7 @@ fn what_each_call_needs() {
             "Read Rename ChangeAccess Prompt",
         ),
         (Start.into(), "internal"),
+        (SlotHeld.into(), "internal"),
         (ForgetSettings.into(), "internal"),
         (Dispose.into(), "internal"),
         (
