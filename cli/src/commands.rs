@@ -247,11 +247,21 @@ pub enum SessionsCommand {
     },
 }
 
+/// `wuhu jobs`: a session's background jobs.
+#[derive(Args, Debug)]
+pub struct JobsArgs {
+    /// Session id.
+    pub session: String,
+    /// Also print each job's output tail.
+    #[arg(long)]
+    pub output: bool,
+}
+
 /// `wuhu usage`: what the tenant's sessions used (a member's own sessions).
 #[derive(Args, Debug)]
 pub struct UsageArgs {
-    /// Group by `session`, `user` or `model`.
-    #[arg(long, value_parser = ["session", "user", "model"], default_value = "model")]
+    /// Group by `session`, `user`, `model` or `day` (UTC days, oldest first).
+    #[arg(long, value_parser = ["session", "user", "model", "day"], default_value = "model")]
     pub by: String,
     /// From this Unix time (seconds; default: the beginning).
     #[arg(long)]
@@ -811,6 +821,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Secrets(command) => secrets(&global, command).await,
         Command::Policy(command) => policy(&global, command).await,
         Command::Usage(args) => tenant_usage(&global, args).await,
+        Command::Jobs(args) => jobs(&global, args).await,
         Command::Budget(args) => budget(&global, args).await,
         Command::Mcp(command) => mcp(&global, command).await,
     }
@@ -1929,6 +1940,58 @@ fn print_session_usage(usage: &wuhu_core::wire::UsageResponse) {
             usd(usage.spent.usd)
         );
     }
+}
+
+/// `wuhu jobs`.
+pub async fn jobs(global: &Global, args: JobsArgs) -> Result<u8> {
+    let client = connect(global)?;
+    let listed = client.session_jobs(&args.session).await?;
+    if global.json {
+        print_json(&listed);
+        return Ok(exit::OK);
+    }
+    if listed.jobs.is_empty() {
+        println!("no background jobs");
+        return Ok(exit::OK);
+    }
+    table(
+        &["JOB", "STATE", "EXIT", "ENVIRONMENT", "RUNNER", "COMMAND"],
+        listed.jobs.iter().map(|j| {
+            let exit = match &j.report {
+                Some(r) if r.timed_out => "timeout".to_string(),
+                Some(r) => r
+                    .exit_code
+                    .map(|c| c.to_string())
+                    .or(r.signal.map(|s| format!("signal {s}")))
+                    .unwrap_or_default(),
+                None => String::new(),
+            };
+            vec![
+                j.job_id.clone(),
+                j.state.as_str().to_string(),
+                exit,
+                j.environment.clone(),
+                format!("{}/{}", j.runner_owner, j.runner),
+                j.command.clone(),
+            ]
+        }),
+    );
+    for job in &listed.jobs {
+        if let Some(reason) = &job.reason {
+            println!("{}: {reason}", job.job_id);
+        }
+        if args.output
+            && let Some(report) = &job.report
+            && !report.output_tail.is_empty()
+        {
+            println!(
+                "--- {} ({} lines in all) ---",
+                job.job_id, report.total_lines
+            );
+            println!("{}", report.output_tail.trim_end());
+        }
+    }
+    Ok(exit::OK)
 }
 
 /// `wuhu usage`.

@@ -119,8 +119,10 @@ pub enum Command {
     /// The policy engine: what the tenant's rules (and a runner owner's) would decide on a call.
     #[command(subcommand)]
     Policy(commands::PolicyCommand),
-    /// What the tenant's sessions used, grouped by model, session or user (a member's own).
+    /// What the tenant's sessions used, grouped by model, session, user or day (a member's own).
     Usage(commands::UsageArgs),
+    /// A session's background jobs: command, where, state, exit, and the tail of the output.
+    Jobs(commands::JobsArgs),
     /// The tenant's budget and what it spent; `--max-tokens`/`--max-usd`/`--clear` set it
     /// (admins).
     Budget(commands::BudgetArgs),

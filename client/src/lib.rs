@@ -497,6 +497,14 @@ impl Client {
         self.get(self.url(["v1", "sessions", id, "usage"])).await
     }
 
+    /// `GET /v1/sessions/:id/jobs`: the session's background jobs, newest first.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `404` for a session the caller cannot read.
+    pub async fn session_jobs(&self, id: &str) -> Result<wuhu_core::wire::JobsResponse, Error> {
+        self.get(self.url(["v1", "sessions", id, "jobs"])).await
+    }
+
     /// `GET /v1/usage?by=&from=&to=`: the tenant's usage (a member's own sessions).
     ///
     /// # Errors

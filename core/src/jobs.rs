@@ -66,8 +66,9 @@ impl JobTimings {
     }
 }
 
-/// What a session keeps about one of its jobs.
+/// What a session keeps about one of its jobs (also `GET /v1/sessions/:id/jobs`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobRecord {
     /// The runner's id for it.

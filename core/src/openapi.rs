@@ -359,6 +359,18 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/v1/sessions/{id}/jobs",
+        id: "sessionJobs",
+        tag: "sessions",
+        summary: "The session's background jobs, newest first, as it last learnt of them",
+        auth: Auth::User,
+        params: &[],
+        request: None,
+        ok: (200, Body::Json(of::<JobsResponse>)),
+        errors: &[404],
+    },
+    Route {
+        method: "get",
         path: "/v1/usage",
         id: "tenantUsage",
         tag: "usage",

@@ -401,6 +401,8 @@ pub enum GroupBy {
     User,
     /// Per provider and model.
     Model,
+    /// Per UTC day (`YYYY-MM-DD`), oldest first: spend over time.
+    Day,
 }
 
 /// A parsed `GET /v1/usage` query.
@@ -443,7 +445,12 @@ impl UsageQuery {
             "session" => GroupBy::Session,
             "user" => GroupBy::User,
             "model" => GroupBy::Model,
-            other => return Err(format!("unknown by {other:?}: use session, user or model")),
+            "day" => GroupBy::Day,
+            other => {
+                return Err(format!(
+                    "unknown by {other:?}: use session, user, model or day"
+                ));
+            }
         };
         Ok(UsageQuery { from, to, by })
     }
@@ -532,6 +539,13 @@ pub fn group(
             GroupBy::Session => (row.key.session.clone(), None),
             GroupBy::User => (row.user.clone(), None),
             GroupBy::Model => (row.key.model.clone(), Some(row.key.provider.clone())),
+            GroupBy::Day => {
+                let day = crate::civil_time::CivilTime::from_unix(row.key.hour);
+                (
+                    format!("{:04}-{:02}-{:02}", day.year, day.month, day.day),
+                    None,
+                )
+            }
         };
         add_totals(&mut total, &row.totals);
         add_totals(groups.entry(key).or_default(), &row.totals);
@@ -544,7 +558,11 @@ pub fn group(
             totals,
         })
         .collect();
+    // Days in order (a chart of spend over time); anything else costliest first.
     groups.sort_by(|a, b| {
+        if query.by == GroupBy::Day {
+            return a.key.cmp(&b.key);
+        }
         b.totals
             .cost_usd
             .total_cmp(&a.totals.cost_usd)
@@ -1056,5 +1074,48 @@ mod tests {
         ] {
             assert!(ok(from, to, by).is_err(), "{from:?} {to:?} {by:?}");
         }
+    }
+
+    #[test]
+    fn by_day_adds_the_hours_of_each_utc_day_oldest_first() {
+        let row = |hour: i64, session: &str, input: u64| HourRow {
+            key: HourKey {
+                hour,
+                session: session.into(),
+                provider: "p".into(),
+                model: "m".into(),
+            },
+            user: "ana".into(),
+            totals: {
+                let mut t = UsageTotals::default();
+                t.add(&usage(input, Some(input as f64 / 1000.0)));
+                t
+            },
+        };
+        const DAY: i64 = 86_400;
+        // 2026-11-28 23:00, 2026-11-29 00:00 and 13:00, and 2026-11-27 00:00, costlier.
+        let base = 1_795_910_400; // 2026-11-29T00:00:00Z
+        let rows = vec![
+            row(base - HOUR_SECONDS, "a", 10),
+            row(base, "a", 20),
+            row(base + 13 * HOUR_SECONDS, "b", 30),
+            row(base - 2 * DAY, "a", 500),
+        ];
+        let query = UsageQuery::parse(Some("0"), None, Some("day"), base + DAY).unwrap();
+        let usage = group(rows, &query, None);
+        let got: Vec<(String, u64)> = usage
+            .groups
+            .iter()
+            .map(|g| (g.key.clone(), g.totals.input_tokens))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("2026-11-27".into(), 500),
+                ("2026-11-28".into(), 10),
+                ("2026-11-29".into(), 50)
+            ]
+        );
+        assert_eq!(usage.total.input_tokens, 560);
     }
 }

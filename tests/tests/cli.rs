@@ -1297,6 +1297,19 @@ fn fork_compact_usage_and_budget_speak_json_and_words() {
         .ok()
         .json();
     assert_eq!(tenant_usage["by"], "session", "{tenant_usage}");
+    // By UTC day: today's row holds this session's replies.
+    let by_day = wuhu.run(&["--json", "usage", "--by", "day"]).ok().json();
+    assert_eq!(by_day["by"], "day", "{by_day}");
+    let today = {
+        let day = wuhu_core::civil_time::CivilTime::from_unix(wuhu_e2e::util::unix_now());
+        format!("{:04}-{:02}-{:02}", day.year, day.month, day.day)
+    };
+    assert!(
+        by_day["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["key"] == today.as_str())),
+        "{by_day}"
+    );
     let budget = wuhu.run(&["--json", "budget"]).ok().json();
     assert_eq!(budget["budget"], Value::Null, "{budget}");
     let refused = wuhu.run(&["budget", "--max-usd", "5"]);

@@ -163,6 +163,42 @@ fn a_background_job_answers_at_once_and_its_end_wakes_the_idle_session() {
     // A finished job's status comes from the session's record.
     let status = api.run_tool(&id, "job_status", json!({"id": job}), TURN);
     assert!(status.content.contains("succeeded"), "{}", status.content);
+
+    // The session's jobs through the API and `wuhu jobs`: the same record, output and all.
+    let listed = api.get(&format!("/v1/sessions/{id}/jobs")).json();
+    let jobs = listed["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 1, "{listed}");
+    assert_eq!(jobs[0]["jobId"], job.as_str(), "{listed}");
+    assert_eq!(jobs[0]["state"], "succeeded", "{listed}");
+    assert_eq!(jobs[0]["report"]["exitCode"], 0, "{listed}");
+    assert_eq!(jobs[0]["report"]["outputTail"], "done\n", "{listed}");
+    let wuhu = wuhu_e2e::cli::Wuhu::new()
+        .env("WUHU_SERVER", &stack().base_url())
+        .env("WUHU_TOKEN", api.token().expect("a token"));
+    let ran = wuhu.run(&["--json", "jobs", &id]);
+    assert_eq!(ran.json()["jobs"][0]["jobId"], job.as_str(), "{ran:?}");
+    let ran = wuhu.run(&["jobs", &id, "--output"]);
+    let text = ran.stdout.clone();
+    assert!(
+        text.contains(&job)
+            && text.contains("succeeded")
+            && text.contains("work")
+            && text.contains("done"),
+        "{text}"
+    );
+    // The session is ana's own: another member of the tenant finds no such session.
+    let claims = api
+        .token()
+        .and_then(|t| t.split('.').nth(1))
+        .expect("a JWT");
+    let claims: Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, claims)
+            .expect("base64"),
+    )
+    .expect("claims");
+    let tenant = claims["tenant"].as_str().expect("tenant");
+    let bob = stack().client("bob", tenant);
+    assert_eq!(bob.get(&format!("/v1/sessions/{id}/jobs")).status, 404);
 }
 
 #[test]

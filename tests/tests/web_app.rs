@@ -99,6 +99,7 @@ fn the_web_app_works_in_chromium() {
         .env("WUHU_NO_WS_URL", no_websockets.url())
         .env("WUHU_ALICE_TOKEN", stack.user_token("alice", &tenant))
         .env("WUHU_BOB_TOKEN", stack.user_token("bob", &tenant))
+        .env("WUHU_ADMIN_TOKEN", stack.admin_token("root", &tenant))
         .env("WUHU_RUNNER", runner.name())
         .env("WUHU_API_DIR", &api_dir)
         .env("WUHU_CHROMIUM", &chromium)

@@ -31,6 +31,7 @@ const env = (name, fallback) => {
 const BASE = env("WUHU_URL");
 const ALICE = env("WUHU_ALICE_TOKEN");
 const BOB = env("WUHU_BOB_TOKEN");
+const ADMIN = env("WUHU_ADMIN_TOKEN");
 const RUNNER = env("WUHU_RUNNER");
 const API_DIR = env("WUHU_API_DIR");
 const CHROMIUM = env("WUHU_CHROMIUM", "/usr/bin/chromium");
@@ -472,6 +473,23 @@ try {
       (await transcript(ALICE, session.id)).some((e) => e.type === "compaction"),
       "the compaction is in the transcript",
     );
+    // The model and reasoning of the next requests: the fake model takes no reasoning (the
+    // server's 400 is shown); another model name switches, and the page says so.
+    await page.getByRole("button", { name: "Model", exact: true }).click();
+    const modelForm = page.getByRole("form", { name: "Model and reasoning" });
+    await modelForm.getByLabel("Reasoning").selectOption("high");
+    expectingBadRequest = true;
+    await modelForm.getByRole("button", { name: "Switch" }).click();
+    await page.getByRole("alert").filter({ hasText: "invalid_reasoning" }).waitFor();
+    expectingBadRequest = false;
+    await modelForm.getByLabel("Reasoning").selectOption("");
+    await modelForm.getByLabel("Model", { exact: true }).fill("fake-second");
+    await modelForm.getByRole("button", { name: "Switch" }).click();
+    await page.getByText("fake · fake-second").waitFor();
+    check(
+      (await transcript(ALICE, session.id)).some((e) => e.type === "custom" && e.custom_type === "wuhu_model_changed_v1"),
+      "the switch is recorded in the transcript",
+    );
     await page.getByRole("button", { name: "Fork", exact: true }).click();
     await poll("the fork's page", async () => !page.url().includes(session.id) && page.url().includes("#/s/"));
     const forkId = decodeURIComponent(page.url().split("#/s/")[1]);
@@ -487,6 +505,68 @@ try {
     await poll("the sessions list", async () => page.url().endsWith("#/sessions"));
     const gone = await fetch(`${BASE}/v1/sessions/${session.id}`, { headers: { authorization: `Bearer ${ALICE}` } });
     check(gone.status === 404, `the deleted session is gone (${gone.status})`);
+  }
+
+  // 7c2. A session's children: spawned by its tool, listed on its page with where each is
+  // (live, from child_status), each a link to its own page.
+  log("children");
+  {
+    const parent = await call(ALICE, "POST", "/v1/sessions", { title: "A parent" });
+    await page.goto(`${BASE}/#/s/${parent.id}`);
+    await page.getByTestId("session-title").filter({ hasText: "A parent" }).waitFor();
+    await composer().fill(
+      fake({ toolCalls: [{ name: "spawn_session", arguments: { task: "child work", title: "the first child" } }], afterTools: "spawned" }),
+    );
+    await composer().press("Enter");
+    const children = page.getByTestId("children");
+    await children.locator("li[data-state=idle]").filter({ hasText: "the first child" }).waitFor();
+    await children.getByRole("link", { name: "the first child" }).click();
+    await page.getByTestId("session-title").filter({ hasText: "the first child" }).waitFor();
+  }
+
+  // 7c. Usage: alice (a member) sees her sessions' usage grouped by model and by session, with
+  // the budget; an admin sets a budget from the page, and reads the request logs (a tenant that
+  // keeps none here: the list says so).
+  log("tenant usage, budget and request logs");
+  {
+    await page.goto(`${BASE}/#/usage`);
+    const usage = page.getByTestId("tenant-usage");
+    // Per day by default: today's spend, as a bar.
+    const today = new Date().toISOString().slice(0, 10);
+    await usage.getByTestId("usage-group").filter({ hasText: today }).waitFor();
+    await page.getByRole("combobox", { name: "Group by" }).selectOption("model");
+    await usage.getByTestId("usage-group").filter({ hasText: "fake/" }).first().waitFor();
+    // The page's total is the API's (reports of the last replies may still be arriving:
+    // refreshed until both agree).
+    await poll("the page's total is the API's", async () => {
+      await page.getByRole("button", { name: "Refresh" }).click();
+      const api = await call(ALICE, "GET", "/v1/usage");
+      const total = await page.getByTestId("usage-total").textContent();
+      return total.includes(`Total: ${api.total.messages} replies`);
+    });
+    await page.getByRole("combobox", { name: "Group by" }).selectOption("session");
+    await poll("groups by session", async () => (await usage.getByTestId("usage-group").first().textContent()).match(/^[0-9a-f-]{36}/) !== null);
+    await page.getByTestId("budget-state").filter({ hasText: "No budget" }).waitFor();
+    check((await page.getByRole("button", { name: "Save budget" }).count()) === 0, "a member gets no budget form");
+    check((await page.getByTestId("request-logs").count()) === 0, "a member gets no request logs");
+    const { context: adminContext, page: adminPage } = await signedInPage(ADMIN, "root", BASE);
+    try {
+      await adminPage.goto(`${BASE}/#/usage`);
+      await adminPage.getByLabel("Max tokens").fill("5000000");
+      await adminPage.getByRole("button", { name: "Save budget" }).click();
+      // On a failure, the admin page's own state says why (its error line).
+      await adminPage.getByTestId("budget-state").filter({ hasText: "Limit: 5000000 tokens" }).waitFor().catch(async (e) => {
+        console.log("the admin's page:", await adminPage.locator("main").innerHTML());
+        throw e;
+      });
+      check((await call(ALICE, "GET", "/v1/budget")).budget?.maxTokens === 5000000, "the page set the budget");
+      await adminPage.getByLabel("Max tokens").fill("");
+      await adminPage.getByRole("button", { name: "Save budget" }).click();
+      await adminPage.getByTestId("budget-state").filter({ hasText: "No budget" }).waitFor();
+      await adminPage.getByTestId("request-logs").getByText("No request logs.").waitFor();
+    } finally {
+      await adminContext.close();
+    }
   }
 
   // 8. An approval for alice's machine, asked by bob's prompt, answered in the page.
@@ -539,6 +619,21 @@ try {
   await approval.getByTestId("approval-decision").filter({ hasText: "approve by alice" }).waitFor();
   await assistantMessages().filter({ hasText: "touched it" }).waitFor();
   check(existsSync(marker), "the approved call ran on alice's machine");
+  // 8a. A background job on alice's machine: listed on the session's page with where it ran,
+  // how it ended and its output.
+  log("background jobs");
+  await call(ALICE, "POST", `/v1/sessions/${shared.id}/enqueue?lane=followUp`, {
+    content: fake({ toolCalls: [{ name: "bash", arguments: { command: "echo from-the-job", background: true } }], afterTools: "job started" }),
+  });
+  await poll("the job's end", async () => {
+    const listed = await call(ALICE, "GET", `/v1/sessions/${shared.id}/jobs`);
+    return listed.jobs.length === 1 && listed.jobs[0].state === "succeeded";
+  });
+  await page.reload();
+  const jobsPanel = page.getByTestId("jobs");
+  await jobsPanel.locator("li[data-state=succeeded]").filter({ hasText: "echo from-the-job" }).waitFor();
+  await jobsPanel.getByText(/Output \(1 lines\)/).click();
+  await jobsPanel.getByText("from-the-job", { exact: true }).waitFor();
 
   // 8b. An image a tool read (shot.png, 3x2, written by web_app.rs into the environment) is
   // shown in the transcript, loaded from GET /v1/blobs/:id with the cookie session.

@@ -17,6 +17,10 @@ import type {
   SessionInfo,
   SessionPage,
   SessionUsage,
+  TenantBudget,
+  TenantUsage,
+  LogRecordSummary,
+  JobInfo,
   TokenInfo,
 } from "./types";
 
@@ -87,7 +91,16 @@ export const api = {
     request<SessionInfo>("POST", "/v1/sessions", body),
   sessionPage: (id: string, sinceCursor: number, limit = 1000) =>
     request<SessionPage>("GET", `/v1/sessions/${enc(id)}?sinceCursor=${sinceCursor}&limit=${limit}`),
-  patchSession: (id: string, body: { title?: string; access?: "private" | "tenant" }) =>
+  patchSession: (
+    id: string,
+    body: {
+      title?: string;
+      access?: "private" | "tenant";
+      provider?: string;
+      model?: string;
+      reasoning?: { effort: "low" | "medium" | "high" } | null;
+    },
+  ) =>
     request<SessionInfo>("PATCH", `/v1/sessions/${enc(id)}`, body),
   /** `key` names the message: sent again with it, it is queued once (docs/api.md). */
   enqueue: (id: string, lane: Lane, content: string, key?: string) =>
@@ -103,6 +116,7 @@ export const api = {
       {},
     ),
   deleteSession: (id: string) => request<unknown>("DELETE", `/v1/sessions/${enc(id)}`),
+  sessionJobs: (id: string) => request<{ jobs: JobInfo[] }>("GET", `/v1/sessions/${enc(id)}/jobs`),
   sessionUsage: (id: string) => request<SessionUsage>("GET", `/v1/sessions/${enc(id)}/usage`),
   stop: (id: string) =>
     request<{ status: string; stoppedToolCalls: number }>("POST", `/v1/sessions/${enc(id)}/stop`, {}),
@@ -138,6 +152,13 @@ export const api = {
     request<{ jti: string; revoked: boolean; alsoRevoked: number }>("DELETE", `/v1/tokens/${enc(jti)}`),
   listSecrets: () => request<{ secrets: SecretInfo[] }>("GET", "/v1/secrets"),
   mcpServers: () => request<McpServerList>("GET", "/v1/mcp/servers"),
+  tenantUsage: (by: "day" | "model" | "user" | "session", from?: number) =>
+    request<TenantUsage>("GET", `/v1/usage?by=${by}${from !== undefined ? `&from=${from}` : ""}`),
+  budget: () => request<TenantBudget>("GET", "/v1/budget"),
+  putBudget: (body: { maxTokens?: number; maxUsd?: number }) => request<TenantBudget>("PUT", "/v1/budget", body),
+  llmLogs: (after?: string) =>
+    request<{ records: LogRecordSummary[]; nextAfter?: string }>("GET", `/v1/llm-logs?limit=100${after ? `&after=${enc(after)}` : ""}`),
+  llmLog: (name: string) => request<unknown>("GET", `/v1/llm-logs/${name.split("/").map(enc).join("/")}`),
   mcpConnect: (name: string) =>
     request<{ authorizationUrl: string; expiresAt: number }>("POST", `/v1/mcp/servers/${enc(name)}/connect`, {}),
   mcpFinish: (state: string) => request<{ server: string }>("POST", "/v1/mcp/finish", { state }),

@@ -1,5 +1,5 @@
 // The Wuhu web app: a single page served by the Worker as static assets. Routes live in the
-// URL hash (`#/sessions`, `#/s/<id>`, `#/runners`, `#/tokens`, `#/secrets`, `#/mcp`, `#/workspace`), so any page can be reloaded
+// URL hash (`#/sessions`, `#/s/<id>`, `#/runners`, `#/tokens`, `#/secrets`, `#/mcp`, `#/usage`, `#/workspace`), so any page can be reloaded
 // and linked without the server knowing about them.
 
 import "./app.css";
@@ -14,6 +14,7 @@ import { Runners } from "./views/Runners";
 import { Tokens } from "./views/Tokens";
 import { Secrets } from "./views/Secrets";
 import { Mcp } from "./views/Mcp";
+import { Usage } from "./views/Usage";
 import { Workspace } from "./views/Workspace";
 
 type Route =
@@ -23,6 +24,7 @@ type Route =
   | { name: "tokens" }
   | { name: "secrets" }
   | { name: "mcp"; finish: string | null }
+  | { name: "usage" }
   | { name: "workspace"; path: string | null };
 
 function parseRoute(hash: string): Route {
@@ -31,6 +33,7 @@ function parseRoute(hash: string): Route {
   if (parts[0] === "runners") return { name: "runners" };
   if (parts[0] === "tokens") return { name: "tokens" };
   if (parts[0] === "secrets") return { name: "secrets" };
+  if (parts[0] === "usage") return { name: "usage" };
   if (parts[0] === "mcp") return { name: "mcp", finish: parts[1] === "finish" && parts[2] ? parts[2] : null };
   if (parts[0] === "workspace") {
     const path = parts.slice(1).map(decodeURIComponent).join("/");
@@ -88,6 +91,7 @@ function App() {
           {nav("tokens", "#/tokens", "Tokens")}
           {nav("secrets", "#/secrets", "Secrets")}
           {nav("mcp", "#/mcp", "MCP")}
+          {nav("usage", "#/usage", "Usage")}
           {nav("workspace", "#/workspace", "Workspace")}
         </nav>
         <div class="whoami" data-testid="whoami" title={`tenant ${me.tenant}, signed in by ${me.via}`}>
@@ -108,6 +112,7 @@ function App() {
         {route.name === "tokens" && <Tokens me={me} />}
         {route.name === "secrets" && <Secrets me={me} />}
         {route.name === "mcp" && <Mcp me={me} finish={route.finish} />}
+        {route.name === "usage" && <Usage me={me} />}
         {route.name === "workspace" && <Workspace me={me} path={route.path} />}
       </main>
     </div>

@@ -16,6 +16,20 @@ export interface SessionInfo {
   createdAt: number;
   updatedAt: number;
   lastCursor: number;
+  /** The session's reasoning setting (absent: the provider's default). */
+  reasoning?: { effort: "low" | "medium" | "high"; budgetTokens?: number };
+}
+
+/** A child session as its parent knows it (`children` of a session page; `child_status`). */
+export interface ChildInfo {
+  id: string;
+  title?: string;
+  detached: boolean;
+  state: "spawning" | "queued" | "created" | "running" | "idle" | "failed" | "stopped" | "disposed";
+  finalText?: string;
+  /** Why it failed (`failed`). */
+  message?: string;
+  cursor: number;
 }
 
 export interface QueueItem {
@@ -88,6 +102,7 @@ export interface SessionPage {
   queue: QueueItem[];
   nextCursor: number | null;
   environments?: Attachment[];
+  children?: ChildInfo[];
 }
 
 export interface RunnerInfo {
@@ -143,6 +158,7 @@ export type FollowEvent =
   | { type: "status"; status: Status }
   | { type: "queue_item_added"; id: string; lane: Lane; author: string; preview: string }
   | { type: "queue_item_removed"; id: string; reason: "delivered" | "cancelled" }
+  | { type: "child_status"; child: ChildInfo }
   | { type: "idle" }
   | { type: "done" }
   | { type: "lagged"; cursor: number }
@@ -231,4 +247,43 @@ export interface SessionUsage {
   byModel: { provider: string; model: string; messages: number; inputTokens: number; outputTokens: number; costUsd: number }[];
   policy: { allowed: number; asked: number; denied: number };
   mcp: { calls: number; errors: number };
+}
+
+/** `GET /v1/usage`. */
+export interface TenantUsage {
+  from: number;
+  to: number;
+  by: "day" | "model" | "user" | "session";
+  total: { messages: number; inputTokens: number; outputTokens: number; costUsd: number; unpricedMessages: number };
+  groups: { key: string; provider?: string; messages: number; inputTokens: number; outputTokens: number; costUsd: number }[];
+  truncated: boolean;
+  mcp: { calls: number; errors: number; byServer: { server: string; calls: number }[] };
+}
+
+/** `GET|PUT /v1/budget`. */
+export interface TenantBudget {
+  budget: { maxTokens?: number | null; maxUsd?: number | null } | null;
+  spent: { tokens: number; usd: number };
+}
+
+/** A row of `GET /v1/llm-logs`. */
+export interface LogRecordSummary {
+  name: string;
+  session: string;
+  step: number;
+  startedAtMs: number;
+  size: number;
+}
+
+/** A background job of a session (`GET /v1/sessions/:id/jobs`). */
+export interface JobInfo {
+  jobId: string;
+  runner: string;
+  runnerOwner: string;
+  environment: string;
+  command: string;
+  startedAtMs: number;
+  state: "running" | "succeeded" | "failed" | "killed";
+  reason?: string;
+  report?: { exitCode?: number; signal?: number; timedOut: boolean; durationMs: number; totalLines: number; outputTail: string };
 }

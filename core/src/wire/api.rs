@@ -479,6 +479,17 @@ pub struct UsageResponse {
     pub budget: Option<Budget>,
 }
 
+/// `GET /v1/sessions/:id/jobs`: the session's background jobs, newest first (the session keeps
+/// at most [`crate::jobs::MAX_JOBS_KEPT`]), each as it last learnt of it (a running job's
+/// `report` is from the last poll, about every 15 s).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct JobsResponse {
+    /// The jobs.
+    pub jobs: Vec<crate::jobs::JobRecord>,
+}
+
 /// `{"ok":true}`: the answer of routes that have nothing else to say (`POST /v1/auth/logout`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]

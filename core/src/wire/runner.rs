@@ -211,6 +211,7 @@ pub struct ToolOutputRelay {
 
 /// How a background job stands.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Its process runs.
@@ -248,6 +249,7 @@ impl JobState {
 /// `details.job` of a `job_status` / `job_kill` answer (there without `outputTail`, which is
 /// the answer's `content`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobReport {
     /// The runner's id for it (`job-` and 16 hex digits).

@@ -5,7 +5,7 @@ import type { Connection } from "../follow";
 import { linkSession, type SessionLink, type Transport } from "../link";
 import { renderMarkdown } from "../markdown";
 import { buildItems, formatArguments, mergeEntries, sortedEntries, type ApprovalView, type Item } from "../transcript";
-import type { Attachment, BlobRef, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo, SessionUsage } from "../types";
+import type { Attachment, BlobRef, ChildInfo, JobInfo, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo, SessionUsage } from "../types";
 import { ErrorLine, StatusBadge, errorText, timeAgo } from "../util";
 
 export function SessionView({ id, me }: { id: string; me: Identity }) {
@@ -14,6 +14,8 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   const [version, setVersion] = useState(0);
   const [session, setSession] = useState<SessionInfo | null>(null);
   const [queue, setQueue] = useState<QueueItem[]>([]);
+  const [children, setChildren] = useState<ChildInfo[]>([]);
+  const [jobs, setJobs] = useState<JobInfo[]>([]);
   const [attached, setAttached] = useState<Attachment[]>([]);
   const [runners, setRunners] = useState<RunnerInfo[]>([]);
   const [streaming, setStreaming] = useState("");
@@ -41,6 +43,8 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
       setSession(page.session);
       setQueue(page.queue.filter((q) => !delivered.current.has(q.id)));
       setAttached(page.environments ?? []);
+      setChildren(page.children ?? []);
+      setJobs((await api.sessionJobs(id)).jobs);
     } catch (err) {
       setError(errorText(err));
     } finally {
@@ -85,6 +89,14 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
             );
           }
           break;
+        // A child's lifecycle, live: the newer report (by the child's cursor) wins.
+        case "child_status":
+          setChildren((list) => {
+            const known = list.find((c) => c.id === event.child.id);
+            if (known && known.cursor > event.child.cursor) return list;
+            return known ? list.map((c) => (c.id === event.child.id ? event.child : c)) : [...list, event.child];
+          });
+          break;
         case "queue_item_removed":
           if (event.reason === "delivered") delivered.current.add(event.id);
           setQueue((q) => q.filter((item) => item.id !== event.id));
@@ -111,10 +123,15 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
           setSession(page.session);
           setQueue(page.queue.filter((q) => !delivered.current.has(q.id)));
           setAttached(page.environments ?? []);
+          setChildren(page.children ?? []);
           if (page.nextCursor === null || page.nextCursor === undefined) break;
           since = page.nextCursor;
         }
         setLoaded(true);
+        api.sessionJobs(id).then(
+          (listed) => !cancelled && setJobs(listed.jobs),
+          (err) => setError(errorText(err)),
+        );
         link.current = linkSession(id, lastCursor(), {
           onEvent,
           onTransport: setTransport,
@@ -212,6 +229,8 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
         </div>
         <aside class="side">
           <QueuePanel queue={queue} onCancel={cancel} />
+          {children.length > 0 && <ChildrenPanel children={children} />}
+          {jobs.length > 0 && <JobsPanel jobs={jobs} />}
           <EnvironmentsPanel attached={attached} runners={runners} />
         </aside>
       </div>
@@ -305,14 +324,23 @@ function SessionHead({
           </button>
         )}
       </div>
-      <SessionTools session={session} onError={onError} />
+      <SessionTools session={session} onError={onError} onChanged={onChanged} />
     </div>
   );
 }
 
 /** Usage and cost, compact, fork and delete (docs/api.md): the API's session routes. */
-function SessionTools({ session, onError }: { session: SessionInfo; onError: (e: string | null) => void }) {
+function SessionTools({
+  session,
+  onError,
+  onChanged,
+}: {
+  session: SessionInfo;
+  onError: (e: string | null) => void;
+  onChanged: (s: SessionInfo) => void;
+}) {
   const [usage, setUsage] = useState<SessionUsage | null>(null);
+  const [switching, setSwitching] = useState(false);
   const [confirming, setConfirming] = useState(false);
   const [note, setNote] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
@@ -337,6 +365,9 @@ function SessionTools({ session, onError }: { session: SessionInfo; onError: (e:
         onClick={() => (usage ? setUsage(null) : run(async () => setUsage(await api.sessionUsage(session.id))))}
       >
         Usage
+      </button>
+      <button type="button" class="link small" aria-expanded={switching} disabled={busy} onClick={() => setSwitching(!switching)}>
+        Model
       </button>
       <button
         type="button"
@@ -393,6 +424,19 @@ function SessionTools({ session, onError }: { session: SessionInfo; onError: (e:
           {note}
         </p>
       )}
+      {switching && (
+        <ModelForm
+          session={session}
+          busy={busy}
+          onSubmit={(body) =>
+            run(async () => {
+              onChanged(await api.patchSession(session.id, body));
+              setSwitching(false);
+              setNote("Switched: the next request uses it.");
+            })
+          }
+        />
+      )}
       {usage && (
         <div class="usage" data-testid="session-usage">
           <p>
@@ -415,6 +459,61 @@ function SessionTools({ session, onError }: { session: SessionInfo; onError: (e:
         </div>
       )}
     </div>
+  );
+}
+
+/** The model and reasoning of the session's next requests (`PATCH /v1/sessions/:id`). */
+function ModelForm({
+  session,
+  busy,
+  onSubmit,
+}: {
+  session: SessionInfo;
+  busy: boolean;
+  onSubmit: (body: { provider: string; model: string; reasoning: { effort: "low" | "medium" | "high" } | null }) => void;
+}) {
+  const [provider, setProvider] = useState(session.provider);
+  const [model, setModel] = useState(session.model);
+  const [effort, setEffort] = useState<string>(session.reasoning?.effort ?? "");
+  return (
+    <form
+      class="model-form row"
+      aria-label="Model and reasoning"
+      onSubmit={(e) => {
+        e.preventDefault();
+        onSubmit({
+          provider,
+          model: model.trim(),
+          reasoning: effort ? { effort: effort as "low" | "medium" | "high" } : null,
+        });
+      }}
+    >
+      <label>
+        Provider{" "}
+        <select aria-label="Provider" value={provider} onChange={(e) => setProvider((e.target as HTMLSelectElement).value)}>
+          {["anthropic", "openai", "openai-compatible", "fake"].map((p) => (
+            <option key={p} value={p}>
+              {p}
+            </option>
+          ))}
+        </select>
+      </label>{" "}
+      <label>
+        Model <input aria-label="Model" value={model} onInput={(e) => setModel((e.target as HTMLInputElement).value)} />
+      </label>{" "}
+      <label>
+        Reasoning{" "}
+        <select aria-label="Reasoning" value={effort} onChange={(e) => setEffort((e.target as HTMLSelectElement).value)}>
+          <option value="">provider's default</option>
+          <option value="low">low</option>
+          <option value="medium">medium</option>
+          <option value="high">high</option>
+        </select>
+      </label>{" "}
+      <button type="submit" disabled={busy || model.trim() === ""}>
+        Switch
+      </button>
+    </form>
   );
 }
 
@@ -588,6 +687,55 @@ function ApprovalCard({ approval, sessionId }: { approval: ApprovalView; session
       )}
       <ErrorLine error={error} />
     </div>
+  );
+}
+
+/** The session's background jobs: where, what, how it stands, and the tail of its output. */
+function JobsPanel({ jobs }: { jobs: JobInfo[] }) {
+  return (
+    <section class="panel" aria-label="Jobs" data-testid="jobs">
+      <h2>Jobs</h2>
+      <ul>
+        {jobs.map((job) => (
+          <li key={job.jobId} data-state={job.state}>
+            <span class="mono small">{job.command}</span>{" "}
+            <span class="muted small">
+              {job.state}
+              {job.report?.exitCode !== undefined ? ` (exit ${job.report.exitCode})` : ""} · {job.environment} on {job.runner}
+            </span>
+            {job.reason && <div class="error small">{job.reason}</div>}
+            {job.report && job.report.outputTail && (
+              <details>
+                <summary class="small">Output ({job.report.totalLines} lines)</summary>
+                <pre class="mono small log-record">{job.report.outputTail}</pre>
+              </details>
+            )}
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}
+
+/** The session's children (spawned by its tools), each linked, with where it is. */
+function ChildrenPanel({ children }: { children: ChildInfo[] }) {
+  return (
+    <section class="panel" aria-label="Children" data-testid="children">
+      <h2>Children</h2>
+      <ul>
+        {children.map((child) => (
+          <li key={child.id} data-state={child.state}>
+            <a href={`#/s/${encodeURIComponent(child.id)}`}>{child.title || child.id.slice(0, 8)}</a>{" "}
+            <span class="muted small">
+              {child.state}
+              {child.detached ? " · detached" : ""}
+            </span>
+            {child.finalText && <div class="muted small">{child.finalText.slice(0, 160)}</div>}
+            {child.state === "failed" && child.message && <div class="error small">{child.message}</div>}
+          </li>
+        ))}
+      </ul>
+    </section>
   );
 }
 

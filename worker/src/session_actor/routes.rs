@@ -191,6 +191,7 @@ impl Actor {
                 Ok(reply(&c, &compacted))
             }
             SessionCall::Usage(c) => Ok(reply(&c, &self.usage().await?)),
+            SessionCall::Jobs(c) => Ok(reply(&c, &self.jobs_listed()?)),
             SessionCall::Stats(c) => Ok(reply(&c, &self.stats()?)),
         }
     }
@@ -305,6 +306,16 @@ impl Actor {
         let info = self.info()?;
         tenant_index::upsert(&self.env, &info_tenant(self), &info).await?;
         Ok(info)
+    }
+
+    /// `GET /jobs`: the jobs this session keeps, newest first.
+    fn jobs_listed(self: &Rc<Self>) -> ApiResult<wuhu_core::wire::JobsResponse> {
+        let mut jobs = match &self.jobs.job_store {
+            Ok(store) => store.list(),
+            Err(e) => return Err(ApiError::internal(format!("the jobs table: {e}"))),
+        };
+        jobs.sort_by_key(|j| std::cmp::Reverse(j.started_at_ms));
+        Ok(wuhu_core::wire::JobsResponse { jobs })
     }
 
     /// `GET /usage`: every page, archived ones included (O(transcript), like reading it

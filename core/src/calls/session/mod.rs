@@ -20,9 +20,9 @@ use crate::wire::runner::{JobEvent, ToolOutputRelay};
 use crate::wire::{
     AnswerApprovalRequest, AnswerApprovalResponse, Budget, CancelRequest, CancelResponse,
     ChildLifecycle, ChildStatus, CompactRequest, CompactResponse, CreateSessionRequest,
-    EnqueueRequest, EnqueueResponse, Entry, EntryPayload, ForkedFrom, GetSessionResponse, Lane,
-    MAX_COMPACT_INSTRUCTIONS_BYTES, PatchSessionRequest, SessionInfo, SessionStats, StopResponse,
-    UsageResponse,
+    EnqueueRequest, EnqueueResponse, Entry, EntryPayload, ForkedFrom, GetSessionResponse,
+    JobsResponse, Lane, MAX_COMPACT_INSTRUCTIONS_BYTES, PatchSessionRequest, SessionInfo,
+    SessionStats, StopResponse, UsageResponse,
 };
 
 /// The session actor.
@@ -116,6 +116,11 @@ impl Upgrade for Socket {}
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct Usage;
 call!(Usage => Session, "usage", UsageResponse);
+
+/// `GET /v1/sessions/:id/jobs`: the session's background jobs, as it last learnt of them.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct Jobs;
+call!(Jobs => Session, "jobs", JobsResponse);
 
 /// `GET /v1/sessions/:id/stats`.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
@@ -232,6 +237,7 @@ pub fn decode_public(
         }
         .into(),
         (["usage"], Method::Get) => Usage.into(),
+        (["jobs"], Method::Get) => Jobs.into(),
         (["stats"], Method::Get) => Stats.into(),
         (["approvals", approval_id], Method::Post) => AnswerApproval {
             approval_id: (*approval_id).to_string(),
@@ -240,7 +246,10 @@ pub fn decode_public(
         .into(),
         (
             []
-            | ["enqueue" | "cancel" | "stop" | "compact" | "follow" | "socket" | "usage" | "stats"]
+            | [
+                "enqueue" | "cancel" | "stop" | "compact" | "follow" | "socket" | "usage" | "stats"
+                | "jobs",
+            ]
             | ["approvals", _],
             _,
         ) => return Err(CallError::MethodNotAllowed),
@@ -537,6 +546,7 @@ call_enum! {
         Follow(Follow),
         Socket(Socket),
         Usage(Usage),
+        Jobs(Jobs),
         Stats(Stats),
         Delete(Delete),
         AnswerApproval(AnswerApproval),
@@ -587,6 +597,7 @@ impl SessionCall {
             | SessionCall::Follow(_)
             | SessionCall::Socket(_)
             | SessionCall::Usage(_)
+            | SessionCall::Jobs(_)
             | SessionCall::Stats(_)
             | SessionCall::Info(_)
             | SessionCall::Cancel(_)
