@@ -247,6 +247,38 @@ pub enum SessionsCommand {
     },
 }
 
+/// `wuhu channels …` (admins; docs/channels.md).
+#[derive(Subcommand, Debug)]
+pub enum ChannelsCommand {
+    /// The tenant's bindings: id, platform, name, who is let in, the webhook URL.
+    List,
+    /// One binding, credentials masked, with its setup steps.
+    Show {
+        /// Binding id.
+        id: String,
+    },
+    /// Create a binding from its JSON (docs/api.md, "Channels") read from stdin, so its
+    /// credentials never appear on a command line; prints where to paste what.
+    Add,
+    /// Delete a binding (its hook then answers 401).
+    Rm {
+        /// Binding id.
+        id: String,
+    },
+    /// Who is who: platform user ids mapped to Wuhu names. With `--map USER=SUB` (repeatable)
+    /// replaces the whole list; `--clear` empties it.
+    Members {
+        /// Binding id.
+        id: String,
+        /// `USER=SUB`: the platform's user id and the Wuhu name it acts as.
+        #[arg(long = "map", value_name = "USER=SUB")]
+        map: Vec<String>,
+        /// Remove every mapping.
+        #[arg(long, conflicts_with = "map")]
+        clear: bool,
+    },
+}
+
 /// `wuhu jobs`: a session's background jobs.
 #[derive(Args, Debug)]
 pub struct JobsArgs {
@@ -822,6 +854,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Policy(command) => policy(&global, command).await,
         Command::Usage(args) => tenant_usage(&global, args).await,
         Command::Jobs(args) => jobs(&global, args).await,
+        Command::Channels(command) => channels(&global, command).await,
         Command::Budget(args) => budget(&global, args).await,
         Command::Mcp(command) => mcp(&global, command).await,
     }
@@ -1547,10 +1580,16 @@ async fn approvals(global: &Global, command: ApprovalsCommand) -> Result<u8> {
                             .as_str()
                             .unwrap_or_default()
                             .to_string(),
-                        summarize(a["text"].as_str().unwrap_or_default(), 60),
+                        summarize(
+                            a["summary"]
+                                .as_str()
+                                .or(a["text"].as_str())
+                                .unwrap_or_default(),
+                            80,
+                        ),
                     ]
                 });
-                table(&["SESSION", "APPROVAL", "TOOL", "APPROVER", "TEXT"], rows);
+                table(&["SESSION", "APPROVAL", "TOOL", "APPROVER", "ASKS"], rows);
             }
             return Ok(exit::OK);
         }
@@ -1939,6 +1978,114 @@ fn print_session_usage(usage: &wuhu_core::wire::UsageResponse) {
             usage.spent.tokens,
             usd(usage.spent.usd)
         );
+    }
+}
+
+/// `wuhu channels`.
+pub async fn channels(global: &Global, command: ChannelsCommand) -> Result<u8> {
+    let client = connect(global)?;
+    match command {
+        ChannelsCommand::List => {
+            let listed = client.list_channels().await?;
+            if global.json {
+                print_json(&listed);
+            } else if listed.channels.is_empty() {
+                println!("no channel bindings");
+            } else {
+                table(
+                    &["ID", "PLATFORM", "NAME", "ADMIT", "WEBHOOK"],
+                    listed.channels.iter().map(|c| {
+                        let view = serde_json::to_value(c).unwrap_or_default();
+                        vec![
+                            view["id"].as_str().unwrap_or_default().to_string(),
+                            view["platform"].as_str().unwrap_or_default().to_string(),
+                            view["name"].as_str().unwrap_or_default().to_string(),
+                            view["admit"].as_str().unwrap_or_default().to_string(),
+                            c.webhook_url.clone(),
+                        ]
+                    }),
+                );
+            }
+        }
+        ChannelsCommand::Show { id } => {
+            let view = client.channel(&id).await?;
+            print_channel(global, &view);
+        }
+        ChannelsCommand::Add => {
+            if std::io::stdin().is_terminal() {
+                eprintln!("Paste the binding's JSON (docs/api.md, \"Channels\"), then Ctrl-D:");
+            }
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read the binding from stdin")?;
+            let body: Value = serde_json::from_str(&text)
+                .map_err(|e| usage(format!("the binding on stdin is not JSON: {e}")))?;
+            let view = client.create_channel(&body).await?;
+            print_channel(global, &view);
+        }
+        ChannelsCommand::Rm { id } => {
+            client.delete_channel(&id).await?;
+            if global.json {
+                print_json(&json!({"deleted": id}));
+            } else {
+                println!("deleted channel binding {id}");
+            }
+        }
+        ChannelsCommand::Members { id, map, clear } => {
+            let members = if clear || !map.is_empty() {
+                let mut members = Vec::new();
+                for pair in &map {
+                    let (user, sub) = pair
+                        .split_once('=')
+                        .ok_or_else(|| usage(format!("--map {pair:?}: expected USER=SUB")))?;
+                    members.push(wuhu_core::channels::members::Member {
+                        user: user.to_string(),
+                        sub: sub.to_string(),
+                    });
+                }
+                let body = wuhu_core::channels::members::Members { members };
+                client.set_channel_members(&id, &body).await?
+            } else {
+                client.channel_members(&id).await?
+            };
+            if global.json {
+                print_json(&members);
+            } else if members.members.is_empty() {
+                println!("nobody is mapped: everyone in the thread is a guest");
+            } else {
+                table(
+                    &["USER", "SUB"],
+                    members
+                        .members
+                        .iter()
+                        .map(|m| vec![m.user.clone(), m.sub.clone()]),
+                );
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn print_channel(global: &Global, view: &wuhu_core::channels::ChannelView) {
+    if global.json {
+        print_json(view);
+        return;
+    }
+    let value = serde_json::to_value(view).unwrap_or_default();
+    println!(
+        "{} {} {:?} (admit: {})",
+        value["id"].as_str().unwrap_or_default(),
+        value["platform"].as_str().unwrap_or_default(),
+        value["name"].as_str().unwrap_or_default(),
+        value["admit"].as_str().unwrap_or_default()
+    );
+    println!("webhook: {}", view.webhook_url);
+    for (field, masked) in &view.credentials {
+        println!("  {field}: {}", masked.as_str().unwrap_or_default());
+    }
+    for (n, step) in view.setup.iter().enumerate() {
+        println!("{}. {step}", n + 1);
     }
 }
 

@@ -123,6 +123,10 @@ pub enum Command {
     Usage(commands::UsageArgs),
     /// A session's background jobs: command, where, state, exit, and the tail of the output.
     Jobs(commands::JobsArgs),
+    /// Chat platform bindings and their member mapping (admins): list, show, add (the binding's
+    /// JSON on stdin), rm, members.
+    #[command(subcommand)]
+    Channels(commands::ChannelsCommand),
     /// The tenant's budget and what it spent; `--max-tokens`/`--max-usd`/`--clear` set it
     /// (admins).
     Budget(commands::BudgetArgs),

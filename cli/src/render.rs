@@ -414,10 +414,12 @@ impl Renderer {
                             ""
                         }
                     )),
+                    // Who asks to do what, where, and exactly what (not the model's API wording).
                     custom_types::APPROVAL_REQUESTED => style.yellow(&format!(
-                        "? approval {} needed: {}",
+                        "? approval {} needed from {}: {}",
                         data["approvalId"].as_str().unwrap_or("?"),
-                        text.unwrap_or_default()
+                        data["approver"]["sub"].as_str().unwrap_or("?"),
+                        wuhu_core::approvals::card_text(data)
                     )),
                     custom_types::APPROVAL_DECIDED => style.dim(&format!(
                         "approval {}: {}{}",

@@ -505,6 +505,68 @@ impl Client {
         self.get(self.url(["v1", "sessions", id, "jobs"])).await
     }
 
+    /// `GET /v1/channels` (admins).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `403` for a member.
+    pub async fn list_channels(&self) -> Result<wuhu_core::channels::ListChannelsResponse, Error> {
+        self.get(self.url(["v1", "channels"])).await
+    }
+
+    /// `GET /v1/channels/:id` (admins).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn channel(&self, id: &str) -> Result<wuhu_core::channels::ChannelView, Error> {
+        self.get(self.url(["v1", "channels", id])).await
+    }
+
+    /// `POST /v1/channels` (admins): `body` is the binding as the API takes it, credentials and
+    /// all.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` naming a bad field (never its value).
+    pub async fn create_channel(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<wuhu_core::channels::ChannelView, Error> {
+        self.send_json(Method::POST, self.url(["v1", "channels"]), body)
+            .await
+    }
+
+    /// `DELETE /v1/channels/:id` (admins).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn delete_channel(&self, id: &str) -> Result<(), Error> {
+        let url = self.url(["v1", "channels", id]);
+        self.send_empty(self.request(Method::DELETE, url)).await
+    }
+
+    /// `GET /v1/channels/:id/members` (admins).
+    ///
+    /// # Errors
+    /// As [`Client::healthz`].
+    pub async fn channel_members(
+        &self,
+        id: &str,
+    ) -> Result<wuhu_core::channels::members::Members, Error> {
+        self.get(self.url(["v1", "channels", id, "members"])).await
+    }
+
+    /// `PUT /v1/channels/:id/members` (admins): replaces the whole list.
+    ///
+    /// # Errors
+    /// As [`Client::healthz`]; `400` for a user or sub of the wrong shape.
+    pub async fn set_channel_members(
+        &self,
+        id: &str,
+        members: &wuhu_core::channels::members::Members,
+    ) -> Result<wuhu_core::channels::members::Members, Error> {
+        let url = self.url(["v1", "channels", id, "members"]);
+        self.send_json(Method::PUT, url, members).await
+    }
+
     /// `GET /v1/usage?by=&from=&to=`: the tenant's usage (a member's own sessions).
     ///
     /// # Errors

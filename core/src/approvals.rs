@@ -675,6 +675,64 @@ pub fn request_text(
     }
 }
 
+/// The most characters of what would run or change a card shows.
+pub const CARD_DETAIL_CHARS: usize = 1_500;
+
+/// A request as people read it (the web app's card, `wuhu chat`, chat channels): who asks to
+/// do what, and where. The model's `text` says the same with how to answer through the API;
+/// people answer with buttons.
+pub fn people_text(
+    action: &Action<'_>,
+    target: Option<&Target<'_>>,
+    turn_authors: &[String],
+) -> String {
+    let (asker, asks) = match turn_authors {
+        [] => ("This session (nobody prompted it)".to_string(), "asks"),
+        [one] => (one.clone(), "asks"),
+        many => (many.join(", "), "ask"),
+    };
+    let on_runner = target
+        .map(|t| {
+            format!(
+                " on {}'s {} runner {:?}",
+                t.runner_owner,
+                t.runner_kind.as_str(),
+                t.runner
+            )
+        })
+        .unwrap_or_default();
+    format!("{asker} {asks} to {}{on_runner}.", action.describe())
+}
+
+/// What people are shown of a request (the data of a `wuhu_approval_request_v1`): its `summary`
+/// (who asks to do what, where), then exactly what would run or change (`command`, `diff`,
+/// `content` or `url`, at most [`CARD_DETAIL_CHARS`]) in a fenced block. A request stored
+/// before summaries existed shows its `text`.
+pub fn card_text(data: &serde_json::Value) -> String {
+    let Some(summary) = data["summary"].as_str() else {
+        return data["text"]
+            .as_str()
+            .unwrap_or("An approval is needed.")
+            .to_string();
+    };
+    let detail = ["command", "diff", "content", "url"]
+        .iter()
+        .find_map(|key| data[*key].as_str().filter(|d| !d.is_empty()));
+    match detail {
+        None => summary.to_string(),
+        Some(detail) => {
+            let mut shown: String = detail.chars().take(CARD_DETAIL_CHARS).collect();
+            if shown.len() < detail.len() {
+                shown.push('…');
+            }
+            // A fence longer than any run of backticks inside, so the block cannot be closed early.
+            let longest = shown.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+            let fence = "`".repeat(longest.max(2) + 1);
+            format!("{summary}\n{fence}\n{shown}\n{fence}")
+        }
+    }
+}
+
 fn duration_text(secs: u64) -> String {
     match secs {
         s if s % 3600 == 0 => plural(s / 3600, "hour"),
@@ -1611,6 +1669,77 @@ mod tests {
                 .map(|d| d["approvalId"].as_str().unwrap())
                 .collect();
             assert_eq!(got, want, "{entries:?}");
+        }
+    }
+
+    #[test]
+    fn people_read_who_asks_what_where_and_exactly_what_would_run() {
+        let target = Target {
+            runner: "mac",
+            runner_owner: "alice",
+            runner_kind: RunnerKind::Local,
+            policy: ApprovalPolicy::Auto,
+        };
+        let run = Action::Run {
+            tool: "bash",
+            environment: "api",
+        };
+        let cases: Vec<(Vec<String>, Option<&Target<'_>>, &str)> = vec![
+            (
+                vec!["bob".into()],
+                Some(&target),
+                "bob asks to run bash on environment \"api\" on alice's local runner \"mac\".",
+            ),
+            (
+                vec!["bob".into(), "cy".into()],
+                None,
+                "bob, cy ask to run bash on environment \"api\".",
+            ),
+            (
+                vec![],
+                Some(&target),
+                "This session (nobody prompted it) asks to run bash on environment \"api\" on alice's local runner \"mac\".",
+            ),
+        ];
+        for (authors, target, want) in cases {
+            assert_eq!(people_text(&run, target, &authors), want);
+        }
+
+        let summary = "bob asks to run bash.";
+        // (data, card)
+        let long = "x".repeat(CARD_DETAIL_CHARS + 5);
+        let cases = vec![
+            (
+                serde_json::json!({"summary": summary, "command": "cargo test", "text": "Answer with POST …"}),
+                format!("{summary}\n```\ncargo test\n```"),
+            ),
+            (
+                serde_json::json!({"summary": summary, "diff": "-a\n+b"}),
+                format!("{summary}\n```\n-a\n+b\n```"),
+            ),
+            (serde_json::json!({"summary": summary}), summary.to_string()),
+            (
+                serde_json::json!({"summary": summary, "command": ""}),
+                summary.to_string(),
+            ),
+            // Older requests have only the model's text.
+            (
+                serde_json::json!({"text": "Approval needed from alice"}),
+                "Approval needed from alice".to_string(),
+            ),
+            (serde_json::json!({}), "An approval is needed.".to_string()),
+            // A fence the command cannot close.
+            (
+                serde_json::json!({"summary": summary, "command": "echo ```; ls"}),
+                format!("{summary}\n````\necho ```; ls\n````"),
+            ),
+            (
+                serde_json::json!({"summary": summary, "command": long}),
+                format!("{summary}\n```\n{}…\n```", "x".repeat(CARD_DETAIL_CHARS)),
+            ),
+        ];
+        for (data, want) in cases {
+            assert_eq!(card_text(&data), want, "{data}");
         }
     }
 }

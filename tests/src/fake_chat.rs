@@ -53,9 +53,9 @@ pub struct ChatCall {
 impl ChatCall {
     /// The message text, whatever the platform calls it.
     pub fn text(&self) -> &str {
-        ["text", "content"]
+        ["/text", "/content", "/approval/text"]
             .iter()
-            .find_map(|k| self.body[*k].as_str())
+            .find_map(|k| self.body.pointer(k).and_then(serde_json::Value::as_str))
             .unwrap_or_default()
     }
 

@@ -1112,6 +1112,17 @@ fn approval_buttons_count_only_from_the_approver() {
         let buttons = world
             .buttons(&posts[0])
             .unwrap_or_else(|| panic!("{platform:?}: no buttons in {:?}", posts[0]));
+        // The card speaks to people (who asks to do what, where), not with the model's API
+        // instructions.
+        // (Telegram's is HTML: its quotes are entities.)
+        let card = posts[0].text().replace("&quot;", "\"");
+        assert!(
+            card.contains(&format!(
+                "{} asks to attach environment \"guarded\" on ",
+                world.identity(1)
+            )) && !card.contains("Answer with POST"),
+            "{platform:?}: {card}"
+        );
         let value = |decision: &str| {
             buttons
                 .iter()

@@ -1330,3 +1330,73 @@ fn fork_compact_usage_and_budget_speak_json_and_words() {
     let cleared = admin.run(&["--json", "budget", "--clear"]).ok().json();
     assert_eq!(cleared["budget"], Value::Null, "{cleared}");
 }
+
+#[test]
+fn channels_are_added_listed_mapped_and_removed_by_admins_only() {
+    let stack = stack();
+    let tenant = unique_name("cli-channels");
+    let admin = Wuhu::new()
+        .env("WUHU_SERVER", &stack.base_url())
+        .env("WUHU_TOKEN", &stack.admin_token("root", &tenant));
+    let secret = format!("generic-{}", wuhu_e2e::util::random_hex(12));
+    let binding = json!({"platform": "generic", "name": "from the cli",
+        "credentials": {"secret": secret, "replyUrl": "http://127.0.0.1:9/reply"}});
+    // The credentials go on stdin, never on the command line.
+    let added = admin
+        .run_with_stdin(&["--json", "channels", "add"], &binding.to_string())
+        .ok()
+        .json();
+    let id = added["id"].as_str().expect("id").to_string();
+    assert!(!added.to_string().contains(&secret), "{added}");
+    let words = admin.run(&["channels", "show", &id]).ok();
+    assert!(
+        words.stdout.contains("from the cli") && words.stdout.contains("webhook: "),
+        "{words:?}"
+    );
+    assert!(!words.stdout.contains(&secret), "{words:?}");
+    let listed = admin.run(&["--json", "channels", "list"]).ok().json();
+    assert_eq!(listed["channels"][0]["id"], id.as_str(), "{listed}");
+
+    let mapped = admin
+        .run(&[
+            "--json",
+            "channels",
+            "members",
+            &id,
+            "--map",
+            "u-1=alice",
+            "--map",
+            "u-2=bob",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        mapped["members"],
+        json!([{"user": "u-1", "sub": "alice"}, {"user": "u-2", "sub": "bob"}])
+    );
+    let words = admin.run(&["channels", "members", &id]).ok();
+    assert!(
+        words.stdout.contains("u-2") && words.stdout.contains("bob"),
+        "{words:?}"
+    );
+    // A usage error (exit 1), before any request.
+    let bad = admin.run(&["channels", "members", &id, "--map", "no-equals"]);
+    assert_eq!(bad.code(), 1, "{bad:?}");
+
+    // A member may not see or change bindings: the server's 403 (exit 2), nothing changed.
+    let member = user("alice", &tenant);
+    let refused = member.run(&["channels", "list"]);
+    assert_eq!(refused.code(), 2, "{refused:?}");
+    assert!(refused.stderr.contains("403"), "{refused:?}");
+    let refused = member.run(&["channels", "rm", &id]);
+    assert_eq!(refused.code(), 2, "{refused:?}");
+
+    let cleared = admin
+        .run(&["--json", "channels", "members", &id, "--clear"])
+        .ok()
+        .json();
+    assert_eq!(cleared["members"], json!([]));
+    admin.run(&["channels", "rm", &id]).ok();
+    let listed = admin.run(&["--json", "channels", "list"]).ok().json();
+    assert_eq!(listed["channels"], json!([]), "{listed}");
+}

@@ -18,7 +18,7 @@
 
 import { chromium } from "playwright-core";
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { connect } from "node:net";
 import { join } from "node:path";
@@ -564,6 +564,30 @@ try {
       await adminPage.getByRole("button", { name: "Save budget" }).click();
       await adminPage.getByTestId("budget-state").filter({ hasText: "No budget" }).waitFor();
       await adminPage.getByTestId("request-logs").getByText("No request logs.").waitFor();
+      // Channels (admins): a generic binding added from its JSON (the page shows where to point
+      // the platform, never the secret), a member mapped and unmapped, then deleted.
+      await adminPage.getByRole("link", { name: "Channels" }).click();
+      await adminPage.getByText("Add a channel").click();
+      const secret = `generic-secret-${Date.now()}`;
+      await adminPage.getByLabel("Binding JSON").fill(
+        JSON.stringify({ platform: "generic", name: "web hooks", credentials: { secret, replyUrl: "http://127.0.0.1:9/reply" } }),
+      );
+      await adminPage.getByRole("form", { name: "Add a channel" }).getByRole("button", { name: "Add" }).click();
+      await adminPage.getByRole("status").filter({ hasText: "Added generic channel “web hooks”" }).waitFor();
+      const card = adminPage.getByRole("region", { name: "Channel web hooks" });
+      await card.getByText("/hooks/generic/").first().waitFor();
+      check(!(await adminPage.locator("main").textContent()).includes(secret), "the secret is never shown");
+      await card.getByLabel("Platform user id").fill("u-9");
+      await card.getByLabel("Wuhu name").fill("alice");
+      await card.getByRole("button", { name: "Map" }).click();
+      await card.getByTestId("channel-members").getByText("u-9").waitFor();
+      const channelId = (await call(ADMIN, "GET", "/v1/channels")).channels[0].id;
+      check((await call(ADMIN, "GET", `/v1/channels/${channelId}/members`)).members[0]?.sub === "alice", "the mapping was saved");
+      await card.getByRole("button", { name: "Unmap u-9" }).click();
+      await poll("the mapping is gone", async () => (await call(ADMIN, "GET", `/v1/channels/${channelId}/members`)).members.length === 0);
+      await card.getByRole("button", { name: "Delete" }).click();
+      await adminPage.getByRole("group", { name: "Confirm deleting web hooks" }).getByRole("button", { name: "Yes, delete it" }).click();
+      await adminPage.getByText("No channels yet.").waitFor();
     } finally {
       await adminContext.close();
     }
@@ -587,6 +611,12 @@ try {
   await page.goto(`${BASE}/#/s/${shared.id}`);
   const approval = page.getByTestId("approval");
   await approval.getByRole("button", { name: "Approve", exact: true }).waitFor();
+  // The card speaks to people: who asks to do what, where, the exact command and when it
+  // expires; not the model's wording with the API call to answer it.
+  await approval.getByTestId("approval-summary").filter({ hasText: `bob asks to run bash on environment "api" on alice's local runner "${RUNNER}".` }).waitFor();
+  await approval.getByTestId("approval-detail").filter({ hasText: `touch '${marker}'` }).waitFor();
+  await approval.getByText(/expires in \d+ (min|h)/).waitFor();
+  check(!(await approval.textContent()).includes("Answer with POST"), "the card does not show the model's API instructions");
   await page.getByTestId("environments").getByText("api", { exact: true }).waitFor();
   check(!existsSync(marker), "the call waits for alice before it runs");
   // Bob may prompt this group chat but not stop it: his page's Stop goes over his socket and
@@ -634,6 +664,26 @@ try {
   await jobsPanel.locator("li[data-state=succeeded]").filter({ hasText: "echo from-the-job" }).waitFor();
   await jobsPanel.getByText(/Output \(1 lines\)/).click();
   await jobsPanel.getByText("from-the-job", { exact: true }).waitFor();
+
+  // 8a2. A running command's output shows while it runs, colours rendered; the result replaces
+  // it when the command ends.
+  log("live output of a running command");
+  const go = join(API_DIR, `go-${Date.now()}`);
+  await call(ALICE, "POST", `/v1/sessions/${shared.id}/enqueue?lane=followUp`, {
+    content: fake({
+      toolCalls: [{ name: "bash", arguments: { command: `printf '\\033[31mred-line\\033[0m\\n'; while [ ! -e '${go}' ]; do sleep 0.1; done; echo after-go` } }],
+      afterTools: "ran it",
+    }),
+  });
+  const terminal = page.getByTestId("live-output");
+  const red = terminal.locator("span", { hasText: "red-line" });
+  await red.waitFor();
+  const [colour, around] = await red.evaluate((el) => [getComputedStyle(el).color, getComputedStyle(el.parentElement).color]);
+  check((await red.getAttribute("class")) === "ansi-red-fg" && colour !== around, `the colour is rendered (${colour} in ${around})`);
+  check(!(await terminal.textContent()).includes("\\033"), "no raw escape codes");
+  writeFileSync(go, "");
+  await assistantMessages().filter({ hasText: "ran it" }).waitFor();
+  await poll("the live pane is gone", async () => (await page.getByTestId("live-output").count()) === 0);
 
   // 8b. An image a tool read (shot.png, 3x2, written by web_app.rs into the environment) is
   // shown in the transcript, loaded from GET /v1/blobs/:id with the cookie session.

@@ -21,6 +21,8 @@ import type {
   TenantUsage,
   LogRecordSummary,
   JobInfo,
+  ChannelInfo,
+  ChannelMember,
   TokenInfo,
 } from "./types";
 
@@ -155,6 +157,12 @@ export const api = {
   tenantUsage: (by: "day" | "model" | "user" | "session", from?: number) =>
     request<TenantUsage>("GET", `/v1/usage?by=${by}${from !== undefined ? `&from=${from}` : ""}`),
   budget: () => request<TenantBudget>("GET", "/v1/budget"),
+  channels: () => request<{ channels: ChannelInfo[] }>("GET", "/v1/channels"),
+  createChannel: (body: unknown) => request<ChannelInfo>("POST", "/v1/channels", body),
+  deleteChannel: (id: string) => request<unknown>("DELETE", `/v1/channels/${enc(id)}`),
+  channelMembers: (id: string) => request<{ members: ChannelMember[] }>("GET", `/v1/channels/${enc(id)}/members`),
+  setChannelMembers: (id: string, members: ChannelMember[]) =>
+    request<{ members: ChannelMember[] }>("PUT", `/v1/channels/${enc(id)}/members`, { members }),
   putBudget: (body: { maxTokens?: number; maxUsd?: number }) => request<TenantBudget>("PUT", "/v1/budget", body),
   llmLogs: (after?: string) =>
     request<{ records: LogRecordSummary[]; nextAfter?: string }>("GET", `/v1/llm-logs?limit=100${after ? `&after=${enc(after)}` : ""}`),

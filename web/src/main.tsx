@@ -15,6 +15,7 @@ import { Tokens } from "./views/Tokens";
 import { Secrets } from "./views/Secrets";
 import { Mcp } from "./views/Mcp";
 import { Usage } from "./views/Usage";
+import { Channels } from "./views/Channels";
 import { Workspace } from "./views/Workspace";
 
 type Route =
@@ -25,6 +26,7 @@ type Route =
   | { name: "secrets" }
   | { name: "mcp"; finish: string | null }
   | { name: "usage" }
+  | { name: "channels" }
   | { name: "workspace"; path: string | null };
 
 function parseRoute(hash: string): Route {
@@ -34,6 +36,7 @@ function parseRoute(hash: string): Route {
   if (parts[0] === "tokens") return { name: "tokens" };
   if (parts[0] === "secrets") return { name: "secrets" };
   if (parts[0] === "usage") return { name: "usage" };
+  if (parts[0] === "channels") return { name: "channels" };
   if (parts[0] === "mcp") return { name: "mcp", finish: parts[1] === "finish" && parts[2] ? parts[2] : null };
   if (parts[0] === "workspace") {
     const path = parts.slice(1).map(decodeURIComponent).join("/");
@@ -92,6 +95,7 @@ function App() {
           {nav("secrets", "#/secrets", "Secrets")}
           {nav("mcp", "#/mcp", "MCP")}
           {nav("usage", "#/usage", "Usage")}
+          {me.role === "admin" && nav("channels", "#/channels", "Channels")}
           {nav("workspace", "#/workspace", "Workspace")}
         </nav>
         <div class="whoami" data-testid="whoami" title={`tenant ${me.tenant}, signed in by ${me.via}`}>
@@ -113,6 +117,7 @@ function App() {
         {route.name === "secrets" && <Secrets me={me} />}
         {route.name === "mcp" && <Mcp me={me} finish={route.finish} />}
         {route.name === "usage" && <Usage me={me} />}
+        {route.name === "channels" && <Channels me={me} />}
         {route.name === "workspace" && <Workspace me={me} path={route.path} />}
       </main>
     </div>

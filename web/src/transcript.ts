@@ -16,7 +16,10 @@ export interface ToolCallView {
 
 export interface ApprovalView {
   approvalId: string;
+  /** What people read: who asks to do what, where (`summary`); the model's `text` for requests from before it existed. */
   text: string;
+  /** The file the call touches, when it names one. */
+  path: string | null;
   tool: string;
   approver: { kind: string; sub: string } | null;
   expiresAt: number | null;
@@ -116,7 +119,8 @@ export function buildItems(entries: Entry[]): Item[] {
           entry,
           approval: {
             approvalId,
-            text: String(data.text ?? `Approval needed for ${String(data.tool ?? "a tool call")}`),
+            text: String(data.summary ?? data.text ?? `Approval needed for ${String(data.tool ?? "a tool call")}`),
+            path: typeof data.path === "string" ? data.path : null,
             tool: String(data.tool ?? ""),
             approver: (data.approver as ApprovalView["approver"]) ?? null,
             // Requests from before scoped grants have no field: offered, as they were.

@@ -159,6 +159,9 @@ export type FollowEvent =
   | { type: "queue_item_added"; id: string; lane: Lane; author: string; preview: string }
   | { type: "queue_item_removed"; id: string; reason: "delivered" | "cancelled" }
   | { type: "child_status"; child: ChildInfo }
+  | { type: "tool_output_delta"; callId: string; stream: string; text: string }
+  | { type: "thinking_delta"; delta: string }
+  | { type: "tool_call_delta"; callId: string; name: string; argumentsDelta: string }
   | { type: "idle" }
   | { type: "done" }
   | { type: "lagged"; cursor: number }
@@ -286,4 +289,21 @@ export interface JobInfo {
   state: "running" | "succeeded" | "failed" | "killed";
   reason?: string;
   report?: { exitCode?: number; signal?: number; timedOut: boolean; durationMs: number; totalLines: number; outputTail: string };
+}
+
+/** A chat platform binding as the API shows it (`GET /v1/channels`): credentials masked. */
+export interface ChannelInfo {
+  id: string;
+  platform: "slack" | "telegram" | "discord" | "generic";
+  name: string;
+  admit: string;
+  credentials: Record<string, unknown>;
+  webhookUrl: string;
+  setup: string[];
+}
+
+/** A platform user mapped to a Wuhu name (`GET|PUT /v1/channels/:id/members`). */
+export interface ChannelMember {
+  user: string;
+  sub: string;
 }

@@ -11,6 +11,15 @@ export function timeAgo(unixSeconds: number | null | undefined, now = Date.now()
   return new Date(unixSeconds * 1000).toLocaleDateString();
 }
 
+/** How long until `unixSeconds`: `in 5 min`, `in 2 h`, `now`. */
+export function timeUntil(unixSeconds: number, now = Date.now() / 1000): string {
+  const d = Math.max(0, Math.round(unixSeconds - now));
+  if (d < 60) return d === 0 ? "now" : `in ${d} s`;
+  if (d < 3600) return `in ${Math.floor(d / 60)} min`;
+  if (d < 86400) return `in ${Math.floor(d / 3600)} h`;
+  return `on ${new Date(unixSeconds * 1000).toLocaleDateString()}`;
+}
+
 export function errorText(error: unknown): string {
   if (error instanceof ApiError) return `${error.message} (${error.status} ${error.code})`;
   if (error instanceof Error) return error.message;

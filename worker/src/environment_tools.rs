@@ -641,7 +641,7 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         policy_gate::CALL_PART,
         &facts,
         Some(target),
-        details,
+        details.clone(),
     )
     .await
     {
@@ -652,7 +652,15 @@ async fn run_on_runner(ctx: &ToolContext, call: &ToolCall) -> ToolOutput {
         tool: &call.name,
         environment: &name,
     };
-    let data = json!({"tool": call.name, "environment": name});
+    // The owner sees exactly what would run or change (the command, the diff, the content)
+    // and where (the path), as a policy's ask shows it.
+    let mut data = json!({"tool": call.name, "environment": name});
+    if let Some(path) = arguments.get("path").and_then(Value::as_str) {
+        data["path"] = json!(path);
+    }
+    if let (Value::Object(data), Value::Object(details)) = (&mut data, details) {
+        data.extend(details);
+    }
     let approved_by = decided.approved_by.as_deref();
     if let Err(error) = approve(ctx, "", target, action, data, approved_by).await {
         let mut output = ToolOutput::text(Err(error));

@@ -42,8 +42,9 @@ pub fn scan(scan: &mut Scan, entries: &[crate::wire::Entry]) {
                 if custom_type == custom_types::APPROVAL_REQUESTED =>
             {
                 if let Some(id) = data["approvalId"].as_str() {
-                    let text = data["text"].as_str().unwrap_or("An approval is needed.");
-                    scan.approvals.push((id.to_string(), text.to_string()));
+                    // What people read: who asks to do what, where, and what exactly.
+                    scan.approvals
+                        .push((id.to_string(), crate::approvals::card_text(data)));
                 }
             }
             EntryPayload::Custom { custom_type, .. } if custom_type == custom_types::LLM_ERROR => {

@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { AnsiUp } from "ansi_up";
 import { api } from "../api";
 import type { Identity } from "../auth";
 import type { Connection } from "../follow";
@@ -6,7 +7,7 @@ import { linkSession, type SessionLink, type Transport } from "../link";
 import { renderMarkdown } from "../markdown";
 import { buildItems, formatArguments, mergeEntries, sortedEntries, type ApprovalView, type Item } from "../transcript";
 import type { Attachment, BlobRef, ChildInfo, JobInfo, Entry, FollowEvent, Lane, QueueItem, RunnerInfo, SessionInfo, SessionUsage } from "../types";
-import { ErrorLine, StatusBadge, errorText, timeAgo } from "../util";
+import { ErrorLine, StatusBadge, errorText, timeAgo, timeUntil } from "../util";
 
 export function SessionView({ id, me }: { id: string; me: Identity }) {
   const entries = useRef(new Map<number, Entry>());
@@ -16,6 +17,12 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
   const [queue, setQueue] = useState<QueueItem[]>([]);
   const [children, setChildren] = useState<ChildInfo[]>([]);
   const [jobs, setJobs] = useState<JobInfo[]>([]);
+  // Output of the tool calls still running (`tool_output_delta`), by call id: each call's last
+  // LIVE_OUTPUT_CHARS, dropped when its result arrives (the result is the source of truth).
+  const [live, setLive] = useState<Record<string, string>>({});
+  // What the model is writing before its entry: thinking, and the calls it is composing.
+  const [thinking, setThinking] = useState("");
+  const [composing, setComposing] = useState<string[]>([]);
   const [attached, setAttached] = useState<Attachment[]>([]);
   const [runners, setRunners] = useState<RunnerInfo[]>([]);
   const [streaming, setStreaming] = useState("");
@@ -71,12 +78,33 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
         case "entry_appended": {
           addEntries([event.entry]);
           const e = event.entry;
-          if (e.type === "message" && e.message.role === "assistant") setStreaming("");
+          if (e.type === "message" && e.message.role === "assistant") {
+            setStreaming("");
+            setThinking("");
+            setComposing([]);
+          }
+          if (e.type === "message" && e.message.role === "tool_result") {
+            const done = e.message.toolCallId;
+            setLive((l) => {
+              if (!(done in l)) return l;
+              const { [done]: _, ...rest } = l;
+              return rest;
+            });
+          }
           if (e.type === "custom" && /environment_(attached|detached)/.test(e.custom_type)) void refreshMeta();
           break;
         }
         case "assistant_text_delta":
           setStreaming((s) => s + event.delta);
+          break;
+        case "thinking_delta":
+          setThinking((t) => (t + event.delta).slice(-LIVE_OUTPUT_CHARS));
+          break;
+        case "tool_call_delta":
+          setComposing((c) => (c.includes(event.name) ? c : [...c, event.name]));
+          break;
+        case "tool_output_delta":
+          setLive((l) => ({ ...l, [event.callId]: ((l[event.callId] ?? "") + event.text).slice(-LIVE_OUTPUT_CHARS) }));
           break;
         // Everyone viewing the session sees what others queue, live (the preview is the
         // message's first 200 characters; a reload shows it whole).
@@ -217,8 +245,14 @@ export function SessionView({ id, me }: { id: string; me: Identity }) {
         <div class="chat" ref={scroller} onScroll={onScroll} aria-label="Transcript" role="log" data-testid="transcript">
           {!loaded && <p class="muted">Loading transcript…</p>}
           {items.map((item) => (
-            <ItemView key={item.entry.cursor} item={item} sessionId={id} />
+            <ItemView key={item.entry.cursor} item={item} sessionId={id} live={live} />
           ))}
+          {(thinking || composing.length > 0) && (
+            <div class="msg assistant streaming" data-testid="composing">
+              {thinking && <div class="thinking-live muted small">{thinking}</div>}
+              {composing.length > 0 && <div class="muted small">writing {composing.join(", ")}…</div>}
+            </div>
+          )}
           {streaming && (
             <div class="msg assistant streaming" data-testid="streaming" aria-live="polite">
               <div class="who">assistant</div>
@@ -535,7 +569,49 @@ function ConnectionLine({ connection, resumed }: { connection: { state: Connecti
   return null;
 }
 
-function ItemView({ item, sessionId }: { item: Item; sessionId: string }) {
+/** The most characters of a running call's output (or of streaming thinking) the page keeps. */
+const LIVE_OUTPUT_CHARS = 64 * 1024;
+
+/** `color:rgb(1,2,3);font-weight:bold` as a style object (applied through the CSSOM, which the
+ * page's CSP allows, where a `style` attribute in markup is refused). */
+function styleObject(style: string | null): Record<string, string> | undefined {
+  if (!style) return undefined;
+  const out: Record<string, string> = {};
+  for (const part of style.split(";")) {
+    const at = part.indexOf(":");
+    if (at > 0) out[part.slice(0, at).trim()] = part.slice(at + 1).trim();
+  }
+  return out;
+}
+
+/** A running command's output as a terminal shows it: ANSI colours rendered (ansi_up, with
+ * classes for the 16 colours), HTML escaped. ansi_up's markup is read in an inert document and
+ * rebuilt as elements, so nothing is set as a style attribute. */
+function Terminal({ text }: { text: string }) {
+  const nodes = useMemo(() => {
+    const ansi = new AnsiUp();
+    ansi.escape_html = true;
+    ansi.use_classes = true;
+    const doc = new DOMParser().parseFromString(`<pre>${ansi.ansi_to_html(text)}</pre>`, "text/html");
+    const pre = doc.body.firstElementChild;
+    return Array.from(pre?.childNodes ?? []).map((node, i) =>
+      node.nodeType === Node.ELEMENT_NODE ? (
+        <span key={i} class={(node as Element).getAttribute("class") ?? undefined} style={styleObject((node as Element).getAttribute("style"))}>
+          {node.textContent}
+        </span>
+      ) : (
+        node.textContent
+      ),
+    );
+  }, [text]);
+  return (
+    <pre class="terminal" data-testid="live-output" aria-live="polite">
+      {nodes}
+    </pre>
+  );
+}
+
+function ItemView({ item, sessionId, live }: { item: Item; sessionId: string; live: Record<string, string> }) {
   switch (item.kind) {
     case "header":
       return (
@@ -568,11 +644,12 @@ function ItemView({ item, sessionId }: { item: Item; sessionId: string }) {
           )}
           {item.text && <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(item.text) }} />}
           {item.calls.map(({ call, result }) => (
-            <details key={call.id} class={`tool ${result?.isError ? "tool-error" : ""}`}>
+            <details key={call.id} class={`tool ${result?.isError ? "tool-error" : ""}`} open={!result && call.id in live}>
               <summary>
                 <code>{call.name}</code>
-                <span class="muted">{result ? (result.isError ? " · failed" : " · done") : " · waiting"}</span>
+                <span class="muted">{result ? (result.isError ? " · failed" : " · done") : call.id in live ? " · running" : " · waiting"}</span>
               </summary>
+              {!result && call.id in live && <Terminal text={live[call.id]} />}
               <div class="tool-label">arguments</div>
               <pre>{formatArguments(call.arguments)}</pre>
               {result && (
@@ -649,10 +726,13 @@ function ApprovalCard({ approval, sessionId }: { approval: ApprovalView; session
   return (
     <div class="approval" data-testid="approval" data-approval-id={approval.approvalId}>
       <p>
-        <strong>Approval needed</strong>
-        {approval.approver ? <span class="muted"> · answered by {approval.approver.sub}</span> : null}
+        <strong>Approval needed{approval.approver ? ` from ${approval.approver.sub}` : ""}</strong>
+        {approval.expiresAt !== null && !approval.decision && !expired ? (
+          <span class="muted"> · expires {timeUntil(approval.expiresAt)}</span>
+        ) : null}
       </p>
-      <p>{approval.text}</p>
+      <p data-testid="approval-summary">{approval.text}</p>
+      {approval.path !== null && <p class="mono small">{approval.path}</p>}
       {approval.detail !== null && (
         <pre class="approval-detail" data-testid="approval-detail">
           {approval.detail}

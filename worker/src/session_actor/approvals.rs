@@ -470,6 +470,13 @@ impl ApprovalGate for ActorApprovals {
         // The rule "always" would add to the approver's policy (`null`: not offered).
         data["always"] = json!(ask.always);
         data["expiresAt"] = json!(approval.expires_at.unix_seconds());
+        // What people read (the web app's card, `wuhu chat`, chat channels); `text` is the
+        // model's, with how to answer through the API.
+        data["summary"] = json!(approvals::people_text(
+            &ask.action,
+            ask.target.as_ref(),
+            &turn_authors
+        ));
         data["text"] = json!(approvals::request_text(
             &ask.action,
             ask.target.as_ref(),
