@@ -550,53 +550,38 @@ async fn a_servers_secrets_are_in_its_environment_and_a_changed_value_starts_it_
     let world = World::new();
     let mut server = world.everything("");
     server.secrets = vec![String::from("API_TOKEN")];
-    let secrets =
-        |value: &str| SecretEnv(BTreeMap::from([(String::from("API_TOKEN"), value.into())]));
-    let env_of = |out: ToolOutput| text(&result(out).unwrap());
-    let get_env = json!({"name": "get-env", "arguments": {}});
+    // The server's environment as `get-env` prints it, started (or not) with this value.
+    let env_with = |value: &'static str| {
+        let (world, server) = (&world, &server);
+        async move {
+            let secrets = SecretEnv(BTreeMap::from([(String::from("API_TOKEN"), value.into())]));
+            let get_env = json!({"name": "get-env", "arguments": {}});
+            let out = world
+                .request_with_secrets(
+                    server,
+                    "tools/call",
+                    get_env,
+                    None,
+                    CancelSignal::never(),
+                    &secrets,
+                )
+                .await;
+            text(&result(out).unwrap())
+        }
+    };
 
-    let first = world
-        .request_with_secrets(
-            &server,
-            "tools/call",
-            get_env.clone(),
-            None,
-            CancelSignal::never(),
-            &secrets("v-one"),
-        )
-        .await;
-    let env = env_of(first);
+    let env = env_with("v-one").await;
     assert!(env.contains("\"API_TOKEN\": \"v-one\""), "{env}");
     assert!(env.contains("\"GREETING\": \"hola\""), "{env}");
     let pids = world.servers.pids(SESSION, "api").await;
     assert_eq!(pids.len(), 1);
 
     // The same values: the same process.
-    let again = world
-        .request_with_secrets(
-            &server,
-            "tools/call",
-            get_env.clone(),
-            None,
-            CancelSignal::never(),
-            &secrets("v-one"),
-        )
-        .await;
-    assert!(env_of(again).contains("v-one"));
+    assert!(env_with("v-one").await.contains("v-one"));
     assert_eq!(world.servers.pids(SESSION, "api").await, pids);
 
     // A value changed in the vault: a new process with the new value (the old one is gone).
-    let rotated = world
-        .request_with_secrets(
-            &server,
-            "tools/call",
-            get_env.clone(),
-            None,
-            CancelSignal::never(),
-            &secrets("v-two"),
-        )
-        .await;
-    let env = env_of(rotated);
+    let env = env_with("v-two").await;
     assert!(env.contains("v-two") && !env.contains("v-one"), "{env}");
     let restarted = world.servers.pids(SESSION, "api").await;
     assert_eq!(restarted.len(), 1);
