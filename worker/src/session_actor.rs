@@ -54,6 +54,7 @@ mod children;
 mod choice;
 mod deletion;
 mod effects;
+mod faults;
 mod follow;
 mod inference;
 mod jobs;
@@ -167,7 +168,7 @@ impl DurableObject for SessionActor {
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
         if self.actor.lifecycle.frozen.get() {
-            return Ok(children::frozen_response());
+            return Ok(faults::frozen_response());
         }
         // A request may start a turn: sockets from before a hibernation follow it.
         self.actor.revive_sockets();
@@ -204,7 +205,7 @@ impl DurableObject for SessionActor {
 
     async fn alarm(&self) -> worker::Result<Response> {
         if self.actor.lifecycle.frozen.get() {
-            return Ok(children::frozen_response());
+            return Ok(faults::frozen_response());
         }
         let actor = self.actor.clone();
         actor.revive_sockets();

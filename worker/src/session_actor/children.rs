@@ -20,6 +20,7 @@ use wuhu_core::orchestration::{self, Lineage, Slot, accept_report, parent_messag
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus, Lane, Status, StreamEvent};
 
+use super::faults::{Fault, fault_is};
 use super::store::PendingInput;
 use super::{Actor, now};
 use crate::http::{ApiError, ApiResult};
@@ -36,54 +37,6 @@ use wuhu_core::lifecycle::{AfterAttempt, Attempt, Event};
 pub(crate) const MAX_PENDING_INPUTS: usize = 16;
 /// How often a child that waits for a slot asks the gate again (in case a `/start` was lost).
 const GATE_POLL_MS: u64 = 30_000;
-/// Test-only (never set in a deployment's configuration): names a point of a child's end at
-/// which its actor behaves as if its isolate were lost (`Fault`). Read by the fault tests of
-/// `tests/tests/lifecycle_faults.rs`.
-pub(crate) const FAULT_VAR: &str = "WUHU_FAULT_LIFECYCLE";
-
-/// The points of a child's end a fault test may stop at (`FAULT_VAR`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// A settling is about to be committed.
-    BeforeCommit,
-    /// A change and its outbox rows are committed; nothing is delivered yet.
-    AfterCommit,
-    /// The parent committed a report; the child did not take the acknowledgement.
-    AfterDelivery,
-    /// The parent was told; the gate slot is about to be released.
-    BeforeRelease,
-    /// Not a crash: every release is dropped as if it had been sent (the gate's reconciliation
-    /// must free the slot).
-    LoseRelease,
-}
-
-impl Fault {
-    fn name(self) -> &'static str {
-        match self {
-            Fault::BeforeCommit => "before_commit",
-            Fault::AfterCommit => "after_commit",
-            Fault::AfterDelivery => "after_delivery",
-            Fault::BeforeRelease => "before_release",
-            Fault::LoseRelease => "lose_release",
-        }
-    }
-}
-
-fn fault_is(env: &worker::Env, point: Fault) -> bool {
-    env.var(FAULT_VAR)
-        .is_ok_and(|v| v.to_string() == point.name())
-}
-
-/// What a frozen actor (`Actor::fault_point`) answers.
-pub(super) fn frozen_response() -> worker::Response {
-    crate::http::ApiError::new(
-        503,
-        "unavailable",
-        "this actor stopped at a test fault point",
-    )
-    .into_response()
-}
-
 /// The `children` table of a parent: a child's newest status by id, in spawn order. At most
 /// `orchestration::MAX_CHILDREN_PER_SESSION` rows.
 pub(crate) struct ChildStore {
@@ -392,25 +345,6 @@ impl Actor {
             .with_loaded(|l| l.session.status() == Status::Running || !l.meta.pending.is_empty())
             .unwrap_or(false);
         SlotHolder { running }
-    }
-
-    /// Test-only: whether `point` is the fault `WUHU_FAULT_LIFECYCLE` names, for a child
-    /// session. If so, the actor freezes as if its isolate were lost there: it logs a
-    /// `fault_point` line (the test kills the server when it sees it), drops its tasks and its
-    /// loaded session, and answers nothing more in this isolate.
-    pub(super) fn fault_point(self: &Rc<Self>, point: Fault) -> bool {
-        if !fault_is(&self.env, point) || self.lineage().parent_id.is_none() {
-            return false;
-        }
-        let session = self.session_id();
-        worker::console_log!(
-            "{}",
-            serde_json::json!({"event": "fault_point", "point": point.name(), "session": session})
-        );
-        self.lifecycle.frozen.set(true);
-        super::tasks::abandon_all(self);
-        *self.loaded.borrow_mut() = None;
-        true
     }
 
     /// Gives this child input through the gate: a running child (it holds a slot) gets it at

@@ -168,7 +168,7 @@ pub(super) struct Lifecycle {
     pub(super) outbox_sending: Cell<bool>,
     /// When the outbox's head is next due (ms), while rows wait: the alarm fires by then.
     pub(super) outbox_next_at: Cell<Option<u64>>,
-    /// A test-only fault point was reached (`children::FAULT_VAR`): this actor does nothing
+    /// A test-only fault point was reached (`faults::FAULT_VAR`): this actor does nothing
     /// more in this isolate, as if it were lost there.
     pub(super) frozen: Cell<bool>,
 }

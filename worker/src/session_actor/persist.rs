@@ -275,7 +275,7 @@ impl Actor {
             return Err(gone);
         }
         // Test-only: the isolate is lost before a child's settling is committed.
-        if batch.settles && self.fault_point(super::children::Fault::BeforeCommit) {
+        if batch.settles && self.fault_point(super::faults::Fault::BeforeCommit) {
             let lost = storage_error("lost before the commit (test fault)");
             if let Some(done) = done {
                 let _ = done.send(Err(lost.clone()));

@@ -169,6 +169,14 @@ pub(crate) fn abandon_all(actor: &Rc<Actor>) {
     actor.in_flight.tasks.abort_all();
 }
 
+impl Actor {
+    /// [`abandon_all`], for the modules that drop the loaded session (a failed write, a test's
+    /// fault point).
+    pub(super) fn abandon_tasks(self: &Rc<Self>) {
+        abandon_all(self);
+    }
+}
+
 /// After a restart: cancels every runner call a task of the previous isolate left running.
 /// Runs before the session resumes, so a resumed step never races its predecessor's command.
 pub(crate) fn cancel_orphans(actor: &Rc<Actor>) {
