@@ -495,6 +495,15 @@ try {
     const forkId = decodeURIComponent(page.url().split("#/s/")[1]);
     const fork = await call(ALICE, "GET", `/v1/sessions/${forkId}?limit=1`);
     check(fork.session.forkedFrom?.sessionId === session.id, `the fork names its origin (${JSON.stringify(fork.session.forkedFrom)})`);
+    // Fork at a message: the first reply's "Fork here" forks the history up to it.
+    await page.goto(`${BASE}/#/s/${session.id}`);
+    await page.getByTestId("session-title").filter({ hasText: "Tools of a session" }).waitFor();
+    const firstReply = assistantMessages().first();
+    const at = Number(await firstReply.getAttribute("data-cursor"));
+    await firstReply.getByRole("button", { name: `Fork from entry ${at}` }).click();
+    await poll("the earlier fork's page", async () => page.url().includes("#/s/") && !page.url().includes(session.id) && !page.url().includes(forkId));
+    const earlier = await call(ALICE, "GET", `/v1/sessions/${decodeURIComponent(page.url().split("#/s/")[1])}?limit=1`);
+    check(earlier.session.forkedFrom?.cursor === at, `the fork is at the message (${JSON.stringify(earlier.session.forkedFrom)} / ${at})`);
     await page.goto(`${BASE}/#/s/${session.id}`);
     await page.getByTestId("session-title").filter({ hasText: "Tools of a session" }).waitFor();
     await page.getByRole("button", { name: "Delete", exact: true }).click();

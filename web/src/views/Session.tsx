@@ -611,6 +611,31 @@ function Terminal({ text }: { text: string }) {
   );
 }
 
+/** "Fork here": a new session whose history is this one's up to and including `cursor`. */
+function ForkHere({ sessionId, cursor }: { sessionId: string; cursor: number }) {
+  const [error, setError] = useState<string | null>(null);
+  return (
+    <>
+      <button
+        type="button"
+        class="link small fork-here"
+        aria-label={`Fork from entry ${cursor}`}
+        onClick={async () => {
+          try {
+            const fork = await api.forkSession(sessionId, cursor);
+            location.hash = `#/s/${encodeURIComponent(fork.id)}`;
+          } catch (err) {
+            setError(errorText(err));
+          }
+        }}
+      >
+        Fork here
+      </button>
+      <ErrorLine error={error} />
+    </>
+  );
+}
+
 function ItemView({ item, sessionId, live }: { item: Item; sessionId: string; live: Record<string, string> }) {
   switch (item.kind) {
     case "header":
@@ -627,7 +652,7 @@ function ItemView({ item, sessionId, live }: { item: Item; sessionId: string; li
         <div class="msg user" data-cursor={item.entry.cursor}>
           <div class="who">
             {item.author}
-            {item.lane === "steer" ? <span class="badge">steer</span> : null}
+            {item.lane === "steer" ? <span class="badge">steer</span> : null} <ForkHere sessionId={sessionId} cursor={item.entry.cursor} />
           </div>
           <div class="md" dangerouslySetInnerHTML={{ __html: renderMarkdown(item.content) }} />
         </div>
@@ -635,7 +660,9 @@ function ItemView({ item, sessionId, live }: { item: Item; sessionId: string; li
     case "assistant":
       return (
         <div class="msg assistant" data-cursor={item.entry.cursor} data-testid="assistant-message">
-          <div class="who">assistant</div>
+          <div class="who">
+            assistant <ForkHere sessionId={sessionId} cursor={item.entry.cursor} />
+          </div>
           {item.thinking && (
             <details class="thinking">
               <summary>Thinking</summary>
