@@ -773,6 +773,154 @@ fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
     ));
 }
 
+/// A git repository with one commit on `main`, under `dir`.
+fn repo_with_a_commit(dir: &TempDir) -> std::path::PathBuf {
+    let repo = dir.mkdir("repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    dir.write("repo/hello.txt", "hello from main\n");
+    git(&repo, &["add", "hello.txt"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    repo
+}
+
+/// `wuhu/<first 8 letters or digits of the id>`: the branch a child's worktree is on.
+fn branch_of(id: &str) -> String {
+    let short: String = id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    format!("wuhu/{short}")
+}
+
+/// Construct when ready (seed 002): a spawn queued behind a full gate makes nothing on the
+/// runner while it waits; its worktree is made when it gets its slot, before its task runs. A
+/// queued spawn stopped before it ever gets a slot makes nothing at all.
+#[test]
+fn a_spawn_queued_behind_a_full_gate_has_no_worktree_until_it_starts() {
+    let (api, tenant) = client("orch-construct");
+    let dir = TempDir::new("wuhu-e2e-orch-construct");
+    let repo = repo_with_a_commit(&dir);
+    let runner = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac").workspaces_root(dir.mkdir("workspaces")),
+    );
+    let defined = api.post(
+        "/v1/environments",
+        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    let parent = api.create_fake_session().id;
+    // Three children hold the tenant's three slots for 6 s each (24 chunks, 250 ms apart).
+    let hold = fake_directive(
+        &json!({"reply": "holding a slot for a while", "chunks": 24, "delayMs": 250}),
+    );
+    let mut spawns: Vec<(&str, Value)> = (0..3)
+        .map(|i| {
+            (
+                "spawn_session",
+                json!({"task": hold, "title": format!("hold{i}")}),
+            )
+        })
+        .collect();
+    let task = calls_then(
+        &[(
+            "bash",
+            json!({"command": "git rev-parse --abbrev-ref HEAD"}),
+        )],
+        "late done",
+    );
+    for title in ["late", "never"] {
+        spawns.push((
+            "spawn_session",
+            json!({"task": task, "title": title, "environment": "repo"}),
+        ));
+    }
+    api.enqueue(&parent, "followUp", &calls_then(&spawns, "spawned five"));
+    let queued = |title: &str| {
+        wait_for(&format!("{title} queued"), TURN, || {
+            children(&api, &parent).into_iter().find(|c| {
+                c.title.as_deref() == Some(title)
+                    && matches!(c.lifecycle, ChildLifecycle::Queued { .. })
+            })
+        })
+    };
+    let late = queued("late");
+    let never = queued("never");
+    // While they wait: no worktree, no branch, no environment.
+    for child in [&late, &never] {
+        let root = runner.workspaces_root().join(&child.id);
+        assert!(!root.exists(), "{} exists while queued", root.display());
+        let branches = git(&repo, &["branch", "--list", &branch_of(&child.id)]);
+        assert!(branches.trim().is_empty(), "{branches}");
+        assert!(api.session(&child.id).environments.is_empty());
+    }
+    assert!(
+        children(&api, &parent)
+            .iter()
+            .filter(|c| c.title.as_deref() == Some("late") || c.title.as_deref() == Some("never"))
+            .all(|c| matches!(c.lifecycle, ChildLifecycle::Queued { .. })),
+        "a queued child started while its worktree was looked for: the check saw nothing"
+    );
+    // Stopped before it gets a slot: it never makes anything.
+    assert_eq!(
+        api.post(&format!("/v1/sessions/{}/stop", never.id), &json!({}))
+            .status,
+        200
+    );
+
+    let settled = wait_for("the holders and late settled", TURN, || {
+        let page = api.session(&parent);
+        let done = page.children.len() == 5
+            && page.children.iter().all(|c| c.lifecycle.is_settled())
+            && page.children.iter().any(|c| {
+                c.title.as_deref() == Some("late")
+                    && matches!(c.lifecycle, ChildLifecycle::Idle { .. })
+            })
+            && page.session.status == wuhu_core::wire::Status::Idle;
+        done.then_some(page.children)
+    });
+    let late_id = settled
+        .iter()
+        .find(|c| c.title.as_deref() == Some("late"))
+        .unwrap()
+        .id
+        .clone();
+    let entries = api.transcript(&late_id);
+    let text = describe(&entries);
+    // Made when it started: the notice comes before its task, on its own branch.
+    let notice = entries
+        .iter()
+        .find(|e| matches!(&e.payload, EntryPayload::Custom { custom_type, .. } if custom_type == custom_types::ENVIRONMENT_ATTACHED))
+        .unwrap_or_else(|| panic!("no attached notice:\n{text}"));
+    let task_at = entries
+        .iter()
+        .find(|e| {
+            matches!(
+                &e.payload,
+                EntryPayload::Message {
+                    message: Message::User { .. }
+                }
+            )
+        })
+        .unwrap_or_else(|| panic!("no task:\n{text}"))
+        .cursor;
+    assert!(
+        notice.cursor < task_at,
+        "the environment was made after the task ran:\n{text}"
+    );
+    let ran: String = entries
+        .iter()
+        .filter_map(tool_result)
+        .map(|r| r.content.clone())
+        .collect();
+    assert!(ran.contains(&branch_of(&late_id)), "{text}");
+    // The stopped one: nothing on the runner, ever.
+    assert!(!runner.workspaces_root().join(&never.id).exists());
+    let branches = git(&repo, &["branch", "--list", &branch_of(&never.id)]);
+    assert!(branches.trim().is_empty(), "{branches}");
+    assert!(api.session(&never.id).environments.is_empty());
+}
+
 /// A child's usage counts against its parent's budget too: each report carries what the child
 /// (and its own children) spent, and the parent's budget counts their sum with its own.
 #[test]

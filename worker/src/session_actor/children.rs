@@ -441,6 +441,16 @@ impl Actor {
                 });
             }
         }
+        // Construct when ready: the environment the spawn asked for is made now, with the slot.
+        if !self.construct().await? {
+            // Another grant is making it and queues the waiting input after: this joins it.
+            self.keep_pending(input)?;
+            self.arm_alarm_by(Millis(now().0 + GATE_POLL_MS));
+            return Ok(ChildAdmission {
+                lifecycle: ChildLifecycle::Created,
+                cursor: self.committed_cursor(),
+            });
+        }
         // Only committed state goes into the answer: the cursor the task starts from.
         let cursor = self.committed_cursor();
         self.enqueue_inputs(vec![PendingInput::from(input)])?;
@@ -510,9 +520,80 @@ impl Actor {
             self.arm_alarm_by(Millis(now().0 + GATE_POLL_MS));
             return Ok(());
         }
+        if !self.construct().await? {
+            return Ok(());
+        }
         let pending = self.take_pending()?;
         self.enqueue_inputs(pending)?;
         self.pump().wait().await
+    }
+
+    /// Construct when ready (seed 002): a child whose spawn asked for an environment
+    /// (`SessionMeta::construct`) has it made now that it holds its gate slot, before any input
+    /// is queued; a child that never gets a slot makes nothing. The attachment, its notices
+    /// (`wuhu_environment_attached_v1`, AGENTS.md) and the cleared `construct` are saved
+    /// together; an environment that cannot be made leaves the child without one and tells its
+    /// model why (`wuhu_environment_unavailable_v1`), and the task runs.
+    ///
+    /// `Ok(false)`: another grant is making it now, and queues the waiting input when done.
+    async fn construct(self: &Rc<Self>) -> ApiResult<bool> {
+        let Some(resolved) = self.with_loaded(|l| l.meta.construct.clone()).flatten() else {
+            return Ok(true);
+        };
+        if self.lifecycle.constructing.replace(true) {
+            return Ok(false);
+        }
+        let made = crate::environment_tools::materialise(
+            &self.env,
+            &self.tenant(),
+            &self.owner(),
+            &self.session_id(),
+            &resolved,
+        )
+        .await;
+        self.lifecycle.constructing.set(false);
+        let name = resolved.spec.name.clone();
+        let entries = match made {
+            Ok(attached) => {
+                let mut attachments = self.attachments();
+                attachments.retain(|a| a.name() != name);
+                attachments.push(attached.attachment);
+                self.store()?.save_attachments(&attachments)?;
+                *self.environments.attachments.borrow_mut() = attachments;
+                self.environments
+                    .validated
+                    .borrow_mut()
+                    .insert(name, attached.epoch);
+                attached.entries
+            }
+            Err(e) => {
+                worker::console_error!(
+                    "making child {}'s environment failed: {e}",
+                    self.session_id()
+                );
+                vec![wuhu_core::wire::EntryPayload::Message {
+                    message: wuhu_core::wire::Message::CustomMessage {
+                        custom_type: wuhu_core::wire::custom_types::ENVIRONMENT_UNAVAILABLE.into(),
+                        content: format!(
+                            "The environment {name:?} your task was given could not be made when you started, so you have none: {e}"
+                        ),
+                        details: Some(serde_json::json!({"environment": name, "error": e})),
+                    },
+                }]
+            }
+        };
+        {
+            let mut loaded = self.loaded.borrow_mut();
+            let loaded = loaded
+                .as_mut()
+                .ok_or_else(|| ApiError::internal("session not loaded"))?;
+            let mut meta = loaded.meta.clone();
+            meta.construct = None;
+            self.store()?.save_meta(&meta)?;
+            loaded.meta = meta;
+            loaded.session.handle_notices(now(), entries);
+        }
+        Ok(true)
     }
 
     /// Drops input that waits for a slot (the child is stopped) and saves that.

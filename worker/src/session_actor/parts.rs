@@ -171,4 +171,7 @@ pub(super) struct Lifecycle {
     /// A test-only fault point was reached (`children::FAULT_VAR`): this actor does nothing
     /// more in this isolate, as if it were lost there.
     pub(super) frozen: Cell<bool>,
+    /// The child's environment is being made (`children::construct`): a second grant waits
+    /// for that one instead of making it twice.
+    pub(super) constructing: Cell<bool>,
 }

@@ -675,6 +675,7 @@ impl Actor {
                 .map(|c| c.lineage.clone())
                 .unwrap_or_default(),
             pending: Vec::new(),
+            construct: child.as_ref().and_then(|c| c.construct.clone()),
             forked_from: None,
             channel: init.channel,
         };
@@ -777,6 +778,7 @@ impl Actor {
             access: Default::default(),
             lineage: Default::default(),
             pending: Vec::new(),
+            construct: None,
             forked_from: Some(init.from.clone()),
             // A fork is its forker's own session, not a chat's.
             channel: None,

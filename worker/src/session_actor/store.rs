@@ -54,6 +54,10 @@ pub(crate) struct SessionMeta {
     /// `children::MAX_PENDING_INPUTS`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) pending: Vec<PendingInput>,
+    /// A child's environment resolved and approved by its spawn, made when the child gets its
+    /// gate slot (`ChildInit::construct`); `None` once made (or when it could not be).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) construct: Option<Box<wuhu_core::wire::ResolveEnvironmentResponse>>,
     /// For a fork: the session whose entries `1..=cursor` are its history (read from there,
     /// never copied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
