@@ -671,11 +671,12 @@ fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
     );
     let defined = api.post(
         "/v1/environments",
-        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo}),
+        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo, "keepWorktree": true}),
     );
     assert_eq!(defined.status, 201, "{defined}");
     let parent = api.create_fake_session().id;
 
+    // `keepWorktree`: the worktrees stay when the children end (checked below).
     let names = ["a", "b"];
     let spawns: Vec<(&str, Value)> = names
         .iter()
@@ -747,6 +748,7 @@ fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
         assert!(ran.contains(&branch), "{text}");
         let page = api.session(&child.id);
         assert_eq!(page.environments.len(), 1, "{text}");
+        assert_eq!(child.branch, None, "kept, not ended: {child:?}");
     }
     let branches = git(&repo, &["branch", "--list", "wuhu/*"]);
     assert_eq!(branches.lines().count(), 2, "{branches}");
@@ -795,7 +797,9 @@ fn branch_of(id: &str) -> String {
 
 /// Construct when ready (seed 002): a spawn queued behind a full gate makes nothing on the
 /// runner while it waits; its worktree is made when it gets its slot, before its task runs. A
-/// queued spawn stopped before it ever gets a slot makes nothing at all.
+/// queued spawn stopped before it ever gets a slot makes nothing at all. One lifespan: when the
+/// child ends its worktree is removed, its branch kept, and `child_status` says which branch
+/// and commit.
 #[test]
 fn a_spawn_queued_behind_a_full_gate_has_no_worktree_until_it_starts() {
     let (api, tenant) = client("orch-construct");
@@ -908,6 +912,21 @@ fn a_spawn_queued_behind_a_full_gate_has_no_worktree_until_it_starts() {
         notice.cursor < task_at,
         "the environment was made after the task ran:\n{text}"
     );
+    // One lifespan: it ended, so its worktree is gone, its branch (and the commit it was at)
+    // kept, and its parent's record says where.
+    let late_root = runner.workspaces_root().join(&late_id);
+    wait_for("the late child's worktree removed", TURN, || {
+        (!late_root.exists()).then_some(())
+    });
+    let head = git(&repo, &["rev-parse", &branch_of(&late_id)]);
+    let record = wait_for("the branch and head in child_status", TURN, || {
+        children(&api, &parent)
+            .into_iter()
+            .find(|c| c.id == late_id && c.head.is_some())
+    });
+    assert_eq!(record.branch.as_deref(), Some(branch_of(&late_id).as_str()));
+    assert_eq!(record.head.as_deref(), Some(head.trim()));
+    assert!(api.session(&late_id).environments.is_empty());
     let ran: String = entries
         .iter()
         .filter_map(tool_result)
@@ -919,6 +938,73 @@ fn a_spawn_queued_behind_a_full_gate_has_no_worktree_until_it_starts() {
     let branches = git(&repo, &["branch", "--list", &branch_of(&never.id)]);
     assert!(branches.trim().is_empty(), "{branches}");
     assert!(api.session(&never.id).environments.is_empty());
+}
+
+/// Deleting a session removes its git worktrees on the runner (their branches kept), also when
+/// the runner is away at the deletion: the removal waits for it and happens when it connects
+/// again (decision 0017's discards).
+#[test]
+fn deleting_a_session_removes_its_worktree_even_from_a_runner_away_at_the_time() {
+    let (api, tenant) = client("orch-delete-worktree");
+    let dir = TempDir::new("wuhu-e2e-orch-delete-worktree");
+    let repo = repo_with_a_commit(&dir);
+    let mut runner = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac").workspaces_root(dir.mkdir("workspaces")),
+    );
+    let defined = api.post(
+        "/v1/environments",
+        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    let sessions: Vec<String> = (0..2).map(|_| api.create_fake_session().id).collect();
+    for id in &sessions {
+        let attached = api.run_tool(id, "request_environment", json!({"spec": "repo"}), TURN);
+        assert!(!attached.is_error, "{}", attached.content);
+        let wrote = api.run_tool(
+            id,
+            "bash",
+            json!({"command": "echo work > work.txt && git add work.txt && git -c user.name=w -c user.email=w@w.invalid commit -q -m work"}),
+            TURN,
+        );
+        assert!(!wrote.is_error, "{}", wrote.content);
+    }
+    let delete = |id: &str| {
+        api.send(api.request("DELETE", &format!("/v1/sessions/{id}")))
+            .status
+    };
+    let discarded = |runner: &Runner, id: &str| {
+        let said = format!("session {id} was deleted: discarded its workspaces");
+        wait_for(&said, TURN, || runner.log().contains(&said).then_some(()));
+    };
+    let kept = |id: &str| {
+        let log = git(&repo, &["log", "--format=%s", &branch_of(id)]);
+        assert!(log.starts_with("work\n"), "{log}");
+    };
+
+    // The runner is there: removed at once, its branch (with its commit) kept.
+    let online = &sessions[0];
+    assert!(runner.workspaces_root().join(online).exists());
+    assert_eq!(delete(online), 204);
+    discarded(&runner, online);
+    assert!(!runner.workspaces_root().join(online).exists());
+    kept(online);
+
+    // The runner is away: nothing can be removed yet; when it connects, it is.
+    let away = &sessions[1];
+    let root = runner.workspaces_root().join(away);
+    runner.kill_hard();
+    assert_eq!(delete(away), 204);
+    assert!(root.join("work.txt").exists());
+    runner.restart();
+    discarded(&runner, away);
+    assert!(!root.exists(), "{} is still there", root.display());
+    kept(away);
+    let listed = git(&repo, &["worktree", "list"]);
+    assert_eq!(
+        listed.lines().count(),
+        1,
+        "only the repository's own: {listed}"
+    );
 }
 
 /// A child's usage counts against its parent's budget too: each report carries what the child

@@ -217,6 +217,8 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         lifecycle: ChildLifecycle::Spawning,
         cursor: 0,
         spent: None,
+        branch: None,
+        head: None,
     };
     // Recorded before the child exists, so its first report finds it.
     ctx.children.record(status.clone())?;

@@ -16,6 +16,7 @@ use std::rc::Rc;
 use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
 use worker::SqlStorage;
+use wuhu_core::environments;
 use wuhu_core::orchestration::{self, Lineage, Slot, accept_report, parent_message};
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus, Lane, Status, StreamEvent};
@@ -34,6 +35,8 @@ use wuhu_core::lifecycle::{AfterAttempt, Attempt, Event};
 /// How many inputs a child keeps while it waits for a slot (a parent's follow-ups pile up
 /// only this far).
 pub(crate) const MAX_PENDING_INPUTS: usize = 16;
+/// How long removing a child's worktree at its end may take (the runner runs git).
+const WORKTREE_REMOVAL_TIMEOUT_MS: u64 = 60_000;
 /// How often a child that waits for a slot asks the gate again (in case a `/start` was lost).
 const GATE_POLL_MS: u64 = 30_000;
 /// Test-only (never set in a deployment's configuration): names a point of a child's end at
@@ -304,7 +307,9 @@ impl Actor {
             };
             let attempt = match &row.event {
                 Event::Report { status } => {
-                    match session_client::child_event(&self.env, &tenant, &parent, status).await {
+                    let mut status = status.clone();
+                    self.end_worktree(&mut status).await;
+                    match session_client::child_event(&self.env, &tenant, &parent, &status).await {
                         Ok(_) => Attempt::Done,
                         // The parent does not know this child, or is gone: nobody to tell.
                         Err(e) if e.status == 404 => Attempt::Gone,
@@ -553,8 +558,12 @@ impl Actor {
         .await;
         self.lifecycle.constructing.set(false);
         let name = resolved.spec.name.clone();
+        let mut made_now = None;
         let entries = match made {
             Ok(attached) => {
+                made_now = Some(resolved.clone());
+                // Its runner is a host of its worktree or copy: removed with the session.
+                self.record_workspace_host(&attached.attachment);
                 let mut attachments = self.attachments();
                 attachments.retain(|a| a.name() != name);
                 attachments.push(attached.attachment);
@@ -589,11 +598,132 @@ impl Actor {
                 .ok_or_else(|| ApiError::internal("session not loaded"))?;
             let mut meta = loaded.meta.clone();
             meta.construct = None;
+            if made_now.is_some() {
+                meta.made = made_now;
+            }
             self.store()?.save_meta(&meta)?;
             loaded.meta = meta;
             loaded.session.handle_notices(now(), entries);
         }
         Ok(true)
+    }
+
+    /// One lifespan for a child and its worktree (seed 002): before a settling is reported, the
+    /// worktree made for this child at its slot is removed, its branch kept, unless its
+    /// definition keeps it (`orchestration::removes_worktree_at`); the report carries the
+    /// branch and the commit it was at (and so does every later one). The child keeps what it
+    /// needs to have a worktree made again from that branch when it is given more work (at its
+    /// next slot, as at its first). A runner that cannot be reached leaves the worktree to the
+    /// session's deletion (decision 0017: removed then, or when the runner returns).
+    async fn end_worktree(self: &Rc<Self>, status: &mut ChildStatus) {
+        if let Some(made) = self.with_loaded(|l| l.meta.made.clone()).flatten() {
+            let name = made.spec.name.clone();
+            let attachment = self.attachments().into_iter().find(|a| a.name() == name);
+            if let Some(attachment) = attachment
+                && status.lifecycle != ChildLifecycle::Disposed
+                && orchestration::removes_worktree_at(
+                    &status.lifecycle,
+                    attachment.environment.kind,
+                    made.keep_worktree,
+                )
+            {
+                self.remove_worktree(&made, &attachment).await;
+            }
+        }
+        if let Some(end) = self.with_loaded(|l| l.meta.worktree_end.clone()).flatten() {
+            status.branch = Some(end.branch);
+            status.head = end.head;
+        }
+    }
+
+    async fn remove_worktree(
+        self: &Rc<Self>,
+        made: &wuhu_core::wire::ResolveEnvironmentResponse,
+        attachment: &wuhu_core::environments::Attachment,
+    ) {
+        use wuhu_core::wire::runner::{
+            DetachOutcome, EnvironmentSource, RunnerMessage, ServerMessage,
+        };
+        let message = ServerMessage::Detach {
+            id: uuid::Uuid::new_v4().to_string(),
+            session_id: self.session_id(),
+            environment: attachment.environment.context(),
+        };
+        let reply = crate::runner_client::call(
+            &self.env,
+            &self.tenant(),
+            &self.owner(),
+            &attachment.runner,
+            &attachment.runner_owner,
+            &message,
+            WORKTREE_REMOVAL_TIMEOUT_MS,
+        )
+        .await;
+        let (branch, head) = match reply {
+            Ok((
+                _,
+                Some(RunnerMessage::DetachResult {
+                    outcome:
+                        DetachOutcome::Ok {
+                            branch: Some(branch),
+                            head,
+                            ..
+                        },
+                    ..
+                }),
+            )) => (branch, head),
+            other => {
+                worker::console_error!(
+                    "removing child {}'s worktree on runner {:?} failed (left to its deletion): {other:?}",
+                    self.session_id(),
+                    attachment.runner
+                );
+                return;
+            }
+        };
+        let name = attachment.name().to_string();
+        let text = environments::detached_text(&name, Some(&branch), None);
+        let saved = (|| -> ApiResult<()> {
+            let mut attachments = self.attachments();
+            attachments.retain(|a| a.name() != name);
+            self.store()?.save_attachments(&attachments)?;
+            *self.environments.attachments.borrow_mut() = attachments;
+            self.environments.validated.borrow_mut().remove(&name);
+            let mut loaded = self.loaded.borrow_mut();
+            let loaded = loaded
+                .as_mut()
+                .ok_or_else(|| ApiError::internal("session not loaded"))?;
+            let mut meta = loaded.meta.clone();
+            // More work later makes a worktree again, from the kept branch.
+            let mut again = made.clone();
+            if let EnvironmentSource::Worktree { base_ref, .. } = &mut again.spec.source {
+                *base_ref = Some(branch.clone());
+            }
+            meta.construct = Some(Box::new(again));
+            meta.made = None;
+            meta.worktree_end = Some(super::store::WorktreeEnd {
+                branch: branch.clone(),
+                head: head.clone(),
+            });
+            self.store()?.save_meta(&meta)?;
+            loaded.meta = meta;
+            loaded.session.handle_notices(
+                now(),
+                vec![wuhu_core::wire::EntryPayload::Custom {
+                    custom_type: wuhu_core::wire::custom_types::ENVIRONMENT_DETACHED.into(),
+                    data: serde_json::json!({"text": text, "environment": name, "branch": branch, "head": head}),
+                }],
+            );
+            Ok(())
+        })();
+        if let Err(e) = saved {
+            worker::console_error!(
+                "recording the removal of child {}'s worktree failed: {}",
+                self.session_id(),
+                e.message
+            );
+        }
+        let _ = self.pump();
     }
 
     /// Drops input that waits for a slot (the child is stopped) and saves that.

@@ -365,6 +365,8 @@ impl Actor {
                     lifecycle: ChildLifecycle::Disposed,
                     cursor: deletion.cursor,
                     spent: deletion.spent,
+                    branch: None,
+                    head: None,
                 };
                 match session_client::child_event(env, tenant, parent, &status).await {
                     // The parent is gone (or being deleted): nobody to tell.

@@ -206,6 +206,8 @@ impl Actor {
                 lifecycle,
                 cursor: loaded.session.last_cursor(),
                 spent: Some(loaded.session.total_spent()),
+                branch: None,
+                head: None,
             };
             let pushed = self.store()?.outbox()?.push(&status, now().0);
             writes.outbox_inserts = pushed.insert;

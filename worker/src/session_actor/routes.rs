@@ -676,6 +676,8 @@ impl Actor {
                 .unwrap_or_default(),
             pending: Vec::new(),
             construct: child.as_ref().and_then(|c| c.construct.clone()),
+            made: None,
+            worktree_end: None,
             forked_from: None,
             channel: init.channel,
         };
@@ -779,6 +781,8 @@ impl Actor {
             lineage: Default::default(),
             pending: Vec::new(),
             construct: None,
+            made: None,
+            worktree_end: None,
             forked_from: Some(init.from.clone()),
             // A fork is its forker's own session, not a chat's.
             channel: None,

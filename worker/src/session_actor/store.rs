@@ -58,6 +58,14 @@ pub(crate) struct SessionMeta {
     /// gate slot (`ChildInit::construct`); `None` once made (or when it could not be).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) construct: Option<Box<wuhu_core::wire::ResolveEnvironmentResponse>>,
+    /// The environment made for this child at its slot (what `construct` was), while it is
+    /// attached: its worktree is removed when the child ends (`children::end_worktree`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) made: Option<Box<wuhu_core::wire::ResolveEnvironmentResponse>>,
+    /// The branch and commit of the child's worktree when it was removed at the child's end:
+    /// its reports carry them (`ChildStatus::branch`, `head`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) worktree_end: Option<WorktreeEnd>,
     /// For a fork: the session whose entries `1..=cursor` are its history (read from there,
     /// never copied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +75,15 @@ pub(crate) struct SessionMeta {
     /// then have no workspace folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) channel: Option<String>,
+}
+
+/// Where a child's removed worktree left its work.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WorktreeEnd {
+    pub(crate) branch: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) head: Option<String>,
 }
 
 /// A message a child keeps until the gate gives it a slot.
