@@ -573,6 +573,7 @@ impl Actor {
                     .validated
                     .borrow_mut()
                     .insert(name, attached.epoch);
+                self.save_validated();
                 attached.entries
             }
             Err(e) => {
@@ -689,6 +690,7 @@ impl Actor {
             self.store()?.save_attachments(&attachments)?;
             *self.environments.attachments.borrow_mut() = attachments;
             self.environments.validated.borrow_mut().remove(&name);
+            self.save_validated();
             let mut loaded = self.loaded.borrow_mut();
             let loaded = loaded
                 .as_mut()

@@ -104,8 +104,9 @@ pub(super) struct Turn {
 pub(super) struct Environments {
     /// Attached environments (persisted in `meta`).
     pub(super) attachments: RefCell<Vec<Attachment>>,
-    /// Runner connection epoch on which each environment's snapshot was validated. Empty after a
-    /// restart, so the first call after a resume validates (seed 004).
+    /// Runner connection epoch on which each environment's snapshot was validated, stored with
+    /// the attachments (`store::load_validated`): an eviction forgets nothing; a reconnected
+    /// runner has a new epoch, so its next call validates again (seed 004).
     pub(super) validated: RefCell<HashMap<String, u64>>,
 }
 

@@ -538,6 +538,28 @@ impl Store {
         )
     }
 
+    /// On which runner connection (epoch) each attached environment's snapshot was last
+    /// validated, stored with the attachments (seed 004): an eviction of the actor forgets
+    /// nothing, so it causes no validation and no resume note; a runner that reconnected has
+    /// another epoch and is validated again.
+    pub(crate) fn load_validated(&self) -> SqlResult<std::collections::HashMap<String, u64>> {
+        Ok(self
+            .get_meta("validated")?
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    pub(crate) fn save_validated(
+        &self,
+        validated: &std::collections::HashMap<String, u64>,
+    ) -> SqlResult<()> {
+        self.put_meta(
+            "validated",
+            &serde_json::to_string(validated)
+                .map_err(|e| worker::Error::RustError(e.to_string()))?,
+        )
+    }
+
     /// The runners this session attached a `folder-template` environment on (told to discard
     /// its workspaces when it is deleted; `wuhu_core::deletion::record_workspace_host`).
     pub(crate) fn load_workspace_hosts(
