@@ -1405,6 +1405,8 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
                 cost_per_hour_usd: cost_number(fields.cost_per_hour_usd)?,
                 mcp_servers: mcp_servers(&fields.mcp_servers)?,
+                // Set through the API (`keepWorktree`); no flag yet.
+                keep_worktree: None,
             };
             let definition = client.create_environment(&request).await?;
             if global.json {
@@ -1444,6 +1446,8 @@ async fn envs(global: &Global, command: EnvsCommand) -> Result<u8> {
                 secrets: (!fields.secrets.is_empty()).then_some(fields.secrets),
                 cost_per_hour_usd: cost_number(fields.cost_per_hour_usd)?.map(Some),
                 mcp_servers: mcp_servers(&fields.mcp_servers)?,
+                // Set through the API (`keepWorktree`); no flag yet.
+                keep_worktree: None,
             };
             for field in &unset {
                 let slot = match field.as_str() {

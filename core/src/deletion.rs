@@ -40,9 +40,10 @@ pub enum Step {
     /// Delete its objects: archive segments, out-of-line entries, blobs, request logs
     /// ([`object_prefixes`]).
     DeleteObjects,
-    /// Hand the runners it attached a `folder-template` environment on
+    /// Hand the runners it attached a `folder-template` or `worktree` environment on
     /// ([`WorkspaceHost`]s) to the tenant's runner hub, which tells each to discard the
-    /// session's stored workspaces and local copies (now, or when it next connects). Before
+    /// session's stored workspaces, local copies and git worktrees (their branches kept), now
+    /// or when it next connects. Before
     /// [`Step::DropStorage`], which drops the list. Added after the others: a mark stored by an
     /// older version with every step before [`Step::DropStorage`] done runs this one next.
     DiscardWorkspaces,
@@ -206,15 +207,19 @@ pub enum HostRecord {
 }
 
 /// Records the runner of a new attachment as a host of the session's workspaces when the
-/// environment is a `folder-template` copy (the only kind a runner copies or stores per
-/// session; `local` directories are the machine's own and worktrees are removed on detach).
+/// environment is one a runner makes per session: a `folder-template` copy (and its stored
+/// workspace) or a git `worktree` (removed with the session, its branch kept, even when the
+/// session never detached it). `local` directories are the machine's own: never recorded.
 /// The runner and its owner are the hub's answer to the session's own attach, never what a
 /// runner said.
 pub fn record_workspace_host(
     hosts: &mut Vec<WorkspaceHost>,
     attachment: &Attachment,
 ) -> HostRecord {
-    if attachment.environment.kind != EnvironmentKind::FolderTemplate {
+    if !matches!(
+        attachment.environment.kind,
+        EnvironmentKind::FolderTemplate | EnvironmentKind::Worktree
+    ) {
         return HostRecord::Unchanged;
     }
     let host = WorkspaceHost {
@@ -488,7 +493,7 @@ mod tests {
     }
 
     #[test]
-    fn a_session_records_the_runners_of_its_folder_template_copies() {
+    fn a_session_records_the_runners_of_its_copies_and_worktrees() {
         use EnvironmentKind::{FolderTemplate, Local, Worktree};
         // (attachments in order, hosts recorded, what the last one did)
         type Case<'a> = (
@@ -512,9 +517,15 @@ mod tests {
                 HostRecord::Unchanged,
             ),
             (vec![("ana", "mac", Local)], vec![], HostRecord::Unchanged),
+            // A worktree is the session's own too: removed with it (its branch kept).
             (
                 vec![("ana", "mac", Worktree)],
-                vec![],
+                vec![("ana", "mac")],
+                HostRecord::Added,
+            ),
+            (
+                vec![("ana", "mac", Worktree), ("ana", "mac", FolderTemplate)],
+                vec![("ana", "mac")],
                 HostRecord::Unchanged,
             ),
             // The same name of another owner is another runner.

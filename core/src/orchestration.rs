@@ -294,6 +294,23 @@ fn cut_text(text: &str) -> String {
     )
 }
 
+/// One lifespan for a child and its worktree (seed 002): whether the worktree made for a child
+/// (`spawn_session {environment}`, at its slot) is removed, its branch kept, when the child
+/// reaches `lifecycle`. Removed when the child ends (`idle` after its task, `failed`,
+/// `stopped`; `disposed` removes it with the session's other worktrees, decision 0017) unless
+/// its definition keeps it (`keepWorktree`); never while it may still run, and never an
+/// environment of another kind (a `local` directory is the machine's own, a `folder-template`
+/// copy is discarded with the session).
+pub fn removes_worktree_at(
+    lifecycle: &ChildLifecycle,
+    kind: crate::wire::runner::EnvironmentKind,
+    keep_worktree: bool,
+) -> bool {
+    kind == crate::wire::runner::EnvironmentKind::Worktree
+        && !keep_worktree
+        && lifecycle.is_settled()
+}
+
 /// Where a state sits in a turn, to order reports that share a cursor.
 pub fn lifecycle_rank(lifecycle: &ChildLifecycle) -> u8 {
     match lifecycle {

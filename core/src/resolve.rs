@@ -235,6 +235,7 @@ pub fn resolve(
         answer.secrets = definition.secrets.clone();
         answer.cost_per_hour_usd = definition.cost_per_hour_usd.clone();
         answer.mcp_servers = definition.mcp_servers.clone();
+        answer.keep_worktree = definition.keep_worktree;
         return Ok(answer);
     }
 
@@ -413,6 +414,7 @@ fn answer(
         secrets: Vec::new(),
         cost_per_hour_usd: None,
         mcp_servers: Vec::new(),
+        keep_worktree: false,
     }
 }
 

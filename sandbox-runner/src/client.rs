@@ -454,6 +454,7 @@ fn dispatch(
                     Ok(done) => DetachOutcome::Ok {
                         removed: done.removed,
                         branch: done.branch,
+                        head: done.head,
                     },
                     Err(error) => DetachOutcome::Error(error),
                 };
@@ -587,7 +588,7 @@ fn dispatch(
                 let outcome = match host.discard(&session_id).await {
                     Ok((objects, local)) => {
                         status(&format!(
-                            "session {session_id} was deleted: discarded its workspaces ({objects} stored objects, {local} local copies)"
+                            "session {session_id} was deleted: discarded its workspaces ({objects} stored objects, {local} local copies and worktrees, branches kept)"
                         ));
                         DiscardOutcome::Ok { objects, local }
                     }

@@ -58,6 +58,8 @@ pub struct Detached {
     pub removed: bool,
     /// The kept branch of a worktree.
     pub branch: Option<String>,
+    /// The commit the worktree was at when it was removed (what its kept branch holds).
+    pub head: Option<String>,
 }
 
 impl EnvironmentHost {
@@ -228,17 +230,25 @@ impl EnvironmentHost {
                 Ok(Detached {
                     removed,
                     branch: None,
+                    head: None,
                 })
             }
             EnvironmentKind::Local | EnvironmentKind::FolderTemplate => Ok(Detached {
                 removed: false,
                 branch: None,
+                head: None,
             }),
             EnvironmentKind::Worktree => {
                 let repo = environment.repo_path.as_deref().ok_or_else(|| {
                     ErrorBody::new(codes::INVALID_SPEC, "worktree context without repoPath")
                 })?;
+                let mut head = None;
                 if Path::new(&environment.root).exists() {
+                    head = git(Path::new(&environment.root), &["rev-parse", "HEAD"])
+                        .await
+                        .ok()
+                        .map(|h| h.trim().to_string())
+                        .filter(|h| !h.is_empty());
                     git(
                         Path::new(repo),
                         &["worktree", "remove", "--force", &environment.root],
@@ -256,6 +266,7 @@ impl EnvironmentHost {
                 Ok(Detached {
                     removed: true,
                     branch: environment.branch.clone(),
+                    head,
                 })
             }
         }
@@ -263,9 +274,9 @@ impl EnvironmentHost {
 
     /// The session was deleted: deletes its stored workspaces (with a store) and its local
     /// copies, the directories `<workspaces root>/<session id>` and `<session id>-N`
-    /// ([`crate::store::rules::is_session_copy`]), except git worktrees (a `.git` file: they
-    /// are removed by detach, and `git worktree prune` needs their repository). Returns
-    /// `(objects deleted, local copies deleted)`.
+    /// ([`crate::store::rules::is_session_copy`]); its git worktrees among them (a `.git`
+    /// file) are removed through their repository (`git worktree remove --force`), so their
+    /// branches stay. Returns `(objects deleted, local copies and worktrees deleted)`.
     ///
     /// # Errors
     ///
@@ -288,11 +299,14 @@ impl EnvironmentHost {
         let session = session_id.to_string();
         // Its home on this runner goes with it.
         let _ = std::fs::remove_dir_all(crate::executor::session_home(&self.dirs, session_id));
+        // Its git worktrees first (through their repositories, branches kept), then the
+        // copies (which skip worktrees: one whose removal failed is left for the next ask).
+        let worktrees = remove_session_worktrees(&root, &session).await;
         let local = tokio::task::spawn_blocking(move || remove_session_copies(&root, &session))
             .await
             .map_err(|e| ErrorBody::new(codes::INTERNAL, e.to_string()))?;
         let objects = stored?;
-        let local = local?;
+        let local = local? + worktrees?;
         // Its files are gone: its uid may be given again (after the rest of the range).
         self.cells.release_session(session_id);
         Ok((objects, local))
@@ -571,6 +585,53 @@ fn claim_dir(root: &Path, session_id: &str) -> Result<PathBuf, ErrorBody> {
         codes::INTERNAL,
         format!("no free workspace name for {base} in {}", root.display()),
     ))
+}
+
+/// Removes `session_id`'s git worktrees under `root` (its copies' directories that hold a
+/// `.git` file) through their repositories, keeping their branches: `git worktree remove
+/// --force` from the repository's common directory. A worktree whose repository is gone has
+/// no branch left to keep: its directory is deleted. Returns how many went.
+async fn remove_session_worktrees(root: &Path, session_id: &str) -> Result<u64, ErrorBody> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Ok(0);
+    };
+    let worktrees: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            crate::store::rules::is_session_copy(&name, session_id)
+                && entry.path().join(".git").is_file()
+        })
+        .map(|entry| entry.path())
+        .collect();
+    let mut removed = 0;
+    let mut failed = Vec::new();
+    for path in worktrees {
+        let text = path.to_string_lossy().into_owned();
+        let gone = match git(&path, &["rev-parse", "--git-common-dir"]).await {
+            Ok(common) => {
+                let common = path.join(common.trim());
+                match git(&common, &["worktree", "remove", "--force", &text]).await {
+                    Ok(_) => Ok(()),
+                    Err(out) => Err(format!("git worktree remove failed: {}", output_tail(&out))),
+                }
+            }
+            // Its repository is gone (or the `.git` file is broken): nothing to keep.
+            Err(_) => std::fs::remove_dir_all(&path).map_err(|e| e.to_string()),
+        };
+        match gone {
+            Ok(()) => removed += 1,
+            Err(e) => failed.push(format!("{}: {e}", path.display())),
+        }
+    }
+    if failed.is_empty() {
+        Ok(removed)
+    } else {
+        Err(ErrorBody::new(
+            codes::INTERNAL,
+            format!("could not remove worktree {}", failed.join("; ")),
+        ))
+    }
 }
 
 /// Deletes `session_id`'s local copies under `root` (not worktrees); returns how many.
@@ -1090,7 +1151,8 @@ mod tests {
             detached,
             Detached {
                 removed: true,
-                branch: Some(String::from("wuhu/0f3c2a1b"))
+                branch: Some(String::from("wuhu/0f3c2a1b")),
+                head: Some(git_cmd(&repo, &["rev-parse", "main"]).trim().to_string()),
             }
         );
         assert!(!root.exists());
@@ -1119,6 +1181,52 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(not_repo.code, codes::NOT_FOUND);
+    }
+
+    /// A deleted session's worktrees go with it (through git: the repository forgets them),
+    /// their branches stay; another session's worktree stays; a worktree whose repository is
+    /// gone is deleted as a directory.
+    #[tokio::test]
+    async fn discard_removes_the_sessions_worktrees_and_keeps_their_branches() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let repo = base_path.join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        git_cmd(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README.md"), "hello\n").unwrap();
+        git_cmd(&repo, &["add", "."]);
+        git_cmd(&repo, &["commit", "-q", "-m", "init"]);
+        let host = host(&base_path);
+        let source = EnvironmentSource::Worktree {
+            repo_path: repo.to_string_lossy().into_owned(),
+            base_ref: None,
+        };
+        let session = "0f3c2a1b-aaaa-bbbb-cccc-dddddddddddd";
+        let other = "1a2b3c4d-aaaa-bbbb-cccc-dddddddddddd";
+        let first = host.attach(session, &spec(source.clone())).await.unwrap();
+        let second = host.attach(session, &spec(source.clone())).await.unwrap();
+        let others = host.attach(other, &spec(source)).await.unwrap();
+        std::fs::write(PathBuf::from(&first.root).join("work.txt"), "uncommitted").unwrap();
+
+        let (_, local) = host.discard(session).await.unwrap();
+        assert_eq!(local, 2);
+        assert!(!Path::new(&first.root).exists());
+        assert!(!Path::new(&second.root).exists());
+        assert!(Path::new(&others.root).exists());
+        let listed = git_cmd(&repo, &["worktree", "list", "--porcelain"]);
+        assert!(!listed.contains(&first.root), "{listed}");
+        assert!(listed.contains(&others.root), "{listed}");
+        let branches = git_cmd(&repo, &["branch", "--list", "wuhu/*"]);
+        for branch in ["wuhu/0f3c2a1b", "wuhu/0f3c2a1b-2", "wuhu/1a2b3c4d"] {
+            assert!(branches.contains(branch), "{branch}: {branches}");
+        }
+        // Asked again (the hub repeats until `ok`): nothing left, nothing fails.
+        assert_eq!(host.discard(session).await.unwrap(), (0, 0));
+
+        // Its repository gone: the directory is deleted all the same.
+        std::fs::remove_dir_all(&repo).unwrap();
+        assert_eq!(host.discard(other).await.unwrap(), (0, 1));
+        assert!(!Path::new(&others.root).exists());
     }
 
     #[test]

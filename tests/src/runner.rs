@@ -848,6 +848,7 @@ impl RawRunner {
                         outcome: DetachOutcome::Ok {
                             removed: false,
                             branch: None,
+                            head: None,
                         },
                     },
                     _ => continue,

@@ -671,11 +671,12 @@ fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
     );
     let defined = api.post(
         "/v1/environments",
-        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo}),
+        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo, "keepWorktree": true}),
     );
     assert_eq!(defined.status, 201, "{defined}");
     let parent = api.create_fake_session().id;
 
+    // `keepWorktree`: the worktrees stay when the children end (checked below).
     let names = ["a", "b"];
     let spawns: Vec<(&str, Value)> = names
         .iter()
@@ -747,6 +748,7 @@ fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
         assert!(ran.contains(&branch), "{text}");
         let page = api.session(&child.id);
         assert_eq!(page.environments.len(), 1, "{text}");
+        assert_eq!(child.branch, None, "kept, not ended: {child:?}");
     }
     let branches = git(&repo, &["branch", "--list", "wuhu/*"]);
     assert_eq!(branches.lines().count(), 2, "{branches}");
@@ -771,6 +773,238 @@ fn a_definition_given_at_spawn_makes_each_child_its_own_worktree() {
         after.last().unwrap().lifecycle,
         ChildLifecycle::Failed { .. }
     ));
+}
+
+/// A git repository with one commit on `main`, under `dir`.
+fn repo_with_a_commit(dir: &TempDir) -> std::path::PathBuf {
+    let repo = dir.mkdir("repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    dir.write("repo/hello.txt", "hello from main\n");
+    git(&repo, &["add", "hello.txt"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    repo
+}
+
+/// `wuhu/<first 8 letters or digits of the id>`: the branch a child's worktree is on.
+fn branch_of(id: &str) -> String {
+    let short: String = id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    format!("wuhu/{short}")
+}
+
+/// Construct when ready (seed 002): a spawn queued behind a full gate makes nothing on the
+/// runner while it waits; its worktree is made when it gets its slot, before its task runs. A
+/// queued spawn stopped before it ever gets a slot makes nothing at all. One lifespan: when the
+/// child ends its worktree is removed, its branch kept, and `child_status` says which branch
+/// and commit.
+#[test]
+fn a_spawn_queued_behind_a_full_gate_has_no_worktree_until_it_starts() {
+    let (api, tenant) = client("orch-construct");
+    let dir = TempDir::new("wuhu-e2e-orch-construct");
+    let repo = repo_with_a_commit(&dir);
+    let runner = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac").workspaces_root(dir.mkdir("workspaces")),
+    );
+    let defined = api.post(
+        "/v1/environments",
+        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    let parent = api.create_fake_session().id;
+    // Three children hold the tenant's three slots for 6 s each (24 chunks, 250 ms apart).
+    let hold = fake_directive(
+        &json!({"reply": "holding a slot for a while", "chunks": 24, "delayMs": 250}),
+    );
+    let mut spawns: Vec<(&str, Value)> = (0..3)
+        .map(|i| {
+            (
+                "spawn_session",
+                json!({"task": hold, "title": format!("hold{i}")}),
+            )
+        })
+        .collect();
+    let task = calls_then(
+        &[(
+            "bash",
+            json!({"command": "git rev-parse --abbrev-ref HEAD"}),
+        )],
+        "late done",
+    );
+    for title in ["late", "never"] {
+        spawns.push((
+            "spawn_session",
+            json!({"task": task, "title": title, "environment": "repo"}),
+        ));
+    }
+    api.enqueue(&parent, "followUp", &calls_then(&spawns, "spawned five"));
+    let queued = |title: &str| {
+        wait_for(&format!("{title} queued"), TURN, || {
+            children(&api, &parent).into_iter().find(|c| {
+                c.title.as_deref() == Some(title)
+                    && matches!(c.lifecycle, ChildLifecycle::Queued { .. })
+            })
+        })
+    };
+    let late = queued("late");
+    let never = queued("never");
+    // While they wait: no worktree, no branch, no environment.
+    for child in [&late, &never] {
+        let root = runner.workspaces_root().join(&child.id);
+        assert!(!root.exists(), "{} exists while queued", root.display());
+        let branches = git(&repo, &["branch", "--list", &branch_of(&child.id)]);
+        assert!(branches.trim().is_empty(), "{branches}");
+        assert!(api.session(&child.id).environments.is_empty());
+    }
+    assert!(
+        children(&api, &parent)
+            .iter()
+            .filter(|c| c.title.as_deref() == Some("late") || c.title.as_deref() == Some("never"))
+            .all(|c| matches!(c.lifecycle, ChildLifecycle::Queued { .. })),
+        "a queued child started while its worktree was looked for: the check saw nothing"
+    );
+    // Stopped before it gets a slot: it never makes anything.
+    assert_eq!(
+        api.post(&format!("/v1/sessions/{}/stop", never.id), &json!({}))
+            .status,
+        200
+    );
+
+    let settled = wait_for("the holders and late settled", TURN, || {
+        let page = api.session(&parent);
+        let done = page.children.len() == 5
+            && page.children.iter().all(|c| c.lifecycle.is_settled())
+            && page.children.iter().any(|c| {
+                c.title.as_deref() == Some("late")
+                    && matches!(c.lifecycle, ChildLifecycle::Idle { .. })
+            })
+            && page.session.status == wuhu_core::wire::Status::Idle;
+        done.then_some(page.children)
+    });
+    let late_id = settled
+        .iter()
+        .find(|c| c.title.as_deref() == Some("late"))
+        .unwrap()
+        .id
+        .clone();
+    let entries = api.transcript(&late_id);
+    let text = describe(&entries);
+    // Made when it started: the notice comes before its task, on its own branch.
+    let notice = entries
+        .iter()
+        .find(|e| matches!(&e.payload, EntryPayload::Custom { custom_type, .. } if custom_type == custom_types::ENVIRONMENT_ATTACHED))
+        .unwrap_or_else(|| panic!("no attached notice:\n{text}"));
+    let task_at = entries
+        .iter()
+        .find(|e| {
+            matches!(
+                &e.payload,
+                EntryPayload::Message {
+                    message: Message::User { .. }
+                }
+            )
+        })
+        .unwrap_or_else(|| panic!("no task:\n{text}"))
+        .cursor;
+    assert!(
+        notice.cursor < task_at,
+        "the environment was made after the task ran:\n{text}"
+    );
+    // One lifespan: it ended, so its worktree is gone, its branch (and the commit it was at)
+    // kept, and its parent's record says where.
+    let late_root = runner.workspaces_root().join(&late_id);
+    wait_for("the late child's worktree removed", TURN, || {
+        (!late_root.exists()).then_some(())
+    });
+    let head = git(&repo, &["rev-parse", &branch_of(&late_id)]);
+    let record = wait_for("the branch and head in child_status", TURN, || {
+        children(&api, &parent)
+            .into_iter()
+            .find(|c| c.id == late_id && c.head.is_some())
+    });
+    assert_eq!(record.branch.as_deref(), Some(branch_of(&late_id).as_str()));
+    assert_eq!(record.head.as_deref(), Some(head.trim()));
+    assert!(api.session(&late_id).environments.is_empty());
+    let ran: String = entries
+        .iter()
+        .filter_map(tool_result)
+        .map(|r| r.content.clone())
+        .collect();
+    assert!(ran.contains(&branch_of(&late_id)), "{text}");
+    // The stopped one: nothing on the runner, ever.
+    assert!(!runner.workspaces_root().join(&never.id).exists());
+    let branches = git(&repo, &["branch", "--list", &branch_of(&never.id)]);
+    assert!(branches.trim().is_empty(), "{branches}");
+    assert!(api.session(&never.id).environments.is_empty());
+}
+
+/// Deleting a session removes its git worktrees on the runner (their branches kept), also when
+/// the runner is away at the deletion: the removal waits for it and happens when it connects
+/// again (decision 0017's discards).
+#[test]
+fn deleting_a_session_removes_its_worktree_even_from_a_runner_away_at_the_time() {
+    let (api, tenant) = client("orch-delete-worktree");
+    let dir = TempDir::new("wuhu-e2e-orch-delete-worktree");
+    let repo = repo_with_a_commit(&dir);
+    let mut runner = Runner::start(
+        RunnerConfig::new(stack(), "ana", &tenant, "mac").workspaces_root(dir.mkdir("workspaces")),
+    );
+    let defined = api.post(
+        "/v1/environments",
+        &json!({"name": "repo", "kind": "worktree", "runner": "mac", "repoPath": repo}),
+    );
+    assert_eq!(defined.status, 201, "{defined}");
+    let sessions: Vec<String> = (0..2).map(|_| api.create_fake_session().id).collect();
+    for id in &sessions {
+        let attached = api.run_tool(id, "request_environment", json!({"spec": "repo"}), TURN);
+        assert!(!attached.is_error, "{}", attached.content);
+        let wrote = api.run_tool(
+            id,
+            "bash",
+            json!({"command": "echo work > work.txt && git add work.txt && git -c user.name=w -c user.email=w@w.invalid commit -q -m work"}),
+            TURN,
+        );
+        assert!(!wrote.is_error, "{}", wrote.content);
+    }
+    let delete = |id: &str| {
+        api.send(api.request("DELETE", &format!("/v1/sessions/{id}")))
+            .status
+    };
+    let discarded = |runner: &Runner, id: &str| {
+        let said = format!("session {id} was deleted: discarded its workspaces");
+        wait_for(&said, TURN, || runner.log().contains(&said).then_some(()));
+    };
+    let kept = |id: &str| {
+        let log = git(&repo, &["log", "--format=%s", &branch_of(id)]);
+        assert!(log.starts_with("work\n"), "{log}");
+    };
+
+    // The runner is there: removed at once, its branch (with its commit) kept.
+    let online = &sessions[0];
+    assert!(runner.workspaces_root().join(online).exists());
+    assert_eq!(delete(online), 204);
+    discarded(&runner, online);
+    assert!(!runner.workspaces_root().join(online).exists());
+    kept(online);
+
+    // The runner is away: nothing can be removed yet; when it connects, it is.
+    let away = &sessions[1];
+    let root = runner.workspaces_root().join(away);
+    runner.kill_hard();
+    assert_eq!(delete(away), 204);
+    assert!(root.join("work.txt").exists());
+    runner.restart();
+    discarded(&runner, away);
+    assert!(!root.exists(), "{} is still there", root.display());
+    kept(away);
+    let listed = git(&repo, &["worktree", "list"]);
+    assert_eq!(
+        listed.lines().count(),
+        1,
+        "only the repository's own: {listed}"
+    );
 }
 
 /// A child's usage counts against its parent's budget too: each report carries what the child

@@ -1293,6 +1293,51 @@ fn a_stale_snapshot_after_a_reconnect_is_a_notice_and_the_agent_gets_a_resume_no
     );
 }
 
+/// Seed 004 in a serverless host: the session's actor is evicted while idle (about 10 s under
+/// `wrangler dev`), ten times, and nothing shows: the snapshot's validation is stored with the
+/// attachment, so a wake neither validates again nor adds a resume note. Each wake is seen in
+/// the Worker's log (`session_loaded`).
+#[test]
+fn evictions_of_an_idle_session_add_no_resume_note() {
+    let _guard = stack().guard();
+    let world = World::new("evicted");
+    let dir = world.dir.mkdir("api");
+    let _mac = Runner::start(world.runner("ana", "mac").env("api", &dir));
+    let session = world.session();
+    let api = &world.api;
+    assert_ok(&request(api, &session, json!({"spec": "api"})));
+    assert_ok(&bash(api, &session, "true", None));
+    let loads = || {
+        stack()
+            .log_events()
+            .iter()
+            .filter(|e| e["event"] == "session_loaded" && e["session"] == session.as_str())
+            .count()
+    };
+    let before = loads();
+    let started = Instant::now();
+    let mut evictions = 0;
+    while evictions < 10 {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "only {evictions} evictions in 10 minutes"
+        );
+        // Idle time for the runtime to evict the actor: not a synchronisation.
+        std::thread::sleep(Duration::from_secs(12));
+        assert_ok(&bash(api, &session, "true", None));
+        evictions = loads() - before;
+    }
+    let entries = api.transcript(&session);
+    assert!(
+        custom_messages(&entries)
+            .iter()
+            .all(|(t, _)| t != custom_types::RESUME_NOTE),
+        "a resume note after {evictions} evictions:\n{}",
+        describe(&entries)
+    );
+    assert!(customs(&entries, custom_types::ENVIRONMENT_STALE).is_empty());
+}
+
 /// Every path under `dir`, relative, sorted.
 fn listing(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();

@@ -29,7 +29,9 @@ use wuhu_core::wire::runner::mcp;
 use wuhu_core::wire::runner::{
     AttachOutcome, DetachOutcome, EnvironmentContext, RunnerMessage, ServerMessage,
 };
-use wuhu_core::wire::{ApprovalPolicy, EntryPayload, Message, ToolCall, custom_types};
+use wuhu_core::wire::{
+    ApprovalPolicy, EntryPayload, Message, ResolveEnvironmentResponse, ToolCall, custom_types,
+};
 use wuhu_core::workspace::{WuhuUrl, parse_wuhu_url};
 
 use crate::http::ApiError;
@@ -353,6 +355,30 @@ pub(crate) async fn attach(
     ctx: &ToolContext,
     request: AttachRequest<'_>,
 ) -> Result<Attached, String> {
+    let (resolved, entries) = prepare(ctx, &request).await?;
+    let mut attached = materialise(
+        &ctx.env,
+        &ctx.session.tenant,
+        &ctx.session.owner,
+        request.session_id,
+        &resolved,
+    )
+    .await?;
+    attached.entries.splice(0..0, entries);
+    Ok(attached)
+}
+
+/// The first half of [`attach`]: resolves `request.spec` as the session's owner and waits for
+/// the policy and the approval it needs. Nothing is made yet: `spawn_session` keeps the answer
+/// for the child, which has it made when it gets its slot ([`materialise`]; construct when
+/// ready, seed 002). Returns the resolution and the entries of the decision (policy notices).
+///
+/// # Errors
+/// The message the agent sees.
+pub(crate) async fn prepare(
+    ctx: &ToolContext,
+    request: &AttachRequest<'_>,
+) -> Result<(ResolveEnvironmentResponse, Vec<EntryPayload>), String> {
     ctx.rights.may_use_runners()?;
     let name = request
         .name
@@ -415,13 +441,34 @@ pub(crate) async fn attach(
         approved_by.as_deref(),
     )
     .await?;
+    Ok((resolved, entries))
+}
+
+/// The second half of [`attach`]: has the runner `resolved` names materialise it for
+/// `session_id`, as `owner` (the session's), and returns the attachment with the entries
+/// that tell the session of it. Asks nobody: [`prepare`] did.
+///
+/// # Errors
+/// The message the agent sees.
+pub(crate) async fn materialise(
+    env: &worker::Env,
+    tenant: &str,
+    owner: &str,
+    session_id: &str,
+    resolved: &ResolveEnvironmentResponse,
+) -> Result<Attached, String> {
+    let name = resolved.spec.name.clone();
+    let mut entries = Vec::new();
     let message = ServerMessage::Attach {
         id: uuid::Uuid::new_v4().to_string(),
-        session_id: request.session_id.to_string(),
+        session_id: session_id.to_string(),
         spec: resolved.spec.clone(),
     };
-    let reply = call_runner(
-        ctx,
+    // An attach is no tool call: nothing to track or cancel.
+    let reply = runner_client::call(
+        env,
+        tenant,
+        owner,
         &resolved.runner,
         &resolved.runner_owner,
         &message,

@@ -217,6 +217,8 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         lifecycle: ChildLifecycle::Spawning,
         cursor: 0,
         spent: None,
+        branch: None,
+        head: None,
     };
     // Recorded before the child exists, so its first report finds it.
     ctx.children.record(status.clone())?;
@@ -232,7 +234,7 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
     // `none`, `inherit` (the parent's directories, shared), or a definition made for the child:
     // how it gets its working directory is the definition's (a `worktree` definition gives it
     // its own worktree and branch), not this tool's.
-    let (attachments, entries, environment) = match args.environment.as_deref().unwrap_or("none") {
+    let (attachments, entries, construct) = match args.environment.as_deref().unwrap_or("none") {
         "none" => (Vec::new(), Vec::new(), None),
         // The parent's directories, shared: giving them to a child reaches their machines as
         // attaching them does, so each is asked as an attach is (nothing is created before
@@ -246,6 +248,9 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
             }
             (ctx.attachments.clone(), Vec::new(), None)
         }
+        // Resolved and approved now (a spec that names nothing fails the spawn; a definition
+        // with `"approval":"ask"` waits here, in the parent's transcript), made by the child
+        // when it gets its slot: construct when ready (seed 002).
         spec => {
             let request = environment_tools::AttachRequest {
                 approval_part: &format!("{part}env"),
@@ -255,12 +260,8 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
                 name: None,
                 preference: "any",
             };
-            match environment_tools::attach(ctx, request).await {
-                Ok(attached) => (
-                    vec![attached.attachment],
-                    attached.entries,
-                    Some(attached.text),
-                ),
+            match environment_tools::prepare(ctx, &request).await {
+                Ok((resolved, entries)) => (Vec::new(), entries, Some(Box::new(resolved))),
                 Err(e) => {
                     return Err(fail(
                         status,
@@ -270,6 +271,12 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
             }
         }
     };
+    let environment = construct.as_ref().map(|r| {
+        format!(
+            "{:?} on runner {:?}, made when the child starts (its first message says how)",
+            r.spec.name, r.runner
+        )
+    });
     // The child starts with its parent's global context: the owner's (a guest owner's: its
     // binding's), read now, as a new session of theirs would.
     let global_context = crate::workspace_io::global_context_for(
@@ -304,6 +311,7 @@ async fn spawn(ctx: &ToolContext, part: &str, args: SpawnArgs) -> Result<Spawned
         attachments,
         task: args.task,
         entries,
+        construct,
         // Authority travels: the child's task acts for whom this turn acts for.
         acting_for: ctx.acting_for.clone(),
     };

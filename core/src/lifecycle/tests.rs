@@ -17,6 +17,8 @@ fn status(lifecycle: ChildLifecycle, cursor: u64) -> ChildStatus {
         lifecycle,
         cursor,
         spent: None,
+        branch: None,
+        head: None,
     }
 }
 

@@ -315,6 +315,8 @@ fn status(id: &str, lifecycle: ChildLifecycle, cursor: u64) -> ChildStatus {
         lifecycle,
         cursor,
         spent: None,
+        branch: None,
+        head: None,
     }
 }
 
@@ -710,4 +712,44 @@ fn gates_saved_before_grant_times_were_kept_still_load() {
     let gate: Gate = serde_json::from_str(old).unwrap();
     // A grant of unknown age is old enough to reconcile.
     assert_eq!(gate.to_reconcile(0), vec!["a".to_string()]);
+}
+
+/// One lifespan: a child's own worktree goes when the child ends, unless its definition keeps
+/// it; nothing else goes, and nothing while the child may still run.
+#[test]
+fn a_childs_worktree_is_removed_when_it_ends_unless_kept() {
+    use crate::wire::runner::EnvironmentKind::{FolderTemplate, Local, Worktree};
+    let idle = ChildLifecycle::Idle {
+        final_text: Some(String::from("done")),
+    };
+    let failed = ChildLifecycle::Failed {
+        message: String::from("gave up"),
+    };
+    let queued = ChildLifecycle::Queued {
+        position: 1,
+        reason: String::from("limit"),
+    };
+    // (state, kind, keepWorktree, removed)
+    let cases = [
+        (&idle, Worktree, false, true),
+        (&failed, Worktree, false, true),
+        (&ChildLifecycle::Stopped, Worktree, false, true),
+        (&idle, Worktree, true, false),
+        (&ChildLifecycle::Stopped, Worktree, true, false),
+        (&idle, Local, false, false),
+        (&idle, FolderTemplate, false, false),
+        (&ChildLifecycle::Running, Worktree, false, false),
+        (&ChildLifecycle::Created, Worktree, false, false),
+        (&queued, Worktree, false, false),
+        (&ChildLifecycle::Spawning, Worktree, false, false),
+        // A deleted child's worktree goes with its session's others (decision 0017).
+        (&ChildLifecycle::Disposed, Worktree, false, true),
+    ];
+    for (i, (state, kind, keep, removed)) in cases.into_iter().enumerate() {
+        assert_eq!(
+            removes_worktree_at(state, kind, keep),
+            removed,
+            "case {i}: {state:?} {kind:?} keep={keep}"
+        );
+    }
 }

@@ -886,6 +886,15 @@ impl Session {
         );
     }
 
+    /// Entries that tell of something the host did outside a turn, appended in order (an
+    /// environment made for a child when it got its gate slot: its notice and AGENTS.md).
+    /// Changes nothing else: no turn starts.
+    pub fn handle_notices(&mut self, now: Millis, entries: Vec<EntryPayload>) {
+        for payload in entries {
+            self.append(now, payload);
+        }
+    }
+
     /// A chat channel gave up posting a message of this session to its thread: a
     /// `wuhu_channel_undelivered_v1` notice, so people reading the session see what the thread
     /// did not get. Changes nothing else (no turn starts).

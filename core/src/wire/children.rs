@@ -97,4 +97,11 @@ pub struct ChildStatus {
     /// against its parent's budget too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spent: Option<super::Spent>,
+    /// The branch the child's own worktree was on, once the worktree was removed at the
+    /// child's end (the branch is kept; `keepWorktree` keeps the worktree too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The commit that branch was at when the worktree was removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }

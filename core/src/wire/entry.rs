@@ -373,6 +373,9 @@ pub mod custom_types {
     pub const APPROVAL_REQUESTED: &str = "wuhu_approval_request_v1";
     /// The answer to an approval request (`custom`; `data.decision`, `data.by`).
     pub const APPROVAL_DECIDED: &str = "wuhu_approval_decision_v1";
+    /// The environment a spawn asked for could not be made when the child got its slot
+    /// (`custom_message`: the child's model sees why it has none; `details.environment`).
+    pub const ENVIRONMENT_UNAVAILABLE: &str = "wuhu_environment_unavailable_v1";
     /// A snapshot was found stale after a reconnect or resume (`custom`).
     pub const ENVIRONMENT_STALE: &str = "wuhu_environment_stale_v1";
     /// A note for the agent after a resume (`custom_message`).

@@ -154,6 +154,11 @@ pub struct EnvironmentDefinition {
     /// ([`super::runner::mcp`], docs/mcp.md).
     #[serde(default)]
     pub mcp_servers: Vec<StdioServer>,
+    /// `worktree` only: a child session's worktree made from this definition is kept when the
+    /// child ends (default `false`: removed when the child ends, its branch kept;
+    /// docs/orchestration.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_worktree: bool,
     /// Unix seconds.
     pub created_at: i64,
     /// Unix seconds of the last change.
@@ -215,6 +220,9 @@ pub struct CreateEnvironmentRequest {
     /// See [`EnvironmentDefinition::mcp_servers`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<StdioServer>>,
+    /// See [`EnvironmentDefinition::keep_worktree`]. Default `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_worktree: Option<bool>,
 }
 
 /// `PATCH /v1/environments/:idOrName`: absent fields are kept; `null` clears an optional field.
@@ -310,6 +318,9 @@ pub struct UpdateEnvironmentRequest {
     /// New stdio MCP servers (replaces the old list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<StdioServer>>,
+    /// New `keepWorktree`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_worktree: Option<bool>,
 }
 
 /// `Some(None)` for an explicit `null`, `Some(Some(v))` for a value (absent is `None` via
@@ -359,6 +370,7 @@ impl CreateEnvironmentRequest {
             secrets: self.secrets.unwrap_or_default(),
             cost_per_hour_usd: self.cost_per_hour_usd,
             mcp_servers: self.mcp_servers.unwrap_or_default(),
+            keep_worktree: self.keep_worktree.unwrap_or(false),
             created_at: now,
             updated_at: now,
         };
@@ -423,6 +435,9 @@ impl EnvironmentDefinition {
         if let Some(servers) = update.mcp_servers {
             next.mcp_servers = servers;
         }
+        if let Some(keep) = update.keep_worktree {
+            next.keep_worktree = keep;
+        }
         next.validate()?;
         next.updated_at = now;
         Ok(next)
@@ -435,6 +450,11 @@ impl EnvironmentDefinition {
     /// The first broken rule, as a message for a 400.
     pub fn validate(&self) -> Result<(), String> {
         check_name("name", &self.name)?;
+        if self.keep_worktree && self.kind != EnvironmentKind::Worktree {
+            return Err(String::from(
+                "keepWorktree applies to worktree definitions only",
+            ));
+        }
         if let Some(runner) = &self.runner {
             check_name("runner", runner)?;
         }
@@ -785,6 +805,9 @@ pub struct ResolveEnvironmentResponse {
     /// The definition's `mcpServers`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<StdioServer>,
+    /// The definition's `keepWorktree`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_worktree: bool,
 }
 
 /// Runner hub `POST /call`: send a request frame to a runner and wait for its answer.
@@ -889,6 +912,10 @@ mod tests {
             (
                 json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "templatePath": "/t"}),
                 "takes no templatePath",
+            ),
+            (
+                json!({"name": "a", "kind": "local", "runner": "m", "path": "/x", "keepWorktree": true}),
+                "keepWorktree applies to worktree definitions only",
             ),
             (
                 json!({"name": "a", "kind": "folder-template"}),

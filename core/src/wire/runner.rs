@@ -644,6 +644,9 @@ pub enum DetachOutcome {
         /// `worktree` only: the branch, which is kept.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         branch: Option<String>,
+        /// `worktree` only: the commit the worktree was at when removed (its branch holds it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        head: Option<String>,
     },
     /// Detaching failed (the session should still consider it detached).
     Error(ErrorBody),
@@ -1384,6 +1387,7 @@ mod tests {
                 outcome: DetachOutcome::Ok {
                     removed: true,
                     branch: Some(String::from("wuhu/0f3c2a1b")),
+                    head: Some(String::from("9f1c2e3d4b5a69788796a5b4c3d2e1f0a9b8c7d6")),
                 },
             },
             RunnerMessage::DetachResult {

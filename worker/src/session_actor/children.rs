@@ -16,6 +16,7 @@ use std::rc::Rc;
 use serde::Deserialize;
 use wasm_bindgen_futures::spawn_local;
 use worker::SqlStorage;
+use wuhu_core::environments;
 use wuhu_core::orchestration::{self, Lineage, Slot, accept_report, parent_message};
 use wuhu_core::session::Millis;
 use wuhu_core::wire::{ChildLifecycle, ChildStatus, Lane, Status, StreamEvent};
@@ -35,6 +36,8 @@ use wuhu_core::lifecycle::{AfterAttempt, Attempt, Event};
 /// How many inputs a child keeps while it waits for a slot (a parent's follow-ups pile up
 /// only this far).
 pub(crate) const MAX_PENDING_INPUTS: usize = 16;
+/// How long removing a child's worktree at its end may take (the runner runs git).
+const WORKTREE_REMOVAL_TIMEOUT_MS: u64 = 60_000;
 /// How often a child that waits for a slot asks the gate again (in case a `/start` was lost).
 const GATE_POLL_MS: u64 = 30_000;
 /// The `children` table of a parent: a child's newest status by id, in spawn order. At most
@@ -257,7 +260,9 @@ impl Actor {
             };
             let attempt = match &row.event {
                 Event::Report { status } => {
-                    match session_client::child_event(&self.env, &tenant, &parent, status).await {
+                    let mut status = status.clone();
+                    self.end_worktree(&mut status).await;
+                    match session_client::child_event(&self.env, &tenant, &parent, &status).await {
                         Ok(_) => Attempt::Done,
                         // The parent does not know this child, or is gone: nobody to tell.
                         Err(e) if e.status == 404 => Attempt::Gone,
@@ -375,6 +380,16 @@ impl Actor {
                 });
             }
         }
+        // Construct when ready: the environment the spawn asked for is made now, with the slot.
+        if !self.construct().await? {
+            // Another grant is making it and queues the waiting input after: this joins it.
+            self.keep_pending(input)?;
+            self.arm_alarm_by(Millis(now().0 + GATE_POLL_MS));
+            return Ok(ChildAdmission {
+                lifecycle: ChildLifecycle::Created,
+                cursor: self.committed_cursor(),
+            });
+        }
         // Only committed state goes into the answer: the cursor the task starts from.
         let cursor = self.committed_cursor();
         self.enqueue_inputs(vec![PendingInput::from(input)])?;
@@ -444,9 +459,207 @@ impl Actor {
             self.arm_alarm_by(Millis(now().0 + GATE_POLL_MS));
             return Ok(());
         }
+        if !self.construct().await? {
+            return Ok(());
+        }
         let pending = self.take_pending()?;
         self.enqueue_inputs(pending)?;
         self.pump().wait().await
+    }
+
+    /// Construct when ready (seed 002): a child whose spawn asked for an environment
+    /// (`SessionMeta::construct`) has it made now that it holds its gate slot, before any input
+    /// is queued; a child that never gets a slot makes nothing. The attachment, its notices
+    /// (`wuhu_environment_attached_v1`, AGENTS.md) and the cleared `construct` are saved
+    /// together; an environment that cannot be made leaves the child without one and tells its
+    /// model why (`wuhu_environment_unavailable_v1`), and the task runs.
+    ///
+    /// `Ok(false)`: another grant is making it now, and queues the waiting input when done.
+    async fn construct(self: &Rc<Self>) -> ApiResult<bool> {
+        let Some(resolved) = self.with_loaded(|l| l.meta.construct.clone()).flatten() else {
+            return Ok(true);
+        };
+        if self.lifecycle.constructing.replace(true) {
+            return Ok(false);
+        }
+        let made = crate::environment_tools::materialise(
+            &self.env,
+            &self.tenant(),
+            &self.owner(),
+            &self.session_id(),
+            &resolved,
+        )
+        .await;
+        self.lifecycle.constructing.set(false);
+        let name = resolved.spec.name.clone();
+        let mut made_now = None;
+        let entries = match made {
+            Ok(attached) => {
+                made_now = Some(resolved.clone());
+                // Its runner is a host of its worktree or copy: removed with the session.
+                self.record_workspace_host(&attached.attachment);
+                let mut attachments = self.attachments();
+                attachments.retain(|a| a.name() != name);
+                attachments.push(attached.attachment);
+                self.store()?.save_attachments(&attachments)?;
+                *self.environments.attachments.borrow_mut() = attachments;
+                self.environments
+                    .validated
+                    .borrow_mut()
+                    .insert(name, attached.epoch);
+                self.save_validated();
+                attached.entries
+            }
+            Err(e) => {
+                worker::console_error!(
+                    "making child {}'s environment failed: {e}",
+                    self.session_id()
+                );
+                vec![wuhu_core::wire::EntryPayload::Message {
+                    message: wuhu_core::wire::Message::CustomMessage {
+                        custom_type: wuhu_core::wire::custom_types::ENVIRONMENT_UNAVAILABLE.into(),
+                        content: format!(
+                            "The environment {name:?} your task was given could not be made when you started, so you have none: {e}"
+                        ),
+                        details: Some(serde_json::json!({"environment": name, "error": e})),
+                    },
+                }]
+            }
+        };
+        {
+            let mut loaded = self.loaded.borrow_mut();
+            let loaded = loaded
+                .as_mut()
+                .ok_or_else(|| ApiError::internal("session not loaded"))?;
+            let mut meta = loaded.meta.clone();
+            meta.construct = None;
+            if made_now.is_some() {
+                meta.made = made_now;
+            }
+            self.store()?.save_meta(&meta)?;
+            loaded.meta = meta;
+            loaded.session.handle_notices(now(), entries);
+        }
+        Ok(true)
+    }
+
+    /// One lifespan for a child and its worktree (seed 002): before a settling is reported, the
+    /// worktree made for this child at its slot is removed, its branch kept, unless its
+    /// definition keeps it (`orchestration::removes_worktree_at`); the report carries the
+    /// branch and the commit it was at (and so does every later one). The child keeps what it
+    /// needs to have a worktree made again from that branch when it is given more work (at its
+    /// next slot, as at its first). A runner that cannot be reached leaves the worktree to the
+    /// session's deletion (decision 0017: removed then, or when the runner returns).
+    async fn end_worktree(self: &Rc<Self>, status: &mut ChildStatus) {
+        if let Some(made) = self.with_loaded(|l| l.meta.made.clone()).flatten() {
+            let name = made.spec.name.clone();
+            let attachment = self.attachments().into_iter().find(|a| a.name() == name);
+            if let Some(attachment) = attachment
+                && status.lifecycle != ChildLifecycle::Disposed
+                && orchestration::removes_worktree_at(
+                    &status.lifecycle,
+                    attachment.environment.kind,
+                    made.keep_worktree,
+                )
+            {
+                self.remove_worktree(&made, &attachment).await;
+            }
+        }
+        if let Some(end) = self.with_loaded(|l| l.meta.worktree_end.clone()).flatten() {
+            status.branch = Some(end.branch);
+            status.head = end.head;
+        }
+    }
+
+    async fn remove_worktree(
+        self: &Rc<Self>,
+        made: &wuhu_core::wire::ResolveEnvironmentResponse,
+        attachment: &wuhu_core::environments::Attachment,
+    ) {
+        use wuhu_core::wire::runner::{
+            DetachOutcome, EnvironmentSource, RunnerMessage, ServerMessage,
+        };
+        let message = ServerMessage::Detach {
+            id: uuid::Uuid::new_v4().to_string(),
+            session_id: self.session_id(),
+            environment: attachment.environment.context(),
+        };
+        let reply = crate::runner_client::call(
+            &self.env,
+            &self.tenant(),
+            &self.owner(),
+            &attachment.runner,
+            &attachment.runner_owner,
+            &message,
+            WORKTREE_REMOVAL_TIMEOUT_MS,
+        )
+        .await;
+        let (branch, head) = match reply {
+            Ok((
+                _,
+                Some(RunnerMessage::DetachResult {
+                    outcome:
+                        DetachOutcome::Ok {
+                            branch: Some(branch),
+                            head,
+                            ..
+                        },
+                    ..
+                }),
+            )) => (branch, head),
+            other => {
+                worker::console_error!(
+                    "removing child {}'s worktree on runner {:?} failed (left to its deletion): {other:?}",
+                    self.session_id(),
+                    attachment.runner
+                );
+                return;
+            }
+        };
+        let name = attachment.name().to_string();
+        let text = environments::detached_text(&name, Some(&branch), None);
+        let saved = (|| -> ApiResult<()> {
+            let mut attachments = self.attachments();
+            attachments.retain(|a| a.name() != name);
+            self.store()?.save_attachments(&attachments)?;
+            *self.environments.attachments.borrow_mut() = attachments;
+            self.environments.validated.borrow_mut().remove(&name);
+            self.save_validated();
+            let mut loaded = self.loaded.borrow_mut();
+            let loaded = loaded
+                .as_mut()
+                .ok_or_else(|| ApiError::internal("session not loaded"))?;
+            let mut meta = loaded.meta.clone();
+            // More work later makes a worktree again, from the kept branch.
+            let mut again = made.clone();
+            if let EnvironmentSource::Worktree { base_ref, .. } = &mut again.spec.source {
+                *base_ref = Some(branch.clone());
+            }
+            meta.construct = Some(Box::new(again));
+            meta.made = None;
+            meta.worktree_end = Some(super::store::WorktreeEnd {
+                branch: branch.clone(),
+                head: head.clone(),
+            });
+            self.store()?.save_meta(&meta)?;
+            loaded.meta = meta;
+            loaded.session.handle_notices(
+                now(),
+                vec![wuhu_core::wire::EntryPayload::Custom {
+                    custom_type: wuhu_core::wire::custom_types::ENVIRONMENT_DETACHED.into(),
+                    data: serde_json::json!({"text": text, "environment": name, "branch": branch, "head": head}),
+                }],
+            );
+            Ok(())
+        })();
+        if let Err(e) = saved {
+            worker::console_error!(
+                "recording the removal of child {}'s worktree failed: {}",
+                self.session_id(),
+                e.message
+            );
+        }
+        let _ = self.pump();
     }
 
     /// Drops input that waits for a slot (the child is stopped) and saves that.

@@ -89,6 +89,16 @@ impl Actor {
             .map_err(|e| ApiError::internal(format!("storage unavailable: {e}")))
     }
 
+    /// Saves on which runner connection each environment was validated (with the attachments).
+    pub(super) fn save_validated(&self) {
+        let validated = self.environments.validated.borrow().clone();
+        if let Ok(store) = self.store()
+            && let Err(e) = store.save_validated(&validated)
+        {
+            worker::console_error!("saving the validated epochs failed: {e}");
+        }
+    }
+
     /// Records the runner of a new attachment among the hosts of the session's workspaces
     /// (`deletion::record_workspace_host`), before the attachment is applied.
     pub(super) fn record_workspace_host(&self, attachment: &wuhu_core::environments::Attachment) {
@@ -365,6 +375,8 @@ impl Actor {
                     lifecycle: ChildLifecycle::Disposed,
                     cursor: deletion.cursor,
                     spent: deletion.spent,
+                    branch: None,
+                    head: None,
                 };
                 match session_client::child_event(env, tenant, parent, &status).await {
                     // The parent is gone (or being deleted): nobody to tell.

@@ -104,8 +104,9 @@ pub(super) struct Turn {
 pub(super) struct Environments {
     /// Attached environments (persisted in `meta`).
     pub(super) attachments: RefCell<Vec<Attachment>>,
-    /// Runner connection epoch on which each environment's snapshot was validated. Empty after a
-    /// restart, so the first call after a resume validates (seed 004).
+    /// Runner connection epoch on which each environment's snapshot was validated, stored with
+    /// the attachments (`store::load_validated`): an eviction forgets nothing; a reconnected
+    /// runner has a new epoch, so its next call validates again (seed 004).
     pub(super) validated: RefCell<HashMap<String, u64>>,
 }
 
@@ -171,4 +172,7 @@ pub(super) struct Lifecycle {
     /// A test-only fault point was reached (`faults::FAULT_VAR`): this actor does nothing
     /// more in this isolate, as if it were lost there.
     pub(super) frozen: Cell<bool>,
+    /// The child's environment is being made (`children::construct`): a second grant waits
+    /// for that one instead of making it twice.
+    pub(super) constructing: Cell<bool>,
 }

@@ -97,6 +97,7 @@ impl Actor {
             return Ok(false);
         };
         *self.environments.attachments.borrow_mut() = self.store()?.load_attachments()?;
+        *self.environments.validated.borrow_mut() = self.store()?.load_validated()?;
         let t = now();
         let mut session = Session::restore(stored.checkpoint, stored.queue, seed());
         session.set_retry_policy(super::inference::retry_policy(&self.env));
@@ -122,6 +123,9 @@ impl Actor {
             session,
             meta: stored.meta,
         });
+        // One line per load from storage: a wake after an eviction is otherwise invisible.
+        let line = serde_json::json!({"event": "session_loaded", "session": self.session_id()});
+        worker::console_log!("{line}");
         // Whatever runner calls the previous isolate's tasks left running are cancelled before
         // the resumed work starts, so a resumed step never races its predecessor's command.
         tasks::cancel_orphans(self);
@@ -206,6 +210,8 @@ impl Actor {
                 lifecycle,
                 cursor: loaded.session.last_cursor(),
                 spent: Some(loaded.session.total_spent()),
+                branch: None,
+                head: None,
             };
             let pushed = self.store()?.outbox()?.push(&status, now().0);
             writes.outbox_inserts = pushed.insert;

@@ -686,6 +686,9 @@ impl Actor {
                 .map(|c| c.lineage.clone())
                 .unwrap_or_default(),
             pending: Vec::new(),
+            construct: child.as_ref().and_then(|c| c.construct.clone()),
+            made: None,
+            worktree_end: None,
             forked_from: None,
             channel: init.channel,
         };
@@ -788,6 +791,9 @@ impl Actor {
             access: Default::default(),
             lineage: Default::default(),
             pending: Vec::new(),
+            construct: None,
+            made: None,
+            worktree_end: None,
             forked_from: Some(init.from.clone()),
             // A fork is its forker's own session, not a chat's.
             channel: None,

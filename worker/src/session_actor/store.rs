@@ -54,6 +54,18 @@ pub(crate) struct SessionMeta {
     /// `children::MAX_PENDING_INPUTS`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) pending: Vec<PendingInput>,
+    /// A child's environment resolved and approved by its spawn, made when the child gets its
+    /// gate slot (`ChildInit::construct`); `None` once made (or when it could not be).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) construct: Option<Box<wuhu_core::wire::ResolveEnvironmentResponse>>,
+    /// The environment made for this child at its slot (what `construct` was), while it is
+    /// attached: its worktree is removed when the child ends (`children::end_worktree`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) made: Option<Box<wuhu_core::wire::ResolveEnvironmentResponse>>,
+    /// The branch and commit of the child's worktree when it was removed at the child's end:
+    /// its reports carry them (`ChildStatus::branch`, `head`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) worktree_end: Option<WorktreeEnd>,
     /// For a fork: the session whose entries `1..=cursor` are its history (read from there,
     /// never copied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,6 +75,15 @@ pub(crate) struct SessionMeta {
     /// then have no workspace folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) channel: Option<String>,
+}
+
+/// Where a child's removed worktree left its work.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WorktreeEnd {
+    pub(crate) branch: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) head: Option<String>,
 }
 
 /// A message a child keeps until the gate gives it a slot.
@@ -513,6 +534,28 @@ impl Store {
         self.put_meta(
             "environments",
             &serde_json::to_string(attachments)
+                .map_err(|e| worker::Error::RustError(e.to_string()))?,
+        )
+    }
+
+    /// On which runner connection (epoch) each attached environment's snapshot was last
+    /// validated, stored with the attachments (seed 004): an eviction of the actor forgets
+    /// nothing, so it causes no validation and no resume note; a runner that reconnected has
+    /// another epoch and is validated again.
+    pub(crate) fn load_validated(&self) -> SqlResult<std::collections::HashMap<String, u64>> {
+        Ok(self
+            .get_meta("validated")?
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    pub(crate) fn save_validated(
+        &self,
+        validated: &std::collections::HashMap<String, u64>,
+    ) -> SqlResult<()> {
+        self.put_meta(
+            "validated",
+            &serde_json::to_string(validated)
                 .map_err(|e| worker::Error::RustError(e.to_string()))?,
         )
     }

@@ -257,6 +257,7 @@ impl Actor {
                 }
             });
         }
+        let validated_changed = !output.validated.is_empty() || output.change.is_some();
         self.environments
             .validated
             .borrow_mut()
@@ -278,6 +279,9 @@ impl Actor {
             {
                 worker::console_error!("saving attachments failed: {e}");
             }
+        }
+        if validated_changed {
+            self.save_validated();
         }
         // Nothing a tool returns is stored or sent before its secrets are masked.
         let masker = self.masker();

@@ -454,10 +454,15 @@ pub struct ChildInit {
     /// child (empty: nobody, a turn the system started). The child's tools get no more
     /// authority than every one of them has.
     pub acting_for: Vec<String>,
-    /// Entries its transcript starts with: the notice and AGENTS.md of an environment made for
-    /// it (`environment: <spec>`).
+    /// Entries its transcript starts with: the policy's notices of the environment to be made
+    /// for it (`environment: <spec>`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<EntryPayload>,
+    /// The environment to make for it (`environment: <spec>`), resolved and approved by the
+    /// spawn but not made: the child has it made when it gets its gate slot, before its task
+    /// runs (construct when ready, seed 002), so a spawn that never gets a slot makes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub construct: Option<Box<crate::wire::ResolveEnvironmentResponse>>,
 }
 
 /// A message for a child (`send_to_session`), through the gate when the child is settled.
